@@ -1,0 +1,38 @@
+# Fresh-machine entry points: `make demo` and `make test` set everything up first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck layers check bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/taugrid-evidence explain --from-dump samples/demo-dump
+
+lint: setup
+	$(BIN)/ruff check collector exporters tests bench
+
+typecheck: setup
+	$(BIN)/mypy
+
+layers: setup
+	$(BIN)/lint-imports
+
+check: lint typecheck layers
+
+test: setup check
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

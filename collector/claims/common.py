@@ -1,0 +1,59 @@
+"""Small pieces the claim modules share: freshness of sources, evidence from events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from collector.model import EventFacts, Evidence, ObjectRecord, Plane
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """When each source last synced, judged against the clock: fail closed when too old."""
+
+    synced: Mapping[str, datetime]
+    now: datetime
+    max_age: timedelta
+
+    def at(self, source: str) -> datetime | None:
+        return self.synced.get(source)
+
+    def ok(self, source: str) -> bool:
+        t = self.synced.get(source)
+        return t is not None and self.now - t <= self.max_age
+
+    def why_not(self, source: str) -> str:
+        t = self.synced.get(source)
+        if t is None:
+            return f"{source} source has not synced"
+        return f"{source} evidence is {human_age(self.now - t)} old (bound {human_age(self.max_age)})"
+
+
+def latest(times: Iterable[datetime | None]) -> datetime | None:
+    return max((t for t in times if t is not None), default=None)
+
+
+def event_evidence(events: Iterable[ObjectRecord]) -> list[Evidence]:
+    out = []
+    for e in events:
+        f = e.facts
+        if isinstance(f, EventFacts):
+            value = f"{f.reason}: {f.message}" if f.count <= 1 else f"{f.reason} (x{f.count}): {f.message}"
+            out.append(Evidence(Plane.KUBERNETES, f"Event/{e.ref.namespace}/{e.ref.name}",
+                                f"{f.regarding.kind}/{f.regarding.name}", value[:300], f.last))
+    return out
+
+
+def human_age(d: timedelta) -> str:
+    s = int(d.total_seconds())
+    if s < 0:
+        return "in the future"
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"

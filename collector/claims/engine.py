@@ -1,0 +1,382 @@
+"""The claim engine: scheduled, running and progressing from run evidence and a clock.
+
+Pure: no I/O, no wall clock. The same evidence and `now` give the same claims, which is what
+lets `explain --from-dump` and the live controller agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from collector.claims.asserted import Assertion, assertion_of
+from collector.claims.blocked import blocked_stage
+from collector.claims.common import Freshness, human_age, latest
+from collector.claims.progress import ProgressView, analyze
+from collector.correlate import RunEvidence
+from collector.model import (
+    Claim,
+    Evidence,
+    JobFacts,
+    ObjectRecord,
+    Observed,
+    Plane,
+    PodFacts,
+    RayClusterFacts,
+    RayJobFacts,
+    RunClaims,
+    TauClusterFacts,
+    TauRunFacts,
+    WorkloadFacts,
+    verdict_for,
+)
+from collector.settings import ClaimSettings
+
+# Container waiting reasons that mean "cannot start", worth naming to a human.
+_STUCK_WAITING = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "ContainerCannotRun",
+    }
+)
+
+
+def _root_plane(root: ObjectRecord) -> Plane:
+    kind = root.ref.kind
+    if kind.startswith("Tau"):
+        return Plane.TAUGRID
+    if kind in ("RayJob", "RayCluster"):
+        return Plane.KUBERAY
+    return Plane.KUBERNETES
+
+
+def _claim(asserted: bool | None, observed: Observed, since: datetime | None, reason: str,
+           evidence: list[Evidence], status: Evidence) -> Claim:
+    return Claim(asserted, observed, verdict_for(asserted, observed), since, reason, (status, *evidence))
+
+
+def expected_pods(ev: RunEvidence) -> tuple[int | None, str]:
+    """How many pods the run should have, and which declaration said so."""
+    ray = bool(ev.rayjobs or ev.rayclusters)
+    t = ev.taurun.facts if ev.taurun is not None else None
+    if isinstance(t, TauRunFacts):
+        workers = t.workers
+        if workers is None and ev.taucluster is not None and isinstance(ev.taucluster.facts, TauClusterFacts):
+            prof = next((p for p in ev.taucluster.facts.resolved if p.name == t.profile), None)
+            workers = prof.workers if prof else None
+        if workers is not None:
+            return workers + (1 if ray or t.ray_job else 0), "TauRun workers" + (" + Ray head" if ray else "")
+    for rec in (*ev.rayclusters, *ev.rayjobs):
+        f = rec.facts
+        if isinstance(f, RayJobFacts | RayClusterFacts) and f.expected_pods is not None:
+            return f.expected_pods, f"{rec.ref.kind} head + workers"
+    for rec in ev.workloads:
+        wf = rec.facts
+        if isinstance(wf, WorkloadFacts) and wf.pod_count is not None:
+            return wf.pod_count, "Workload podSets"
+    for rec in ev.jobs:
+        jf = rec.facts
+        if isinstance(jf, JobFacts) and jf.expected_pods is not None and rec.ref == ev.root.ref:
+            return jf.expected_pods, f"{rec.ref.kind} spec"
+    return None, ""
+
+
+def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
+    fresh = Freshness(ev.synced, now, s.evidence_max_age)
+    a = assertion_of(ev.root)
+    status_ev = Evidence(_root_plane(ev.root), str(ev.root.ref), a.source, a.value or None, ev.root.newest)
+    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+    live = [p for p in pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
+    expected, expected_from = expected_pods(ev)
+    # A run always needs at least one pod; a declared zero is a misconfiguration, not "done".
+    want = max(expected if expected is not None else len(live), 1)
+
+    scheduled = _scheduled(ev, a, status_ev, live, want, expected_from, fresh)
+    running = _running(ev, a, status_ev, live, want, scheduled, fresh, now, s)
+    progressing = _progressing(ev, a, status_ev, running, fresh, now, s)
+    blocked = None
+    # Only a fresh "not scheduled" has a stage to blame; unknown stays unknown (fail closed).
+    if scheduled.observed is Observed.FALSE and not a.finished:
+        blocked = blocked_stage(ev, now, fresh, s)
+    return RunClaims(
+        ref=ev.root.ref,
+        scheduled=scheduled,
+        running=running,
+        progressing=progressing,
+        blocked=blocked,
+        evaluated_at=now,
+        finished=a.finished,
+        extra=_context(ev, expected),
+    )
+
+
+def _context(ev: RunEvidence, expected: int | None) -> dict[str, object]:
+    ctx: dict[str, object] = {}
+    for wl in ev.workloads:
+        f = wl.facts
+        if isinstance(f, WorkloadFacts):
+            ctx["queue"] = f.queue_name
+            if f.cluster_queue:
+                ctx["cluster_queue"] = f.cluster_queue
+    if ev.taurun is not None and isinstance(ev.taurun.facts, TauRunFacts):
+        t = ev.taurun.facts
+        ctx["profile"] = t.profile
+        if t.workers is not None:
+            ctx["workers"] = t.workers
+        if t.gpus_per_worker is not None:
+            ctx["gpus_per_worker"] = t.gpus_per_worker
+    if expected is not None:
+        ctx["expected_pods"] = expected
+    return ctx
+
+
+# --- scheduled -----------------------------------------------------------------------------------
+
+
+def _admission(ev: RunEvidence) -> tuple[bool | None, datetime | None, list[Evidence]]:
+    """Kueue's verdict on the run's workloads: admitted?, since when, evidence. None: no Kueue plane."""
+    if not ev.workloads:
+        return None, None, []
+    evidence: list[Evidence] = []
+    admitted_all = True
+    since: datetime | None = None
+    for wl in ev.workloads:
+        qr, adm, evc, fin = (wl.condition(t) for t in ("QuotaReserved", "Admitted", "Evicted", "Finished"))
+        ok = qr is not None and qr.is_true and (adm is None or adm.is_true)
+        if evc is not None and evc.is_true and (adm is None or not adm.is_true):
+            ok = False
+        if fin is not None and fin.is_true:
+            ok = False
+            holds = " while still holding its quota reservation" if qr is not None and qr.is_true else ""
+            evidence.append(Evidence(Plane.KUEUE, str(wl.ref), "status.conditions[Finished]",
+                                     f"True: {fin.reason}{holds}", fin.last_transition))
+        c = adm if adm is not None else qr
+        if c is not None:
+            evidence.append(Evidence(Plane.KUEUE, str(wl.ref), f"status.conditions[{c.type}]",
+                                     f"{c.status}: {c.reason}" if c.reason else c.status, c.last_transition))
+            since = latest((since, c.last_transition))
+        admitted_all = admitted_all and ok
+    return admitted_all, since, evidence
+
+
+def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], want: int,
+               expected_from: str, fresh: Freshness) -> Claim:
+    if not fresh.ok("Pod"):
+        return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
+    admitted, admitted_at, evidence = _admission(ev)
+    if admitted is not None and not fresh.ok("Workload"):
+        return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Workload"), evidence, status_ev)
+    bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name]
+    gpus = sum(p.facts.gpus for p in bound if isinstance(p.facts, PodFacts))
+    pod_at = fresh.at("Pod")
+    evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "spec.nodeName",
+                             f"{len(bound)}/{want} bound" + (f" ({expected_from})" if expected_from else ""), pod_at))
+    bound_since = latest(
+        c.last_transition for p in bound for c in p.conditions if c.type == "PodScheduled" and c.is_true
+    )
+    if admitted is False:
+        return _claim(a.scheduled, Observed.FALSE, admitted_at, "Kueue has not admitted the workload"
+                      if not a.finished else "run finished; Kueue no longer admits it", evidence, status_ev)
+    if len(bound) >= want and bound:
+        parts = [f"{len(bound)}/{want} pods bound"]
+        if gpus:
+            parts.append(f"{gpus} GPUs requested on bound pods")
+        if admitted:
+            parts.append(f"Kueue admitted{' ' + _hm(admitted_at) if admitted_at else ''}")
+        return _claim(a.scheduled, Observed.TRUE, latest((bound_since, admitted_at)), "; ".join(parts),
+                      evidence, status_ev)
+    if a.finished and not live:
+        return _claim(a.scheduled, Observed.FALSE, ev.root.newest, "run finished; no pod holds resources",
+                      evidence, status_ev)
+    return _claim(a.scheduled, Observed.FALSE, bound_since or ev.root.created,
+                  f"{len(bound)}/{want} pods bound", evidence, status_ev)
+
+
+def _hm(t: datetime) -> str:
+    return t.strftime("%H:%M:%S")
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], want: int,
+             scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings) -> Claim:
+    if not fresh.ok("Pod"):
+        return _claim(a.running, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
+    evidence: list[Evidence] = []
+    problems: list[str] = []
+    since: datetime | None = None
+    # KubeRay mirrors the Ray job's state; a RayJob "Running" whose Ray job ended is not running.
+    for rj in ev.rayjobs:
+        f = rj.facts
+        if isinstance(f, RayJobFacts) and f.job_status:
+            evidence.append(Evidence(Plane.KUBERAY, str(rj.ref), "status.jobStatus", f.job_status, rj.newest))
+            if f.job_status != "RUNNING":
+                msg = f"Ray job {f.job_status}"
+                if f.message:
+                    msg += f": {f.message.splitlines()[0][:160]}"
+                if f.deployment_status == "Running" and f.job_status in ("FAILED", "STOPPED", "SUCCEEDED"):
+                    msg += " (RayJob deployment still says Running)"
+                problems.append(msg)
+                since = latest((since, f.end_time or rj.newest))
+    for rc in ev.rayclusters:
+        cf = rc.facts
+        if isinstance(cf, RayClusterFacts) and cf.desired_workers and cf.ready_workers is not None:
+            evidence.append(Evidence(Plane.KUBERAY, str(rc.ref), "status.readyWorkerReplicas",
+                                     f"{cf.ready_workers}/{cf.desired_workers}", rc.newest))
+            if cf.ready_workers < cf.desired_workers:
+                problems.append(f"RayCluster {cf.ready_workers}/{cf.desired_workers} workers ready")
+    ready = 0
+    restarts = 0
+    for p in live:
+        f = p.facts
+        assert isinstance(f, PodFacts)
+        rc_ = p.condition("Ready")
+        pod_ready = f.phase == "Running" and rc_ is not None and rc_.is_true
+        for c in f.containers:
+            restarts += c.restart_count
+            if c.state == "waiting" and (c.state_reason in _STUCK_WAITING or c.init is False and c.state_reason):
+                detail = c.state_reason
+                if c.last_reason:
+                    detail += f", last exit {c.last_reason}"
+                    if c.last_exit_code is not None:
+                        detail += f" ({c.last_exit_code})"
+                if c.restart_count:
+                    detail += f", {c.restart_count} restarts"
+                problems.append(f"pod {p.ref.name} container {c.name}: {detail}")
+                evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].state",
+                                         f"waiting: {c.state_reason}" + (f" {c.state_message[:120]}"
+                                                                         if c.state_message else ""),
+                                         c.state_since or fresh.at("Pod")))
+                since = latest((since, c.last_finished, c.state_since))
+                pod_ready = False
+            elif c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init:
+                problems.append(f"pod {p.ref.name} container {c.name} restarted {human_age(now - c.last_finished)}"
+                                f" ago ({c.last_reason or 'exit'}"
+                                + (f" {c.last_exit_code}" if c.last_exit_code is not None else "") + ")")
+                evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
+                                         f"terminated: {c.last_reason} ({c.last_exit_code})", c.last_finished))
+                since = latest((since, c.last_finished))
+        if pod_ready:
+            ready += 1
+        else:
+            if f.phase != "Running":
+                problems.append(f"pod {p.ref.name} {f.phase or 'phase unknown'}"
+                                + (f" ({f.reason})" if f.reason else ""))
+            elif rc_ is not None and not rc_.is_true:
+                problems.append(f"pod {p.ref.name} not Ready ({rc_.reason or rc_.status})")
+            since = latest((since, rc_.last_transition if rc_ else None))
+    evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "status.conditions[Ready]",
+                             f"{ready}/{want} Running and Ready, {restarts} restarts", fresh.at("Pod")))
+    if scheduled.observed is Observed.UNKNOWN:
+        return _claim(a.running, Observed.UNKNOWN, None, "scheduled is unknown: " + scheduled.reason,
+                      evidence, status_ev)
+    if ready >= want and not problems:
+        ready_since = latest(c.last_transition for p in live for c in p.conditions if c.type == "Ready")
+        return _claim(a.running, Observed.TRUE, ready_since,
+                      f"{ready}/{want} pods Running and Ready, {restarts} restarts"
+                      + (", none recent" if restarts else ""), evidence, status_ev)
+    if not problems:
+        problems.append(f"{ready}/{want} pods Running and Ready")
+        if scheduled.observed is Observed.FALSE:
+            problems[-1] += " (not scheduled)"
+    unique = list(dict.fromkeys(problems))
+    reason = "; ".join(unique[:3]) + (f"; +{len(unique) - 3} more" if len(unique) > 3 else "")
+    return _claim(a.running, Observed.FALSE, since or scheduled.since, reason, evidence, status_ev)
+
+
+# --- progressing ---------------------------------------------------------------------------------
+
+
+def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh: Freshness,
+                 now: datetime, s: ClaimSettings) -> Claim:
+    if running.observed is Observed.FALSE:
+        cause = "run finished" if a.finished else "not running"
+        return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
+    if not ev.logs:
+        why = "no progress signal: no container logs read" if running.observed is Observed.TRUE else \
+            "no progress signal and running is unknown"
+        return _claim(a.progressing, Observed.UNKNOWN, None, why, [], status_ev)
+    read_at = latest(log.read_at for log in ev.logs)
+    assert read_at is not None
+    if now - read_at > s.evidence_max_age:
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"data stale: logs last read {human_age(now - read_at)} ago", [], status_ev)
+    view = analyze(ev.logs, s)
+    evidence = _progress_evidence(ev, view, read_at)
+    if not view.advances:
+        if view.undated:
+            top = max((smp.step for log in ev.logs for smp in log.scan.samples), default=None)
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"progress lines carry no timestamps (last step {top}); cannot tell when it advanced",
+                          evidence, status_ev)
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"no progress signal in {len(ev.logs)} container log(s)", evidence, status_ev)
+    last = view.advances[-1]
+    age = now - last.at
+    if view.nonfinite_since is not None:
+        bad = view.nonfinite_since
+        return _claim(a.progressing, Observed.FALSE, bad.at,
+                      f"loss is {view.last_loss} since step {bad.step} at {_hm(bad.at)}: steps are not progress",
+                      evidence, status_ev)
+    rate = ""
+    if view.median_step_s is not None:
+        rate = f"; median step {view.median_step_s:.3g}s"
+    if age <= view.window:
+        slow = ""
+        if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:
+            spread = max(view.mad_step_s, 0.05 * view.median_step_s)
+            if age.total_seconds() > view.median_step_s + 5 * spread and age.total_seconds() > 60:
+                slow = f"; slower than usual ({human_age(age)} since the last step)"
+        return _claim(a.progressing, Observed.TRUE, _streak_start(view),
+                      f"step {last.step:,} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}",
+                      evidence, status_ev)
+    reason = f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
+    hangs = [h for log in ev.logs for h in log.scan.hangs if h.at is None or h.at >= last.at]
+    if hangs:
+        h = hangs[0]
+        what = h.kind.replace("-", " ")
+        if h.collective:
+            what += f": {h.collective}"
+        if h.timeout_ms:
+            what += f" timed out after {h.timeout_ms} ms"
+        ranks = sorted({x.rank for x in hangs if x.rank is not None})
+        if ranks:
+            what += f" (rank {', '.join(map(str, ranks[:8]))})"
+        reason += f"; {what}"
+    return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev)
+
+
+def _streak_start(view: ProgressView) -> datetime:
+    """Start of the current run of advances with no gap longer than the stall window."""
+    start = view.advances[-1].at
+    for prev, cur in zip(reversed(view.advances[:-1]), reversed(view.advances), strict=False):
+        if cur.at - prev.at > view.window:
+            break
+        start = prev.at
+    return start
+
+
+def _progress_evidence(ev: RunEvidence, view: ProgressView, read_at: datetime) -> list[Evidence]:
+    out = []
+    if view.advances:
+        last = view.advances[-1]
+        out.append(Evidence(Plane.LOGS, last.source, "last_step", last.step, last.at))
+    if view.last_loss is not None:
+        out.append(Evidence(Plane.LOGS, view.advances[-1].source if view.advances else "", "last_loss",
+                            view.last_loss if view.last_loss == view.last_loss and abs(view.last_loss) != float("inf")
+                            else str(view.last_loss), view.advances[-1].at if view.advances else None))
+    if view.replayed:
+        out.append(Evidence(Plane.LOGS, str(ev.root.ref), "replayed_steps", view.replayed, read_at))
+    if view.skipped:
+        out.append(Evidence(Plane.LOGS, str(ev.root.ref), "skipped_steps", view.skipped, read_at))
+    for log in ev.logs:
+        for h in log.scan.hangs[:2]:
+            out.append(Evidence(Plane.LOGS, f"{log.pod.name}/{log.container}", h.kind,
+                                f"{h.collective or ''} timeout_ms={h.timeout_ms} rank={h.rank}".strip(), h.at))
+    return out

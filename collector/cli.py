@@ -1,0 +1,95 @@
+"""`taugrid-evidence` command line."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+import orjson
+
+from collector.claims import evaluate
+from collector.correlate import build_index
+from collector.kube import parse_time
+from collector.model import RunClaims
+from collector.render import render_text, to_json
+from collector.settings import Settings
+from collector.sources.dump import load_dump
+
+EXIT_SKIPPED = 3  # evaluated, but some input could not be read
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="taugrid-evidence")
+def main() -> None:
+    """Evidence collector for TauGrid training runs: scheduled, running and progressing, verified."""
+
+
+def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        raise click.BadParameter(f"not an RFC3339 time: {value!r} ({e})") from e
+
+
+def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]:
+    if not wanted:
+        return claims
+    out = []
+    for rc in claims:
+        names = {rc.ref.name, f"{rc.ref.namespace}/{rc.ref.name}", f"{rc.ref.kind}/{rc.ref.namespace}/{rc.ref.name}"}
+        if names & set(wanted):
+            out.append(rc)
+    return out
+
+
+@main.command()
+@click.option("--from-dump", "dump_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              required=True, help="Directory written by `kubectl cluster-info dump --output-directory`.")
+@click.option("--at", "at", callback=_parse_at, help="Evaluation time (RFC3339). Default: newest time in the dump.")
+@click.option("--captured-at", "captured", callback=_parse_at,
+              help="When the dump was taken (RFC3339). Default: the newest of its file times and contents.")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.argument("runs", nargs=-1)
+def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, output: str,
+            runs: tuple[str, ...]) -> None:
+    """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
+
+    The dump is one snapshot: every source counts as synced when it was captured, so evaluating
+    it --at a time past the freshness bound after capture gives unknown, never an old true.
+    """
+    settings = Settings()
+    dump = load_dump(dump_dir, settings.taugrid)
+    for p in dump.problems:
+        click.echo(f"{'skipped' if p.skipped else 'warning'}: {p}", err=True)
+    newest = dump.newest()
+    now = at or newest
+    if now is None:
+        click.echo(f"error: {dump_dir}: no timestamps in the dump; pass --at", err=True)
+        sys.exit(2)
+    index = build_index(dump.records)
+    taken = captured or dump.captured_at() or now
+    index.synced.update(dict.fromkeys(SNAPSHOT_SOURCES, taken))
+    for log in dump.log_evidence(taken):
+        index.set_log(log)
+    claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
+    selected = _select(claims, runs)
+    if runs and not selected:
+        click.echo(f"error: no run matches {', '.join(runs)}; runs in the dump: "
+                   f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}", err=True)
+        sys.exit(2)
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(to_json(selected, now), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        click.echo(render_text(selected, now) if selected else "no runs found in the dump")
+    if dump.skipped:
+        sys.exit(EXIT_SKIPPED)
+
+
+SNAPSHOT_SOURCES = (
+    "Pod", "Node", "Event", "Workload", "LocalQueue", "ClusterQueue", "RayJob", "RayCluster",
+    "Job", "TauRun", "TauCluster", "TauWorkspace",
+)

@@ -1,0 +1,339 @@
+"""Run index: which objects belong to which run, kept incrementally.
+
+Every object records the parents it names (owner references, the `taugrid.io/run` label,
+`ray.io/cluster`, an event's `involvedObject`/`regarding`, a TauRun's child references). The
+root of an object is found by walking up through parents that exist; a run's members are the
+root's descendants. Upserts are O(1) so the live controller can apply watch events at speed,
+and a parent arriving after its children re-roots them without any bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from collector.kube import (
+    JOB_KINDS,
+    KUEUE_QUEUE_LABEL,
+    RAY_CLUSTER_LABEL,
+    RUN_LABEL,
+    TRAINING_JOB_KINDS,
+)
+from collector.model import (
+    EventFacts,
+    ObjectRecord,
+    PodFacts,
+    RayJobFacts,
+    Ref,
+    TauRunFacts,
+    WorkloadFacts,
+)
+
+if TYPE_CHECKING:
+    from collector.progress import LogScan
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+# Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
+EVENTS_PER_OBJECT = 32
+MAX_DEPTH = 8
+
+
+@dataclass(slots=True)
+class LogEvidence:
+    """What was read from one container's log, and when (the logs plane's freshness)."""
+
+    pod: Ref
+    container: str
+    scan: LogScan
+    read_at: datetime
+    previous: bool = False  # the previous (crashed) container instance
+
+
+@dataclass(slots=True)
+class RunEvidence:
+    """Everything known about one run, handed to the pure claim engine."""
+
+    root: ObjectRecord
+    taurun: ObjectRecord | None = None
+    rayjobs: list[ObjectRecord] = field(default_factory=list)
+    rayclusters: list[ObjectRecord] = field(default_factory=list)
+    workloads: list[ObjectRecord] = field(default_factory=list)
+    jobs: list[ObjectRecord] = field(default_factory=list)
+    pods: list[ObjectRecord] = field(default_factory=list)
+    events: list[ObjectRecord] = field(default_factory=list)
+    local_queue: ObjectRecord | None = None
+    cluster_queue: ObjectRecord | None = None
+    taucluster: ObjectRecord | None = None
+    workspace: ObjectRecord | None = None
+    nodes: dict[str, ObjectRecord] = field(default_factory=dict)
+    logs: list[LogEvidence] = field(default_factory=list)
+    synced: Mapping[str, datetime] = field(default_factory=dict)
+
+
+def _parents(rec: ObjectRecord) -> list[Key]:
+    ns = rec.ref.namespace
+    out: list[Key] = [(o.kind, ns, o.name) for o in rec.owners]
+    run = rec.labels.get(RUN_LABEL)
+    if run and rec.ref.kind != "TauRun":
+        out.append(("TauRun", ns, run))
+    cluster = rec.labels.get(RAY_CLUSTER_LABEL)
+    if cluster and rec.ref.kind != "RayCluster":
+        out.append(("RayCluster", ns, cluster))
+    if rec.ref.kind == "RayCluster" and rec.labels.get("ray.io/originated-from-crd") == "RayJob":
+        origin = rec.labels.get("ray.io/originated-from-cr-name")
+        if origin:
+            out.append(("RayJob", ns, origin))
+    if isinstance(rec.facts, EventFacts):
+        g = rec.facts.regarding
+        if g.kind and g.name:
+            out.append((g.kind, g.namespace or ns, g.name))
+    return out
+
+
+def _adopted(rec: ObjectRecord) -> list[Key]:
+    """Children a record names itself (a TauRun's references to its RayJob and Workload)."""
+    if isinstance(rec.facts, TauRunFacts):
+        ns = rec.ref.namespace
+        out: list[Key] = []
+        if rec.facts.ray_job:
+            out.append(("RayJob", ns, rec.facts.ray_job))
+        if rec.facts.workload:
+            out.append(("Workload", ns, rec.facts.workload))
+        return out
+    if isinstance(rec.facts, RayJobFacts) and rec.facts.cluster_name:
+        return [("RayCluster", rec.ref.namespace, rec.facts.cluster_name)]
+    return []
+
+
+class RunIndex:
+    """Objects by key, parent/child links, logs, and source freshness."""
+
+    def __init__(self) -> None:
+        self._objects: dict[Key, ObjectRecord] = {}
+        self._up: dict[Key, list[Key]] = {}
+        self._adopted: dict[Key, list[Key]] = {}
+        self._down: defaultdict[Key, set[Key]] = defaultdict(set)
+        self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
+        self._root_candidates: set[Key] = set()
+        self._logs: dict[Key, dict[tuple[str, bool], LogEvidence]] = {}
+        self.synced: dict[str, datetime] = {}
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def upsert(self, rec: ObjectRecord) -> None:
+        key = rec.ref.key
+        old = self._objects.get(key)
+        self._objects[key] = rec
+        ups = _parents(rec)
+        adopted = _adopted(rec)
+        if old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted:
+            self._unlink(key)
+            self._up[key] = ups
+            self._adopted[key] = adopted
+            for p in ups:
+                self._down[p].add(key)
+            for c in adopted:
+                self._down[key].add(c)
+                self._adopters[c].add(key)
+        if rec.ref.kind in _ROOT_KINDS:
+            self._root_candidates.add(key)
+        if isinstance(rec.facts, EventFacts):
+            self._trim_events(rec)
+
+    def delete(self, ref: Ref) -> ObjectRecord | None:
+        key = ref.key
+        rec = self._objects.pop(key, None)
+        self._unlink(key)
+        self._up.pop(key, None)
+        self._adopted.pop(key, None)
+        self._root_candidates.discard(key)
+        self._logs.pop(key, None)
+        return rec
+
+    def set_log(self, log: LogEvidence) -> None:
+        self._logs.setdefault(log.pod.key, {})[(log.container, log.previous)] = log
+
+    def _unlink(self, key: Key) -> None:
+        for p in self._up.get(key, ()):
+            kids = self._down.get(p)
+            if kids is not None:
+                kids.discard(key)
+                if not kids:
+                    del self._down[p]
+        for c in self._adopted.get(key, ()):
+            kids = self._down.get(key)
+            if kids is not None:
+                kids.discard(c)
+            adopters = self._adopters.get(c)
+            if adopters is not None:
+                adopters.discard(key)
+                if not adopters:
+                    del self._adopters[c]
+
+    def _trim_events(self, rec: ObjectRecord) -> None:
+        parents = self._up.get(rec.ref.key) or []
+        if not parents:
+            return
+        siblings = [k for k in self._down.get(parents[-1], ()) if k[0] == "Event"]
+        if len(siblings) <= EVENTS_PER_OBJECT:
+            return
+
+        def last(k: Key) -> datetime:
+            f = self._objects[k].facts
+            assert isinstance(f, EventFacts)
+            return f.last or datetime.min.replace(tzinfo=rec.newest.tzinfo if rec.newest else None)
+
+        for k in sorted(siblings, key=last)[: len(siblings) - EVENTS_PER_OBJECT]:
+            gone = self._objects[k].ref
+            self.delete(gone)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str, name: str) -> ObjectRecord | None:
+        return self._objects.get((kind, namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def objects(self) -> Iterator[ObjectRecord]:
+        return iter(self._objects.values())
+
+    def _is_root(self, key: Key) -> bool:
+        rec = self._objects.get(key)
+        if rec is None or rec.ref.kind not in _ROOT_KINDS:
+            return False
+        if rec.ref.kind == "TauRun":
+            return True
+        if self._owning_run(key, 0) is not None:
+            return False
+        if rec.ref.kind == "RayJob" or rec.ref.kind in TRAINING_JOB_KINDS:
+            return True
+        # A batch Job or bare RayCluster is a run only when Kueue manages it.
+        return KUEUE_QUEUE_LABEL in rec.labels or any(k[0] == "Workload" for k in self._down.get(key, ()))
+
+    def _owning_run(self, key: Key, depth: int) -> Key | None:
+        """The nearest existing ancestor that can be a run root, if any."""
+        if depth > MAX_DEPTH:
+            return None
+        for p in self._parents_of(key):
+            if p[0] in _ROOT_KINDS and (p[0] in ("TauRun", "RayJob") or p[0] in TRAINING_JOB_KINDS or
+                                         self._is_root(p)):
+                return p
+            found = self._owning_run(p, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def _parents_of(self, key: Key) -> list[Key]:
+        # A parent that is absent but adopted by a present object (a RayCluster missing from a
+        # dump, named by its RayJob's status) still links its children through to the adopter.
+        out = [p for p in self._up.get(key, ()) if p in self._objects or p in self._adopters]
+        out.extend(p for p in self._adopters.get(key, ()) if p in self._objects and p not in out)
+        return out
+
+    def root_of(self, ref: Ref) -> Ref | None:
+        key = ref.key
+        if self._is_root(key):
+            return self._objects[key].ref
+        found = self._owning_run(key, 0)
+        while found is not None and not self._is_root(found):
+            found = self._owning_run(found, 0)
+        return self._objects[found].ref if found is not None else None
+
+    def roots(self) -> list[Ref]:
+        return sorted(
+            (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
+            key=lambda r: (r.namespace, r.name, r.kind),
+        )
+
+    def members(self, root: Ref) -> Iterator[ObjectRecord]:
+        """Root's descendants, stopping at nested runs' roots (a run never swallows another)."""
+        seen: set[Key] = {root.key}
+        stack = [root.key]
+        while stack:
+            key = stack.pop()
+            for child in self._down.get(key, ()):
+                if child in seen:
+                    continue
+                seen.add(child)
+                rec = self._objects.get(child)
+                if rec is None:
+                    stack.append(child)  # an absent link (see _parents_of): walk through it
+                    continue
+                if self._is_root(child):
+                    continue
+                yield rec
+                stack.append(child)
+
+    def evidence(self, root: Ref, *, namespaces_events: bool = True) -> RunEvidence:
+        rec = self._objects[root.key]
+        ev = RunEvidence(root=rec, synced=self.synced)
+        self._file(ev, rec)
+        member_keys: list[Key] = []
+        for m in self.members(root):
+            self._file(ev, m)
+            member_keys.append(m.ref.key)
+        # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
+        ev.taucluster = self._objects.get(("TauCluster", "", "cluster"))
+        ns = root.namespace
+        for wl in ev.workloads:
+            f = wl.facts
+            if isinstance(f, WorkloadFacts):
+                if f.queue_name and ev.local_queue is None:
+                    ev.local_queue = self._objects.get(("LocalQueue", ns, f.queue_name))
+                cq = f.cluster_queue
+                if not cq and ev.local_queue is not None:
+                    lq = ev.local_queue.facts
+                    cq = getattr(lq, "cluster_queue", "")
+                if cq and ev.cluster_queue is None:
+                    ev.cluster_queue = self._objects.get(("ClusterQueue", "", cq))
+        if ev.local_queue is None:
+            qname = rec.labels.get(KUEUE_QUEUE_LABEL)
+            if qname:
+                ev.local_queue = self._objects.get(("LocalQueue", ns, qname))
+        for ws in (o for o in self._objects.values() if o.ref.kind == "TauWorkspace" and o.ref.namespace == ns):
+            ev.workspace = ws
+            break
+        for pod in ev.pods:
+            pf = pod.facts
+            if isinstance(pf, PodFacts) and pf.node_name:
+                node = self._objects.get(("Node", "", pf.node_name))
+                if node is not None:
+                    ev.nodes[pf.node_name] = node
+            ev.logs.extend(self._logs.get(pod.ref.key, {}).values())
+        return ev
+
+    @staticmethod
+    def _file(ev: RunEvidence, rec: ObjectRecord) -> None:
+        kind = rec.ref.kind
+        if kind == "TauRun":
+            ev.taurun = rec
+        elif kind == "RayJob":
+            ev.rayjobs.append(rec)
+        elif kind == "RayCluster":
+            ev.rayclusters.append(rec)
+        elif kind == "Workload":
+            ev.workloads.append(rec)
+        elif kind in JOB_KINDS:
+            ev.jobs.append(rec)
+        elif kind == "Pod":
+            ev.pods.append(rec)
+        elif kind == "Event":
+            ev.events.append(rec)
+
+    def all_evidence(self) -> list[RunEvidence]:
+        return [self.evidence(r) for r in self.roots()]
+
+
+def build_index(records: Iterable[ObjectRecord]) -> RunIndex:
+    idx = RunIndex()
+    for r in records:
+        idx.upsert(r)
+    return idx
+
+
+_ROOT_KINDS = frozenset({"TauRun", "RayJob", "RayCluster"} | JOB_KINDS)

@@ -1,0 +1,585 @@
+"""The one named point where raw Kubernetes JSON becomes `ObjectRecord`s.
+
+Everything read from an API server, a dump or a fixture passes through `normalize`. It keeps
+only the fields the claims need (memory stays lean for fleets), reports odd fields as problems
+instead of failing, and raises `MalformedObject` only when an object cannot be identified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from collector.model import (
+    AdmissionCheck,
+    Condition,
+    ContainerFacts,
+    EventFacts,
+    Facts,
+    JobFacts,
+    NodeFacts,
+    ObjectRecord,
+    OwnerRef,
+    PodFacts,
+    QueueFacts,
+    RayClusterFacts,
+    RayJobFacts,
+    Ref,
+    ResolvedProfile,
+    TauClusterFacts,
+    TauRunFacts,
+    WorkloadFacts,
+)
+from collector.settings import TauGridContract
+
+RawObject = Mapping[str, Any]
+
+RUN_LABEL = "taugrid.io/run"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+
+# Training-operator kinds whose pods are declared as replica specs; all are runs' roots.
+TRAINING_JOB_KINDS = frozenset(
+    {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob", "JobSet"}
+)
+JOB_KINDS = TRAINING_JOB_KINDS | {"Job"}
+
+# Kinds a cluster-info dump carries that say nothing about training runs: skipped quietly.
+IRRELEVANT_KINDS = frozenset(
+    {
+        "Service",
+        "Endpoints",
+        "EndpointSlice",
+        "Deployment",
+        "DaemonSet",
+        "ReplicaSet",
+        "ReplicationController",
+        "StatefulSet",
+        "ConfigMap",
+        "ServiceAccount",
+        "Namespace",
+        "PersistentVolumeClaim",
+        "PersistentVolume",
+        "ResourceFlavor",
+        "Lease",
+        "Secret",  # never read: recognized only so it is dropped without a trace
+        "CronJob",
+    }
+)
+
+POD_PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
+RAYJOB_DEPLOYMENT_STATUSES = frozenset(
+    {
+        "",
+        "New",
+        "Initializing",
+        "Waiting",
+        "Running",
+        "Complete",
+        "Failed",
+        "Suspending",
+        "Suspended",
+        "Retrying",
+        "ValidationFailed",
+    }
+)
+RAY_JOB_STATUSES = frozenset({"", "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
+CONDITION_STATUSES = frozenset({"True", "False", "Unknown"})
+
+
+class MalformedObject(ValueError):
+    """The object cannot be identified (no kind or name) or is not an object at all."""
+
+
+@dataclass(slots=True)
+class Normalized:
+    record: ObjectRecord | None  # None: a kind the collector deliberately ignores
+    problems: list[str]
+
+
+def parse_time(value: Any) -> datetime | None:
+    """RFC3339 (also MicroTime with 9 fractional digits, lowercase z) → aware UTC datetime."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"not a timestamp: {value!r}")
+    s = value.strip()
+    if s[-1:] in ("Z", "z"):
+        s = s[:-1] + "+00:00"
+    if "." in s:  # fromisoformat takes at most 6 fractional digits
+        head, _, rest = s.partition(".")
+        digits = ""
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            digits += rest[i]
+            i += 1
+        s = f"{head}.{(digits + '000000')[:6]}{rest[i:]}"
+    t = datetime.fromisoformat(s)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return t.astimezone(UTC)
+
+
+class _Reader:
+    """Reads fields leniently, remembering what was odd and the newest timestamp seen."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.problems: list[str] = []
+        self.newest: datetime | None = None
+
+    def problem(self, msg: str) -> None:
+        self.problems.append(f"{self.where}: {msg}")
+
+    def time(self, value: Any, path: str) -> datetime | None:
+        try:
+            t = parse_time(value)
+        except (ValueError, TypeError):
+            self.problem(f"{path}: unreadable timestamp {value!r}")
+            return None
+        if t is not None and (self.newest is None or t > self.newest):
+            self.newest = t
+        return t
+
+    def int_(self, value: Any, path: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            self.problem(f"{path}: expected an integer, got {value!r}")
+            return None
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        self.problem(f"{path}: expected an integer, got {value!r}")
+        return None
+
+    def str_(self, value: Any, path: str) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            return value
+        self.problem(f"{path}: expected a string, got {type(value).__name__}")
+        return str(value)
+
+    def enum(self, value: Any, path: str, known: frozenset[str]) -> str:
+        s = self.str_(value, path)
+        if s not in known:
+            self.problem(f"{path}: value {s!r} never seen before; treated as unknown")
+        return s
+
+    def conditions(self, raw: Any, path: str) -> tuple[Condition, ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.problem(f"{path}: expected a list")
+            return ()
+        out = []
+        for i, c in enumerate(raw):
+            if not isinstance(c, Mapping) or not c.get("type"):
+                self.problem(f"{path}[{i}]: condition without a type, skipped")
+                continue
+            status = self.str_(c.get("status"), f"{path}[{i}].status")
+            if status not in CONDITION_STATUSES:
+                self.problem(f"{path}[{i}].status: value {status!r} never seen before")
+            out.append(
+                Condition(
+                    type=str(c["type"]),
+                    status=status,
+                    reason=self.str_(c.get("reason"), f"{path}[{i}].reason"),
+                    message=self.str_(c.get("message"), f"{path}[{i}].message"),
+                    last_transition=self.time(
+                        c.get("lastTransitionTime") or c.get("lastUpdateTime"), f"{path}[{i}]"
+                    ),
+                )
+            )
+        return tuple(out)
+
+
+def _get(obj: Any, path: str) -> Any:
+    """Dotted lookup that tolerates missing or non-mapping intermediates."""
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def _map(obj: Any, path: str) -> Mapping[str, Any]:
+    v = _get(obj, path)
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(obj: Any, path: str) -> list[Any]:
+    v = _get(obj, path)
+    return v if isinstance(v, list) else []
+
+
+def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str = "") -> Normalized:
+    """Convert one raw object (a dict as the API serves it) into an `ObjectRecord`."""
+    contract = contract or TauGridContract()
+    if not isinstance(raw, Mapping):
+        raise MalformedObject(f"{where or 'object'}: expected a mapping, got {type(raw).__name__}")
+    kind = raw.get("kind")
+    meta = raw.get("metadata")
+    if not isinstance(kind, str) or not kind:
+        raise MalformedObject(f"{where or 'object'}: no kind")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        raise MalformedObject(f"{where or kind}: {kind} without metadata.name")
+    ns = meta.get("namespace") or ""
+    ref = Ref(kind=kind, namespace=str(ns), name=str(meta["name"]), uid=str(meta.get("uid") or ""))
+    if kind in IRRELEVANT_KINDS:
+        return Normalized(None, [])
+    r = _Reader(where or str(ref))
+    api_version = r.str_(raw.get("apiVersion"), "apiVersion")
+    role = contract.role_of(kind, api_version)
+    if role:
+        ref = Ref(kind=role, namespace=ref.namespace, name=ref.name, uid=ref.uid)
+    builder = _builder_for(ref.kind, raw, contract)
+    if builder is None:
+        raise MalformedObject(f"{where or ref}: unknown kind {kind!r} ({api_version or 'no apiVersion'})")
+    created = r.time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    labels_raw = meta.get("labels") or {}
+    labels: dict[str, str] = {}
+    if isinstance(labels_raw, Mapping):
+        labels = {str(k): str(v) for k, v in labels_raw.items()}
+    else:
+        r.problem("metadata.labels: expected a mapping")
+    owners: list[OwnerRef] = []
+    for i, o in enumerate(meta.get("ownerReferences") or []):
+        if not isinstance(o, Mapping) or not o.get("kind") or not o.get("name"):
+            r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
+            continue
+        owners.append(
+            OwnerRef(kind=str(o["kind"]), name=str(o["name"]), uid=str(o.get("uid") or ""),
+                     controller=bool(o.get("controller")))
+        )
+    if meta.get("deletionTimestamp"):
+        r.time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
+    conditions = r.conditions(_get(raw, "status.conditions"), "status.conditions")
+    facts = builder(r, raw)
+    return Normalized(
+        ObjectRecord(
+            ref=ref,
+            api_version=api_version,
+            resource_version=str(meta.get("resourceVersion") or ""),
+            generation=r.int_(meta.get("generation"), "metadata.generation"),
+            created=created,
+            labels=MappingProxyType(labels),
+            owners=tuple(owners),
+            conditions=conditions,
+            facts=facts,
+            newest=r.newest,
+        ),
+        r.problems,
+    )
+
+
+# --- per-kind builders ------------------------------------------------------------------------
+
+Builder = Callable[["_Reader", RawObject], Facts]
+
+
+def _builder_for(kind: str, raw: RawObject, contract: TauGridContract) -> Builder | None:
+    if kind == "TauRun":
+        return lambda r, rd: _taurun(r, rd, contract)
+    if kind == "TauCluster":
+        return lambda r, rd: _taucluster(r, rd, contract)
+    if kind == "TauWorkspace":
+        return _no_facts
+    found = _BUILDERS.get(kind)
+    if found is None and kind.endswith("Job") and isinstance(_get(raw, "spec"), Mapping):
+        return _job  # an unfamiliar training-operator job still declares replica specs
+    return found
+
+
+def _no_facts(r: _Reader, raw: RawObject) -> Facts:
+    return None
+
+
+def _gpus(resources: Any) -> int:
+    """GPU count of one container: any extended resource named */gpu, limits over requests."""
+    best = 0
+    for section in ("limits", "requests"):
+        for k, v in _map(resources, section).items():
+            if k.endswith("/gpu"):
+                try:
+                    best = max(best, int(str(v)))
+                except ValueError:
+                    pass
+    return best
+
+
+def _container(r: _Reader, c: Any, init: bool, path: str) -> ContainerFacts:
+    state = _map(c, "state")
+    which = next((k for k in ("waiting", "running", "terminated") if k in state), "")
+    detail = _map(state, which) if which else {}
+    last = _map(c, "lastState.terminated")
+    since = detail.get("startedAt") or detail.get("finishedAt")
+    return ContainerFacts(
+        name=r.str_(_get(c, "name"), f"{path}.name"),
+        init=init,
+        ready=bool(_get(c, "ready")),
+        restart_count=r.int_(_get(c, "restartCount"), f"{path}.restartCount") or 0,
+        state=which,
+        state_reason=r.str_(detail.get("reason"), f"{path}.state.reason"),
+        state_message=r.str_(detail.get("message"), f"{path}.state.message")[:500],
+        state_since=r.time(since, f"{path}.state"),
+        exit_code=r.int_(detail.get("exitCode"), f"{path}.state.exitCode"),
+        last_reason=r.str_(last.get("reason"), f"{path}.lastState.terminated.reason"),
+        last_exit_code=r.int_(last.get("exitCode"), f"{path}.lastState.terminated.exitCode"),
+        last_finished=r.time(last.get("finishedAt"), f"{path}.lastState.terminated.finishedAt"),
+    )
+
+
+def _pod(r: _Reader, raw: RawObject) -> Facts:
+    status = _map(raw, "status")
+    containers = []
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for i, c in enumerate(_list(status, key)):
+            containers.append(_container(r, c, init, f"status.{key}[{i}]"))
+    phase = status.get("phase")
+    phase_s = r.enum(phase, "status.phase", POD_PHASES) if phase is not None else ""
+    gpus = sum(_gpus(_get(c, "resources")) for c in _list(raw, "spec.containers"))
+    return PodFacts(
+        phase=phase_s,
+        reason=r.str_(status.get("reason"), "status.reason"),
+        message=r.str_(status.get("message"), "status.message")[:500],
+        node_name=r.str_(_get(raw, "spec.nodeName"), "spec.nodeName"),
+        gpus=gpus,
+        start_time=r.time(status.get("startTime"), "status.startTime"),
+        containers=tuple(containers),
+        deleting=bool(_get(raw, "metadata.deletionTimestamp")),
+        ray_node_type=str(_map(raw, "metadata.labels").get(RAY_NODE_TYPE_LABEL, "")),
+    )
+
+
+def _workload(r: _Reader, raw: RawObject) -> Facts:
+    checks = []
+    for i, c in enumerate(_list(raw, "status.admissionChecks")):
+        checks.append(
+            AdmissionCheck(
+                name=r.str_(_get(c, "name"), f"status.admissionChecks[{i}].name"),
+                state=r.str_(_get(c, "state"), f"status.admissionChecks[{i}].state"),
+                message=r.str_(_get(c, "message"), f"status.admissionChecks[{i}].message"),
+                last_transition=r.time(_get(c, "lastTransitionTime"), f"status.admissionChecks[{i}]"),
+            )
+        )
+    pod_sets = _list(raw, "spec.podSets")
+    counts = [r.int_(_get(p, "count"), "spec.podSets[].count") for p in pod_sets]
+    pod_count = sum(c for c in counts if c is not None) if pod_sets else None
+    return WorkloadFacts(
+        queue_name=r.str_(_get(raw, "spec.queueName"), "spec.queueName"),
+        cluster_queue=r.str_(_get(raw, "status.admission.clusterQueue"), "status.admission.clusterQueue"),
+        admission_checks=tuple(checks),
+        pod_count=pod_count,
+    )
+
+
+def _queue(r: _Reader, raw: RawObject) -> Facts:
+    return QueueFacts(
+        cluster_queue=r.str_(_get(raw, "spec.clusterQueue"), "spec.clusterQueue"),
+        pending=r.int_(_get(raw, "status.pendingWorkloads"), "status.pendingWorkloads"),
+        admitted=r.int_(_get(raw, "status.admittedWorkloads"), "status.admittedWorkloads"),
+    )
+
+
+def _ray_cluster_pods(r: _Reader, spec: Any) -> tuple[int | None, int | None]:
+    """(expected pods, desired workers) declared by a RayCluster spec: head + workers × hosts."""
+    if not isinstance(spec, Mapping):
+        return None, None
+    workers = 0
+    for i, g in enumerate(_list(spec, "workerGroupSpecs")):
+        if _get(g, "suspend") is True:
+            continue
+        replicas = r.int_(_get(g, "replicas"), f"workerGroupSpecs[{i}].replicas")
+        if replicas is None:
+            replicas = r.int_(_get(g, "minReplicas"), f"workerGroupSpecs[{i}].minReplicas") or 0
+        hosts = r.int_(_get(g, "numOfHosts"), f"workerGroupSpecs[{i}].numOfHosts") or 1
+        workers += replicas * hosts
+    return 1 + workers, workers
+
+
+def _rayjob(r: _Reader, raw: RawObject) -> Facts:
+    status = _map(raw, "status")
+    expected, _ = _ray_cluster_pods(r, _get(raw, "spec.rayClusterSpec"))
+    return RayJobFacts(
+        deployment_status=r.enum(
+            status.get("jobDeploymentStatus"), "status.jobDeploymentStatus", RAYJOB_DEPLOYMENT_STATUSES
+        ),
+        job_status=r.enum(status.get("jobStatus"), "status.jobStatus", RAY_JOB_STATUSES),
+        message=r.str_(status.get("message"), "status.message")[:500],
+        cluster_name=r.str_(status.get("rayClusterName"), "status.rayClusterName"),
+        expected_pods=expected,
+        start_time=r.time(status.get("startTime"), "status.startTime"),
+        end_time=r.time(status.get("endTime"), "status.endTime"),
+    )
+
+
+def _raycluster(r: _Reader, raw: RawObject) -> Facts:
+    status = _map(raw, "status")
+    expected, desired = _ray_cluster_pods(r, _get(raw, "spec"))
+    return RayClusterFacts(
+        state=r.str_(status.get("state"), "status.state"),
+        expected_pods=expected,
+        ready_workers=r.int_(status.get("readyWorkerReplicas"), "status.readyWorkerReplicas"),
+        desired_workers=desired,
+    )
+
+
+def _job(r: _Reader, raw: RawObject) -> Facts:
+    spec = _map(raw, "spec")
+    status = _map(raw, "status")
+    kind = str(raw.get("kind"))
+    expected: int | None = None
+    active = r.int_(status.get("active"), "status.active")
+    ready = r.int_(status.get("ready"), "status.ready")
+    succeeded = r.int_(status.get("succeeded"), "status.succeeded")
+    failed = r.int_(status.get("failed"), "status.failed")
+    if kind == "Job":
+        par = r.int_(spec.get("parallelism"), "spec.parallelism")
+        comp = r.int_(spec.get("completions"), "spec.completions")
+        expected = 1 if par is None else par
+        if comp is not None:
+            expected = min(expected, comp)
+    elif kind == "JobSet":
+        expected = 0
+        a = rd = 0
+        for i, rj in enumerate(_list(spec, "replicatedJobs")):
+            n = r.int_(_get(rj, "replicas"), f"spec.replicatedJobs[{i}].replicas") or 1
+            p = r.int_(_get(rj, "template.spec.parallelism"), f"spec.replicatedJobs[{i}].parallelism") or 1
+            expected += n * p
+        for s in _list(status, "replicatedJobsStatus"):
+            a += int(_get(s, "active") or 0)
+            rd += int(_get(s, "ready") or 0)
+        active, ready = a, rd
+    else:
+        specs = next((v for k, v in spec.items() if k.endswith("ReplicaSpecs") and isinstance(v, Mapping)), None)
+        if specs is not None:
+            expected = 0
+            for name, rs in specs.items():
+                expected += r.int_(_get(rs, "replicas"), f"spec.*ReplicaSpecs.{name}.replicas") or 1
+            a = 0
+            for rs in _map(status, "replicaStatuses").values():
+                a += int(_get(rs, "active") or 0)
+            active = a
+    suspended = bool(spec.get("suspend")) or bool(_get(spec, "runPolicy.suspend"))
+    return JobFacts(
+        suspended=suspended,
+        active=active,
+        ready=ready,
+        succeeded=succeeded,
+        failed=failed,
+        expected_pods=expected,
+        start_time=r.time(status.get("startTime"), "status.startTime"),
+    )
+
+
+def _node(r: _Reader, raw: RawObject) -> Facts:
+    ready = ""
+    for c in _list(raw, "status.conditions"):
+        if _get(c, "type") == "Ready":
+            ready = str(_get(c, "status") or "")
+    return NodeFacts(
+        ready=ready,
+        unschedulable=bool(_get(raw, "spec.unschedulable")),
+        gpu_capacity=_gpus({"limits": _map(raw, "status.capacity")}),
+        gpu_allocatable=_gpus({"limits": _map(raw, "status.allocatable")}),
+    )
+
+
+def _event(r: _Reader, raw: RawObject) -> Facts:
+    """core/v1 Event and events.k8s.io/v1 Event: one shape for both."""
+    new_api = str(raw.get("apiVersion", "")).startswith("events.k8s.io")
+    obj = _map(raw, "regarding") if new_api or "regarding" in raw else _map(raw, "involvedObject")
+    if not obj:
+        r.problem("event without involvedObject/regarding")
+    regarding = Ref(
+        kind=str(obj.get("kind") or ""),
+        namespace=str(obj.get("namespace") or ""),
+        name=str(obj.get("name") or ""),
+        uid=str(obj.get("uid") or ""),
+    )
+    series = _map(raw, "series")
+    first = r.time(
+        raw.get("deprecatedFirstTimestamp") or raw.get("firstTimestamp") or raw.get("eventTime"), "firstTimestamp"
+    )
+    last = r.time(
+        series.get("lastObservedTime")
+        or raw.get("deprecatedLastTimestamp")
+        or raw.get("lastTimestamp")
+        or raw.get("eventTime")
+        or _get(raw, "metadata.creationTimestamp"),
+        "lastTimestamp",
+    )
+    count = r.int_(series.get("count") or raw.get("deprecatedCount") or raw.get("count"), "count") or 1
+    component = (
+        raw.get("reportingController")
+        or raw.get("reportingComponent")
+        or _get(raw, "deprecatedSource.component")
+        or _get(raw, "source.component")
+        or ""
+    )
+    return EventFacts(
+        type=r.str_(raw.get("type"), "type"),
+        reason=r.str_(raw.get("reason"), "reason"),
+        message=r.str_(raw.get("note") if new_api else raw.get("message"), "message")[:1000],
+        regarding=regarding,
+        component=str(component),
+        first=first or last,
+        last=last or first,
+        count=count,
+    )
+
+
+def _taurun(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
+    return TauRunFacts(
+        phase=r.enum(_get(raw, c.run_phase), c.run_phase, c.run_phases | {""}),
+        profile=r.str_(_get(raw, c.run_profile), c.run_profile),
+        workers=r.int_(_get(raw, c.run_workers), c.run_workers),
+        gpus_per_worker=r.int_(_get(raw, c.run_gpus_per_worker), c.run_gpus_per_worker),
+        ray_job=r.str_(_get(raw, c.run_rayjob_ref), c.run_rayjob_ref),
+        workload=r.str_(_get(raw, c.run_workload_ref), c.run_workload_ref),
+        cluster=r.str_(_get(raw, c.run_cluster), c.run_cluster),
+    )
+
+
+def _taucluster(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
+    resolved = []
+    for i, p in enumerate(_list(raw, "status.resolvedProfiles")):
+        if not isinstance(p, Mapping) or not p.get("name"):
+            r.problem(f"status.resolvedProfiles[{i}]: no name, skipped")
+            continue
+        resolved.append(
+            ResolvedProfile(
+                name=str(p["name"]),
+                local_queue=r.str_(p.get("localQueue"), f"status.resolvedProfiles[{i}].localQueue"),
+                cluster_queue=r.str_(p.get("clusterQueue"), f"status.resolvedProfiles[{i}].clusterQueue"),
+                workers=r.int_(p.get("workers"), f"status.resolvedProfiles[{i}].workers"),
+                gpus_per_worker=r.int_(p.get("gpusPerWorker"), f"status.resolvedProfiles[{i}].gpusPerWorker"),
+            )
+        )
+    return TauClusterFacts(
+        observed_generation=r.int_(_get(raw, "status.observedGeneration"), "status.observedGeneration"),
+        last_resolved=r.time(_get(raw, "status.lastResolvedTime"), "status.lastResolvedTime"),
+        profiles=tuple(str(p.get("name")) for p in _list(raw, "spec.workloadProfiles") if isinstance(p, Mapping)),
+        resolved=tuple(resolved),
+    )
+
+
+_BUILDERS: dict[str, Builder] = {
+    "Pod": _pod,
+    "Node": _node,
+    "Event": _event,
+    "Workload": _workload,
+    "LocalQueue": _queue,
+    "ClusterQueue": _queue,
+    "RayJob": _rayjob,
+    "RayCluster": _raycluster,
+    **{k: _job for k in JOB_KINDS},
+}

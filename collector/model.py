@@ -1,0 +1,403 @@
+"""The records every layer shares: normalized objects, evidence, claims.
+
+Raw Kubernetes JSON never travels past `collector.kube.normalize`; everything after it sees
+these frozen dataclasses, holding only the fields the claims need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Plane(StrEnum):
+    """Evidence planes (DESIGN.md §2); each is trusted only for its own scope."""
+
+    TAUGRID = "taugrid"
+    KUBERNETES = "kubernetes"
+    KUEUE = "kueue"
+    KUBERAY = "kuberay"
+    RAY = "ray"
+    GPU = "gpu"
+    LOGS = "logs"
+    EXPSTORE = "expstore"
+
+
+class Observed(StrEnum):
+    TRUE = "true"
+    FALSE = "false"
+    UNKNOWN = "unknown"
+
+
+class Verdict(StrEnum):
+    VERIFIED = "verified"
+    CONTRADICTED = "contradicted"
+    UNCONFIRMED = "unconfirmed"
+    AHEAD = "ahead"
+    PENDING = "pending"
+    UNASSERTED = "unasserted"
+
+
+def verdict_for(asserted: bool | None, observed: Observed) -> Verdict:
+    """The verdict table of DESIGN.md §3: status claim against independent evidence."""
+    if asserted is None:
+        return Verdict.UNASSERTED
+    if asserted:
+        return {
+            Observed.TRUE: Verdict.VERIFIED,
+            Observed.FALSE: Verdict.CONTRADICTED,
+            Observed.UNKNOWN: Verdict.UNCONFIRMED,
+        }[observed]
+    return Verdict.AHEAD if observed is Observed.TRUE else Verdict.PENDING
+
+
+class Stage(StrEnum):
+    """The seed's five stages a not-yet-scheduled run can wait in, in pipeline order."""
+
+    TARGET_RESOLUTION = "target-resolution"
+    QUEUE_ADMISSION = "queue-admission"
+    POD_SCHEDULING = "pod-scheduling"
+    DEVICE_ALLOCATION = "device-allocation"
+    NODE_SCALING = "node-scaling"
+
+    @property
+    def owner(self) -> str:
+        return _STAGE_OWNERS[self]
+
+
+_STAGE_OWNERS = {
+    Stage.TARGET_RESOLUTION: "TauGrid",
+    Stage.QUEUE_ADMISSION: "Kueue",
+    Stage.POD_SCHEDULING: "Kubernetes",
+    Stage.DEVICE_ALLOCATION: "Device plugin or DRA",
+    Stage.NODE_SCALING: "Cluster infrastructure",
+}
+
+
+# --- object identity -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """Identity of one Kubernetes object; namespace is "" for cluster-scoped kinds."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown" (kept verbatim: odd values are evidence too)
+    reason: str = ""
+    message: str = ""
+    last_transition: datetime | None = None
+
+    @property
+    def is_true(self) -> bool:
+        return self.status == "True"
+
+
+# --- per-kind facts: only what the claims read ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFacts:
+    name: str
+    init: bool
+    ready: bool
+    restart_count: int
+    state: str  # "waiting" | "running" | "terminated" | "" (no status yet)
+    state_reason: str = ""
+    state_message: str = ""
+    state_since: datetime | None = None
+    exit_code: int | None = None
+    last_reason: str = ""  # lastState.terminated.reason, e.g. OOMKilled
+    last_exit_code: int | None = None
+    last_finished: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    phase: str
+    reason: str
+    message: str
+    node_name: str
+    gpus: int  # nvidia.com/gpu (and other */gpu) requested by app containers
+    start_time: datetime | None
+    containers: tuple[ContainerFacts, ...]
+    deleting: bool = False
+    ray_node_type: str = ""  # "head" | "worker" | "" from ray.io/node-type
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheck:
+    name: str
+    state: str
+    message: str = ""
+    last_transition: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFacts:
+    queue_name: str
+    cluster_queue: str  # from status.admission; "" while not admitted
+    admission_checks: tuple[AdmissionCheck, ...] = ()
+    pod_count: int | None = None  # sum of spec.podSets[].count
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFacts:
+    """LocalQueue or ClusterQueue."""
+
+    cluster_queue: str = ""  # LocalQueue spec.clusterQueue
+    pending: int | None = None
+    admitted: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RayJobFacts:
+    deployment_status: str
+    job_status: str
+    message: str
+    cluster_name: str
+    expected_pods: int | None
+    start_time: datetime | None
+    end_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RayClusterFacts:
+    state: str
+    expected_pods: int | None
+    ready_workers: int | None
+    desired_workers: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """batch Job, JobSet, PyTorchJob and other training-operator jobs."""
+
+    suspended: bool
+    active: int | None
+    ready: int | None
+    succeeded: int | None
+    failed: int | None
+    expected_pods: int | None
+    start_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TauRunFacts:
+    phase: str
+    profile: str
+    workers: int | None
+    gpus_per_worker: int | None
+    ray_job: str
+    workload: str
+    cluster: str  # MultiKueue worker it was dispatched to, if any
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedProfile:
+    name: str
+    local_queue: str
+    cluster_queue: str
+    workers: int | None
+    gpus_per_worker: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TauClusterFacts:
+    observed_generation: int | None
+    last_resolved: datetime | None
+    profiles: tuple[str, ...]  # declared in spec.workloadProfiles
+    resolved: tuple[ResolvedProfile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    ready: str  # Ready condition status, verbatim
+    unschedulable: bool
+    gpu_capacity: int
+    gpu_allocatable: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventFacts:
+    type: str
+    reason: str
+    message: str
+    regarding: Ref  # involvedObject (core/v1) or regarding (events.k8s.io/v1)
+    component: str
+    first: datetime | None
+    last: datetime | None
+    count: int
+
+
+Facts = (
+    PodFacts
+    | WorkloadFacts
+    | QueueFacts
+    | RayJobFacts
+    | RayClusterFacts
+    | JobFacts
+    | TauRunFacts
+    | TauClusterFacts
+    | NodeFacts
+    | EventFacts
+    | None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRecord:
+    """One Kubernetes object, normalized at `collector.kube.normalize`."""
+
+    ref: Ref
+    api_version: str
+    resource_version: str
+    generation: int | None
+    created: datetime | None
+    labels: Mapping[str, str]
+    owners: tuple[OwnerRef, ...]
+    conditions: tuple[Condition, ...]
+    facts: Facts
+    newest: datetime | None  # the latest timestamp anywhere in the object (dump clock default)
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        for o in self.owners:
+            if o.controller:
+                return o
+        return self.owners[0] if self.owners else None
+
+
+# --- claims ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    plane: Plane
+    ref: str
+    field: str
+    value: Any  # JSON-safe scalar or short list
+    at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plane": self.plane.value,
+            "ref": self.ref,
+            "field": self.field,
+            "value": self.value,
+            "at": rfc3339(self.at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    asserted: bool | None
+    observed: Observed
+    verdict: Verdict
+    since: datetime | None
+    reason: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "asserted": self.asserted,
+            "observed": self.observed.value,
+            "verdict": self.verdict.value,
+            "since": rfc3339(self.since),
+            "reason": self.reason,
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    stage: Stage
+    reason: str
+    since: datetime | None
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage.value,
+            "owner": self.stage.owner,
+            "reason": self.reason,
+            "since": rfc3339(self.since),
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+CLAIM_NAMES = ("scheduled", "running", "progressing")
+
+
+@dataclass(frozen=True, slots=True)
+class RunClaims:
+    """The verdicts for one run at one instant: what exporters receive."""
+
+    ref: Ref
+    scheduled: Claim
+    running: Claim
+    progressing: Claim
+    blocked: Blocked | None
+    evaluated_at: datetime
+    finished: bool = False  # the root reached a terminal state
+    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. queue, workers: context for humans
+
+    @property
+    def claims(self) -> dict[str, Claim]:
+        return {"scheduled": self.scheduled, "running": self.running, "progressing": self.progressing}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "namespace": self.ref.namespace,
+            "name": self.ref.name,
+            "kind": self.ref.kind,
+            "uid": self.ref.uid,
+            "finished": self.finished,
+            "claims": {k: c.to_json() for k, c in self.claims.items()},
+            "blocked": self.blocked.to_json() if self.blocked else None,
+        }
+        if self.extra:
+            out["context"] = dict(self.extra)
+        return out
+
+
+def rfc3339(t: datetime | None) -> str | None:
+    if t is None:
+        return None
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t.microsecond == 0 else t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,510 @@
+"""Scan a log for progress samples, hangs and XID events; the `scan` report for one file.
+
+Rules that keep look-alikes out of the progress signal:
+- one stream counts: lines tagged `[rankN]:` / `[defaultN]:` (torchrun) or `rank=N` are split by
+  rank, and rank 0 wins, then untagged lines, then the lowest rank with samples;
+- consecutive frames of the same step (redrawn bars, a second rank echoing a step) are one sample,
+  keeping where the step first appeared and the latest loss;
+- eval/validation lines and bars, unconfirmed or foreign tqdm bars, and `0/N` bars are not samples;
+- skipped steps (DeepSpeed overflow, Megatron intervals that were all skipped) are samples with
+  skipped=True, never progress.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from collector.progress import hangs, trainers, xid
+from collector.progress.model import HangFinding, LogScan, ProgressSample, XidFinding
+from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
+
+MAX_DIAGNOSTICS = 100
+MAX_FINDINGS = 1000  # per list (hangs, xids): a crash-looping job can log thousands
+
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
+_RANK_EQ = re.compile(r"\brank=(\d+)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class _Stream:
+    """Progress state of one rank's output (None: untagged lines)."""
+
+    __slots__ = (
+        "samples",
+        "notes",
+        "hf_total",
+        "hf_pending",
+        "hf_last_n",
+        "hf_dicts",
+        "ds_prev",
+        "lt_epoch",
+        "lt_offset",
+        "lt_maxn",
+        "noted",
+    )
+
+    def __init__(self) -> None:
+        self.samples: list[ProgressSample] = []
+        self.notes: list[str] = []
+        self.noted: set[str] = set()
+        self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
+        self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
+        self.hf_last_n: int | None = None
+        self.hf_dicts = 0
+        self.ds_prev: tuple[int, int | None] | None = None
+        self.lt_epoch: int | None = None
+        self.lt_offset = 0
+        self.lt_maxn = 0
+
+    def note_once(self, key: str, text: str) -> None:
+        if key not in self.noted:
+            self.noted.add(key)
+            self.notes.append(text)
+
+
+class _Scanner:
+    def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int) -> None:
+        self.source = source
+        self.custom = trainers.compile_custom(custom_regex) if custom_regex is not None else None
+        self.max_line_bytes = max(1, max_line_bytes)
+        self.lines = 0
+        self.diagnostics: list[str] = []
+        self.dropped_diagnostics = 0
+        self.hangs: list[HangFinding] = []
+        self.xids: list[XidFinding] = []
+        self.dropped_hangs = 0
+        self.dropped_xids = 0
+        self.streams: dict[int | None, _Stream] = {}
+        self.rank0_locked = False
+
+    # -- diagnostics ------------------------------------------------------------------------------
+    def diag(self, text: str) -> None:
+        if len(self.diagnostics) < MAX_DIAGNOSTICS:
+            self.diagnostics.append(text)
+        else:
+            self.dropped_diagnostics += 1
+
+    # -- the per-line loop ------------------------------------------------------------------------
+    def feed_all(self, lines: Iterable[str | bytes]) -> None:
+        limit = self.max_line_bytes
+        custom = self.custom is not None
+        n = self.lines
+        for raw in lines:
+            n += 1
+            if isinstance(raw, bytes):
+                raw = raw.rstrip(b"\r\n")
+                if len(raw) > limit:
+                    raw = raw[:limit]
+                    self.diag(f"line {n}: longer than {limit} bytes, truncated")
+                try:
+                    s = raw.decode()
+                except UnicodeDecodeError:
+                    s = raw.decode("utf-8", "replace")
+                    self.diag(f"line {n}: not UTF-8, decoded with replacement")
+            else:
+                s = raw.rstrip("\r\n")
+                # a str counts characters; only encode when it could be over the byte limit
+                if len(s) * 4 > limit and len(s.encode("utf-8", "surrogatepass")) > limit:
+                    s = s.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "replace")
+                    self.diag(f"line {n}: longer than {limit} bytes, truncated")
+            # The precheck: most lines are noise and stop here. Every parser below needs one of
+            # these substrings (hangs.HANG_TRIGGERS are spelled out for speed).
+            if (
+                custom
+                or "iteration" in s
+                or "%|" in s
+                or "step=" in s
+                or "'loss'" in s
+                or '"loss"' in s
+                or "kipping step" in s
+                or "Xid" in s
+                or "ollective" in s
+                or "atchdog" in s
+                or "NCCL e" in s
+                or "NCCL c" in s
+                or "NCCL o" in s
+                or "nccl" in s
+                or "Timed out waiting" in s
+                or "\x1b" in s
+            ):
+                self.feed(n, s)
+        self.lines = n
+
+    def feed(self, n: int, s: str) -> None:
+        """One decoded line without its terminator."""
+        ts = ""
+        cut = is_rfc3339_prefix(s)
+        if cut:
+            ts = s[:cut]
+            s = s[cut + 1 :]
+        if "\x1b" in s:
+            s = _ANSI.sub("", s)
+        if "Xid" in s:
+            found = xid.match_xid(s)
+            if found is not None:
+                self._xid(n, ts, s, *found)
+                return
+        if hangs.may_be_hang(s):
+            h = hangs.match_hang(s)
+            if h is not None:
+                self._hang(n, ts, s, h)
+                return
+        if self.custom is not None or (
+            "%|" in s
+            or "iteration" in s
+            or "step=" in s
+            or "'loss'" in s
+            or '"loss"' in s
+            or "kipping step" in s
+        ):
+            self._progress(n, ts, s)
+
+    # -- findings ---------------------------------------------------------------------------------
+    @staticmethod
+    def _time(ts: str, text: str) -> datetime | None:
+        return parse_iso(ts) if ts else find_time(text)
+
+    def _xid(self, n: int, ts: str, s: str, code: int, pci: str) -> None:
+        if len(self.xids) >= MAX_FINDINGS:
+            self.dropped_xids += 1
+            return
+        meaning, action = xid.describe(code)
+        self.xids.append(XidFinding(code, pci, n, meaning, action, self._time(ts, s)))
+
+    def _hang(self, n: int, ts: str, s: str, h: hangs.Hang) -> None:
+        if len(self.hangs) >= MAX_FINDINGS:
+            self.dropped_hangs += 1
+            return
+        self.hangs.append(HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s)))
+
+    # -- progress ---------------------------------------------------------------------------------
+    def _stream_for(self, s: str) -> tuple[_Stream | None, str]:
+        """The stream this line belongs to (None: ignored rank) and the line without a rank prefix."""
+        rank: int | None = None
+        if s.startswith("[rank") or s.startswith("[default"):
+            m = _RANK_PREFIX.match(s)
+            if m:
+                rank = int(m.group(1))
+                s = s[m.end() :]
+        elif "rank=" in s:
+            r = _RANK_EQ.search(s)
+            if r:
+                rank = int(r.group(1))
+        if rank is not None and rank != 0 and self.rank0_locked:
+            return None, s
+        st = self.streams.get(rank)
+        if st is None:
+            st = self.streams[rank] = _Stream()
+        return st, s
+
+    def _progress(self, n: int, ts: str, s: str) -> None:
+        st, s = self._stream_for(s)
+        if st is None:
+            return
+        before = len(st.samples)
+        if "\r" in s:
+            for frame in s.split("\r"):
+                if frame:
+                    self._frame(st, n, ts, frame)
+        else:
+            self._frame(st, n, ts, s)
+        if not self.rank0_locked and before == 0 and st.samples and self.streams.get(0) is st:
+            # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
+            self.rank0_locked = True
+            for key in [k for k in self.streams if k is not None and k != 0]:
+                del self.streams[key]
+
+    def _frame(self, st: _Stream, n: int, ts: str, f: str) -> None:
+        if self.custom is not None:
+            got = trainers.parse_custom(self.custom, f)
+            if isinstance(got, str):
+                st.note_once("custom", f"line {n}: {got}")
+            elif got is not None:
+                self._emit(st, n, ts, f, got.step, got.loss, "regex", False, got.total)
+            return
+        if "iteration" in f:
+            meg = trainers.parse_megatron(f)
+            if meg is not None:
+                self._emit(st, n, ts, f, meg.step, meg.loss, "megatron", meg.skipped, meg.total)
+                return
+        if "kipping step" in f and trainers.is_deepspeed_overflow(f):
+            step = st.samples[-1].step + 1 if st.samples else 1
+            st.note_once(
+                "ds-overflow",
+                f"line {n}: DeepSpeed overflow lines carry no step; their step is the previous "
+                "sample's + 1 (1 when none)",
+            )
+            self._emit(st, n, ts, f, step, None, "deepspeed", True, None)
+            return
+        if "step=" in f:
+            ds = trainers.parse_deepspeed_step(f)
+            if ds is not None:
+                skipped = False
+                prev = st.ds_prev
+                if prev is not None and prev[1] is not None and ds.skipped_total is not None:
+                    advanced = ds.step - prev[0]
+                    # every step since the last report was an overflow skip
+                    skipped = advanced > 0 and ds.skipped_total - prev[1] >= advanced
+                st.ds_prev = (ds.step, ds.skipped_total)
+                self._emit(st, n, ts, f, ds.step, ds.loss, "deepspeed", skipped, None)
+                return
+        if "loss" in f:
+            hf = trainers.parse_hf_dict(f)
+            if hf is not None:
+                self._hf_dict(st, n, ts, f, hf)
+                return
+        if "%|" in f:
+            bar = trainers.parse_bar(f)
+            if bar is not None and bar.n > 0:  # 0/N: nothing done yet
+                if bar.lightning:
+                    self._lightning(st, n, ts, f, bar)
+                else:
+                    self._hf_bar(st, n, ts, f, bar)
+
+    def _hf_dict(self, st: _Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
+        if hf.step is not None:
+            step = hf.step
+        elif st.hf_total is not None and st.hf_last_n is not None:
+            step = st.hf_last_n
+        elif st.hf_pending is not None:
+            # a training loss dict is written right after the training bar advanced: the bar
+            # drawn just before it is the training bar, and its total is max_steps
+            st.hf_total = st.hf_pending.total
+            step = st.hf_last_n = st.hf_pending.n
+        else:
+            st.hf_dicts += 1
+            step = st.hf_dicts
+            st.note_once(
+                "hf-index",
+                f"line {n}: Hugging Face loss dicts carry no step and no Trainer bar was seen; "
+                "steps are the 1-based count of loss dicts in this input",
+            )
+        self._emit(st, n, ts, f, step, hf.loss, "hf-trainer", False, st.hf_total)
+
+    def _hf_bar(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+        if st.hf_total is None:
+            st.hf_pending = bar  # not yet known to be the training bar (could be eval)
+        elif bar.total == st.hf_total:
+            st.hf_last_n = bar.n
+            self._emit(st, n, ts, f, bar.n, None, "hf-trainer", False, bar.total)
+
+    def _lightning(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+        assert bar.epoch is not None
+        if bar.total is not None:
+            # stable whichever window of the log is read (tail-only reads)
+            step = bar.epoch * bar.total + bar.n
+        else:
+            if st.lt_epoch is not None and bar.epoch != st.lt_epoch:
+                if bar.epoch > st.lt_epoch:
+                    st.lt_offset += st.lt_maxn
+                else:
+                    st.lt_offset = 0
+                st.lt_maxn = 0
+            st.lt_epoch = bar.epoch
+            st.lt_maxn = max(st.lt_maxn, bar.n)
+            step = st.lt_offset + bar.n
+        self._emit(st, n, ts, f, step, bar.loss, "lightning", False, None)
+
+    def _emit(
+        self,
+        st: _Stream,
+        n: int,
+        ts: str,
+        text: str,
+        step: int,
+        loss: float | None,
+        fmt: str,
+        skipped: bool,
+        total: int | None,
+    ) -> None:
+        samples = st.samples
+        if samples:
+            last = samples[-1]
+            if last.step == step and last.format == fmt and last.skipped == skipped:
+                if loss is not None or (total is not None and last.total is None):
+                    samples[-1] = replace(
+                        last,
+                        loss=loss if loss is not None else last.loss,
+                        total=last.total if last.total is not None else total,
+                    )
+                return
+            if step < last.step and not skipped and not last.skipped:
+                st.notes.append(
+                    f"line {n}: step went back from {last.step} to {step} "
+                    "(restart, replay, or another counter)"
+                )
+        samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
+
+    # -- result -----------------------------------------------------------------------------------
+    def finish(self) -> LogScan:
+        chosen: _Stream | None = None
+        for key in (0, None):
+            cand = self.streams.get(key)
+            if cand is not None and cand.samples:
+                chosen = cand
+                break
+        if chosen is None:
+            ranked = sorted(k for k, v in self.streams.items() if k is not None and v.samples)
+            if ranked:
+                chosen = self.streams[ranked[0]]
+        samples: tuple[ProgressSample, ...] = ()
+        fmt: str | None = None
+        diagnostics = list(self.diagnostics)
+        if chosen is not None:
+            samples = tuple(chosen.samples)
+            counts = Counter(x.format for x in samples)
+            fmt = max(counts, key=lambda k: counts[k])  # ties: first seen (Counter keeps order)
+            diagnostics.extend(chosen.notes[:MAX_DIAGNOSTICS])
+            if len(chosen.notes) > MAX_DIAGNOSTICS:
+                diagnostics.append(f"... {len(chosen.notes) - MAX_DIAGNOSTICS} more step regressions")
+        if self.dropped_diagnostics:
+            diagnostics.append(f"... {self.dropped_diagnostics} more input problems")
+        if self.dropped_hangs:
+            diagnostics.append(f"{self.dropped_hangs} further hang findings not kept (limit {MAX_FINDINGS})")
+        if self.dropped_xids:
+            diagnostics.append(f"{self.dropped_xids} further XID findings not kept (limit {MAX_FINDINGS})")
+        if self.lines == 0:
+            diagnostics.append("empty input")
+        return LogScan(
+            source=self.source,
+            format=fmt,
+            samples=samples,
+            hangs=tuple(self.hangs),
+            xids=tuple(self.xids),
+            diagnostics=tuple(diagnostics),
+            lines=self.lines,
+        )
+
+
+# -- public API -------------------------------------------------------------------------------------
+def scan_lines(
+    lines: Iterable[str | bytes],
+    *,
+    source: str,
+    custom_regex: str | None = None,
+    max_line_bytes: int = 1 << 20,
+) -> LogScan:
+    """Scan lines (with or without their terminators). Raises ValueError for a bad custom_regex."""
+    sc = _Scanner(source, custom_regex, max_line_bytes)
+    sc.feed_all(lines)
+    return sc.finish()
+
+
+def _split(text: str | bytes) -> Iterator[str | bytes]:
+    # Not splitlines(): it also splits on \r (progress-bar redraws) and other separators.
+    parts: list[str] | list[bytes] = text.split("\n") if isinstance(text, str) else text.split(b"\n")
+    if parts and not parts[-1]:
+        parts.pop()
+    yield from parts
+
+
+def scan_text(text: str | bytes, *, source: str, custom_regex: str | None = None) -> LogScan:
+    return scan_lines(_split(text), source=source, custom_regex=custom_regex)
+
+
+def _file_lines(f: BinaryIO, limit: int, chunk: int = 1 << 22) -> Iterator[bytes]:
+    """Lines without terminators, read in chunks; an over-long line is cut to limit+1 bytes
+    (scan_lines then truncates it with a diagnostic), the rest of it is read and dropped."""
+    carry = b""
+    while True:
+        data = f.read(chunk)
+        if not data:
+            break
+        parts = data.split(b"\n")
+        if len(parts) == 1:  # still inside one line
+            if len(carry) <= limit:
+                carry = (carry + data)[: limit + 1]
+            continue
+        yield (carry + parts[0])[: limit + 1] if len(carry) <= limit else carry
+        last = parts.pop()
+        del parts[0]
+        yield from parts
+        carry = last[: limit + 1]
+    if carry:
+        yield carry
+
+
+def scan_path(path: Path, *, custom_regex: str | None = None, max_bytes: int | None = None) -> LogScan:
+    """Scan a file; with max_bytes, only its tail (from the first whole line in the last max_bytes)."""
+    limit = 1 << 20
+    sc = _Scanner(str(path), custom_regex, limit)
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        start = 0
+        if max_bytes is not None and size > max_bytes:
+            start = size - max(0, max_bytes)
+        f.seek(max(0, start - 1))
+        lines = _file_lines(f, limit)
+        if start > 0:
+            # the byte before the window says whether the window starts on a line boundary
+            if f.read(1) != b"\n":
+                next(lines, None)  # a partial line
+            sc.diag(f"tail only: read from byte {start} of {size}; line numbers count from there")
+        sc.feed_all(lines)
+    return sc.finish()
+
+
+# -- the `scan` report --------------------------------------------------------------------------------
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def scan_report(scan: LogScan) -> dict[str, object]:
+    """The JSON object `taugrid-evidence scan` prints for one file (JSON-safe: no NaN/inf)."""
+    progress: dict[str, object] | None = None
+    if scan.samples:
+        real = [x for x in scan.samples if not x.skipped]
+        with_loss = [x for x in real if x.loss is not None]
+        nonfinite = [x for x in with_loss if x.loss is not None and not math.isfinite(x.loss)]
+        last_loss = with_loss[-1].loss if with_loss else None
+        totals = [x.total for x in scan.samples if x.total is not None]
+        progress = {
+            "format": scan.format,
+            "samples": len(real),
+            "first_step": real[0].step if real else None,
+            "last_step": real[-1].step if real else None,
+            "last_loss": last_loss if last_loss is not None and math.isfinite(last_loss) else None,
+            "nonfinite_loss": bool(nonfinite),
+            # additions
+            "skipped": len(scan.samples) - len(real),
+            "max_step": max(x.step for x in real) if real else None,
+            "total": totals[-1] if totals else None,
+            "last_line": real[-1].line if real else None,
+            "last_at": _iso(real[-1].at) if real else None,
+            "first_nonfinite_step": nonfinite[0].step if nonfinite else None,
+        }
+    return {
+        "file": scan.source,
+        "progress": progress,
+        "hang": [
+            {
+                "kind": h.kind,
+                "line": h.line,
+                "collective": h.collective,
+                "timeout_ms": h.timeout_ms,
+                "rank": h.rank,
+                "at": _iso(h.at),
+            }
+            for h in scan.hangs
+        ],
+        "xid": [
+            {
+                "code": x.code,
+                "pci": x.pci,
+                "line": x.line,
+                "meaning": x.meaning,
+                "action": x.action,
+                "at": _iso(x.at),
+            }
+            for x in scan.xids
+        ],
+        "lines": scan.lines,
+        "diagnostics": list(scan.diagnostics),
+    }

@@ -1,0 +1,68 @@
+"""Human and machine renderings of `RunClaims` (the `explain` output)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from collector.claims.common import human_age
+from collector.model import Claim, Observed, RunClaims, rfc3339
+
+
+def to_json(claims: Iterable[RunClaims], evaluated_at: datetime) -> dict[str, Any]:
+    return {"evaluated_at": rfc3339(evaluated_at), "runs": [c.to_json() for c in claims]}
+
+
+def _headline(rc: RunClaims) -> str:
+    ctx = rc.extra
+    bits = [rc.ref.kind]
+    if "queue" in ctx:
+        q = f"queue {ctx['queue']}"
+        if "cluster_queue" in ctx:
+            q += f" → {ctx['cluster_queue']}"
+        bits.append(q)
+    if "workers" in ctx:
+        w = f"{ctx['workers']} workers"
+        if "gpus_per_worker" in ctx:
+            w += f" × {ctx['gpus_per_worker']} GPUs"
+        bits.append(w)
+    elif "expected_pods" in ctx:
+        bits.append(f"{ctx['expected_pods']} pods expected")
+    if rc.finished:
+        bits.append("finished")
+    return f"{rc.ref.namespace}/{rc.ref.name}   " + " · ".join(bits)
+
+
+def _verdict_word(name: str, c: Claim) -> str:
+    if name == "progressing" and c.observed is Observed.FALSE and c.reason.startswith("STALLED"):
+        return "STALLED"
+    return c.verdict.value
+
+
+def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2) -> str:
+    out: list[str] = []
+    for rc in claims:
+        out.append(_headline(rc))
+        for name, c in rc.claims.items():
+            age = f" for {human_age(now - c.since)}" if c.since is not None and c.since <= now else ""
+            observed = f"(observed {c.observed.value}{age}, status says {_asserted(c.asserted)})"
+            out.append(f"  {name:<13} {_verdict_word(name, c):<13} {c.reason}")
+            out.append(f"  {'':<13} {'':<13} {observed}")
+            for e in c.evidence[1 : 1 + evidence]:
+                at = f" @ {rfc3339(e.at)}" if e.at else ""
+                out.append(f"  {'':<13} {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+        if rc.blocked is not None:
+            b = rc.blocked
+            age = f" for {human_age(now - b.since)}" if b.since is not None and b.since <= now else ""
+            out.append(f"  {'blocked':<13} {b.stage.value} (owner: {b.stage.owner}){age}")
+            out.append(f"  {'':<13} {b.reason}")
+            for e in b.evidence[:evidence + 1]:
+                at = f" @ {rfc3339(e.at)}" if e.at else ""
+                out.append(f"  {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _asserted(a: bool | None) -> str:
+    return {True: "true", False: "false", None: "nothing"}[a]

@@ -1,0 +1,58 @@
+"""Settings, grouped by concern and passed explicitly; nothing here reads the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class TauGridContract:
+    """Where the TauGrid adapter finds things (DESIGN.md §2); TauGrid's CRDs are not public."""
+
+    group: str = "taugrid.io"
+    run_kind: str = "TauRun"
+    cluster_kind: str = "TauCluster"
+    workspace_kind: str = "TauWorkspace"
+    cluster_name: str = "cluster"
+    run_phase: str = "status.phase"
+    run_profile: str = "spec.profile"
+    run_workers: str = "spec.workers"
+    run_gpus_per_worker: str = "spec.gpusPerWorker"
+    run_rayjob_ref: str = "status.rayJobName"
+    run_workload_ref: str = "status.workloadName"
+    run_cluster: str = "status.cluster"
+    run_phases: frozenset[str] = frozenset({"Pending", "Admitted", "Scheduled", "Running", "Succeeded", "Failed"})
+
+    def role_of(self, kind: str, api_version: str) -> str:
+        """"TauRun" | "TauCluster" | "TauWorkspace" | "" for an object of this kind/apiVersion."""
+        group = api_version.partition("/")[0] if "/" in api_version else ""
+        if group and group != self.group:
+            return ""
+        return {self.run_kind: "TauRun", self.cluster_kind: "TauCluster", self.workspace_kind: "TauWorkspace"}.get(
+            kind, ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSettings:
+    """Windows and freshness bounds of the claim engine (DESIGN.md §3)."""
+
+    # Evidence whose source last synced longer ago than this is too old to trust.
+    evidence_max_age: timedelta = timedelta(minutes=5)
+    # TauCluster resolved status older than this fails target resolution closed.
+    taucluster_max_age: timedelta = timedelta(minutes=30)
+    # A container restart within this window means the run is not (stably) running.
+    restart_window: timedelta = timedelta(minutes=10)
+    # Progress stall window: max(stall_multiplier × p99 step interval, stall_floor) + one scrape.
+    stall_floor: timedelta = timedelta(seconds=60)
+    stall_multiplier: float = 3.0
+    scrape_interval: timedelta = timedelta(seconds=15)
+    # Events older than this are history, not a reason for the current wait.
+    event_horizon: timedelta = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    taugrid: TauGridContract = field(default_factory=TauGridContract)
+    claims: ClaimSettings = field(default_factory=ClaimSettings)

@@ -1,0 +1,444 @@
+"""Prometheus export: every run's claims and the collector's own health, on one dedicated registry.
+
+`ClaimsExporter` holds an in-memory snapshot of `RunClaims` and renders it at scrape time;
+`HealthMetrics` wraps client_python counters, gauges and a histogram the controller calls into.
+Every family and label is documented, with its worst-case cardinality, in docs/metrics.md
+(a test keeps the two in step). Label values stay bounded: names and enums only, never reasons,
+messages or uids.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from importlib import metadata
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Metric,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from collector.model import Plane, Ref, RunClaims
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "EVALUATION_BUCKETS",
+    "ClaimsExporter",
+    "ErrorClass",
+    "HealthMetrics",
+    "new_registry",
+    "render",
+    "serve",
+    "shutdown",
+]
+
+# Long enough for alert rules (`for:` clauses) and dashboards to see a run's final verdicts;
+# Prometheus keeps the history after the series go.
+DEFAULT_RETENTION = timedelta(minutes=15)
+
+# Claim evaluation is pure code over in-memory data: sub-millisecond per run, seconds only
+# for a whole fleet. The buckets span both.
+EVALUATION_BUCKETS: tuple[float, ...] = (
+    0.0001,
+    0.0005,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+_RUN_LABELS = ("namespace", "run", "kind")
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry of our own: the global one would mix in process/platform collectors."""
+    return CollectorRegistry(auto_describe=True)
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The registry in the Prometheus text format (0.0.4)."""
+    return generate_latest(registry)
+
+
+def serve(
+    registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve `registry` on http://host:port/metrics from a daemon thread; port 0 picks a free one.
+
+    The bound port is `server.server_port`. Loopback by default: exposing it is a deployment choice.
+    """
+    return start_http_server(port, addr=host, registry=registry)
+
+
+def shutdown(server: WSGIServer, thread: threading.Thread, timeout: float = 5.0) -> None:
+    """Stop a server started by `serve` and release its socket."""
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout)
+
+
+def _seconds(t: datetime) -> float:
+    # Naive datetimes are taken as UTC, like the rest of the collector, not as local time.
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    claims: RunClaims
+    newest: tuple[tuple[Plane, float], ...]  # newest Evidence.at per plane, unix seconds
+    finished_at: float | None  # when we first saw the run finished (its evaluated_at)
+
+
+def _newest_per_plane(rc: RunClaims) -> tuple[tuple[Plane, float], ...]:
+    newest: dict[Plane, float] = {}
+    evidence = [e for c in rc.claims.values() for e in c.evidence]
+    if rc.blocked is not None:
+        evidence.extend(rc.blocked.evidence)
+    for e in evidence:
+        if e.at is None:
+            continue
+        t = _seconds(e.at)
+        if t > newest.get(e.plane, float("-inf")):
+            newest[e.plane] = t
+    return tuple(sorted(newest.items()))
+
+
+class ClaimsExporter(Collector):
+    """The current claims of every run, rendered at scrape time.
+
+    `update` upserts runs (or, with `replace=True`, makes the batch the whole snapshot); series of a
+    run that finished are dropped once `retention` has passed since it was first seen finished, and
+    stay dropped while the same run (same uid) keeps arriving finished. Ages are measured against
+    the newest `now` given to `update`, so they keep growing for runs that are not re-evaluated and
+    follow the controller's clock (real or accelerated), not the scraper's.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION
+    ):
+        if retention < timedelta(0):
+            raise ValueError("retention must not be negative")
+        self.retention = retention
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str, str], _Entry] = {}
+        # Finished runs already past retention, by key → uid, so a controller that keeps sending
+        # them does not bring their series back. Cleared by `forget` and by `replace=True`.
+        self._retired: dict[tuple[str, str, str], str] = {}
+        # Keys of exported runs that finished, so retention scans only those, not every run.
+        self._finished: set[tuple[str, str, str]] = set()
+        self._now: float | None = None
+        if registry is not None:
+            registry.register(self)
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def update(self, claims: Iterable[RunClaims], now: datetime, *, replace: bool = False) -> None:
+        """Store these runs' claims as of `now`, then apply retention to every run."""
+        batch = list(claims)
+        now_s = _seconds(now)
+        with self._lock:
+            if self._now is None or now_s > self._now:
+                self._now = now_s
+            if replace:
+                keep = {rc.ref.key for rc in batch}
+                self._runs = {k: v for k, v in self._runs.items() if k in keep}
+                self._retired = {k: v for k, v in self._retired.items() if k in keep}
+                self._finished &= keep
+            for rc in batch:
+                self._upsert(rc)
+            self._expire(now_s)
+
+    def _upsert(self, rc: RunClaims) -> None:
+        key = rc.ref.key
+        retired_uid = self._retired.get(key)
+        if retired_uid is not None:
+            if rc.finished and retired_uid == rc.ref.uid:
+                return
+            # Not finished any more, or a new run under the same name: export it again.
+            del self._retired[key]
+        old = self._runs.get(key)
+        finished_at: float | None = None
+        if rc.finished:
+            same_run = old is not None and old.claims.ref.uid == rc.ref.uid
+            if same_run and old is not None and old.finished_at is not None:
+                finished_at = old.finished_at
+            else:
+                finished_at = _seconds(rc.evaluated_at)
+            self._finished.add(key)
+        else:
+            self._finished.discard(key)
+        self._runs[key] = _Entry(rc, _newest_per_plane(rc), finished_at)
+
+    def _expire(self, now_s: float) -> None:
+        horizon = now_s - self.retention.total_seconds()
+        for key in list(self._finished):
+            entry = self._runs[key]
+            if entry.finished_at is not None and entry.finished_at <= horizon:
+                del self._runs[key]
+                self._finished.discard(key)
+                self._retired[key] = entry.claims.ref.uid
+
+    def forget(self, ref: Ref) -> bool:
+        """Drop a run's series now (its object was deleted); True if it was exported."""
+        with self._lock:
+            self._retired.pop(ref.key, None)
+            self._finished.discard(ref.key)
+            return self._runs.pop(ref.key, None) is not None
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def runs(self) -> list[Ref]:
+        """Refs of the runs currently exported."""
+        with self._lock:
+            return [e.claims.ref for e in self._runs.values()]
+
+    def describe(self) -> Iterable[Metric]:
+        # Names only, so the registry can refuse a second collector with the same families.
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            # Entries are immutable: copying the references is enough to render outside the lock.
+            entries = list(self._runs.values())
+            now_s = self._now
+        entries.sort(key=lambda e: e.claims.ref.key)
+        fam = self._families()
+        for entry in entries:
+            rc = entry.claims
+            run = (rc.ref.namespace, rc.ref.name, rc.ref.kind)
+            for name, claim in rc.claims.items():
+                fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
+                fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
+                if claim.since is not None:
+                    fam["since"].add_metric([*run, name], _seconds(claim.since))
+            if rc.blocked is not None:
+                stage = rc.blocked.stage
+                fam["blocked"].add_metric([*run, stage.value, stage.owner], 1.0)
+                if rc.blocked.since is not None and now_s is not None:
+                    age = max(0.0, now_s - _seconds(rc.blocked.since))
+                    fam["blocked_age"].add_metric([*run, stage.value, stage.owner], age)
+            if now_s is not None:
+                for plane, at in entry.newest:
+                    # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
+                    fam["evidence_age"].add_metric([*run, plane.value], max(0.0, now_s - at))
+            fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
+            fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
+        return list(fam.values())
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily]:
+        run = list(_RUN_LABELS)
+        return {
+            "observed": GaugeMetricFamily(
+                "taugrid_run_claim_observed",
+                "What independent evidence shows for a claim; 1 on the series whose observed label holds.",
+                labels=[*run, "claim", "observed"],
+            ),
+            "verdict": GaugeMetricFamily(
+                "taugrid_run_claim_verdict",
+                "A claim's verdict (run status against evidence); 1 on the series whose verdict label holds.",
+                labels=[*run, "claim", "verdict"],
+            ),
+            "since": GaugeMetricFamily(
+                "taugrid_run_claim_since_timestamp_seconds",
+                "When the claim's observed value last changed, unix seconds; absent when unknown.",
+                labels=[*run, "claim"],
+            ),
+            "blocked": GaugeMetricFamily(
+                "taugrid_run_blocked",
+                "1 for a run not yet scheduled, labelled with the stage that owns the wait and its owner.",
+                labels=[*run, "stage", "owner"],
+            ),
+            "blocked_age": GaugeMetricFamily(
+                "taugrid_run_blocked_age_seconds",
+                "Seconds the run has waited in its blocked stage; absent when the wait's start is unknown.",
+                labels=[*run, "stage", "owner"],
+            ),
+            "evidence_age": GaugeMetricFamily(
+                "taugrid_run_evidence_age_seconds",
+                "Age of the newest evidence of one plane across the run's claims, seconds.",
+                labels=[*run, "plane"],
+            ),
+            "finished": GaugeMetricFamily(
+                "taugrid_run_finished",
+                "1 once the run's root reached a terminal state; its series go after the retention time.",
+                labels=run,
+            ),
+            "evaluated": GaugeMetricFamily(
+                "taugrid_run_evaluated_timestamp_seconds",
+                "When the run's claims were last evaluated, unix seconds.",
+                labels=run,
+            ),
+        }
+
+
+# --- collector health ---------------------------------------------------------------------------
+
+
+class ErrorClass(StrEnum):
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+
+
+class _NoCreated(Collector):
+    """Yields client_python metrics without their `_created` samples.
+
+    Those would double the counter and histogram series, and this Prometheus (2.42) stores them as
+    ordinary series rather than as created timestamps.
+    """
+
+    def __init__(self, metrics: Sequence[Counter | Gauge | Histogram]):
+        self._metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        for m in self._metrics:
+            yield from m.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        for m in self._metrics:
+            for family in m.collect():
+                out = Metric(family.name, family.documentation, family.type, family.unit)
+                out.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield out
+
+
+class HealthMetrics:
+    """The collector's own health; the controller calls these as things happen.
+
+    `resource` is a watched resource ("pods", "workloads.kueue.x-k8s.io"), `source` a fixed source
+    name ("kubernetes", "ray", "expstore", "node-agent"): both come from configuration, never from
+    object data, so they stay bounded. Names passed up front start at 0, so rate() and absent()
+    work before the first event.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        resources: Iterable[str] = (),
+        sources: Iterable[str] = (),
+        buckets: Sequence[float] = EVALUATION_BUCKETS,
+        version: str | None = None,
+    ):
+        # registry=None: the metrics reach `registry` only through _NoCreated below.
+        self._watch_restarts = Counter(
+            "taugrid_collector_watch_restarts",
+            "Watch streams re-opened (closed by the server, timed out or failed), by resource.",
+            ["resource"],
+            registry=None,
+        )
+        self._relists = Counter(
+            "taugrid_collector_relists",
+            "Full relists (initial list, or after 410 Gone), by resource.",
+            ["resource"],
+            registry=None,
+        )
+        self._events = Counter(
+            "taugrid_collector_events_processed",
+            "Watch events (and relist diffs) applied to the run index, by resource.",
+            ["resource"],
+            registry=None,
+        )
+        self._errors = Counter(
+            "taugrid_collector_errors",
+            "Errors by source and class (retryable: will be retried; permanent: input skipped).",
+            ["source", "class"],
+            registry=None,
+        )
+        self._last_sync = Gauge(
+            "taugrid_collector_last_sync_timestamp_seconds",
+            "When a list or watch of the resource last succeeded, unix seconds.",
+            ["resource"],
+            registry=None,
+        )
+        self._runs = Gauge(
+            "taugrid_collector_runs_tracked",
+            "Runs in the collector's run index, finished ones included.",
+            registry=None,
+        )
+        self._evaluation = Histogram(
+            "taugrid_collector_evaluation_duration_seconds",
+            "Time to evaluate claims in one pass (one run or a whole tick), seconds.",
+            buckets=list(buckets),
+            registry=None,
+        )
+        self._build = Gauge(
+            "taugrid_collector_build_info",
+            "Always 1; the collector's version in a label.",
+            ["version"],
+            registry=None,
+        )
+        self._build.labels(version or _own_version()).set(1)
+        for r in resources:
+            self._watch_restarts.labels(r)
+            self._relists.labels(r)
+            self._events.labels(r)
+        for s in sources:
+            for c in ErrorClass:
+                self._errors.labels(s, c.value)
+        registry.register(
+            _NoCreated(
+                [
+                    self._watch_restarts,
+                    self._relists,
+                    self._events,
+                    self._errors,
+                    self._last_sync,
+                    self._runs,
+                    self._evaluation,
+                    self._build,
+                ]
+            )
+        )
+
+    def watch_restarted(self, resource: str) -> None:
+        self._watch_restarts.labels(resource).inc()
+
+    def relisted(self, resource: str) -> None:
+        self._relists.labels(resource).inc()
+
+    def events_processed(self, resource: str, count: int = 1) -> None:
+        self._events.labels(resource).inc(count)
+
+    def error(self, source: str, error_class: ErrorClass | str) -> None:
+        """Count one error; `error_class` must be "retryable" or "permanent" (ValueError otherwise)."""
+        self._errors.labels(source, ErrorClass(error_class).value).inc()
+
+    def synced(self, resource: str, at: datetime) -> None:
+        self._last_sync.labels(resource).set(_seconds(at))
+
+    def set_runs_tracked(self, count: int) -> None:
+        self._runs.set(count)
+
+    def observe_evaluation(self, seconds: float) -> None:
+        self._evaluation.observe(seconds)
+
+    def time_evaluation(self) -> AbstractContextManager[object]:
+        """`with health.time_evaluation(): ...` observes the block's duration."""
+        return self._evaluation.time()
+
+
+def _own_version() -> str:
+    try:
+        return metadata.version("taugrid-evidence")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,132 @@
+"""Invariants of the claim engine over generated runs (hypothesis)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.claims import evaluate
+from collector.correlate import LogEvidence, build_index
+from collector.kube import normalize
+from collector.model import Observed, Ref, Verdict, verdict_for
+from collector.progress import scan_text
+from collector.settings import ClaimSettings
+
+BASE = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+S = ClaimSettings()
+
+
+def ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_verdict_table_is_exhaustive() -> None:
+    table = {
+        (True, Observed.TRUE): Verdict.VERIFIED,
+        (True, Observed.FALSE): Verdict.CONTRADICTED,
+        (True, Observed.UNKNOWN): Verdict.UNCONFIRMED,
+        (False, Observed.TRUE): Verdict.AHEAD,
+        (False, Observed.FALSE): Verdict.PENDING,
+        (False, Observed.UNKNOWN): Verdict.PENDING,
+        (None, Observed.TRUE): Verdict.UNASSERTED,
+        (None, Observed.FALSE): Verdict.UNASSERTED,
+        (None, Observed.UNKNOWN): Verdict.UNASSERTED,
+    }
+    for (asserted, observed), verdict in table.items():
+        assert verdict_for(asserted, observed) is verdict
+
+
+container_states = st.sampled_from([
+    {"running": {"startedAt": ts(BASE - timedelta(hours=1))}},
+    {"waiting": {"reason": "CrashLoopBackOff"}},
+    {"waiting": {"reason": "ImagePullBackOff"}},
+    {"waiting": {"reason": "ContainerCreating"}},
+    {"terminated": {"reason": "Completed", "exitCode": 0}},
+    {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+    {},
+])
+
+
+@st.composite
+def pods(draw: st.DrawFn, run: str) -> dict[str, Any]:
+    i = draw(st.integers(0, 10_000))
+    bound = draw(st.booleans())
+    phase = draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown", "Weird", None]))
+    restarts = draw(st.integers(0, 20))
+    last_finished = BASE - timedelta(seconds=draw(st.integers(0, 7200)))
+    status: dict[str, Any] = {
+        "conditions": [{"type": "Ready", "status": draw(st.sampled_from(["True", "False", "Unknown"])),
+                        "lastTransitionTime": ts(BASE - timedelta(minutes=30))}],
+        "containerStatuses": [{"name": "main", "ready": draw(st.booleans()), "restartCount": restarts,
+                               "state": draw(container_states),
+                               "lastState": {"terminated": {"reason": "Error", "exitCode": 1,
+                                                            "finishedAt": ts(last_finished)}} if restarts else {}}],
+    }
+    if phase is not None:
+        status["phase"] = phase
+    spec: dict[str, Any] = {"containers": [{"name": "main"}]}
+    if bound:
+        spec["nodeName"] = "node-1"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{run}-{i}", "namespace": "ns", "uid": f"p{i}", "labels": {"taugrid.io/run": run},
+                         "creationTimestamp": ts(BASE - timedelta(hours=2))},
+            "spec": spec, "status": status}
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    phase = draw(st.sampled_from(["Pending", "Admitted", "Scheduled", "Running", "Succeeded", "Failed", "",
+                                  "Mystery"]))
+    objs: list[dict[str, Any]] = [{
+        "apiVersion": "taugrid.io/v1alpha1", "kind": "TauRun",
+        "metadata": {"name": "r", "namespace": "ns", "uid": "r", "creationTimestamp": ts(BASE - timedelta(hours=3))},
+        "spec": {"profile": "p", "workers": draw(st.integers(0, 4)), "gpusPerWorker": 8},
+        "status": {"phase": phase},
+    }]
+    objs += draw(st.lists(pods("r"), max_size=5, unique_by=lambda p: p["metadata"]["name"]))
+    steps = draw(st.lists(st.tuples(st.integers(0, 3600), st.integers(0, 500),
+                                    st.sampled_from(["2.5", "nan", "inf", "1.0"])), max_size=12))
+    log = "".join(
+        f"{ts(BASE - timedelta(seconds=age))} iteration {step:8d}/ 1000 | lm loss: {loss} |\n"
+        for age, step, loss in steps
+    )
+    return objs, log
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=runs(), sync_age=st.integers(0, 3600), log_age=st.integers(0, 3600))
+def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, log_age: int) -> None:
+    objs, log = run
+    records = [n.record for n in (normalize(o) for o in objs) if n.record is not None]
+    index = build_index(records)
+    synced_at = BASE - timedelta(seconds=sync_age)
+    index.synced.update({k: synced_at for k in ("Pod", "TauRun", "Workload", "Event", "RayJob", "RayCluster")})
+    for pod in [r for r in records if r.ref.kind == "Pod"][:1]:
+        index.set_log(LogEvidence(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
+    [ev] = index.all_evidence()
+    out = evaluate(ev, BASE, S)
+    again = evaluate(index.evidence(Ref("TauRun", "ns", "r")), BASE, S)
+    assert out == again, "evaluation must be a pure function of evidence and clock"
+
+    for c in out.claims.values():
+        assert c.verdict is verdict_for(c.asserted, c.observed)
+        assert c.reason
+        assert c.evidence and c.evidence[0].plane.value == "taugrid"
+    stale_pods = timedelta(seconds=sync_age) > S.evidence_max_age
+    if stale_pods:
+        # Fail closed: nothing observed from stale sources is ever true.
+        assert out.scheduled.observed is Observed.UNKNOWN
+        assert out.running.observed is Observed.UNKNOWN
+        assert out.progressing.observed is not Observed.TRUE
+        assert out.blocked is None
+    if timedelta(seconds=log_age) > S.evidence_max_age:
+        assert out.progressing.observed is not Observed.TRUE
+    if out.progressing.observed is Observed.TRUE:
+        assert out.running.observed is Observed.TRUE
+    if out.running.observed is Observed.TRUE:
+        assert out.scheduled.observed is Observed.TRUE
+    if out.blocked is not None:
+        assert out.scheduled.observed is not Observed.TRUE and not out.finished
