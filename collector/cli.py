@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
-from datetime import datetime
+import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 import orjson
 
 from collector.claims import evaluate
+from collector.config import ConfigError, load_settings
+from collector.controller import Controller
 from collector.correlate import build_index
 from collector.kube import parse_time
+from collector.logfmt import setup_json_logging
 from collector.model import RunClaims
-from collector.render import render_text, to_json
+from collector.progress import scan_path, scan_report
+from collector.render import render_scan, render_text, to_json
 from collector.settings import Settings
 from collector.sources.dump import load_dump
+from collector.sources.kube_api import KubeApi, load_api_client
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
@@ -93,3 +101,60 @@ SNAPSHOT_SOURCES = (
     "Pod", "Node", "Event", "Workload", "LocalQueue", "ClusterQueue", "RayJob", "RayCluster",
     "Job", "TauRun", "TauCluster", "TauWorkspace",
 )
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--regex", "custom_regex", help="Progress regex with a named group `step` (optional `loss`).")
+@click.option("--max-bytes", type=int, default=None, help="Read only the tail this big of each file.")
+def scan(files: tuple[Path, ...], output: str, custom_regex: str | None, max_bytes: int | None) -> None:
+    """Scan training, kernel or syslog FILES for progress, NCCL hangs and GPU XID errors."""
+    try:
+        reports = [scan_report(scan_path(f, custom_regex=custom_regex, max_bytes=max_bytes)) for f in files]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--regex") from e
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(reports if len(reports) != 1 else reports[0],
+                                             option=orjson.OPT_INDENT_2) + b"\n")
+        return
+    for rep in reports:
+        click.echo(render_scan(rep))
+
+
+@main.command()
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Default: in-cluster config.")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML settings (claims, controller, taugrid sections).")
+@click.option("--metrics-address", default="0.0.0.0:9464", show_default=True, help="HOST:PORT for /metrics.")
+@click.option("--log-level", default="INFO", show_default=True)
+def controller(kubeconfig: str | None, context: str | None, config_path: Path | None, metrics_address: str,
+               log_level: str) -> None:
+    """Watch a cluster and keep every run's claims current; serve /metrics, /healthz, /readyz."""
+    setup_json_logging(log_level)
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from e
+    host, port = _address(metrics_address)
+    api = KubeApi(load_api_client(kubeconfig, context))
+    ctl = Controller(api, settings, lambda: datetime.now(UTC))
+    bound = ctl.serve(host, port)
+    logging.getLogger("taugrid").info("serving", extra={"address": f"{host}:{bound}"})
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        ctl.open()
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctl.close()
+
+
+def _address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host or "0.0.0.0", int(port)

@@ -7,6 +7,7 @@ instead of failing, and raises `MalformedObject` only when an object cannot be i
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -308,10 +309,8 @@ def _gpus(resources: Any) -> int:
     for section in ("limits", "requests"):
         for k, v in _map(resources, section).items():
             if k.endswith("/gpu"):
-                try:
+                with contextlib.suppress(ValueError):
                     best = max(best, int(str(v)))
-                except ValueError:
-                    pass
     return best
 
 

@@ -66,3 +66,23 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
 
 def _asserted(a: bool | None) -> str:
     return {True: "true", False: "false", None: "nothing"}[a]
+
+
+def render_scan(rep: dict[str, Any]) -> str:
+    """One `scan` report for humans."""
+    out = [str(rep["file"])]
+    prog = rep.get("progress")
+    if prog:
+        loss = prog.get("last_loss")
+        bad = " · NON-FINITE LOSS seen" if prog.get("nonfinite_loss") else ""
+        out.append(f"  progress  {prog['format']}: {prog['samples']} steps, {prog['first_step']} → {prog['last_step']}"
+                   f", last loss {loss}{bad}")
+    else:
+        out.append("  progress  none found")
+    for h in rep.get("hang") or []:
+        detail = " ".join(x for x in (h.get("collective") or "", f"timeout {h['timeout_ms']} ms"
+                                      if h.get("timeout_ms") else "") if x)
+        out.append(f"  hang      line {h['line']}: {h['kind']} {detail}".rstrip())
+    for x in rep.get("xid") or []:
+        out.append(f"  xid {x['code']:<5} line {x['line']} PCI {x['pci']}: {x['meaning']} → {x['action']}")
+    return "\n".join(out)

@@ -53,6 +53,25 @@ class ClaimSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The live controller: loop cadence, log tailing, leader election, export retention."""
+
+    tick: timedelta = timedelta(seconds=5)  # full re-evaluation, so staleness shows without events
+    batch_max: int = 5000  # changes applied per loop turn before claims are re-evaluated
+    watch_timeout_s: int = 300
+    log_poll_interval: timedelta = timedelta(seconds=30)
+    log_tail_lines: int = 500
+    log_limit_bytes: int = 256 * 1024
+    leader_election: bool = True
+    lease_namespace: str = "taugrid-system"
+    lease_name: str = "taugrid-evidence-controller"
+    lease_duration: timedelta = timedelta(seconds=15)
+    lease_renew: timedelta = timedelta(seconds=5)
+    retention: timedelta = timedelta(minutes=15)  # series of finished runs are dropped after this
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     taugrid: TauGridContract = field(default_factory=TauGridContract)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
+    controller: ControllerSettings = field(default_factory=ControllerSettings)

@@ -48,12 +48,14 @@ class _Stream:
         "lt_offset",
         "lt_maxn",
         "noted",
+        "more_notes",
     )
 
     def __init__(self) -> None:
         self.samples: list[ProgressSample] = []
         self.notes: list[str] = []
         self.noted: set[str] = set()
+        self.more_notes = 0
         self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
         self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
         self.hf_last_n: int | None = None
@@ -63,10 +65,16 @@ class _Stream:
         self.lt_offset = 0
         self.lt_maxn = 0
 
+    def note(self, text: str) -> None:
+        if len(self.notes) < MAX_DIAGNOSTICS:
+            self.notes.append(text)
+        else:
+            self.more_notes += 1
+
     def note_once(self, key: str, text: str) -> None:
         if key not in self.noted:
             self.noted.add(key)
-            self.notes.append(text)
+            self.note(text)
 
 
 class _Scanner:
@@ -83,6 +91,7 @@ class _Scanner:
         self.dropped_xids = 0
         self.streams: dict[int | None, _Stream] = {}
         self.rank0_locked = False
+        self.ignored_ranks: set[int] = set()
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -157,12 +166,7 @@ class _Scanner:
                 self._hang(n, ts, s, h)
                 return
         if self.custom is not None or (
-            "%|" in s
-            or "iteration" in s
-            or "step=" in s
-            or "'loss'" in s
-            or '"loss"' in s
-            or "kipping step" in s
+            "%|" in s or "iteration" in s or "step=" in s or "'loss'" in s or '"loss"' in s or "kipping step" in s
         ):
             self._progress(n, ts, s)
 
@@ -198,6 +202,7 @@ class _Scanner:
             if r:
                 rank = int(r.group(1))
         if rank is not None and rank != 0 and self.rank0_locked:
+            self.ignored_ranks.add(rank)
             return None, s
         st = self.streams.get(rank)
         if st is None:
@@ -336,34 +341,33 @@ class _Scanner:
                     )
                 return
             if step < last.step and not skipped and not last.skipped:
-                st.notes.append(
-                    f"line {n}: step went back from {last.step} to {step} "
-                    "(restart, replay, or another counter)"
-                )
+                st.note(f"line {n}: step went back from {last.step} to {step} (restart, replay, or another counter)")
         samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
 
     # -- result -----------------------------------------------------------------------------------
     def finish(self) -> LogScan:
-        chosen: _Stream | None = None
-        for key in (0, None):
-            cand = self.streams.get(key)
-            if cand is not None and cand.samples:
-                chosen = cand
-                break
-        if chosen is None:
-            ranked = sorted(k for k, v in self.streams.items() if k is not None and v.samples)
-            if ranked:
-                chosen = self.streams[ranked[0]]
+        with_samples = [k for k, v in self.streams.items() if v.samples]
+        chosen_key: int | None = None
+        if 0 in with_samples or None not in with_samples:
+            chosen_key = min((k for k in with_samples if k is not None), default=None)
+        chosen = self.streams.get(chosen_key)
         samples: tuple[ProgressSample, ...] = ()
         fmt: str | None = None
         diagnostics = list(self.diagnostics)
-        if chosen is not None:
+        if chosen is not None and chosen.samples:
             samples = tuple(chosen.samples)
             counts = Counter(x.format for x in samples)
             fmt = max(counts, key=lambda k: counts[k])  # ties: first seen (Counter keeps order)
-            diagnostics.extend(chosen.notes[:MAX_DIAGNOSTICS])
-            if len(chosen.notes) > MAX_DIAGNOSTICS:
-                diagnostics.append(f"... {len(chosen.notes) - MAX_DIAGNOSTICS} more step regressions")
+            diagnostics.extend(chosen.notes)
+            if chosen.more_notes:
+                diagnostics.append(f"... {chosen.more_notes} more progress notes")
+            others = sorted(self.ignored_ranks | {k for k in with_samples if k is not None and k != chosen_key})
+            if others or (chosen_key is not None and None in with_samples):
+                label = "untagged lines" if chosen_key is None else f"rank {chosen_key}"
+                diagnostics.append(
+                    f"progress lines from several ranks ({', '.join(map(str, others)) or 'untagged'}); "
+                    f"only {label} counted"
+                )
         if self.dropped_diagnostics:
             diagnostics.append(f"... {self.dropped_diagnostics} more input problems")
         if self.dropped_hangs:
@@ -457,7 +461,14 @@ def _iso(at: datetime | None) -> str | None:
 
 
 def scan_report(scan: LogScan) -> dict[str, object]:
-    """The JSON object `taugrid-evidence scan` prints for one file (JSON-safe: no NaN/inf)."""
+    """The JSON object `taugrid-evidence scan` prints for one file (JSON-safe: no NaN/inf).
+
+    progress is null when no step was seen. `samples`, `first_step`, `last_step` and `last_loss` count
+    real steps only (skipped ones are in `skipped`); `last_loss` is the loss of the last step that
+    showed one, null when that loss is NaN/inf; `nonfinite_loss` is true when any real step's loss
+    was NaN/inf (`first_nonfinite_step` says where). Added fields: skipped, max_step, total,
+    last_line, last_at, first_nonfinite_step; hang/xid entries add rank/at; lines, diagnostics.
+    """
     progress: dict[str, object] | None = None
     if scan.samples:
         real = [x for x in scan.samples if not x.skipped]

@@ -55,9 +55,7 @@ def find_time(text: str) -> datetime | None:
         d = _DMESG_T.search(head)
         if d:
             try:
-                return datetime.strptime(" ".join(d.group(1).split()), "%b %d %H:%M:%S %Y").replace(
-                    tzinfo=UTC
-                )
+                return datetime.strptime(" ".join(d.group(1).split()), "%b %d %H:%M:%S %Y").replace(tzinfo=UTC)
             except ValueError:
                 return None
     return None

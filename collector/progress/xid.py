@@ -62,8 +62,7 @@ XID_CATALOGUE: dict[int, tuple[str, str]] = {
     ),
     79: (
         "GPU has fallen off the bus: no longer reachable over PCIe",
-        "drain and reboot (power-cycle) the node; check PCIe seating, power and cooling; replace the GPU "
-        "if it recurs",
+        "drain and reboot (power-cycle) the node; check PCIe seating, power and cooling; replace the GPU if it recurs",
     ),
     92: (
         "high rate of corrected single-bit ECC errors",

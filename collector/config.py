@@ -1,0 +1,73 @@
+"""Settings from a YAML file: every key checked, durations as "90s"/"5m"/"1h"; errors name file and key."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collector.settings import Settings
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_duration(value: Any, where: str) -> timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=float(value))
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ConfigError(f"{where}: not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _build(cls: Any, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        f = fields.get(str(key).replace("-", "_"))
+        if f is None:
+            raise ConfigError(f"{where}.{key}: unknown setting (known: {', '.join(sorted(fields))})")
+        default = getattr(cls(), f.name)
+        path = f"{where}.{key}"
+        if dataclasses.is_dataclass(default):
+            kwargs[f.name] = _build(type(default), value, path)
+        elif isinstance(default, timedelta):
+            kwargs[f.name] = parse_duration(value, path)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: expected true or false, got {value!r}")
+            kwargs[f.name] = value
+        elif isinstance(default, int | float):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{path}: expected a number, got {value!r}")
+            kwargs[f.name] = type(default)(value)
+        elif isinstance(default, frozenset):
+            kwargs[f.name] = frozenset(str(v) for v in value)
+        else:
+            kwargs[f.name] = str(value)
+    return cls(**kwargs)
+
+
+def load_settings(path: Path | None) -> Settings:
+    if path is None:
+        return Settings()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: {e}") from e
+    try:
+        settings: Settings = _build(Settings, data, "config")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
+    return settings

@@ -1,0 +1,399 @@
+"""The live controller: watch sources → run index → claims (on every change and on a tick) → exporters.
+
+Reflector threads and the log poller only enqueue; one loop thread owns the index, applies
+changes in batches, re-evaluates the runs they touched, and re-evaluates every run on a tick so
+that evidence ageing past its bound turns claims unknown without any new event.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from collector.claims import evaluate
+from collector.correlate import Key, LogEvidence, RunIndex
+from collector.kube import MalformedObject, normalize
+from collector.model import ObjectRecord, PodFacts, Ref, RunClaims
+from collector.progress import scan_text
+from collector.settings import ControllerSettings, Settings
+from collector.sources.kube_api import (
+    DEFAULT_RESOURCES,
+    JSON,
+    Backoff,
+    KubeApi,
+    PermanentSourceError,
+    Resource,
+    SourceError,
+)
+from collector.sources.lease import LeaseElector
+from collector.sources.watch import Reflector
+from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
+
+log = logging.getLogger("taugrid.controller")
+
+Now = Callable[[], datetime]
+
+
+@dataclass(slots=True)
+class _Change:
+    op: str  # "upsert" | "delete" | "replace" | "synced" | "log" | "error" | "restart"
+    resource: Resource | None
+    payload: Any
+    received: float = field(default_factory=time.monotonic)
+
+
+class Controller:
+    """Keeps every run's claims current from a Kubernetes API; read-only apart from its Lease."""
+
+    def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
+                 resources: tuple[Resource, ...] = DEFAULT_RESOURCES, identity: str = "") -> None:
+        self.api = api
+        self.settings = settings
+        self.cfg: ControllerSettings = settings.controller
+        self.now = now
+        self.registry = registry or new_registry()
+        self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
+        self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
+                                    sources=[r.name for r in resources] + ["logs", "lease"])
+        self.wanted = resources
+        self.resources: list[Resource] = []
+        self.index = RunIndex()
+        self.claims: dict[Key, RunClaims] = {}
+        self.skipped: list[str] = []  # what could not be read, newest last (bounded)
+        self._changes: queue.SimpleQueue[_Change] = queue.SimpleQueue()
+        self._known: dict[str, set[Key]] = {}
+        self._dirty: set[Key] = set()
+        self._roots_changed = True
+        self._reflectors: list[Reflector] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._log_targets: list[tuple[Ref, str]] = []
+        self._latencies: list[float] = []
+        self.evaluations = 0
+        self.ready = threading.Event()
+        self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
+        self._was_leader = False
+        self._http: ThreadingHTTPServer | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Discover APIs, start reflectors, the loop, the log poller, leader election."""
+        backoff = Backoff()
+        while not self._stop.is_set():
+            try:
+                self.resources, notes = self.api.discover(self.wanted)
+                break
+            except SourceError as e:
+                self.health.error("discovery", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
+                log.warning("discovery failed", extra={"error": str(e)})
+                if isinstance(e, PermanentSourceError):
+                    raise
+                self._stop.wait(backoff.next())
+        for note in notes:
+            log.info("optional API absent", extra={"note": note})
+        for r in self.resources:
+            self._known[r.name] = set()
+            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s)
+            self._reflectors.append(refl)
+            refl.start()
+        self._spawn(self._loop, "controller-loop")
+        if self.cfg.log_poll_interval.total_seconds() > 0:
+            self._spawn(self._poll_logs, "log-poller")
+        if self.elector is not None:
+            self.elector.start()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        for r in self._reflectors:
+            r.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        for t in self._threads:
+            t.join(5)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+
+    def __enter__(self) -> Controller:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced_once.is_set() for r in self._reflectors)
+
+    @property
+    def leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    # --- WatchSink (called from reflector threads) -----------------------------------------------
+
+    def upsert(self, resource: Resource, obj: JSON) -> None:
+        self._changes.put(_Change("upsert", resource, obj))
+
+    def delete(self, resource: Resource, obj: JSON) -> None:
+        self._changes.put(_Change("delete", resource, obj))
+
+    def replace(self, resource: Resource, objs: list[JSON]) -> None:
+        self._changes.put(_Change("replace", resource, objs))
+
+    def mark_synced(self, resource: Resource, at: datetime) -> None:
+        self._changes.put(_Change("synced", resource, at))
+
+    def source_error(self, resource: Resource, error: SourceError) -> None:
+        self._changes.put(_Change("error", resource, error))
+
+    def watch_restarted(self, resource: Resource, relist: bool) -> None:
+        self._changes.put(_Change("restart", resource, relist))
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        tick = self.cfg.tick.total_seconds()
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            timeout = max(0.0, min(next_tick - time.monotonic(), 0.5))
+            batch: list[_Change] = []
+            try:
+                batch.append(self._changes.get(timeout=timeout))
+                while len(batch) < self.cfg.batch_max:
+                    batch.append(self._changes.get_nowait())
+            except queue.Empty:
+                pass
+            try:
+                for change in batch:
+                    self._apply(change)
+                full = time.monotonic() >= next_tick
+                if full:
+                    next_tick = time.monotonic() + tick
+                if full or self._dirty:
+                    self.evaluate(full=full)
+                    done = time.monotonic()
+                    self._latencies.extend(done - c.received for c in batch if c.op in ("upsert", "delete"))
+                    if len(self._latencies) > 100_000:
+                        del self._latencies[:50_000]
+            except Exception:  # keep the loop alive; what failed is in the log and the error counter
+                log.exception("controller loop error")
+                self.health.error("controller", ErrorClass.PERMANENT)
+
+    def _apply(self, c: _Change) -> None:
+        r = c.resource
+        if c.op == "upsert":
+            assert r is not None
+            self._upsert(r, c.payload)
+            self.health.events_processed(r.name)
+        elif c.op == "delete":
+            assert r is not None
+            self._delete(r, c.payload)
+            self.health.events_processed(r.name)
+        elif c.op == "replace":
+            assert r is not None
+            self._replace(r, c.payload)
+        elif c.op == "synced":
+            assert r is not None
+            self.index.synced[r.kind] = c.payload
+            self.health.synced(r.name, c.payload)
+        elif c.op == "log":
+            lg: LogEvidence = c.payload
+            self.index.set_log(lg)
+            root = self.index.root_of(lg.pod)
+            if root is not None:
+                self._dirty.add(root.key)
+        elif c.op == "error":
+            err: SourceError = c.payload
+            self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
+        elif c.op == "restart":
+            assert r is not None
+            self.health.watch_restarted(r.name)
+            if c.payload:
+                self.health.relisted(r.name)
+
+    def _normalize(self, r: Resource, obj: JSON) -> ObjectRecord | None:
+        try:
+            n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")
+        except MalformedObject as e:
+            self._skip(str(e))
+            self.health.error(r.name, ErrorClass.PERMANENT)
+            return None
+        for p in n.problems:
+            log.debug("odd field", extra={"problem": p})
+        return n.record
+
+    def _skip(self, what: str) -> None:
+        log.warning("skipped", extra={"problem": what})
+        self.skipped.append(what)
+        del self.skipped[:-100]
+
+    def _touch(self, ref: Ref) -> None:
+        root = self.index.root_of(ref)
+        if root is not None:
+            self._dirty.add(root.key)
+        if ref.kind in _ROOTISH:
+            self._roots_changed = True
+
+    def _upsert(self, r: Resource, obj: JSON) -> None:
+        rec = self._normalize(r, obj)
+        if rec is None:
+            return
+        before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
+        self.index.upsert(rec)
+        self._known[r.name].add(rec.ref.key)
+        if before is not None:
+            self._dirty.add(before.key)
+        self._touch(rec.ref)
+
+    def _delete(self, r: Resource, obj: JSON) -> None:
+        meta = obj.get("metadata") or {}
+        kind = self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind
+        ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._delete_ref(r, ref)
+
+    def _delete_ref(self, r: Resource, ref: Ref) -> None:
+        self._touch(ref)
+        self.index.delete(ref)
+        self._known[r.name].discard(ref.key)
+
+    def _replace(self, r: Resource, objs: list[JSON]) -> None:
+        """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
+        seen: set[Key] = set()
+        for obj in objs:
+            rec = self._normalize(r, obj)
+            if rec is None:
+                continue
+            seen.add(rec.ref.key)
+            self.index.upsert(rec)
+            self._known[r.name].add(rec.ref.key)
+            self._touch(rec.ref)
+        for key in list(self._known[r.name] - seen):
+            self._delete_ref(r, Ref(*key))
+
+    def evaluate(self, *, full: bool = False) -> list[RunClaims]:
+        now = self.now()
+        with self.health.time_evaluation():
+            if self._roots_changed or full:
+                roots = {ref.key: ref for ref in self.index.roots()}
+                for gone in set(self.claims) - set(roots):
+                    rc = self.claims.pop(gone)
+                    self.exporter.forget(rc.ref)
+                self._roots_changed = False
+                targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
+            else:
+                targets = [self.claims[k].ref for k in self._dirty if k in self.claims]
+                targets += [ref for ref in (self._root_ref(k) for k in self._dirty if k not in self.claims) if ref]
+            self._dirty.clear()
+            out = []
+            for ref in targets:
+                rc = evaluate(self.index.evidence(ref), now, self.settings.claims)
+                self.claims[ref.key] = rc
+                out.append(rc)
+        self.evaluations += 1
+        self.health.set_runs_tracked(len(self.claims))
+        leader = self.leader
+        if leader:
+            # A new leader publishes every run, not just the ones that changed.
+            self.exporter.update(out if self._was_leader else self.claims.values(), now)
+        elif self._was_leader:
+            self.exporter.update([], now, replace=True)
+        self._was_leader = leader
+        self._log_targets = self._pods_to_tail()
+        if self.synced:
+            self.ready.set()
+        return out
+
+    def _root_ref(self, key: Key) -> Ref | None:
+        rec = self.index.get(*key)
+        return rec.ref if rec is not None and key in {r.key for r in self.index.roots()} else None
+
+    def latencies(self) -> list[float]:
+        return list(self._latencies)
+
+    # --- logs ------------------------------------------------------------------------------------
+
+    def _pods_to_tail(self) -> list[tuple[Ref, str]]:
+        out: list[tuple[Ref, str]] = []
+        for rc in self.claims.values():
+            if rc.finished:
+                continue
+            for pod in self.index.evidence(rc.ref).pods:
+                f = pod.facts
+                if isinstance(f, PodFacts) and f.phase == "Running":
+                    out.extend((pod.ref, c.name) for c in f.containers if not c.init and c.state == "running")
+        return out
+
+    def _poll_logs(self) -> None:
+        interval = self.cfg.log_poll_interval.total_seconds()
+        while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
+            for ref, container in list(self._log_targets):
+                if self._stop.is_set():
+                    return
+                try:
+                    data = self.api.get_text(
+                        f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
+                        [("container", container), ("tailLines", self.cfg.log_tail_lines),
+                         ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
+                    )
+                except SourceError as e:
+                    self._changes.put(_Change("error", None, e))
+                    continue
+                scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+                self._changes.put(_Change("log", None, LogEvidence(ref, container, scan, self.now())))
+
+    # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
+
+    def serve(self, host: str, port: int) -> int:
+        controller = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?")[0]
+                if path == "/metrics":
+                    body, ctype, code = render(controller.registry), "text/plain; version=0.0.4", 200
+                elif path == "/healthz":
+                    alive = all(t.is_alive() for t in controller._threads)
+                    body, ctype, code = (b"ok\n" if alive else b"loop stopped\n"), "text/plain", 200 if alive else 500
+                elif path == "/readyz":
+                    ok = controller.ready.is_set()
+                    body, ctype, code = (b"ok\n" if ok else b"not synced\n"), "text/plain", 200 if ok else 503
+                else:
+                    body, ctype, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http.daemon_threads = True
+        self._spawn(self._http.serve_forever, "http")
+        return int(self._http.server_address[1])
+
+
+_ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
+
+
+def _name_of(obj: JSON) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict):
+        return f"{meta.get('namespace') or ''}/{meta.get('name') or '?'}".lstrip("/")
+    return "?"

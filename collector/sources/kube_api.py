@@ -1,0 +1,267 @@
+"""Raw-JSON access to a Kubernetes API through the official client's transport.
+
+The client's model deserialization costs ~10× the decode itself (TOOLS.md), so lists, watches
+and logs go through `ApiClient.param_serialize`/`call_api` (auth, TLS, proxies as configured) and
+the bytes are decoded with orjson. Errors are split into retryable and permanent ones.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+JSON = dict[str, Any]
+
+
+class SourceError(Exception):
+    """An I/O failure at the Kubernetes boundary."""
+
+    retryable = True
+
+
+class RetryableSourceError(SourceError):
+    """Connection refused or cut, timeouts, 429, 5xx: try again after a backoff."""
+
+
+class PermanentSourceError(SourceError):
+    """401/403/404/422: retrying soon will not help (missing RBAC, API absent)."""
+
+    retryable = False
+
+
+class Expired(RetryableSourceError):
+    """410 Gone: the resourceVersion is older than the server keeps; relist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool = True
+    optional: bool = True  # absent APIs (no Kueue, no KubeRay) are skipped, not errors
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def path(self) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{base}/{self.plural}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+# What the collector watches. Kueue, KubeRay, training operators and TauGrid may be absent.
+DEFAULT_RESOURCES: tuple[Resource, ...] = (
+    Resource("Pod", "", "v1", "pods", optional=False),
+    Resource("Node", "", "v1", "nodes", namespaced=False, optional=False),
+    Resource("Event", "events.k8s.io", "v1", "events", optional=False),
+    Resource("Job", "batch", "v1", "jobs", optional=False),
+    Resource("Workload", "kueue.x-k8s.io", "v1beta1", "workloads"),
+    Resource("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues"),
+    Resource("ClusterQueue", "kueue.x-k8s.io", "v1beta1", "clusterqueues", namespaced=False),
+    Resource("RayJob", "ray.io", "v1", "rayjobs"),
+    Resource("RayCluster", "ray.io", "v1", "rayclusters"),
+    Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
+    Resource("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    Resource("TauRun", "taugrid.io", "v1alpha1", "tauruns"),
+    Resource("TauCluster", "taugrid.io", "v1alpha1", "tauclusters", namespaced=False),
+    Resource("TauWorkspace", "taugrid.io", "v1alpha1", "tauworkspaces"),
+)
+
+
+# One connection per watch plus log reads and the lease: urllib3's default pool of 10 is too small.
+POOL_SIZE = 64
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
+    configuration = k8s_client.Configuration()
+    configuration.connection_pool_maxsize = POOL_SIZE
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    return k8s_client.ApiClient(configuration)
+
+
+def api_client_for(host: str) -> k8s_client.ApiClient:
+    configuration = k8s_client.Configuration()
+    configuration.connection_pool_maxsize = POOL_SIZE
+    configuration.host = host
+    return k8s_client.ApiClient(configuration)
+
+
+def classify(status: int, body: bytes, what: str) -> SourceError:
+    message = ""
+    try:
+        doc = orjson.loads(body) if body else {}
+        message = str(doc.get("message") or "") if isinstance(doc, dict) else ""
+    except orjson.JSONDecodeError:
+        message = body[:200].decode("utf-8", "replace")
+    text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
+    if status == 410:
+        return Expired(text)
+    if status in (429,) or status >= 500:
+        return RetryableSourceError(text)
+    return PermanentSourceError(text)
+
+
+class KubeApi:
+    """GET-only access (plus Lease writes for leader election) returning raw JSON."""
+
+    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 30.0) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+        self._lock = threading.Lock()
+
+    def _call(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (), *, body: Any = None,
+              read_timeout: float | None = None, stream: bool = False) -> Any:
+        m, url, headers, body_, post = self.api.param_serialize(
+            method, path, query_params=list(query), header_params={"Accept": "application/json",
+                                                                   **({"Content-Type": "application/json"}
+                                                                      if body is not None else {})},
+            body=body, auth_settings=["BearerToken"],
+        )
+        try:
+            resp = self.api.call_api(m, url, header_params=headers, body=body_, post_params=post,
+                                     _request_timeout=(5.0, read_timeout or self.request_timeout))
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RetryableSourceError(f"{method} {path}: {type(e).__name__}: {e}") from e
+        except k8s_client.ApiException as e:
+            raise classify(e.status or 0, (e.body or "").encode() if isinstance(e.body, str) else e.body or b"",
+                           f"{method} {path}") from e
+        raw: urllib3.BaseHTTPResponse = resp.response
+        if resp.status >= 400:
+            try:
+                data = raw.read()
+            finally:
+                raw.release_conn()
+            raise classify(resp.status, data, f"{method} {path}")
+        if stream:
+            return raw
+        try:
+            return raw.read()
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RetryableSourceError(f"{method} {path}: body cut: {e}") from e
+        finally:
+            raw.release_conn()
+
+    def get_json(self, path: str, query: Sequence[tuple[str, Any]] = ()) -> JSON:
+        data = self._call("GET", path, query)
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise RetryableSourceError(f"GET {path}: not JSON: {e}") from e
+        if not isinstance(doc, dict):
+            raise PermanentSourceError(f"GET {path}: expected an object")
+        return doc
+
+    def write_json(self, method: str, path: str, body: JSON) -> JSON:
+        data = self._call(method, path, body=body)
+        doc = orjson.loads(data)
+        assert isinstance(doc, dict)
+        return doc
+
+    def get_text(self, path: str, query: Sequence[tuple[str, Any]] = ()) -> bytes:
+        data = self._call("GET", path, query)
+        assert isinstance(data, bytes)
+        return data
+
+    def list_pages(self, resource: Resource, *, limit: int = 500) -> tuple[list[JSON], str]:
+        """Every object of a resource, page by page; returns (items, list resourceVersion)."""
+        items: list[JSON] = []
+        token = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", limit)]
+            if token:
+                query.append(("continue", token))
+            doc = self.get_json(resource.path, query)
+            meta = doc.get("metadata") or {}
+            for item in doc.get("items") or []:
+                if isinstance(item, dict):
+                    item.setdefault("kind", resource.kind)
+                    item.setdefault("apiVersion", resource.api_version)
+                    items.append(item)
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch_lines(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Iterator[bytes]:
+        """Raw watch event lines from `resource_version`, until the server ends the stream."""
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", timeout_s)]
+        raw = self._call("GET", resource.path, query, read_timeout=timeout_s + 15, stream=True)
+        buf = b""
+        try:
+            for chunk in raw.stream(65536, decode_content=True):
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    if line.strip():
+                        yield line
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RetryableSourceError(f"watch {resource.name}: stream cut ({type(e).__name__})"
+                                       + (", partial event dropped" if buf else "")) from e
+        finally:
+            raw.release_conn()
+        if buf.strip():
+            raise RetryableSourceError(f"watch {resource.name}: stream ended mid-event ({len(buf)} bytes dropped)")
+
+    def discover(self, resources: Sequence[Resource]) -> tuple[list[Resource], list[str]]:
+        """Which of `resources` this server serves; optional absent ones are reported, not fatal."""
+        served: dict[str, set[str]] = {}
+        notes: list[str] = []
+        core = self.get_json("/api/v1")
+        served["v1"] = {str(r.get("name")) for r in core.get("resources") or [] if isinstance(r, dict)}
+        groups = self.get_json("/apis")
+        for g in groups.get("groups") or []:
+            for v in g.get("versions") or []:
+                gv = str(v.get("groupVersion"))
+                if any(r.api_version == gv for r in resources):
+                    try:
+                        doc = self.get_json(f"/apis/{gv}")
+                    except PermanentSourceError:
+                        continue
+                    served[gv] = {str(r.get("name")) for r in doc.get("resources") or [] if isinstance(r, dict)}
+        found: list[Resource] = []
+        for r in resources:
+            if r.plural in served.get(r.api_version, set()):
+                found.append(r)
+            elif r.optional:
+                notes.append(f"{r.name}/{r.version} not served: {r.kind} evidence absent")
+            else:
+                raise PermanentSourceError(f"required API {r.api_version} {r.plural} is not served")
+        return found, notes
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter; reset after a success."""
+
+    def __init__(self, base: float = 0.2, cap: float = 30.0, rng: random.Random | None = None) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * (2 ** self.attempt))
+        self.attempt = min(self.attempt + 1, 30)
+        return self._rng.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0

@@ -1,0 +1,98 @@
+"""Leader election through a coordination.k8s.io/v1 Lease: the collector's only write.
+
+Every replica watches (a warm standby); only the lease holder exports claims, so Prometheus
+never sees the same run from two replicas. Conflicts (409) mean someone else won the update.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from collector.kube import parse_time
+from collector.settings import ControllerSettings
+from collector.sources.kube_api import JSON, KubeApi, PermanentSourceError, SourceError
+
+log = logging.getLogger("taugrid.lease")
+
+
+def _micro(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    def __init__(self, api: KubeApi, cfg: ControllerSettings, now: Callable[[], datetime], *,
+                 identity: str = "") -> None:
+        self.api = api
+        self.cfg = cfg
+        self.now = now
+        self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{cfg.lease_namespace}/leases"
+        self._leader = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                held = self.try_acquire_or_renew()
+            except SourceError as e:
+                log.warning("lease update failed", extra={"error": str(e)})
+                held = False
+            if held != self._leader.is_set():
+                log.info("leadership changed", extra={"leader": held, "identity": self.identity})
+            (self._leader.set if held else self._leader.clear)()
+            self._stop.wait(self.cfg.lease_renew.total_seconds())
+
+    def try_acquire_or_renew(self) -> bool:
+        now = self.now()
+        name = self.cfg.lease_name
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.cfg.lease_duration.total_seconds()),
+                "renewTime": _micro(now)}
+        try:
+            lease = self.api.get_json(f"{self.path}/{name}")
+        except PermanentSourceError as e:
+            if "404" not in str(e):
+                raise
+            body: JSON = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                          "metadata": {"name": name, "namespace": self.cfg.lease_namespace},
+                          "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0}}
+            return self._write("POST", self.path, body)
+        cur = lease.get("spec") or {}
+        holder = cur.get("holderIdentity")
+        renewed = parse_time(cur.get("renewTime")) if cur.get("renewTime") else None
+        duration = timedelta(seconds=int(cur.get("leaseDurationSeconds") or 15))
+        if holder and holder != self.identity and renewed is not None and now - renewed < duration:
+            return False  # someone else holds a live lease
+        new_spec = {**cur, **spec}
+        if holder != self.identity:
+            new_spec["acquireTime"] = _micro(now)
+            new_spec["leaseTransitions"] = int(cur.get("leaseTransitions") or 0) + 1
+        lease["spec"] = new_spec
+        return self._write("PUT", f"{self.path}/{name}", lease)
+
+    def _write(self, method: str, path: str, body: JSON) -> bool:
+        try:
+            self.api.write_json(method, path, body)
+        except PermanentSourceError as e:
+            if "409" in str(e):
+                return False  # lost the race; read again next round
+            raise
+        return True

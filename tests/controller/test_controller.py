@@ -1,0 +1,257 @@
+"""The live controller against the shipped API simulator, through the official client over HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from collector.controller import Controller
+from collector.model import RunClaims
+from collector.settings import ControllerSettings, Settings
+from collector.simulator.server import Simulator
+from collector.sources.kube_api import KubeApi, api_client_for
+from tests.dumpkit import event, pod, ts
+from tests.test_explain_fixtures import taurun
+
+T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self, t: datetime) -> None:
+        self.t = t
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self.t
+
+    def advance(self, d: timedelta) -> None:
+        with self._lock:
+            self.t += d
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def settings(**kw: Any) -> Settings:
+    base = dict(tick=timedelta(seconds=0.2), leader_election=False, log_poll_interval=timedelta(0),
+                watch_timeout_s=5)
+    base.update(kw)
+    return Settings(controller=replace(ControllerSettings(), **base))
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    s = Simulator(watch_window=50)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def start(sim: Simulator, clock: Clock, **kw: Any) -> Controller:
+    c = Controller(KubeApi(api_client_for(sim.base_url)), settings(**kw), clock.now)
+    c.open()
+    wait_until(c.ready.is_set, what="controller ready")
+    return c
+
+
+def observed(c: Controller, run: str) -> dict[str, str]:
+    rc = next((r for r in c.claims.values() if r.ref.name == run), None)
+    return {k: v.observed.value for k, v in rc.claims.items()} if rc else {}
+
+
+def server_side(obj: dict[str, Any]) -> dict[str, Any]:
+    """Like a client sends it: the server assigns uid and resourceVersion."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
+    return {**obj, "metadata": meta}
+
+
+def ensure_namespaces(sim: Simulator, *names: str) -> None:
+    for ns in names:
+        sim.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+
+def apply_run(sim: Simulator, name: str, ns: str = "research", *, crash: bool = False, workers: int = 1) -> None:
+    ensure_namespaces(sim, ns)
+    sim.apply(server_side(taurun(name, ns, "Running", T0 - timedelta(hours=1), workers=workers)))
+    for i in range(workers):
+        containers = None
+        if crash:
+            containers = [{"name": "main", "ready": False, "restartCount": 4,
+                           "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                           "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                                        "finishedAt": ts(T0 - timedelta(minutes=1))}}}]
+        sim.apply(server_side(pod(f"{name}-w{i}", ns, T0 - timedelta(hours=1), node=f"gpu-{i}", gpus=8,
+                                  ready=not crash, labels={"taugrid.io/run": name}, containers=containers)))
+
+
+def test_claims_follow_the_cluster(sim: Simulator) -> None:
+    clock = Clock(T0)
+    apply_run(sim, "llm", workers=2)
+    c = start(sim, clock)
+    try:
+        wait_until(lambda: observed(c, "llm").get("running") == "true", what="running true")
+        assert observed(c, "llm")["scheduled"] == "true"
+        # The pod starts crash-looping: running turns contradicted without any poll.
+        apply_run(sim, "llm", crash=True, workers=1)
+        wait_until(lambda: observed(c, "llm").get("running") == "false", what="running false")
+        rc = next(r for r in c.claims.values() if r.ref.name == "llm")
+        assert rc.running.verdict.value == "contradicted"
+        assert "CrashLoopBackOff, last exit OOMKilled (137), 4 restarts" in rc.running.reason
+        # A run that appears later is picked up; a deleted root disappears from the export.
+        apply_run(sim, "late", ns="team-b")
+        wait_until(lambda: observed(c, "late").get("running") == "true", what="late run")
+        rt = sim.resource("taugrid.io/v1alpha1", "TauRun")
+        sim.store.delete(rt, "team-b", "late")
+        wait_until(lambda: not observed(c, "late"), what="late run forgotten")
+        assert all(r.name != "late" for r in c.exporter.runs())
+    finally:
+        c.close()
+
+
+def test_unreachable_api_fails_closed_on_the_tick(sim: Simulator) -> None:
+    clock = Clock(T0)
+    apply_run(sim, "llm")
+    c = start(sim, clock)
+    try:
+        wait_until(lambda: observed(c, "llm").get("running") == "true")
+        sim.close()  # the API is gone; no event will ever arrive again
+        clock.advance(timedelta(minutes=6))
+        wait_until(lambda: observed(c, "llm").get("running") == "unknown", what="unknown after staleness")
+        rc = next(r for r in c.claims.values() if r.ref.name == "llm")
+        assert rc.scheduled.observed.value == "unknown" and "old" in rc.scheduled.reason
+        assert c.health is not None and c.evaluations > 0
+    finally:
+        c.close()
+
+
+def drive_changes(sim: Simulator) -> None:
+    """The same cluster history for the faulted and the clean controller."""
+    ensure_namespaces(sim, "research")
+    for i in range(30):
+        sim.apply(server_side(event(f"noise-{i}", "research", {"apiVersion": "v1", "kind": "Pod",
+                                                   "metadata": {"name": "llm-w0", "uid": "uid-llm-w0"}},
+                        "Pulled", f"pulled {i}", T0 - timedelta(seconds=60 - i))))
+    apply_run(sim, "llm", crash=True)
+    apply_run(sim, "fresh", ns="team-b", workers=2)
+    sim.store.delete(sim.resource("v1", "Pod"), "team-b", "gone-w0")
+
+
+def snapshot(c: Controller) -> dict[str, Any]:
+    return {f"{r.ref.namespace}/{r.ref.name}": r.to_json() for r in c.claims.values()}
+
+
+def settle(c: Controller) -> dict[str, Any]:
+    """Claims once every reflector has caught up and a full tick has passed."""
+    def steady() -> bool:
+        a = snapshot(c)
+        time.sleep(0.5)
+        return a == snapshot(c) and c._changes.empty()
+    wait_until(steady, timeout=30, what="claims settle")
+    return snapshot(c)
+
+
+def test_faults_recover_to_the_claims_of_an_uninterrupted_run() -> None:
+    results: list[dict[str, Any]] = []
+    for faulty in (False, True):
+        clock = Clock(T0)
+        # One clock for server and controller: server-set timestamps repeat exactly across runs.
+        with Simulator(watch_window=20, clock=clock) as s:
+            s.start()
+            apply_run(s, "llm")
+            apply_run(s, "gone", ns="team-b")
+            c = start(s, clock)
+            try:
+                wait_until(lambda c=c: observed(c, "gone").get("running") == "true")
+                if faulty:
+                    # Watches cut mid-object, then the API refuses lists and watches while the
+                    # history moves on past the retained window (so resuming must relist and diff).
+                    s.faults.drop_watch(after_events=0, count=20)
+                    s.faults.fail(500, verbs=("list", "watch"), count=None)
+                drive_changes(s)
+                if faulty:
+                    time.sleep(1.0)
+                    s.faults.clear()
+                    s.faults.gone(6)  # and a 410 storm on the way back, relists included
+                results.append(settle(c))
+                if faulty:
+                    assert c.skipped == []
+                    reg = c.registry
+                    relists = reg.get_sample_value("taugrid_collector_relists_total", {"resource": "pods"})
+                    errors = sum(reg.get_sample_value("taugrid_collector_errors_total",
+                                                      {"source": r.name, "class": "retryable"}) or 0
+                                 for r in c.resources)
+                    assert relists and relists >= 1, "the pod watch must have relisted"
+                    assert errors >= 10, errors
+            finally:
+                c.close()
+    clean, faulted = results
+    assert set(clean) == {"research/llm", "team-b/fresh", "team-b/gone"}
+    assert clean["team-b/gone"]["claims"]["scheduled"]["observed"] == "false"  # its pod was deleted
+    assert clean["research/llm"]["claims"]["running"]["verdict"] == "contradicted"
+    assert _diff(faulted, clean) == []
+
+
+def _diff(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def test_leader_election_exports_from_one_replica(sim: Simulator) -> None:
+    clock = Clock(T0)
+    apply_run(sim, "llm")
+    kw = dict(leader_election=True, lease_renew=timedelta(seconds=0.2), lease_duration=timedelta(seconds=1),
+              lease_namespace="default")
+    a = start(sim, clock, **kw)
+    b = start(sim, clock, **kw)
+    try:
+        wait_until(lambda: a.leader != b.leader, what="one leader")
+        wait_until(lambda: any(x.exporter.runs() for x in (a, b)), what="leader exports")
+        leader, standby = (a, b) if a.leader else (b, a)
+        assert [r.name for r in leader.exporter.runs()] == ["llm"]
+        assert standby.exporter.runs() == [] and standby.claims  # warm, but silent
+        lease = sim.store.get(sim.resource("coordination.k8s.io/v1", "Lease"), "default",
+                              "taugrid-evidence-controller")
+        assert lease["spec"]["holderIdentity"] == leader.elector.identity  # type: ignore[union-attr]
+        leader.close()
+        clock.advance(timedelta(seconds=2))  # the old lease expires by the clock both replicas read
+        wait_until(lambda: standby.leader and bool(standby.exporter.runs()), what="failover")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_odd_objects_are_skipped_and_the_loop_survives(sim: Simulator) -> None:
+    clock = Clock(T0)
+    apply_run(sim, "llm")
+    c = start(sim, clock)
+    try:
+        weird = pod("odd", "research", T0, node="n", labels={"taugrid.io/run": "llm"})
+        weird["status"] = {"phase": "Exploded", "containerStatuses": "not-a-list", "conditions": [{"status": 3}]}
+        sim.apply(server_side(weird))
+        sim.apply(server_side(event("orphan", "research", {"apiVersion": "v1", "kind": "Pod",
+                                                           "metadata": {"name": "never-seen", "uid": "x"}},
+                                    "FailedMount", "volume missing", T0)))
+        wait_until(lambda: observed(c, "llm").get("running") == "false", what="odd pod counted, not running")
+        rc: RunClaims = next(r for r in c.claims.values() if r.ref.name == "llm")
+        assert "pod odd Exploded" in rc.running.reason
+        assert all(t.is_alive() for t in c._threads)
+    finally:
+        c.close()
