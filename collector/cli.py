@@ -81,8 +81,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, outp
     index = build_index(dump.records)
     taken = captured or dump.captured_at() or now
     index.synced.update(dict.fromkeys(SNAPSHOT_SOURCES, taken))
-    for log in dump.log_evidence(taken):
-        index.set_log(log)
+    for sig in dump.signals(taken):
+        index.set_signal(sig)
     claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:

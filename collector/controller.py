@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from collector.claims import evaluate
-from collector.correlate import Key, LogEvidence, RunIndex
+from collector.correlate import Key, RunIndex, Signal
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, Ref, RunClaims
 from collector.progress import scan_text
@@ -212,9 +212,9 @@ class Controller:
             self.index.synced[r.kind] = c.payload
             self.health.synced(r.name, c.payload)
         elif c.op == "log":
-            lg: LogEvidence = c.payload
-            self.index.set_log(lg)
-            root = self.index.root_of(lg.pod)
+            sig: Signal = c.payload
+            self.index.set_signal(sig)
+            root = self.index.root_of(sig.ref)
             if root is not None:
                 self._dirty.add(root.key)
         elif c.op == "error":
@@ -354,7 +354,7 @@ class Controller:
                     self._changes.put(_Change("error", None, e))
                     continue
                 scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                self._changes.put(_Change("log", None, LogEvidence(ref, container, scan, self.now())))
+                self._changes.put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
 

@@ -25,6 +25,7 @@ from collector.kube import (
 from collector.model import (
     EventFacts,
     ObjectRecord,
+    Plane,
     PodFacts,
     RayJobFacts,
     Ref,
@@ -43,14 +44,30 @@ MAX_DEPTH = 8
 
 
 @dataclass(slots=True)
-class LogEvidence:
-    """What was read from one container's log, and when (the logs plane's freshness)."""
+class Signal:
+    """One progress source of a run as last read, and when (that source's freshness).
 
-    pod: Ref
-    container: str
+    Logs of a container, a Ray metrics counter, a checkpoint listing: each arrives as a scan of
+    samples (and hang findings) so the progress analysis treats them alike.
+    """
+
+    ref: Ref  # the object it was read for: a pod (logs), a RayCluster (metrics), the run root (checkpoints)
+    source: str  # container name, "ray-metrics", "checkpoints"
     scan: LogScan
     read_at: datetime
-    previous: bool = False  # the previous (crashed) container instance
+    plane: Plane = Plane.LOGS
+    durable: bool = False  # checkpoints: progress that survives a restart
+
+
+@dataclass(frozen=True, slots=True)
+class RayRuntime:
+    """What a Ray cluster's own head says (dashboard Jobs and state APIs), and when it said it."""
+
+    alive_nodes: int | None
+    job_status: str  # Ray job status: PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED, "" when unknown
+    job_message: str
+    read_at: datetime
+    error: str = ""  # why the head could not be read, if it could not
 
 
 @dataclass(slots=True)
@@ -70,7 +87,8 @@ class RunEvidence:
     taucluster: ObjectRecord | None = None
     workspace: ObjectRecord | None = None
     nodes: dict[str, ObjectRecord] = field(default_factory=dict)
-    logs: list[LogEvidence] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    ray: dict[str, RayRuntime] = field(default_factory=dict)  # by RayCluster name
     synced: Mapping[str, datetime] = field(default_factory=dict)
 
 
@@ -119,7 +137,8 @@ class RunIndex:
         self._down: defaultdict[Key, set[Key]] = defaultdict(set)
         self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
         self._root_candidates: set[Key] = set()
-        self._logs: dict[Key, dict[tuple[str, bool], LogEvidence]] = {}
+        self._signals: dict[Key, dict[str, Signal]] = {}
+        self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
 
     # --- writes --------------------------------------------------------------------------------
@@ -151,11 +170,15 @@ class RunIndex:
         self._up.pop(key, None)
         self._adopted.pop(key, None)
         self._root_candidates.discard(key)
-        self._logs.pop(key, None)
+        self._signals.pop(key, None)
+        self._ray.pop(key, None)
         return rec
 
-    def set_log(self, log: LogEvidence) -> None:
-        self._logs.setdefault(log.pod.key, {})[(log.container, log.previous)] = log
+    def set_signal(self, sig: Signal) -> None:
+        self._signals.setdefault(sig.ref.key, {})[sig.source] = sig
+
+    def set_ray(self, cluster: Ref, runtime: RayRuntime) -> None:
+        self._ray[cluster.key] = runtime
 
     def _unlink(self, key: Key) -> None:
         for p in self._up.get(key, ()):
@@ -304,7 +327,11 @@ class RunIndex:
                 node = self._objects.get(("Node", "", pf.node_name))
                 if node is not None:
                     ev.nodes[pf.node_name] = node
-            ev.logs.extend(self._logs.get(pod.ref.key, {}).values())
+        for key in (root.key, *member_keys):
+            ev.signals.extend(self._signals.get(key, {}).values())
+            runtime = self._ray.get(key)
+            if runtime is not None:
+                ev.ray[key[2]] = runtime
         return ev
 
     @staticmethod

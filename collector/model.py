@@ -362,6 +362,25 @@ class Blocked:
 
 
 CLAIM_NAMES = ("scheduled", "running", "progressing")
+BADPUT_CAUSES = ("queued", "starting", "stalled", "restarting", "replaying")
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    allocated_s: float  # since every expected pod was bound (the run holds its GPUs)
+    productive_s: float
+    badput_s: dict[str, float]  # by cause; "queued" lies before allocation, the rest inside it
+    ratio: float | None  # productive / allocated; None without a dated progress signal
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ratio": None if self.ratio is None else round(self.ratio, 4),
+            "allocated_seconds": round(self.allocated_s, 1),
+            "productive_seconds": round(self.productive_s, 1),
+            "badput_seconds": {k: round(v, 1) for k, v in self.badput_s.items()},
+        }
+
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +394,7 @@ class RunClaims:
     blocked: Blocked | None
     evaluated_at: datetime
     finished: bool = False  # the root reached a terminal state
+    goodput: Goodput | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. queue, workers: context for humans
 
     @property
@@ -390,6 +410,7 @@ class RunClaims:
             "finished": self.finished,
             "claims": {k: c.to_json() for k, c in self.claims.items()},
             "blocked": self.blocked.to_json() if self.blocked else None,
+            "goodput": self.goodput.to_json() if self.goodput else None,
         }
         if self.extra:
             out["context"] = dict(self.extra)

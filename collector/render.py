@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from collector.claims.common import human_age
@@ -52,6 +52,14 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             for e in c.evidence[1 : 1 + evidence]:
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
                 out.append(f"  {'':<13} {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+        if rc.goodput is not None and rc.goodput.allocated_s > 0:
+            g = rc.goodput
+            ratio = f"{g.ratio:.0%}" if g.ratio is not None else "unknown"
+            parts = [f"{k} {human_age(timedelta(seconds=v))}" for k, v in g.badput_s.items() if v >= 1 and k == "queued"]
+            parts.append(f"productive {human_age(timedelta(seconds=g.productive_s))}")
+            parts += [f"{k} {human_age(timedelta(seconds=v))}" for k, v in g.badput_s.items()
+                      if v >= 1 and k != "queued"]
+            out.append(f"  {'goodput':<13} {ratio:<13} {' · '.join(parts)}")
         if rc.blocked is not None:
             b = rc.blocked
             age = f" for {human_age(now - b.since)}" if b.since is not None and b.since <= now else ""

@@ -240,6 +240,13 @@ class ClaimsExporter(Collector):
                 for plane, at in entry.newest:
                     # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
                     fam["evidence_age"].add_metric([*run, plane.value], max(0.0, now_s - at))
+            g = rc.goodput
+            if g is not None:
+                if g.ratio is not None:
+                    fam["goodput"].add_metric(list(run), g.ratio)
+                fam["run_time"].add_metric([*run, "productive"], g.productive_s)
+                for cause, secs in g.badput_s.items():
+                    fam["run_time"].add_metric([*run, cause], secs)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return list(fam.values())
@@ -277,6 +284,16 @@ class ClaimsExporter(Collector):
                 "taugrid_run_evidence_age_seconds",
                 "Age of the newest evidence of one plane across the run's claims, seconds.",
                 labels=[*run, "plane"],
+            ),
+            "goodput": GaugeMetricFamily(
+                "taugrid_run_goodput_ratio",
+                "Productive (progressing) time over allocated (scheduled) time; absent without a dated progress signal.",
+                labels=run,
+            ),
+            "run_time": GaugeMetricFamily(
+                "taugrid_run_time_seconds",
+                "Seconds of the run's life by bucket: productive, or the badput cause (queued lies before allocation).",
+                labels=[*run, "bucket"],
             ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",

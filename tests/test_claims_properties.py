@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.claims import evaluate
-from collector.correlate import LogEvidence, build_index
+from collector.correlate import Signal, build_index
 from collector.kube import normalize
 from collector.model import Observed, Ref, Verdict, verdict_for
 from collector.progress import scan_text
@@ -105,7 +105,7 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
     synced_at = BASE - timedelta(seconds=sync_age)
     index.synced.update({k: synced_at for k in ("Pod", "TauRun", "Workload", "Event", "RayJob", "RayCluster")})
     for pod in [r for r in records if r.ref.kind == "Pod"][:1]:
-        index.set_log(LogEvidence(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
+        index.set_signal(Signal(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
     [ev] = index.all_evidence()
     out = evaluate(ev, BASE, S)
     again = evaluate(index.evidence(Ref("TauRun", "ns", "r")), BASE, S)
@@ -130,3 +130,10 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
         assert out.scheduled.observed is Observed.TRUE
     if out.blocked is not None:
         assert out.scheduled.observed is not Observed.TRUE and not out.finished
+    g = out.goodput
+    assert g is not None
+    assert all(v >= 0 for v in g.badput_s.values()) and g.productive_s >= 0
+    if g.allocated_s > 0:
+        inside = g.productive_s + sum(v for k, v in g.badput_s.items() if k != "queued")
+        assert abs(inside - g.allocated_s) < 1e-6, "allocated time is fully accounted for"
+        assert g.ratio is None or 0 <= g.ratio <= 1

@@ -404,6 +404,25 @@ def test_megatron_progress_verified_then_stalled(tmp_path: Path) -> None:
     assert run["claims"]["progressing"]["reason"].startswith("STALLED 4m50s: last step 125")
 
 
+def test_goodput_splits_allocated_time(tmp_path: Path) -> None:
+    log, last = megatron_log(NOW - timedelta(minutes=10))
+    dump = healthy_taurun(tmp_path, log)
+    scheduled_at = NOW - timedelta(hours=1) + timedelta(seconds=1)  # PodScheduled of the only pod
+    run = only_run(explain(dump, "--at", ts(last + timedelta(seconds=60))), "llm")
+    g = run["goodput"]
+    assert g["allocated_seconds"] == pytest.approx((last + timedelta(seconds=60) - scheduled_at).total_seconds())
+    assert g["productive_seconds"] == pytest.approx(3 * 87 + 60)
+    assert g["badput_seconds"]["starting"] == pytest.approx((NOW - timedelta(minutes=10) - scheduled_at)
+                                                            .total_seconds())
+    assert g["badput_seconds"]["stalled"] == 0
+    assert g["ratio"] == pytest.approx(g["productive_seconds"] / g["allocated_seconds"], abs=1e-4)
+    stalled = only_run(explain(dump, "--at", ts(last + timedelta(seconds=290))), "llm")["goodput"]
+    assert stalled["productive_seconds"] == pytest.approx(3 * 87)
+    assert stalled["badput_seconds"]["stalled"] == pytest.approx(290)
+    text = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", ts(last + timedelta(seconds=290))])
+    assert "goodput" in text.stdout and "stalled 4m50s" in text.stdout
+
+
 def test_nccl_watchdog_named_in_stall(tmp_path: Path) -> None:
     log, last = megatron_log(NOW - timedelta(minutes=10))
     watchdog = fixture_path("training_logs/nccl_watchdog_timeout_torch2x_format_llamafactory_7396.txt").read_text()

@@ -11,8 +11,9 @@ from datetime import datetime
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
 from collector.claims.common import Freshness, human_age, latest
+from collector.claims.goodput import goodput
 from collector.claims.progress import ProgressView, analyze
-from collector.correlate import RunEvidence
+from collector.correlate import RunEvidence, Signal
 from collector.model import (
     Claim,
     Evidence,
@@ -98,7 +99,12 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
 
     scheduled = _scheduled(ev, a, status_ev, live, want, expected_from, fresh)
     running = _running(ev, a, status_ev, live, want, scheduled, fresh, now, s)
-    progressing = _progressing(ev, a, status_ev, running, fresh, now, s)
+    # Only sources read recently count; a stale one is no evidence (fail closed).
+    fresh_signals = [sig for sig in ev.signals if now - sig.read_at <= s.evidence_max_age]
+    view = analyze(fresh_signals, s) if fresh_signals else None
+    progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now)
+    scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
+    crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
     # Only a fresh "not scheduled" has a stage to blame; unknown stays unknown (fail closed).
     if scheduled.observed is Observed.FALSE and not a.finished:
@@ -112,6 +118,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         evaluated_at=now,
         finished=a.finished,
         extra=_context(ev, expected),
+        goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping),
     )
 
 
@@ -293,30 +300,29 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
 # --- progressing ---------------------------------------------------------------------------------
 
 
-def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh: Freshness,
-                 now: datetime, s: ClaimSettings) -> Claim:
+def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
+                 view: ProgressView | None, now: datetime) -> Claim:
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
         return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
-    if not ev.logs:
+    if view is None:
+        if ev.signals:
+            read_at = max(sig.read_at for sig in ev.signals)
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"data stale: progress sources last read {human_age(now - read_at)} ago", [], status_ev)
         why = "no progress signal: no container logs read" if running.observed is Observed.TRUE else \
             "no progress signal and running is unknown"
         return _claim(a.progressing, Observed.UNKNOWN, None, why, [], status_ev)
-    read_at = latest(log.read_at for log in ev.logs)
-    assert read_at is not None
-    if now - read_at > s.evidence_max_age:
-        return _claim(a.progressing, Observed.UNKNOWN, None,
-                      f"data stale: logs last read {human_age(now - read_at)} ago", [], status_ev)
-    view = analyze(ev.logs, s)
-    evidence = _progress_evidence(ev, view, read_at)
+    read_at = max(sig.read_at for sig in fresh_signals)
+    evidence = _progress_evidence(ev, fresh_signals, view, read_at)
     if not view.advances:
         if view.undated:
-            top = max((smp.step for log in ev.logs for smp in log.scan.samples), default=None)
+            top = max((smp.step for sig in fresh_signals for smp in sig.scan.samples), default=None)
             return _claim(a.progressing, Observed.UNKNOWN, None,
                           f"progress lines carry no timestamps (last step {top}); cannot tell when it advanced",
                           evidence, status_ev)
         return _claim(a.progressing, Observed.UNKNOWN, None,
-                      f"no progress signal in {len(ev.logs)} container log(s)", evidence, status_ev)
+                      f"no progress signal in {len(fresh_signals)} source(s) read", evidence, status_ev)
     last = view.advances[-1]
     age = now - last.at
     if view.nonfinite_since is not None:
@@ -327,6 +333,11 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
     rate = ""
     if view.median_step_s is not None:
         rate = f"; median step {view.median_step_s:.3g}s"
+    if age <= view.window and running.observed is not Observed.TRUE:
+        # Progress implies running; with running unknown, claim no more than it.
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"step {last.step:,} at {_hm(last.at)}, but running is unknown: {running.reason}",
+                      evidence, status_ev)
     if age <= view.window:
         slow = ""
         if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:
@@ -337,7 +348,7 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
                       f"step {last.step:,} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}",
                       evidence, status_ev)
     reason = f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
-    hangs = [h for log in ev.logs for h in log.scan.hangs if h.at is None or h.at >= last.at]
+    hangs = [h for sig in fresh_signals for h in sig.scan.hangs if h.at is None or h.at >= last.at]
     if hangs:
         h = hangs[0]
         what = h.kind.replace("-", " ")
@@ -362,7 +373,8 @@ def _streak_start(view: ProgressView) -> datetime:
     return start
 
 
-def _progress_evidence(ev: RunEvidence, view: ProgressView, read_at: datetime) -> list[Evidence]:
+def _progress_evidence(ev: RunEvidence, signals: list[Signal], view: ProgressView,
+                       read_at: datetime) -> list[Evidence]:
     out = []
     if view.advances:
         last = view.advances[-1]
@@ -375,8 +387,8 @@ def _progress_evidence(ev: RunEvidence, view: ProgressView, read_at: datetime) -
         out.append(Evidence(Plane.LOGS, str(ev.root.ref), "replayed_steps", view.replayed, read_at))
     if view.skipped:
         out.append(Evidence(Plane.LOGS, str(ev.root.ref), "skipped_steps", view.skipped, read_at))
-    for log in ev.logs:
-        for h in log.scan.hangs[:2]:
-            out.append(Evidence(Plane.LOGS, f"{log.pod.name}/{log.container}", h.kind,
+    for sig in signals:
+        for h in sig.scan.hangs[:2]:
+            out.append(Evidence(sig.plane, f"{sig.ref.name}/{sig.source}", h.kind,
                                 f"{h.collective or ''} timeout_ms={h.timeout_ms} rank={h.rank}".strip(), h.at))
     return out

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from collector.correlate import LogEvidence
+from collector.correlate import Signal
 from collector.settings import ClaimSettings
 
 
@@ -17,6 +17,7 @@ class Advance:
     at: datetime
     step: int
     source: str
+    replay_from: datetime | None = None  # steps were being replayed from then until this advance
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +36,12 @@ class ProgressView:
     mad_step_s: float | None
 
 
-def analyze(logs: Iterable[LogEvidence], s: ClaimSettings) -> ProgressView:
+def analyze(signals: Iterable[Signal], s: ClaimSettings) -> ProgressView:
     dated: list[tuple[datetime, int, float | None, bool, str]] = []
     undated = 0
-    for log in logs:
-        src = f"{log.pod.name}/{log.container}"
-        for smp in log.scan.samples:
+    for sig in signals:
+        src = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
+        for smp in sig.scan.samples:
             if smp.at is None:
                 undated += 1
             else:
@@ -51,6 +52,7 @@ def analyze(logs: Iterable[LogEvidence], s: ClaimSettings) -> ProgressView:
     replayed = skipped = 0
     last_loss: float | None = None
     bad_since: Advance | None = None
+    replay_from: datetime | None = None
     for at, step, loss, was_skipped, src in dated:
         if was_skipped:
             skipped += 1
@@ -65,10 +67,12 @@ def analyze(logs: Iterable[LogEvidence], s: ClaimSettings) -> ProgressView:
             # The same step from another rank, or a replay after restoring an older checkpoint.
             if step < high:
                 replayed += 1
+                replay_from = replay_from or at
             continue
         high = step
         if loss is None or math.isfinite(loss):
-            advances.append(Advance(at, step, src))
+            advances.append(Advance(at, step, src, replay_from))
+            replay_from = None
     intervals = [(b.at - a.at).total_seconds() for a, b in zip(advances, advances[1:], strict=False)]
     step_times = [
         (b.at - a.at).total_seconds() / (b.step - a.step)

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import yaml
 
-from collector.correlate import LogEvidence
+from collector.correlate import Signal
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, Ref
 from collector.progress import LogScan, scan_text
@@ -63,8 +63,8 @@ class Dump:
         times.extend(h.at for _, _, scan in self.logs for h in scan.hangs if h.at is not None)
         return max(times, default=None)
 
-    def log_evidence(self, read_at: datetime) -> list[LogEvidence]:
-        return [LogEvidence(pod=ref, container=c, scan=scan, read_at=read_at) for ref, c, scan in self.logs]
+    def signals(self, read_at: datetime) -> list[Signal]:
+        return [Signal(ref=ref, source=c, scan=scan, read_at=read_at) for ref, c, scan in self.logs]
 
 
 def load_dump(root: Path, contract: TauGridContract | None = None) -> Dump:

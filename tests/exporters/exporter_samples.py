@@ -11,6 +11,7 @@ from collector.model import (
     Blocked,
     Claim,
     Evidence,
+    Goodput,
     Observed,
     Plane,
     Ref,
@@ -64,6 +65,9 @@ def crashlooping_run(
         blocked=None,
         evaluated_at=at,
         finished=finished,
+        goodput=Goodput(allocated_s=1800.0, productive_s=1200.0,
+                        badput_s={"queued": 60.0, "starting": 300.0, "stalled": 0.0, "restarting": 300.0,
+                                  "replaying": 0.0}, ratio=1200.0 / 1800.0),
     )
 
 

@@ -304,3 +304,14 @@ def test_serve_exposes_metrics_over_http(registry: CollectorRegistry) -> None:
     finally:
         shutdown(server, thread)
     assert not thread.is_alive()
+
+
+def test_goodput_is_exported_per_bucket() -> None:
+    registry = new_registry()
+    ClaimsExporter(registry).update([crashlooping_run()], T0)
+    samples = scrape(registry)
+    assert one(samples, "taugrid_run_goodput_ratio", run="llm-pretrain") == pytest.approx(2 / 3)
+    assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="productive") == 1200.0
+    assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="restarting") == 300.0
+    buckets = {labels["bucket"] for labels, _ in samples["taugrid_run_time_seconds"]}
+    assert buckets == {"productive", "queued", "starting", "stalled", "restarting", "replaying"}

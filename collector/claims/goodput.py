@@ -1,0 +1,59 @@
+"""Goodput (ETTR): productive time over allocated time, and where the rest went.
+
+Reconstructed from timestamps the evidence carries (creation, scheduling, progress advances,
+container restarts), so a dump and the live controller compute the same numbers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from collector.claims.progress import ProgressView
+from collector.correlate import RunEvidence
+from collector.model import BADPUT_CAUSES, Goodput, PodFacts
+
+
+def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime | None, now: datetime,
+            *, crash_looping: bool = False) -> Goodput:
+    created = ev.root.created
+    bad = dict.fromkeys(BADPUT_CAUSES, 0.0)
+    if created is not None:
+        bad["queued"] = _secs((scheduled_at or now) - created)
+    if scheduled_at is None or scheduled_at > now:
+        return Goodput(0.0, 0.0, bad, None)
+    allocated = _secs(now - scheduled_at)
+    advances = [a for a in (view.advances if view else ()) if a.at >= scheduled_at]
+    if view is None or not advances:
+        bad["restarting" if crash_looping else "starting"] = allocated
+        return Goodput(allocated, 0.0, bad, None if view is None or not view.advances else 0.0)
+    restarts = sorted(
+        c.last_finished
+        for p in ev.pods if isinstance(p.facts, PodFacts)
+        for c in p.facts.containers if c.last_finished is not None and c.last_finished >= scheduled_at
+    )
+    window = view.window
+    productive = 0.0
+    bad["starting"] = _secs(advances[0].at - scheduled_at)
+    for a, b in zip(advances, advances[1:], strict=False):
+        gap = b.at - a.at
+        if b.replay_from is not None and a.at <= b.replay_from <= b.at:
+            bad["restarting"] += _secs(b.replay_from - a.at)
+            bad["replaying"] += _secs(b.at - b.replay_from)
+        elif gap <= window:
+            productive += _secs(gap)
+        elif any(a.at <= r <= b.at for r in restarts):
+            bad["restarting"] += _secs(gap)
+        else:
+            bad["stalled"] += _secs(gap)
+    tail = now - advances[-1].at
+    if tail <= window:
+        productive += _secs(tail)
+    elif crash_looping:
+        bad["restarting"] += _secs(tail)
+    else:
+        bad["stalled"] += _secs(tail)
+    return Goodput(allocated, productive, bad, productive / allocated if allocated > 0 else None)
+
+
+def _secs(d: timedelta) -> float:
+    return max(0.0, d.total_seconds())
