@@ -55,7 +55,8 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
         if rc.goodput is not None and rc.goodput.allocated_s > 0:
             g = rc.goodput
             ratio = f"{g.ratio:.0%}" if g.ratio is not None else "unknown"
-            parts = [f"{k} {human_age(timedelta(seconds=v))}" for k, v in g.badput_s.items() if v >= 1 and k == "queued"]
+            queued = g.badput_s.get("queued", 0.0)
+            parts = [f"queued {human_age(timedelta(seconds=queued))}"] if queued >= 1 else []
             parts.append(f"productive {human_age(timedelta(seconds=g.productive_s))}")
             parts += [f"{k} {human_age(timedelta(seconds=v))}" for k, v in g.badput_s.items()
                       if v >= 1 and k != "queued"]

@@ -287,7 +287,7 @@ class ClaimsExporter(Collector):
             ),
             "goodput": GaugeMetricFamily(
                 "taugrid_run_goodput_ratio",
-                "Productive (progressing) time over allocated (scheduled) time; absent without a dated progress signal.",
+                "Productive (progressing) over allocated (scheduled) time; absent without a dated progress signal.",
                 labels=run,
             ),
             "run_time": GaugeMetricFamily(
