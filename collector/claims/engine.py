@@ -101,8 +101,13 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     running = _running(ev, a, status_ev, live, want, scheduled, fresh, now, s)
     # Only sources read recently count; a stale one is no evidence (fail closed).
     fresh_signals = [sig for sig in ev.signals if now - sig.read_at <= s.evidence_max_age]
-    view = analyze(fresh_signals, s) if fresh_signals else None
-    progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now)
+    # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
+    # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
+    rate = [sig for sig in fresh_signals if not sig.durable]
+    durable = [sig for sig in fresh_signals if sig.durable]
+    view = analyze(rate or durable, s) if fresh_signals else None
+    durable_view = analyze(durable, s) if durable and rate else None
+    progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
@@ -301,7 +306,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
 
 
 def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
-                 view: ProgressView | None, now: datetime) -> Claim:
+                 view: ProgressView | None, now: datetime, durable_view: ProgressView | None = None) -> Claim:
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
         return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
@@ -315,6 +320,11 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
         return _claim(a.progressing, Observed.UNKNOWN, None, why, [], status_ev)
     read_at = max(sig.read_at for sig in fresh_signals)
     evidence = _progress_evidence(ev, fresh_signals, view, read_at)
+    durability = ""
+    if durable_view is not None and durable_view.advances:
+        ck = durable_view.advances[-1]
+        evidence.append(Evidence(Plane.EXPSTORE, ck.source, "last_checkpoint_step", ck.step, ck.at))
+        durability = f"; last checkpoint step {ck.step:,} {human_age(now - ck.at)} ago"
     if not view.advances:
         if view.undated:
             top = max((smp.step for sig in fresh_signals for smp in sig.scan.samples), default=None)
@@ -345,9 +355,10 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
             if age.total_seconds() > view.median_step_s + 5 * spread and age.total_seconds() > 60:
                 slow = f"; slower than usual ({human_age(age)} since the last step)"
         return _claim(a.progressing, Observed.TRUE, _streak_start(view),
-                      f"step {last.step:,} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}",
+                      f"step {last.step:,} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}{durability}",
                       evidence, status_ev)
-    reason = f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
+    reason = (f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
+              f"{durability}")
     hangs = [h for sig in fresh_signals for h in sig.scan.hangs if h.at is None or h.at >= last.at]
     if hangs:
         h = hangs[0]
