@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/taugrid-evidence explain --from-dump samples/demo-dump
+	$(BIN)/taugrid-evidence demo --speed 20 --duration 45
 
 lint: setup
 	$(BIN)/ruff check collector exporters tests bench

@@ -158,3 +158,35 @@ def _address(value: str) -> tuple[str, int]:
     if not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
     return host or "0.0.0.0", int(port)
+
+
+@main.command()
+@click.option("--speed", type=float, default=10.0, show_default=True, help="Scenario seconds per real second.")
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: Ctrl-C).")
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Scenario YAML (default: the shipped one).")
+@click.option("--metrics-port", type=int, default=0, show_default=True, help="Port for /metrics (0: any free).")
+def demo(speed: float, duration: float | None, scenario: Path | None, metrics_port: int) -> None:
+    """Run the API simulator's scenario and the live controller, and show each run's claims live."""
+    from collector.demo import run_demo  # rich's live display is only needed here
+
+    logging.basicConfig(level=logging.ERROR)
+    sys.exit(run_demo(speed=speed, duration=duration, scenario=scenario, metrics_port=metrics_port))
+
+
+@main.command()
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Scenario YAML (default: the shipped one).")
+@click.option("--address", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve on.")
+@click.option("--speed", type=float, default=1.0, show_default=True, help="Scenario seconds per real second.")
+@click.option("--kubeconfig", "kubeconfig_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write a kubeconfig pointing at the simulator.")
+def simulator(scenario: Path | None, address: str, speed: float, kubeconfig_out: Path | None) -> None:
+    """Serve the Kubernetes API simulator playing a scenario; point kubectl or any client at it."""
+    from collector.simulator.run import run_simulator
+    from collector.simulator.scenario import ScenarioError
+
+    try:
+        run_simulator(scenario, address, speed, kubeconfig_out)
+    except ScenarioError as e:
+        raise click.ClickException(str(e)) from e
