@@ -107,7 +107,8 @@ def _summary(console: Console, claims: list[RunClaims], session: SimulationSessi
     console.print(f"  • Prometheus families (while running): http://127.0.0.1:{port}/metrics — see docs/metrics.md")
     console.print("  • The same claims offline: `taugrid-evidence simulator` in one terminal, then")
     console.print("      kubectl --kubeconfig <printed path> cluster-info dump -A --output-directory DIR")
-    console.print("      kubectl --kubeconfig <printed path> get tauruns,rayjobs,workloads,jobs -A -o json > DIR/crds.json")
+    console.print("      kubectl --kubeconfig <printed path> get tauruns,rayjobs,workloads,jobs -A -o json"
+                  " > DIR/crds.json")
     console.print("      taugrid-evidence explain --from-dump DIR")
     console.print("  • Against a real cluster: `taugrid-evidence controller --kubeconfig ~/.kube/config`")
     console.print(f"  (this run's simulator kubeconfig was {session.kubeconfig})")
