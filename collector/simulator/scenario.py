@@ -1,0 +1,470 @@
+"""Scenario files: the cluster, the runs, and each run's lifecycle timeline, as data (YAML).
+
+A scenario is validated on load; every problem names the file and the place in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collector.simulator.clock import parse_time
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+# Run timeline actions and the arguments each accepts (name → accepted Python types).
+RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "waitForQuota": {"message": (str,)},
+    "admit": {"clusterQueue": (str,)},
+    "unschedulable": {"message": (str,), "repeatEvery": (str, int, float)},
+    "scaleUp": {
+        "triggered": (bool,),
+        "nodeGroup": (str,),
+        "from": (int,),
+        "to": (int,),
+        "max": (int,),
+        "message": (str,),
+    },
+    "schedule": {"nodes": (list,), "pods": (str,)},
+    "pull": {"image": (str,)},
+    "pullFail": {"message": (str,)},
+    "start": {"pullSeconds": (int, float)},
+    "train": {
+        "every": (str, int, float),
+        "iterations": (int,),
+        "startIteration": (int,),
+        "loss": (int, float),
+        "minLoss": (int, float),
+        "batchSize": (int,),
+        "pods": (str,),
+        "checkpointEvery": (int,),
+        "line": (str,),
+    },
+    "stall": {},
+    "crashLoop": {
+        "pods": (str,),
+        "reason": (str,),
+        "exitCode": (int,),
+        "runFor": (str, int, float),
+        "maxBackoff": (str, int, float),
+        "lines": (list,),
+    },
+    "recover": {"pods": (str,)},
+    "preempt": {"message": (str,)},
+    "nodeLoss": {"node": (str,), "podPhase": (str,)},
+    "succeed": {},
+    "fail": {"message": (str,), "exitCode": (int,)},
+    "log": {"pods": (str,), "lines": (list,)},
+    "event": {"object": (str,), "type": (str,), "reason": (str,), "message": (str,), "component": (str,)},
+    "patch": {"object": (str,), "body": (dict,), "subresource": (str,)},
+}
+# Cluster timeline actions (top-level `actions:`).
+CLUSTER_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "addNode": {
+        "name": (str,),
+        "pool": (str,),
+        "gpus": (int,),
+        "gpuProduct": (str,),
+        "instanceType": (str,),
+        "labels": (dict,),
+    },
+    "nodeLoss": {"node": (str,), "podPhase": (str,)},
+    "nodeRecover": {"node": (str,)},
+    "create": {"object": (dict,)},
+    "patch": {
+        "apiVersion": (str,),
+        "kind": (str,),
+        "namespace": (str,),
+        "name": (str,),
+        "body": (dict,),
+        "subresource": (str,),
+    },
+    "delete": {"apiVersion": (str,), "kind": (str,), "namespace": (str,), "name": (str,)},
+}
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "nodeRecover": ("node",),
+    "log": ("lines",),
+    "event": ("reason", "message"),
+    "patch": ("body",),
+    "create": ("object",),
+    "delete": ("apiVersion", "kind", "name"),
+    "addNode": ("name",),
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed; the message names the file and the place."""
+
+
+def parse_duration(value: Any, where: str = "duration") -> float:
+    """Seconds from `90`, `90s`, `5m`, `1h30m`, `2.5s`."""
+    if isinstance(value, bool):
+        raise ScenarioError(f"{where}: expected a duration like 90s, 5m or 1h30m, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ScenarioError(f"{where}: duration must not be negative")
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION.match(value.strip())
+        if m and any(m.groups()):
+            h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            return h * 3600 + mi * 60 + s
+    raise ScenarioError(f"{where}: expected a duration like 90s, 5m or 1h30m, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    pool: str = "system"
+    gpus: int = 0
+    gpu_product: str = "NVIDIA-A100-SXM4-80GB"
+    instance_type: str = "Standard_D16s_v5"
+    cpu: str = "16"
+    memory: str = "64Gi"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSpec:
+    name: str
+    local_queue: str
+    cluster_queue: str
+    workers: int
+    gpus_per_worker: int
+    flavors: tuple[str, ...] = ()
+    priority_class: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueSpec:
+    name: str
+    flavor: str
+    gpus: int
+    cohort: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueSpec:
+    name: str
+    namespace: str
+    cluster_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One timeline entry: at `at` seconds (relative to its run's start, or the scenario's), do `action`."""
+
+    at: float
+    action: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    name: str
+    namespace: str
+    kind: str  # "RayJob" or "Job"
+    tau_run: bool
+    profile: str
+    workers: int
+    gpus_per_worker: int
+    image: str
+    queue: str
+    cluster_queue: str
+    at: float
+    timeline: tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str = ""
+    seed: int = 0
+    start: datetime | None = None
+    namespaces: tuple[str, ...] = ()
+    nodes: tuple[NodeSpec, ...] = ()
+    flavors: tuple[str, ...] = ()
+    cluster_queues: tuple[ClusterQueueSpec, ...] = ()
+    local_queues: tuple[LocalQueueSpec, ...] = ()
+    profiles: tuple[ProfileSpec, ...] = ()
+    taucluster_refresh: float = 300.0
+    runs: tuple[RunSpec, ...] = ()
+    actions: tuple[Step, ...] = ()
+    source: str = "<memory>"
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+    def mapping(self, value: Any, where: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        unknown = sorted(set(map(str, value)) - set(allowed))
+        if unknown:
+            raise self.fail(where, f"unknown key(s) {unknown}; expected some of {sorted(allowed)}")
+        return value
+
+    def seq(self, value: Any, where: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def name(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise self.fail(where, f"expected a lowercase DNS name, got {value!r}")
+        return value
+
+    def typed(self, value: Any, types: tuple[type, ...], where: str) -> Any:
+        if isinstance(value, bool) and bool not in types:
+            raise self.fail(where, f"expected {'/'.join(t.__name__ for t in types)}, got {value!r}")
+        if not isinstance(value, types):
+            raise self.fail(where, f"expected {'/'.join(t.__name__ for t in types)}, got {value!r}")
+        return value
+
+    def duration(self, value: Any, where: str) -> float:
+        try:
+            return parse_duration(value, where)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{self.source}: {exc}") from None
+
+    def step(self, raw: Any, where: str, actions: dict[str, dict[str, tuple[type, ...]]]) -> Step:
+        if not isinstance(raw, Mapping):
+            raise self.fail(where, "expected a mapping like {at: 30s, admit: {}}")
+        keys = [k for k in raw if k != "at"]
+        if "at" not in raw:
+            raise self.fail(where, "missing 'at'")
+        if len(keys) != 1:
+            raise self.fail(where, f"expected exactly one action besides 'at', got {keys or 'none'}")
+        action = str(keys[0])
+        if action not in actions:
+            raise self.fail(where, f"unknown action {action!r}; expected one of {sorted(actions)}")
+        args = raw[action]
+        if args is None:
+            args = {}
+        spec = actions[action]
+        args = self.mapping(args, f"{where}.{action}", tuple(spec))
+        for key, value in args.items():
+            self.typed(value, spec[key], f"{where}.{action}.{key}")
+        for key in _REQUIRED.get(action, ()):
+            if key not in args:
+                raise self.fail(f"{where}.{action}", f"missing required {key!r}")
+        return Step(self.duration(raw["at"], f"{where}.at"), action, dict(args))
+
+
+def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
+    """Validate parsed YAML into a Scenario; raises ScenarioError naming `source` and the place."""
+    r = _Reader(source)
+    top = r.mapping(data, "top level", ("name", "description", "seed", "start", "cluster", "runs", "actions"))
+    if "name" not in top:
+        raise r.fail("top level", "missing 'name'")
+    start = None
+    if top.get("start") is not None:
+        raw_start = top["start"]
+        try:
+            start = raw_start if isinstance(raw_start, datetime) else parse_time(str(raw_start))
+        except ValueError:
+            raise r.fail("start", f"expected an RFC 3339 time, got {raw_start!r}") from None
+    cluster = r.mapping(
+        top.get("cluster"),
+        "cluster",
+        ("namespaces", "nodes", "flavors", "clusterQueues", "localQueues", "profiles", "tauClusterRefresh"),
+    )
+    namespaces = tuple(
+        r.name(n, f"cluster.namespaces[{i}]")
+        for i, n in enumerate(r.seq(cluster.get("namespaces"), "cluster.namespaces"))
+    )
+    nodes = []
+    for i, raw in enumerate(r.seq(cluster.get("nodes"), "cluster.nodes")):
+        where = f"cluster.nodes[{i}]"
+        n = r.mapping(
+            raw, where, ("name", "pool", "gpus", "gpuProduct", "instanceType", "cpu", "memory", "labels", "count")
+        )
+        count = int(r.typed(n.get("count", 1), (int,), f"{where}.count"))
+        base = r.name(n.get("name"), f"{where}.name")
+        for k in range(count):
+            nodes.append(
+                NodeSpec(
+                    name=f"{base}-{k}" if count > 1 or "count" in n else base,
+                    pool=str(n.get("pool", "system")),
+                    gpus=int(r.typed(n.get("gpus", 0), (int,), f"{where}.gpus")),
+                    gpu_product=str(n.get("gpuProduct", "NVIDIA-A100-SXM4-80GB")),
+                    instance_type=str(n.get("instanceType", "Standard_D16s_v5")),
+                    cpu=str(n.get("cpu", "16")),
+                    memory=str(n.get("memory", "64Gi")),
+                    labels={
+                        str(k2): str(v)
+                        for k2, v in r.mapping(
+                            n.get("labels"), f"{where}.labels", tuple(map(str, n.get("labels") or {}))
+                        ).items()
+                    },
+                )
+            )
+    flavors = tuple(
+        r.name(f, f"cluster.flavors[{i}]") for i, f in enumerate(r.seq(cluster.get("flavors"), "cluster.flavors"))
+    )
+    cqs = []
+    for i, raw in enumerate(r.seq(cluster.get("clusterQueues"), "cluster.clusterQueues")):
+        where = f"cluster.clusterQueues[{i}]"
+        c = r.mapping(raw, where, ("name", "flavor", "gpus", "cohort"))
+        flavor = str(c.get("flavor", ""))
+        if flavor not in flavors:
+            raise r.fail(f"{where}.flavor", f"{flavor!r} is not one of cluster.flavors {list(flavors)}")
+        cqs.append(
+            ClusterQueueSpec(
+                r.name(c.get("name"), f"{where}.name"),
+                flavor,
+                int(r.typed(c.get("gpus", 0), (int,), f"{where}.gpus")),
+                str(c.get("cohort", "")),
+            )
+        )
+    cq_names = {c.name for c in cqs}
+    lqs = []
+    for i, raw in enumerate(r.seq(cluster.get("localQueues"), "cluster.localQueues")):
+        where = f"cluster.localQueues[{i}]"
+        q = r.mapping(raw, where, ("name", "namespace", "clusterQueue"))
+        ns = r.name(q.get("namespace"), f"{where}.namespace")
+        if ns not in namespaces:
+            raise r.fail(f"{where}.namespace", f"{ns!r} is not one of cluster.namespaces")
+        cq = str(q.get("clusterQueue", ""))
+        if cq not in cq_names:
+            raise r.fail(f"{where}.clusterQueue", f"{cq!r} is not a declared clusterQueue")
+        lqs.append(LocalQueueSpec(r.name(q.get("name"), f"{where}.name"), ns, cq))
+    profiles = []
+    for i, raw in enumerate(r.seq(cluster.get("profiles"), "cluster.profiles")):
+        where = f"cluster.profiles[{i}]"
+        p = r.mapping(
+            raw, where, ("name", "localQueue", "clusterQueue", "workers", "gpusPerWorker", "flavors", "priorityClass")
+        )
+        cq = str(p.get("clusterQueue", ""))
+        if cq not in cq_names:
+            raise r.fail(f"{where}.clusterQueue", f"{cq!r} is not a declared clusterQueue")
+        profiles.append(
+            ProfileSpec(
+                name=r.name(p.get("name"), f"{where}.name"),
+                local_queue=r.name(p.get("localQueue"), f"{where}.localQueue"),
+                cluster_queue=cq,
+                workers=int(r.typed(p.get("workers", 1), (int,), f"{where}.workers")),
+                gpus_per_worker=int(r.typed(p.get("gpusPerWorker", 8), (int,), f"{where}.gpusPerWorker")),
+                flavors=tuple(str(f) for f in r.seq(p.get("flavors"), f"{where}.flavors")),
+                priority_class=str(p.get("priorityClass", "")),
+            )
+        )
+    by_profile = {p.name: p for p in profiles}
+    runs = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(r.seq(top.get("runs"), "runs")):
+        where = f"runs[{i}]"
+        x = r.mapping(
+            raw,
+            where,
+            (
+                "name",
+                "namespace",
+                "kind",
+                "tauRun",
+                "profile",
+                "workers",
+                "gpusPerWorker",
+                "image",
+                "queue",
+                "at",
+                "timeline",
+            ),
+        )
+        name = r.name(x.get("name"), f"{where}.name")
+        ns = r.name(x.get("namespace"), f"{where}.namespace")
+        if ns not in namespaces:
+            raise r.fail(f"{where}.namespace", f"{ns!r} is not one of cluster.namespaces {list(namespaces)}")
+        if (ns, name) in seen:
+            raise r.fail(f"{where}.name", f"duplicate run {ns}/{name}")
+        seen.add((ns, name))
+        kind = str(x.get("kind", "RayJob"))
+        if kind not in ("RayJob", "Job"):
+            raise r.fail(f"{where}.kind", f"expected RayJob or Job, got {kind!r}")
+        profile_name = str(x.get("profile", ""))
+        profile = by_profile.get(profile_name)
+        if profile_name and profile is None:
+            raise r.fail(f"{where}.profile", f"{profile_name!r} is not a declared profile {sorted(by_profile)}")
+        queue = str(x.get("queue") or (profile.local_queue if profile else ""))
+        lq = next((q for q in lqs if q.name == queue and q.namespace == ns), None)
+        if lq is None:
+            raise r.fail(f"{where}.queue", f"no localQueue {queue!r} in namespace {ns!r}")
+        steps = tuple(
+            r.step(s, f"{where}.timeline[{j}]", RUN_ACTIONS)
+            for j, s in enumerate(r.seq(x.get("timeline"), f"{where}.timeline"))
+        )
+        runs.append(
+            RunSpec(
+                name=name,
+                namespace=ns,
+                kind=kind,
+                tau_run=bool(r.typed(x.get("tauRun", kind == "RayJob"), (bool,), f"{where}.tauRun")),
+                profile=profile_name,
+                workers=int(r.typed(x.get("workers", profile.workers if profile else 1), (int,), f"{where}.workers")),
+                gpus_per_worker=int(
+                    r.typed(
+                        x.get("gpusPerWorker", profile.gpus_per_worker if profile else 0),
+                        (int,),
+                        f"{where}.gpusPerWorker",
+                    )
+                ),
+                image=str(x.get("image", "rayproject/ray-ml:2.40.0-py310-gpu")),
+                queue=queue,
+                cluster_queue=lq.cluster_queue,
+                at=r.duration(x.get("at", 0), f"{where}.at"),
+                timeline=tuple(sorted(steps, key=lambda s: s.at)),
+            )
+        )
+    actions = tuple(
+        r.step(s, f"actions[{j}]", CLUSTER_ACTIONS) for j, s in enumerate(r.seq(top.get("actions"), "actions"))
+    )
+    return Scenario(
+        name=str(top["name"]),
+        description=str(top.get("description", "")),
+        seed=int(r.typed(top.get("seed", 0), (int,), "seed")),
+        start=start,
+        namespaces=namespaces,
+        nodes=tuple(nodes),
+        flavors=flavors,
+        cluster_queues=tuple(cqs),
+        local_queues=tuple(lqs),
+        profiles=tuple(profiles),
+        taucluster_refresh=r.duration(cluster.get("tauClusterRefresh", 300), "cluster.tauClusterRefresh"),
+        runs=tuple(runs),
+        actions=tuple(sorted(actions, key=lambda s: s.at)),
+        source=source,
+    )
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Read and validate a scenario YAML file; raises ScenarioError naming the file and the problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return scenario_from_dict(data, str(path))
+
+
+def default_scenario_path() -> Path:
+    """The scenario that ships with the product (`scenarios/default.yaml`)."""
+    return Path(__file__).parent / "scenarios" / "default.yaml"
