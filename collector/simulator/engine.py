@@ -31,9 +31,10 @@ TAU_GV = "taugrid.io/v1alpha1"
 KUEUE_GV = "kueue.x-k8s.io/v1beta1"
 RAY_GV = "ray.io/v1"
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
-# Megatron-LM's training log line; fields: iteration, iterations, samples, ms, lr, batch, loss, grad_norm, rate, run.
+# Megatron-LM's training log line, with the wall-clock prefix recent Megatron versions print;
+# fields: time, iteration, iterations, samples, ms, lr, batch, loss, grad_norm, rate, run.
 MEGATRON_LINE = (
-    " iteration {iteration:>8}/{iterations:>8} | consumed samples: {samples:>12} | "
+    " [{time}] iteration {iteration:>8}/{iterations:>8} | consumed samples: {samples:>12} | "
     "elapsed time per iteration (ms): {ms:.1f} | learning rate: {lr:.3E} | global batch size: {batch:>5} | "
     "lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {grad_norm:.3f} | number of skipped iterations:   0 | "
     "number of nan iterations:   0 |"
@@ -1380,6 +1381,7 @@ class ScenarioEngine:
                 ms = every * 1000 * self._rng.uniform(0.97, 1.03)
                 lr = min(3e-4, 3e-4 * it / 2000)
                 line = template.format(
+                    time=self.clock.now().strftime("%Y-%m-%d %H:%M:%S"),
                     iteration=it,
                     iterations=total,
                     samples=it * batch,

@@ -58,7 +58,7 @@ def test_get_across_namespaces_and_groups(engine: ScenarioEngine, kubectl: Kubec
     assert {i["metadata"]["name"] for i in json.loads(cq)["items"]} == {"gpu-a100", "gpu-h100"}
     assert kubectl("get", "taucluster", "cluster", "-o", "jsonpath={.status.conditions[0].status}") == "True"
     logs = kubectl("logs", "-n", "research", head[1], "--tail=1")
-    assert logs.startswith(" iteration ") and "| lm loss: " in logs
+    assert logs.startswith(" [2026-01-10 10:") and " iteration " in logs and "| lm loss: " in logs
 
 
 def test_watch_sees_scenario_changes(engine: ScenarioEngine, kubeconfig: Path) -> None:
