@@ -19,7 +19,7 @@ from collector.simulator.kubeconfig import write_kubeconfig
 from collector.simulator.scenario import default_scenario_path, load_scenario
 from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
-from tests.controller.test_controller import settle, settings, wait_until
+from tests.controller.test_controller import settings, settle, wait_until
 
 CUSTOM_KINDS = "tauruns,tauclusters,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs"
 
