@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 # Progress formats a sample can carry.
-FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "hf-trainer", "lightning", "regex")
+FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "hf-trainer", "lightning", "regex", "ray-metric", "checkpoint")
 
 # Hang vocabulary (HangFinding.kind):
 #   nccl-watchdog-timeout     ProcessGroupNCCL watchdog caught a collective past its timeout
