@@ -22,9 +22,10 @@ from prometheus_client import CollectorRegistry
 from collector.claims import evaluate
 from collector.correlate import Key, RunIndex, Signal
 from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, PodFacts, Ref, RunClaims
+from collector.model import ObjectRecord, PodFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
+from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from collector.sources.kube_api import (
     DEFAULT_RESOURCES,
     JSON,
@@ -63,7 +64,7 @@ class Controller:
         self.registry = registry or new_registry()
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources] + ["logs", "lease"])
+                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore"])
         self.wanted = resources
         self.resources: list[Resource] = []
         self.index = RunIndex()
@@ -77,6 +78,7 @@ class Controller:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._log_targets: list[tuple[Ref, str]] = []
+        self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._latencies: list[float] = []
         self.evaluations = 0
         self.ready = threading.Event()
@@ -109,6 +111,8 @@ class Controller:
         self._spawn(self._loop, "controller-loop")
         if self.cfg.log_poll_interval.total_seconds() > 0:
             self._spawn(self._poll_logs, "log-poller")
+        if self.cfg.checkpoint_poll_interval.total_seconds() > 0:
+            self._spawn(self._poll_checkpoints, "checkpoint-poller")
         if self.elector is not None:
             self.elector.start()
 
@@ -211,7 +215,7 @@ class Controller:
             assert r is not None
             self.index.synced[r.kind] = c.payload
             self.health.synced(r.name, c.payload)
-        elif c.op == "log":
+        elif c.op in ("log", "signal"):
             sig: Signal = c.payload
             self.index.set_signal(sig)
             root = self.index.root_of(sig.ref)
@@ -314,6 +318,11 @@ class Controller:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader
         self._log_targets = self._pods_to_tail()
+        self._checkpoint_targets = [
+            (rc.ref, f.checkpoints) for rc in self.claims.values() if not rc.finished
+            for rec in (self.index.get(*rc.ref.key),)
+            if rec is not None and isinstance(f := rec.facts, TauRunFacts) and f.checkpoints
+        ]
         if self.synced:
             self.ready.set()
         return out
@@ -355,6 +364,32 @@ class Controller:
                     continue
                 scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
                 self._changes.put(_Change("log", None, Signal(ref, container, scan, self.now())))
+
+    def _poll_checkpoints(self) -> None:
+        """List each running run's checkpoint location: durable progress from Expstore."""
+        stores: dict[str, tuple[CheckpointStore, str]] = {}
+        interval = self.cfg.checkpoint_poll_interval.total_seconds()
+        try:
+            while not self._stop.wait(interval if self._checkpoint_targets else min(interval, 1.0)):
+                for ref, uri in list(self._checkpoint_targets):
+                    try:
+                        if uri not in stores:
+                            store, prefix = store_for(uri)
+                            store.open()
+                            stores[uri] = (store, prefix)
+                        store, prefix = stores[uri]
+                        sig = read_checkpoints(store, prefix, ref, self.now())
+                    except ValueError as e:  # a URI the adapter cannot use: say so once per pass
+                        self._skip(f"{ref}: checkpoint location {uri!r}: {e}")
+                        continue
+                    except CheckpointSourceError as e:
+                        self.health.error("expstore", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
+                        log.warning("checkpoint listing failed", extra={"run": str(ref), "error": str(e)})
+                        continue
+                    self._changes.put(_Change("signal", None, sig))
+        finally:
+            for store, _ in stores.values():
+                store.close()
 
     # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
 

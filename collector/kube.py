@@ -545,6 +545,7 @@ def _taurun(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
         ray_job=r.str_(_get(raw, c.run_rayjob_ref), c.run_rayjob_ref),
         workload=r.str_(_get(raw, c.run_workload_ref), c.run_workload_ref),
         cluster=r.str_(_get(raw, c.run_cluster), c.run_cluster),
+        checkpoints=r.str_(_get(raw, c.run_checkpoints), c.run_checkpoints),
     )
 
 

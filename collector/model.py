@@ -220,6 +220,7 @@ class TauRunFacts:
     ray_job: str
     workload: str
     cluster: str  # MultiKueue worker it was dispatched to, if any
+    checkpoints: str = ""  # Expstore URI of its checkpoints (local path or Azure Blob prefix)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ class TauGridContract:
     run_rayjob_ref: str = "status.rayJobName"
     run_workload_ref: str = "status.workloadName"
     run_cluster: str = "status.cluster"
+    run_checkpoints: str = "spec.checkpointUri"  # Expstore location of the run's checkpoints
     run_phases: frozenset[str] = frozenset({"Pending", "Admitted", "Scheduled", "Running", "Succeeded", "Failed"})
 
     def role_of(self, kind: str, api_version: str) -> str:
@@ -68,6 +69,7 @@ class ControllerSettings:
     lease_duration: timedelta = timedelta(seconds=15)
     lease_renew: timedelta = timedelta(seconds=5)
     retention: timedelta = timedelta(minutes=15)  # series of finished runs are dropped after this
+    checkpoint_poll_interval: timedelta = timedelta(seconds=60)  # 0 turns the Expstore source off
 
 
 @dataclass(frozen=True, slots=True)

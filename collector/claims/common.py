@@ -47,9 +47,7 @@ def event_evidence(events: Iterable[ObjectRecord]) -> list[Evidence]:
 
 
 def human_age(d: timedelta) -> str:
-    s = int(d.total_seconds())
-    if s < 0:
-        return "in the future"
+    s = max(0, int(d.total_seconds()))  # evidence stamped ahead of the clock (skew) is "now"
     if s < 60:
         return f"{s}s"
     if s < 3600:

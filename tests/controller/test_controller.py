@@ -255,3 +255,32 @@ def test_odd_objects_are_skipped_and_the_loop_survives(sim: Simulator) -> None:
         assert all(t.is_alive() for t in c._threads)
     finally:
         c.close()
+
+
+def test_checkpoints_in_expstore_are_durable_progress(sim: Simulator, tmp_path: Any) -> None:
+    import os
+
+    clock = Clock(T0)
+    ckpt = tmp_path / "ckpt"
+    for i, step in enumerate((1000, 2000, 3000)):
+        d = ckpt / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"x" * 16)
+        t = (T0 - timedelta(minutes=30 * (3 - i))).timestamp()
+        os.utime(d / "model.safetensors", (t, t))
+        os.utime(d, (t, t))
+    (ckpt / "checkpoint-4000.tmp").mkdir()  # an unfinished save is not durable
+    ensure_namespaces(sim, "research")
+    tr = taurun("ft", "research", "Running", T0 - timedelta(hours=2), workers=1)
+    tr["spec"]["checkpointUri"] = ckpt.as_uri()
+    sim.apply(server_side(tr))
+    sim.apply(server_side(pod("ft-w0", "research", T0 - timedelta(hours=2), node="gpu-0", gpus=8,
+                              labels={"taugrid.io/run": "ft"})))
+    c = start(sim, clock, checkpoint_poll_interval=timedelta(seconds=0.2))
+    try:
+        wait_until(lambda: observed(c, "ft").get("progressing") == "true", what="checkpoint progress")
+        rc = next(r for r in c.claims.values() if r.ref.name == "ft")
+        assert rc.progressing.reason.startswith("step 3,000 at 11:30:00 (30m")
+        assert rc.goodput is not None and rc.goodput.ratio is not None
+    finally:
+        c.close()
