@@ -52,6 +52,10 @@ def _build(cls: Any, data: Any, where: str) -> Any:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{path}: expected a number, got {value!r}")
             kwargs[f.name] = type(default)(value)
+        elif isinstance(default, dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+            kwargs[f.name] = {str(k): str(v) for k, v in value.items()}
         elif isinstance(default, frozenset):
             kwargs[f.name] = frozenset(str(v) for v in value)
         else:

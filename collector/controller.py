@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,9 +20,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from collector.claims import evaluate
-from collector.correlate import Key, RunIndex, Signal
+from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, PodFacts, Ref, RunClaims, TauRunFacts
+from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -36,12 +36,20 @@ from collector.sources.kube_api import (
     SourceError,
 )
 from collector.sources.lease import LeaseElector
+from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for
 from collector.sources.watch import Reflector
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
 log = logging.getLogger("taugrid.controller")
 
 Now = Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class _PollTargets:
+    logs: tuple[tuple[Ref, str], ...]  # (pod, container)
+    checkpoints: tuple[tuple[Ref, str], ...]  # (run root, checkpoint URI)
+    ray: tuple[tuple[Ref, RayTarget], ...]  # (run root, head)
 
 
 @dataclass(slots=True)
@@ -64,7 +72,7 @@ class Controller:
         self.registry = registry or new_registry()
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore"])
+                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"])
         self.wanted = resources
         self.resources: list[Resource] = []
         self.index = RunIndex()
@@ -79,6 +87,9 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._log_targets: list[tuple[Ref, str]] = []
         self._checkpoint_targets: list[tuple[Ref, str]] = []
+        self._ray_targets: list[tuple[Ref, RayTarget]] = []
+        self._targets_by_run: dict[Key, _PollTargets] = {}
+        self._targets_changed = False
         self._latencies: list[float] = []
         self.evaluations = 0
         self.ready = threading.Event()
@@ -113,6 +124,8 @@ class Controller:
             self._spawn(self._poll_logs, "log-poller")
         if self.cfg.checkpoint_poll_interval.total_seconds() > 0:
             self._spawn(self._poll_checkpoints, "checkpoint-poller")
+        if self.cfg.ray_poll_interval.total_seconds() > 0:
+            self._spawn(self._poll_ray, "ray-poller")
         if self.elector is not None:
             self.elector.start()
 
@@ -215,6 +228,17 @@ class Controller:
             assert r is not None
             self.index.synced[r.kind] = c.payload
             self.health.synced(r.name, c.payload)
+        elif c.op == "ray":
+            root_ref, cluster, runtime, ray_sig = c.payload
+            self.index.set_ray(cluster, runtime)
+            source = f"ray-metrics:{cluster.name}"
+            if ray_sig is None or runtime.error:
+                self.index.drop_signal(root_ref, source)  # a head we cannot read is no evidence now
+            else:
+                self.index.set_signal(replace(ray_sig, ref=root_ref, source=source))
+            self._dirty.add(root_ref.key)
+            if runtime.error:
+                self.health.error("ray", ErrorClass.RETRYABLE)
         elif c.op in ("log", "signal"):
             sig: Signal = c.payload
             self.index.set_signal(sig)
@@ -297,17 +321,25 @@ class Controller:
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
                     self.exporter.forget(rc.ref)
+                    self._targets_by_run.pop(gone, None)
+                    self._targets_changed = True
                 self._roots_changed = False
                 targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
             else:
                 targets = [self.claims[k].ref for k in self._dirty if k in self.claims]
-                targets += [ref for ref in (self._root_ref(k) for k in self._dirty if k not in self.claims) if ref]
+                targets += [rec.ref for k in self._dirty if k not in self.claims and self.index.is_root(k)
+                            for rec in (self.index.get(*k),) if rec is not None]
             self._dirty.clear()
             out = []
             for ref in targets:
-                rc = evaluate(self.index.evidence(ref), now, self.settings.claims)
+                ev = self.index.evidence(ref)
+                rc = evaluate(ev, now, self.settings.claims)
                 self.claims[ref.key] = rc
                 out.append(rc)
+                polled = self._poll_targets(ev, rc)
+                if self._targets_by_run.get(ref.key) != polled:
+                    self._targets_by_run[ref.key] = polled
+                    self._targets_changed = True
         self.evaluations += 1
         self.health.set_runs_tracked(len(self.claims))
         leader = self.leader
@@ -317,35 +349,70 @@ class Controller:
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader
-        self._log_targets = self._pods_to_tail()
-        self._checkpoint_targets = [
-            (rc.ref, f.checkpoints) for rc in self.claims.values() if not rc.finished
-            for rec in (self.index.get(*rc.ref.key),)
-            if rec is not None and isinstance(f := rec.facts, TauRunFacts) and f.checkpoints
-        ]
+        if self._targets_changed:
+            # New lists, swapped in whole: the poller threads read them without a lock.
+            runs = list(self._targets_by_run.values())
+            self._log_targets = [t for r in runs for t in r.logs]
+            self._checkpoint_targets = [t for r in runs for t in r.checkpoints]
+            self._ray_targets = [t for r in runs for t in r.ray]
+            self._targets_changed = False
         if self.synced:
             self.ready.set()
         return out
-
-    def _root_ref(self, key: Key) -> Ref | None:
-        rec = self.index.get(*key)
-        return rec.ref if rec is not None and key in {r.key for r in self.index.roots()} else None
 
     def latencies(self) -> list[float]:
         return list(self._latencies)
 
     # --- logs ------------------------------------------------------------------------------------
 
-    def _pods_to_tail(self) -> list[tuple[Ref, str]]:
-        out: list[tuple[Ref, str]] = []
-        for rc in self.claims.values():
-            if rc.finished:
+    def _poll_targets(self, ev: RunEvidence, rc: RunClaims) -> _PollTargets:
+        """What the pollers should read for this run: container logs, checkpoints, Ray heads."""
+        if rc.finished:
+            return _PollTargets((), (), ())
+        logs = tuple(
+            (pod.ref, c.name) for pod in ev.pods if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
+            for c in pod.facts.containers if not c.init and c.state == "running"
+        )
+        t = ev.taurun.facts if ev.taurun is not None else None
+        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints else ()
+        return _PollTargets(logs, checkpoints, tuple(self._ray_targets_of(ev)))
+
+    def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
+        ns = ev.root.ref.namespace
+        clusters: dict[str, dict[str, str]] = {}
+        for rj in ev.rayjobs:
+            jf = rj.facts
+            if isinstance(jf, RayJobFacts) and jf.cluster_name:
+                clusters.setdefault(jf.cluster_name, {}).update(job_id=jf.job_id, dashboard=jf.dashboard_url)
+        for rcl in ev.rayclusters:
+            cf = rcl.facts
+            if isinstance(cf, RayClusterFacts):
+                clusters.setdefault(rcl.ref.name, {}).update(service=cf.head_service, dport=cf.dashboard_port,
+                                                             mport=cf.metrics_port)
+        out = []
+        for name, info in sorted(clusters.items()):
+            dash = dashboard_url_for(ns, name, overrides=self.cfg.ray_dashboards,
+                                     rayjob_dashboard_url=info.get("dashboard"), head_service=info.get("service"),
+                                     dashboard_port=info.get("dport") or None, cluster_domain=self.cfg.cluster_domain)
+            if dash is None:
                 continue
-            for pod in self.index.evidence(rc.ref).pods:
-                f = pod.facts
-                if isinstance(f, PodFacts) and f.phase == "Running":
-                    out.extend((pod.ref, c.name) for c in f.containers if not c.init and c.state == "running")
+            metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
+                                      metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
+            target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
+                               counter=self.cfg.ray_progress_counter)
+            out.append((ev.root.ref, target))
         return out
+
+    def _poll_ray(self) -> None:
+        """Each Ray head's Jobs, state and metrics APIs: runtime state and a progress counter."""
+        poller = RayPoller()
+        interval = self.cfg.ray_poll_interval.total_seconds()
+        while not self._stop.wait(interval if self._ray_targets else min(interval, 1.0)):
+            pairs = list(self._ray_targets)
+            roots = {t.cluster.key: root for root, t in pairs}
+            for cluster, runtime, sig in poller.poll([t for _, t in pairs], self.now()):
+                root = roots[cluster.key]
+                self._changes.put(_Change("ray", None, (root, cluster, runtime, sig)))
 
     def _poll_logs(self) -> None:
         interval = self.cfg.log_poll_interval.total_seconds()

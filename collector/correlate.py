@@ -177,7 +177,11 @@ class RunIndex:
     def set_signal(self, sig: Signal) -> None:
         self._signals.setdefault(sig.ref.key, {})[sig.source] = sig
 
+    def drop_signal(self, ref: Ref, source: str) -> None:
+        self._signals.get(ref.key, {}).pop(source, None)
+
     def set_ray(self, cluster: Ref, runtime: RayRuntime) -> None:
+        """The runtime of a RayCluster, by namespace and name (the object itself may be unseen)."""
         self._ray[cluster.key] = runtime
 
     def _unlink(self, key: Key) -> None:
@@ -224,6 +228,9 @@ class RunIndex:
 
     def objects(self) -> Iterator[ObjectRecord]:
         return iter(self._objects.values())
+
+    def is_root(self, key: Key) -> bool:
+        return self._is_root(key)
 
     def _is_root(self, key: Key) -> bool:
         rec = self._objects.get(key)
@@ -329,9 +336,12 @@ class RunIndex:
                     ev.nodes[pf.node_name] = node
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
-            runtime = self._ray.get(key)
+        clusters = {rc.ref.name for rc in ev.rayclusters}
+        clusters.update(f.cluster_name for rj in ev.rayjobs if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)
+        for name in clusters:
+            runtime = self._ray.get(("RayCluster", ns, name))
             if runtime is not None:
-                ev.ray[key[2]] = runtime
+                ev.ray[name] = runtime
         return ev
 
     @staticmethod

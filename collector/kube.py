@@ -417,6 +417,8 @@ def _rayjob(r: _Reader, raw: RawObject) -> Facts:
         expected_pods=expected,
         start_time=r.time(status.get("startTime"), "status.startTime"),
         end_time=r.time(status.get("endTime"), "status.endTime"),
+        job_id=r.str_(status.get("jobId"), "status.jobId"),
+        dashboard_url=r.str_(status.get("dashboardURL"), "status.dashboardURL"),
     )
 
 
@@ -428,6 +430,9 @@ def _raycluster(r: _Reader, raw: RawObject) -> Facts:
         expected_pods=expected,
         ready_workers=r.int_(status.get("readyWorkerReplicas"), "status.readyWorkerReplicas"),
         desired_workers=desired,
+        head_service=r.str_(_get(status, "head.serviceName"), "status.head.serviceName"),
+        dashboard_port=str(_get(status, "endpoints.dashboard") or ""),
+        metrics_port=str(_get(status, "endpoints.metrics") or ""),
     )
 
 

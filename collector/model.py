@@ -188,6 +188,8 @@ class RayJobFacts:
     expected_pods: int | None
     start_time: datetime | None
     end_time: datetime | None
+    job_id: str = ""  # the Ray job's submission id
+    dashboard_url: str = ""  # host:port of the head's dashboard (KubeRay status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,9 @@ class RayClusterFacts:
     expected_pods: int | None
     ready_workers: int | None
     desired_workers: int | None
+    head_service: str = ""
+    dashboard_port: str = ""
+    metrics_port: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -70,6 +71,12 @@ class ControllerSettings:
     lease_renew: timedelta = timedelta(seconds=5)
     retention: timedelta = timedelta(minutes=15)  # series of finished runs are dropped after this
     checkpoint_poll_interval: timedelta = timedelta(seconds=60)  # 0 turns the Expstore source off
+    ray_poll_interval: timedelta = timedelta(seconds=15)  # 0 turns the Ray runtime source off
+    ray_progress_counter: str = "ray_train_steps_total"  # a ray.util.metrics Counter("train_steps")
+    # "namespace/raycluster" → URL, for port-forwards and tests; otherwise KubeRay's status says where.
+    ray_dashboards: Mapping[str, str] = field(default_factory=dict)
+    ray_metrics: Mapping[str, str] = field(default_factory=dict)
+    cluster_domain: str = "cluster.local"
 
 
 @dataclass(frozen=True, slots=True)

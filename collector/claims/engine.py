@@ -32,6 +32,10 @@ from collector.model import (
 )
 from collector.settings import ClaimSettings
 
+# Hang findings that mean the job is stuck right now (not merely a noisy NCCL warning).
+HANG_NOW = frozenset({"nccl-watchdog-timeout", "nccl-watchdog-exception", "nccl-desync-report",
+                      "nccl-async-error", "collective-timeout"})
+
 # Container waiting reasons that mean "cannot start", worth naming to a human.
 _STUCK_WAITING = frozenset(
     {
@@ -105,8 +109,8 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     rate = [sig for sig in fresh_signals if not sig.durable]
     durable = [sig for sig in fresh_signals if sig.durable]
-    view = analyze(rate or durable, s) if fresh_signals else None
-    durable_view = analyze(durable, s) if durable and rate else None
+    view = analyze(rate or durable, s, now) if fresh_signals else None
+    durable_view = analyze(durable, s, now) if durable and rate else None
     progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
@@ -236,6 +240,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                     msg += " (RayJob deployment still says Running)"
                 problems.append(msg)
                 since = latest((since, f.end_time or rj.newest))
+    problems.extend(_ray_runtime(ev, evidence, problems, now, s))
     for rc in ev.rayclusters:
         cf = rc.facts
         if isinstance(cf, RayClusterFacts) and cf.desired_workers and cf.ready_workers is not None:
@@ -302,6 +307,41 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
     return _claim(a.running, Observed.FALSE, since or scheduled.since, reason, evidence, status_ev)
 
 
+def _ray_runtime(ev: RunEvidence, evidence: list[Evidence], problems: list[str], now: datetime,
+                 s: ClaimSettings) -> list[str]:
+    """What each Ray head says about its job and nodes (the Ray plane), when it said it recently."""
+    out: list[str] = []
+    ns = ev.root.ref.namespace
+    expected: dict[str, int] = {}
+    for rj in ev.rayjobs:
+        jf = rj.facts
+        if isinstance(jf, RayJobFacts) and jf.cluster_name and jf.expected_pods is not None:
+            expected[jf.cluster_name] = jf.expected_pods
+    for rcl in ev.rayclusters:
+        cf = rcl.facts
+        if isinstance(cf, RayClusterFacts) and cf.expected_pods is not None:
+            expected[rcl.ref.name] = cf.expected_pods
+    for name, rt in sorted(ev.ray.items()):
+        if now - rt.read_at > s.evidence_max_age:
+            continue
+        ref = f"RayCluster/{ns}/{name}"
+        if rt.error:
+            evidence.append(Evidence(Plane.RAY, ref, "head", f"unreadable: {rt.error[:160]}", rt.read_at))
+            continue
+        if rt.job_status:
+            evidence.append(Evidence(Plane.RAY, ref, "job.status", rt.job_status, rt.read_at))
+            if rt.job_status != "RUNNING" and not any(p.startswith("Ray job") for p in problems):
+                msg = f": {rt.job_message.splitlines()[0][:160]}" if rt.job_message else ""
+                out.append(f"Ray head says the job is {rt.job_status}{msg}")
+        want = expected.get(name)
+        if rt.alive_nodes is not None:
+            evidence.append(Evidence(Plane.RAY, ref, "alive_nodes",
+                                     f"{rt.alive_nodes}/{want}" if want else rt.alive_nodes, rt.read_at))
+            if want and rt.alive_nodes < want:
+                out.append(f"Ray reports {rt.alive_nodes}/{want} nodes alive")
+    return out
+
+
 # --- progressing ---------------------------------------------------------------------------------
 
 
@@ -343,12 +383,15 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
     rate = ""
     if view.median_step_s is not None:
         rate = f"; median step {view.median_step_s:.3g}s"
-    if age <= view.window and running.observed is not Observed.TRUE:
+    # A collective that timed out after the last step is a hang now, even inside the window.
+    hung = any(h.at is not None and last.at < h.at <= now and h.kind in HANG_NOW for sig in fresh_signals
+               for h in sig.scan.hangs)
+    if age <= view.window and not hung and running.observed is not Observed.TRUE:
         # Progress implies running; with running unknown, claim no more than it.
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"step {last.step:,} at {_hm(last.at)}, but running is unknown: {running.reason}",
                       evidence, status_ev)
-    if age <= view.window:
+    if age <= view.window and not hung:
         slow = ""
         if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:
             spread = max(view.mad_step_s, 0.05 * view.median_step_s)
@@ -359,7 +402,7 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
                       evidence, status_ev)
     reason = (f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
               f"{durability}")
-    hangs = [h for sig in fresh_signals for h in sig.scan.hangs if h.at is None or h.at >= last.at]
+    hangs = [h for sig in fresh_signals for h in sig.scan.hangs if h.at is None or last.at <= h.at <= now]
     if hangs:
         h = hangs[0]
         what = h.kind.replace("-", " ")

@@ -36,7 +36,8 @@ class ProgressView:
     mad_step_s: float | None
 
 
-def analyze(signals: Iterable[Signal], s: ClaimSettings) -> ProgressView:
+def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None) -> ProgressView:
+    """Advances, replays and the stall window; samples stamped after `now` are not known yet."""
     dated: list[tuple[datetime, int, float | None, bool, str]] = []
     undated = 0
     for sig in signals:
@@ -44,7 +45,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings) -> ProgressView:
         for smp in sig.scan.samples:
             if smp.at is None:
                 undated += 1
-            else:
+            elif now is None or smp.at <= now:
                 dated.append((smp.at, smp.step, smp.loss, smp.skipped, src))
     dated.sort(key=lambda x: (x[0], x[1]))
     advances: list[Advance] = []

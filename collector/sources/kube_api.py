@@ -200,11 +200,14 @@ class KubeApi:
             if not token:
                 return items, str(meta.get("resourceVersion") or "")
 
-    def watch_lines(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Iterator[bytes]:
-        """Raw watch event lines from `resource_version`, until the server ends the stream."""
+    def open_watch(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Any:
+        """Start a watch from `resource_version`; the server has accepted it when this returns."""
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", timeout_s)]
-        raw = self._call("GET", resource.path, query, read_timeout=timeout_s + 15, stream=True)
+        return self._call("GET", resource.path, query, read_timeout=timeout_s + 15, stream=True)
+
+    def watch_lines(self, resource: Resource, raw: Any) -> Iterator[bytes]:
+        """Raw watch event lines of an opened watch, until the server ends the stream."""
         buf = b""
         try:
             for chunk in raw.stream(65536, decode_content=True):

@@ -50,6 +50,7 @@ class Reflector:
         self.backoff = backoff or Backoff()
         self.resource_version = ""
         self.synced_once = threading.Event()
+        self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -92,11 +93,14 @@ class Reflector:
         items, rv = self.api.list_pages(self.resource)
         self.sink.replace(self.resource, items)
         self.resource_version = rv
+        self.last_ok = time.monotonic()
         self.sink.mark_synced(self.resource, self.now())
         self.synced_once.set()
 
     def watch_once(self) -> None:
-        for line in self.api.watch_lines(self.resource, self.resource_version, timeout_s=self.watch_timeout_s):
+        raw = self.api.open_watch(self.resource, self.resource_version, timeout_s=self.watch_timeout_s)
+        self.last_ok = time.monotonic()  # the server accepted our resourceVersion: we are in step
+        for line in self.api.watch_lines(self.resource, raw):
             if self._stop.is_set():
                 return
             try:
@@ -119,6 +123,7 @@ class Reflector:
                 raise Expired(msg)
             raise SourceError(msg)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        self.last_ok = time.monotonic()
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv

@@ -14,12 +14,14 @@ import pytest
 from collector.controller import Controller
 from collector.model import RunClaims
 from collector.settings import ControllerSettings, Settings
-from collector.simulator.server import Simulator
+from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from tests.dumpkit import event, pod, ts
 from tests.test_explain_fixtures import taurun
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+# Bookmarks twice a second: a quiet watch still proves itself alive quickly, so tests settle fast.
+FAST = SimulatorSettings(bookmark_interval_s=0.5)
 
 
 class Clock:
@@ -47,6 +49,7 @@ def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "con
 
 def settings(**kw: Any) -> Settings:
     base = dict(tick=timedelta(seconds=0.2), leader_election=False, log_poll_interval=timedelta(0),
+                ray_poll_interval=timedelta(0),
                 watch_timeout_s=5)
     base.update(kw)
     return Settings(controller=replace(ControllerSettings(), **base))
@@ -54,7 +57,7 @@ def settings(**kw: Any) -> Settings:
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    s = Simulator(watch_window=50)
+    s = Simulator(settings=FAST, watch_window=50)
     s.start()
     try:
         yield s
@@ -155,13 +158,17 @@ def snapshot(c: Controller) -> dict[str, Any]:
     return {f"{r.ref.namespace}/{r.ref.name}": r.to_json() for r in c.claims.values()}
 
 
-def settle(c: Controller) -> dict[str, Any]:
-    """Claims once every reflector has caught up and a full tick has passed."""
+def settle(c: Controller, since: float | None = None) -> dict[str, Any]:
+    """Claims once every reflector has heard from the server after `since` and nothing changes."""
+    since = time.monotonic() if since is None else since
+
     def steady() -> bool:
+        if not all(r.last_ok > since for r in c._reflectors):
+            return False
         a = snapshot(c)
         time.sleep(0.5)
         return a == snapshot(c) and c._changes.empty()
-    wait_until(steady, timeout=30, what="claims settle")
+    wait_until(steady, timeout=45, what="claims settle")
     return snapshot(c)
 
 
@@ -170,7 +177,7 @@ def test_faults_recover_to_the_claims_of_an_uninterrupted_run() -> None:
     for faulty in (False, True):
         clock = Clock(T0)
         # One clock for server and controller: server-set timestamps repeat exactly across runs.
-        with Simulator(watch_window=20, clock=clock) as s:
+        with Simulator(settings=FAST, watch_window=20, clock=clock) as s:
             s.start()
             apply_run(s, "llm")
             apply_run(s, "gone", ns="team-b")
@@ -187,7 +194,7 @@ def test_faults_recover_to_the_claims_of_an_uninterrupted_run() -> None:
                     time.sleep(1.0)
                     s.faults.clear()
                     s.faults.gone(6)  # and a 410 storm on the way back, relists included
-                results.append(settle(c))
+                results.append(settle(c, since=time.monotonic()))
                 if faulty:
                     assert c.skipped == []
                     reg = c.registry

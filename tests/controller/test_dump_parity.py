@@ -45,7 +45,7 @@ def test_explain_on_a_kubectl_dump_agrees_with_the_live_controller(tmp_path: Pat
 
     spec = load_scenario(default_scenario_path())
     clock = ManualClock(spec.start)
-    with Simulator(clock=clock, settings=SimulatorSettings(seed=spec.seed)) as sim:
+    with Simulator(clock=clock, settings=SimulatorSettings(seed=spec.seed, bookmark_interval_s=0.5)) as sim:
         url = sim.start()
         engine = ScenarioEngine(spec, url, clock=clock)
         engine.step_to(minutes * 60)

@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from collector.simulator.server import Simulator
-from tests.controller.test_controller import T0, Clock, apply_run, start, wait_until
+from tests.controller.test_controller import FAST, T0, Clock, apply_run, start, wait_until
 from tests.promserver import PromServer
 
 
 def test_prometheus_sees_the_claims_the_cluster_implies(tmp_path: Path) -> None:
     clock = Clock(datetime.now(UTC))  # Prometheus compares sample ages with its own wall clock
-    with Simulator() as sim:
+    with Simulator(settings=FAST) as sim:
         sim.start()
         apply_run(sim, "healthy", workers=2)
         apply_run(sim, "crashy", ns="team-b", crash=True)

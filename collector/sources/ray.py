@@ -1,0 +1,645 @@
+"""Ray runtime evidence: one cluster head's dashboard (Jobs and state APIs) and metrics endpoint.
+
+Only Ray's documented REST endpoints, over urllib3 (DESIGN.md §2): the `ray` package is not a
+dependency of the collector, and the node agent never imports this module.
+
+- `RayHead` reads one head: `GET /api/jobs/` (jobs), `GET /api/jobs/{id}/logs` (cut to a tail),
+  `GET /api/v0/nodes` (alive nodes) and a metrics endpoint (Prometheus text, parsed with
+  `prometheus_client.parser`). Failures raise `RaySourceError`, retryable or permanent.
+- `RayProgress` turns successive scrapes of a step counter into `ProgressSample`s. The counter's
+  raw value (summed over its label sets) is the step: a counter that falls after a restart and
+  climbs again is replay, not progress, until it passes its old high-water mark; that is exactly
+  how `collector.claims.progress.analyze` reads steps at or below the maximum already seen.
+- `RayPoller` reads many heads and returns, per cluster, a `RayRuntime` and the "ray-metrics"
+  `Signal`. A head that cannot be read yields a runtime with `error` set and no signal, so the
+  last signal ages out and the progressing claim fails closed. An unreadable metrics endpoint
+  (garbage, HTML, a cut body) yields a signal with no samples and a diagnostic: never a sample.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import orjson
+import urllib3
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.correlate import RayRuntime, Signal
+from collector.model import Plane, Ref
+from collector.progress import HangFinding, LogScan, ProgressSample, scan_text
+
+DEFAULT_COUNTER = "ray_train_steps_total"  # ray.util.metrics.Counter("train_steps")
+DEFAULT_LOSS = "ray_train_loss"  # ray.util.metrics.Gauge("train_loss")
+SOURCE = "ray-metrics"
+SAMPLE_FORMAT = "ray-metric"
+HISTORY = 512  # progress samples kept per cluster
+DEFAULT_DASHBOARD_PORT = 8265
+DEFAULT_METRICS_PORT = 8080  # KubeRay exposes the head's metrics export port as "metrics"
+JOB_STATUSES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
+TERMINAL_JOB_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+NODES_LIMIT = 10_000  # the state API's own maximum (RAY_MAX_LIMIT_FROM_API_SERVER)
+_NOTES = 16  # lasting notes (counter resets) kept per cluster
+
+JSON = dict[str, Any]
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+class RaySourceError(Exception):
+    """A failure reading a Ray head. `retryable`: connection, timeouts, 429/5xx, a cut body.
+    Permanent: 404 or another 4xx on an API, a body that is not what the API documents
+    (undecodable JSON after retries, an unexpected shape), a metrics endpoint that is not
+    Prometheus text, a body over the size limit."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _permanent(message: str) -> RaySourceError:
+    return RaySourceError(message, retryable=False)
+
+
+# --- small parsing helpers ---------------------------------------------------------------------
+
+
+def _ms(value: object) -> datetime | None:
+    """Ray's epoch-millisecond timestamps (`start_time`, `end_time`)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000.0, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def normalize_url(url: str) -> str:
+    """`host:port` (as KubeRay's RayJob `status.dashboardURL` gives it) → `http://host:port`."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class RayJobInfo:
+    """One entry of the Jobs API (`GET /api/jobs/`)."""
+
+    submission_id: str  # "" for a driver started by hand (type DRIVER)
+    job_id: str  # "" until the driver started
+    type: str  # SUBMISSION | DRIVER
+    status: str  # PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED
+    message: str
+    entrypoint: str
+    start_time: datetime | None
+    end_time: datetime | None
+    error_type: str = ""
+    driver_exit_code: int | None = None
+
+    @property
+    def key(self) -> str:
+        return self.submission_id or self.job_id
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RayJobInfo:
+        code = doc.get("driver_exit_code")
+        return cls(
+            submission_id=_str(doc.get("submission_id")),
+            job_id=_str(doc.get("job_id")),
+            type=_str(doc.get("type")),
+            status=_str(doc.get("status")).upper(),
+            message=_str(doc.get("message")),
+            entrypoint=_str(doc.get("entrypoint")),
+            start_time=_ms(doc.get("start_time")),
+            end_time=_ms(doc.get("end_time")),
+            error_type=_str(doc.get("error_type")),
+            driver_exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        )
+
+
+def select_job(jobs: Sequence[RayJobInfo], job_id: str | None) -> RayJobInfo | None:
+    """The job named by `job_id` (submission id or Ray job id), else the newest job."""
+    if job_id:
+        for job in jobs:
+            if job_id in (job.submission_id, job.job_id):
+                return job
+        return None
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return max(jobs, key=lambda j: (j.start_time or epoch, j.key), default=None)
+
+
+def count_alive(doc: object) -> int:
+    """Alive nodes in a state API `GET /api/v0/nodes` answer.
+
+    Ray 2.x: `{"result": true, "msg": "", "data": {"result": {"total": N, "num_after_truncation": N,
+    "num_filtered": N, "result": [{"node_id": ..., "state": "ALIVE", ...}], ...}}}`.
+    """
+    if not isinstance(doc, dict):
+        raise _permanent("state API: expected a JSON object")
+    if doc.get("result") is False:
+        raise RaySourceError(f"state API refused: {_str(doc.get('msg')) or 'no message'}")
+    data = doc.get("data")
+    inner = data.get("result") if isinstance(data, dict) else None
+    rows = inner.get("result") if isinstance(inner, dict) else inner
+    if not isinstance(rows, list):
+        raise _permanent("state API: no node list at data.result.result")
+    alive = sum(1 for r in rows if isinstance(r, dict) and r.get("state") == "ALIVE")
+    if isinstance(inner, dict):
+        shown, matched = inner.get("num_after_truncation"), inner.get("num_filtered")
+        # Truncated: the list holds only the first `limit` alive nodes; the count is still right.
+        if isinstance(shown, int) and isinstance(matched, int) and shown < matched:
+            alive = max(alive, matched)
+    return alive
+
+
+def parse_metrics(text: str) -> list[Metric]:
+    """Prometheus text exposition → metric families; garbage raises a permanent RaySourceError."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except Exception as e:  # the parser raises ValueError, IndexError, ... on garbage
+        first = text.lstrip()[:80].splitlines()[0] if text.strip() else ""
+        raise _permanent(f"metrics: not Prometheus text ({type(e).__name__}: {str(e)[:120]}); "
+                         f"body starts {first!r}") from e
+
+
+# --- one head -------------------------------------------------------------------------------------
+
+
+def default_pool(maxsize: int = 16) -> urllib3.PoolManager:
+    return urllib3.PoolManager(num_pools=64, maxsize=maxsize, block=False)
+
+
+def default_retries() -> urllib3.Retry:
+    # Idempotent GETs only; connection errors and 502/503/504 are retried twice, quickly.
+    return urllib3.Retry(total=2, connect=2, read=1, status=2, redirect=0, backoff_factor=0.1,
+                         backoff_max=1.0, status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET"}),
+                         raise_on_status=False, raise_on_redirect=False)
+
+
+class RayHead:
+    """HTTP client for one Ray head's dashboard (port 8265) and, optionally, its metrics endpoint."""
+
+    def __init__(
+        self,
+        dashboard_url: str,
+        metrics_url: str | None = None,
+        *,
+        pool: urllib3.PoolManager | None = None,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+        max_body: int = 32 * 1024 * 1024,
+        json_attempts: int = 2,
+    ) -> None:
+        self.base = normalize_url(dashboard_url)
+        self.metrics_url = metrics_url
+        self.pool = pool or default_pool()
+        self.timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
+        self.retries = default_retries()
+        self.max_body = max_body
+        self.json_attempts = max(1, json_attempts)
+
+    def _fetch(self, url: str, accept: str, what: str) -> tuple[str, bytes]:
+        """GET → (Content-Type, body); raises RaySourceError for transport errors and HTTP ≥ 400."""
+        try:
+            resp = self.pool.request("GET", url, headers={"Accept": accept}, timeout=self.timeout,
+                                     retries=self.retries, redirect=False, preload_content=False)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RaySourceError(f"{what}: {type(e).__name__}: {e}") from e
+        done = False
+        try:
+            length = resp.headers.get("Content-Length")
+            if length and length.isdigit() and int(length) > self.max_body:
+                raise _permanent(f"{what}: body of {int(length):,} bytes is over the {self.max_body:,} limit")
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in resp.stream(1 << 16):
+                size += len(chunk)
+                if size > self.max_body:
+                    raise _permanent(f"{what}: body over the {self.max_body:,} byte limit")
+                chunks.append(chunk)
+            done = True
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RaySourceError(f"{what}: body cut: {type(e).__name__}: {e}") from e
+        finally:
+            if done:
+                resp.release_conn()
+            else:
+                resp.close()  # a half-read connection must not go back to the pool
+        body = b"".join(chunks)
+        status = resp.status
+        if status >= 400:
+            snippet = body[:200].decode("utf-8", "replace").strip()
+            text = f"{what}: HTTP {status}" + (f": {snippet}" if snippet else "")
+            raise RaySourceError(text, retryable=status == 429 or status >= 500)
+        if status >= 300:
+            raise _permanent(f"{what}: HTTP {status} redirect to {resp.headers.get('Location', '?')}")
+        return resp.headers.get("Content-Type", ""), body
+
+    def _json(self, path: str, what: str) -> Any:
+        last: Exception | None = None
+        for _ in range(self.json_attempts):
+            _, body = self._fetch(self.base + path, "application/json", what)
+            try:
+                return orjson.loads(body)
+            except orjson.JSONDecodeError as e:
+                last = e
+        raise _permanent(f"{what}: not JSON after {self.json_attempts} attempts: {last}")
+
+    def jobs(self) -> list[RayJobInfo]:
+        doc = self._json("/api/jobs/", "GET /api/jobs/")
+        if not isinstance(doc, list):
+            raise _permanent("GET /api/jobs/: expected a JSON list")
+        return [RayJobInfo.from_json(d) for d in doc if isinstance(d, dict)]
+
+    def job(self, submission_id: str) -> RayJobInfo:
+        path = f"/api/jobs/{quote(submission_id, safe='')}"
+        doc = self._json(path, f"GET {path}")
+        if not isinstance(doc, dict):
+            raise _permanent(f"GET {path}: expected a JSON object")
+        return RayJobInfo.from_json(doc)
+
+    def job_logs(self, submission_id: str, *, tail_bytes: int = 256 * 1024) -> bytes:
+        """The job's driver log, cut to its last `tail_bytes` (from the first whole line)."""
+        path = f"/api/jobs/{quote(submission_id, safe='')}/logs"
+        doc = self._json(path, f"GET {path}")
+        logs = doc.get("logs") if isinstance(doc, dict) else None
+        if not isinstance(logs, str):
+            raise _permanent(f"GET {path}: no \"logs\" string")
+        data = logs.encode("utf-8", "surrogatepass")
+        if len(data) > tail_bytes:
+            data = data[-tail_bytes:]
+            nl = data.find(b"\n")
+            data = data[nl + 1:] if 0 <= nl < len(data) - 1 else data
+        return data
+
+    def alive_nodes(self) -> int:
+        path = (f"/api/v0/nodes?limit={NODES_LIMIT}&detail=false"
+                "&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE")
+        return count_alive(self._json(path, "GET /api/v0/nodes"))
+
+    def metrics(self, url: str | None = None) -> list[Metric]:
+        """Scrape a metrics endpoint (default: this head's `metrics_url`)."""
+        url = url or self.metrics_url
+        if not url:
+            raise _permanent("metrics: no metrics URL")
+        what = f"metrics {url}"
+        ctype, body = self._fetch(url, "text/plain;version=0.0.4;q=1,*/*;q=0.1", what)
+        media = ctype.split(";", 1)[0].strip().lower()
+        if media and media != "text/plain":
+            raise _permanent(f"{what}: not Prometheus text exposition (Content-Type {media})")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _permanent(f"{what}: not UTF-8 text at byte {e.start}") from e
+        return parse_metrics(text)
+
+
+# --- progress from scrapes ------------------------------------------------------------------------
+
+
+def _series(families: Iterable[Metric], name: str) -> list[float]:
+    names = {name} if name.endswith("_total") else {name, name + "_total"}
+    return [s.value for fam in families for s in fam.samples if s.name in names]
+
+
+class RayProgress:
+    """Successive scrapes of one cluster → progress samples (one instance per cluster).
+
+    The step is the counter's value summed over its label sets (WorkerId, SessionName, ...),
+    as an int. A sample is kept for the first reading and then only when the step changes; a step
+    that falls (a restart: the series of a restarted node start again from zero) is kept too and
+    noted, and the analysis counts what follows as replay until it passes the old maximum.
+    """
+
+    def __init__(self, counter: str = DEFAULT_COUNTER, loss: str | None = DEFAULT_LOSS,
+                 history: int = HISTORY) -> None:
+        self.counter = counter
+        self.loss = loss
+        self._samples: deque[ProgressSample] = deque(maxlen=history)
+        self._high: ProgressSample | None = None  # kept even after it leaves the history
+        self._notes: deque[str] = deque(maxlen=_NOTES)
+        self.scrapes = 0
+        self.resets = 0
+        self.last_value: int | None = None
+        self.last_seen: datetime | None = None
+
+    def observe(self, families: Sequence[Metric], at: datetime) -> tuple[ProgressSample | None, str]:
+        """One scrape; returns (the new sample or None, a diagnostic for this scrape or "")."""
+        self.scrapes += 1
+        values = _series(families, self.counter)
+        if not values:
+            if self.last_seen is None:
+                return None, f"metric {self.counter} not exposed ({len(families)} metric families read)"
+            return None, f"metric {self.counter} not exposed since {self.last_seen.isoformat()}"
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        if bad:
+            return None, f"metric {self.counter} has invalid value {bad[0]}: not progress"
+        step = int(math.fsum(values))
+        self.last_seen = at
+        if step == self.last_value:
+            return None, ""
+        prev = self.last_value
+        self.last_value = step
+        sample = ProgressSample(step=step, at=at, loss=self._loss(families), line=0, format=SAMPLE_FORMAT)
+        if prev is not None and step < prev:
+            self.resets += 1
+            high = self._high.step if self._high else prev
+            self._notes.append(f"{self.counter} fell from {prev} to {step} at {at.isoformat()} (restart); "
+                               f"steps up to {high} are replay")
+        if self._high is None or step > self._high.step:
+            self._high = sample
+        self._samples.append(sample)
+        return sample, ""
+
+    def _loss(self, families: Sequence[Metric]) -> float | None:
+        if not self.loss:
+            return None
+        values = [s.value for fam in families for s in fam.samples if s.name == self.loss]
+        if not values:
+            return None
+        bad = [v for v in values if not math.isfinite(v)]
+        return bad[0] if bad else math.fsum(values) / len(values)
+
+    @property
+    def samples(self) -> tuple[ProgressSample, ...]:
+        out = tuple(self._samples)
+        high = self._high
+        if high is not None and out and high.step > max(s.step for s in out):
+            out = (high, *out)  # keep the high-water mark so replay stays replay
+        return out
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self._notes)
+
+    def scan(self, *, hangs: Sequence[HangFinding] = (), diagnostics: Sequence[str] = (),
+             with_samples: bool = True) -> LogScan:
+        samples = self.samples if with_samples else ()
+        return LogScan(
+            source=SOURCE,
+            format=SAMPLE_FORMAT if samples else None,
+            samples=samples,
+            hangs=tuple(hangs),
+            xids=(),
+            diagnostics=(*self.notes, *(d for d in diagnostics if d)),
+            lines=self.scrapes,  # scrapes read, the metrics analogue of log lines
+        )
+
+
+# --- many heads -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RayTarget:
+    cluster: Ref  # the RayCluster
+    dashboard_url: str
+    metrics_url: str | None = None
+    job_id: str | None = None  # submission id (or Ray job id); None: the newest job
+    counter: str = DEFAULT_COUNTER  # per workload profile
+    loss: str | None = DEFAULT_LOSS
+
+
+@dataclass(slots=True)
+class _State:
+    progress: RayProgress
+    last_seen: datetime
+    failures: int = 0
+    retry_at: datetime | None = None
+    last_error: str = ""
+    log_job: str = ""
+    log_read_at: datetime | None = None
+    log_status: str = ""
+    hangs: tuple[HangFinding, ...] = ()
+    log_diag: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class RayPoller:
+    """Reads each target's head; keeps one `RayProgress` per cluster between polls.
+
+    A head that fails is retried after a capped, jittered backoff (no waiting on a dead head every
+    tick); until then its runtime carries the last error. Job logs are read at most every
+    `log_interval` (and once more when the job ends) and scanned for hang findings only.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: urllib3.PoolManager | None = None,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+        log_interval: timedelta = timedelta(seconds=30),
+        log_tail_bytes: int = 256 * 1024,
+        max_body: int = 32 * 1024 * 1024,
+        history: int = HISTORY,
+        max_workers: int = 8,
+        backoff_base: timedelta = timedelta(seconds=2),
+        backoff_cap: timedelta = timedelta(seconds=60),
+        retention: timedelta = timedelta(minutes=15),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.pool = pool or default_pool(maxsize=max(4, max_workers))
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.log_interval = log_interval
+        self.log_tail_bytes = log_tail_bytes
+        self.max_body = max_body
+        self.history = history
+        self.max_workers = max(1, max_workers)
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.retention = retention
+        self._rng = rng or random.Random()
+        self._states: dict[tuple[str, str, str], _State] = {}
+        self._lock = threading.Lock()
+
+    def progress(self, cluster: Ref) -> RayProgress | None:
+        st = self._states.get(cluster.key)
+        return st.progress if st else None
+
+    def forget(self, cluster: Ref) -> None:
+        with self._lock:
+            self._states.pop(cluster.key, None)
+
+    def _state(self, t: RayTarget, now: datetime) -> _State:
+        with self._lock:
+            st = self._states.get(t.cluster.key)
+            if st is None or st.progress.counter != t.counter or st.progress.loss != t.loss:
+                st = _State(RayProgress(t.counter, t.loss, self.history), now)
+                self._states[t.cluster.key] = st
+            st.last_seen = now
+            return st
+
+    def poll(self, targets: Sequence[RayTarget], now: datetime) -> list[tuple[Ref, RayRuntime, Signal | None]]:
+        unique: dict[tuple[str, str, str], RayTarget] = {}
+        for t in targets:
+            unique.setdefault(t.cluster.key, t)
+        work = list(unique.values())
+        if len(work) > 1 and self.max_workers > 1:
+            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(work)),
+                                    thread_name_prefix="ray-poll") as ex:
+                results = list(ex.map(lambda t: self._poll_one(t, now), work))
+        else:
+            results = [self._poll_one(t, now) for t in work]
+        by_key = {t.cluster.key: r for t, r in zip(work, results, strict=True)}
+        with self._lock:
+            for key in [k for k, st in self._states.items()
+                        if k not in by_key and now - st.last_seen > self.retention]:
+                del self._states[key]
+        return [(t.cluster, *by_key[t.cluster.key]) for t in targets]
+
+    def _poll_one(self, t: RayTarget, now: datetime) -> tuple[RayRuntime, Signal | None]:
+        st = self._state(t, now)
+        with st.lock:
+            try:
+                return self._read(t, st, now)
+            except Exception as e:  # never let one cluster break the poll of the others
+                return RayRuntime(None, "", "", now, error=f"{type(e).__name__}: {e}"), None
+
+    def _read(self, t: RayTarget, st: _State, now: datetime) -> tuple[RayRuntime, Signal | None]:
+        if st.retry_at is not None and now < st.retry_at:
+            wait = (st.retry_at - now).total_seconds()
+            return RayRuntime(None, "", "", now, error=f"{st.last_error} (next try in {wait:.0f}s)"), None
+        head = RayHead(t.dashboard_url, t.metrics_url, pool=self.pool, connect_timeout=self.connect_timeout,
+                       read_timeout=self.read_timeout, max_body=self.max_body)
+        try:
+            jobs = head.jobs()
+            alive = head.alive_nodes()
+        except RaySourceError as e:
+            st.failures += 1
+            delay = min(self.backoff_cap.total_seconds(),
+                        self.backoff_base.total_seconds() * 2 ** min(st.failures - 1, 20))
+            if not e.retryable:
+                delay = self.backoff_cap.total_seconds()
+            st.retry_at = now + timedelta(seconds=self._rng.uniform(delay / 2, delay))
+            st.last_error = f"{head.base}: {e}"
+            return RayRuntime(None, "", "", now, error=st.last_error), None
+        st.failures, st.retry_at, st.last_error = 0, None, ""
+        job = select_job(jobs, t.job_id)
+        if job is None:
+            message = f"job {t.job_id} not found on the head" if t.job_id else "no jobs on the head"
+            runtime = RayRuntime(alive, "", message, now)
+        else:
+            runtime = RayRuntime(alive, job.status if job.status in JOB_STATUSES else "", job.message, now)
+        if not t.metrics_url:
+            return runtime, None
+        self._read_logs(head, job, st, now)
+        diag = ""
+        ok = True
+        try:
+            families = head.metrics()
+        except RaySourceError as e:
+            ok, diag = False, str(e)
+        else:
+            _, diag = st.progress.observe(families, now)
+        scan = st.progress.scan(hangs=st.hangs, diagnostics=(diag, st.log_diag), with_samples=ok)
+        return runtime, Signal(ref=t.cluster, source=SOURCE, scan=scan, read_at=now, plane=Plane.RAY)
+
+    def _read_logs(self, head: RayHead, job: RayJobInfo | None, st: _State, now: datetime) -> None:
+        if job is None or not job.submission_id:
+            return
+        if job.submission_id != st.log_job:
+            st.log_job, st.log_read_at, st.log_status, st.hangs, st.log_diag = job.submission_id, None, "", (), ""
+        due = st.log_read_at is None or now - st.log_read_at >= self.log_interval
+        ended = job.status in TERMINAL_JOB_STATUSES and st.log_status not in TERMINAL_JOB_STATUSES
+        if not (due or ended):
+            return
+        st.log_read_at, st.log_status = now, job.status
+        try:
+            tail = head.job_logs(job.submission_id, tail_bytes=self.log_tail_bytes)
+        except RaySourceError as e:
+            st.log_diag = f"job logs: {e}"
+            return
+        scan = scan_text(tail, source=f"ray-job/{job.submission_id}")
+        st.hangs, st.log_diag = scan.hangs, ""
+
+
+# --- where a cluster's head answers ---------------------------------------------------------------
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _port(value: int | str | None, default: int) -> int | None:
+    if value is None or value == "":
+        return default
+    if isinstance(value, str):
+        if not value.strip().isdigit():
+            return None
+        value = int(value.strip())
+    return value if 0 < value < 65536 else None
+
+
+def service_url(service: str, namespace: str, port: int, *, cluster_domain: str = "cluster.local",
+                path: str = "") -> str | None:
+    """`http://<svc>.<ns>.svc.<domain>:<port><path>`, or None for names that are not DNS labels."""
+    if not (_DNS_LABEL.match(service) and _DNS_LABEL.match(namespace)):
+        return None
+    return f"http://{service}.{namespace}.svc.{cluster_domain}:{port}{path}"
+
+
+def _override(overrides: Mapping[str, str] | None, namespace: str, name: str) -> str | None:
+    url = (overrides or {}).get(f"{namespace}/{name}")
+    return normalize_url(url) if url else None
+
+
+def dashboard_url_for(
+    namespace: str,
+    cluster: str,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    rayjob_dashboard_url: str | None = None,
+    head_service: str | None = None,
+    dashboard_port: int | str | None = None,
+    cluster_domain: str = "cluster.local",
+) -> str | None:
+    """A RayCluster's dashboard URL, first match of: `overrides["<namespace>/<cluster>"]` (tests,
+    port-forwards); the RayJob's `status.dashboardURL` (host:port); the RayCluster's
+    `status.head.serviceName` with `status.endpoints.dashboard` (default 8265). None if unknown."""
+    url = _override(overrides, namespace, cluster)
+    if url:
+        return url
+    if rayjob_dashboard_url and rayjob_dashboard_url.strip():
+        candidate = normalize_url(rayjob_dashboard_url)
+        parts = urlsplit(candidate)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            return candidate
+    port = _port(dashboard_port, DEFAULT_DASHBOARD_PORT)
+    if head_service and port is not None:
+        return service_url(head_service, namespace, port, cluster_domain=cluster_domain)
+    return None
+
+
+def metrics_url_for(
+    namespace: str,
+    cluster: str,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    head_service: str | None = None,
+    metrics_port: int | str | None = None,
+    cluster_domain: str = "cluster.local",
+) -> str | None:
+    """The head's metrics endpoint: `overrides["<namespace>/<cluster>"]` (a full URL), else
+    `status.head.serviceName` with `status.endpoints.metrics` (default 8080) and path /metrics."""
+    url = _override(overrides, namespace, cluster)
+    if url:
+        return url
+    port = _port(metrics_port, DEFAULT_METRICS_PORT)
+    if head_service and port is not None:
+        return service_url(head_service, namespace, port, cluster_domain=cluster_domain, path="/metrics")
+    return None
