@@ -337,7 +337,8 @@ class RunIndex:
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
         clusters = {rc.ref.name for rc in ev.rayclusters}
-        clusters.update(f.cluster_name for rj in ev.rayjobs if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)
+        clusters.update(f.cluster_name for rj in ev.rayjobs
+                        if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)
         for name in clusters:
             runtime = self._ray.get(("RayCluster", ns, name))
             if runtime is not None:

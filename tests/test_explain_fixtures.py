@@ -434,6 +434,21 @@ def test_nccl_watchdog_named_in_stall(tmp_path: Path) -> None:
     assert reason.startswith("STALLED") and "ALLREDUCE" in reason and "600000 ms" in reason
 
 
+def test_watchdog_after_the_last_step_is_a_stall_inside_the_window(tmp_path: Path) -> None:
+    log, last = megatron_log(NOW - timedelta(minutes=10))
+    watchdog = fixture_path("training_logs/nccl_watchdog_timeout_torch2x_format_llamafactory_7396.txt").read_text()
+    stamp = (last + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.000000000Z")
+    log += "".join(f"{stamp} {line}\n" for line in watchdog.splitlines())
+    dump = healthy_taurun(tmp_path, log)
+    run = only_run(explain(dump, "--at", ts(last + timedelta(seconds=40))), "llm")  # window is 276 s
+    assert claim(run, "progressing") == (True, "false", "contradicted")
+    assert run["claims"]["progressing"]["reason"].startswith("STALLED 40s") and "ALLREDUCE" in \
+        run["claims"]["progressing"]["reason"]
+    # Before the watchdog line, the same run is progressing.
+    run = only_run(explain(dump, "--at", ts(last + timedelta(seconds=20))), "llm")
+    assert claim(run, "progressing")[1] == "true"
+
+
 def test_nan_loss_is_not_progress(tmp_path: Path) -> None:
     log, last = megatron_log(NOW - timedelta(minutes=10))
     stamp = (last + timedelta(seconds=87)).strftime("%Y-%m-%dT%H:%M:%SZ")
