@@ -47,7 +47,7 @@ Now = Callable[[], datetime]
 
 @dataclass(frozen=True, slots=True)
 class _PollTargets:
-    logs: tuple[tuple[Ref, str], ...]  # (pod, container)
+    logs: tuple[tuple[Ref, str, str], ...]  # (pod, container, progress regex or "")
     checkpoints: tuple[tuple[Ref, str], ...]  # (run root, checkpoint URI)
     ray: tuple[tuple[Ref, RayTarget], ...]  # (run root, head)
 
@@ -85,7 +85,7 @@ class Controller:
         self._reflectors: list[Reflector] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._log_targets: list[tuple[Ref, str]] = []
+        self._log_targets: list[tuple[Ref, str, str]] = []
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
@@ -369,8 +369,10 @@ class Controller:
         """What the pollers should read for this run: container logs, checkpoints, Ray heads."""
         if rc.finished:
             return _PollTargets((), (), ())
+        regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
         logs = tuple(
-            (pod.ref, c.name) for pod in ev.pods if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
+            (pod.ref, c.name, regex) for pod in ev.pods
+            if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
             for c in pod.facts.containers if not c.init and c.state == "running"
         )
         t = ev.taurun.facts if ev.taurun is not None else None
@@ -398,8 +400,9 @@ class Controller:
                 continue
             metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
                                       metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
+            counter = self.cfg.ray_counter_by_profile.get(_profile(ev), self.cfg.ray_progress_counter)
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
-                               counter=self.cfg.ray_progress_counter)
+                               counter=counter)
             out.append((ev.root.ref, target))
         return out
 
@@ -417,7 +420,7 @@ class Controller:
     def _poll_logs(self) -> None:
         interval = self.cfg.log_poll_interval.total_seconds()
         while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
-            for ref, container in list(self._log_targets):
+            for ref, container, regex in list(self._log_targets):
                 if self._stop.is_set():
                     return
                 try:
@@ -429,7 +432,12 @@ class Controller:
                 except SourceError as e:
                     self._changes.put(_Change("error", None, e))
                     continue
-                scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+                try:
+                    scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
+                                     custom_regex=regex or None)
+                except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
+                    self._skip(f"log regex for {ref}: {e}")
+                    scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
                 self._changes.put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _poll_checkpoints(self) -> None:
@@ -489,6 +497,11 @@ class Controller:
         self._http.daemon_threads = True
         self._spawn(self._http.serve_forever, "http")
         return int(self._http.server_address[1])
+
+
+def _profile(ev: RunEvidence) -> str:
+    t = ev.taurun.facts if ev.taurun is not None else None
+    return t.profile if isinstance(t, TauRunFacts) else ""
 
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})

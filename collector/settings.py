@@ -73,6 +73,10 @@ class ControllerSettings:
     checkpoint_poll_interval: timedelta = timedelta(seconds=60)  # 0 turns the Expstore source off
     ray_poll_interval: timedelta = timedelta(seconds=15)  # 0 turns the Ray runtime source off
     ray_progress_counter: str = "ray_train_steps_total"  # a ray.util.metrics Counter("train_steps")
+    # Per workload profile (TauRun spec.profile): the Ray counter that counts its steps, and a log
+    # regex with a named group `step` (optional `loss`) for trainers the built-in parsers miss.
+    ray_counter_by_profile: Mapping[str, str] = field(default_factory=dict)
+    log_regex_by_profile: Mapping[str, str] = field(default_factory=dict)
     # "namespace/raycluster" → URL, for port-forwards and tests; otherwise KubeRay's status says where.
     ray_dashboards: Mapping[str, str] = field(default_factory=dict)
     ray_metrics: Mapping[str, str] = field(default_factory=dict)

@@ -291,3 +291,20 @@ def test_checkpoints_in_expstore_are_durable_progress(sim: Simulator, tmp_path: 
         assert rc.goodput is not None and rc.goodput.ratio is not None
     finally:
         c.close()
+
+
+def test_profile_regex_reads_a_custom_trainer(sim: Simulator) -> None:
+    clock = Clock(T0)
+    apply_run(sim, "custom")  # profile a100-2x8
+    for i in range(5):
+        at = T0 - timedelta(seconds=50 - 10 * i)
+        sim.store.append_log("research", "custom-w0", "main", [f"[{at:%H:%M:%S}] my-trainer step={i + 1} "
+                                                                f"objective=0.{9 - i}"], at)
+    c = start(sim, clock, log_poll_interval=timedelta(seconds=0.1),
+              log_regex_by_profile={"a100-2x8": r"step=(?P<step>\d+) objective=(?P<loss>[\d.]+)"})
+    try:
+        wait_until(lambda: observed(c, "custom").get("progressing") == "true", what="custom regex progress")
+        rc = next(r for r in c.claims.values() if r.ref.name == "custom")
+        assert rc.progressing.reason.startswith("step 5 at 11:59:50")
+    finally:
+        c.close()
