@@ -32,7 +32,9 @@ test: setup check
 	$(BIN)/pytest -q
 
 bench: setup
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/bench_scan.py
+	$(BIN)/python bench/bench_controller.py --quick
+	$(BIN)/python bench/bench_stall.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info
