@@ -7,6 +7,7 @@ that evidence ageing past its bound turns claims unknown without any new event.
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import threading
@@ -78,7 +79,8 @@ class Controller:
         self.index = RunIndex()
         self.claims: dict[Key, RunClaims] = {}
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
-        self._changes: queue.SimpleQueue[_Change] = queue.SimpleQueue()
+        # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
+        self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._known: dict[str, set[Key]] = {}
         self._dirty: set[Key] = set()
         self._roots_changed = True
@@ -101,6 +103,10 @@ class Controller:
 
     def open(self) -> None:
         """Discover APIs, start reflectors, the loop, the log poller, leader election."""
+        if self.cfg.tune_gc:
+            # The index holds frozen records and tuples, freed by reference counting; the default
+            # generation-0 threshold makes the cycle collector rescan them thousands of times a second.
+            gc.set_threshold(100_000, 50, 100)
         backoff = Backoff()
         while not self._stop.is_set():
             try:
@@ -163,14 +169,22 @@ class Controller:
 
     # --- WatchSink (called from reflector threads) -----------------------------------------------
 
+    # Normalizing here, in the reflector's thread, keeps raw JSON out of the queue: the queue then
+    # holds small records, and a backlog no longer feeds the cycle collector big dicts.
     def upsert(self, resource: Resource, obj: JSON) -> None:
-        self._changes.put(_Change("upsert", resource, obj))
+        rec = self._normalize(resource, obj)
+        if rec is not None:
+            self._changes.put(_Change("upsert", resource, rec))
 
     def delete(self, resource: Resource, obj: JSON) -> None:
-        self._changes.put(_Change("delete", resource, obj))
+        meta = obj.get("metadata") or {}
+        kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
+        ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self._changes.put(_Change("delete", resource, ref))
 
     def replace(self, resource: Resource, objs: list[JSON]) -> None:
-        self._changes.put(_Change("replace", resource, objs))
+        recs = [rec for obj in objs if (rec := self._normalize(resource, obj)) is not None]
+        self._changes.put(_Change("replace", resource, recs))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         self._changes.put(_Change("synced", resource, at))
@@ -196,8 +210,13 @@ class Controller:
             except queue.Empty:
                 pass
             try:
+                counts: dict[str, int] = {}
                 for change in batch:
                     self._apply(change)
+                    if change.op in ("upsert", "delete") and change.resource is not None:
+                        counts[change.resource.name] = counts.get(change.resource.name, 0) + 1
+                for name, n in counts.items():
+                    self.health.events_processed(name, n)
                 full = time.monotonic() >= next_tick
                 if full:
                     next_tick = time.monotonic() + tick
@@ -216,11 +235,9 @@ class Controller:
         if c.op == "upsert":
             assert r is not None
             self._upsert(r, c.payload)
-            self.health.events_processed(r.name)
         elif c.op == "delete":
             assert r is not None
-            self._delete(r, c.payload)
-            self.health.events_processed(r.name)
+            self._delete_ref(r, c.payload)
         elif c.op == "replace":
             assert r is not None
             self._replace(r, c.payload)
@@ -277,9 +294,10 @@ class Controller:
         if ref.kind in _ROOTISH:
             self._roots_changed = True
 
-    def _upsert(self, r: Resource, obj: JSON) -> None:
-        rec = self._normalize(r, obj)
-        if rec is None:
+    def _upsert(self, r: Resource, rec: ObjectRecord) -> None:
+        old = self.index.get(*rec.ref.key)
+        if old is not None and _same_evidence(old, rec):
+            self.index.upsert(rec)  # a resourceVersion bump with nothing the claims read: no re-evaluation
             return
         before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
         self.index.upsert(rec)
@@ -288,24 +306,15 @@ class Controller:
             self._dirty.add(before.key)
         self._touch(rec.ref)
 
-    def _delete(self, r: Resource, obj: JSON) -> None:
-        meta = obj.get("metadata") or {}
-        kind = self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind
-        ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        self._delete_ref(r, ref)
-
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
         self.index.delete(ref)
         self._known[r.name].discard(ref.key)
 
-    def _replace(self, r: Resource, objs: list[JSON]) -> None:
+    def _replace(self, r: Resource, recs: list[ObjectRecord]) -> None:
         """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
         seen: set[Key] = set()
-        for obj in objs:
-            rec = self._normalize(r, obj)
-            if rec is None:
-                continue
+        for rec in recs:
             seen.add(rec.ref.key)
             self.index.upsert(rec)
             self._known[r.name].add(rec.ref.key)
@@ -356,8 +365,10 @@ class Controller:
             self._checkpoint_targets = [t for r in runs for t in r.checkpoints]
             self._ray_targets = [t for r in runs for t in r.ray]
             self._targets_changed = False
-        if self.synced:
+        if self.synced and not self.ready.is_set():
             self.ready.set()
+            if self.cfg.tune_gc:
+                gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
 
     def latencies(self) -> list[float]:
@@ -505,6 +516,12 @@ def _profile(ev: RunEvidence) -> str:
 
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
+
+
+def _same_evidence(a: ObjectRecord, b: ObjectRecord) -> bool:
+    """Equal in everything the claims and correlation read (resourceVersion aside)."""
+    return (a.facts == b.facts and a.conditions == b.conditions and a.labels == b.labels
+            and a.owners == b.owners and a.generation == b.generation and a.ref.uid == b.ref.uid)
 
 
 def _name_of(obj: JSON) -> str:

@@ -138,6 +138,7 @@ class RunIndex:
         self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
         self._root_candidates: set[Key] = set()
         self._signals: dict[Key, dict[str, Signal]] = {}
+        self._workspaces: dict[str, Key] = {}  # namespace → its TauWorkspace
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
 
@@ -160,6 +161,8 @@ class RunIndex:
                 self._adopters[c].add(key)
         if rec.ref.kind in _ROOT_KINDS:
             self._root_candidates.add(key)
+        elif rec.ref.kind == "TauWorkspace":
+            self._workspaces[rec.ref.namespace] = key
         if isinstance(rec.facts, EventFacts):
             self._trim_events(rec)
 
@@ -170,6 +173,8 @@ class RunIndex:
         self._up.pop(key, None)
         self._adopted.pop(key, None)
         self._root_candidates.discard(key)
+        if self._workspaces.get(ref.namespace) == key:
+            del self._workspaces[ref.namespace]
         self._signals.pop(key, None)
         self._ray.pop(key, None)
         return rec
@@ -325,9 +330,8 @@ class RunIndex:
             qname = rec.labels.get(KUEUE_QUEUE_LABEL)
             if qname:
                 ev.local_queue = self._objects.get(("LocalQueue", ns, qname))
-        for ws in (o for o in self._objects.values() if o.ref.kind == "TauWorkspace" and o.ref.namespace == ns):
-            ev.workspace = ws
-            break
+        ws_key = self._workspaces.get(ns)
+        ev.workspace = self._objects.get(ws_key) if ws_key else None
         for pod in ev.pods:
             pf = pod.facts
             if isinstance(pf, PodFacts) and pf.node_name:

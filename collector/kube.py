@@ -8,6 +8,8 @@ instead of failing, and raises `MalformedObject` only when an object cannot be i
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,10 +40,18 @@ from collector.settings import TauGridContract
 
 RawObject = Mapping[str, Any]
 
+_EMPTY: dict[str, Any] = {}
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
 RUN_LABEL = "taugrid.io/run"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+
+KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
+                         "ray.io/originated-from-crd", "ray.io/originated-from-cr-name"})
+# Pod conditions the claims read; the rest (Initialized, ContainersReady, ...) are not kept.
+POD_CONDITIONS = frozenset({"PodScheduled", "Ready"})
 
 # Training-operator kinds whose pods are declared as replica specs; all are runs' roots.
 TRAINING_JOB_KINDS = frozenset(
@@ -108,6 +118,13 @@ def parse_time(value: Any) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise ValueError(f"not a timestamp: {value!r}")
+    return _parse_time(value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_time(value: str) -> datetime:
+    # Cached: a watch repeats the same timestamps (creation, transitions) in every update of an
+    # object, and the cache shares one datetime among the records that hold it.
     s = value.strip()
     if s[-1:] in ("Z", "z"):
         s = s[:-1] + "+00:00"
@@ -173,7 +190,7 @@ class _Reader:
             self.problem(f"{path}: value {s!r} never seen before; treated as unknown")
         return s
 
-    def conditions(self, raw: Any, path: str) -> tuple[Condition, ...]:
+    def conditions(self, raw: Any, path: str, keep: frozenset[str] | None = None) -> tuple[Condition, ...]:
         if raw is None:
             return ()
         if not isinstance(raw, list):
@@ -181,17 +198,19 @@ class _Reader:
             return ()
         out = []
         for i, c in enumerate(raw):
-            if not isinstance(c, Mapping) or not c.get("type"):
+            if not isinstance(c, dict) or not c.get("type"):
                 self.problem(f"{path}[{i}]: condition without a type, skipped")
+                continue
+            if keep is not None and c["type"] not in keep:
                 continue
             status = self.str_(c.get("status"), f"{path}[{i}].status")
             if status not in CONDITION_STATUSES:
                 self.problem(f"{path}[{i}].status: value {status!r} never seen before")
             out.append(
                 Condition(
-                    type=str(c["type"]),
-                    status=status,
-                    reason=self.str_(c.get("reason"), f"{path}[{i}].reason"),
+                    type=sys.intern(str(c["type"])),
+                    status=sys.intern(status),
+                    reason=sys.intern(self.str_(c.get("reason"), f"{path}[{i}].reason")),
                     message=self.str_(c.get("message"), f"{path}[{i}].message"),
                     last_transition=self.time(
                         c.get("lastTransitionTime") or c.get("lastUpdateTime"), f"{path}[{i}]"
@@ -204,16 +223,21 @@ class _Reader:
 def _get(obj: Any, path: str) -> Any:
     """Dotted lookup that tolerates missing or non-mapping intermediates."""
     cur = obj
-    for part in path.split("."):
-        if not isinstance(cur, Mapping):
+    for part in _split(path):
+        if type(cur) is not dict:  # JSON decodes to dicts; anything else is a malformed field
             return None
         cur = cur.get(part)
     return cur
 
 
+@functools.cache
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
 def _map(obj: Any, path: str) -> Mapping[str, Any]:
     v = _get(obj, path)
-    return v if isinstance(v, Mapping) else {}
+    return v if type(v) is dict else _EMPTY
 
 
 def _list(obj: Any, path: str) -> list[Any]:
@@ -224,16 +248,17 @@ def _list(obj: Any, path: str) -> list[Any]:
 def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str = "") -> Normalized:
     """Convert one raw object (a dict as the API serves it) into an `ObjectRecord`."""
     contract = contract or TauGridContract()
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, dict):
         raise MalformedObject(f"{where or 'object'}: expected a mapping, got {type(raw).__name__}")
     kind = raw.get("kind")
     meta = raw.get("metadata")
     if not isinstance(kind, str) or not kind:
         raise MalformedObject(f"{where or 'object'}: no kind")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise MalformedObject(f"{where or kind}: {kind} without metadata.name")
     ns = meta.get("namespace") or ""
-    ref = Ref(kind=kind, namespace=str(ns), name=str(meta["name"]), uid=str(meta.get("uid") or ""))
+    ref = Ref(kind=sys.intern(kind), namespace=sys.intern(str(ns)), name=str(meta["name"]),
+              uid=str(meta.get("uid") or ""))
     if kind in IRRELEVANT_KINDS:
         return Normalized(None, [])
     r = _Reader(where or str(ref))
@@ -245,24 +270,28 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     if builder is None:
         raise MalformedObject(f"{where or ref}: unknown kind {kind!r} ({api_version or 'no apiVersion'})")
     created = r.time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
-    labels_raw = meta.get("labels") or {}
-    labels: dict[str, str] = {}
-    if isinstance(labels_raw, Mapping):
-        labels = {str(k): str(v) for k, v in labels_raw.items()}
+    labels_raw = meta.get("labels") or _EMPTY
+    labels: Mapping[str, str] = _NO_LABELS
+    if isinstance(labels_raw, dict):
+        # Only the labels correlation reads: a fleet's pods carry dozens it never looks at.
+        kept = {k: sys.intern(str(v)) for k, v in labels_raw.items() if k in KEPT_LABELS}
+        if kept:
+            labels = MappingProxyType(kept)
     else:
         r.problem("metadata.labels: expected a mapping")
     owners: list[OwnerRef] = []
     for i, o in enumerate(meta.get("ownerReferences") or []):
-        if not isinstance(o, Mapping) or not o.get("kind") or not o.get("name"):
+        if not isinstance(o, dict) or not o.get("kind") or not o.get("name"):
             r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
             continue
         owners.append(
-            OwnerRef(kind=str(o["kind"]), name=str(o["name"]), uid=str(o.get("uid") or ""),
+            OwnerRef(kind=sys.intern(str(o["kind"])), name=str(o["name"]), uid=str(o.get("uid") or ""),
                      controller=bool(o.get("controller")))
         )
     if meta.get("deletionTimestamp"):
         r.time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")
-    conditions = r.conditions(_get(raw, "status.conditions"), "status.conditions")
+    conditions = r.conditions(_get(raw, "status.conditions"), "status.conditions",
+                              keep=POD_CONDITIONS if kind == "Pod" else None)
     facts = builder(r, raw)
     return Normalized(
         ObjectRecord(
@@ -271,7 +300,7 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
             resource_version=str(meta.get("resourceVersion") or ""),
             generation=r.int_(meta.get("generation"), "metadata.generation"),
             created=created,
-            labels=MappingProxyType(labels),
+            labels=labels,
             owners=tuple(owners),
             conditions=conditions,
             facts=facts,
@@ -294,7 +323,7 @@ def _builder_for(kind: str, raw: RawObject, contract: TauGridContract) -> Builde
     if kind == "TauWorkspace":
         return _no_facts
     found = _BUILDERS.get(kind)
-    if found is None and kind.endswith("Job") and isinstance(_get(raw, "spec"), Mapping):
+    if found is None and kind.endswith("Job") and isinstance(_get(raw, "spec"), dict):
         return _job  # an unfamiliar training-operator job still declares replica specs
     return found
 
@@ -321,16 +350,16 @@ def _container(r: _Reader, c: Any, init: bool, path: str) -> ContainerFacts:
     last = _map(c, "lastState.terminated")
     since = detail.get("startedAt") or detail.get("finishedAt")
     return ContainerFacts(
-        name=r.str_(_get(c, "name"), f"{path}.name"),
+        name=sys.intern(r.str_(_get(c, "name"), f"{path}.name")),
         init=init,
         ready=bool(_get(c, "ready")),
         restart_count=r.int_(_get(c, "restartCount"), f"{path}.restartCount") or 0,
         state=which,
-        state_reason=r.str_(detail.get("reason"), f"{path}.state.reason"),
+        state_reason=sys.intern(r.str_(detail.get("reason"), f"{path}.state.reason")),
         state_message=r.str_(detail.get("message"), f"{path}.state.message")[:500],
         state_since=r.time(since, f"{path}.state"),
         exit_code=r.int_(detail.get("exitCode"), f"{path}.state.exitCode"),
-        last_reason=r.str_(last.get("reason"), f"{path}.lastState.terminated.reason"),
+        last_reason=sys.intern(r.str_(last.get("reason"), f"{path}.lastState.terminated.reason")),
         last_exit_code=r.int_(last.get("exitCode"), f"{path}.lastState.terminated.exitCode"),
         last_finished=r.time(last.get("finishedAt"), f"{path}.lastState.terminated.finishedAt"),
     )
@@ -346,15 +375,15 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
     phase_s = r.enum(phase, "status.phase", POD_PHASES) if phase is not None else ""
     gpus = sum(_gpus(_get(c, "resources")) for c in _list(raw, "spec.containers"))
     return PodFacts(
-        phase=phase_s,
-        reason=r.str_(status.get("reason"), "status.reason"),
+        phase=sys.intern(phase_s),
+        reason=sys.intern(r.str_(status.get("reason"), "status.reason")),
         message=r.str_(status.get("message"), "status.message")[:500],
-        node_name=r.str_(_get(raw, "spec.nodeName"), "spec.nodeName"),
+        node_name=sys.intern(r.str_(_get(raw, "spec.nodeName"), "spec.nodeName")),
         gpus=gpus,
         start_time=r.time(status.get("startTime"), "status.startTime"),
         containers=tuple(containers),
         deleting=bool(_get(raw, "metadata.deletionTimestamp")),
-        ray_node_type=str(_map(raw, "metadata.labels").get(RAY_NODE_TYPE_LABEL, "")),
+        ray_node_type=sys.intern(str(_map(raw, "metadata.labels").get(RAY_NODE_TYPE_LABEL, ""))),
     )
 
 
@@ -390,7 +419,7 @@ def _queue(r: _Reader, raw: RawObject) -> Facts:
 
 def _ray_cluster_pods(r: _Reader, spec: Any) -> tuple[int | None, int | None]:
     """(expected pods, desired workers) declared by a RayCluster spec: head + workers × hosts."""
-    if not isinstance(spec, Mapping):
+    if not isinstance(spec, dict):
         return None, None
     workers = 0
     for i, g in enumerate(_list(spec, "workerGroupSpecs")):
@@ -463,7 +492,7 @@ def _job(r: _Reader, raw: RawObject) -> Facts:
             rd += int(_get(s, "ready") or 0)
         active, ready = a, rd
     else:
-        specs = next((v for k, v in spec.items() if k.endswith("ReplicaSpecs") and isinstance(v, Mapping)), None)
+        specs = next((v for k, v in spec.items() if k.endswith("ReplicaSpecs") and isinstance(v, dict)), None)
         if specs is not None:
             expected = 0
             for name, rs in specs.items():
@@ -557,7 +586,7 @@ def _taurun(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
 def _taucluster(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
     resolved = []
     for i, p in enumerate(_list(raw, "status.resolvedProfiles")):
-        if not isinstance(p, Mapping) or not p.get("name"):
+        if not isinstance(p, dict) or not p.get("name"):
             r.problem(f"status.resolvedProfiles[{i}]: no name, skipped")
             continue
         resolved.append(
@@ -572,7 +601,7 @@ def _taucluster(r: _Reader, raw: RawObject, c: TauGridContract) -> Facts:
     return TauClusterFacts(
         observed_generation=r.int_(_get(raw, "status.observedGeneration"), "status.observedGeneration"),
         last_resolved=r.time(_get(raw, "status.lastResolvedTime"), "status.lastResolvedTime"),
-        profiles=tuple(str(p.get("name")) for p in _list(raw, "spec.workloadProfiles") if isinstance(p, Mapping)),
+        profiles=tuple(str(p.get("name")) for p in _list(raw, "spec.workloadProfiles") if isinstance(p, dict)),
         resolved=tuple(resolved),
     )
 

@@ -51,6 +51,7 @@ class Reflector:
         self.resource_version = ""
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
+        self._marked = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,7 +95,7 @@ class Reflector:
         self.sink.replace(self.resource, items)
         self.resource_version = rv
         self.last_ok = time.monotonic()
-        self.sink.mark_synced(self.resource, self.now())
+        self._mark_synced(self.last_ok)
         self.synced_once.set()
 
     def watch_once(self) -> None:
@@ -123,11 +124,12 @@ class Reflector:
                 raise Expired(msg)
             raise SourceError(msg)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        self.last_ok = time.monotonic()
+        now_m = time.monotonic()
+        self.last_ok = now_m
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv
-            self.sink.mark_synced(self.resource, self.now())
+            self._mark_synced(now_m)
             return
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
@@ -139,7 +141,16 @@ class Reflector:
             log.warning("unknown watch event type", extra={"resource": self.resource.name, "type": kind})
         if rv:
             self.resource_version = rv
+        if now_m - self._marked >= SYNC_MARK_INTERVAL_S:
+            self._mark_synced(now_m)
+
+    def _mark_synced(self, now_m: float) -> None:
+        self._marked = now_m
         self.sink.mark_synced(self.resource, self.now())
+
+
+# Freshness needs "alive recently", not a mark per event: one a second at most (bookmarks always).
+SYNC_MARK_INTERVAL_S = 1.0
 
 
 def wait_synced(reflectors: list[Reflector], timeout: float) -> bool:
