@@ -81,7 +81,6 @@ class Controller:
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
-        self._known: dict[str, set[Key]] = {}
         self._dirty: set[Key] = set()
         self._roots_changed = True
         self._reflectors: list[Reflector] = []
@@ -121,7 +120,6 @@ class Controller:
         for note in notes:
             log.info("optional API absent", extra={"note": note})
         for r in self.resources:
-            self._known[r.name] = set()
             refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s)
             self._reflectors.append(refl)
             refl.start()
@@ -199,12 +197,18 @@ class Controller:
 
     def _loop(self) -> None:
         tick = self.cfg.tick.total_seconds()
+        pause = self.cfg.min_eval_interval.total_seconds()
         next_tick = time.monotonic()
+        last_eval = 0.0
+        waiting: list[float] = []  # arrival times of changes not yet covered by an evaluation
         while not self._stop.is_set():
-            timeout = max(0.0, min(next_tick - time.monotonic(), 0.5))
+            now_m = time.monotonic()
+            timeout = min(next_tick - now_m, 0.5)
+            if self._dirty:
+                timeout = min(timeout, last_eval + pause - now_m)
             batch: list[_Change] = []
             try:
-                batch.append(self._changes.get(timeout=timeout))
+                batch.append(self._changes.get(timeout=max(0.0, timeout)))
                 while len(batch) < self.cfg.batch_max:
                     batch.append(self._changes.get_nowait())
             except queue.Empty:
@@ -215,15 +219,20 @@ class Controller:
                     self._apply(change)
                     if change.op in ("upsert", "delete") and change.resource is not None:
                         counts[change.resource.name] = counts.get(change.resource.name, 0) + 1
+                        waiting.append(change.received)
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
-                full = time.monotonic() >= next_tick
+                now_m = time.monotonic()
+                full = now_m >= next_tick
                 if full:
-                    next_tick = time.monotonic() + tick
-                if full or self._dirty:
+                    next_tick = now_m + tick
+                # Changes are batched for at most `min_eval_interval`: one evaluation covers many
+                # events of the same runs, which is what keeps a burst cheap.
+                if full or (self._dirty and now_m - last_eval >= pause):
                     self.evaluate(full=full)
-                    done = time.monotonic()
-                    self._latencies.extend(done - c.received for c in batch if c.op in ("upsert", "delete"))
+                    last_eval = done = time.monotonic()
+                    self._latencies.extend(done - t for t in waiting)
+                    waiting.clear()
                     if len(self._latencies) > 100_000:
                         del self._latencies[:50_000]
             except Exception:  # keep the loop alive; what failed is in the log and the error counter
@@ -301,7 +310,6 @@ class Controller:
             return
         before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
         self.index.upsert(rec)
-        self._known[r.name].add(rec.ref.key)
         if before is not None:
             self._dirty.add(before.key)
         self._touch(rec.ref)
@@ -309,17 +317,16 @@ class Controller:
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
         self.index.delete(ref)
-        self._known[r.name].discard(ref.key)
 
     def _replace(self, r: Resource, recs: list[ObjectRecord]) -> None:
         """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
-        seen: set[Key] = set()
+        kind = self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind
+        gone = self.index.keys_of_kind(kind)
         for rec in recs:
-            seen.add(rec.ref.key)
+            gone.discard(rec.ref.key)
             self.index.upsert(rec)
-            self._known[r.name].add(rec.ref.key)
             self._touch(rec.ref)
-        for key in list(self._known[r.name] - seen):
+        for key in gone:
             self._delete_ref(r, Ref(*key))
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:

@@ -99,7 +99,7 @@ def _parents(rec: ObjectRecord) -> list[Key]:
     if run and rec.ref.kind != "TauRun":
         out.append(("TauRun", ns, run))
     cluster = rec.labels.get(RAY_CLUSTER_LABEL)
-    if cluster and rec.ref.kind != "RayCluster":
+    if cluster and rec.ref.kind != "RayCluster" and ("RayCluster", ns, cluster) not in out:
         out.append(("RayCluster", ns, cluster))
     if rec.ref.kind == "RayCluster" and rec.labels.get("ray.io/originated-from-crd") == "RayJob":
         origin = rec.labels.get("ray.io/originated-from-cr-name")
@@ -224,6 +224,10 @@ class RunIndex:
             self.delete(gone)
 
     # --- reads ---------------------------------------------------------------------------------
+
+    def keys_of_kind(self, kind: str) -> set[Key]:
+        """Every indexed object of one kind (a scan: for relists, not hot paths)."""
+        return {k for k in self._objects if k[0] == kind}
 
     def get(self, kind: str, namespace: str, name: str) -> ObjectRecord | None:
         return self._objects.get((kind, namespace, name))

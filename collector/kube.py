@@ -50,6 +50,7 @@ RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 
 KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
                          "ray.io/originated-from-crd", "ray.io/originated-from-cr-name"})
+NO_UID_KINDS = frozenset({"Pod", "Event", "Node"})
 # Pod conditions the claims read; the rest (Initialized, ContainersReady, ...) are not kept.
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready"})
 
@@ -257,8 +258,9 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise MalformedObject(f"{where or kind}: {kind} without metadata.name")
     ns = meta.get("namespace") or ""
+    # Only runs' roots are reported with their uid; for pods and events it is memory for nothing.
     ref = Ref(kind=sys.intern(kind), namespace=sys.intern(str(ns)), name=str(meta["name"]),
-              uid=str(meta.get("uid") or ""))
+              uid=str(meta.get("uid") or "") if kind not in NO_UID_KINDS else "")
     if kind in IRRELEVANT_KINDS:
         return Normalized(None, [])
     r = _Reader(where or str(ref))
@@ -285,7 +287,7 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
             r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
             continue
         owners.append(
-            OwnerRef(kind=sys.intern(str(o["kind"])), name=str(o["name"]), uid=str(o.get("uid") or ""),
+            OwnerRef(kind=sys.intern(str(o["kind"])), name=sys.intern(str(o["name"])), uid="",
                      controller=bool(o.get("controller")))
         )
     if meta.get("deletionTimestamp"):

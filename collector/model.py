@@ -88,10 +88,11 @@ class Ref:
     namespace: str
     name: str
     uid: str = ""
+    # Built once: the index stores and looks up this tuple for every object.
+    key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.kind, self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.kind, self.namespace, self.name))
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"

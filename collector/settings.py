@@ -61,6 +61,7 @@ class ControllerSettings:
     tick: timedelta = timedelta(seconds=5)  # full re-evaluation, so staleness shows without events
     batch_max: int = 5000  # changes applied per loop turn before claims are re-evaluated
     queue_max: int = 20_000  # changes waiting for the loop; reflectors wait when it is full
+    min_eval_interval: timedelta = timedelta(milliseconds=50)  # batch changes this long before re-evaluating
     tune_gc: bool = True  # raise the cycle collector's thresholds and freeze the synced index
     watch_timeout_s: int = 300
     log_poll_interval: timedelta = timedelta(seconds=30)
