@@ -41,6 +41,7 @@ from collector.settings import TauGridContract
 RawObject = Mapping[str, Any]
 
 _EMPTY: dict[str, Any] = {}
+_DEFAULT_CONTRACT = TauGridContract()
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 RUN_LABEL = "taugrid.io/run"
@@ -146,13 +147,15 @@ def _parse_time(value: str) -> datetime:
 class _Reader:
     """Reads fields leniently, remembering what was odd and the newest timestamp seen."""
 
-    def __init__(self, where: str) -> None:
-        self.where = where
+    def __init__(self, where: str, ref: Ref | None = None) -> None:
+        self._where = where
+        self._ref = ref
         self.problems: list[str] = []
         self.newest: datetime | None = None
 
     def problem(self, msg: str) -> None:
-        self.problems.append(f"{self.where}: {msg}")
+        where = self._where or str(self._ref)  # formatted only when there is something to say
+        self.problems.append(f"{where}: {msg}")
 
     def time(self, value: Any, path: str) -> datetime | None:
         try:
@@ -194,31 +197,48 @@ class _Reader:
     def conditions(self, raw: Any, path: str, keep: frozenset[str] | None = None) -> tuple[Condition, ...]:
         if raw is None:
             return ()
-        if not isinstance(raw, list):
+        if type(raw) is not list:
             self.problem(f"{path}: expected a list")
             return ()
         out = []
         for i, c in enumerate(raw):
-            if not isinstance(c, dict) or not c.get("type"):
+            if type(c) is not dict or not c.get("type"):
                 self.problem(f"{path}[{i}]: condition without a type, skipped")
                 continue
-            if keep is not None and c["type"] not in keep:
+            ctype = c["type"]
+            if keep is not None and ctype not in keep:
                 continue
-            status = self.str_(c.get("status"), f"{path}[{i}].status")
+            status = c.get("status")
             if status not in CONDITION_STATUSES:
+                status = self.str_(status, f"{path}[{i}].status")
                 self.problem(f"{path}[{i}].status: value {status!r} never seen before")
+            reason, message = c.get("reason"), c.get("message")
             out.append(
                 Condition(
-                    type=sys.intern(str(c["type"])),
+                    type=sys.intern(str(ctype)),
                     status=sys.intern(status),
-                    reason=sys.intern(self.str_(c.get("reason"), f"{path}[{i}].reason")),
-                    message=self.str_(c.get("message"), f"{path}[{i}].message"),
-                    last_transition=self.time(
-                        c.get("lastTransitionTime") or c.get("lastUpdateTime"), f"{path}[{i}]"
-                    ),
+                    reason=sys.intern(reason) if type(reason) is str else
+                    self.str_(reason, f"{path}[{i}].reason"),
+                    message=message if type(message) is str else self.str_(message, f"{path}[{i}].message"),
+                    last_transition=self.fast_time(c.get("lastTransitionTime") or c.get("lastUpdateTime"),
+                                                   path, i),
                 )
             )
         return tuple(out)
+
+    def fast_time(self, value: Any, path: str, index: int | str = "") -> datetime | None:
+        """`time` without building the field path unless something is wrong."""
+        if value is None or value == "":
+            return None
+        if type(value) is str:
+            try:
+                t = _parse_time(value)
+            except ValueError:
+                return self.time(value, f"{path}[{index}]")
+            if self.newest is None or t > self.newest:
+                self.newest = t
+            return t
+        return self.time(value, f"{path}[{index}]")
 
 
 def _get(obj: Any, path: str) -> Any:
@@ -248,7 +268,7 @@ def _list(obj: Any, path: str) -> list[Any]:
 
 def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str = "") -> Normalized:
     """Convert one raw object (a dict as the API serves it) into an `ObjectRecord`."""
-    contract = contract or TauGridContract()
+    contract = contract or _DEFAULT_CONTRACT
     if not isinstance(raw, dict):
         raise MalformedObject(f"{where or 'object'}: expected a mapping, got {type(raw).__name__}")
     kind = raw.get("kind")
@@ -263,15 +283,15 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
               uid=str(meta.get("uid") or "") if kind not in NO_UID_KINDS else "")
     if kind in IRRELEVANT_KINDS:
         return Normalized(None, [])
-    r = _Reader(where or str(ref))
+    r = _Reader(where, ref)
     api_version = r.str_(raw.get("apiVersion"), "apiVersion")
-    role = contract.role_of(kind, api_version)
+    role = _role(contract, kind, api_version)
     if role:
         ref = Ref(kind=role, namespace=ref.namespace, name=ref.name, uid=ref.uid)
     builder = _builder_for(ref.kind, raw, contract)
     if builder is None:
         raise MalformedObject(f"{where or ref}: unknown kind {kind!r} ({api_version or 'no apiVersion'})")
-    created = r.time(meta.get("creationTimestamp"), "metadata.creationTimestamp")
+    created = r.fast_time(meta.get("creationTimestamp"), "metadata", "creationTimestamp")
     labels_raw = meta.get("labels") or _EMPTY
     labels: Mapping[str, str] = _NO_LABELS
     if isinstance(labels_raw, dict):
@@ -317,6 +337,11 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
 Builder = Callable[["_Reader", RawObject], Facts]
 
 
+@functools.lru_cache(maxsize=256)
+def _role(contract: TauGridContract, kind: str, api_version: str) -> str:
+    return contract.role_of(kind, api_version)
+
+
 def _builder_for(kind: str, raw: RawObject, contract: TauGridContract) -> Builder | None:
     if kind == "TauRun":
         return lambda r, rd: _taurun(r, rd, contract)
@@ -336,56 +361,88 @@ def _no_facts(r: _Reader, raw: RawObject) -> Facts:
 
 def _gpus(resources: Any) -> int:
     """GPU count of one container: any extended resource named */gpu, limits over requests."""
+    if type(resources) is not dict:
+        return 0
     best = 0
-    for section in ("limits", "requests"):
-        for k, v in _map(resources, section).items():
-            if k.endswith("/gpu"):
-                with contextlib.suppress(ValueError):
-                    best = max(best, int(str(v)))
+    for section in (resources.get("limits"), resources.get("requests")):
+        if type(section) is dict:
+            for k, v in section.items():
+                if k.endswith("/gpu"):
+                    with contextlib.suppress(ValueError):
+                        best = max(best, int(str(v)))
     return best
 
 
+def _sub(d: Any, key: str) -> dict[str, Any]:
+    v = d.get(key) if type(d) is dict else None
+    return v if type(v) is dict else _EMPTY
+
+
+def _text(r: _Reader, v: Any, path: str, field: str, intern: bool = False) -> str:
+    """A string field, with the path built only when the value is not a string."""
+    if type(v) is str:
+        return sys.intern(v) if intern else v
+    return r.str_(v, f"{path}.{field}")
+
+
+def _count(r: _Reader, v: Any, path: str, field: str) -> int | None:
+    if type(v) is int:
+        return v
+    return r.int_(v, f"{path}.{field}")
+
+
 def _container(r: _Reader, c: Any, init: bool, path: str) -> ContainerFacts:
-    state = _map(c, "state")
+    if type(c) is not dict:
+        r.problem(f"{path}: expected an object")
+        c = _EMPTY
+    state = _sub(c, "state")
     which = next((k for k in ("waiting", "running", "terminated") if k in state), "")
-    detail = _map(state, which) if which else {}
-    last = _map(c, "lastState.terminated")
+    detail = _sub(state, which) if which else _EMPTY
+    last = _sub(_sub(c, "lastState"), "terminated")
     since = detail.get("startedAt") or detail.get("finishedAt")
     return ContainerFacts(
-        name=sys.intern(r.str_(_get(c, "name"), f"{path}.name")),
+        name=_text(r, c.get("name"), path, "name", intern=True),
         init=init,
-        ready=bool(_get(c, "ready")),
-        restart_count=r.int_(_get(c, "restartCount"), f"{path}.restartCount") or 0,
+        ready=bool(c.get("ready")),
+        restart_count=_count(r, c.get("restartCount"), path, "restartCount") or 0,
         state=which,
-        state_reason=sys.intern(r.str_(detail.get("reason"), f"{path}.state.reason")),
-        state_message=r.str_(detail.get("message"), f"{path}.state.message")[:500],
-        state_since=r.time(since, f"{path}.state"),
-        exit_code=r.int_(detail.get("exitCode"), f"{path}.state.exitCode"),
-        last_reason=sys.intern(r.str_(last.get("reason"), f"{path}.lastState.terminated.reason")),
-        last_exit_code=r.int_(last.get("exitCode"), f"{path}.lastState.terminated.exitCode"),
-        last_finished=r.time(last.get("finishedAt"), f"{path}.lastState.terminated.finishedAt"),
+        state_reason=_text(r, detail.get("reason"), path, "state.reason", intern=True),
+        state_message=_text(r, detail.get("message"), path, "state.message")[:500],
+        state_since=r.fast_time(since, path, "state"),
+        exit_code=_count(r, detail.get("exitCode"), path, "state.exitCode"),
+        last_reason=_text(r, last.get("reason"), path, "lastState.terminated.reason", intern=True),
+        last_exit_code=_count(r, last.get("exitCode"), path, "lastState.terminated.exitCode"),
+        last_finished=r.fast_time(last.get("finishedAt"), path, "lastState.terminated.finishedAt"),
     )
 
 
 def _pod(r: _Reader, raw: RawObject) -> Facts:
-    status = _map(raw, "status")
+    status = _sub(raw, "status")
+    spec = _sub(raw, "spec")
     containers = []
     for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
-        for i, c in enumerate(_list(status, key)):
+        statuses = status.get(key)
+        if statuses is None:
+            continue
+        if type(statuses) is not list:
+            r.problem(f"status.{key}: expected a list")
+            continue
+        for i, c in enumerate(statuses):
             containers.append(_container(r, c, init, f"status.{key}[{i}]"))
     phase = status.get("phase")
-    phase_s = r.enum(phase, "status.phase", POD_PHASES) if phase is not None else ""
-    gpus = sum(_gpus(_get(c, "resources")) for c in _list(raw, "spec.containers"))
+    phase_s = phase if phase in POD_PHASES else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
+    specs = spec.get("containers")
+    gpus = sum(_gpus(c.get("resources")) for c in specs if type(c) is dict) if type(specs) is list else 0
     return PodFacts(
         phase=sys.intern(phase_s),
-        reason=sys.intern(r.str_(status.get("reason"), "status.reason")),
-        message=r.str_(status.get("message"), "status.message")[:500],
-        node_name=sys.intern(r.str_(_get(raw, "spec.nodeName"), "spec.nodeName")),
+        reason=_text(r, status.get("reason"), "status", "reason", intern=True),
+        message=_text(r, status.get("message"), "status", "message")[:500],
+        node_name=_text(r, spec.get("nodeName"), "spec", "nodeName", intern=True),
         gpus=gpus,
-        start_time=r.time(status.get("startTime"), "status.startTime"),
+        start_time=r.fast_time(status.get("startTime"), "status", "startTime"),
         containers=tuple(containers),
-        deleting=bool(_get(raw, "metadata.deletionTimestamp")),
-        ray_node_type=sys.intern(str(_map(raw, "metadata.labels").get(RAY_NODE_TYPE_LABEL, ""))),
+        deleting=bool(_sub(raw, "metadata").get("deletionTimestamp")),
+        ray_node_type=sys.intern(str(_sub(_sub(raw, "metadata"), "labels").get(RAY_NODE_TYPE_LABEL, ""))),
     )
 
 
