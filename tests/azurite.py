@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.netutil import free_port
+
 if TYPE_CHECKING:
     from azure.core.credentials import AzureNamedKeyCredential
 
@@ -50,10 +52,6 @@ def find_binary() -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Azurite:

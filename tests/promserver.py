@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -26,6 +25,8 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+
+from tests.netutil import free_port  # noqa: E402
 
 INSTALL_HINT = "apt-get update && apt-get install -y --no-install-recommends prometheus"
 
@@ -44,10 +45,6 @@ def find_binary(binary: str | None = None) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _config(targets: Sequence[str], interval: str, honor_labels: bool) -> str:

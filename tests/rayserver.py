@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+
+from tests.netutil import free_port as _free_port
 
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # bind and advertise 127.0.0.1, not 0.0.0.0
@@ -48,13 +49,7 @@ TEMP_DIR_MAX = SOCKET_MAX - 64
 
 
 def free_port() -> int:
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in WORKER_PORTS:
-            return port
-    raise RuntimeError("no free port outside Ray's worker port range")
+    return _free_port(avoid=WORKER_PORTS)
 
 
 def _proc_stat(pid: int) -> tuple[int, int] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -14,6 +13,7 @@ import pytest
 from collector.controller import Controller
 from collector.model import RunClaims
 from collector.settings import ControllerSettings, Settings
+from collector.simulator.clock import ManualClock
 from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from tests.dumpkit import event, pod, ts
@@ -24,18 +24,7 @@ T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 FAST = SimulatorSettings(bookmark_interval_s=0.5)
 
 
-class Clock:
-    def __init__(self, t: datetime) -> None:
-        self.t = t
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self.t
-
-    def advance(self, d: timedelta) -> None:
-        with self._lock:
-            self.t += d
+Clock = ManualClock  # one clock for simulator and controller, moved only by the test
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
@@ -133,7 +122,7 @@ def test_unreachable_api_fails_closed_on_the_tick(sim: Simulator) -> None:
     try:
         wait_until(lambda: observed(c, "llm").get("running") == "true")
         sim.close()  # the API is gone; no event will ever arrive again
-        clock.advance(timedelta(minutes=6))
+        clock.advance(6 * 60)
         wait_until(lambda: observed(c, "llm").get("running") == "unknown", what="unknown after staleness")
         rc = next(r for r in c.claims.values() if r.ref.name == "llm")
         assert rc.scheduled.observed.value == "unknown" and "old" in rc.scheduled.reason
@@ -238,7 +227,7 @@ def test_leader_election_exports_from_one_replica(sim: Simulator) -> None:
                               "taugrid-evidence-controller")
         assert lease["spec"]["holderIdentity"] == leader.elector.identity  # type: ignore[union-attr]
         leader.close()
-        clock.advance(timedelta(seconds=2))  # the old lease expires by the clock both replicas read
+        clock.advance(2)  # the old lease expires by the clock both replicas read
         wait_until(lambda: standby.leader and bool(standby.exporter.runs()), what="failover")
     finally:
         a.close()

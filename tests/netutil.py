@@ -1,0 +1,17 @@
+"""Shared by the test servers (Prometheus, Azurite, Ray): loopback ports."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Container
+
+
+def free_port(avoid: Container[int] = ()) -> int:
+    """A port free on 127.0.0.1 right now (the caller retries if another process takes it)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise RuntimeError("no free loopback port outside the avoided range")
