@@ -68,6 +68,11 @@ class RayRuntime:
     job_message: str
     read_at: datetime
     error: str = ""  # why the head could not be read, if it could not
+    # GPU activity from the head's metrics (Ray exports NVML readings per node and GPU index):
+    # utilization stays high in a hung collective while power falls, so both are kept.
+    gpus: int = 0
+    gpu_utilization: float | None = None  # mean percent across the cluster's GPUs
+    gpu_power_w: float | None = None  # mean watts per GPU
 
 
 @dataclass(slots=True)

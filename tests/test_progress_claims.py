@@ -115,3 +115,47 @@ def test_non_finite_loss_is_not_progress(bad: float) -> None:
     rc, _ = run_with(logs)
     p = rc.progressing  # type: ignore[attr-defined]
     assert p.observed is Observed.FALSE and "since step 10" in p.reason
+
+
+@pytest.mark.parametrize(("util", "power", "needle"), [
+    (99.0, 71_000.0, "GPUs 99% busy at 71 W → suspected collective hang"),
+    (3.0, 60_000.0, "GPUs idle (3% at 60 W)"),
+])
+def test_gpu_activity_names_the_kind_of_stall(util: float, power: float, needle: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from collector.correlate import RayRuntime
+    from collector.sources.ray import gpu_activity
+
+    # As Ray's metrics agent exports NVML readings on a GPU node: per node IP and GPU index.
+    text = "".join(
+        f'ray_node_gpus_utilization{{GpuDeviceName="NVIDIA H100 80GB HBM3",GpuIndex="{i}",ip="10.0.0.7"}} {util}\n'
+        f'ray_node_gpu_power_milliwatts{{GpuDeviceName="NVIDIA H100 80GB HBM3",GpuIndex="{i}",ip="10.0.0.7"}} '
+        f"{power}\n" for i in range(8))
+    gpu = gpu_activity(list(text_string_to_metric_families(text)))
+    assert gpu == {"gpus": 8, "gpu_utilization": util, "gpu_power_w": power / 1000}
+    logs = Signal(POD, "main", scan(every(NOW - timedelta(minutes=30), 100, 20, 30)), NOW)
+    created = NOW - timedelta(hours=3)
+    objs = [
+        {"apiVersion": "taugrid.io/v1alpha1", "kind": "TauRun",
+         "metadata": {"name": "r", "namespace": "ns", "uid": "r", "creationTimestamp": ts(created)},
+         "spec": {"profile": "p", "workers": 0}, "status": {"phase": "Running"}},
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "rc", "namespace": "ns", "labels": {"taugrid.io/run": "r"},
+                      "creationTimestamp": ts(created)}, "spec": {}, "status": {"state": "ready"}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "r-0", "namespace": "ns", "labels": {"taugrid.io/run": "r", "ray.io/cluster": "rc"},
+                      "creationTimestamp": ts(created)},
+         "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
+                                           "state": {"running": {}}}]}},
+    ]
+    index = build_index(n.record for n in map(normalize, objs) if n.record is not None)
+    index.synced.update(dict.fromkeys(("Pod", "TauRun", "RayCluster"), NOW))
+    index.set_signal(logs)
+    index.set_ray(Ref("RayCluster", "ns", "rc"), RayRuntime(1, "RUNNING", "", NOW, **gpu))
+    rc = evaluate(index.evidence(ROOT), NOW, S)
+    assert rc.progressing.observed is Observed.FALSE and rc.progressing.reason.startswith("STALLED")
+    assert needle in rc.progressing.reason
+    assert [e.plane for e in rc.progressing.evidence if e.field == "gpu_utilization"] == [Plane.GPU]

@@ -36,6 +36,11 @@ from collector.settings import ClaimSettings
 HANG_NOW = frozenset({"nccl-watchdog-timeout", "nccl-watchdog-exception", "nccl-desync-report",
                       "nccl-async-error", "collective-timeout"})
 
+# GPU utilization above this during a stall points at a hung collective (NCCL spins the SMs);
+# below the idle bound, the job is simply not computing (data loader, host, or waiting).
+GPU_BUSY = 80.0
+GPU_IDLE = 10.0
+
 # Container waiting reasons that mean "cannot start", worth naming to a human.
 _STUCK_WAITING = frozenset(
     {
@@ -111,7 +116,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     durable = [sig for sig in fresh_signals if sig.durable]
     view = analyze(rate or durable, s, now) if fresh_signals else None
     durable_view = analyze(durable, s, now) if durable and rate else None
-    progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now, durable_view)
+    progressing = _progressing(ev, a, status_ev, running, fresh_signals, view, now, s, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
@@ -346,7 +351,8 @@ def _ray_runtime(ev: RunEvidence, evidence: list[Evidence], problems: list[str],
 
 
 def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
-                 view: ProgressView | None, now: datetime, durable_view: ProgressView | None = None) -> Claim:
+                 view: ProgressView | None, now: datetime, s: ClaimSettings,
+                 durable_view: ProgressView | None = None) -> Claim:
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
         return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
@@ -414,7 +420,31 @@ def _progressing(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Cl
         if ranks:
             what += f" (rank {', '.join(map(str, ranks[:8]))})"
         reason += f"; {what}"
+    gpu = _gpu_activity(ev, now, s)
+    if gpu is not None:
+        util, power, n, at = gpu
+        watts = f" at {power:.0f} W" if power is not None else ""
+        evidence.append(Evidence(Plane.GPU, str(ev.root.ref), "gpu_utilization",
+                                 f"{util:.0f}% over {n} GPUs{watts}", at))
+        if util >= GPU_BUSY:
+            reason += f"; GPUs {util:.0f}% busy{watts} → suspected collective hang"
+        elif util <= GPU_IDLE:
+            reason += f"; GPUs idle ({util:.0f}%{watts})"
     return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev)
+
+
+def _gpu_activity(ev: RunEvidence, now: datetime,
+                  s: ClaimSettings) -> tuple[float, float | None, int, datetime] | None:
+    """Mean GPU utilization and power across the run's Ray clusters, from fresh readings only."""
+    fresh = [rt for rt in ev.ray.values() if rt.gpu_utilization is not None and not rt.error
+             and now - rt.read_at <= s.evidence_max_age]
+    if not fresh:
+        return None
+    n = sum(rt.gpus for rt in fresh) or len(fresh)
+    util = sum((rt.gpu_utilization or 0.0) * max(rt.gpus, 1) for rt in fresh) / n
+    powers = [(rt.gpu_power_w, max(rt.gpus, 1)) for rt in fresh if rt.gpu_power_w is not None]
+    power = sum(p * k for p, k in powers) / sum(k for _, k in powers) if powers else None
+    return util, power, n, max(rt.read_at for rt in fresh)
 
 
 def _streak_start(view: ProgressView) -> datetime:

@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -318,6 +318,23 @@ def _series(families: Iterable[Metric], name: str) -> list[float]:
     return [s.value for fam in families for s in fam.samples if s.name in names]
 
 
+GPU_UTILIZATION = "ray_node_gpus_utilization"
+GPU_POWER_MW = "ray_node_gpu_power_milliwatts"
+
+
+def gpu_activity(families: Iterable[Metric]) -> dict[str, Any]:
+    """Mean utilization and power over the GPUs a head's metrics report (one series per GPU)."""
+    util = [s.value for fam in families for s in fam.samples
+            if s.name == GPU_UTILIZATION and math.isfinite(s.value)]
+    power = [s.value for fam in families for s in fam.samples
+             if s.name == GPU_POWER_MW and math.isfinite(s.value)]
+    return {
+        "gpus": max(len(util), len(power)),
+        "gpu_utilization": math.fsum(util) / len(util) if util else None,
+        "gpu_power_w": math.fsum(power) / len(power) / 1000 if power else None,
+    }
+
+
 class RayProgress:
     """Successive scrapes of one cluster → progress samples (one instance per cluster).
 
@@ -548,6 +565,7 @@ class RayPoller:
             ok, diag = False, str(e)
         else:
             _, diag = st.progress.observe(families, now)
+            runtime = replace(runtime, **gpu_activity(families))
         scan = st.progress.scan(hangs=st.hangs, diagnostics=(diag, st.log_diag), with_samples=ok)
         return runtime, Signal(ref=t.cluster, source=SOURCE, scan=scan, read_at=now, plane=Plane.RAY)
 
