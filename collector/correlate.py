@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from collector.kube import (
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
 EVENTS_PER_OBJECT = 32
 MAX_DEPTH = 8
@@ -221,8 +222,7 @@ class RunIndex:
 
         def last(k: Key) -> datetime:
             f = self._objects[k].facts
-            assert isinstance(f, EventFacts)
-            return f.last or datetime.min.replace(tzinfo=rec.newest.tzinfo if rec.newest else None)
+            return f.last or _EPOCH if isinstance(f, EventFacts) else _EPOCH
 
         for k in sorted(siblings, key=last)[: len(siblings) - EVENTS_PER_OBJECT]:
             gone = self._objects[k].ref
@@ -313,7 +313,7 @@ class RunIndex:
                 yield rec
                 stack.append(child)
 
-    def evidence(self, root: Ref, *, namespaces_events: bool = True) -> RunEvidence:
+    def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]
         ev = RunEvidence(root=rec, synced=self.synced)
         self._file(ev, rec)

@@ -137,3 +137,22 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
         inside = g.productive_s + sum(v for k, v in g.badput_s.items() if k != "queued")
         assert abs(inside - g.allocated_s) < 1e-6, "allocated time is fully accounted for"
         assert g.ratio is None or 0 <= g.ratio <= 1
+
+
+def test_events_per_object_are_bounded_newest_kept() -> None:
+    from collector.correlate import EVENTS_PER_OBJECT
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
+    records = [normalize(pod).record]
+    for i in range(EVENTS_PER_OBJECT + 10):
+        ev = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"p.{i}", "namespace": "ns"},
+              "involvedObject": {"kind": "Pod", "name": "p", "namespace": "ns"}, "reason": "BackOff",
+              "message": str(i), "type": "Warning"}
+        if i % 3:  # some carry no time at all: they go first
+            ev["lastTimestamp"] = ts(BASE + timedelta(seconds=i))
+        records.append(normalize(ev).record)
+    index = build_index(r for r in records if r is not None)
+    kept = sorted(int(r.ref.name.split(".")[1]) for r in index.objects() if r.ref.kind == "Event")
+    assert len(kept) == EVENTS_PER_OBJECT
+    dated = {i for i in range(EVENTS_PER_OBJECT + 10) if i % 3}
+    assert dated <= set(kept), "undated events are dropped before any dated one"
