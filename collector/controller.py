@@ -107,6 +107,7 @@ class Controller:
             # generation-0 threshold makes the cycle collector rescan them thousands of times a second.
             gc.set_threshold(100_000, 50, 100)
         backoff = Backoff()
+        notes: list[str] = []
         while not self._stop.is_set():
             try:
                 self.resources, notes = self.api.discover(self.wanted)
@@ -144,11 +145,11 @@ class Controller:
             r.stop()
         if self.elector is not None:
             self.elector.stop()
+        if self._http is not None:
+            self._http.shutdown()  # before the joins: serve_forever is one of the threads
+            self._http.server_close()
         for t in self._threads:
             t.join(5)
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
 
     def __enter__(self) -> Controller:
         self.open()
@@ -172,26 +173,35 @@ class Controller:
     def upsert(self, resource: Resource, obj: JSON) -> None:
         rec = self._normalize(resource, obj)
         if rec is not None:
-            self._changes.put(_Change("upsert", resource, rec))
+            self._put(_Change("upsert", resource, rec))
 
     def delete(self, resource: Resource, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
         kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
         ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        self._changes.put(_Change("delete", resource, ref))
+        self._put(_Change("delete", resource, ref))
 
     def replace(self, resource: Resource, objs: list[JSON]) -> None:
         recs = [rec for obj in objs if (rec := self._normalize(resource, obj)) is not None]
-        self._changes.put(_Change("replace", resource, recs))
+        self._put(_Change("replace", resource, recs))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
-        self._changes.put(_Change("synced", resource, at))
+        self._put(_Change("synced", resource, at))
 
     def source_error(self, resource: Resource, error: SourceError) -> None:
-        self._changes.put(_Change("error", resource, error))
+        self._put(_Change("error", resource, error))
 
     def watch_restarted(self, resource: Resource, relist: bool) -> None:
-        self._changes.put(_Change("restart", resource, relist))
+        self._put(_Change("restart", resource, relist))
+
+    def _put(self, change: _Change) -> None:
+        """Queue a change, waiting while the queue is full, but never past shutdown."""
+        while not self._stop.is_set():
+            try:
+                self._changes.put(change, timeout=0.5)
+                return
+            except queue.Full:
+                continue
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -433,7 +443,7 @@ class Controller:
             roots = {t.cluster.key: root for root, t in pairs}
             for cluster, runtime, sig in poller.poll([t for _, t in pairs], self.now()):
                 root = roots[cluster.key]
-                self._changes.put(_Change("ray", None, (root, cluster, runtime, sig)))
+                self._put(_Change("ray", None, (root, cluster, runtime, sig)))
 
     def _poll_logs(self) -> None:
         interval = self.cfg.log_poll_interval.total_seconds()
@@ -448,7 +458,7 @@ class Controller:
                          ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
                     )
                 except SourceError as e:
-                    self._changes.put(_Change("error", None, e))
+                    self._put(_Change("error", None, e))
                     continue
                 try:
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
@@ -456,7 +466,7 @@ class Controller:
                 except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                self._changes.put(_Change("log", None, Signal(ref, container, scan, self.now())))
+                self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _poll_checkpoints(self) -> None:
         """List each running run's checkpoint location: durable progress from Expstore."""
@@ -479,7 +489,7 @@ class Controller:
                         self.health.error("expstore", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                         log.warning("checkpoint listing failed", extra={"run": str(ref), "error": str(e)})
                         continue
-                    self._changes.put(_Change("signal", None, sig))
+                    self._put(_Change("signal", None, sig))
         finally:
             for store, _ in stores.values():
                 store.close()
