@@ -347,8 +347,14 @@ class RunIndex:
                 node = self._objects.get(("Node", "", pf.node_name))
                 if node is not None:
                     ev.nodes[pf.node_name] = node
+        # Set iteration order is arbitrary; claims and their reasons must not be.
+        for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
+            group.sort(key=lambda r: r.ref.name)
+        ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
+                                      r.ref.name))
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
+        ev.signals.sort(key=lambda g: (g.ref.key, g.source))
         clusters = {rc.ref.name for rc in ev.rayclusters}
         clusters.update(f.cluster_name for rj in ev.rayjobs
                         if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)

@@ -110,6 +110,12 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
     out = evaluate(ev, BASE, S)
     again = evaluate(index.evidence(Ref("TauRun", "ns", "r")), BASE, S)
     assert out == again, "evaluation must be a pure function of evidence and clock"
+    # The order objects arrived in (watch order, file order) must not change a word of the claims.
+    other = build_index(reversed(records))
+    other.synced.update(index.synced)
+    for pod in [r for r in records if r.ref.kind == "Pod"][:1]:
+        other.set_signal(Signal(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
+    assert evaluate(other.evidence(Ref("TauRun", "ns", "r")), BASE, S) == out
 
     for c in out.claims.values():
         assert c.verdict is verdict_for(c.asserted, c.observed)
