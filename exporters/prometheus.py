@@ -240,6 +240,10 @@ class ClaimsExporter(Collector):
                 for plane, at in entry.newest:
                     # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
                     fam["evidence_age"].add_metric([*run, plane.value], max(0.0, now_s - at))
+            last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
+            if last is not None and isinstance(last.value, int) and last.at is not None:
+                fam["last_step"].add_metric(list(run), float(last.value))
+                fam["last_progress"].add_metric(list(run), _seconds(last.at))
             g = rc.goodput
             if g is not None:
                 if g.ratio is not None:
@@ -284,6 +288,16 @@ class ClaimsExporter(Collector):
                 "taugrid_run_evidence_age_seconds",
                 "Age of the newest evidence of one plane across the run's claims, seconds.",
                 labels=[*run, "plane"],
+            ),
+            "last_step": GaugeMetricFamily(
+                "taugrid_run_progress_last_step",
+                "The newest training step seen advancing (logs, Ray counter or checkpoint); absent without one.",
+                labels=run,
+            ),
+            "last_progress": GaugeMetricFamily(
+                "taugrid_run_last_progress_timestamp_seconds",
+                "When that step was seen, unix seconds; time() minus this is the time since progress.",
+                labels=run,
             ),
             "goodput": GaugeMetricFamily(
                 "taugrid_run_goodput_ratio",

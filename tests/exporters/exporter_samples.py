@@ -60,7 +60,9 @@ def crashlooping_run(
             ),
         ),
         progressing=claim(
-            True, Observed.UNKNOWN, None, (ev(Plane.RAY, at - timedelta(minutes=4)), ev(Plane.LOGS, None))
+            True, Observed.UNKNOWN, None, (ev(Plane.RAY, at - timedelta(minutes=4)), ev(Plane.LOGS, None),
+                                           Evidence(Plane.LOGS, "p-0/main", "last_step", 1200,
+                                                    at - timedelta(minutes=4)))
         ),
         blocked=None,
         evaluated_at=at,

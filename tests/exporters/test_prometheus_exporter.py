@@ -94,8 +94,8 @@ def test_evidence_age_is_the_newest_per_plane_across_claims_and_grows_with_now(
     exp.update([crashlooping_run()], T0)
     s = scrape(registry)
     ages = {lab["plane"]: v for lab, v in s["taugrid_run_evidence_age_seconds"]}
-    # kubernetes: newest of 20 s and 90 s; logs evidence has no time, so no series.
-    assert ages == {"kueue": 1800.0, "kubernetes": 20.0, "ray": 240.0}
+    # kubernetes: newest of 20 s and 90 s; logs: only the timed last_step counts, the untimed item adds nothing.
+    assert ages == {"kueue": 1800.0, "kubernetes": 20.0, "ray": 240.0, "logs": 240.0}
 
     exp.update([], T0 + timedelta(seconds=100))  # no re-evaluation: ages keep growing
     ages = {lab["plane"]: v for lab, v in scrape(registry)["taugrid_run_evidence_age_seconds"]}
@@ -315,3 +315,13 @@ def test_goodput_is_exported_per_bucket() -> None:
     assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="restarting") == 300.0
     buckets = {labels["bucket"] for labels, _ in samples["taugrid_run_time_seconds"]}
     assert buckets == {"productive", "queued", "starting", "stalled", "restarting", "replaying"}
+
+
+def test_last_progress_is_exported_from_the_progressing_evidence() -> None:
+    registry = new_registry()
+    ClaimsExporter(registry).update([crashlooping_run(), blocked_run()], T0)
+    samples = scrape(registry)
+    assert one(samples, "taugrid_run_progress_last_step", run="llm-pretrain") == 1200
+    assert one(samples, "taugrid_run_last_progress_timestamp_seconds", run="llm-pretrain") == \
+        (T0 - timedelta(minutes=4)).timestamp()
+    assert [lab["run"] for lab, _ in samples["taugrid_run_progress_last_step"]] == ["llm-pretrain"]
