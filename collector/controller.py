@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
-from collector.kube import MalformedObject, normalize
+from collector.kube import RAY_CLUSTER_LABEL, MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
@@ -429,8 +429,14 @@ class Controller:
             metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
                                       metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
             counter = self.cfg.ray_counter_by_profile.get(_profile(ev), self.cfg.ray_progress_counter)
+            port = info.get("mport") or "8080"
+            workers = tuple(
+                f"http://{pf.pod_ip}:{port}/metrics" for pod in ev.pods
+                if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
+                and pf.phase == "Running" and pod.labels.get(RAY_CLUSTER_LABEL) == name
+            ) if self.cfg.ray_scrape_workers else ()
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
-                               counter=counter)
+                               counter=counter, worker_metrics_urls=workers)
             out.append((ev.root.ref, target))
         return out
 

@@ -443,6 +443,7 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         containers=tuple(containers),
         deleting=bool(_sub(raw, "metadata").get("deletionTimestamp")),
         ray_node_type=sys.intern(str(_sub(_sub(raw, "metadata"), "labels").get(RAY_NODE_TYPE_LABEL, ""))),
+        pod_ip=_text(r, status.get("podIP"), "status", "podIP"),
     )
 
 

@@ -148,6 +148,7 @@ class PodFacts(NamedTuple):
     containers: tuple[ContainerFacts, ...]
     deleting: bool = False
     ray_node_type: str = ""  # "head" | "worker" | "" from ray.io/node-type
+    pod_ip: str = ""
 
     @property
     def terminal(self) -> bool:

@@ -84,6 +84,7 @@ class ControllerSettings:
     ray_dashboards: Mapping[str, str] = field(default_factory=dict)
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
+    ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
 
 
 @dataclass(frozen=True, slots=True)

@@ -430,6 +430,9 @@ class RayTarget:
     job_id: str | None = None  # submission id (or Ray job id); None: the newest job
     counter: str = DEFAULT_COUNTER  # per workload profile
     loss: str | None = DEFAULT_LOSS
+    # Each Ray node exports only its own metrics: training usually runs on the workers, so their
+    # endpoints (pod IP, metrics port) are scraped too and the counter summed over all of them.
+    worker_metrics_urls: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -561,6 +564,9 @@ class RayPoller:
         ok = True
         try:
             families = head.metrics()
+            for url in t.worker_metrics_urls:
+                # All or nothing: a sum missing one node would look like a counter reset (a replay).
+                families.extend(head.metrics(url))
         except RaySourceError as e:
             ok, diag = False, str(e)
         else:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from collector.controller import Controller
-from collector.model import RunClaims
+from collector.model import Ref, RunClaims
 from collector.settings import ControllerSettings, Settings
 from collector.simulator.clock import ManualClock
 from collector.simulator.server import Simulator, SimulatorSettings
@@ -297,3 +297,29 @@ def test_profile_regex_reads_a_custom_trainer(sim: Simulator) -> None:
         assert rc.progressing.reason.startswith("step 5 at 11:59:50")
     finally:
         c.close()
+
+
+def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
+    from collector.kube import normalize
+
+    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings(), lambda: T0)
+    rj = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj", "namespace": "ns"},
+          "spec": {}, "status": {"rayClusterName": "rc", "jobId": "rj-abc",
+                                 "dashboardURL": "rc-head-svc.ns.svc.cluster.local:8265"}}
+    rcl = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+           "metadata": {"name": "rc", "namespace": "ns", "ownerReferences": [{"kind": "RayJob", "name": "rj"}]},
+           "spec": {}, "status": {"head": {"serviceName": "rc-head-svc"}, "endpoints": {"metrics": "8080"}}}
+    workers = [{"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"rc-worker-{i}", "namespace": "ns",
+                             "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker"}},
+                "spec": {"nodeName": "n"}, "status": {"phase": phase, "podIP": f"10.1.0.{i}"}}
+               for i, phase in enumerate(("Running", "Running", "Pending"))]
+    for obj in (rj, rcl, *workers):
+        rec = normalize(obj).record
+        assert rec is not None
+        c.index.upsert(rec)
+    [(root, target)] = c._ray_targets_of(c.index.evidence(Ref("RayJob", "ns", "rj")))
+    assert root.name == "rj" and target.job_id == "rj-abc"
+    assert target.dashboard_url == "http://rc-head-svc.ns.svc.cluster.local:8265"
+    assert target.metrics_url == "http://rc-head-svc.ns.svc.cluster.local:8080/metrics"
+    assert target.worker_metrics_urls == ("http://10.1.0.0:8080/metrics", "http://10.1.0.1:8080/metrics")

@@ -240,3 +240,46 @@ def test_unreachable_head_fails_closed() -> None:
     assert f"http://127.0.0.1:{port}" in runtime.error
     [(_, again, sig)] = poller.poll([target], now + timedelta(seconds=0.5))
     assert sig is None and "next try in" in again.error  # backing off, not hammering a dead head
+
+
+def test_worker_node_metrics_are_summed_with_the_head(ray_head: RayHeadServer) -> None:
+    """KubeRay workers export their own metrics: the counter is the sum over head and workers."""
+    from tests.dumpkit import fixture_path
+
+    # A real Ray worker node's /metrics scrape, plus the training counter a worker would export.
+    body = fixture_path("metrics/ray_worker_node_metrics_datadog_fixture_head16k.txt").read_bytes()
+    count = {"value": 40}
+
+    class Worker(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            return
+
+        def do_GET(self) -> None:  # noqa: N802
+            extra = (f'ray_train_steps_total{{WorkerId="w1",SessionName="s"}} {count["value"]}.0\n').encode()
+            data = body + extra
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    worker = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    target = RayTarget(Ref("RayCluster", "default", "with-workers"), ray_head.dashboard_url,
+                       ray_head.metrics_url, worker_metrics_urls=(worker,))
+    poller = RayPoller()
+    try:
+        [(_, runtime, sig)] = poller.poll([target], _now())
+        assert runtime.error == "" and sig is not None
+        assert [s.step for s in sig.scan.samples] == [40]  # the head has none of its own yet
+        count["value"] = 45
+        [(_, _, sig)] = poller.poll([target], _now())
+        assert sig is not None and [s.step for s in sig.scan.samples] == [40, 45]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # One node unreachable: no sample this round (a partial sum would read as a counter reset).
+    [(_, runtime, sig)] = poller.poll([target], _now())
+    assert runtime.error == "" and sig is not None and sig.scan.samples == ()
+    assert any(worker in d for d in sig.scan.diagnostics)
