@@ -81,6 +81,7 @@ class Controller:
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
+        self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
         self._roots_changed = True
         self._reflectors: list[Reflector] = []
@@ -170,16 +171,23 @@ class Controller:
 
     # Normalizing here, in the reflector's thread, keeps raw JSON out of the queue: the queue then
     # holds small records, and a backlog no longer feeds the cycle collector big dicts.
+    # Watch events are buffered per resource (one reflector thread each) and queued once per read:
+    # one queue operation per network read instead of one per event.
     def upsert(self, resource: Resource, obj: JSON) -> None:
         rec = self._normalize(resource, obj)
         if rec is not None:
-            self._put(_Change("upsert", resource, rec))
+            self._pending.setdefault(resource.name, []).append(_Change("upsert", resource, rec))
 
     def delete(self, resource: Resource, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
         kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
         ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        self._put(_Change("delete", resource, ref))
+        self._pending.setdefault(resource.name, []).append(_Change("delete", resource, ref))
+
+    def flush(self, resource: Resource) -> None:
+        changes = self._pending.pop(resource.name, None)
+        if changes:
+            self._put(_Change("batch", resource, changes))
 
     def replace(self, resource: Resource, objs: list[JSON]) -> None:
         recs = [rec for obj in objs if (rec := self._normalize(resource, obj)) is not None]
@@ -226,10 +234,11 @@ class Controller:
             try:
                 counts: dict[str, int] = {}
                 for change in batch:
-                    self._apply(change)
-                    if change.op in ("upsert", "delete") and change.resource is not None:
-                        counts[change.resource.name] = counts.get(change.resource.name, 0) + 1
-                        waiting.append(change.received)
+                    for c in change.payload if change.op == "batch" else (change,):
+                        self._apply(c)
+                        if c.op in ("upsert", "delete") and c.resource is not None:
+                            counts[c.resource.name] = counts.get(c.resource.name, 0) + 1
+                            waiting.append(change.received)
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
                 now_m = time.monotonic()

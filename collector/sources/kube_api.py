@@ -206,19 +206,16 @@ class KubeApi:
                  ("timeoutSeconds", timeout_s)]
         return self._call("GET", resource.path, query, read_timeout=timeout_s + 15, stream=True)
 
-    def watch_lines(self, resource: Resource, raw: Any) -> Iterator[bytes]:
-        """Raw watch event lines of an opened watch, until the server ends the stream."""
+    def watch_lines(self, resource: Resource, raw: Any) -> Iterator[list[bytes]]:
+        """Raw watch event lines of an opened watch, a read's worth at a time, until the stream ends."""
         buf = b""
         try:
             for chunk in raw.stream(65536, decode_content=True):
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1:]
-                    if line.strip():
-                        yield line
+                lines = (buf + chunk if buf else chunk).split(b"\n")
+                buf = lines.pop()  # the last piece is a line still being received
+                complete = [line for line in lines if line.strip()]
+                if complete:
+                    yield complete
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise RetryableSourceError(f"watch {resource.name}: stream cut ({type(e).__name__})"
                                        + (", partial event dropped" if buf else "")) from e

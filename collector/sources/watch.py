@@ -34,6 +34,9 @@ class WatchSink(Protocol):
 
     def source_error(self, resource: Resource, error: SourceError) -> None: ...
 
+    def flush(self, resource: Resource) -> None:
+        """The end of one read: hand over what upsert/delete buffered since the last flush."""
+
     def watch_restarted(self, resource: Resource, relist: bool) -> None: ...
 
 
@@ -101,14 +104,19 @@ class Reflector:
     def watch_once(self) -> None:
         raw = self.api.open_watch(self.resource, self.resource_version, timeout_s=self.watch_timeout_s)
         self.last_ok = time.monotonic()  # the server accepted our resourceVersion: we are in step
-        for line in self.api.watch_lines(self.resource, raw):
-            if self._stop.is_set():
-                return
-            try:
-                event = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                raise SourceError(f"watch {self.resource.name}: undecodable event ({e})") from e
-            self._apply(event)
+        try:
+            for lines in self.api.watch_lines(self.resource, raw):
+                if self._stop.is_set():
+                    return
+                for line in lines:
+                    try:
+                        event = orjson.loads(line)
+                    except orjson.JSONDecodeError as e:
+                        raise SourceError(f"watch {self.resource.name}: undecodable event ({e})") from e
+                    self._apply(event)
+                self.sink.flush(self.resource)
+        finally:
+            self.sink.flush(self.resource)  # what arrived intact before a failure still counts
 
     def _apply(self, event: Any) -> None:
         if not isinstance(event, dict):
