@@ -6,11 +6,13 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 import orjson
+from kubernetes import config as k8s_config
 
 from collector.claims import evaluate
 from collector.config import ConfigError, load_settings
@@ -23,7 +25,7 @@ from collector.progress import scan_path, scan_report
 from collector.render import render_scan, render_text, to_json
 from collector.settings import Settings
 from collector.sources.dump import load_dump
-from collector.sources.kube_api import KubeApi, load_api_client
+from collector.sources.kube_api import KubeApi, SourceError, load_api_client
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
@@ -138,10 +140,17 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
     host, port = _address(metrics_address)
-    api = KubeApi(load_api_client(kubeconfig, context))
+    try:
+        api = KubeApi(load_api_client(kubeconfig, context))
+    except (k8s_config.ConfigException, OSError) as e:
+        hint = "" if kubeconfig else " (no --kubeconfig given, and not running in a cluster)"
+        raise click.ClickException(f"cannot configure the Kubernetes client{hint}: {e}") from e
+    if not settings.controller.lease_namespace:
+        settings = replace(settings, controller=replace(settings.controller, lease_namespace=_own_namespace()))
     ctl = Controller(api, settings, lambda: datetime.now(UTC))
     bound = ctl.serve(host, port)
-    logging.getLogger("taugrid").info("serving", extra={"address": f"{host}:{bound}"})
+    logging.getLogger("taugrid").info("serving", extra={"address": f"{host}:{bound}",
+                                                         "lease_namespace": settings.controller.lease_namespace})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -149,8 +158,21 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
         stop.wait()
     except KeyboardInterrupt:
         pass
+    except SourceError as e:
+        raise click.ClickException(str(e)) from e
     finally:
         ctl.close()
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _own_namespace() -> str:
+    """The namespace the controller runs in (its Lease lives there); "default" outside a cluster."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
 
 
 def _address(value: str) -> tuple[str, int]:

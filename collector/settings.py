@@ -68,7 +68,7 @@ class ControllerSettings:
     log_tail_lines: int = 500
     log_limit_bytes: int = 256 * 1024
     leader_election: bool = True
-    lease_namespace: str = "taugrid-system"
+    lease_namespace: str = ""  # "": the controller's own namespace (its service account's)
     lease_name: str = "taugrid-evidence-controller"
     lease_duration: timedelta = timedelta(seconds=15)
     lease_renew: timedelta = timedelta(seconds=5)

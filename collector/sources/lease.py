@@ -31,7 +31,8 @@ class LeaseElector:
         self.cfg = cfg
         self.now = now
         self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{cfg.lease_namespace}/leases"
+        self.namespace = cfg.lease_namespace or "default"
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
         self._leader = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -72,7 +73,7 @@ class LeaseElector:
             if "404" not in str(e):
                 raise
             body: JSON = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                          "metadata": {"name": name, "namespace": self.cfg.lease_namespace},
+                          "metadata": {"name": name, "namespace": self.namespace},
                           "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0}}
             return self._write("POST", self.path, body)
         cur = lease.get("spec") or {}
