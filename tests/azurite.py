@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.netutil import free_port
+from tests.netutil import free_port, stop_process
 
 if TYPE_CHECKING:
     from azure.core.credentials import AzureNamedKeyCredential
@@ -127,13 +126,7 @@ class Azurite:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM this process by its id, SIGKILL if it lingers."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout)
+        stop_process(self.proc, timeout)
 
     def __enter__(self) -> Azurite:
         return self

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 from collections.abc import Container
 
 
@@ -15,3 +18,14 @@ def free_port(avoid: Container[int] = ()) -> int:
         if port not in avoid:
             return port
     raise RuntimeError("no free loopback port outside the avoided range")
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a test server by its process id, SIGKILL if it lingers (never by name)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout)

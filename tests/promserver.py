@@ -11,9 +11,7 @@ Prometheus applies new targets only every ~5 s, so the first sample arrives ~5.5
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -26,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.netutil import free_port  # noqa: E402
+from tests.netutil import free_port, stop_process  # noqa: E402
 
 INSTALL_HINT = "apt-get update && apt-get install -y --no-install-recommends prometheus"
 
@@ -191,13 +189,7 @@ class PromServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM this process by its id, SIGKILL if it lingers."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout)
+        stop_process(self.proc, timeout)
 
     def __enter__(self) -> PromServer:
         return self
