@@ -180,6 +180,14 @@ class ScenarioEngine:
     def _after(self, delay: float, fn: Callable[[], None]) -> None:
         self._at(self.elapsed + delay, fn)
 
+    def _start_container(self, r: RunState, pod: PodState, fp: str, pulled: str) -> None:
+        """kubelet's Pulled/Created/Started for one container, then it runs and logs its start-up."""
+        self.event(pod.ref, "Normal", "Pulled", pulled, "kubelet", pod.node, fp)
+        self.event(pod.ref, "Normal", "Created", f"Created container: {pod.container}", "kubelet", pod.node, fp)
+        self.event(pod.ref, "Normal", "Started", f"Started container {pod.container}", "kubelet", pod.node, fp)
+        self._container_running(pod)
+        self._logs(pod, self._startup_lines(r, pod))
+
     def next_due(self) -> float | None:
         """Scenario seconds of the next pending action (None when nothing is left)."""
         _ = self.origin
@@ -1268,20 +1276,13 @@ class ScenarioEngine:
             if not pod.node:
                 continue
             fp = f"spec.containers{{{pod.container}}}"
-            self.event(
-                pod.ref,
-                "Normal",
-                "Pulled",
+            self._start_container(
+                r,
+                pod,
+                fp,
                 f'Successfully pulled image "{pod.image}" in {pull:.3f}s ({pull:.3f}s including waiting). '
                 "Image size: 9182736455 bytes.",
-                "kubelet",
-                pod.node,
-                fp,
             )
-            self.event(pod.ref, "Normal", "Created", f"Created container: {pod.container}", "kubelet", pod.node, fp)
-            self.event(pod.ref, "Normal", "Started", f"Started container {pod.container}", "kubelet", pod.node, fp)
-            self._container_running(pod)
-            self._logs(pod, self._startup_lines(r, pod))
         self._sync_raycluster(r)
         if r.root is not None and r.spec.kind == "RayJob":
             r.started = self._now()
@@ -1479,19 +1480,7 @@ class ScenarioEngine:
                 return
             fp = f"spec.containers{{{pod.container}}}"
             pod.restarts += 1
-            self.event(
-                pod.ref,
-                "Normal",
-                "Pulled",
-                f'Container image "{pod.image}" already present on machine',
-                "kubelet",
-                pod.node,
-                fp,
-            )
-            self.event(pod.ref, "Normal", "Created", f"Created container: {pod.container}", "kubelet", pod.node, fp)
-            self.event(pod.ref, "Normal", "Started", f"Started container {pod.container}", "kubelet", pod.node, fp)
-            self._container_running(pod)
-            self._logs(pod, self._startup_lines(r, pod))
+            self._start_container(r, pod, fp, f'Container image "{pod.image}" already present on machine')
             self._sync_raycluster(r)
             self._after(run_for, lambda: crash(pod))
 

@@ -423,13 +423,17 @@ class Store:
                 meta["resourceVersion"] = str(self._rv)
                 body["metadata"] = meta
                 return self.to_view(rt, body)
-            self._rv += 1
-            meta["resourceVersion"] = str(self._rv)
             body["metadata"] = meta
-            bucket[key] = body
-            self._index_owners(rt.storage_key, key, None, body)
-            self._record(rt.storage_key, "ADDED", body, None)
+            self._write(rt, bucket, key, body, None)
         return self.to_view(rt, body)
+
+    def _write(self, rt: ResourceType, bucket: dict[Key, Obj], key: Key, new: Obj, old: Obj | None) -> None:
+        """Store a created (old None) or replaced object under the next resourceVersion, and log it."""
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        bucket[key] = new
+        self._index_owners(rt.storage_key, key, old, new)
+        self._record(rt.storage_key, "MODIFIED" if old is not None else "ADDED", new, old)
 
     def replace(
         self,
@@ -512,11 +516,7 @@ class Store:
             if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
                 self._remove(stored_rt, key, old, cascade=True)
                 return self.to_view(rt, new)
-            self._rv += 1
-            new_meta["resourceVersion"] = str(self._rv)
-            bucket[key] = new
-            self._index_owners(rt.storage_key, key, old, new)
-            self._record(rt.storage_key, "MODIFIED", new, old)
+            self._write(rt, bucket, key, new, old)
         return self.to_view(rt, new)
 
     def patch(
