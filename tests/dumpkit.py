@@ -1,4 +1,4 @@
-"""Assemble cluster dumps from the real fixtures in ../shared/fixtures (never copied here).
+"""Assemble cluster dumps from the real fixtures in tests/fixtures (provenance in its SOURCES.tsv).
 
 Fixtures that are doc snippets carry only `status:`; these helpers graft that real status onto
 metadata written here, and turn `kubectl describe` Events tables into core/v1 Event objects
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/fixtures, see SOURCES.tsv
 
 
 def fixture_path(rel: str) -> Path:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from collector.model import EventFacts, Evidence, ObjectRecord, Plane
+from collector.model import Claim, EventFacts, Evidence, ObjectRecord, Observed, Plane, verdict_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +55,13 @@ def human_age(d: timedelta) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def claim(asserted: bool | None, observed: Observed, since: datetime | None, reason: str,
+          evidence: list[Evidence], status: Evidence) -> Claim:
+    """A claim with its verdict from the table, the run's own status first in its evidence."""
+    return Claim(asserted, observed, verdict_for(asserted, observed), since, reason, (status, *evidence))
+
+
+def hm(t: datetime) -> str:
+    return t.strftime("%H:%M:%S")
