@@ -16,7 +16,7 @@ SECRETS = {
     "authorization-header": "request failed: Authorization: Bearer abcdef0123456789abcdef",
     "url-credentials": "cannot reach https://admin:hunter2pass@registry.example.com/v2/",
     "sas-signature": "GET https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2026&sp=r&sig=AbCdEf0123456789%2BzzZ%3D",
-    "connection-string-key": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4;EndpointSuffix=x",
+    "connection-string-key": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4;Suffix=x",
     "aws-access-key": "using key AKIAIOSFODNN7EXAMPLE for s3",
     "github-token": "git clone with ghp_0123456789abcdefghijABCDEFGHIJ0123456789",
     "slack-token": "posting with xoxb-1234567890-abcdefghij",
