@@ -1,0 +1,58 @@
+{{/* Names and labels shared by every object. */}}
+{{- define "te.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "te.fullname" -}}
+{{- if contains (include "te.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "te.name" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "te.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "te.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "te.selector" -}}
+app.kubernetes.io/name: {{ include "te.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "te.image" -}}
+{{- $tag := default .root.Chart.AppVersion .root.Values.image.tag -}}
+{{- printf "%s:%s%s" (required "image.repository is required" .root.Values.image.repository) $tag .suffix -}}
+{{- end -}}
+
+{{/* Workload identity: the ServiceAccount annotation; pods carry the `use` label. */}}
+{{- define "te.saAnnotations" -}}
+{{- with .Values.azureWorkloadIdentity }}
+{{- if .clientId }}
+annotations:
+  azure.workload.identity/client-id: {{ .clientId | quote }}
+  {{- if .tenantId }}
+  azure.workload.identity/tenant-id: {{ .tenantId | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "te.podIdentityLabel" -}}
+{{- if .Values.azureWorkloadIdentity.clientId }}
+azure.workload.identity/use: "true"
+{{- end }}
+{{- end -}}
+
+{{- define "te.adxMon" -}}
+{{- if .root.Values.adxMon.enabled }}
+adx-mon/scrape: "true"
+adx-mon/port: {{ .port | quote }}
+adx-mon/path: /metrics
+{{- end }}
+{{- end -}}

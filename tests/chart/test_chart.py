@@ -1,0 +1,242 @@
+"""The Helm chart, rendered by Helm itself (helm-python-sdk embeds Helm v4), linted, its values
+checked against values.schema.json, and every core object validated against Kubernetes 1.30."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from collector.config import load_settings
+from collector.sources.kube_api import DEFAULT_RESOURCES
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "taugrid-evidence"
+KUBE = "1.30"
+REQUIRED = {"image": {"repository": "registry.example/taugrid-evidence"}}
+# Everything a user may change, changed at once.
+CUSTOM: dict[str, Any] = {
+    "image": {"repository": "acr.example.io/te", "tag": "1.2.3", "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "acr"}],
+    "azureWorkloadIdentity": {"clientId": "00000000-1111-2222-3333-444444444444",
+                              "tenantId": "55555555-6666-7777-8888-999999999999"},
+    "controller": {"replicas": 3, "metricsPort": 9000, "logLevel": "debug", "priorityClassName": "system",
+                   "nodeSelector": {"pool": "system"},
+                   "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                   "config": {"claims": {"evidence_max_age": "3m", "stall_multiplier": 4},
+                              "controller": {"ray_counter_by_profile": {"llm": "ray_llm_steps_total"},
+                                             "retention": "30m", "lease_name": "te-lease"}}},
+    "agent": {"metricsPort": 9500, "kmsg": False, "runtimeClassName": "nvidia",
+              "nodeSelector": {"accelerator": "nvidia"}, "tolerations": []},
+    "serviceMonitor": {"interval": "30s", "labels": {"release": "kube-prometheus-stack"}},
+    "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}},
+    "adxMon": {"enabled": True},
+    "networkPolicy": {"egressCIDRs": ["10.0.0.1/32"], "prometheusNamespaceSelector":
+                      {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+}
+NO_EXTRAS: dict[str, Any] = {
+    **REQUIRED, "agent": {"enabled": False}, "serviceMonitor": {"enabled": False},
+    "prometheusRule": {"enabled": False}, "networkPolicy": {"enabled": False},
+}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # kubernetes-validate has no CRD schemas
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate", "*"}
+
+
+def render(values: dict[str, Any], namespace: str = "observability") -> list[dict[str, Any]]:
+    manifests = helm.Chart.load(CHART).render(values, name="taugrid-evidence", namespace=namespace)
+    return [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+@pytest.fixture(scope="module", params=["default", "custom", "minimal"])
+def case(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    values = {"default": REQUIRED, "custom": CUSTOM, "minimal": NO_EXTRAS}[request.param]
+    return request.param, values, render(values)
+
+
+def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
+    helm.Chart.load(CHART).validate_schema(case[1])
+
+
+@pytest.mark.parametrize("bad, where", [
+    ({"controler": {}}, "controler"),
+    ({"controller": {"metricsPort": 70000}}, "metricsPort"),
+    ({"controller": {"config": {"claims": {"evidence_max_age": "soon"}}}}, "evidence_max_age"),
+    ({"controller": {"config": {"controller": {"no_such_setting": 1}}}}, "no_such_setting"),
+    ({"agent": {"podResourcesPath": "relative/dir"}}, "podResourcesPath"),
+    ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
+])
+def test_the_schema_refuses_bad_values_naming_them(bad: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.HelmError) as e:
+        helm.Chart.load(CHART).validate_schema({**REQUIRED, **bad})
+    assert where in str(e.value)
+
+
+def test_a_missing_image_repository_is_named() -> None:
+    with pytest.raises(helm.HelmError, match="image.repository is required"):
+        helm.Chart.load(CHART).render({}, name="x", namespace="y")
+
+
+@pytest.mark.parametrize("values", [REQUIRED, CUSTOM, NO_EXTRAS], ids=["default", "custom", "minimal"])
+def test_lint_is_clean(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE}.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+
+
+def test_every_core_object_is_valid_kubernetes(case: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
+    name, _, objs = case
+    core = [o for o in objs if o["kind"] not in CRD_KINDS]
+    kinds = sorted(o["kind"] for o in core)
+    expect = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding",
+              "Service", "ServiceAccount"]
+    if name != "minimal":
+        expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount"]
+    assert kinds == sorted(expect)
+    for obj in core:
+        try:
+            kubernetes_validate.validate(obj, KUBE, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {e}")
+
+
+def test_cluster_role_is_read_only_and_never_touches_secrets(
+        case: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
+    _, _, objs = case
+    [role] = by_kind(objs, "ClusterRole")
+    for rule in role["rules"]:
+        assert not WRITE_VERBS & set(rule["verbs"]), rule
+        assert "secrets" not in rule["resources"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["apiGroups"] and not rule.get("nonResourceURLs"), rule
+    # Exactly what the collector watches (collector/sources/kube_api.py), plus log tails.
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    used = {(res.group, res.plural, v) for res in DEFAULT_RESOURCES for v in ("list", "watch")}
+    assert granted == used | {("", "pods/log", "get")}
+    # The one write is the Lease, in the release namespace only.
+    for r in by_kind(objs, "Role"):
+        assert r["metadata"]["namespace"] == "observability"
+        assert r["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                               "verbs": ["get", "create", "update"]}]
+    assert {b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")} == {role["metadata"]["name"]}
+
+
+def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], list[dict[str, Any]]],
+                                             tmp_path: Path) -> None:
+    name, values, objs = case
+    [cm] = by_kind(objs, "ConfigMap")
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
+    assert settings.controller.lease_namespace == "observability"
+    if name == "custom":
+        assert settings.claims.evidence_max_age.total_seconds() == 180
+        assert settings.controller.ray_counter_by_profile == {"llm": "ray_llm_steps_total"}
+    [dep] = by_kind(objs, "Deployment")
+    assert dep["spec"]["replicas"] == values.get("controller", {}).get("replicas", 2)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    [c] = pod["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert "--config=/etc/taugrid-evidence/config.yaml" in c["args"]
+    assert c["image"].startswith(values["image"]["repository"] + ":")
+
+
+def test_agent_daemonset_reads_the_node_read_only() -> None:
+    objs = render(REQUIRED)
+    [ds] = by_kind(objs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    [c] = pod["containers"]
+    assert c["command"] == ["taugrid-evidence", "agent", "--metrics-address=$(POD_IP):9465"]
+    assert c["image"].endswith("-agent")
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    for path in ("/var/lib/kubelet/pod-resources", "/var/log/pods", "/dev/kmsg"):
+        assert mounts[path]["readOnly"] is True
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["privileged"] is False
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert pod["automountServiceAccountToken"] is False
+    # Without the kernel log: no /dev/kmsg, no capability at all.
+    [ds] = by_kind(render({**REQUIRED, "agent": {"kmsg": False}}), "DaemonSet")
+    [c] = ds["spec"]["template"]["spec"]["containers"]
+    assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_workload_identity_and_adx_mon_annotations() -> None:
+    objs = render(CUSTOM)
+    for sa in by_kind(objs, "ServiceAccount"):
+        assert sa["metadata"]["annotations"]["azure.workload.identity/client-id"] == CUSTOM[
+            "azureWorkloadIdentity"]["clientId"]
+    for w in by_kind(objs, "Deployment") + by_kind(objs, "DaemonSet"):
+        meta = w["spec"]["template"]["metadata"]
+        assert meta["labels"]["azure.workload.identity/use"] == "true"
+        port = w["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        assert meta["annotations"]["adx-mon/scrape"] == "true"
+        assert meta["annotations"]["adx-mon/port"] == str(port)
+    plain = render(REQUIRED)
+    for sa in by_kind(plain, "ServiceAccount"):
+        assert "annotations" not in sa["metadata"]
+    for w in by_kind(plain, "Deployment"):
+        assert "adx-mon/scrape" not in w["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_network_policy_lets_the_controller_reach_ray_and_agents() -> None:
+    objs = render(REQUIRED)
+    pols = {p["metadata"]["name"].rsplit("-", 1)[-1]: p for p in by_kind(objs, "NetworkPolicy")}
+    egress = pols["controller"]["spec"]["egress"]
+    ray = [e for e in egress if any("podSelector" in t and "namespaceSelector" in t for t in e.get("to", []))]
+    assert ray and ray[0]["to"][0]["podSelector"]["matchExpressions"][0]["key"] == "ray.io/node-type"
+    assert {p["port"] for p in ray[0]["ports"]} == {8265, 8080}
+    agent = [e for e in egress if any(t.get("podSelector", {}).get("matchLabels", {}).get(
+        "app.kubernetes.io/component") == "agent" for t in e.get("to", []))]
+    assert [p["port"] for p in agent[0]["ports"]] == [9465]
+    ingress = pols["agent"]["spec"]["ingress"][0]["from"]
+    assert ingress[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
+
+
+def test_service_monitors_honor_the_runs_namespace_label() -> None:
+    objs = render(REQUIRED)
+    mons = by_kind(objs, "ServiceMonitor")
+    assert len(mons) == 2
+    for m in mons:
+        assert m["spec"]["endpoints"][0]["honorLabels"] is True
+        svc = [s for s in by_kind(objs, "Service")
+               if s["metadata"]["labels"]["app.kubernetes.io/component"]
+               == m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]]
+        assert svc and svc[0]["spec"]["ports"][0]["name"] == m["spec"]["endpoints"][0]["port"]
+
+
+def test_prometheus_rule_carries_the_rule_files_and_promtool_accepts_it(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: apt-get install -y --no-install-recommends prometheus", pytrace=False)
+    files = sorted((CHART / "rules").glob("*.rules.yaml"))
+    want = [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
+    for values, expect in ((REQUIRED, want), ({**REQUIRED, "agent": {"enabled": False}}, None)):
+        [rule] = by_kind(render(values), "PrometheusRule")
+        groups = rule["spec"]["groups"]
+        if expect is not None:
+            assert sorted(json.dumps(g, sort_keys=True) for g in groups) == sorted(
+                json.dumps(g, sort_keys=True) for g in expect)
+        else:  # without agents, no GPU or agent alerts that could only misfire
+            assert not any("Agent" in r.get("alert", "") or "Gpu" in r.get("alert", "")
+                           for g in groups for r in g["rules"])
+        out = tmp_path / "rendered.rules.yaml"
+        out.write_text(yaml.safe_dump({"groups": groups}))
+        result = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
