@@ -219,6 +219,9 @@ def test_service_monitors_honor_the_runs_namespace_label() -> None:
                if s["metadata"]["labels"]["app.kubernetes.io/component"]
                == m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]]
         assert svc and svc[0]["spec"]["ports"][0]["name"] == m["spec"]["endpoints"][0]["port"]
+    [agent] = [m for m in mons if m["metadata"]["name"].endswith("-agent")]
+    assert agent["spec"]["endpoints"][0]["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
 
 
 def test_prometheus_rule_carries_the_rule_files_and_promtool_accepts_it(tmp_path: Path) -> None:
