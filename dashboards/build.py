@@ -1,0 +1,268 @@
+"""Grafana 11 dashboards as code: `python dashboards/build.py` writes the JSON files beside it,
+`--check` exits 1 when a file differs from what this script builds (CI keeps them in step).
+
+Plain dicts in Grafana's dashboard JSON model (schemaVersion 39, Grafana 11), over the `taugrid_`
+families of docs/metrics.md. Every PromQL here is evaluated against a real Prometheus in
+tests/dashboards; queries over the node agent's families (`taugrid_gpu_*`, `taugrid_agent_*`, the
+agents' `up`) are listed by `AGENT_ONLY` there until the agent runs in that test.
+Azure Data Explorer panels come with the KQL in queries/ (empty so far).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RUN = 'namespace="$namespace", run="$run"'
+AGENT_POD = 'namespace="$namespace", pod=~"$run-.*"'  # the agent labels GPUs by pod, not by run
+CONTROLLER_JOB = 'job=~".*taugrid-evidence-controller"'
+AGENT_JOB = 'job=~".*taugrid-evidence-agent"'
+
+Panel = dict[str, Any]
+
+
+def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> dict[str, Any]:
+    t: dict[str, Any] = {"refId": ref, "datasource": DS, "expr": expr, "legendFormat": legend or "__auto"}
+    if instant:
+        t.update(instant=True, range=False, format="table")
+    return t
+
+
+def panel(kind: str, title: str, targets: list[dict[str, Any]], *, w: int = 12, h: int = 8, unit: str = "",
+          description: str = "", options: dict[str, Any] | None = None, **defaults: Any) -> Panel:
+    field_defaults: dict[str, Any] = dict(defaults)
+    if unit:
+        field_defaults["unit"] = unit
+    p: Panel = {
+        "type": kind, "title": title, "datasource": DS, "targets": targets,
+        "gridPos": {"h": h, "w": w, "x": 0, "y": 0},
+        "fieldConfig": {"defaults": field_defaults, "overrides": []},
+        "options": options or {},
+    }
+    if description:
+        p["description"] = description
+    return p
+
+
+def stat(title: str, expr: str, **kw: Any) -> Panel:
+    return panel("stat", title, [target(expr)], w=kw.pop("w", 4), h=kw.pop("h", 4),
+                 options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                          "colorMode": "value", "graphMode": "area"}, **kw)
+
+
+def series(title: str, *exprs: tuple[str, str], **kw: Any) -> Panel:
+    targets = [target(e, legend, ref=chr(ord("A") + i)) for i, (e, legend) in enumerate(exprs)]
+    return panel("timeseries", title, targets, options={"legend": {"displayMode": "list", "placement": "bottom",
+                                                                    "showLegend": True},
+                                                         "tooltip": {"mode": "multi", "sort": "desc"}}, **kw)
+
+
+def table(title: str, expr: str, **kw: Any) -> Panel:
+    return panel("table", title, [target(expr, instant=True)], w=kw.pop("w", 24),
+                 options={"showHeader": True, "cellHeight": "sm"}, **kw)
+
+
+def layout(panels: list[Panel]) -> list[Panel]:
+    """Ids in order, and grid positions filled left to right, top to bottom (24 columns)."""
+    x = y = row_h = 0
+    for i, p in enumerate(panels, start=1):
+        g = p["gridPos"]
+        if x + g["w"] > 24:
+            x, y, row_h = 0, y + row_h, 0
+        g["x"], g["y"] = x, y
+        x += g["w"]
+        row_h = max(row_h, g["h"])
+        p["id"] = i
+    return panels
+
+
+def var_datasource() -> dict[str, Any]:
+    return {"type": "datasource", "name": "datasource", "label": "Prometheus", "query": "prometheus",
+            "hide": 0, "refresh": 1, "options": [], "regex": ""}
+
+
+def var_query(name: str, query: str, *, multi: bool = False) -> dict[str, Any]:
+    v: dict[str, Any] = {"type": "query", "name": name, "label": name, "datasource": DS,
+                         "query": {"query": query, "refId": f"var-{name}", "qryType": 1},
+                         "definition": query, "refresh": 2, "sort": 1, "options": [],
+                         "hide": 0, "multi": multi, "includeAll": multi, "regex": ""}
+    if multi:
+        v["allValue"] = ".*"
+    return v
+
+
+def dashboard(uid: str, title: str, description: str, panels: list[Panel],
+              variables: list[dict[str, Any]], time_from: str = "now-6h") -> dict[str, Any]:
+    return {
+        "uid": uid, "title": title, "description": description, "tags": ["taugrid", "gpu", "training"],
+        "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1, "timezone": "browser",
+        "refresh": "30s", "time": {"from": time_from, "to": "now"}, "timepicker": {},
+        "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
+        "templating": {"list": [var_datasource(), *variables]},
+        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "links": [{"title": "TauGrid", "type": "dashboards", "tags": ["taugrid"], "asDropdown": True,
+                   "icon": "external link", "includeVars": False, "keepTime": True, "targetBlank": False,
+                   "tooltip": "", "url": ""}],
+        "panels": layout(panels),
+    }
+
+
+def fleet() -> dict[str, Any]:
+    live = "unless on (namespace, run, kind) taugrid_run_finished == 1"
+    return dashboard("taugrid-fleet", "TauGrid / Fleet overview",
+                     "Every run's claims, where waits are and who owns them, and where GPU time goes.", [
+        stat("Runs tracked", "max(taugrid_collector_runs_tracked)"),
+        stat("Contradicted", 'count(max by (namespace, run, kind) '
+             f'(taugrid_run_claim_verdict{{verdict="contradicted"}} == 1) {live}) or vector(0)',
+             description="Runs whose status asserts something the evidence contradicts."),
+        stat("Stalled", 'count(max by (namespace, run, kind) '
+             f'(taugrid_run_claim_observed{{claim="progressing", observed="false"}} == 1) {live}) or vector(0)'),
+        stat("Blocked", f"count(max by (namespace, run, kind) (taugrid_run_blocked == 1) {live}) or vector(0)"),
+        stat("Fleet goodput", 'sum(taugrid_run_time_seconds{bucket="productive"}) / sum(taugrid_run_time_seconds)',
+             unit="percentunit", description="Productive time over allocated time, all runs."),
+        stat("Evaluation lag", "time() - min(taugrid_run_evaluated_timestamp_seconds)", unit="s"),
+        series("Runs by claim and verdict",
+               ("count by (claim, verdict) (taugrid_run_claim_verdict == 1)", "{{claim}} {{verdict}}"), w=24),
+        panel("bargauge", "Blocked runs by owner", [target("count by (owner) (taugrid_run_blocked == 1)",
+                                                           "{{owner}}", instant=True)],
+              options={"orientation": "horizontal", "displayMode": "gradient",
+                       "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+        series("Blocked runs by stage", ("count by (stage) (taugrid_run_blocked == 1)", "{{stage}}")),
+        panel("bargauge", "Goodput by namespace", [target(
+            'sum by (namespace) (taugrid_run_time_seconds{bucket="productive"}) '
+            "/ sum by (namespace) (taugrid_run_time_seconds)", "{{namespace}}", instant=True)],
+              unit="percentunit", min=0, max=1,
+              options={"orientation": "horizontal", "displayMode": "gradient",
+                       "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+        panel("piechart", "Where allocated time went", [target("sum by (bucket) (taugrid_run_time_seconds)",
+                                                               "{{bucket}}", instant=True)], unit="s",
+              options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                       "pieType": "donut", "legend": {"displayMode": "table", "placement": "right",
+                                                      "showLegend": True, "values": ["value", "percent"]}}),
+        table("Runs needing attention", 'max by (namespace, run, kind, claim, verdict) '
+              f'(taugrid_run_claim_verdict{{verdict=~"contradicted|unconfirmed"}} == 1) {live}'),
+        table("Longest waits", "topk(20, max by (namespace, run, kind, stage, owner) "
+              "(taugrid_run_blocked_age_seconds))", unit="s"),
+    ], [], time_from="now-24h")
+
+
+def run() -> dict[str, Any]:
+    return dashboard("taugrid-run", "TauGrid / Run drill-down",
+                     "One run: its claims over time, progress and its rate, where its time went, evidence "
+                     "freshness, GPU activity of its pods.", [
+        panel("state-timeline", "Claims: verdict", [target(
+            f"max by (claim, verdict) (taugrid_run_claim_verdict{{{RUN}}})", "{{claim}}: {{verdict}}")], w=24,
+              options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
+        panel("state-timeline", "Claims: observed", [target(
+            f"max by (claim, observed) (taugrid_run_claim_observed{{{RUN}}})", "{{claim}}: {{observed}}")], w=24,
+              options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
+        series("Newest step", (f"max(taugrid_run_progress_last_step{{{RUN}}})", "step"), w=8),
+        series("Step rate", (f"clamp_min(deriv(taugrid_run_progress_last_step{{{RUN}}}[5m]), 0)", "steps/s"), w=8,
+               description="TaugridRunSlowedDown fires 10 min under 85% of the run's median rate of the "
+                           "hour before (recording rule taugrid:run_step_rate_baseline:median1h)."),
+        stat("Since last progress", f"time() - max(taugrid_run_last_progress_timestamp_seconds{{{RUN}}})",
+             unit="s", w=4),
+        stat("Goodput", f"max(taugrid_run_goodput_ratio{{{RUN}}})", unit="percentunit", w=4),
+        series("Time by bucket", (f"max by (bucket) (taugrid_run_time_seconds{{{RUN}}})", "{{bucket}}"),
+               unit="s", w=8),
+        series("Evidence age by plane", (f"max by (plane) (taugrid_run_evidence_age_seconds{{{RUN}}})",
+                                         "{{plane}}"), unit="s", w=8),
+        series("Waiting to be scheduled", (f"max by (stage, owner) (taugrid_run_blocked_age_seconds{{{RUN}}})",
+                                           "{{stage}} ({{owner}})"), unit="s", w=8),
+        series("Claim changes", (f"sum by (claim) (changes(taugrid_run_claim_since_timestamp_seconds{{{RUN}}}[5m]))",
+                                 "{{claim}}"), w=8,
+               description="Transitions of each claim's observed value (events in Kubernetes terms "
+                           "are in `taugrid-evidence explain`)."),
+        series("GPU utilization per pod", (f"avg by (pod, gpu) (taugrid_gpu_utilization_ratio{{{AGENT_POD}}})",
+                                           "{{pod}} gpu {{gpu}}"), unit="percentunit", w=8),
+        series("GPU power per pod", (f"sum by (pod) (taugrid_gpu_power_watts{{{AGENT_POD}}})", "{{pod}}"),
+               unit="watt", w=8),
+        series("Hang hint per pod", (f"max by (pod, gpu) (taugrid_gpu_hang_hint{{{AGENT_POD}}})",
+                                     "{{pod}} gpu {{gpu}}"), w=8,
+               description="1: utilization high while power and SM activity stay low (suspected collective hang)."),
+    ], [var_query("namespace", "label_values(taugrid_run_finished, namespace)"),
+        var_query("run", 'label_values(taugrid_run_finished{namespace="$namespace"}, run)')])
+
+
+def gpu() -> dict[str, Any]:
+    sel = 'node=~"$node"'
+    return dashboard("taugrid-gpu", "TauGrid / GPU health",
+                     "XIDs, lost GPUs, throttling and activity per node, from the node agents.", [
+        stat("GPUs lost", f"sum(taugrid_gpu_lost{{{sel}}})", w=6),
+        stat("XIDs (1h)", f"sum(increase(taugrid_gpu_xid_errors_total{{{sel}}}[1h]))", w=6),
+        stat("Agents up", f"sum(up{{{AGENT_JOB}}})", w=6),
+        stat("Rows pending remap", f"sum(taugrid_gpu_row_remap_pending{{{sel}}})", w=6),
+        table("XIDs by node, GPU and code (1h)",
+              f"sum by (node, uuid, code) (increase(taugrid_gpu_xid_errors_total{{{sel}}}[1h])) > 0"),
+        series("Throttle reasons active", (f"count by (node, reason) (taugrid_gpu_clocks_event_active{{{sel}}} == 1)",
+                                           "{{node}} {{reason}}")),
+        series("Utilization", (f"avg by (node, gpu) (taugrid_gpu_utilization_ratio{{{sel}}})", "{{node}}/{{gpu}}"),
+               unit="percentunit"),
+        series("Power over limit", (f"max by (node, gpu) (taugrid_gpu_power_watts{{{sel}}} "
+                                    f"/ taugrid_gpu_power_limit_watts{{{sel}}})", "{{node}}/{{gpu}}"),
+               unit="percentunit"),
+        series("Temperature", (f"max by (node, gpu) (taugrid_gpu_temperature_celsius{{{sel}}})", "{{node}}/{{gpu}}"),
+               unit="celsius"),
+        table("Lost GPUs", f"max by (node, gpu, uuid, pod, namespace) (taugrid_gpu_lost{{{sel}}}) == 1"),
+        series("Hang hints", (f"max by (node, gpu, pod) (taugrid_gpu_hang_hint{{{sel}}})", "{{node}}/{{gpu}} {{pod}}")),
+    ], [var_query("node", "label_values(taugrid_gpu_utilization_ratio, node)", multi=True)])
+
+
+def collector() -> dict[str, Any]:
+    return dashboard("taugrid-collector", "TauGrid / Collector health",
+                     "The controller's own health: scrapes, watches, errors, evaluation time.", [
+        stat("Controller replicas up", f"sum(up{{{CONTROLLER_JOB}}})", w=6),
+        stat("Runs tracked", "max(taugrid_collector_runs_tracked)", w=6),
+        stat("Oldest evaluation", "time() - min(taugrid_run_evaluated_timestamp_seconds)", unit="s", w=6),
+        table("Version", "count by (version) (taugrid_collector_build_info)", w=6, h=4),
+        series("Events applied / s", ("sum by (resource) (rate(taugrid_collector_events_processed_total"
+                                      "[$__rate_interval]))", "{{resource}}"), unit="ops"),
+        series("Since last successful sync", ("time() - max by (resource) "
+                                              "(taugrid_collector_last_sync_timestamp_seconds)", "{{resource}}"),
+               unit="s"),
+        series("Watch restarts and relists (1h)",
+               ("sum by (resource) (increase(taugrid_collector_watch_restarts_total[1h]))", "restarts {{resource}}"),
+               ("sum by (resource) (increase(taugrid_collector_relists_total[1h]))", "relists {{resource}}")),
+        series("Errors by source and class (1h)",
+               ("sum by (source, class) (increase(taugrid_collector_errors_total[1h]))", "{{source}} {{class}}")),
+        series("Claim evaluation time",
+               ("histogram_quantile(0.5, sum by (le) (rate(taugrid_collector_evaluation_duration_seconds_bucket"
+                "[$__rate_interval])))", "p50"),
+               ("histogram_quantile(0.99, sum by (le) (rate(taugrid_collector_evaluation_duration_seconds_bucket"
+                "[$__rate_interval])))", "p99"), unit="s"),
+        series("Node agents up", (f"sum(up{{{AGENT_JOB}}})", "up"), (f"count(up{{{AGENT_JOB}}})", "targets")),
+    ], [], time_from="now-6h")
+
+
+DASHBOARDS = {"fleet-overview.json": fleet, "run-drilldown.json": run, "gpu-health.json": gpu,
+              "collector-health.json": collector}
+
+
+def render(name: str) -> str:
+    return json.dumps(DASHBOARDS[name](), indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    stale = []
+    for name in DASHBOARDS:
+        path = HERE / name
+        text = render(name)
+        if "--check" in argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"out of date (run python dashboards/build.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

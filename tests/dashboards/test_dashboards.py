@@ -1,0 +1,212 @@
+"""The Grafana dashboards: built from dashboards/build.py, valid against a JSON schema generated from
+npm `@grafana/schema` (Grafana 11.6), and every PromQL query answered with data by a real Prometheus
+that scraped the live controller while the simulator played its default scenario."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from collector.controller import Controller
+from collector.settings import Settings
+from collector.simulator.run import start_simulation
+from collector.sources.kube_api import KubeApi, api_client_for
+from tests.promserver import PromServer
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "dashboards"
+RULES = sorted((ROOT / "charts" / "taugrid-evidence" / "rules").glob("*.rules.yaml"))
+NPM_DIR = ROOT / ".cache" / "grafana-schema"
+NPM_HINT = ("npm install --prefix .cache/grafana-schema --no-audit --no-fund "
+            "@grafana/schema@11.6.0 ts-json-schema-generator@2.4.0   (.ci/run does this)")
+# Families the node agent exports; no agent runs in this test yet, so these queries are not
+# evaluated here (they are listed in the report of the chart issue).
+AGENT_ONLY = re.compile(r"\btaugrid_gpu_\w+|\btaugrid_agent_\w+|taugrid-evidence-agent")
+SPEED = 20.0
+
+
+def load_build() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dashboards_build", DASHBOARDS / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, PromQL) for every panel target and every query variable."""
+    out = [(f"{dash['uid']}/{p['title']}/{t['refId']}", t["expr"])
+           for p in dash["panels"] for t in p.get("targets", [])]
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":
+            m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"]["query"])
+            assert m, f"{dash['uid']} variable {v['name']}: only label_values(selector, label) is used"
+            out.append((f"{dash['uid']}/${v['name']}", f"count by ({m.group(2)}) ({m.group(1)})"))
+    return out
+
+
+def test_json_files_are_what_build_py_builds() -> None:
+    build = load_build()
+    assert set(dashboards()) == set(build.DASHBOARDS)
+    assert build.main(["--check"]) == 0, "run: python dashboards/build.py"
+
+
+def test_dashboards_cover_the_issue() -> None:
+    titles = {d["uid"]: {p["title"] for p in d["panels"]} for d in dashboards().values()}
+    assert {"taugrid-fleet", "taugrid-run", "taugrid-gpu", "taugrid-collector"} == set(titles)
+    assert {"Runs by claim and verdict", "Blocked runs by owner", "Fleet goodput"} <= titles["taugrid-fleet"]
+    assert {"Claims: verdict", "Step rate", "GPU utilization per pod", "Claim changes"} <= titles["taugrid-run"]
+    assert {"XIDs by node, GPU and code (1h)", "Throttle reasons active", "Lost GPUs"} <= titles["taugrid-gpu"]
+    for d in dashboards().values():
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids))
+
+
+# --- schema from @grafana/schema ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def grafana_schema() -> Path:
+    """The Dashboard type of @grafana/schema as JSON schema (ts-json-schema-generator), cached."""
+    gen = NPM_DIR / "node_modules" / ".bin" / "ts-json-schema-generator"
+    types = NPM_DIR / "node_modules" / "@grafana" / "schema" / "dist" / "esm" / "raw" / "dashboard" / "x" / \
+        "dashboard_types.gen.d.ts"
+    if not gen.exists() or not types.exists():
+        pytest.fail(f"@grafana/schema toolchain missing: {NPM_HINT}", pytrace=False)
+    version = json.loads((NPM_DIR / "node_modules" / "@grafana" / "schema" / "package.json").read_text())["version"]
+    out = NPM_DIR / f"dashboard-{version}.schema.json"
+    if not out.exists():
+        result = subprocess.run([str(gen), "--path", str(types), "--type", "Dashboard", "--additional-properties",
+                                 "-o", str(out)], capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+def check_jsonschema(schema: Path, *files: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "check-jsonschema"
+    return subprocess.run([str(exe), "--schemafile", str(schema), *map(str, files)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dashboards_validate_against_the_grafana_schema(grafana_schema: Path, tmp_path: Path) -> None:
+    result = check_jsonschema(grafana_schema, *sorted(DASHBOARDS.glob("*.json")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The schema has teeth: a panel without its grid height and a string schemaVersion are refused.
+    broken = json.loads((DASHBOARDS / "fleet-overview.json").read_text())
+    del broken["panels"][0]["gridPos"]["h"]
+    broken["schemaVersion"] = "39"
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps(broken))
+    result = check_jsonschema(grafana_schema, bad)
+    assert result.returncode == 1
+    assert "'h' is a required property" in result.stdout and "schemaVersion" in result.stdout
+
+
+# --- every query against a real Prometheus -----------------------------------------------------
+
+def _prometheus_config(target: str) -> str:
+    return json.dumps({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in RULES],
+        "scrape_configs": [{"job_name": "taugrid-evidence-controller", "honor_labels": True,
+                            "static_configs": [{"targets": [target]}]}],
+    })
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    """The default scenario at 20x, the controller scraped as the chart's ServiceMonitor would, with
+    the chart's rules loaded."""
+    session = start_simulation(None, "127.0.0.1:0", SPEED)
+    base = Settings()
+    settings = replace(base, controller=replace(base.controller, leader_election=False, tick=timedelta(seconds=1),
+                                                log_poll_interval=timedelta(seconds=0.5)))
+    ctl = Controller(KubeApi(api_client_for(session.base_url)), settings, session.engine.clock.now)
+    try:
+        port = ctl.serve("127.0.0.1", 0)
+        ctl.open()
+        target = f"127.0.0.1:{port}"
+        with PromServer.start([target], tmp_path_factory.mktemp("prom")) as prom:
+            prom.config.write_text(_prometheus_config(target))
+            with urllib.request.urlopen(urllib.request.Request(f"{prom.url}/-/reload", method="POST"), timeout=10):
+                pass
+            yield prom
+    finally:
+        ctl.close()
+        session.close()
+
+
+def _substitutions(prom: PromServer) -> list[dict[str, str]]:
+    runs = prom.query("taugrid_run_finished")
+    pairs = sorted({(s["metric"]["namespace"], s["metric"]["run"]) for s in runs})
+    return [{"$namespace": ns, "$run": run} for ns, run in pairs] or [{}]
+
+
+def _expand(expr: str, subs: dict[str, str]) -> str:
+    expr = expr.replace("$__rate_interval", "1m")
+    for k, v in subs.items():
+        expr = expr.replace(k, v)
+    return expr
+
+
+def _answers(prom: PromServer, expr: str, subs_list: list[dict[str, str]]) -> bool:
+    """True when the query returns at least one sample (for some run, when it has $run)."""
+    candidates = subs_list if "$run" in expr or "$namespace" in expr else [{}]
+    return any(prom.query(_expand(expr, subs)) for subs in candidates)
+
+
+def test_every_prometheus_query_returns_data(live: PromServer) -> None:
+    prom = live
+    all_queries = [q for d in dashboards().values() for q in queries(d)]
+    checked = [(w, e) for w, e in all_queries if not AGENT_ONLY.search(e)]
+    agent_only = [w for w, e in all_queries if AGENT_ONLY.search(e)]
+    assert len(checked) >= 35 and agent_only  # both kinds exist; the agent's are not evaluated yet
+    deadline = time.monotonic() + 90
+    missing = checked
+    while missing and time.monotonic() < deadline:
+        subs = _substitutions(prom)
+        # One bad query (a syntax or type error) raises at once with Prometheus's own message.
+        missing = [(w, e) for w, e in missing if not _answers(prom, e, subs)]
+        if missing:
+            time.sleep(1.0)
+    assert missing == [], "queries with no data after the scenario played:\n" + "\n".join(
+        f"  {w}: {e}" for w, e in missing)
+
+
+def test_chart_rules_evaluate_cleanly_on_live_data(live: PromServer) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"{live.url}/api/v1/rules", timeout=10) as r:
+            groups = json.load(r)["data"]["groups"]
+        rules = [rule for g in groups for rule in g["rules"]]
+        if rules and all(rule["health"] == "ok" for rule in rules) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(rules) == sum(Path(p).read_text().count("- alert:") + Path(p).read_text().count("- record:")
+                             for p in RULES)
+    assert [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
+    # The scenario's stalled and contradicted runs reach the alert rules (pending: `for` not yet met).
+    with urllib.request.urlopen(f"{live.url}/api/v1/alerts", timeout=10) as r:
+        alerts = {a["labels"]["alertname"] for a in json.load(r)["data"]["alerts"]}
+    assert {"TaugridRunContradicted"} <= alerts, alerts
+
+
+def test_the_prometheus_binary_is_real() -> None:
+    assert shutil.which("prometheus"), "apt-get install -y --no-install-recommends prometheus"
