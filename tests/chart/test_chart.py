@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from collector.cli import controller as cli_controller
 from collector.config import load_settings
 from collector.sources.kube_api import DEFAULT_RESOURCES
 
@@ -150,6 +151,11 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert "--config=/etc/taugrid-evidence/config.yaml" in c["args"]
+    # The real CLI parses the rendered arguments (the config path swapped for the rendered file).
+    args = [a if not a.startswith("--config=") else f"--config={path}" for a in c["args"]]
+    assert args[0] == "controller"
+    ctx = cli_controller.make_context("controller", args[1:])
+    assert ctx.params["metrics_address"] == f"0.0.0.0:{values.get('controller', {}).get('metricsPort', 9464)}"
     assert c["image"].startswith(values["image"]["repository"] + ":")
 
 
