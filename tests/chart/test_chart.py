@@ -43,7 +43,7 @@ CUSTOM: dict[str, Any] = {
                       {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
 }
 NO_EXTRAS: dict[str, Any] = {
-    **REQUIRED, "agent": {"enabled": False}, "serviceMonitor": {"enabled": False},
+    **REQUIRED, "agent": {"enabled": False}, "controller": {"replicas": 1}, "serviceMonitor": {"enabled": False},
     "prometheusRule": {"enabled": False}, "networkPolicy": {"enabled": False},
 }
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # kubernetes-validate has no CRD schemas
@@ -102,7 +102,8 @@ def test_every_core_object_is_valid_kubernetes(case: tuple[str, dict[str, Any], 
     expect = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding",
               "Service", "ServiceAccount"]
     if name != "minimal":
-        expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount"]
+        expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount",
+                   "PodDisruptionBudget"]
     assert kinds == sorted(expect)
     for obj in core:
         try:
