@@ -202,10 +202,15 @@ def test_chart_rules_evaluate_cleanly_on_live_data(live: PromServer) -> None:
     assert len(rules) == sum(Path(p).read_text().count("- alert:") + Path(p).read_text().count("- record:")
                              for p in RULES)
     assert [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
-    # The scenario's stalled and contradicted runs reach the alert rules (pending: `for` not yet met).
-    with urllib.request.urlopen(f"{live.url}/api/v1/alerts", timeout=10) as r:
-        alerts = {a["labels"]["alertname"] for a in json.load(r)["data"]["alerts"]}
-    assert {"TaugridRunContradicted"} <= alerts, alerts
+    # The scenario's stalled and crash-looping (contradicted) runs reach the alert rules, as pending
+    # alerts (their `for:` is not met in a short test); each shows at some point while it plays.
+    seen: set[str] = set()
+    want = {"TaugridRunStalled", "TaugridRunContradicted"}
+    deadline = time.monotonic() + 60
+    while not want <= seen and time.monotonic() < deadline:
+        seen |= {s["metric"]["alertname"] for s in live.query("max_over_time(ALERTS[10m])")}
+        time.sleep(0.5)
+    assert want <= seen, seen
 
 
 def test_the_prometheus_binary_is_real() -> None:
