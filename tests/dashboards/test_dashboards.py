@@ -203,7 +203,7 @@ def test_chart_rules_evaluate_cleanly_on_live_data(live: PromServer) -> None:
                              for p in RULES)
     assert [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
     # The scenario's stalled and crash-looping (contradicted) runs reach the alert rules, as pending
-    # alerts (their `for:` is not met in a short test); each shows at some point while it plays.
+    # alerts (`for:` is not met in a short test); Prometheus's ALERTS series remember each one.
     seen: set[str] = set()
     want = {"TaugridRunStalled", "TaugridRunContradicted"}
     deadline = time.monotonic() + 60
