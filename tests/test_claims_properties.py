@@ -80,12 +80,24 @@ def pods(draw: st.DrawFn, run: str) -> dict[str, Any]:
 def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
     phase = draw(st.sampled_from(["Pending", "Admitted", "Scheduled", "Running", "Succeeded", "Failed", "",
                                   "Mystery"]))
+    workers = draw(st.one_of(st.none(), st.integers(0, 4)))  # None: the resolved profile says
     objs: list[dict[str, Any]] = [{
         "apiVersion": "taugrid.io/v1alpha1", "kind": "TauRun",
         "metadata": {"name": "r", "namespace": "ns", "uid": "r", "creationTimestamp": ts(BASE - timedelta(hours=3))},
-        "spec": {"profile": "p", "workers": draw(st.integers(0, 4)), "gpusPerWorker": 8},
+        "spec": {"profile": "p", "gpusPerWorker": 8, **({} if workers is None else {"workers": workers})},
         "status": {"phase": phase},
     }]
+    if draw(st.booleans()):
+        generation = draw(st.integers(1, 3))
+        objs.append({
+            "apiVersion": "taugrid.io/v1alpha1", "kind": "TauCluster",
+            "metadata": {"name": "cluster", "uid": "tc", "generation": generation,
+                         "creationTimestamp": ts(BASE - timedelta(days=1))},
+            "status": {"observedGeneration": draw(st.integers(1, generation)),
+                       "lastResolvedTime": ts(BASE - timedelta(minutes=draw(st.integers(0, 120)))),
+                       "conditions": [{"type": "Ready", "status": draw(st.sampled_from(["True", "False", "Unknown"]))}],
+                       "resolvedProfiles": [{"name": "p", "workers": draw(st.integers(1, 4)), "gpusPerWorker": 8}]},
+        })
     objs += draw(st.lists(pods("r"), max_size=5, unique_by=lambda p: p["metadata"]["name"]))
     steps = draw(st.lists(st.tuples(st.integers(0, 3600), st.integers(0, 500),
                                     st.sampled_from(["2.5", "nan", "inf", "1.0"])), max_size=12))
@@ -97,13 +109,15 @@ def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(run=runs(), sync_age=st.integers(0, 3600), log_age=st.integers(0, 3600))
-def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, log_age: int) -> None:
+@given(run=runs(), sync_age=st.integers(0, 3600), log_age=st.integers(0, 3600), root_age=st.integers(0, 3600))
+def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, log_age: int,
+                          root_age: int) -> None:
     objs, log = run
     records = [n.record for n in (normalize(o) for o in objs) if n.record is not None]
     index = build_index(records)
     synced_at = BASE - timedelta(seconds=sync_age)
-    index.synced.update({k: synced_at for k in ("Pod", "TauRun", "Workload", "Event", "RayJob", "RayCluster")})
+    index.synced.update({k: synced_at for k in ("Pod", "Workload", "Event", "RayJob", "RayCluster", "Node")})
+    index.synced["TauRun"] = BASE - timedelta(seconds=root_age)
     for pod in [r for r in records if r.ref.kind == "Pod"][:1]:
         index.set_signal(Signal(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
     [ev] = index.all_evidence()
@@ -130,6 +144,19 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
         assert out.blocked is None
     if timedelta(seconds=log_age) > S.evidence_max_age:
         assert out.progressing.observed is not Observed.TRUE
+    if timedelta(seconds=root_age) > S.evidence_max_age:
+        # A stale status asserts nothing, so it is never "contradicted" (nor "verified").
+        assert all(c.asserted is None and c.verdict is Verdict.UNASSERTED for c in out.claims.values())
+    tc = next((o for o in objs if o["kind"] == "TauCluster"), None)
+    workers_declared = "workers" in objs[0]["spec"]
+    if not workers_declared:
+        trusted = tc is not None and tc["status"]["observedGeneration"] == tc["metadata"]["generation"] and \
+            tc["status"]["conditions"][0]["status"] == "True" and \
+            BASE - datetime.fromisoformat(tc["status"]["lastResolvedTime"].replace("Z", "+00:00")) <= S.taucluster_max_age
+        if not trusted:
+            # Counts from an untrusted TauCluster: never a "true" built on as many pods as exist.
+            assert out.scheduled.observed is not Observed.TRUE
+            assert out.running.observed is not Observed.TRUE
     if out.progressing.observed is Observed.TRUE:
         assert out.running.observed is Observed.TRUE
     if out.running.observed is Observed.TRUE:

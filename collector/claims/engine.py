@@ -206,7 +206,9 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
     admitted, admitted_at, evidence = _admission(ev)
     if admitted is not None and not fresh.ok("Workload"):
         return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Workload"), evidence, status_ev)
-    bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name]
+    # Bound to a node but its allocated devices unhealthy before it ever started: not allocated.
+    bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
+             and not (p.facts.phase == "Pending" and p.facts.unhealthy_devices)]
     unbound = len(live) - len(bound)
     gpus = sum(p.facts.gpus for p in bound if isinstance(p.facts, PodFacts))
     pod_at = fresh.at("Pod")
