@@ -74,7 +74,8 @@ def test_kuberay_submitter_pod_never_makes_a_pending_gpu_worker_look_scheduled(t
     rj["status"]["jobDeploymentStatus"] = "Running"
     ns, cluster = rj["metadata"]["namespace"], rj["status"]["rayClusterName"]
     t = NOW - timedelta(minutes=10)
-    head = pod(f"{cluster}-head-wcqw7", ns, t, node="w1", labels={"ray.io/cluster": cluster, "ray.io/node-type": "head"})
+    head = pod(f"{cluster}-head-wcqw7", ns, t, node="w1",
+               labels={"ray.io/cluster": cluster, "ray.io/node-type": "head"})
     worker = pod(f"{cluster}-worker-x1", ns, t, node=None, phase="Pending", gpus=8,
                  labels={"ray.io/cluster": cluster, "ray.io/node-type": "worker"})
     submitter_job = {"apiVersion": "batch/v1", "kind": "Job",
@@ -204,8 +205,8 @@ def test_karpenter_nodeclaim_that_failed_to_launch_is_node_scaling(tmp_path: Pat
                  "status": {"conditions": [
                      {"type": "Launched", "status": "Unknown", "reason": "LaunchFailed",
                       "message": "creating instance, insufficient capacity, with fleet error(s), "
-                                 "InsufficientInstanceCapacity: We currently do not have sufficient g5.12xlarge capacity "
-                                 "in the Availability Zone you requested (us-west-2a).",
+                                 "InsufficientInstanceCapacity: We currently do not have sufficient g5.12xlarge "
+                                 "capacity in the Availability Zone you requested (us-west-2a).",
                       "lastTransitionTime": ts(NOW - timedelta(minutes=40))}]}}
     b = blocked([job, wl, p, nodeclaim, *karpenter_events("train-0")], tmp_path)
     assert b["stage"] == "node-scaling" and b["owner"] == "Cluster infrastructure"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from collector.claims import evaluate
 from collector.correlate import Signal, build_index
-from collector.kube import normalize
+from collector.kube import normalize, parse_time
 from collector.model import Observed, Ref, Verdict, verdict_for
 from collector.progress import scan_text
 from collector.settings import ClaimSettings
@@ -152,7 +152,7 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
     if not workers_declared:
         trusted = tc is not None and tc["status"]["observedGeneration"] == tc["metadata"]["generation"] and \
             tc["status"]["conditions"][0]["status"] == "True" and \
-            BASE - datetime.fromisoformat(tc["status"]["lastResolvedTime"].replace("Z", "+00:00")) <= S.taucluster_max_age
+            BASE - parse_time(tc["status"]["lastResolvedTime"]) <= S.taucluster_max_age
         if not trusted:
             # Counts from an untrusted TauCluster: never a "true" built on as many pods as exist.
             assert out.scheduled.observed is not Observed.TRUE
