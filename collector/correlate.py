@@ -104,12 +104,15 @@ class RunEvidence:
     admission_checks: dict[str, ObjectRecord] = field(default_factory=dict)  # Kueue AdmissionChecks by name
     resource_claims: list[ObjectRecord] = field(default_factory=list)  # DRA claims the run's pods use
     nodeclaims: list[ObjectRecord] = field(default_factory=list)  # Karpenter NodeClaims nominated for its pods
+    # Karpenter's events on those NodeClaims (an InsufficientCapacityError outlives the deleted NodeClaim).
+    nodeclaim_events: list[ObjectRecord] = field(default_factory=list)
     # A run inferred from its pods (its root object was not observed, e.g. a bare cluster-info dump):
     # the planes whose objects are missing, so claims that need them say so.
     inferred: bool = False
     gpu_short_nodes: list[ObjectRecord] = field(default_factory=list)  # nodes advertising fewer GPUs than installed
 
 
+CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "AdmissionCheck", "TauCluster"})
 _OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
 _NODECLAIM_REF = re.compile(r"nodeclaim/([a-z0-9][a-z0-9.-]{0,252})")
 
@@ -147,7 +150,8 @@ def _parents(rec: ObjectRecord) -> list[Key]:
     if isinstance(rec.facts, EventFacts):
         g = rec.facts.regarding
         if g.kind and g.name:
-            out.append((g.kind, g.namespace or ns, g.name))
+            # Events about cluster-scoped objects live in some namespace ("default"); the object has none.
+            out.append((g.kind, "" if g.kind in CLUSTER_SCOPED_KINDS else g.namespace or ns, g.name))
     if isinstance(rec.facts, PodFacts):
         out.extend(k for k in job_parents(rec) if k not in out)
     return out
@@ -419,6 +423,10 @@ class RunIndex:
                 nodeclaims.update(_NODECLAIM_REF.findall(f.message[:500]))
         ev.nodeclaims = [nc for name in sorted(nodeclaims)
                          if (nc := self._objects.get(("NodeClaim", "", name))) is not None]
+        ev.nodeclaim_events = sorted(
+            (nce for name in nodeclaims for k in self._down.get(("NodeClaim", "", name), ())
+             if k[0] == "Event" and (nce := self._objects.get(k)) is not None),
+            key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH, r.ref.name))
         # Set iteration order is arbitrary; claims and their reasons must not be.
         for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
             group.sort(key=lambda r: r.ref.name)

@@ -534,23 +534,13 @@ def _admission_check(r: _Reader, raw: RawObject) -> Facts:
 
 
 def _resource_claim(r: _Reader, raw: RawObject) -> Facts:
-    alloc = _get(raw, "status.allocation")
-    devices = tuple(
-        f"{_get(d, 'driver')}/{_get(d, 'pool')}/{_get(d, 'device')}"
-        for d in _list(alloc, "devices.results") if type(d) is dict
-    ) if type(alloc) is dict else ()
-    return ResourceClaimFacts(
-        allocated=type(alloc) is dict,
-        devices=devices,
-        reserved_for=tuple(str(_get(c, "name") or "") for c in _list(raw, "status.reservedFor")),
-    )
+    return ResourceClaimFacts(allocated=type(_get(raw, "status.allocation")) is dict)
 
 
 def _node_claim(r: _Reader, raw: RawObject) -> Facts:
     return NodeClaimFacts(
         node_name=r.str_(_get(raw, "status.nodeName"), "status.nodeName"),
         node_pool=str(_map(raw, "metadata.labels").get(KARPENTER_NODEPOOL_LABEL) or ""),
-        provider_id=r.str_(_get(raw, "status.providerID"), "status.providerID"),
     )
 
 
@@ -672,7 +662,6 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
             ready = c
     return NodeFacts(
         ready=str(ready.get("status") or ""),
-        unschedulable=bool(_get(raw, "spec.unschedulable")),
         gpu_capacity=_gpus({"limits": _map(raw, "status.capacity")}),
         gpu_allocatable=_gpus({"limits": _map(raw, "status.allocatable")}),
         ready_reason=r.str_(ready.get("reason"), "status.conditions[Ready].reason"),

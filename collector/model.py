@@ -189,8 +189,6 @@ class ResourceClaimFacts:
     """resource.k8s.io ResourceClaim: allocated or not, and for whom."""
 
     allocated: bool  # status.allocation present
-    devices: tuple[str, ...] = ()  # "driver/pool/device" of status.allocation.devices.results
-    reserved_for: tuple[str, ...] = ()  # names of status.reservedFor consumers
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +197,6 @@ class NodeClaimFacts:
 
     node_name: str  # status.nodeName once registered
     node_pool: str  # karpenter.sh/nodepool label
-    provider_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +280,6 @@ class TauClusterFacts:
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     ready: str  # Ready condition status, verbatim
-    unschedulable: bool
     gpu_capacity: int
     gpu_allocatable: int
     ready_reason: str = ""  # e.g. NodeStatusUnknown (the kubelet stopped posting status)

@@ -210,7 +210,7 @@ def test_karpenter_nodeclaim_that_failed_to_launch_is_node_scaling(tmp_path: Pat
                       "lastTransitionTime": ts(NOW - timedelta(minutes=40))}]}}
     b = blocked([job, wl, p, nodeclaim, *karpenter_events("train-0")], tmp_path)
     assert b["stage"] == "node-scaling" and b["owner"] == "Cluster infrastructure"
-    assert "NodeClaim gpu-ljvhl Launched Unknown (LaunchFailed)" in b["reason"]
+    assert "NodeClaim gpu-ljvhl (NodePool gpu) Launched Unknown (LaunchFailed)" in b["reason"]
     assert "InsufficientInstanceCapacity" in b["reason"]
 
 
@@ -360,3 +360,18 @@ def test_bare_cluster_info_dump_infers_runs_and_names_what_is_missing(tmp_path: 
     assert out["missing"]["command"].startswith("kubectl get ") and f"> {dump}/crds.json" in out["missing"]["command"]
     text = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", ts(NOW)])
     assert text.exit_code == 0 and "missing from the dump:" in text.stdout and "kubectl get " in text.stdout
+
+
+def test_karpenter_insufficient_capacity_event_outlives_its_nodeclaim(tmp_path: Path) -> None:
+    job, wl = admitted_job(NOW - timedelta(minutes=45))
+    p = pending(job, "train-0")
+    nodeclaim = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "gpu-ljvhl"}}
+    # Karpenter deletes a NodeClaim that hit an insufficient-capacity error; its event stays (in "default").
+    ice = event("gpu-ljvhl.ice", "default", nodeclaim, "InsufficientCapacityError",
+                "NodeClaim gpu-ljvhl event: creating instance, insufficient capacity, with fleet error(s), "
+                "InsufficientInstanceCapacity: We currently do not have sufficient g5.12xlarge capacity in the "
+                "Availability Zone you requested (us-west-2a).", NOW - timedelta(minutes=40), type_="Warning",
+                component="karpenter")
+    b = blocked([job, wl, p, ice, *karpenter_events("train-0")], tmp_path)
+    assert b["stage"] == "node-scaling" and "InsufficientCapacityError" in b["reason"]
+    assert "g5.12xlarge" in b["reason"]

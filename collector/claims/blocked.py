@@ -20,6 +20,7 @@ from collector.model import (
     ObjectRecord,
     Plane,
     PodFacts,
+    QueueFacts,
     ResourceClaimFacts,
     Stage,
     TauClusterFacts,
@@ -121,6 +122,10 @@ def _target_resolution(ev: RunEvidence, now: datetime, fresh: Freshness, s: Clai
         ]
     if stale_reason:
         return Blocked(Stage.TARGET_RESOLUTION, stale_reason + " (fails closed)", run.created, tuple(evidence))
+    if profile and f.profiles and profile not in f.profiles:
+        evidence.append(Evidence(Plane.TAUGRID, str(tc.ref), "spec.workloadProfiles", list(f.profiles), tc.newest))
+        return Blocked(Stage.TARGET_RESOLUTION, f"profile {profile!r} is not declared in TauCluster spec",
+                       run.created, tuple(evidence))
     if profile and profile not in {p.name for p in f.resolved}:
         evidence.append(Evidence(Plane.TAUGRID, str(tc.ref), "status.resolvedProfiles",
                                  [p.name for p in f.resolved], tc.newest))
@@ -192,6 +197,11 @@ def _queue_admission(
         active = q.condition("Active") if q is not None else None
         if q is not None and active is not None and not active.is_true:
             reason += f"; {q.ref.kind} {q.ref.name} inactive: {active.message or active.reason}"
+    cq = ev.cluster_queue.facts if ev.cluster_queue is not None else None
+    if ev.cluster_queue is not None and isinstance(cq, QueueFacts) and cq.pending is not None:
+        reason += f"; ClusterQueue {ev.cluster_queue.ref.name}: {cq.pending} pending, {cq.admitted or 0} admitted"
+        evidence.append(Evidence(Plane.KUEUE, str(ev.cluster_queue.ref), "status.pendingWorkloads", cq.pending,
+                                 ev.cluster_queue.newest))
     wl_events = [e for e in events if isinstance(e.facts, EventFacts) and e.facts.regarding.kind == "Workload"]
     evidence.extend(event_evidence(wl_events[-3:]))
     since = reserved.last_transition if reserved is not None else wl.created
@@ -322,6 +332,11 @@ def _is_karpenter(e: EventFacts) -> bool:
 
 def _nodeclaim_wait(ev: RunEvidence) -> tuple[str, list[Evidence]] | None:
     """A Karpenter NodeClaim nominated for the run's pods that has not become a ready node."""
+    warnings = [e for e in ev.nodeclaim_events if isinstance(e.facts, EventFacts) and e.facts.type == "Warning"]
+    if warnings:
+        w = warnings[-1].facts
+        assert isinstance(w, EventFacts)
+        return f"Karpenter {w.reason}: {_short(w.message, 240)}", event_evidence(warnings[-1:])
     for nc in ev.nodeclaims:
         if not isinstance(nc.facts, NodeClaimFacts):
             continue
@@ -332,7 +347,8 @@ def _nodeclaim_wait(ev: RunEvidence) -> tuple[str, list[Evidence]] | None:
                 msg = f": {c.message[:200]}" if c is not None and c.message else ""
                 ev_ = Evidence(Plane.KUBERNETES, str(nc.ref), f"status.conditions[{ctype}]",
                                f"{detail}{msg}", c.last_transition if c else nc.created)
-                return f"Karpenter NodeClaim {nc.ref.name} {ctype} {detail}{msg}", [ev_]
+                pool = f" (NodePool {nc.facts.node_pool})" if nc.facts.node_pool else ""
+                return f"Karpenter NodeClaim {nc.ref.name}{pool} {ctype} {detail}{msg}", [ev_]
     return None
 
 

@@ -322,7 +322,8 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                             f"{'NotReady' if nf.ready == 'False' else 'Unknown'}"
                             + (f" ({nf.ready_reason})" if nf.ready_reason else ""))
             evidence.append(Evidence(Plane.KUBERNETES, str(node.ref), "status.conditions[Ready]",
-                                     f"{nf.ready or 'absent'}: {nf.ready_reason}".rstrip(": "), nf.ready_since))
+                                     f"{nf.ready or 'absent'}: {nf.ready_reason}: {nf.ready_message}".rstrip(": "),
+                                     nf.ready_since))
             since = latest((since, nf.ready_since))
             pod_ready = False
         for d in f.unhealthy_devices[:2]:
