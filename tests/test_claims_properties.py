@@ -189,3 +189,67 @@ def test_events_per_object_are_bounded_newest_kept() -> None:
     assert len(kept) == EVENTS_PER_OBJECT
     dated = {i for i in range(EVENTS_PER_OBJECT + 10) if i % 3}
     assert dated <= set(kept), "undated events are dropped before any dated one"
+
+
+@st.composite
+def ray_runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, int]:
+    """A RayJob (K8sJobMode) with head, GPU workers and the submitter pod, each bound or not."""
+    workers = draw(st.integers(1, 3))
+    hosts = draw(st.integers(1, 2))
+    created = ts(BASE - timedelta(hours=1))
+    rj: dict[str, Any] = {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "rj", "namespace": "ns", "uid": "rj", "creationTimestamp": created},
+        "spec": {"submissionMode": "K8sJobMode", "rayClusterSpec": {"workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": workers, "numOfHosts": hosts}]}},
+        "status": {"jobDeploymentStatus": draw(st.sampled_from(["Running", "Initializing", ""])),
+                   "jobStatus": draw(st.sampled_from(["RUNNING", "PENDING", ""])), "rayClusterName": "rc"},
+    }
+    objs = [rj, {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                 "metadata": {"name": "rc", "namespace": "ns", "uid": "rc", "creationTimestamp": created,
+                              "ownerReferences": [{"kind": "RayJob", "name": "rj", "controller": True}]},
+                 "spec": rj["spec"]["rayClusterSpec"], "status": {"state": "ready"}},
+            {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "rj", "namespace": "ns", "uid": "sj", "creationTimestamp": created,
+                          "ownerReferences": [{"kind": "RayJob", "name": "rj", "controller": True}]},
+             "spec": {"parallelism": 1}, "status": {"active": 1, "ready": 1}}]
+    bound_work = 0
+    roles = ["head"] + ["worker"] * draw(st.integers(0, workers * hosts + 1))
+    all_bound = True
+    for i, role in enumerate(roles):
+        bound = draw(st.booleans())
+        bound_work += bound
+        all_bound = all_bound and bound
+        objs.append(_ray_pod(f"rc-{role}-{i}", bound, {"ray.io/cluster": "rc", "ray.io/node-type": role},
+                             {"kind": "RayCluster", "name": "rc", "controller": True}))
+    # The submitter: bound and Ready, a batch Job's pod. It must never fill a worker's place.
+    objs.append(_ray_pod("rj-submit", True, {"batch.kubernetes.io/job-name": "rj"},
+                         {"kind": "Job", "name": "rj", "controller": True}))
+    return objs, 1 + workers * hosts, bound_work if all_bound else -1
+
+
+def _ray_pod(name: str, bound: bool, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main"}]}
+    if bound:
+        spec["nodeName"] = "n1"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "ownerReferences": [owner],
+                         "creationTimestamp": ts(BASE - timedelta(hours=1))},
+            "spec": spec,
+            "status": {"phase": "Running" if bound else "Pending",
+                       "conditions": [{"type": "Ready", "status": "True" if bound else "False"}],
+                       "containerStatuses": [{"name": "main", "ready": bound, "restartCount": 0,
+                                              "state": {"running": {}} if bound else {"waiting": {}}}]}}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=ray_runs())
+def test_helper_pods_never_fill_a_workers_place(run: tuple[list[dict[str, Any]], int, int]) -> None:
+    objs, expected, bound_work = run  # bound_work is -1 when some work pod waits unbound
+    index = build_index(n.record for n in (normalize(o) for o in objs) if n.record is not None)
+    index.synced.update(dict.fromkeys(("Pod", "RayJob", "RayCluster", "Job", "Node", "Event"), BASE))
+    [ev] = index.all_evidence()
+    out = evaluate(ev, BASE, S)
+    assert (out.scheduled.observed is Observed.TRUE) == (bound_work >= expected)
+    if out.running.observed is Observed.TRUE:
+        assert out.scheduled.observed is Observed.TRUE

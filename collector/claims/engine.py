@@ -230,7 +230,7 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
     for p, d in unhealthy[:3]:
         evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "containerStatuses[].allocatedResourcesStatus", d,
                                  pod_at))
-    if want is not None and len(bound) >= want and bound:
+    if want is not None and len(bound) >= want and bound and not unbound:
         parts = [f"{len(bound)}/{want} pods bound"]
         if gpus:
             parts.append(f"{gpus} GPUs requested on bound pods")
