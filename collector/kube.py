@@ -472,6 +472,7 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         pod_ip=_text(r, status.get("podIP"), "status", "podIP"),
         claims=claims,
         unhealthy_devices=unhealthy,
+        scheduling_gates=tuple(str(_get(g, "name")) for g in _list(spec, "schedulingGates") if type(g) is dict),
     )
 
 

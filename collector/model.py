@@ -154,6 +154,7 @@ class PodFacts(NamedTuple):
     # Devices the kubelet reports unhealthy (containerStatuses[].allocatedResourcesStatus, k8s >= 1.36):
     # "resource name: device id".
     unhealthy_devices: tuple[str, ...] = ()
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names (e.g. kueue.x-k8s.io/topology)
 
     @property
     def terminal(self) -> bool:

@@ -375,3 +375,14 @@ def test_karpenter_insufficient_capacity_event_outlives_its_nodeclaim(tmp_path: 
     b = blocked([job, wl, p, ice, *karpenter_events("train-0")], tmp_path)
     assert b["stage"] == "node-scaling" and "InsufficientCapacityError" in b["reason"]
     assert "g5.12xlarge" in b["reason"]
+
+
+def test_topology_aware_scheduling_gate_is_kueues(tmp_path: Path) -> None:
+    job, wl = admitted_job(NOW - timedelta(minutes=8))
+    p = pending(job, "train-0")
+    p["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                  "message": "Scheduling is blocked due to non-empty scheduling gates",
+                                  "lastTransitionTime": ts(NOW - timedelta(minutes=8))}]
+    b = blocked([job, wl, p], tmp_path)
+    assert b["stage"] == "queue-admission" and "kueue.x-k8s.io/topology" in b["reason"]

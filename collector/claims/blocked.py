@@ -43,6 +43,7 @@ _DRA = re.compile(r"cannot allocate all claims|resourceclaim in use|resourceclai
                   r"resourceclaim not found|pod has unallocated claims", re.I)
 # Kueue's AdmissionCheck controllers, by spec.controllerName (never by the check's own name).
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"  # TAS: Kueue ungates each pod once it has placed it
 # Kueue's QuotaReserved=False reasons (tiered since UnadmittedWorkloadsObservability) and what they mean.
 _QUOTA_REASONS = {
     "WaitingForQuota": "waiting for quota to free up",
@@ -352,7 +353,27 @@ def _nodeclaim_wait(ev: RunEvidence) -> tuple[str, list[Evidence]] | None:
     return None
 
 
+def _gated(unbound: list[ObjectRecord]) -> Blocked | None:
+    """Pods the scheduler may not even consider yet: their scheduling gates name who holds them."""
+    for p in unbound:
+        f = p.facts
+        if not isinstance(f, PodFacts) or not f.scheduling_gates:
+            continue
+        gate = f.scheduling_gates[0]
+        ev_ = Evidence(Plane.KUBERNETES, str(p.ref), "spec.schedulingGates", list(f.scheduling_gates), p.created)
+        if gate.startswith("kueue.x-k8s.io/"):
+            what = " (topology-aware scheduling has not placed it yet)" if gate == KUEUE_TOPOLOGY_GATE else ""
+            return Blocked(Stage.QUEUE_ADMISSION, f"{len(unbound)} pod(s) unbound; pod {p.ref.name} held by Kueue's"
+                           f" scheduling gate {gate}{what}", _since(unbound), (ev_,))
+        return Blocked(Stage.POD_SCHEDULING, f"{len(unbound)} pod(s) unbound; pod {p.ref.name} held by scheduling"
+                       f" gate {gate}", _since(unbound), (ev_,))
+    return None
+
+
 def _scheduling(ev: RunEvidence, unbound: list[ObjectRecord], events: list[ObjectRecord], now: datetime) -> Blocked:
+    gated = _gated(unbound)
+    if gated is not None:
+        return gated
     names = {p.ref.name for p in unbound}
     pod_events = sorted(
         (e for e in events if isinstance(e.facts, EventFacts) and e.facts.regarding.kind == "Pod"
