@@ -12,7 +12,7 @@ from datetime import datetime
 
 from collector.claims.common import human_age
 from collector.correlate import RunEvidence, job_parents
-from collector.kube import JOB_KINDS, RAY_CLUSTER_LABEL
+from collector.kube import JOB_KINDS
 from collector.model import (
     JobFacts,
     ObjectRecord,
@@ -67,6 +67,10 @@ def is_ray(ev: RunEvidence) -> bool:
         isinstance(p.facts, PodFacts) and p.facts.ray_node_type for p in ev.pods)
 
 
+# Owners whose pods are the run's own work pods (not a helper controller's).
+_RUN_OWNERS = frozenset({"RayCluster", "TauRun"})
+
+
 def _work_jobs(ev: RunEvidence) -> set[tuple[str, str]]:
     """(kind, name) of the jobs whose pods are the run's workers: the root job, Kueue-managed jobs."""
     out: set[tuple[str, str]] = set()
@@ -83,17 +87,17 @@ def work_pods(ev: RunEvidence) -> list[ObjectRecord]:
     """The run's pods that do its work (see the module docstring)."""
     pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
     if is_ray(ev):
-        # KubeRay labels head and worker pods with ray.io/node-type (and ray.io/cluster); the
-        # K8sJobMode submitter is a batch Job's pod (default template: no labels of its own).
-        return [p for p in pods if isinstance(p.facts, PodFacts) and not any(o.kind == "Job" for o in p.owners)
-                and (p.facts.ray_node_type in ("head", "worker")
-                     or not p.facts.ray_node_type and RAY_CLUSTER_LABEL in p.labels)]
+        # KubeRay's head and workers are the RayCluster's pods (labelled ray.io/node-type); the
+        # K8sJobMode submitter is a batch Job's pod, and other controllers' pods are helpers too.
+        return [p for p in pods if all(o.kind in _RUN_OWNERS for o in p.owners)]
     jobs = _work_jobs(ev)
     if not jobs:
         return pods
     parent_of = {(j.ref.kind, j.ref.name): j.controller for j in ev.jobs}
 
     def works(p: ObjectRecord) -> bool:
+        if all(o.kind in _RUN_OWNERS for o in p.owners) and not job_parents(p):
+            return True  # the run's own pods (ownerless, or owned by the run object itself)
         names = [(o.kind, o.name) for o in p.owners] + [(k[0], k[2]) for k in job_parents(p)]
         for kn in names:
             if kn in jobs:
