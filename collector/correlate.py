@@ -179,6 +179,7 @@ class RunIndex:
         self.tau_cluster_name = (contract or TauGridContract()).cluster_name
         self._inferred: set[Key] = set()  # roots made up from their pods (see infer_missing_roots)
         self._gpu_short: set[Key] = set()  # nodes whose device plugin advertises fewer GPUs than installed
+        self._gpu_short_view: list[Key] | None = None  # the first few, sorted; rebuilt after a change
         self._objects: dict[Key, ObjectRecord] = {}
         self._up: dict[Key, list[Key]] = {}
         self._adopted: dict[Key, list[Key]] = {}
@@ -215,10 +216,10 @@ class RunIndex:
         if isinstance(rec.facts, EventFacts):
             self._trim_events(rec)
         elif isinstance(rec.facts, NodeFacts):
-            if rec.facts.gpu_allocatable < rec.facts.gpu_capacity:
-                self._gpu_short.add(key)
-            else:
-                self._gpu_short.discard(key)
+            short = rec.facts.gpu_allocatable < rec.facts.gpu_capacity
+            if short != (key in self._gpu_short):
+                (self._gpu_short.add if short else self._gpu_short.discard)(key)
+                self._gpu_short_view = None
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
@@ -228,7 +229,9 @@ class RunIndex:
         self._adopted.pop(key, None)
         self._root_candidates.discard(key)
         self._inferred.discard(key)
-        self._gpu_short.discard(key)
+        if key in self._gpu_short:
+            self._gpu_short.discard(key)
+            self._gpu_short_view = None
         if self._workspaces.get(ref.namespace) == key:
             del self._workspaces[ref.namespace]
         self._signals.pop(key, None)
@@ -374,7 +377,9 @@ class RunIndex:
         # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
         ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
         ev.inferred = root.key in self._inferred
-        ev.gpu_short_nodes = [self._objects[k] for k in sorted(self._gpu_short)[:8]]
+        if self._gpu_short_view is None:
+            self._gpu_short_view = sorted(self._gpu_short)[:8]
+        ev.gpu_short_nodes = [self._objects[k] for k in self._gpu_short_view]
         ns = root.namespace
         for wl in ev.workloads:
             f = wl.facts
