@@ -472,7 +472,8 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         pod_ip=_text(r, status.get("podIP"), "status", "podIP"),
         claims=claims,
         unhealthy_devices=unhealthy,
-        scheduling_gates=tuple(str(_get(g, "name")) for g in _list(spec, "schedulingGates") if type(g) is dict),
+        scheduling_gates=tuple(str(_get(g, "name")) for g in gates if type(g) is dict)
+        if type(gates := spec.get("schedulingGates")) is list else (),
     )
 
 
@@ -498,8 +499,14 @@ def _pod_claims(r: _Reader, spec: Mapping[str, Any], status: Mapping[str, Any]) 
 def _unhealthy_devices(status: Mapping[str, Any]) -> tuple[str, ...]:
     out: list[str] = []
     for key in ("containerStatuses", "initContainerStatuses"):
-        for c in _list(status, key):
-            for res in _list(c, "allocatedResourcesStatus"):
+        statuses = status.get(key)
+        if type(statuses) is not list:
+            continue
+        for c in statuses:
+            allocated = c.get("allocatedResourcesStatus") if type(c) is dict else None
+            if not allocated or type(allocated) is not list:
+                continue  # the common case: no device health reported
+            for res in allocated:
                 for dev in _list(res, "resources"):
                     health = _get(dev, "health")
                     if health is not None and health != "Healthy":
