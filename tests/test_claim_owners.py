@@ -386,3 +386,14 @@ def test_topology_aware_scheduling_gate_is_kueues(tmp_path: Path) -> None:
                                   "lastTransitionTime": ts(NOW - timedelta(minutes=8))}]
     b = blocked([job, wl, p], tmp_path)
     assert b["stage"] == "queue-admission" and "kueue.x-k8s.io/topology" in b["reason"]
+
+
+def test_multikueue_cluster_name_alone_is_enough(tmp_path: Path) -> None:
+    job = kueue_job("train", "team-a", NOW - timedelta(minutes=20))
+    status = fixture_status("kueue/workload_admitted_kueue_docs.yaml")
+    status["clusterName"] = "worker-eu-1"  # the AdmissionCheck and the Job's managedBy are not in this dump
+    wl = workload_for(job, status)
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl]), "--at", ts(NOW)), "train")
+    assert run["claims"]["scheduled"]["observed"] == "unknown"
+    assert run["claims"]["scheduled"]["verdict"] != "contradicted"
+    assert "worker-eu-1" in run["claims"]["scheduled"]["reason"]

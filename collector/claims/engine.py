@@ -79,7 +79,9 @@ def _dispatched(ev: RunEvidence) -> tuple[str, list[Evidence]]:
               and isinstance(ac.facts, AdmissionCheckFacts) and ac.facts.controller_name == MULTIKUEUE_MANAGER]
         managed = [r for r in (ev.root, *ev.jobs, *ev.rayjobs)
                    if isinstance(r.facts, JobFacts | RayJobFacts) and r.facts.managed_by == MULTIKUEUE_MANAGER]
-        if f.cluster_name and adm is not None and adm.is_true and (mk or managed):
+        # status.clusterName is written only by MultiKueue's dispatcher; the check and managedBy,
+        # when observed, are kept as corroborating evidence.
+        if f.cluster_name and adm is not None and adm.is_true:
             out = [Evidence(Plane.KUEUE, str(wl.ref), "status.clusterName", f.cluster_name, adm.last_transition)]
             out += [Evidence(Plane.KUEUE, str(wl.ref), f"status.admissionChecks[{a.name}]",
                              f"{a.state} ({MULTIKUEUE_MANAGER})", a.last_transition) for a in mk]
