@@ -247,6 +247,8 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
         return _claim(a.scheduled, Observed.UNKNOWN, None, f"{len(bound)} pods bound; {exp.why_unknown}",
                       evidence, status_ev)
     reason = f"{len(bound)}/{of} pods bound"
+    if want is not None and unbound and len(bound) >= want:
+        reason += f", {unbound} more unbound"
     if want is None:
         reason += f" ({unbound} unbound; {exp.why_unknown})" if unbound else f"; {exp.why_unknown}"
     return _claim(a.scheduled, Observed.FALSE, bound_since or ev.root.created, reason, evidence, status_ev)
