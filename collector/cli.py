@@ -25,7 +25,7 @@ from collector.progress import scan_path, scan_report
 from collector.render import render_scan, render_text, to_json
 from collector.settings import Settings
 from collector.sources.dump import load_dump
-from collector.sources.kube_api import KubeApi, SourceError, load_api_client
+from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
@@ -80,9 +80,11 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, outp
     if now is None:
         click.echo(f"error: {dump_dir}: no timestamps in the dump; pass --at", err=True)
         sys.exit(2)
-    index = build_index(dump.records)
+    index = build_index(dump.records, settings.taugrid)
+    inferred = index.infer_missing_roots()
     taken = captured or dump.captured_at() or now
-    index.synced.update(dict.fromkeys(SNAPSHOT_SOURCES, taken))
+    # One snapshot: every kind it holds was read at capture time.
+    index.synced.update(dict.fromkeys((*SNAPSHOT_SOURCES, *{r.ref.kind for r in dump.records}), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
     claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
@@ -91,10 +93,17 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, outp
         click.echo(f"error: no run matches {', '.join(runs)}; runs in the dump: "
                    f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}", err=True)
         sys.exit(2)
+    missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
     if output == "json":
-        sys.stdout.buffer.write(orjson.dumps(to_json(selected, now), option=orjson.OPT_INDENT_2) + b"\n")
+        doc = to_json(selected, now)
+        if missing is not None:
+            doc["missing"] = missing
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         click.echo(render_text(selected, now) if selected else "no runs found in the dump")
+        if missing is not None:
+            click.echo(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from pods."
+                       f" Add them with:\n  {missing['command']}")
     if dump.skipped:
         sys.exit(EXIT_SKIPPED)
 

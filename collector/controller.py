@@ -28,13 +28,13 @@ from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from collector.sources.kube_api import (
-    DEFAULT_RESOURCES,
     JSON,
     Backoff,
     KubeApi,
     PermanentSourceError,
     Resource,
     SourceError,
+    resources_for,
 )
 from collector.sources.lease import LeaseElector
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for
@@ -65,7 +65,8 @@ class Controller:
     """Keeps every run's claims current from a Kubernetes API; read-only apart from its Lease."""
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
-                 resources: tuple[Resource, ...] = DEFAULT_RESOURCES, identity: str = "") -> None:
+                 resources: tuple[Resource, ...] | None = None, identity: str = "") -> None:
+        resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
@@ -76,7 +77,7 @@ class Controller:
                                     sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"])
         self.wanted = resources
         self.resources: list[Resource] = []
-        self.index = RunIndex()
+        self.index = RunIndex(settings.taugrid)
         self.claims: dict[Key, RunClaims] = {}
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
@@ -271,7 +272,7 @@ class Controller:
             self._replace(r, c.payload)
         elif c.op == "synced":
             assert r is not None
-            self.index.synced[r.kind] = c.payload
+            self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload

@@ -9,6 +9,7 @@ and a parent arriving after its children re-roots them without any bookkeeping.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from collector.kube import (
     JOB_KINDS,
+    JOB_NAME_LABELS,
+    KUBEFLOW_OPERATOR_LABEL,
     KUEUE_QUEUE_LABEL,
     RAY_CLUSTER_LABEL,
     RUN_LABEL,
@@ -24,6 +27,7 @@ from collector.kube import (
 )
 from collector.model import (
     EventFacts,
+    NodeFacts,
     ObjectRecord,
     Plane,
     PodFacts,
@@ -32,6 +36,7 @@ from collector.model import (
     TauRunFacts,
     WorkloadFacts,
 )
+from collector.settings import TauGridContract
 
 if TYPE_CHECKING:
     from collector.progress import LogScan
@@ -96,6 +101,37 @@ class RunEvidence:
     signals: list[Signal] = field(default_factory=list)
     ray: dict[str, RayRuntime] = field(default_factory=dict)  # by RayCluster name
     synced: Mapping[str, datetime] = field(default_factory=dict)
+    admission_checks: dict[str, ObjectRecord] = field(default_factory=dict)  # Kueue AdmissionChecks by name
+    resource_claims: list[ObjectRecord] = field(default_factory=list)  # DRA claims the run's pods use
+    nodeclaims: list[ObjectRecord] = field(default_factory=list)  # Karpenter NodeClaims nominated for its pods
+    # Karpenter's events on those NodeClaims (an InsufficientCapacityError outlives the deleted NodeClaim).
+    nodeclaim_events: list[ObjectRecord] = field(default_factory=list)
+    # A run inferred from its pods (its root object was not observed, e.g. a bare cluster-info dump):
+    # the planes whose objects are missing, so claims that need them say so.
+    inferred: bool = False
+    gpu_short_nodes: list[ObjectRecord] = field(default_factory=list)  # nodes advertising fewer GPUs than installed
+
+
+CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "AdmissionCheck", "TauCluster"})
+_OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
+_NODECLAIM_REF = re.compile(r"nodeclaim/([a-z0-9][a-z0-9.-]{0,252})")
+
+
+def job_parents(rec: ObjectRecord) -> list[Key]:
+    """Jobs a pod names in its labels (the job objects may be absent, as in a bare dump)."""
+    out: list[Key] = []
+    ns = rec.ref.namespace
+    for label, kind in JOB_NAME_LABELS:
+        name = rec.labels.get(label)
+        if not name:
+            continue
+        if label.startswith("training.kubeflow.org"):
+            op = rec.labels.get(KUBEFLOW_OPERATOR_LABEL, "").removesuffix("-controller")
+            kind = _OPERATOR_KINDS.get(op, kind)
+        key = (kind, ns, name)
+        if key not in out:
+            out.append(key)
+    return out
 
 
 def _parents(rec: ObjectRecord) -> list[Key]:
@@ -114,7 +150,10 @@ def _parents(rec: ObjectRecord) -> list[Key]:
     if isinstance(rec.facts, EventFacts):
         g = rec.facts.regarding
         if g.kind and g.name:
-            out.append((g.kind, g.namespace or ns, g.name))
+            # Events about cluster-scoped objects live in some namespace ("default"); the object has none.
+            out.append((g.kind, "" if g.kind in CLUSTER_SCOPED_KINDS else g.namespace or ns, g.name))
+    if isinstance(rec.facts, PodFacts):
+        out.extend(k for k in job_parents(rec) if k not in out)
     return out
 
 
@@ -136,7 +175,11 @@ def _adopted(rec: ObjectRecord) -> list[Key]:
 class RunIndex:
     """Objects by key, parent/child links, logs, and source freshness."""
 
-    def __init__(self) -> None:
+    def __init__(self, contract: TauGridContract | None = None) -> None:
+        self.tau_cluster_name = (contract or TauGridContract()).cluster_name
+        self._inferred: set[Key] = set()  # roots made up from their pods (see infer_missing_roots)
+        self._gpu_short: set[Key] = set()  # nodes whose device plugin advertises fewer GPUs than installed
+        self._gpu_short_view: list[Key] | None = None  # the first few, sorted; rebuilt after a change
         self._objects: dict[Key, ObjectRecord] = {}
         self._up: dict[Key, list[Key]] = {}
         self._adopted: dict[Key, list[Key]] = {}
@@ -154,6 +197,7 @@ class RunIndex:
         key = rec.ref.key
         old = self._objects.get(key)
         self._objects[key] = rec
+        self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         ups = _parents(rec)
         adopted = _adopted(rec)
         if old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted:
@@ -171,6 +215,11 @@ class RunIndex:
             self._workspaces[rec.ref.namespace] = key
         if isinstance(rec.facts, EventFacts):
             self._trim_events(rec)
+        elif isinstance(rec.facts, NodeFacts):
+            short = rec.facts.gpu_allocatable < rec.facts.gpu_capacity
+            if short != (key in self._gpu_short):
+                (self._gpu_short.add if short else self._gpu_short.discard)(key)
+                self._gpu_short_view = None
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
@@ -179,6 +228,10 @@ class RunIndex:
         self._up.pop(key, None)
         self._adopted.pop(key, None)
         self._root_candidates.discard(key)
+        self._inferred.discard(key)
+        if key in self._gpu_short:
+            self._gpu_short.discard(key)
+            self._gpu_short_view = None
         if self._workspaces.get(ref.namespace) == key:
             del self._workspaces[ref.namespace]
         self._signals.pop(key, None)
@@ -250,7 +303,7 @@ class RunIndex:
         rec = self._objects.get(key)
         if rec is None or rec.ref.kind not in _ROOT_KINDS:
             return False
-        if rec.ref.kind == "TauRun":
+        if rec.ref.kind == "TauRun" or key in self._inferred:
             return True
         if self._owning_run(key, 0) is not None:
             return False
@@ -322,7 +375,11 @@ class RunIndex:
             self._file(ev, m)
             member_keys.append(m.ref.key)
         # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
-        ev.taucluster = self._objects.get(("TauCluster", "", "cluster"))
+        ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
+        ev.inferred = root.key in self._inferred
+        if self._gpu_short_view is None:
+            self._gpu_short_view = sorted(self._gpu_short)[:8]
+        ev.gpu_short_nodes = [self._objects[k] for k in self._gpu_short_view]
         ns = root.namespace
         for wl in ev.workloads:
             f = wl.facts
@@ -341,12 +398,40 @@ class RunIndex:
                 ev.local_queue = self._objects.get(("LocalQueue", ns, qname))
         ws_key = self._workspaces.get(ns)
         ev.workspace = self._objects.get(ws_key) if ws_key else None
+        for wl in ev.workloads:
+            wf = wl.facts
+            if isinstance(wf, WorkloadFacts):
+                for check in wf.admission_checks:
+                    ac = self._objects.get(("AdmissionCheck", "", check.name))
+                    if ac is not None:
+                        ev.admission_checks[check.name] = ac
+        claims: dict[Key, ObjectRecord] = {}
+        nodeclaims: set[str] = set()
         for pod in ev.pods:
             pf = pod.facts
             if isinstance(pf, PodFacts) and pf.node_name:
                 node = self._objects.get(("Node", "", pf.node_name))
                 if node is not None:
                     ev.nodes[pf.node_name] = node
+            if isinstance(pf, PodFacts):
+                for name in pf.claims:
+                    claim = self._objects.get(("ResourceClaim", ns, name)) if name else None
+                    if claim is not None:
+                        claims[claim.ref.key] = claim
+        for mk in member_keys:
+            if mk[0] == "ResourceClaim":
+                claims[mk] = self._objects[mk]
+        ev.resource_claims = sorted(claims.values(), key=lambda r: r.ref.name)
+        for e in ev.events:
+            f = e.facts
+            if isinstance(f, EventFacts) and f.regarding.kind == "Pod":
+                nodeclaims.update(_NODECLAIM_REF.findall(f.message[:500]))
+        ev.nodeclaims = [nc for name in sorted(nodeclaims)
+                         if (nc := self._objects.get(("NodeClaim", "", name))) is not None]
+        ev.nodeclaim_events = sorted(
+            (nce for name in nodeclaims for k in self._down.get(("NodeClaim", "", name), ())
+             if k[0] == "Event" and (nce := self._objects.get(k)) is not None),
+            key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH, r.ref.name))
         # Set iteration order is arbitrary; claims and their reasons must not be.
         for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
             group.sort(key=lambda r: r.ref.name)
@@ -385,9 +470,59 @@ class RunIndex:
     def all_evidence(self) -> list[RunEvidence]:
         return [self.evidence(r) for r in self.roots()]
 
+    def infer_missing_roots(self) -> list[Ref]:
+        """Runs whose root object is not observed, made up from their pods' owners and labels.
 
-def build_index(records: Iterable[ObjectRecord]) -> RunIndex:
-    idx = RunIndex()
+        A bare `kubectl cluster-info dump` holds pods but no custom resources and no Jobs: a pod
+        naming a TauRun, a training job, a RayCluster, or a Kueue-queued or GPU-requesting Job that
+        is absent stands for that run. The made-up root declares nothing (its status says nothing,
+        its expected pod count is unknown), so no claim rests on it.
+        """
+        found: dict[Key, list[ObjectRecord]] = {}
+        for rec in list(self._objects.values()):
+            f = rec.facts
+            if not isinstance(f, PodFacts) or self.root_of(rec.ref) is not None:
+                continue
+            key = _inferred_root(rec, f, self._objects)
+            if key is not None:
+                found.setdefault(key, []).append(rec)
+        out: list[Ref] = []
+        for key, pods in sorted(found.items()):
+            created = min((p.created for p in pods if p.created is not None), default=None)
+            labels = {KUEUE_QUEUE_LABEL: q} if (q := next((p.labels.get(KUEUE_QUEUE_LABEL) for p in pods
+                                                           if p.labels.get(KUEUE_QUEUE_LABEL)), None)) else {}
+            rec = ObjectRecord(ref=Ref(*key), api_version="", resource_version="", generation=None,
+                               created=created, labels=labels, owners=(), conditions=(), facts=None,
+                               newest=None)
+            self.upsert(rec)
+            self._inferred.add(key)
+            out.append(rec.ref)
+        return out
+
+
+def _inferred_root(pod: ObjectRecord, f: PodFacts, objects: Mapping[Key, ObjectRecord]) -> Key | None:
+    """The outermost absent run root a pod names, in order: TauRun, training job, RayCluster, Job."""
+    ns = pod.ref.namespace
+    run = pod.labels.get(RUN_LABEL)
+    if run:
+        return ("TauRun", ns, run)
+    parents = [(o.kind, ns, o.name) for o in pod.owners] + job_parents(pod)
+    cluster = pod.labels.get(RAY_CLUSTER_LABEL)
+    if cluster:
+        parents.append(("RayCluster", ns, cluster))
+    absent = [k for k in parents if k not in objects]
+    for kinds in (TRAINING_JOB_KINDS, frozenset({"RayJob", "RayCluster"})):
+        for k in absent:
+            if k[0] in kinds:
+                return k
+    # A plain Job is a training run only when Kueue queues it or it asks for GPUs.
+    if f.gpus > 0 or KUEUE_QUEUE_LABEL in pod.labels:
+        return next((k for k in absent if k[0] == "Job"), None)
+    return None
+
+
+def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | None = None) -> RunIndex:
+    idx = RunIndex(contract)
     for r in records:
         idx.upsert(r)
     return idx

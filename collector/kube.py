@@ -18,11 +18,13 @@ from typing import Any
 
 from collector.model import (
     AdmissionCheck,
+    AdmissionCheckFacts,
     Condition,
     ContainerFacts,
     EventFacts,
     Facts,
     JobFacts,
+    NodeClaimFacts,
     NodeFacts,
     ObjectRecord,
     OwnerRef,
@@ -32,6 +34,7 @@ from collector.model import (
     RayJobFacts,
     Ref,
     ResolvedProfile,
+    ResourceClaimFacts,
     TauClusterFacts,
     TauRunFacts,
     WorkloadFacts,
@@ -49,8 +52,20 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 
+# Labels that name a pod's job when the job object itself is not in view (a bare cluster-info dump).
+JOB_NAME_LABELS: tuple[tuple[str, str], ...] = (
+    ("batch.kubernetes.io/job-name", "Job"),
+    ("job-name", "Job"),
+    ("training.kubeflow.org/job-name", "PyTorchJob"),  # kind refined by training.kubeflow.org/operator-name
+    ("jobset.sigs.k8s.io/jobset-name", "JobSet"),
+)
+KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
+MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
+
 KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
-                         "ray.io/originated-from-crd", "ray.io/originated-from-cr-name"})
+                         "ray.io/originated-from-crd", "ray.io/originated-from-cr-name",
+                         KUBEFLOW_OPERATOR_LABEL, KARPENTER_NODEPOOL_LABEL, *(k for k, _ in JOB_NAME_LABELS)})
 NO_UID_KINDS = frozenset({"Pod", "Event", "Node"})
 # Pod conditions the claims read; the rest (Initialized, ContainersReady, ...) are not kept.
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready"})
@@ -81,6 +96,15 @@ IRRELEVANT_KINDS = frozenset(
         "Lease",
         "Secret",  # never read: recognized only so it is dropped without a trace
         "CronJob",
+        # DRA and Karpenter kinds whose content the claims do not need (ResourceClaims and
+        # NodeClaims are read; slices, classes, templates and pools describe supply, not a wait).
+        "ResourceSlice",
+        "DeviceClass",
+        "ResourceClaimTemplate",
+        "NodePool",
+        "EC2NodeClass",
+        "AKSNodeClass",
+        "ProvisioningRequest",
     }
 )
 
@@ -430,6 +454,8 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         for i, c in enumerate(statuses):
             containers.append(_container(r, c, init, f"status.{key}[{i}]"))
     phase = status.get("phase")
+    claims = _pod_claims(r, spec, status)
+    unhealthy = _unhealthy_devices(status)
     phase_s = phase if phase in POD_PHASES else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
     specs = spec.get("containers")
     gpus = sum(_gpus(c.get("resources")) for c in specs if type(c) is dict) if type(specs) is list else 0
@@ -444,7 +470,48 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         deleting=bool(_sub(raw, "metadata").get("deletionTimestamp")),
         ray_node_type=sys.intern(str(_sub(_sub(raw, "metadata"), "labels").get(RAY_NODE_TYPE_LABEL, ""))),
         pod_ip=_text(r, status.get("podIP"), "status", "podIP"),
+        claims=claims,
+        unhealthy_devices=unhealthy,
+        scheduling_gates=tuple(str(_get(g, "name")) for g in gates if type(g) is dict)
+        if type(gates := spec.get("schedulingGates")) is list else (),
     )
+
+
+def _pod_claims(r: _Reader, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
+    """ResourceClaim names a pod uses: generated names from status, direct names from spec."""
+    declared = spec.get("resourceClaims")
+    if type(declared) is not list or not declared:
+        return ()
+    generated = {str(_get(c, "name")): str(_get(c, "resourceClaimName") or "")
+                 for c in _list(status, "resourceClaimStatuses") if type(c) is dict}
+    out: list[str] = []
+    for c in declared:
+        if type(c) is not dict:
+            continue
+        name = str(c.get("name") or "")
+        direct = c.get("resourceClaimName")
+        claim = str(direct) if direct else generated.get(name, "")
+        # A template claim not generated yet has no name: keep "" so the wait is still visible.
+        out.append(claim)
+    return tuple(out)
+
+
+def _unhealthy_devices(status: Mapping[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if type(statuses) is not list:
+            continue
+        for c in statuses:
+            allocated = c.get("allocatedResourcesStatus") if type(c) is dict else None
+            if not allocated or type(allocated) is not list:
+                continue  # the common case: no device health reported
+            for res in allocated:
+                for dev in _list(res, "resources"):
+                    health = _get(dev, "health")
+                    if health is not None and health != "Healthy":
+                        out.append(f"{_get(res, 'name')}: {_get(dev, 'resourceID')} {health}")
+    return tuple(dict.fromkeys(out))
 
 
 def _workload(r: _Reader, raw: RawObject) -> Facts:
@@ -466,6 +533,22 @@ def _workload(r: _Reader, raw: RawObject) -> Facts:
         cluster_queue=r.str_(_get(raw, "status.admission.clusterQueue"), "status.admission.clusterQueue"),
         admission_checks=tuple(checks),
         pod_count=pod_count,
+        cluster_name=r.str_(_get(raw, "status.clusterName"), "status.clusterName"),
+    )
+
+
+def _admission_check(r: _Reader, raw: RawObject) -> Facts:
+    return AdmissionCheckFacts(controller_name=r.str_(_get(raw, "spec.controllerName"), "spec.controllerName"))
+
+
+def _resource_claim(r: _Reader, raw: RawObject) -> Facts:
+    return ResourceClaimFacts(allocated=type(_get(raw, "status.allocation")) is dict)
+
+
+def _node_claim(r: _Reader, raw: RawObject) -> Facts:
+    return NodeClaimFacts(
+        node_name=r.str_(_get(raw, "status.nodeName"), "status.nodeName"),
+        node_pool=str(_map(raw, "metadata.labels").get(KARPENTER_NODEPOOL_LABEL) or ""),
     )
 
 
@@ -508,6 +591,7 @@ def _rayjob(r: _Reader, raw: RawObject) -> Facts:
         end_time=r.time(status.get("endTime"), "status.endTime"),
         job_id=r.str_(status.get("jobId"), "status.jobId"),
         dashboard_url=r.str_(status.get("dashboardURL"), "status.dashboardURL"),
+        managed_by=r.str_(_get(raw, "spec.managedBy"), "spec.managedBy"),
     )
 
 
@@ -530,6 +614,7 @@ def _job(r: _Reader, raw: RawObject) -> Facts:
     status = _map(raw, "status")
     kind = str(raw.get("kind"))
     expected: int | None = None
+    ready_expected: int | None = None
     active = r.int_(status.get("active"), "status.active")
     ready = r.int_(status.get("ready"), "status.ready")
     succeeded = r.int_(status.get("succeeded"), "status.succeeded")
@@ -540,13 +625,16 @@ def _job(r: _Reader, raw: RawObject) -> Facts:
         expected = 1 if par is None else par
         if comp is not None:
             expected = min(expected, comp)
+        ready_expected = expected
     elif kind == "JobSet":
         expected = 0
+        ready_expected = 0
         a = rd = 0
         for i, rj in enumerate(_list(spec, "replicatedJobs")):
             n = r.int_(_get(rj, "replicas"), f"spec.replicatedJobs[{i}].replicas") or 1
             p = r.int_(_get(rj, "template.spec.parallelism"), f"spec.replicatedJobs[{i}].parallelism") or 1
             expected += n * p
+            ready_expected += n  # replicatedJobsStatus counts child Jobs, not pods
         for s in _list(status, "replicatedJobsStatus"):
             a += int(_get(s, "active") or 0)
             rd += int(_get(s, "ready") or 0)
@@ -570,19 +658,23 @@ def _job(r: _Reader, raw: RawObject) -> Facts:
         failed=failed,
         expected_pods=expected,
         start_time=r.time(status.get("startTime"), "status.startTime"),
+        managed_by=r.str_(spec.get("managedBy") or _get(spec, "runPolicy.managedBy"), "spec.managedBy"),
+        ready_expected=ready_expected,
     )
 
 
 def _node(r: _Reader, raw: RawObject) -> Facts:
-    ready = ""
+    ready: Any = {}
     for c in _list(raw, "status.conditions"):
-        if _get(c, "type") == "Ready":
-            ready = str(_get(c, "status") or "")
+        if _get(c, "type") == "Ready" and type(c) is dict:
+            ready = c
     return NodeFacts(
-        ready=ready,
-        unschedulable=bool(_get(raw, "spec.unschedulable")),
+        ready=str(ready.get("status") or ""),
         gpu_capacity=_gpus({"limits": _map(raw, "status.capacity")}),
         gpu_allocatable=_gpus({"limits": _map(raw, "status.allocatable")}),
+        ready_reason=r.str_(ready.get("reason"), "status.conditions[Ready].reason"),
+        ready_message=r.str_(ready.get("message"), "status.conditions[Ready].message")[:300],
+        ready_since=r.time(ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"),
     )
 
 
@@ -675,5 +767,8 @@ _BUILDERS: dict[str, Builder] = {
     "ClusterQueue": _queue,
     "RayJob": _rayjob,
     "RayCluster": _raycluster,
+    "AdmissionCheck": _admission_check,
+    "ResourceClaim": _resource_claim,
+    "NodeClaim": _node_claim,
     **{k: _job for k in JOB_KINDS},
 }

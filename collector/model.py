@@ -149,6 +149,12 @@ class PodFacts(NamedTuple):
     deleting: bool = False
     ray_node_type: str = ""  # "head" | "worker" | "" from ray.io/node-type
     pod_ip: str = ""
+    # DRA: the ResourceClaims this pod uses (status.resourceClaimStatuses names, else spec names).
+    claims: tuple[str, ...] = ()
+    # Devices the kubelet reports unhealthy (containerStatuses[].allocatedResourcesStatus, k8s >= 1.36):
+    # "resource name: device id".
+    unhealthy_devices: tuple[str, ...] = ()
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names (e.g. kueue.x-k8s.io/topology)
 
     @property
     def terminal(self) -> bool:
@@ -169,6 +175,29 @@ class WorkloadFacts:
     cluster_queue: str  # from status.admission; "" while not admitted
     admission_checks: tuple[AdmissionCheck, ...] = ()
     pod_count: int | None = None  # sum of spec.podSets[].count
+    cluster_name: str = ""  # MultiKueue: the worker cluster it was dispatched to (status.clusterName)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckFacts:
+    """kueue.x-k8s.io AdmissionCheck: which controller decides it (what the check is, not its name)."""
+
+    controller_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimFacts:
+    """resource.k8s.io ResourceClaim: allocated or not, and for whom."""
+
+    allocated: bool  # status.allocation present
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaimFacts:
+    """karpenter.sh NodeClaim: the node Karpenter is launching (conditions hold Launched/Registered/...)."""
+
+    node_name: str  # status.nodeName once registered
+    node_pool: str  # karpenter.sh/nodepool label
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +219,7 @@ class RayJobFacts:
     start_time: datetime | None
     end_time: datetime | None
     job_id: str = ""  # the Ray job's submission id
+    managed_by: str = ""  # spec.managedBy (kueue.x-k8s.io/multikueue: runs on a worker cluster)
     dashboard_url: str = ""  # host:port of the head's dashboard (KubeRay status)
 
 
@@ -215,6 +245,8 @@ class JobFacts:
     failed: int | None
     expected_pods: int | None
     start_time: datetime | None
+    managed_by: str = ""  # spec.managedBy (kueue.x-k8s.io/multikueue: runs on a worker cluster)
+    ready_expected: int | None = None  # what `ready` counts up to (pods; child Jobs for a JobSet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +281,11 @@ class TauClusterFacts:
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     ready: str  # Ready condition status, verbatim
-    unschedulable: bool
     gpu_capacity: int
     gpu_allocatable: int
+    ready_reason: str = ""  # e.g. NodeStatusUnknown (the kubelet stopped posting status)
+    ready_message: str = ""
+    ready_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +311,9 @@ Facts = (
     | TauClusterFacts
     | NodeFacts
     | EventFacts
+    | AdmissionCheckFacts
+    | ResourceClaimFacts
+    | NodeClaimFacts
     | None
 )
 

@@ -12,10 +12,11 @@ class TauGridContract:
     """Where the TauGrid adapter finds things (DESIGN.md §2); TauGrid's CRDs are not public."""
 
     group: str = "taugrid.io"
+    version: str = "v1alpha1"  # the API version the controller watches TauGrid's kinds at
     run_kind: str = "TauRun"
     cluster_kind: str = "TauCluster"
     workspace_kind: str = "TauWorkspace"
-    cluster_name: str = "cluster"
+    cluster_name: str = "cluster"  # the TauCluster singleton whose resolved profiles are authoritative
     run_phase: str = "status.phase"
     run_profile: str = "spec.profile"
     run_workers: str = "spec.workers"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from collector.claims import evaluate
 from collector.correlate import Signal, build_index
-from collector.kube import normalize
+from collector.kube import normalize, parse_time
 from collector.model import Observed, Ref, Verdict, verdict_for
 from collector.progress import scan_text
 from collector.settings import ClaimSettings
@@ -80,12 +80,24 @@ def pods(draw: st.DrawFn, run: str) -> dict[str, Any]:
 def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
     phase = draw(st.sampled_from(["Pending", "Admitted", "Scheduled", "Running", "Succeeded", "Failed", "",
                                   "Mystery"]))
+    workers = draw(st.one_of(st.none(), st.integers(0, 4)))  # None: the resolved profile says
     objs: list[dict[str, Any]] = [{
         "apiVersion": "taugrid.io/v1alpha1", "kind": "TauRun",
         "metadata": {"name": "r", "namespace": "ns", "uid": "r", "creationTimestamp": ts(BASE - timedelta(hours=3))},
-        "spec": {"profile": "p", "workers": draw(st.integers(0, 4)), "gpusPerWorker": 8},
+        "spec": {"profile": "p", "gpusPerWorker": 8, **({} if workers is None else {"workers": workers})},
         "status": {"phase": phase},
     }]
+    if draw(st.booleans()):
+        generation = draw(st.integers(1, 3))
+        objs.append({
+            "apiVersion": "taugrid.io/v1alpha1", "kind": "TauCluster",
+            "metadata": {"name": "cluster", "uid": "tc", "generation": generation,
+                         "creationTimestamp": ts(BASE - timedelta(days=1))},
+            "status": {"observedGeneration": draw(st.integers(1, generation)),
+                       "lastResolvedTime": ts(BASE - timedelta(minutes=draw(st.integers(0, 120)))),
+                       "conditions": [{"type": "Ready", "status": draw(st.sampled_from(["True", "False", "Unknown"]))}],
+                       "resolvedProfiles": [{"name": "p", "workers": draw(st.integers(1, 4)), "gpusPerWorker": 8}]},
+        })
     objs += draw(st.lists(pods("r"), max_size=5, unique_by=lambda p: p["metadata"]["name"]))
     steps = draw(st.lists(st.tuples(st.integers(0, 3600), st.integers(0, 500),
                                     st.sampled_from(["2.5", "nan", "inf", "1.0"])), max_size=12))
@@ -97,13 +109,15 @@ def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(run=runs(), sync_age=st.integers(0, 3600), log_age=st.integers(0, 3600))
-def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, log_age: int) -> None:
+@given(run=runs(), sync_age=st.integers(0, 3600), log_age=st.integers(0, 3600), root_age=st.integers(0, 3600))
+def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, log_age: int,
+                          root_age: int) -> None:
     objs, log = run
     records = [n.record for n in (normalize(o) for o in objs) if n.record is not None]
     index = build_index(records)
     synced_at = BASE - timedelta(seconds=sync_age)
-    index.synced.update({k: synced_at for k in ("Pod", "TauRun", "Workload", "Event", "RayJob", "RayCluster")})
+    index.synced.update({k: synced_at for k in ("Pod", "Workload", "Event", "RayJob", "RayCluster", "Node")})
+    index.synced["TauRun"] = BASE - timedelta(seconds=root_age)
     for pod in [r for r in records if r.ref.kind == "Pod"][:1]:
         index.set_signal(Signal(pod.ref, "main", scan_text(log, source="t"), BASE - timedelta(seconds=log_age)))
     [ev] = index.all_evidence()
@@ -130,6 +144,19 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
         assert out.blocked is None
     if timedelta(seconds=log_age) > S.evidence_max_age:
         assert out.progressing.observed is not Observed.TRUE
+    if timedelta(seconds=root_age) > S.evidence_max_age:
+        # A stale status asserts nothing, so it is never "contradicted" (nor "verified").
+        assert all(c.asserted is None and c.verdict is Verdict.UNASSERTED for c in out.claims.values())
+    tc = next((o for o in objs if o["kind"] == "TauCluster"), None)
+    workers_declared = "workers" in objs[0]["spec"]
+    if not workers_declared:
+        trusted = tc is not None and tc["status"]["observedGeneration"] == tc["metadata"]["generation"] and \
+            tc["status"]["conditions"][0]["status"] == "True" and \
+            BASE - parse_time(tc["status"]["lastResolvedTime"]) <= S.taucluster_max_age
+        if not trusted:
+            # Counts from an untrusted TauCluster: never a "true" built on as many pods as exist.
+            assert out.scheduled.observed is not Observed.TRUE
+            assert out.running.observed is not Observed.TRUE
     if out.progressing.observed is Observed.TRUE:
         assert out.running.observed is Observed.TRUE
     if out.running.observed is Observed.TRUE:
@@ -162,3 +189,67 @@ def test_events_per_object_are_bounded_newest_kept() -> None:
     assert len(kept) == EVENTS_PER_OBJECT
     dated = {i for i in range(EVENTS_PER_OBJECT + 10) if i % 3}
     assert dated <= set(kept), "undated events are dropped before any dated one"
+
+
+@st.composite
+def ray_runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, int]:
+    """A RayJob (K8sJobMode) with head, GPU workers and the submitter pod, each bound or not."""
+    workers = draw(st.integers(1, 3))
+    hosts = draw(st.integers(1, 2))
+    created = ts(BASE - timedelta(hours=1))
+    rj: dict[str, Any] = {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "rj", "namespace": "ns", "uid": "rj", "creationTimestamp": created},
+        "spec": {"submissionMode": "K8sJobMode", "rayClusterSpec": {"workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": workers, "numOfHosts": hosts}]}},
+        "status": {"jobDeploymentStatus": draw(st.sampled_from(["Running", "Initializing", ""])),
+                   "jobStatus": draw(st.sampled_from(["RUNNING", "PENDING", ""])), "rayClusterName": "rc"},
+    }
+    objs = [rj, {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                 "metadata": {"name": "rc", "namespace": "ns", "uid": "rc", "creationTimestamp": created,
+                              "ownerReferences": [{"kind": "RayJob", "name": "rj", "controller": True}]},
+                 "spec": rj["spec"]["rayClusterSpec"], "status": {"state": "ready"}},
+            {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "rj", "namespace": "ns", "uid": "sj", "creationTimestamp": created,
+                          "ownerReferences": [{"kind": "RayJob", "name": "rj", "controller": True}]},
+             "spec": {"parallelism": 1}, "status": {"active": 1, "ready": 1}}]
+    bound_work = 0
+    roles = ["head"] + ["worker"] * draw(st.integers(0, workers * hosts + 1))
+    all_bound = True
+    for i, role in enumerate(roles):
+        bound = draw(st.booleans())
+        bound_work += bound
+        all_bound = all_bound and bound
+        objs.append(_ray_pod(f"rc-{role}-{i}", bound, {"ray.io/cluster": "rc", "ray.io/node-type": role},
+                             {"kind": "RayCluster", "name": "rc", "controller": True}))
+    # The submitter: bound and Ready, a batch Job's pod. It must never fill a worker's place.
+    objs.append(_ray_pod("rj-submit", True, {"batch.kubernetes.io/job-name": "rj"},
+                         {"kind": "Job", "name": "rj", "controller": True}))
+    return objs, 1 + workers * hosts, bound_work if all_bound else -1
+
+
+def _ray_pod(name: str, bound: bool, labels: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main"}]}
+    if bound:
+        spec["nodeName"] = "n1"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "ownerReferences": [owner],
+                         "creationTimestamp": ts(BASE - timedelta(hours=1))},
+            "spec": spec,
+            "status": {"phase": "Running" if bound else "Pending",
+                       "conditions": [{"type": "Ready", "status": "True" if bound else "False"}],
+                       "containerStatuses": [{"name": "main", "ready": bound, "restartCount": 0,
+                                              "state": {"running": {}} if bound else {"waiting": {}}}]}}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=ray_runs())
+def test_helper_pods_never_fill_a_workers_place(run: tuple[list[dict[str, Any]], int, int]) -> None:
+    objs, expected, bound_work = run  # bound_work is -1 when some work pod waits unbound
+    index = build_index(n.record for n in (normalize(o) for o in objs) if n.record is not None)
+    index.synced.update(dict.fromkeys(("Pod", "RayJob", "RayCluster", "Job", "Node", "Event"), BASE))
+    [ev] = index.all_evidence()
+    out = evaluate(ev, BASE, S)
+    assert (out.scheduled.observed is Observed.TRUE) == (bound_work >= expected)
+    if out.running.observed is Observed.TRUE:
+        assert out.scheduled.observed is Observed.TRUE

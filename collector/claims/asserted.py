@@ -103,11 +103,12 @@ def _job(root: ObjectRecord, f: JobFacts) -> Assertion:
         return Assertion(*_NOT_YET, False, "spec.suspend", "true")
     if root.ref.kind not in ("Job", "JobSet") and newest is not None:
         return Assertion(*_OPERATOR_CONDITIONS[newest.type], False, "status.conditions", newest.type)
-    if f.active is None and f.ready is None:
-        return Assertion.silent("status.active", "")
-    active = f.active or 0
-    scheduled = active > 0
-    running = scheduled and f.ready is not None and f.expected_pods is not None and f.ready >= f.expected_pods
-    if f.ready is None:
-        return Assertion(scheduled, None, None, False, "status.active", str(active))
-    return Assertion(scheduled, running, running, False, "status.ready", f"{f.ready}/{f.expected_pods}")
+    # status.active counts Pending pods too: it asserts nothing about scheduling. status.ready
+    # (pods, or child Jobs for a JobSet) is the only part of a Job's status that speaks of its pods.
+    target = f.ready_expected if f.ready_expected is not None else f.expected_pods
+    if f.ready is None or target is None:
+        return Assertion.silent("status.active" if f.ready is None else "status.ready",
+                                "" if f.active is None else f"{f.active} active")
+    if target > 0 and f.ready >= target:
+        return Assertion(True, True, True, False, "status.ready", f"{f.ready}/{target}")
+    return Assertion(None, False, False, False, "status.ready", f"{f.ready}/{target}")

@@ -14,13 +14,18 @@ from collector.claims.common import Freshness, human_age, latest
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
+from collector.claims.membership import Expected, work_pods
+from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import analyze
 from collector.claims.progressing import progressing_claim
 from collector.correlate import RunEvidence
+from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
+    AdmissionCheckFacts,
     Claim,
     Evidence,
     JobFacts,
+    NodeFacts,
     ObjectRecord,
     Observed,
     Plane,
@@ -28,7 +33,6 @@ from collector.model import (
     RayClusterFacts,
     RayJobFacts,
     RunClaims,
-    TauClusterFacts,
     TauRunFacts,
     WorkloadFacts,
 )
@@ -59,43 +63,62 @@ def _root_plane(root: ObjectRecord) -> Plane:
 
 
 def expected_pods(ev: RunEvidence) -> tuple[int | None, str]:
-    """How many pods the run should have, and which declaration said so."""
-    ray = bool(ev.rayjobs or ev.rayclusters)
-    t = ev.taurun.facts if ev.taurun is not None else None
-    if isinstance(t, TauRunFacts):
-        workers = t.workers
-        if workers is None and ev.taucluster is not None and isinstance(ev.taucluster.facts, TauClusterFacts):
-            prof = next((p for p in ev.taucluster.facts.resolved if p.name == t.profile), None)
-            workers = prof.workers if prof else None
-        if workers is not None:
-            return workers + (1 if ray or t.ray_job else 0), "TauRun workers" + (" + Ray head" if ray else "")
-    for rec in (*ev.rayclusters, *ev.rayjobs):
-        f = rec.facts
-        if isinstance(f, RayJobFacts | RayClusterFacts) and f.expected_pods is not None:
-            return f.expected_pods, f"{rec.ref.kind} head + workers"
-    for rec in ev.workloads:
-        wf = rec.facts
-        if isinstance(wf, WorkloadFacts) and wf.pod_count is not None:
-            return wf.pod_count, "Workload podSets"
-    for rec in ev.jobs:
-        jf = rec.facts
-        if isinstance(jf, JobFacts) and jf.expected_pods is not None and rec.ref == ev.root.ref:
-            return jf.expected_pods, f"{rec.ref.kind} spec"
-    return None, ""
+    """How many pods the run should have, and which declaration said so (kept for callers)."""
+    e = _expected(ev)
+    return e.count, e.source
+
+
+def _dispatched(ev: RunEvidence) -> tuple[str, list[Evidence]]:
+    """MultiKueue: the worker cluster an admitted Workload was dispatched to, with the evidence."""
+    for wl in ev.workloads:
+        f = wl.facts
+        if not isinstance(f, WorkloadFacts):
+            continue
+        adm = wl.condition("Admitted")
+        mk = [a for a in f.admission_checks if (ac := ev.admission_checks.get(a.name)) is not None
+              and isinstance(ac.facts, AdmissionCheckFacts) and ac.facts.controller_name == MULTIKUEUE_MANAGER]
+        managed = [r for r in (ev.root, *ev.jobs, *ev.rayjobs)
+                   if isinstance(r.facts, JobFacts | RayJobFacts) and r.facts.managed_by == MULTIKUEUE_MANAGER]
+        # status.clusterName is written only by MultiKueue's dispatcher; the check and managedBy,
+        # when observed, are kept as corroborating evidence.
+        if f.cluster_name and adm is not None and adm.is_true:
+            out = [Evidence(Plane.KUEUE, str(wl.ref), "status.clusterName", f.cluster_name, adm.last_transition)]
+            out += [Evidence(Plane.KUEUE, str(wl.ref), f"status.admissionChecks[{a.name}]",
+                             f"{a.state} ({MULTIKUEUE_MANAGER})", a.last_transition) for a in mk]
+            out += [Evidence(Plane.KUBERNETES, str(r.ref), "spec.managedBy", MULTIKUEUE_MANAGER, r.created)
+                    for r in managed[:1]]
+            return f.cluster_name, out
+    return "", []
+
+
+def _root_assertion(ev: RunEvidence, fresh: Freshness) -> Assertion:
+    """The root's own status, if its source is fresh: a stale status asserts nothing."""
+    a = assertion_of(ev.root)
+    kind = ev.root.ref.kind
+    if ev.inferred or a.source == "status" and not a.value:
+        return a
+    if not fresh.ok(kind):
+        return Assertion.silent(a.source, f"{a.value or '(unset)'} (not trusted: {fresh.why_not(kind)})")
+    return a
 
 
 def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     fresh = Freshness(ev.synced, now, s.evidence_max_age)
-    a = assertion_of(ev.root)
+    a = _root_assertion(ev, fresh)
     status_ev = Evidence(_root_plane(ev.root), str(ev.root.ref), a.source, a.value or None, ev.root.newest)
-    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+    pods = work_pods(ev)
     live = [p for p in pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
-    expected, expected_from = expected_pods(ev)
-    # A run always needs at least one pod; a declared zero is a misconfiguration, not "done".
-    want = max(expected if expected is not None else len(live), 1)
+    exp = _expected(ev, now, s)
+    worker, dispatch_ev = _dispatched(ev)
 
-    scheduled = _scheduled(ev, a, status_ev, live, want, expected_from, fresh)
-    running = _running(ev, a, status_ev, live, want, scheduled, fresh, now, s)
+    if worker and not live:
+        why = (f"MultiKueue dispatched the run to worker cluster {worker}; its pods run there and are not"
+               " observed from this cluster")
+        scheduled = _claim(a.scheduled, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
+        running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
+    else:
+        scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
+        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, now, s)
     # Only sources read recently count; a stale one is no evidence (fail closed).
     fresh_signals = [sig for sig in ev.signals if now - sig.read_at <= s.evidence_max_age]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
@@ -111,6 +134,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     # Only a fresh "not scheduled" has a stage to blame; unknown stays unknown (fail closed).
     if scheduled.observed is Observed.FALSE and not a.finished:
         blocked = blocked_stage(ev, now, fresh, s)
+    extra = _context(ev, exp.count)
+    if worker:
+        extra["worker_cluster"] = worker
+    if ev.inferred:
+        extra["inferred_from"] = "pods"
     return RunClaims(
         ref=ev.root.ref,
         scheduled=scheduled,
@@ -119,7 +147,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         blocked=blocked,
         evaluated_at=now,
         finished=a.finished,
-        extra=_context(ev, expected),
+        extra=extra,
         goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping),
     )
 
@@ -173,44 +201,65 @@ def _admission(ev: RunEvidence) -> tuple[bool | None, datetime | None, list[Evid
     return admitted_all, since, evidence
 
 
-def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], want: int,
-               expected_from: str, fresh: Freshness) -> Claim:
+def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
+               fresh: Freshness) -> Claim:
     if not fresh.ok("Pod"):
         return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
     admitted, admitted_at, evidence = _admission(ev)
     if admitted is not None and not fresh.ok("Workload"):
         return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Workload"), evidence, status_ev)
-    bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name]
+    # Bound to a node but its allocated devices unhealthy before it ever started: not allocated.
+    bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
+             and not (p.facts.phase == "Pending" and p.facts.unhealthy_devices)]
+    unbound = len(live) - len(bound)
     gpus = sum(p.facts.gpus for p in bound if isinstance(p.facts, PodFacts))
     pod_at = fresh.at("Pod")
+    # A run always needs at least one pod; a declared zero is a misconfiguration, not "done".
+    want = max(exp.count, 1) if exp.count is not None else None
+    of = str(want) if want is not None else "?"
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "spec.nodeName",
-                             f"{len(bound)}/{want} bound" + (f" ({expected_from})" if expected_from else ""), pod_at))
+                             f"{len(bound)}/{of} bound" + (f" ({exp.source})" if exp.source else ""), pod_at))
     bound_since = latest(
         c.last_transition for p in bound for c in p.conditions if c.type == "PodScheduled" and c.is_true
     )
     if admitted is False:
         return _claim(a.scheduled, Observed.FALSE, admitted_at, "Kueue has not admitted the workload"
                       if not a.finished else "run finished; Kueue no longer admits it", evidence, status_ev)
-    if len(bound) >= want and bound:
+    if a.finished and not live:
+        return _claim(a.scheduled, Observed.FALSE, ev.root.newest, "run finished; no pod holds resources",
+                      evidence, status_ev)
+    unhealthy = [(p, d) for p in bound if isinstance(p.facts, PodFacts) for d in p.facts.unhealthy_devices]
+    for p, d in unhealthy[:3]:
+        evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "containerStatuses[].allocatedResourcesStatus", d,
+                                 pod_at))
+    if want is not None and len(bound) >= want and bound and not unbound:
         parts = [f"{len(bound)}/{want} pods bound"]
         if gpus:
             parts.append(f"{gpus} GPUs requested on bound pods")
         if admitted:
             parts.append(f"Kueue admitted{' ' + _hm(admitted_at) if admitted_at else ''}")
+        if unhealthy:
+            parts.append(f"{len(unhealthy)} allocated device(s) unhealthy: {unhealthy[0][1]}")
         return _claim(a.scheduled, Observed.TRUE, latest((bound_since, admitted_at)), "; ".join(parts),
                       evidence, status_ev)
-    if a.finished and not live:
-        return _claim(a.scheduled, Observed.FALSE, ev.root.newest, "run finished; no pod holds resources",
+    if want is None and (unbound == 0 and bound):
+        # Every pod in view is bound, but nothing trustworthy says how many there should be.
+        return _claim(a.scheduled, Observed.UNKNOWN, None, f"{len(bound)} pods bound; {exp.why_unknown}",
                       evidence, status_ev)
-    return _claim(a.scheduled, Observed.FALSE, bound_since or ev.root.created,
-                  f"{len(bound)}/{want} pods bound", evidence, status_ev)
+    reason = f"{len(bound)}/{of} pods bound"
+    if want is not None and unbound and len(bound) >= want:
+        reason += f", {unbound} more unbound"
+    if want is None:
+        reason += f" ({unbound} unbound; {exp.why_unknown})" if unbound else f"; {exp.why_unknown}"
+    return _claim(a.scheduled, Observed.FALSE, bound_since or ev.root.created, reason, evidence, status_ev)
 
 
 # --- running -------------------------------------------------------------------------------------
 
 
-def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], want: int,
+def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
              scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings) -> Claim:
+    want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
         return _claim(a.running, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
     evidence: list[Evidence] = []
@@ -268,6 +317,22 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
                                          f"terminated: {c.last_reason} ({c.last_exit_code})", c.last_finished))
                 since = latest((since, c.last_finished))
+        node = ev.nodes.get(f.node_name) if f.node_name and fresh.ok("Node") else None
+        nf = node.facts if node is not None else None
+        if isinstance(nf, NodeFacts) and nf.ready != "True":
+            # A node that stopped reporting leaves its pods' last status (Ready) in place for a while.
+            assert node is not None
+            problems.append(f"node {f.node_name} under pod {p.ref.name} is "
+                            f"{'NotReady' if nf.ready == 'False' else 'Unknown'}"
+                            + (f" ({nf.ready_reason})" if nf.ready_reason else ""))
+            evidence.append(Evidence(Plane.KUBERNETES, str(node.ref), "status.conditions[Ready]",
+                                     f"{nf.ready or 'absent'}: {nf.ready_reason}: {nf.ready_message}".rstrip(": "),
+                                     nf.ready_since))
+            since = latest((since, nf.ready_since))
+            pod_ready = False
+        for d in f.unhealthy_devices[:2]:
+            problems.append(f"pod {p.ref.name} device unhealthy ({d})")
+            pod_ready = False
         if pod_ready:
             ready += 1
         else:
@@ -277,18 +342,19 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
             elif rc_ is not None and not rc_.is_true:
                 problems.append(f"pod {p.ref.name} not Ready ({rc_.reason or rc_.status})")
             since = latest((since, rc_.last_transition if rc_ else None))
+    of = str(want) if want is not None else "?"
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "status.conditions[Ready]",
-                             f"{ready}/{want} Running and Ready, {restarts} restarts", fresh.at("Pod")))
-    if scheduled.observed is Observed.UNKNOWN:
+                             f"{ready}/{of} Running and Ready, {restarts} restarts", fresh.at("Pod")))
+    if scheduled.observed is Observed.UNKNOWN and not problems:
         return _claim(a.running, Observed.UNKNOWN, None, "scheduled is unknown: " + scheduled.reason,
                       evidence, status_ev)
-    if ready >= want and not problems:
+    if want is not None and ready >= want and not problems and scheduled.observed is Observed.TRUE:
         ready_since = latest(c.last_transition for p in live for c in p.conditions if c.type == "Ready")
         return _claim(a.running, Observed.TRUE, ready_since,
                       f"{ready}/{want} pods Running and Ready, {restarts} restarts"
                       + (", none recent" if restarts else ""), evidence, status_ev)
     if not problems:
-        problems.append(f"{ready}/{want} pods Running and Ready")
+        problems.append(f"{ready}/{of} pods Running and Ready")
         if scheduled.observed is Observed.FALSE:
             problems[-1] += " (not scheduled)"
     unique = list(dict.fromkeys(problems))

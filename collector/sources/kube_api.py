@@ -18,6 +18,8 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from collector.settings import TauGridContract
+
 JSON = dict[str, Any]
 
 
@@ -64,7 +66,8 @@ class Resource:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-# What the collector watches. Kueue, KubeRay, training operators and TauGrid may be absent.
+# What the collector watches. Kueue, KubeRay, training operators, DRA, Karpenter and TauGrid may be
+# absent: optional resources are discovered, and an absent one is a note, not an error.
 DEFAULT_RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "", "v1", "pods", optional=False),
     Resource("Node", "", "v1", "nodes", namespaced=False, optional=False),
@@ -80,7 +83,36 @@ DEFAULT_RESOURCES: tuple[Resource, ...] = (
     Resource("TauRun", "taugrid.io", "v1alpha1", "tauruns"),
     Resource("TauCluster", "taugrid.io", "v1alpha1", "tauclusters", namespaced=False),
     Resource("TauWorkspace", "taugrid.io", "v1alpha1", "tauworkspaces"),
+    Resource("AdmissionCheck", "kueue.x-k8s.io", "v1beta1", "admissionchecks", namespaced=False),
+    Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
+    Resource("NodeClaim", "karpenter.sh", "v1", "nodeclaims", namespaced=False),
 )
+
+
+def resources_for(contract: TauGridContract) -> tuple[Resource, ...]:
+    """DEFAULT_RESOURCES with TauGrid's kinds at the group/version and names the contract says."""
+    names = {"TauRun": contract.run_kind, "TauCluster": contract.cluster_kind,
+             "TauWorkspace": contract.workspace_kind}
+    out = []
+    for r in DEFAULT_RESOURCES:
+        if r.group == "taugrid.io":
+            kind = names[r.kind]
+            r = Resource(kind, contract.group, contract.version, kind.lower() + "s", r.namespaced, r.optional)
+        out.append(r)
+    return tuple(out)
+
+
+# Kinds whose absence from a cluster dump leaves a plane unseen, with the plural `kubectl get` takes.
+DUMP_KINDS: tuple[tuple[str, str], ...] = tuple((r.kind, r.plural) for r in DEFAULT_RESOURCES
+                                                if r.kind not in ("Pod", "Node", "Event"))
+
+
+def missing_kinds(present: set[str], directory: str) -> dict[str, Any]:
+    """Which run-relevant kinds a dump lacks, and the one command that adds them."""
+    kinds = [(k, p) for k, p in DUMP_KINDS if k not in present]
+    return {"kinds": [k for k, _ in kinds],
+            "command": f"kubectl get {','.join(p for _, p in kinds)} -A -o json > {directory}/crds.json"
+                       " (leave out kinds the cluster does not serve)"}
 
 
 # One connection per watch plus log reads and the lease: urllib3's default pool of 10 is too small.
