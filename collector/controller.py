@@ -23,7 +23,7 @@ from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
-from collector.kube import RAY_CLUSTER_LABEL, MalformedObject, normalize
+from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
@@ -38,7 +38,7 @@ from collector.sources.kube_api import (
     SourceError,
 )
 from collector.sources.lease import LeaseElector
-from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for
+from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
@@ -420,6 +420,7 @@ class Controller:
     def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
         ns = ev.root.ref.namespace
         clusters: dict[str, dict[str, str]] = {}
+        cluster_uids = {rcl.ref.name: rcl.ref.uid for rcl in ev.rayclusters}
         for rj in ev.rayjobs:
             jf = rj.facts
             if isinstance(jf, RayJobFacts) and jf.cluster_name:
@@ -443,7 +444,8 @@ class Controller:
             workers = tuple(
                 f"http://{pf.pod_ip}:{port}/metrics" for pod in ev.pods
                 if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
-                and pf.phase == "Running" and pod.labels.get(RAY_CLUSTER_LABEL) == name
+                and pf.phase == "Running" and name in cluster_uids  # owned, not just labelled: labels are tenant's
+                and owned_by(pod.owners, "RayCluster", name, cluster_uids[name])
             ) if self.cfg.ray_scrape_workers else ()
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
                                counter=counter, worker_metrics_urls=workers)

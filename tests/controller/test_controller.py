@@ -312,7 +312,9 @@ def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
            "spec": {}, "status": {"head": {"serviceName": "rc-head-svc"}, "endpoints": {"metrics": "8080"}}}
     workers = [{"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": f"rc-worker-{i}", "namespace": "ns",
-                             "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker"}},
+                             "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker"},
+                             "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
+                                                  "uid": "", "controller": True}]},
                 "spec": {"nodeName": "n"}, "status": {"phase": phase, "podIP": f"10.1.0.{i}"}}
                for i, phase in enumerate(("Running", "Running", "Pending"))]
     for obj in (rj, rcl, *workers):
