@@ -714,13 +714,15 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
     if scheme in ("abfs", "abfss"):
         container, _, account_host = parsed.netloc.rpartition("@")
         account, dot, suffix = account_host.lower().partition(".dfs.")
-        if not container or not dot or not _ACCOUNT.match(account):
+        if not container or not dot:
             raise ValueError(f"checkpoint location {uri!r}: expected abfss://CONTAINER@ACCOUNT.dfs.SUFFIX/PREFIX")
         if suffix not in suffixes:
             raise RefusedLocation(
                 f"checkpoint location {uri!r}: {account_host!r} is not an Azure storage endpoint of the configured "
                 f"cloud(s) ({', '.join(f'*.dfs.{x}' for x in suffixes)}); refused, nothing fetched"
             )
+        if not _ACCOUNT.match(account):
+            raise ValueError(f"checkpoint location {uri!r}: {account!r} is not a storage account name")
         _check_account(uri, account, namespace, policy)
         account_url, prefix = f"https://{account}.blob.{suffix}", path
     else:
@@ -728,10 +730,6 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
         virtual = len(labels) > 2 and (labels[1] == "blob" or labels[1:3] == ["privatelink", "blob"])
         if virtual:
             account = labels[0]
-            if scheme != "https":
-                raise ValueError(f"checkpoint location {uri!r}: Azure Blob endpoints need https")
-            if not _ACCOUNT.match(account):
-                raise ValueError(f"checkpoint location {uri!r}: {account!r} is not a storage account name")
             allowed_hosts = {f"{account}.{kind}.{x}" for x in suffixes for kind in ("blob", "privatelink.blob")}
             if host not in allowed_hosts or port not in (None, 443):
                 raise RefusedLocation(
@@ -739,6 +737,10 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
                     f"cloud(s) ({', '.join(f'ACCOUNT.blob.{x}' for x in suffixes)}); refused, nothing fetched "
                     "(the collector's storage token goes only to configured storage)"
                 )
+            if scheme != "https":
+                raise ValueError(f"checkpoint location {uri!r}: Azure Blob endpoints need https")
+            if not _ACCOUNT.match(account):
+                raise ValueError(f"checkpoint location {uri!r}: {account!r} is not a storage account name")
             _check_account(uri, account, namespace, policy)
             account_url = f"https://{host}"
             container, _, prefix = path.partition("/")
