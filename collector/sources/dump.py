@@ -37,6 +37,9 @@ _BANNER = re.compile(r"^==== (START|END) logs for container (\S+) of pod (\S+)/(
 MAX_LOG_BYTES = 64 << 20  # read at most the tail this big of one log file
 # Content timestamps later than the capture time plus this are forged or from a skewed clock.
 CLOCK_SKEW = timedelta(minutes=5)
+# The newest timestamp of a dump, this far ahead of every other source, is one forged value: a real
+# dump's node heartbeats and kubelet events keep its sources within minutes of each other.
+OUTLIER_GAP = timedelta(hours=1)
 
 
 @dataclass(slots=True)
@@ -82,7 +85,7 @@ class Dump:
 
         A timestamp past the capture time (`captured`, else the newest file time) plus
         CLOCK_SKEW is ignored. Of the rest, the newest must be corroborated: when it stands more
-        than CLOCK_SKEW ahead of every other source's, it is one forged or skewed value and
+        than OUTLIER_GAP ahead of every other source's, it is one forged or skewed value and
         is left out of the clock (only one: two agreeing sources are evidence).
         """
         stamps: list[tuple[datetime, str]] = [(r.newest, f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}")
@@ -102,12 +105,12 @@ class Dump:
                                                 f"{bound_base.isoformat()}; ignored for the clock", False))
             stamps = [(t, w) for t, w in stamps if t <= bound]
         stamps.sort(reverse=True)
-        if len(stamps) >= 2 and stamps[0][0] - stamps[1][0] > CLOCK_SKEW:
-            t, w = stamps.pop(0)
-            self.problems.append(Problem(w, f"timestamp {t.isoformat()} stands alone, "
-                                            f"{stamps[0][0] - t} ahead of every other source (next: "
-                                            f"{stamps[0][1]} at {stamps[0][0].isoformat()}); ignored for the clock",
+        if len(stamps) >= 2 and stamps[0][0] - stamps[1][0] > OUTLIER_GAP:
+            (t, w), (t2, w2) = stamps[0], stamps[1]
+            self.problems.append(Problem(w, f"timestamp {t.isoformat()} stands alone, {t - t2} ahead of every "
+                                            f"other source (next: {w2} at {t2.isoformat()}); ignored for the clock",
                                          False))
+            stamps.pop(0)
         newest = stamps[0][0] if stamps else None
         taken = captured or max((t for t in (self.written, newest) if t is not None), default=None)
         return taken, newest
