@@ -70,8 +70,9 @@ def test_oversized_object_files_are_skipped_with_a_clear_message(tmp_path: Path)
 
 def test_duplicate_keys_are_warned_not_silently_resolved(tmp_path: Path) -> None:
     dump = base_dump(tmp_path)
-    (dump / "dup.json").write_text('{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "research",'
-                                   ' "name": "b"}, "status": {"phase": "Running", "phase": "Failed"}}')
+    (dump / "dup.json").write_text('{"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", '
+                                   '"namespace": "research", "name": "b"}, '
+                                   '"status": {"phase": "Running", "phase": "Failed"}}')
     (dump / "dup.yaml").write_text("kind: Pod\napiVersion: v1\nmetadata:\n  name: c\n  namespace: research\n"
                                    "  name: d\n")
     code, _, err = explain_text(dump)
