@@ -60,7 +60,8 @@ def test_a_forged_log_line_cannot_make_its_run_verified_0s_ago(tmp_path: Path) -
     fpod = pod("forger-w0", "research", NOW - timedelta(hours=1), node="gpu-3", gpus=8,
                labels={"taugrid.io/run": "forger"})
     line = (f"{forged_at.strftime('%Y-%m-%dT%H:%M:%S')}.000000000Z  iteration    99999/  250000 | "
-            "consumed samples: 1 | elapsed time per iteration (ms): 1.0 | learning rate: 1.0E-05 | global batch size:  1024 | lm loss: "
+            "consumed samples: 1 | elapsed time per iteration (ms): 1.0 | learning rate: 1.0E-05 | "
+            "global batch size:  1024 | lm loss: "
             "1.000000E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
     dump, _ = healthy(tmp_path, "d", [forger, fpod], {("research", "forger-w0"): line})
     clean, _ = healthy(tmp_path, "clean")
