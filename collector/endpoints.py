@@ -99,6 +99,22 @@ class _Request:
     head: bytes
 
 
+class _Writer(io.BufferedIOBase):
+    """Writes with sendall, whose timeout bounds the whole write (a buffered file's per-send
+    timeout would let a client reading a byte at a time hold a worker without end)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self._sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
+
+
 class BoundedHTTPServer:
     """A small HTTP/1.0 server: non-blocking accept and request reading, a fixed worker pool."""
 
@@ -287,7 +303,7 @@ def serve(host: str, port: int, endpoints: dict[str, Endpoint], options: HttpOpt
             req: _Request = self.request
             self.connection = req.sock
             self.rfile = io.BytesIO(req.head)  # the whole request: a GET has no body
-            self.wfile = req.sock.makefile("wb")
+            self.wfile = _Writer(req.sock)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             return

@@ -160,3 +160,24 @@ def test_tls_needs_both_files(tmp_path: Path) -> None:
     cert, _ = _self_signed(tmp_path)
     with pytest.raises(ValueError, match="both"):
         serve("127.0.0.1", 0, {}, HttpOptions(tls_cert_file=cert))
+
+
+def test_a_client_that_never_reads_frees_its_worker() -> None:
+    srv = serve("127.0.0.1", 0, endpoints(), HttpOptions(workers=1, timeout_s=1.0))  # type: ignore[arg-type]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        port = srv.server_address[1]
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", port))
+        stuck.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")  # 4 MB answer, never read
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert get(f"http://127.0.0.1:{port}/healthz", timeout=10) == (200, b"ok\n")
+        assert time.monotonic() - started < 5, "the only worker stayed with a client that never reads"
+        stuck.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)

@@ -21,7 +21,7 @@ from collector.model import RunClaims
 from collector.settings import Settings
 from collector.sources.dump import load_dump
 from exporters.prometheus import ClaimsExporter, new_registry, render
-from tests.dumpkit import event, pod, ts, write_dump
+from tests.dumpkit import event, fixture_status, pod, ts, write_dump
 from tests.test_explain_fixtures import NOW, taurun
 
 GH_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
@@ -112,3 +112,17 @@ def test_demo_table_never_interprets_markup_from_data(tmp_path: Path) -> None:
     shown = buf.getvalue()
     assert "[bold green]verified[/]" in shown  # printed as written, not interpreted
     assert GH_TOKEN not in shown and "\x1b" not in shown
+
+
+def test_condition_messages_are_redacted_too(tmp_path: Path) -> None:
+    from tests.test_explain_fixtures import T0, kueue_job, workload_for
+
+    job = kueue_job("train", "team-a", T0, suspend=True, queue="user-queue")
+    wl = workload_for(job, fixture_status("kueue/workload_pending_insufficient_quota_kueue_docs.yaml"),
+                      queue="user-queue")
+    wl["status"]["conditions"][0]["message"] = f"couldn't assign flavors; api_key={PASSWORD}{OSC_TITLE}"
+    dump = write_dump(tmp_path / "d", [job, wl])
+    assert PASSWORD in raw_text(claims_of(dump))  # control: the condition message reaches the claims
+    for args in ([], ["-o", "json"]):
+        r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), *args])
+        assert PASSWORD not in r.stdout and "\x1b" not in r.stdout and "[REDACTED]" in r.stdout
