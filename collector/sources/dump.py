@@ -62,6 +62,7 @@ class Dump:
     written: datetime | None = None  # newest file modification time: when kubectl wrote the dump
     log_paths: list[str] = field(default_factory=list)  # the file of each entry of `logs`
     _clock: tuple[datetime | None, datetime | None] | None = None
+    _clock_for: datetime | None = None
 
     def captured_at(self, captured: datetime | None = None) -> datetime | None:
         """When the snapshot was taken: files cannot be older than what they hold."""
@@ -76,8 +77,8 @@ class Dump:
         return self._times(captured)[1]
 
     def _times(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:
-        if self._clock is None or captured is not None:
-            self._clock = self._judge(captured)
+        if self._clock is None or self._clock_for != captured:  # judged once: its warnings are added once
+            self._clock, self._clock_for = self._judge(captured), captured
         return self._clock
 
     def _judge(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:

@@ -101,3 +101,11 @@ def test_extreme_times_are_a_clear_error_not_an_overflow(tmp_path: Path, flag: s
     assert r.exit_code == 2, r.output
     assert "outside 1970..2199" in r.stderr or "not an RFC3339" in r.stderr
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_clock_warnings_are_said_once(tmp_path: Path) -> None:
+    evil = pod("evil", "research", NOW - timedelta(hours=1), node="gpu-2")
+    evil["metadata"]["creationTimestamp"] = "9999-12-31T23:59:59Z"
+    dump, last = healthy(tmp_path, "d", [evil])
+    _, _, err = run_explain(dump, "--captured-at", ts(last + timedelta(seconds=30)))
+    assert err.count("9999-12-31") == 1
