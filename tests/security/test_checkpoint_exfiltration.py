@@ -220,9 +220,9 @@ def test_the_allowlist_comes_from_the_settings_file(tmp_path: Path) -> None:
     cfg.write_text("storage:\n  clouds: [public, usgov]\n  accounts: [acct01]\n"
                    "  account_namespaces:\n    teama: [team-a, team-a-dev]\n  local_roots: [/mnt/expstore]\n")
     policy = load_settings(cfg).storage
-    assert store_for("https://teama.blob.core.usgovcloudapi.net/c/p", policy, namespace="team-a-dev")[0] is not None
+    assert store_for("https://teama.blob.core.usgovcloudapi.net/ckpt/p", policy, namespace="team-a-dev")[0] is not None
     with pytest.raises(RefusedLocation):
-        store_for("https://teama.blob.core.windows.net/c/p", policy, namespace="team-b")
+        store_for("https://teama.blob.core.windows.net/ckpt/p", policy, namespace="team-b")
     for bad, why in (("storage:\n  clouds: [mars]\n", "unknown cloud 'mars'"),
                      ("storage:\n  accounts: [Not_An_Account]\n", "not a storage account name"),
                      ("storage:\n  accounts: acct01\n", "expected a list")):
