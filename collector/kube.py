@@ -150,7 +150,7 @@ def _parse_time(value: str) -> datetime:
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)$")
 
 
-@functools.lru_cache(maxsize=1 << 12)
+@functools.lru_cache(maxsize=1 << 16)
 def _not_rfc3339(value: str) -> bool:
     return _RFC3339.match(value.strip()) is None
 
