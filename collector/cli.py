@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import stat
 import sys
 import threading
 from dataclasses import replace
@@ -18,12 +19,13 @@ from collector.claims import evaluate
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
 from collector.correlate import build_index
+from collector.endpoints import HttpOptions
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.model import RunClaims
 from collector.progress import scan_path, scan_report
-from collector.render import render_scan, render_text, to_json
-from collector.settings import Settings
+from collector.render import redact_json, render_scan, render_text, safe_text, to_json
+from collector.safeload import MAX_OBJECT_BYTES
 from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds
 
@@ -36,13 +38,20 @@ def main() -> None:
     """Evidence collector for TauGrid training runs: scheduled, running and progressing, verified."""
 
 
+# Times outside this range are no evaluation clock (and would overflow date arithmetic).
+_EARLIEST, _LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)
+
+
 def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        return parse_time(value)
-    except ValueError as e:
+        t = parse_time(value)
+    except (ValueError, OverflowError) as e:
         raise click.BadParameter(f"not an RFC3339 time: {value!r} ({e})") from e
+    if t is None or not _EARLIEST <= t < _LATEST:
+        raise click.BadParameter(f"{value!r} is outside {_EARLIEST.year}..{_LATEST.year - 1}")
+    return t
 
 
 def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]:
@@ -62,27 +71,35 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
 @click.option("--at", "at", callback=_parse_at, help="Evaluation time (RFC3339). Default: newest time in the dump.")
 @click.option("--captured-at", "captured", callback=_parse_at,
               help="When the dump was taken (RFC3339). Default: the newest of its file times and contents.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML settings, the controller's file (claims windows, taugrid contract, per-profile regexes).")
+@click.option("--max-file-bytes", type=click.IntRange(min=1), default=MAX_OBJECT_BYTES, show_default=True,
+              help="Largest JSON/YAML file read from the dump.")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.argument("runs", nargs=-1)
-def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, output: str,
-            runs: tuple[str, ...]) -> None:
+def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
+            max_file_bytes: int, output: str, runs: tuple[str, ...]) -> None:
     """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
 
     The dump is one snapshot: every source counts as synced when it was captured, so evaluating
     it --at a time past the freshness bound after capture gives unknown, never an old true.
     """
-    settings = Settings()
-    dump = load_dump(dump_dir, settings.taugrid)
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as e:
+        raise click.ClickException(safe_text(str(e))) from e
+    dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
+                     log_regex_by_profile=settings.controller.log_regex_by_profile)
+    newest = dump.newest(captured)  # judges the dump's clock first: its warnings are printed below
     for p in dump.problems:
-        click.echo(f"{'skipped' if p.skipped else 'warning'}: {p}", err=True)
-    newest = dump.newest()
+        click.echo(safe_text(f"{'skipped' if p.skipped else 'warning'}: {p}"), err=True)
     now = at or newest
     if now is None:
-        click.echo(f"error: {dump_dir}: no timestamps in the dump; pass --at", err=True)
+        click.echo(safe_text(f"error: {dump_dir}: no timestamps in the dump; pass --at"), err=True)
         sys.exit(2)
     index = build_index(dump.records, settings.taugrid)
     inferred = index.infer_missing_roots()
-    taken = captured or dump.captured_at() or now
+    taken = captured or dump.captured_at(captured) or now
     # One snapshot: every kind it holds was read at capture time.
     index.synced.update(dict.fromkeys((*SNAPSHOT_SOURCES, *{r.ref.kind for r in dump.records}), taken))
     for sig in dump.signals(taken):
@@ -90,8 +107,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, outp
     claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:
-        click.echo(f"error: no run matches {', '.join(runs)}; runs in the dump: "
-                   f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}", err=True)
+        click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
+                             f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
     if output == "json":
@@ -102,8 +119,9 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, outp
     else:
         click.echo(render_text(selected, now) if selected else "no runs found in the dump")
         if missing is not None:
-            click.echo(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from pods."
-                       f" Add them with:\n  {missing['command']}")
+            click.echo(safe_text(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from"
+                                 " pods. Add them with:"))
+            click.echo("  " + safe_text(str(missing["command"])))
     if dump.skipped:
         sys.exit(EXIT_SKIPPED)
 
@@ -121,16 +139,32 @@ SNAPSHOT_SOURCES = (
 @click.option("--max-bytes", type=int, default=None, help="Read only the tail this big of each file.")
 def scan(files: tuple[Path, ...], output: str, custom_regex: str | None, max_bytes: int | None) -> None:
     """Scan training, kernel or syslog FILES for progress, NCCL hangs and GPU XID errors."""
+    regular = []
+    for f in files:
+        try:
+            mode = f.stat().st_mode
+        except OSError as e:
+            click.echo(safe_text(f"skipped: {f}: unreadable: {e.strerror}"), err=True)
+            continue
+        if stat.S_ISREG(mode):
+            regular.append(f)
+        else:  # a FIFO would block the scan forever; a device reads without end
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "not a regular file"
+            click.echo(safe_text(f"skipped: {f}: {kind}; only regular files are scanned"), err=True)
     try:
-        reports = [scan_report(scan_path(f, custom_regex=custom_regex, max_bytes=max_bytes)) for f in files]
+        reports = [redact_json(scan_report(scan_path(f, custom_regex=custom_regex, max_bytes=max_bytes)))
+                   for f in regular]
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--regex") from e
     if output == "json":
         sys.stdout.buffer.write(orjson.dumps(reports if len(reports) != 1 else reports[0],
                                              option=orjson.OPT_INDENT_2) + b"\n")
-        return
-    for rep in reports:
-        click.echo(render_scan(rep))
+    else:
+        for rep in reports:
+            click.echo(render_scan(rep))
+    if len(regular) != len(files):
+        sys.exit(EXIT_SKIPPED)
 
 
 @main.command()
@@ -138,9 +172,17 @@ def scan(files: tuple[Path, ...], output: str, custom_regex: str | None, max_byt
 @click.option("--context", help="kubeconfig context.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML settings (claims, controller, taugrid sections).")
-@click.option("--metrics-address", default="0.0.0.0:9464", show_default=True, help="HOST:PORT for /metrics.")
+@click.option("--metrics-address", default="127.0.0.1:9464", show_default=True,
+              help="HOST:PORT for /metrics, /healthz, /readyz (in a pod: its own address, or 0.0.0.0).")
+@click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Serve HTTPS with this certificate (PEM; with --tls-private-key-file).")
+@click.option("--tls-private-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The certificate's private key (PEM).")
+@click.option("--metrics-token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="/metrics requires `Authorization: Bearer <the token in this file>` (re-read on change).")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller(kubeconfig: str | None, context: str | None, config_path: Path | None, metrics_address: str,
+               tls_cert_file: Path | None, tls_private_key_file: Path | None, metrics_token_file: Path | None,
                log_level: str) -> None:
     """Watch a cluster and keep every run's claims current; serve /metrics, /healthz, /readyz."""
     setup_json_logging(log_level)
@@ -149,6 +191,8 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
     host, port = _address(metrics_address)
+    http_options = HttpOptions(tls_cert_file=tls_cert_file, tls_key_file=tls_private_key_file,
+                               token_file=metrics_token_file)
     try:
         api = KubeApi(load_api_client(kubeconfig, context))
     except (k8s_config.ConfigException, OSError) as e:
@@ -157,7 +201,10 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
     if not settings.controller.lease_namespace:
         settings = replace(settings, controller=replace(settings.controller, lease_namespace=_own_namespace()))
     ctl = Controller(api, settings, lambda: datetime.now(UTC))
-    bound = ctl.serve(host, port)
+    try:
+        bound = ctl.serve(host, port, http_options)
+    except (OSError, ValueError) as e:  # busy port, bad certificate or key, empty token file
+        raise click.ClickException(f"cannot serve on {host}:{port}: {e}") from e
     logging.getLogger("taugrid").info("serving", extra={"address": f"{host}:{bound}",
                                                          "lease_namespace": settings.controller.lease_namespace})
     stop = threading.Event()
@@ -188,7 +235,7 @@ def _address(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     if not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
-    return host or "0.0.0.0", int(port)
+    return (host or "127.0.0.1").strip("[]"), int(port)
 
 
 @main.command()

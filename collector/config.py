@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from collector.safeload import UnsafeInput, check_size, yaml_documents
 from collector.settings import Settings
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -55,23 +56,62 @@ def _build(cls: Any, data: Any, where: str) -> Any:
         elif isinstance(default, dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-            kwargs[f.name] = {str(k): str(v) for k, v in value.items()}
+            # A list value (account → namespaces) is kept as "a,b".
+            kwargs[f.name] = {str(k): ",".join(map(str, v)) if isinstance(v, list) else str(v)
+                              for k, v in value.items()}
         elif isinstance(default, frozenset):
+            if not isinstance(value, list):
+                raise ConfigError(f"{path}: expected a list, got {value!r}")
             kwargs[f.name] = frozenset(str(v) for v in value)
         else:
             kwargs[f.name] = str(value)
     return cls(**kwargs)
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_settings(path: Path | None) -> Settings:
+    """Settings from a YAML file; the same file and schema for `controller` and `explain`.
+
+    Strict: no aliases, no key given twice, every key known, every regex compiled.
+    """
     if path is None:
         return Settings()
+    duplicates: list[str] = []
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
+        size = path.stat().st_size
+        check_size(size, MAX_CONFIG_BYTES, "a settings file")
+        docs = list(yaml_documents(path.read_text(), duplicates))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, UnsafeInput) as e:
         raise ConfigError(f"{path}: {e}") from e
+    if duplicates:
+        raise ConfigError(f"{path}: {duplicates[0].replace('; the last value is used', '')}")
+    if len(docs) > 1:
+        raise ConfigError(f"{path}: {len(docs)} YAML documents; expected one")
+    data = (docs[0] if docs else None) or {}
     try:
         settings: Settings = _build(Settings, data, "config")
+        _validate(settings)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
     return settings
+
+
+_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
+_CLOUDS = frozenset({"public", "china", "usgov"})
+
+
+def _validate(s: Settings) -> None:
+    """What a type alone does not say: storage names, clouds, regexes."""
+    for cloud in s.storage.clouds:
+        if cloud not in _CLOUDS:
+            raise ConfigError(f"config.storage.clouds: unknown cloud {cloud!r} (known: {', '.join(sorted(_CLOUDS))})")
+    for account in (*s.storage.accounts, *s.storage.account_namespaces):
+        if not _ACCOUNT.match(account):
+            raise ConfigError(f"config.storage: {account!r} is not a storage account name")
+    for profile, regex in s.controller.log_regex_by_profile.items():
+        try:
+            re.compile(regex)
+        except re.error as e:
+            raise ConfigError(f"config.controller.log_regex_by_profile.{profile}: bad regex: {e}") from e

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
-from collector.kube import RAY_CLUSTER_LABEL, MalformedObject, normalize
+from collector.endpoints import BoundedHTTPServer, HttpOptions
+from collector.endpoints import serve as serve_http
+from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
@@ -37,7 +38,7 @@ from collector.sources.kube_api import (
     resources_for,
 )
 from collector.sources.lease import LeaseElector
-from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for
+from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
@@ -98,7 +99,7 @@ class Controller:
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
-        self._http: ThreadingHTTPServer | None = None
+        self._http: BoundedHTTPServer | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -420,6 +421,7 @@ class Controller:
     def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
         ns = ev.root.ref.namespace
         clusters: dict[str, dict[str, str]] = {}
+        cluster_uids = {rcl.ref.name: rcl.ref.uid for rcl in ev.rayclusters}
         for rj in ev.rayjobs:
             jf = rj.facts
             if isinstance(jf, RayJobFacts) and jf.cluster_name:
@@ -443,7 +445,8 @@ class Controller:
             workers = tuple(
                 f"http://{pf.pod_ip}:{port}/metrics" for pod in ev.pods
                 if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
-                and pf.phase == "Running" and pod.labels.get(RAY_CLUSTER_LABEL) == name
+                and pf.phase == "Running" and name in cluster_uids  # owned, not just labelled: labels are tenant's
+                and owned_by(pod.owners, "RayCluster", name, cluster_uids[name])
             ) if self.cfg.ray_scrape_workers else ()
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
                                counter=counter, worker_metrics_urls=workers)
@@ -486,20 +489,28 @@ class Controller:
 
     def _poll_checkpoints(self) -> None:
         """List each running run's checkpoint location: durable progress from Expstore."""
-        stores: dict[str, tuple[CheckpointStore, str]] = {}
+        stores: dict[tuple[str, str], tuple[CheckpointStore, str]] = {}
+        refused: set[tuple[str, str]] = set()
         interval = self.cfg.checkpoint_poll_interval.total_seconds()
         try:
             while not self._stop.wait(interval if self._checkpoint_targets else min(interval, 1.0)):
                 for ref, uri in list(self._checkpoint_targets):
+                    key = (ref.namespace, uri)  # what a location may reach depends on the run's namespace
+                    if key in refused:
+                        continue
                     try:
-                        if uri not in stores:
-                            store, prefix = store_for(uri)
+                        if key not in stores:
+                            store, prefix = store_for(uri, self.settings.storage, namespace=ref.namespace)
                             store.open()
-                            stores[uri] = (store, prefix)
-                        store, prefix = stores[uri]
+                            stores[key] = (store, prefix)
+                        store, prefix = stores[key]
                         sig = read_checkpoints(store, prefix, ref, self.now())
-                    except ValueError as e:  # a URI the adapter cannot use: say so once per pass
-                        self._skip(f"{ref}: checkpoint location {uri!r}: {e}")
+                    except ValueError as e:  # refused or unusable (docs/security.md): say so once, never fetch
+                        if len(refused) > 10_000:
+                            refused.clear()
+                        refused.add(key)
+                        self.health.error("expstore", ErrorClass.PERMANENT)
+                        self._skip(f"{ref}: {e}")
                         continue
                     except CheckpointSourceError as e:
                         self.health.error("expstore", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
@@ -512,33 +523,19 @@ class Controller:
 
     # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
 
-    def serve(self, host: str, port: int) -> int:
-        controller = self
+    def serve(self, host: str, port: int, options: HttpOptions | None = None) -> int:
+        def healthz() -> tuple[int, str, bytes]:
+            alive = all(t.is_alive() for t in self._threads)
+            return (200, "text/plain", b"ok\n") if alive else (500, "text/plain", b"loop stopped\n")
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
+        def readyz() -> tuple[int, str, bytes]:
+            ok = self.ready.is_set()
+            return (200, "text/plain", b"ok\n") if ok else (503, "text/plain", b"not synced\n")
 
-            def do_GET(self) -> None:  # noqa: N802
-                path = self.path.split("?")[0]
-                if path == "/metrics":
-                    body, ctype, code = render(controller.registry), "text/plain; version=0.0.4", 200
-                elif path == "/healthz":
-                    alive = all(t.is_alive() for t in controller._threads)
-                    body, ctype, code = (b"ok\n" if alive else b"loop stopped\n"), "text/plain", 200 if alive else 500
-                elif path == "/readyz":
-                    ok = controller.ready.is_set()
-                    body, ctype, code = (b"ok\n" if ok else b"not synced\n"), "text/plain", 200 if ok else 503
-                else:
-                    body, ctype, code = b"not found\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self._http = ThreadingHTTPServer((host, port), Handler)
-        self._http.daemon_threads = True
+        self._http = serve_http(host, port, {
+            "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.registry)),
+            "/healthz": healthz, "/readyz": readyz,
+        }, options)
         self._spawn(self._http.serve_forever, "http")
         return int(self._http.server_address[1])
 

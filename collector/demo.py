@@ -21,6 +21,7 @@ from rich.text import Text
 from collector.claims.common import human_age
 from collector.controller import Controller
 from collector.model import RunClaims, Verdict
+from collector.render import safe_text
 from collector.settings import Settings
 from collector.simulator.run import SimulationSession, start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
@@ -59,8 +60,9 @@ def table(claims: list[RunClaims], clock_note: str) -> Table:
     for rc in sorted(claims, key=lambda r: (r.ref.namespace, r.ref.name)):
         g = rc.goodput
         good = f"{g.ratio:.0%}" if g is not None and g.ratio is not None else "–"
-        t.add_row(f"{rc.ref.namespace}/{rc.ref.name}", rc.ref.kind, _cell(rc, "scheduled"), _cell(rc, "running"),
-                  _cell(rc, "progressing"), good, _why(rc)[:240])
+        # Text, not str: rich would read markup ("[link=…]") in tenant-written reasons.
+        t.add_row(Text(safe_text(f"{rc.ref.namespace}/{rc.ref.name}")), rc.ref.kind, _cell(rc, "scheduled"),
+                  _cell(rc, "running"), _cell(rc, "progressing"), good, Text(safe_text(_why(rc)[:240])))
     return t
 
 
@@ -101,7 +103,7 @@ def _summary(console: Console, claims: list[RunClaims], session: SimulationSessi
     console.print()
     console.print(f"[bold]{len(claims)} runs[/]: {len(bad)} with a contradicted claim, {len(blocked)} blocked.")
     for rc in bad + blocked:
-        console.print(f"  • {rc.ref.namespace}/{rc.ref.name}: {_why(rc)}")
+        console.print(Text(safe_text(f"  • {rc.ref.namespace}/{rc.ref.name}: {_why(rc)}")))
     console.print()
     console.print("[bold]Where to look next[/]")
     console.print(f"  • Prometheus families (while running): http://127.0.0.1:{port}/metrics — see docs/metrics.md")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -168,6 +169,16 @@ def _parse_time(value: str) -> datetime:
     return t.astimezone(UTC)
 
 
+# RFC3339 date-time (Kubernetes Time/MicroTime); fromisoformat also takes dates, week dates,
+# missing seconds or offsets, which are read but warned about (docs/security.md).
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)$")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _not_rfc3339(value: str) -> bool:
+    return _RFC3339.match(value.strip()) is None
+
+
 class _Reader:
     """Reads fields leniently, remembering what was odd and the newest timestamp seen."""
 
@@ -189,6 +200,8 @@ class _Reader:
             return None
         if t is not None and (self.newest is None or t > self.newest):
             self.newest = t
+        if t is not None and _not_rfc3339(value):
+            self.problem(f"{path}: {value!r} is not RFC3339; read as {t.isoformat()}")
         return t
 
     def int_(self, value: Any, path: str) -> int | None:
@@ -259,6 +272,8 @@ class _Reader:
                 t = _parse_time(value)
             except ValueError:
                 return self.time(value, f"{path}[{index}]")
+            if _not_rfc3339(value):
+                return self.time(value, f"{path}[{index}]")
             if self.newest is None or t > self.newest:
                 self.newest = t
             return t
@@ -308,6 +323,9 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     if kind in IRRELEVANT_KINDS:
         return Normalized(None, [])
     r = _Reader(where, ref)
+    if "/" in ref.name or ".." in ref.name or "/" in ref.namespace or ".." in ref.namespace:
+        # The API server never accepts these; in a dump they could steer paths and URLs.
+        r.problem(f"metadata: name {ref.namespace}/{ref.name!r} holds '/' or '..', which Kubernetes never allows")
     api_version = r.str_(raw.get("apiVersion"), "apiVersion")
     role = _role(contract, kind, api_version)
     if role:

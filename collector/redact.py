@@ -52,6 +52,8 @@ def _keyword_value(m: re.Match[str]) -> str | None:
     value = m.group("v") or ""
     # "tokens: 4096", "token_count=12", "auth=true": numbers and booleans are not secrets.
     bare = value.strip("\"'")
+    if bare.startswith(MASK[:-1]):  # already masked by an earlier rule (the value class stops at "]")
+        return None
     if len(bare) < 6 or bare.replace(".", "").replace(",", "").isdigit() or bare.lower() in ("true", "false", "none",
                                                                                             "null", MASK.lower()):
         return None

@@ -1,17 +1,57 @@
-"""Human and machine renderings of `RunClaims` (the `explain` output)."""
+"""Human and machine renderings of `RunClaims` (the `explain` output).
+
+This is the output boundary for tenant text (docs/security.md): every string of the JSON and
+every line of the text goes through `redact` (secrets quoted in event, condition and waiting
+messages), and text for a terminal has its control characters escaped, so a message cannot
+set a window title, plant a hyperlink, or rewrite an earlier line with `\r` or backspaces.
+Nothing here is markup: the text is printed as is.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from collector.claims.common import human_age
 from collector.model import Claim, Observed, RunClaims, rfc3339
+from collector.redact import redact
+
+# C0 and C1 controls, DEL, and the Unicode bidi overrides/isolates ("Trojan Source") and
+# line/paragraph separators that reorder or break a terminal line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group(0)
+    return {"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(c) or (
+        f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape_control(text: str) -> str:
+    """Control characters as visible escapes (`\\x1b`, `\\r`, `\\u202e`); other text unchanged."""
+    return _CONTROL.sub(_escape, text)
+
+
+def safe_text(text: str) -> str:
+    """One line of tenant-influenced text made fit for a terminal: redacted, controls escaped."""
+    return escape_control(redact(text))
+
+
+def redact_json(value: Any) -> Any:
+    """Every string in a JSON-able value redacted (JSON encoders escape control characters)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(v) for v in value]
+    return value
 
 
 def to_json(claims: Iterable[RunClaims], evaluated_at: datetime) -> dict[str, Any]:
-    return {"evaluated_at": rfc3339(evaluated_at), "runs": [c.to_json() for c in claims]}
+    return {"evaluated_at": rfc3339(evaluated_at), "runs": [redact_json(c.to_json()) for c in claims]}
 
 
 def _headline(rc: RunClaims) -> str:
@@ -70,7 +110,7 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
                 out.append(f"  {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(safe_text(line) for line in out)
 
 
 def _asserted(a: bool | None) -> str:
@@ -94,4 +134,4 @@ def render_scan(rep: dict[str, Any]) -> str:
         out.append(f"  hang      line {h['line']}: {h['kind']} {detail}".rstrip())
     for x in rep.get("xid") or []:
         out.append(f"  xid {x['code']:<5} line {x['line']} PCI {x['pci']}: {x['meaning']} → {x['action']}")
-    return "\n".join(out)
+    return "\n".join(safe_text(line) for line in out)

@@ -89,7 +89,26 @@ class ControllerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """Where the collector's storage credentials may go (docs/security.md). Default: nowhere.
+
+    A TauRun's `spec.checkpointUri` is tenant input: it is listed only when it names one of
+    `accounts` on the endpoint suffix of one of `clouds` (public, china, usgov), and, when
+    `account_namespaces` names the account, only for runs in those namespaces.
+    """
+
+    clouds: frozenset[str] = frozenset({"public"})
+    accounts: frozenset[str] = frozenset()
+    account_namespaces: Mapping[str, str] = field(default_factory=dict)  # account → "ns1,ns2"
+    # Directories a local checkpoint path may lie under (a CSI or blobfuse mount); empty: none.
+    local_roots: frozenset[str] = frozenset()
+    # Loopback emulator account URLs (Azurite: http://127.0.0.1:10000/devstoreaccount1); tests only.
+    emulator_urls: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     taugrid: TauGridContract = field(default_factory=TauGridContract)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 from collector.correlate import Signal
 from collector.model import Plane, Ref
 from collector.progress.model import LogScan, ProgressSample
+from collector.settings import StorageSettings
 
 if TYPE_CHECKING:
     from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
@@ -328,11 +329,16 @@ class LocalCheckpointStore:
             return None
         marker = None
         if de.name in MARKER_NAMES and st.st_size <= MARKER_MAX_BYTES:
+            # Never through a link: a tenant's `latest -> /var/run/secrets/...` would echo a token.
             try:
-                with open(de.path, "rb") as f:
-                    marker = f.read(MARKER_MAX_BYTES).decode("utf-8", "replace")
+                fd = os.open(de.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
             except FileNotFoundError:
                 return None
+            except OSError:
+                marker = ""  # a link (ELOOP) or unreadable: a marker naming no step
+            else:
+                with os.fdopen(fd, "rb") as f:
+                    marker = f.read(MARKER_MAX_BYTES).decode("utf-8", "replace")
         return CheckpointEntry(de.name, _utc(st.st_mtime), st.st_size, marker)
 
     def _walk(self, top: str, newest: float) -> tuple[float, int | None]:
@@ -595,13 +601,73 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def store_for(uri: str, *, credential: BlobCredential | None = None) -> tuple[CheckpointStore, str]:
-    """The store and the prefix for a checkpoint location.
+# Endpoint suffixes of the Azure clouds (azure-identity's and the storage SDK's own tables).
+CLOUD_SUFFIXES: dict[str, str] = {
+    "public": "core.windows.net",
+    "china": "core.chinacloudapi.cn",
+    "usgov": "core.usgovcloudapi.net",
+}
+
+
+class RefusedLocation(ValueError):
+    """A checkpoint location the platform did not configure: refused before any I/O."""
+
+
+def _policy_suffixes(policy: StorageSettings) -> list[str]:
+    out = []
+    for cloud in sorted(policy.clouds):
+        suffix = CLOUD_SUFFIXES.get(cloud.lower())
+        if suffix is None:
+            raise ValueError(f"storage.clouds: unknown cloud {cloud!r} (known: {', '.join(CLOUD_SUFFIXES)})")
+        out.append(suffix)
+    return out
+
+
+def _namespaces_of(policy: StorageSettings, account: str) -> frozenset[str] | None:
+    value = policy.account_namespaces.get(account)
+    if value is None:
+        return None
+    return frozenset(n.strip() for n in value.split(",") if n.strip())
+
+
+def _check_account(uri: str, account: str, namespace: str, policy: StorageSettings) -> None:
+    if account not in policy.accounts and account not in policy.account_namespaces:
+        raise RefusedLocation(
+            f"checkpoint location {uri!r}: storage account {account!r} is not one the collector is configured "
+            "to read (storage.accounts); refused, nothing fetched"
+        )
+    allowed = _namespaces_of(policy, account)
+    if allowed is not None and namespace not in allowed:
+        raise RefusedLocation(
+            f"checkpoint location {uri!r}: storage account {account!r} serves namespaces "
+            f"{', '.join(sorted(allowed)) or 'none'}, not {namespace!r} (storage.account_namespaces); refused"
+        )
+
+
+def _check_local(uri: str, path: Path, policy: StorageSettings) -> None:
+    roots = [os.path.realpath(r) for r in policy.local_roots]
+    real = os.path.realpath(path)
+    if not any(os.path.commonpath([root, real]) == root for root in roots):
+        where = f"under {', '.join(sorted(policy.local_roots))}" if roots else "configured (storage.local_roots)"
+        raise RefusedLocation(
+            f"checkpoint location {uri!r}: a local path outside the directories checkpoints may be read from "
+            f"({where}); refused, nothing read"
+        )
+
+
+def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
+              credential: BlobCredential | None = None) -> tuple[CheckpointStore, str]:
+    """The store and the prefix for a checkpoint location a run in `namespace` names.
 
         /ckpt/run1, file:///ckpt/run1                          -> local directory, prefix ""
-        https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX  -> Azure Blob (any cloud's blob.* host)
+        https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX  -> Azure Blob
         abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX   -> Azure Blob (same account, blob endpoint)
         http://127.0.0.1:PORT/ACCOUNT/CONTAINER/PREFIX          -> Azurite (path-style, loopback only)
+
+    The location is tenant input, and the collector's credentials go only where the platform
+    configured (`policy`, docs/security.md): a listed storage account (for the namespaces it
+    serves) on the endpoint suffix of a configured cloud, a local path under a configured root,
+    an emulator account URL. Anything else raises RefusedLocation before any I/O.
 
     Blob stores authenticate with `credential`, else DefaultAzureCredential (workload identity):
     a SAS token in the URI is refused (no secrets in config). ValueError names a URI it cannot use.
@@ -612,7 +678,9 @@ def store_for(uri: str, *, credential: BlobCredential | None = None) -> tuple[Ch
     parsed = urllib.parse.urlsplit(text)
     scheme = parsed.scheme.lower()
     if scheme == "" or (len(scheme) == 1 and text[1:2] == ":"):  # a plain path
-        return LocalCheckpointStore(Path(text).expanduser()), ""
+        local = Path(text).expanduser()
+        _check_local(uri, local, policy)
+        return LocalCheckpointStore(local), ""
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise ValueError(f"checkpoint location {uri!r}: file URI names a remote host {parsed.netloc!r}")
@@ -621,6 +689,7 @@ def store_for(uri: str, *, credential: BlobCredential | None = None) -> tuple[Ch
         path = urllib.parse.unquote(parsed.path)
         if not path.startswith("/"):
             raise ValueError(f"checkpoint location {uri!r}: a file URI needs an absolute path")
+        _check_local(uri, Path(path), policy)
         return LocalCheckpointStore(Path(path)), ""
     if scheme not in ("https", "http", "abfs", "abfss"):
         raise ValueError(
@@ -632,30 +701,48 @@ def store_for(uri: str, *, credential: BlobCredential | None = None) -> tuple[Ch
             f"checkpoint location {uri!r}: query strings (SAS tokens) are not accepted; "
             "the collector authenticates with workload identity"
         )
+    if scheme in ("https", "http") and (parsed.username is not None or parsed.password is not None):
+        raise RefusedLocation(f"checkpoint location {uri!r}: user information in the URL is refused")
     host = (parsed.hostname or "").lower()
     try:
         port = parsed.port
     except ValueError:
         raise ValueError(f"checkpoint location {uri!r}: bad port") from None
     path = urllib.parse.unquote(parsed.path).lstrip("/")
+    suffixes = _policy_suffixes(policy)
 
     if scheme in ("abfs", "abfss"):
         container, _, account_host = parsed.netloc.rpartition("@")
         account, dot, suffix = account_host.lower().partition(".dfs.")
-        if not container or not dot or not _ACCOUNT.match(account):
+        if not container or not dot:
             raise ValueError(f"checkpoint location {uri!r}: expected abfss://CONTAINER@ACCOUNT.dfs.SUFFIX/PREFIX")
+        if suffix not in suffixes:
+            raise RefusedLocation(
+                f"checkpoint location {uri!r}: {account_host!r} is not an Azure storage endpoint of the configured "
+                f"cloud(s) ({', '.join(f'*.dfs.{x}' for x in suffixes)}); refused, nothing fetched"
+            )
+        if not _ACCOUNT.match(account):
+            raise ValueError(f"checkpoint location {uri!r}: {account!r} is not a storage account name")
+        _check_account(uri, account, namespace, policy)
         account_url, prefix = f"https://{account}.blob.{suffix}", path
     else:
         labels = host.split(".")
         virtual = len(labels) > 2 and (labels[1] == "blob" or labels[1:3] == ["privatelink", "blob"])
         if virtual:
             account = labels[0]
+            allowed_hosts = {f"{account}.{kind}.{x}" for x in suffixes for kind in ("blob", "privatelink.blob")}
+            if host not in allowed_hosts or port not in (None, 443):
+                raise RefusedLocation(
+                    f"checkpoint location {uri!r}: {parsed.netloc!r} is not an Azure Blob endpoint of the configured "
+                    f"cloud(s) ({', '.join(f'ACCOUNT.blob.{x}' for x in suffixes)}); refused, nothing fetched "
+                    "(the collector's storage token goes only to configured storage)"
+                )
             if scheme != "https":
                 raise ValueError(f"checkpoint location {uri!r}: Azure Blob endpoints need https")
             if not _ACCOUNT.match(account):
                 raise ValueError(f"checkpoint location {uri!r}: {account!r} is not a storage account name")
-            netloc = host if port is None else f"{host}:{port}"
-            account_url = f"https://{netloc}"
+            _check_account(uri, account, namespace, policy)
+            account_url = f"https://{host}"
             container, _, prefix = path.partition("/")
         elif _is_loopback(host):
             account, _, rest = path.partition("/")
@@ -667,11 +754,17 @@ def store_for(uri: str, *, credential: BlobCredential | None = None) -> tuple[Ch
             if port is not None:
                 netloc += f":{port}"
             account_url = f"{scheme}://{netloc}/{account}"
+            if account_url not in {u.rstrip("/") for u in policy.emulator_urls}:
+                raise RefusedLocation(
+                    f"checkpoint location {uri!r}: {account_url} is not a configured emulator account "
+                    "(storage.emulator_urls); refused, nothing fetched"
+                )
             container, _, prefix = rest.partition("/")
         else:
-            raise ValueError(
+            raise RefusedLocation(
                 f"checkpoint location {uri!r}: not an Azure Blob endpoint "
-                "(expected https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX, or a loopback Azurite URL)"
+                "(expected https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX, or a loopback Azurite URL); "
+                "refused, nothing fetched"
             )
     if not container:
         raise ValueError(f"checkpoint location {uri!r}: no container named")

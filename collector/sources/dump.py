@@ -3,30 +3,43 @@
 Reads `nodes.json`, `<ns>/*.json`, `<ns>/<pod>/logs.txt` (split at kubectl's per-container
 banners), and any other `*.json`/`*.yaml`/`*.yml` holding objects or Lists (multi-document YAML
 too). Every problem names the file; a bad file or object is skipped, nothing else is.
+
+Hostile input (docs/security.md): only regular files inside the dump are read (symlinks that
+leave it, FIFOs, devices and sockets are named and skipped), object files are capped in size,
+YAML aliases are refused, duplicate keys are warned about, and the default clock ignores
+timestamps past the capture time and a single newest outlier.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
-from collector.correlate import Signal
+from collector.correlate import Signal, build_index
 from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, Ref
+from collector.model import ObjectRecord, Ref, TauRunFacts
 from collector.progress import LogScan, scan_text
+from collector.safeload import MAX_OBJECT_BYTES, UnsafeInput, check_size, json_loads, yaml_documents
 from collector.settings import TauGridContract
 
 OBJECT_SUFFIXES = (".json", ".yaml", ".yml")
 LOG_NAMES = ("logs.txt",)
 _BANNER = re.compile(r"^==== (START|END) logs for container (\S+) of pod (\S+)/(\S+) ====$")
 MAX_LOG_BYTES = 64 << 20  # read at most the tail this big of one log file
+# Content timestamps later than the capture time plus this are forged or from a skewed clock.
+CLOCK_SKEW = timedelta(minutes=5)
+# The newest timestamp of a dump, this far ahead of every other source, is one forged value: a real
+# dump's node heartbeats and kubelet events keep its sources within minutes of each other.
+OUTLIER_GAP = timedelta(hours=1)
 
 
 @dataclass(slots=True)
@@ -47,50 +60,171 @@ class Dump:
     problems: list[Problem] = field(default_factory=list)
     files: int = 0
     written: datetime | None = None  # newest file modification time: when kubectl wrote the dump
+    log_paths: list[str] = field(default_factory=list)  # the file of each entry of `logs`
+    _clock: tuple[datetime | None, datetime | None] | None = None
+    _clock_for: datetime | None = None
 
-    def captured_at(self) -> datetime | None:
+    def captured_at(self, captured: datetime | None = None) -> datetime | None:
         """When the snapshot was taken: files cannot be older than what they hold."""
-        return max((t for t in (self.written, self.newest()) if t is not None), default=None)
+        return self._times(captured)[0]
 
     @property
     def skipped(self) -> bool:
         return any(p.skipped for p in self.problems)
 
-    def newest(self) -> datetime | None:
-        """The newest timestamp in the dump: the default evaluation clock."""
-        times = [r.newest for r in self.records if r.newest is not None]
-        times.extend(s.at for _, _, scan in self.logs for s in scan.samples if s.at is not None)
-        times.extend(h.at for _, _, scan in self.logs for h in scan.hangs if h.at is not None)
-        return max(times, default=None)
+    def newest(self, captured: datetime | None = None) -> datetime | None:
+        """The default evaluation clock: the newest trustworthy timestamp in the dump."""
+        return self._times(captured)[1]
+
+    def _times(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:
+        if self._clock is None or self._clock_for != captured:  # judged once: its warnings are added once
+            self._clock, self._clock_for = self._judge(captured), captured
+        return self._clock
+
+    def _judge(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:
+        """(capture time, evaluation clock), warning about the timestamps they leave out.
+
+        A timestamp past the capture time (`captured`, else the newest file time) plus
+        CLOCK_SKEW is ignored. Of the rest, the newest must be corroborated: when it stands more
+        than OUTLIER_GAP ahead of every other source's, it is one forged or skewed value and
+        is left out of the clock (only one: two agreeing sources are evidence).
+        """
+        stamps: list[tuple[datetime, str]] = [(r.newest, f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}")
+                                              for r in self.records if r.newest is not None]
+        for (_, _, scan), rel in zip(self.logs, self.log_paths, strict=False):
+            times = [x.at for x in scan.samples if x.at is not None]
+            times.extend(h.at for h in scan.hangs if h.at is not None)
+            t = max(times, default=None)
+            if t is not None:
+                stamps.append((t, f"log {rel}"))
+        bound_base = captured or self.written
+        if bound_base is not None:
+            bound = bound_base + CLOCK_SKEW
+            late = [(t, w) for t, w in stamps if t > bound]
+            for t, w in late[:20]:
+                self.problems.append(Problem(w, f"timestamp {t.isoformat()} is later than the capture time "
+                                                f"{bound_base.isoformat()}; ignored for the clock", False))
+            stamps = [(t, w) for t, w in stamps if t <= bound]
+        stamps.sort(reverse=True)
+        if len(stamps) >= 2 and stamps[0][0] - stamps[1][0] > OUTLIER_GAP:
+            (t, w), (t2, w2) = stamps[0], stamps[1]
+            self.problems.append(Problem(w, f"timestamp {t.isoformat()} stands alone, {t - t2} ahead of every "
+                                            f"other source (next: {w2} at {t2.isoformat()}); ignored for the clock",
+                                         False))
+            stamps.pop(0)
+        newest = stamps[0][0] if stamps else None
+        taken = captured or max((t for t in (self.written, newest) if t is not None), default=None)
+        return taken, newest
 
     def signals(self, read_at: datetime) -> list[Signal]:
         return [Signal(ref=ref, source=c, scan=scan, read_at=read_at) for ref, c, scan in self.logs]
 
 
-def load_dump(root: Path, contract: TauGridContract | None = None) -> Dump:
+def load_dump(root: Path, contract: TauGridContract | None = None, *,
+              max_object_bytes: int = MAX_OBJECT_BYTES,
+              log_regex_by_profile: Mapping[str, str] | None = None) -> Dump:
+    """Read a dump. Logs are read after the objects, so that a pod's run profile can choose its
+    progress regex (`log_regex_by_profile`, as the controller's settings do)."""
     contract = contract or TauGridContract()
     dump = Dump(root=root)
     if not root.is_dir():
         raise NotADirectoryError(f"{root}: not a directory")
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
+    real_root = os.path.realpath(root)
+    logs: list[tuple[Path, str]] = []
+    for path, st in _regular_files(dump, root, real_root):
         rel = path.relative_to(root).as_posix()
         if path.name in LOG_NAMES or path.suffix in OBJECT_SUFFIXES:
-            mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            mtime = datetime.fromtimestamp(st.st_mtime, UTC)
             dump.written = mtime if dump.written is None else max(dump.written, mtime)
         if path.name in LOG_NAMES or path.name.endswith("-previous.txt"):
             dump.files += 1
-            _read_log(dump, path, rel)
+            logs.append((path, rel))
         elif path.suffix in OBJECT_SUFFIXES:
             dump.files += 1
-            _read_objects(dump, path, rel, contract)
+            _read_objects(dump, path, rel, contract, max_object_bytes)
+    regex_of = _regex_by_pod(dump.records, log_regex_by_profile) if log_regex_by_profile else {}
+    for path, rel in logs:
+        _read_log(dump, path, rel, regex_of)
     return dump
 
 
-def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract) -> None:
+def _regex_by_pod(records: list[ObjectRecord], by_profile: Mapping[str, str]) -> dict[tuple[str, str], str]:
+    """(namespace, pod) → the progress regex of its run's profile."""
+    index = build_index(records)
+    out: dict[tuple[str, str], str] = {}
+    for root in index.roots():
+        ev = index.evidence(root)
+        facts = ev.taurun.facts if ev.taurun is not None else None
+        regex = by_profile.get(facts.profile, "") if isinstance(facts, TauRunFacts) else ""
+        if regex:
+            for p in ev.pods:
+                out[(p.ref.namespace, p.ref.name)] = regex
+    return out
+
+
+def _regular_files(dump: Dump, root: Path, real_root: str) -> Iterator[tuple[Path, os.stat_result]]:
+    """Regular files under root, sorted; a symlink is followed only when it stays inside the dump.
+
+    Directories are walked without following links; FIFOs, devices and sockets are named and
+    skipped (reading one would block or read a device).
+    """
+    found: list[tuple[Path, os.stat_result]] = []
+    for top, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            path = Path(top, name)
+            rel = path.relative_to(root).as_posix()
+            try:
+                st = path.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.path.realpath(path)
+                    if os.path.commonpath([real_root, target]) != real_root:
+                        dump.problems.append(Problem(rel, "symbolic link leading out of the dump; not followed", True))
+                        continue
+                    st = os.stat(target)
+                    if stat.S_ISDIR(st.st_mode):
+                        continue  # its files are reached through their real place inside the dump
+            except (OSError, ValueError) as e:
+                dump.problems.append(Problem(rel, f"unreadable: {getattr(e, 'strerror', None) or e}", True))
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((path, st))
+            elif not stat.S_ISDIR(st.st_mode):
+                dump.problems.append(Problem(rel, f"not a regular file ({_file_type(st.st_mode)}); not read", True))
+    found.sort(key=lambda x: x[0])
+    return iter(found)
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def _read_regular(path: Path, limit: int | None = None, tail: bool = False) -> tuple[bytes, int]:
+    """Read a file that must still be regular when opened (no FIFO swapped in meanwhile)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeInput(f"not a regular file ({_file_type(st.st_mode)}); not read")
+        if limit is not None and st.st_size > limit:
+            if not tail:
+                check_size(st.st_size, limit, "one dump file")
+            fh.seek(st.st_size - limit)
+        return fh.read(), st.st_size
+
+
+def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, limit: int) -> None:
     try:
-        data = path.read_bytes()
+        data, _ = _read_regular(path, limit)
+    except UnsafeInput as e:
+        dump.problems.append(Problem(rel, str(e), True))
+        return
     except OSError as e:
         dump.problems.append(Problem(rel, f"unreadable: {e.strerror}", True))
         return
@@ -107,26 +241,34 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract) -
 
 
 def _documents(dump: Dump, data: bytes, rel: str, suffix: str) -> Iterator[tuple[str, Any]]:
+    duplicates: list[str] = []
     if suffix == ".json":
         try:
-            yield rel, orjson.loads(data)
-            return
-        except orjson.JSONDecodeError as e:
+            doc = json_loads(data, duplicates)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             dump.problems.append(Problem(rel, f"not valid JSON: {e}", True))
             return
+        except RecursionError:
+            dump.problems.append(Problem(rel, "not read: JSON nested too deeply", True))
+            return
+        dump.problems.extend(Problem(rel, d, False) for d in duplicates)
+        yield rel, doc
+        return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         dump.problems.append(Problem(rel, f"not UTF-8 at byte {e.start}", True))
         return
-    loader = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
-    docs = yaml.load_all(text, Loader=loader)
+    docs = yaml_documents(text, duplicates)
     i = 0
     while True:
         try:
             doc = next(docs)
         except StopIteration:
-            return
+            break
+        except UnsafeInput as e:
+            dump.problems.append(Problem(rel, f"{e}; kept the {i} document(s) before it", True))
+            break
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -134,10 +276,16 @@ def _documents(dump: Dump, data: bytes, rel: str, suffix: str) -> Iterator[tuple
                 Problem(rel, f"YAML error{where} ({getattr(e, 'problem', None) or e}); "
                              f"kept the {i} document(s) before it", True)
             )
-            return
+            break
+        except RecursionError:
+            dump.problems.append(Problem(rel, f"YAML nested too deeply; kept the {i} document(s) before it", True))
+            break
         i += 1
+        dump.problems.extend(Problem(rel, d, False) for d in duplicates)
+        duplicates.clear()
         if doc is not None:
             yield (f"{rel}#{i}" if i > 1 else rel), doc
+    dump.problems.extend(Problem(rel, d, False) for d in duplicates)
 
 
 def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
@@ -164,7 +312,7 @@ def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
     yield where, doc
 
 
-def _read_log(dump: Dump, path: Path, rel: str) -> None:
+def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str], str]) -> None:
     parts = Path(rel).parts
     if len(parts) < 3:
         dump.problems.append(Problem(rel, "log file outside <namespace>/<pod>/, skipped", True))
@@ -172,21 +320,28 @@ def _read_log(dump: Dump, path: Path, rel: str) -> None:
     ns, pod = parts[-3], parts[-2]
     previous = path.name.endswith("-previous.txt")
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            if size > MAX_LOG_BYTES:
-                fh.seek(size - MAX_LOG_BYTES)
-                dump.problems.append(Problem(rel, f"{size} bytes; read the last {MAX_LOG_BYTES}", False))
-            data = fh.read()
+        data, size = _read_regular(path, MAX_LOG_BYTES, tail=True)
+    except UnsafeInput as e:
+        dump.problems.append(Problem(rel, str(e), True))
+        return
     except OSError as e:
         dump.problems.append(Problem(rel, f"unreadable: {e.strerror}", True))
         return
+    if size > MAX_LOG_BYTES:
+        dump.problems.append(Problem(rel, f"{size} bytes; read the last {MAX_LOG_BYTES}", False))
     ref = Ref("Pod", ns, pod)
     default_container = path.name[: -len("-previous.txt")] if previous else ""
+    regex = regex_of.get((ns, pod))
     for container, chunk in _split_containers(data, default_container):
-        scan = scan_text(chunk, source=f"{rel}:{container}" if container else rel)
+        source = f"{rel}:{container}" if container else rel
+        try:
+            scan = scan_text(chunk, source=source, custom_regex=regex)
+        except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
+            dump.problems.append(Problem(rel, f"log regex {regex!r}: {e}; read with the built-in parsers", False))
+            scan = scan_text(chunk, source=source)
         dump.problems.extend(Problem(rel, d, False) for d in scan.diagnostics)
         dump.logs.append((ref, container, scan))
+        dump.log_paths.append(rel)
 
 
 def _split_containers(data: bytes, default: str) -> Iterator[tuple[str, bytes]]:

@@ -36,7 +36,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.correlate import RayRuntime, Signal
-from collector.model import Plane, Ref
+from collector.model import OwnerRef, Plane, Ref
 from collector.progress import HangFinding, LogScan, ProgressSample, scan_text
 
 DEFAULT_COUNTER = "ray_train_steps_total"  # ray.util.metrics.Counter("train_steps")
@@ -617,6 +617,19 @@ def service_url(service: str, namespace: str, port: int, *, cluster_domain: str 
     return f"http://{service}.{namespace}.svc.{cluster_domain}:{port}{path}"
 
 
+def is_service_host(host: str, service: str, namespace: str, cluster_domain: str = "cluster.local") -> bool:
+    """`host` names this Service of this namespace, in one of the forms cluster DNS answers."""
+    host = host.lower().rstrip(".")
+    forms = {f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.{cluster_domain}"}
+    return host in forms
+
+
+def owned_by(owners: Iterable[OwnerRef], kind: str, name: str, uid: str = "") -> bool:
+    """An ownerReference names this object (and its uid, when both are known): labels are
+    tenant-writable, a controller's ownerReference is how KubeRay marks the pods it made."""
+    return any(o.kind == kind and o.name == name and (not uid or not o.uid or o.uid == uid) for o in owners)
+
+
 def _override(overrides: Mapping[str, str] | None, namespace: str, name: str) -> str | None:
     url = (overrides or {}).get(f"{namespace}/{name}")
     return normalize_url(url) if url else None
@@ -639,10 +652,20 @@ def dashboard_url_for(
     if url:
         return url
     if rayjob_dashboard_url and rayjob_dashboard_url.strip():
+        # Tenant-written status: it may name any host (cloud metadata, the API server). Only the
+        # cluster's own head service in its own namespace is used (docs/security.md).
         candidate = normalize_url(rayjob_dashboard_url)
         parts = urlsplit(candidate)
-        if parts.scheme in ("http", "https") and parts.hostname:
-            return candidate
+        service = head_service or f"{cluster}-head-svc"  # KubeRay's name for the head service
+        try:
+            url_port = parts.port
+        except ValueError:
+            url_port = None
+        if (parts.scheme == "http" and not parts.username and not parts.password and parts.hostname
+                and is_service_host(parts.hostname, service, namespace, cluster_domain)):
+            got = service_url(service, namespace, url_port or DEFAULT_DASHBOARD_PORT, cluster_domain=cluster_domain)
+            if got is not None:
+                return got
     port = _port(dashboard_port, DEFAULT_DASHBOARD_PORT)
     if head_service and port is not None:
         return service_url(head_service, namespace, port, cluster_domain=cluster_domain)

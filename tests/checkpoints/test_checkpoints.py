@@ -24,7 +24,7 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from collector.claims.progress import analyze
 from collector.model import Plane, Ref
-from collector.settings import ClaimSettings
+from collector.settings import ClaimSettings, StorageSettings
 from collector.sources.checkpoints import (
     BlobCheckpointStore,
     CheckpointEntry,
@@ -333,16 +333,23 @@ def test_entry_times_are_aware_utc() -> None:
 # --- URIs ---------------------------------------------------------------------------------------
 
 KEYCRED = AzureNamedKeyCredential("devstoreaccount1", "a2V5")
+# What the platform configured: the only places a checkpoint location may lead (docs/security.md).
+POLICY = StorageSettings(
+    clouds=frozenset({"public", "usgov"}),
+    accounts=frozenset({"acct01"}),
+    local_roots=frozenset({"/ckpt", "relative"}),
+    emulator_urls=frozenset({"http://127.0.0.1:10000/devstoreaccount1", "http://[::1]:10000/devstoreaccount1"}),
+)
 
 
 def test_store_for_local() -> None:
-    store, prefix = store_for("/ckpt/run1")
+    store, prefix = store_for("/ckpt/run1", POLICY)
     assert isinstance(store, LocalCheckpointStore) and store.root == Path("/ckpt/run1") and prefix == ""
-    store, prefix = store_for("file:///ckpt/run%201")
+    store, prefix = store_for("file:///ckpt/run%201", POLICY)
     assert isinstance(store, LocalCheckpointStore) and store.root == Path("/ckpt/run 1") and prefix == ""
-    store, _ = store_for("file://localhost/ckpt")
+    store, _ = store_for("file://localhost/ckpt", POLICY)
     assert isinstance(store, LocalCheckpointStore) and store.root == Path("/ckpt")
-    store, _ = store_for("relative/dir")
+    store, _ = store_for("relative/dir", POLICY)
     assert isinstance(store, LocalCheckpointStore) and store.root == Path("relative/dir")
 
 
@@ -373,16 +380,16 @@ def test_store_for_local() -> None:
     ],
 )
 def test_store_for_blob(uri: str, account_url: str, container: str, prefix: str) -> None:
-    store, got = store_for(uri)
+    store, got = store_for(uri, POLICY)
     assert isinstance(store, BlobCheckpointStore)
     assert (store.account_url, store.container, got) == (account_url, container, prefix)
 
 
 def test_store_for_azurite_style() -> None:
-    store, prefix = store_for("http://127.0.0.1:10000/devstoreaccount1/ckpt/run1", credential=KEYCRED)
+    store, prefix = store_for("http://127.0.0.1:10000/devstoreaccount1/ckpt/run1", POLICY, credential=KEYCRED)
     assert isinstance(store, BlobCheckpointStore)
     assert (store.account_url, store.container, prefix) == ("http://127.0.0.1:10000/devstoreaccount1", "ckpt", "run1")
-    store, _ = store_for("http://[::1]:10000/devstoreaccount1/ckpt", credential=KEYCRED)
+    store, _ = store_for("http://[::1]:10000/devstoreaccount1/ckpt", POLICY, credential=KEYCRED)
     assert isinstance(store, BlobCheckpointStore) and store.account_url == "http://[::1]:10000/devstoreaccount1"
 
 
@@ -409,12 +416,12 @@ def test_store_for_azurite_style() -> None:
 )
 def test_store_for_rejects(uri: str, why: str) -> None:
     with pytest.raises(ValueError, match=why) as exc:
-        store_for(uri)
+        store_for(uri, POLICY)
     assert repr(uri) in str(exc.value) or uri == ""
 
 
 def test_default_credential_is_workload_identity() -> None:
-    store, _ = store_for("https://acct01.blob.core.windows.net/ckpt/run1")
+    store, _ = store_for("https://acct01.blob.core.windows.net/ckpt/run1", POLICY)
     assert isinstance(store, BlobCheckpointStore)
     store.open()  # builds DefaultAzureCredential and the client; no request is sent
     try:
@@ -494,7 +501,8 @@ def test_blob_huggingface_dirs(azurite: Azurite, container: ContainerClient) -> 
     upload(container, ["hf/checkpoint-200/model.safetensors", "hf/tmp-checkpoint-300/model.safetensors"])
     upload(container, ["hf/config.json", "hf-other/checkpoint-999/x"])
     after = datetime.now(UTC) + timedelta(seconds=1)
-    store, prefix = store_for(f"{azurite.blob_url}/checkpoints/hf", credential=azurite.credential())
+    configured = StorageSettings(emulator_urls=frozenset({azurite.blob_url}))
+    store, prefix = store_for(f"{azurite.blob_url}/checkpoints/hf", configured, credential=azurite.credential())
     assert isinstance(store, BlobCheckpointStore)
     with store:
         entries = store.list(prefix)

@@ -12,7 +12,7 @@ import pytest
 
 from collector.controller import Controller
 from collector.model import Ref, RunClaims
-from collector.settings import ControllerSettings, Settings
+from collector.settings import ControllerSettings, Settings, StorageSettings
 from collector.simulator.clock import ManualClock
 from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
@@ -36,12 +36,12 @@ def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "con
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def settings(**kw: Any) -> Settings:
+def settings(*, storage: StorageSettings | None = None, **kw: Any) -> Settings:
     base = dict(tick=timedelta(seconds=0.2), leader_election=False, log_poll_interval=timedelta(0),
                 ray_poll_interval=timedelta(0),
                 watch_timeout_s=5)
     base.update(kw)
-    return Settings(controller=replace(ControllerSettings(), **base))
+    return Settings(controller=replace(ControllerSettings(), **base), storage=storage or StorageSettings())
 
 
 @pytest.fixture
@@ -272,7 +272,8 @@ def test_checkpoints_in_expstore_are_durable_progress(sim: Simulator, tmp_path: 
     sim.apply(server_side(tr))
     sim.apply(server_side(pod("ft-w0", "research", T0 - timedelta(hours=2), node="gpu-0", gpus=8,
                               labels={"taugrid.io/run": "ft"})))
-    c = start(sim, clock, checkpoint_poll_interval=timedelta(seconds=0.2))
+    c = start(sim, clock, checkpoint_poll_interval=timedelta(seconds=0.2),
+              storage=StorageSettings(local_roots=frozenset({str(tmp_path)})))  # where checkpoints may be read
     try:
         wait_until(lambda: observed(c, "ft").get("progressing") == "true", what="checkpoint progress")
         rc = next(r for r in c.claims.values() if r.ref.name == "ft")
@@ -311,7 +312,9 @@ def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
            "spec": {}, "status": {"head": {"serviceName": "rc-head-svc"}, "endpoints": {"metrics": "8080"}}}
     workers = [{"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": f"rc-worker-{i}", "namespace": "ns",
-                             "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker"}},
+                             "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker"},
+                             "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
+                                                  "uid": "", "controller": True}]},
                 "spec": {"nodeName": "n"}, "status": {"phase": phase, "podIP": f"10.1.0.{i}"}}
                for i, phase in enumerate(("Running", "Running", "Pending"))]
     for obj in (rj, rcl, *workers):

@@ -1,0 +1,329 @@
+"""The controller's HTTP endpoints: /metrics, /healthz, /readyz (docs/security.md).
+
+Anyone who can reach the port can talk to it, so the server is bounded in threads, memory and
+time. One thread accepts connections and reads requests without blocking (a selector): a TLS
+handshake and the request head must complete within `header_timeout_s`, the head is capped in
+size, and at most `max_pending` connections wait at once (the oldest is dropped past that), so
+half-open or slow clients cost a file descriptor each, never a thread. Only a complete request
+reaches the fixed pool of `workers` threads, which answer it with socket timeouts. A client that
+goes away mid-answer is logged at debug level, never as a traceback.
+
+Optional TLS (certificate and key files) and bearer-token authentication for /metrics (a token
+file, as kube-rbac-proxy and the Prometheus Operator's `bearerTokenFile` use); the probes stay
+open, as the kubelet calls them without a token.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hmac
+import io
+import logging
+import queue
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("taugrid.http")
+
+# (status, content type, body) for a path; the controller supplies one per endpoint.
+Endpoint = Callable[[], tuple[int, str, bytes]]
+
+MAX_HEAD_BYTES = 16 * 1024  # request line and headers of a GET
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    workers: int = 4  # threads answering complete requests
+    queue_max: int = 64  # complete requests waiting for a worker; more are answered 503
+    max_pending: int = 256  # connections still handshaking or sending their request head
+    header_timeout_s: float = 5.0  # to finish the TLS handshake and the request head
+    timeout_s: float = 10.0  # per socket write while answering
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    token_file: Path | None = None  # a bearer token /metrics requires (re-read when it changes)
+    protected: frozenset[str] = frozenset({"/metrics"})
+
+
+class _Token:
+    """The expected bearer token, re-read from its file when the file changes (rotation)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._value = b""
+        self._lock = threading.Lock()
+        self.read()  # fail at start, not at the first scrape
+
+    def read(self) -> bytes:
+        with self._lock:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                value = self.path.read_bytes().strip()
+                if not value:
+                    raise ValueError(f"{self.path}: empty token file")
+                self._value, self._stamp = value, stamp
+            return self._value
+
+    def allows(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        try:
+            expected = self.read()
+        except (OSError, ValueError):
+            return False  # fail closed when the token file is gone
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected)
+
+
+@dataclass(slots=True)
+class _Pending:
+    sock: socket.socket
+    address: Any
+    deadline: float
+    handshaking: bool
+    buf: bytearray
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    sock: socket.socket
+    head: bytes
+
+
+class _Writer(io.BufferedIOBase):
+    """Writes with sendall, whose timeout bounds the whole write (a buffered file's per-send
+    timeout would let a client reading a byte at a time hold a worker without end)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self._sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
+
+
+class BoundedHTTPServer:
+    """A small HTTP/1.0 server: non-blocking accept and request reading, a fixed worker pool."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], options: HttpOptions,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.options = options
+        self.handler = handler
+        self.ssl_context = ssl_context
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(128)
+            self.socket.setblocking(False)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self._queue: queue.Queue[_Request | None] = queue.Queue(maxsize=options.queue_max)
+        self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self.dropped = 0  # connections closed unanswered: too slow, too many, too big, queue full
+        self._workers = [threading.Thread(target=self._work, name=f"http-{i}", daemon=True)
+                         for i in range(options.workers)]
+        for t in self._workers:
+            t.start()
+
+    # --- the selector loop ---------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ)
+        try:
+            while not self._stop.is_set():
+                for key, _ in sel.select(timeout=0.2):
+                    if key.fileobj is self.socket:
+                        self._accept(sel)
+                    else:
+                        self._readable(sel, key.fd)
+                self._expire(sel)
+        finally:
+            for p in list(self._pending.values()):
+                self._drop(sel, p, count=False)
+            sel.close()
+            self._stopped.set()
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        for _ in range(64):
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # EMFILE and the like: try again on the next turn
+                log.warning("accept failed", extra={"error": str(e)})
+                return
+            sock.setblocking(False)
+            handshaking = False
+            if self.ssl_context is not None:
+                try:
+                    sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ssl.SSLError):
+                    sock.close()
+                    continue
+                handshaking = True
+            p = _Pending(sock, address, time.monotonic() + self.options.header_timeout_s, handshaking, bytearray())
+            self._pending[sock.fileno()] = p
+            sel.register(sock, selectors.EVENT_READ)
+            while len(self._pending) > self.options.max_pending:
+                self._drop(sel, next(iter(self._pending.values())))
+
+    def _readable(self, sel: selectors.BaseSelector, fd: int) -> None:
+        p = self._pending.get(fd)
+        if p is None:
+            return
+        try:
+            if p.handshaking:
+                assert isinstance(p.sock, ssl.SSLSocket)
+                p.sock.do_handshake()
+                p.handshaking = False
+            while True:
+                chunk = p.sock.recv(4096)
+                if not chunk:
+                    self._drop(sel, p, count=False)
+                    return
+                p.buf += chunk
+                if b"\r\n\r\n" in p.buf or b"\n\n" in p.buf:
+                    break
+                if len(p.buf) > MAX_HEAD_BYTES:
+                    self._drop(sel, p)
+                    return
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            return  # more to come
+        except (OSError, ssl.SSLError) as e:
+            log.debug("connection ended", extra={"error": str(e)})
+            self._drop(sel, p, count=False)
+            return
+        sel.unregister(p.sock)
+        del self._pending[fd]
+        try:
+            self._queue.put_nowait(_Request(p.sock, bytes(p.buf)))
+        except queue.Full:
+            self.dropped += 1
+            _close(p.sock)
+
+    def _expire(self, sel: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        while self._pending:
+            oldest = next(iter(self._pending.values()))
+            if oldest.deadline > now:
+                return
+            self._drop(sel, oldest)
+
+    def _drop(self, sel: selectors.BaseSelector, p: _Pending, *, count: bool = True) -> None:
+        self._pending.pop(p.sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(p.sock)
+        if count:
+            self.dropped += 1
+        _close(p.sock)
+
+    # --- workers ---------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            req = self._queue.get()
+            if req is None:
+                return
+            try:
+                req.sock.setblocking(True)
+                req.sock.settimeout(self.options.timeout_s)
+                self.handler(req, _peer(req.sock), self)  # type: ignore[arg-type]
+            except (OSError, ssl.SSLError) as e:  # the client went away: nothing to report
+                log.debug("connection ended", extra={"error": str(e)})
+            except Exception:
+                log.exception("request failed")
+            finally:
+                _close(req.sock)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._stopped.wait(5)
+
+    def server_close(self) -> None:
+        self._stop.set()
+        self.socket.close()
+        for _ in self._workers:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
+
+
+def _peer(sock: socket.socket) -> Any:
+    try:
+        return sock.getpeername()
+    except OSError:
+        return ("?", 0)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def serve(host: str, port: int, endpoints: dict[str, Endpoint], options: HttpOptions | None = None,
+          ) -> BoundedHTTPServer:
+    """A bound server; call `serve_forever` in a thread, `shutdown` then `server_close` to stop."""
+    opts = options or HttpOptions()
+    token = _Token(opts.token_file) if opts.token_file is not None else None
+    context: ssl.SSLContext | None = None
+    if opts.tls_cert_file is not None or opts.tls_key_file is not None:
+        if opts.tls_cert_file is None or opts.tls_key_file is None:
+            raise ValueError("TLS needs both a certificate file and a private key file")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(opts.tls_cert_file, opts.tls_key_file)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # one request per connection: a worker is never held idle
+        server_version = "taugrid-evidence"
+        sys_version = ""
+
+        def setup(self) -> None:
+            req: _Request = self.request
+            self.connection = req.sock
+            self.rfile = io.BytesIO(req.head)  # the whole request: a GET has no body
+            self.wfile = _Writer(req.sock)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?")[0]
+            endpoint = endpoints.get(path)
+            if endpoint is None:
+                code, ctype, body = 404, "text/plain", b"not found\n"
+            elif token is not None and path in opts.protected and not token.allows(
+                    self.headers.get("Authorization")):
+                code, ctype, body = 401, "text/plain", b"unauthorized\n"
+            else:
+                code, ctype, body = endpoint()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            if code == 401:
+                self.send_header("WWW-Authenticate", 'Bearer realm="taugrid-evidence"')
+            self.end_headers()
+            self.wfile.write(body)
+
+    return BoundedHTTPServer((host, port), Handler, opts, context)
