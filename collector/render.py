@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,7 +40,8 @@ def _verdict_word(name: str, c: Claim) -> str:
     return c.verdict.value
 
 
-def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2) -> str:
+def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2,
+                bundles: Mapping[tuple[str, str, str], str] | None = None) -> str:
     out: list[str] = []
     for rc in claims:
         out.append(_headline(rc))
@@ -69,6 +70,8 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             for e in b.evidence[:evidence + 1]:
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
                 out.append(f"  {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+        if bundles and rc.ref.key in bundles:
+            out.append(f"  {'evidence':<13} {bundles[rc.ref.key]}")
         out.append("")
     return "\n".join(out)
 
