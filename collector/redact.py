@@ -35,7 +35,9 @@ class Rule:
 def _mask_group(n: int) -> Callable[[re.Match[str]], str | None]:
     """Keep everything of the match but group n, which becomes MASK."""
 
-    def repl(m: re.Match[str]) -> str:
+    def repl(m: re.Match[str]) -> str | None:
+        if m.group(n) == MASK:  # already redacted: redaction is idempotent
+            return None
         start, end = m.span(n)
         whole = m.group(0)
         base = m.start(0)
@@ -52,8 +54,9 @@ def _keyword_value(m: re.Match[str]) -> str | None:
     value = m.group("v") or ""
     # "tokens: 4096", "token_count=12", "auth=true": numbers and booleans are not secrets.
     bare = value.strip("\"'")
-    if len(bare) < 6 or bare.replace(".", "").replace(",", "").isdigit() or bare.lower() in ("true", "false", "none",
-                                                                                            "null", MASK.lower()):
+    # MASK[:-1]: the value class stops before "]", so an already-redacted value is seen without it.
+    if len(bare) < 6 or bare.replace(".", "").replace(",", "").isdigit() or bare.lower() in (
+            "true", "false", "none", "null", MASK.lower(), MASK[:-1].lower()):
         return None
     start, end = m.span("v")
     base = m.start(0)

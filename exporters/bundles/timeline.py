@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from collector.kube import parse_time
+from collector.model import CLAIM_NAMES
 
 W, LEFT, RIGHT = 1100, 150, 20
 COLORS = {"true": "#2e7d32", "false": "#c62828", "unknown": "#9e9e9e", "": "#e0e0e0"}
@@ -185,7 +186,8 @@ def render_page(d: dict[str, Any]) -> str:
         f"({escape(str(d.get('trigger', '')))}) · {escape(str(d.get('start')))} → {escape(str(d.get('end')))}</div>",
         "<h2>Claims now</h2><table><tr><th>claim</th><th>verdict</th><th>observed</th><th>reason</th></tr>",
     ]
-    for name, c in (d.get("claims_now") or {}).items():
+    now = d.get("claims_now") or {}
+    for name, c in sorted(now.items(), key=lambda kv: (CLAIM_NAMES + (kv[0],)).index(kv[0])):
         v, o = str(c.get("verdict")), str(c.get("observed"))
         parts.append(f"<tr><td>{escape(name)}</td><td class=\"v-{escape(v)}\">{escape(v)}</td>"
                      f"<td class=\"v-{escape(o)}\">{escape(o)}</td><td>{escape(str(c.get('reason', '')))}</td></tr>")

@@ -273,8 +273,7 @@ def _artifacts(out: _Out, inp: BundleInput, log: RedactionLog) -> dict[str, Any]
                 continue
             dumps.append((d, a.pod))
             if d.format == "json":
-                text = scrub_text(a.data.decode("utf-8", "replace"), base, log)
-                out.write(base, text.encode(), what)
+                out.write(base, _dumps(scrub_json(orjson.loads(a.data), base, log)), what)
             else:  # the pickle itself is never kept: what it held, as plain JSON
                 plain = {"rank": d.rank, "version": d.version, "format": "decoded from pickle",
                          "pg_config": {k: {"ranks": list(v), "desc": d.pg_desc.get(k, "")}
@@ -404,8 +403,9 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
         "hang": hang["summary"] if hang else None,
         "missing": [{"what": m.what, "why": m.why} for m in out.missing],
     }, "timeline.json", rlog)
-    out.write("timeline.json", _dumps(timeline), "timeline data")
-    out.write("index.html", render_page(timeline).encode(), "timeline page")
+    data = _dumps(timeline)
+    out.write("timeline.json", data, "timeline data")
+    out.write("index.html", render_page(orjson.loads(data)).encode(), "timeline page")
     (dest / REDACTIONS).write_text(report(rlog, title=f"Redactions in {name or dest.name}",
                                           rules_note="Rules: collector/redact.py (named, linear-time patterns); "
                                                      "object fields are judged with their key in view."))
