@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.dumpkit import event, pod, ts, write_dump
+from tests.dumpkit import event, pod, write_dump
 from tests.test_explain_fixtures import taurun
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
