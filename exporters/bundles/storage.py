@@ -156,27 +156,29 @@ class BlobStore:
     """
 
     def __init__(self, account_url: str, container: str, *, prefix: str = "", credential: Any = None,
-                 tarball: bool = False, timeout_s: float = 30.0) -> None:
+                 tarball: bool = False, timeout_s: float = 30.0, retries: int = 3) -> None:
         self.account_url = account_url
         self.container_name = container
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.credential = credential
         self.tarball = tarball
         self.timeout_s = timeout_s
+        self.retries = retries
         self._service: Any = None
         self._container: Any = None
 
     def open(self) -> None:
         from azure.core.exceptions import AzureError, ResourceExistsError
-        from azure.storage.blob import BlobServiceClient
+        from azure.storage.blob import BlobServiceClient, ExponentialRetry
 
         cred = self.credential
         if cred is None:
             from azure.identity import DefaultAzureCredential
 
             cred = DefaultAzureCredential()
+        retry = ExponentialRetry(initial_backoff=2, increment_base=2, retry_total=self.retries)
         self._service = BlobServiceClient(self.account_url, credential=cred, connection_timeout=self.timeout_s,
-                                          read_timeout=self.timeout_s, retry_total=2)
+                                          read_timeout=self.timeout_s, retry_policy=retry)
         self._container = self._service.get_container_client(self.container_name)
         try:
             self._container.create_container()
