@@ -225,7 +225,8 @@ def _progress_csv(inp: BundleInput) -> tuple[bytes, list[dict[str, Any]]]:
             w.writerow([str(sig.ref), sig.source, sig.plane.value, s.step, rfc3339(s.at) or "", loss, s.format,
                         int(s.skipped), int(sig.durable)])
             if s.at is not None and not s.skipped:
-                points.append({"at": rfc3339(s.at), "step": s.step, "source": f"{sig.ref.name}/{sig.source}"})
+                points.append({"at": rfc3339(s.at), "step": s.step,
+                               "source": f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name})
     return buf.getvalue().encode(), points
 
 
