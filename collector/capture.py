@@ -223,9 +223,9 @@ def store_for(cfg: BundleSettings, credential: Any = None) -> BundleStore:
 
 
 def save(inp: BundleInput, cfg: BundleSettings, store: BundleStore | None, staging: Path, *,
-         now: datetime | None = None) -> tuple[str, dict[str, Any]]:
+         now: datetime | None = None, name: str = "") -> tuple[str, dict[str, Any]]:
     """Write the bundle under staging, put it in the store (local copy kept when the store fails)."""
-    name = bundle_name(inp.claims.ref.namespace, inp.claims.ref.name, inp.captured_at)
+    name = name or bundle_name(inp.claims.ref.namespace, inp.claims.ref.name, inp.captured_at)
     local = staging / name
     if local.exists():
         shutil.rmtree(local)
@@ -317,6 +317,7 @@ class EvidenceCapture:
         self.skipped = 0
         self.requested: dict[Key, threading.Event] = {}
         self.auto = True  # capture on triggers (False: traces only)
+        self._names: dict[str, int] = {}
         self._jobs: queue.Queue[_Job] = queue.Queue(maxsize=4)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -393,19 +394,23 @@ class EvidenceCapture:
         if done is not None:
             self._enqueue(_Job(rc, ev, "on demand", tuple(st.points), frozenset(gone), done))
             return
+        fresh = []
         for trigger, since in triggers if self.auto else ():
             incident = (key, f"{trigger.split(':')[0]}@{since.isoformat() if since else ''}")
             if incident in self.incidents:
                 continue
             self.incidents[incident] = None
-            while len(self.incidents) > 10_000:
-                self.incidents.popitem(last=False)
-            if not self._allowed(key, now):
-                self.skipped += 1
-                log.info("capture rate-limited", extra={"run": str(rc.ref), "trigger": trigger})
-                continue
-            self._enqueue(_Job(rc, ev, trigger, tuple(st.points), frozenset(gone)))
-            break  # one bundle per evaluation covers every trigger that fired with it
+            fresh.append(trigger)
+        while len(self.incidents) > 10_000:
+            self.incidents.popitem(last=False)
+        if not fresh:
+            return
+        if not self._allowed(key, now):
+            self.skipped += 1
+            log.info("capture rate-limited", extra={"run": str(rc.ref), "trigger": "; ".join(fresh)})
+            return
+        # One bundle covers every incident that fired with this evaluation.
+        self._enqueue(_Job(rc, ev, "; ".join(fresh), tuple(st.points), frozenset(gone)))
 
     def forget(self, key: Key, now: datetime) -> None:
         """The run is gone from the cluster: its trace ends; its raw history ages out of the recorder."""
@@ -440,7 +445,15 @@ class EvidenceCapture:
             except queue.Empty:
                 continue
             try:
-                where, _ = save(self.build(job), self.cfg, self.store, self.staging, now=self.now())
+                inp = self.build(job)
+                name = bundle_name(inp.claims.ref.namespace, inp.claims.ref.name, inp.captured_at)
+                n = self._names.get(name, 0)
+                self._names[name] = n + 1
+                if len(self._names) > 10_000:
+                    self._names.clear()
+                if n:  # a second capture of the same run within one second
+                    name = f"{name}-{n + 1}"
+                where, _ = save(inp, self.cfg, self.store, self.staging, now=self.now(), name=name)
                 self.written.append(where)
                 del self.written[:-100]
                 log.info("bundle written", extra={"run": str(job.rc.ref), "trigger": job.trigger, "where": where})

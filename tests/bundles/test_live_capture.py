@@ -1,0 +1,138 @@
+"""Automatic capture by the live controller against the API simulator (official client over HTTP)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.capture import EvidenceCapture
+from collector.controller import Controller
+from collector.settings import BundleSettings, ControllerSettings, Settings
+from collector.simulator.clock import ManualClock
+from collector.simulator.server import Simulator, SimulatorSettings
+from collector.sources.kube_api import KubeApi, api_client_for
+from exporters.bundles.storage import LocalStore
+from exporters.bundles.writer import verify
+from tests.bundles.scenario import NOW, NS, RUN, SECRETS, leaks, objects, train_log
+from tests.controller.test_controller import ensure_namespaces, server_side, wait_until
+from tests.dumpkit import ts
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    s = Simulator(settings=SimulatorSettings(bookmark_interval_s=0.5), watch_window=50)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def settings(tmp: Path, **bundles: Any) -> Settings:
+    ctl = replace(ControllerSettings(), tick=timedelta(seconds=0.2), leader_election=False,
+                  log_poll_interval=timedelta(seconds=0.3), ray_poll_interval=timedelta(0),
+                  checkpoint_poll_interval=timedelta(0), watch_timeout_s=5)
+    b = replace(BundleSettings(directory=str(tmp / "bundles"), tarball=False,
+                               min_interval_per_run=timedelta(0)), **bundles)
+    return Settings(controller=ctl, bundles=b)
+
+
+def manifests(store: Path) -> list[dict[str, Any]]:
+    """Oldest first: names are <ns>.<run>.<time>[-n] (the test's clock stands still)."""
+    dirs = [d for d in store.iterdir() if (d / "manifest.json").is_file()]
+    dirs.sort(key=lambda d: (d.name.split(".")[-1].partition("-")[0], int(d.name.partition("Z-")[2] or 1)))
+    return [json.loads((d / "manifest.json").read_text()) for d in dirs]
+
+
+def crash(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = json.loads(json.dumps(pod))
+    pod["status"]["containerStatuses"] = [{
+        "name": "main", "ready": False, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "finishedAt": ts(NOW - timedelta(minutes=1))}}}]
+    for c in pod["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c["status"] = "False"
+    return pod
+
+
+def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator, tmp_path: Path) -> None:
+    clock = ManualClock(NOW)
+    ensure_namespaces(sim, NS)
+    objs = objects(workers=2)
+    pods = [o for o in objs if o["kind"] == "Pod"]
+    pods[1]["metadata"]["finalizers"] = ["example.com/keep-logs"]  # graceful: deleting before gone
+    for o in objs:
+        sim.apply(server_side(o))
+    for i in range(2):
+        sim.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-node-{i}"},
+                   "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                          "capacity": {"nvidia.com/gpu": "8"}}})
+        for line in train_log(i, steps=5).splitlines():
+            at_text, _, rest = line.partition(" ")
+            sim.store.append_log(NS, f"{RUN}-w{i}", "main", [rest], NOW - timedelta(minutes=40))
+    s = settings(tmp_path, max_per_hour=3)
+    store = tmp_path / "bundles"
+    cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(store))
+    c = Controller(KubeApi(api_client_for(sim.base_url)), s, clock.now, capture=cap)
+    cap.api = c.api
+    c.open()
+    try:
+        wait_until(c.ready.is_set, what="controller ready")
+        wait_until(lambda: any(r.ref.name == RUN and r.running.observed.value == "true" for r in c.claims.values()),
+                   what="run running")
+        assert len(cap.history) >= 3  # raw objects recorded as the controller saw them
+        # 1. A worker crash-loops: running turns contradicted → one bundle, once.
+        sim.apply(server_side(crash(pods[0])))
+        wait_until(lambda: len(cap.written) == 1, what="bundle on contradiction")
+        sim.apply(server_side({**crash(pods[0]), "metadata": {**pods[0]["metadata"],
+                                                              "annotations": {"touched": "1"}}}))
+        clock.advance(5)
+        wait_until(lambda: cap.runs and c.evaluations > 5)
+        # 2. The other worker is being deleted (graceful): capture while its logs still exist.
+        sim.store.delete(sim.resource("v1", "Pod"), NS, f"{RUN}-w1")
+        wait_until(lambda: len(cap.written) == 2, what="bundle on deletion")
+        # 3. The first worker's node is cordoned.
+        sim.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-0"},
+                   "spec": {"unschedulable": True}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                                               "capacity": {"nvidia.com/gpu": "8"}}})
+        wait_until(lambda: len(cap.written) == 3, what="bundle on cordon")
+        # 4. A fourth incident within the hour passes max_per_hour=3: rate-limited, counted.
+        sim.store.delete(sim.resource("v1", "Pod"), NS, f"{RUN}-w0")
+        wait_until(lambda: cap.skipped >= 1, what="rate limit")
+        assert len(cap.written) == 3
+    finally:
+        c.close()
+
+    ms = manifests(store)
+    assert len(ms) == 3
+    assert ms[0]["trigger"].startswith("running contradicted")
+    assert f"pods being deleted: {RUN}-w1" in ms[1]["trigger"]
+    assert ms[2]["trigger"] == "node cordoned: gpu-node-0"
+    for m in ms:
+        b = store / m["bundle"]
+        assert verify(b) == [] and leaks(b) == [], m["bundle"]
+        assert m["source"] == "live" and m["run"]["name"] == RUN
+    first = store / ms[0]["bundle"]
+    hist = json.loads((first / f"objects/Pod/{NS}/{RUN}-w0.json").read_text())
+    states = [v["object"]["status"]["containerStatuses"][0].get("state") for v in hist["versions"]]
+    assert {"running"} <= {k for s in states for k in s} and {"waiting"} <= {k for s in states for k in s}
+    assert hist["versions"][0]["object"]["spec"]["containers"][0]["env"][0]["value"] == "[REDACTED]"
+    assert (first / f"logs/{RUN}-w1/main.log").read_text().count("consumed samples") == 5
+    assert ms[0]["claims"]["claims"]["running"]["verdict"] == "contradicted"
+    why = {x["what"]: x["why"] for x in ms[0]["missing"]}
+    assert "GPU series and XIDs from NVML" in why
+    # Logs of the crashed container: previous requested (restartCount 3); the simulator has none kept.
+    assert f"log {RUN}-w0/main (previous)" in why or (first / f"logs/{RUN}-w0/main.previous.log").exists()
+    # The timeline lanes carry the transition the controller saw.
+    tl = json.loads((first / "timeline.json").read_text())
+    running = next(lane for lane in tl["lanes"] if lane["claim"] == "running")
+    assert [s["observed"] for s in running["segments"]][-2:] == ["true", "false"]
+    second = store / ms[1]["bundle"]
+    assert (second / f"logs/{RUN}-w1/main.log").is_file()  # deleting, not gone: logs still there
+    assert all(v not in (second / f"logs/{RUN}-w1/main.log").read_text() for v in SECRETS.values())
