@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector.capture import EvidenceCapture
 from collector.controller import Controller
@@ -19,6 +20,7 @@ from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.bundles.storage import LocalStore
 from exporters.bundles.writer import verify
+from exporters.otel import STAGES, RunTracer
 from tests.bundles.scenario import NOW, NS, RUN, SECRETS, leaks, objects, train_log
 from tests.controller.test_controller import ensure_namespaces, server_side, wait_until
 from tests.dumpkit import ts
@@ -35,8 +37,10 @@ def sim() -> Iterator[Simulator]:
 
 
 def settings(tmp: Path, **bundles: Any) -> Settings:
+    # Logs are not polled: progress stays unknown, so the incidents are exactly the ones the test makes.
+    # The capture reads the logs itself.
     ctl = replace(ControllerSettings(), tick=timedelta(seconds=0.2), leader_election=False,
-                  log_poll_interval=timedelta(seconds=0.3), ray_poll_interval=timedelta(0),
+                  log_poll_interval=timedelta(0), ray_poll_interval=timedelta(0),
                   checkpoint_poll_interval=timedelta(0), watch_timeout_s=5)
     b = replace(BundleSettings(directory=str(tmp / "bundles"), tarball=False,
                                min_interval_per_run=timedelta(0)), **bundles)
@@ -78,7 +82,8 @@ def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator
             sim.store.append_log(NS, f"{RUN}-w{i}", "main", [rest], NOW - timedelta(minutes=40))
     s = settings(tmp_path, max_per_hour=3)
     store = tmp_path / "bundles"
-    cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(store))
+    spans = InMemorySpanExporter()
+    cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(store), tracer=RunTracer(spans, batch=False))
     c = Controller(KubeApi(api_client_for(sim.base_url)), s, clock.now, capture=cap)
     cap.api = c.api
     c.open()
@@ -111,6 +116,11 @@ def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator
 
     ms = manifests(store)
     assert len(ms) == 3
+    # The run's lifecycle trace, fed by the same hook: stage spans under the trace the manifests name.
+    finished = spans.get_finished_spans()
+    assert finished and {sp.name for sp in finished} <= set(STAGES)
+    assert "running" in {sp.name for sp in finished}  # progress unknown without polled logs: running
+    assert {f"{sp.context.trace_id:032x}" for sp in finished} == {m["trace_id"] for m in ms}
     assert ms[0]["trigger"].startswith("running contradicted")
     assert f"pods being deleted: {RUN}-w1" in ms[1]["trigger"]
     assert ms[2]["trigger"] == "node cordoned: gpu-node-0"
