@@ -146,3 +146,27 @@ def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator
     second = store / ms[1]["bundle"]
     assert (second / f"logs/{RUN}-w1/main.log").is_file()  # deleting, not gone: logs still there
     assert all(v not in (second / f"logs/{RUN}-w1/main.log").read_text() for v in SECRETS.values())
+
+
+def test_bundle_on_demand_from_the_live_cluster(sim: Simulator, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from collector.cli import main
+    from collector.simulator.kubeconfig import write_kubeconfig
+
+    ensure_namespaces(sim, NS)
+    for o in objects(workers=1):
+        sim.apply(server_side(o))
+    for line in train_log(0, steps=3).splitlines():
+        sim.store.append_log(NS, f"{RUN}-w0", "main", [line.partition(" ")[2]], NOW - timedelta(minutes=30))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", sim.base_url)
+    res = CliRunner().invoke(main, ["bundle", f"{NS}/{RUN}", "--kubeconfig", str(kc), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    b = Path(res.stdout.strip())
+    assert b.parent == tmp_path / "o" and verify(b) == [] and leaks(b) == []
+    m = json.loads((b / "manifest.json").read_text())
+    assert m["trigger"] == "on demand" and m["source"] == "live"
+    assert (b / f"objects/TauRun/{NS}/{RUN}.json").is_file()
+    assert (b / f"logs/{RUN}-w0/main.log").read_text().count("consumed samples") == 3
+    missing = CliRunner().invoke(main, ["bundle", "nope", "--kubeconfig", str(kc), "--out", str(tmp_path / "o")])
+    assert missing.exit_code == 1 and "no run matches nope" in missing.output
