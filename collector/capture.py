@@ -415,6 +415,7 @@ class EvidenceCapture:
     def forget(self, key: Key, now: datetime) -> None:
         """The run is gone from the cluster: its trace ends; its raw history ages out of the recorder."""
         self.runs.pop(key, None)
+        self.last_capture.pop(key, None)
         if self.tracer is not None:
             self.tracer.forget(key, now)
 
