@@ -512,14 +512,21 @@ class EvidenceCapture:
         if not objects:
             missing.append(Missing("raw objects", "none recorded yet for this run"))
         artifacts: list[Artifact] = []
-        if self.cfg.artifacts:
-            where = Path(self.cfg.artifacts.format(namespace=ns, run=rc.ref.name))
-            if where.is_dir():
+        t = ev.taurun.facts if ev.taurun is not None else None
+        template = self.cfg.artifacts_by_profile.get(t.profile if isinstance(t, TauRunFacts) else "",
+                                                     self.cfg.artifacts)
+        if template:
+            try:
+                where: Path | None = Path(template.format(namespace=ns, run=rc.ref.name))
+            except (KeyError, IndexError, ValueError) as e:
+                where = None
+                missing.append(Missing("profiles and dumps", f"artifacts template {template!r} is unusable: {e}"))
+            if where is not None and where.is_dir():
                 for sub in sorted(where.iterdir()):
                     if sub.is_dir() and not sub.is_symlink() and sub.name in {p.ref.name for p in ev.pods}:
                         _artifacts_in(sub, sub.name, artifacts, missing)
                 _artifacts_in_top(where, artifacts, missing)
-            else:
+            elif where is not None:
                 missing.append(Missing("profiles and dumps", f"{where}: no such directory"))
         trace_id = self.tracer.trace_id(rc.ref) if self.tracer is not None else ""
         return BundleInput(claims=rc, captured_at=self.now(), trigger=job.trigger, source="live", objects=objects,

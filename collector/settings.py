@@ -106,7 +106,10 @@ class BundleSettings:
     max_per_hour: int = 30  # rate limit for the whole controller
     history_max_bytes: int = 64 << 20  # raw object history kept in memory for bundles
     history_versions: int = 16  # versions kept per object
-    artifacts: str = ""  # where runs leave profiles/dumps: a directory with {namespace}/{run} in it
+    # Where runs leave profiles and dumps (a directory template with {namespace} and {run}), and per
+    # workload profile (TauRun spec.profile) where that profile says.
+    artifacts: str = ""
+    artifacts_by_profile: Mapping[str, str] = field(default_factory=dict)
     otlp_endpoint: str = ""  # OTLP/HTTP traces endpoint (…/v1/traces); "" turns traces off
 
 

@@ -29,6 +29,10 @@ def scrub_text(text: str, where: str, log: RedactionLog) -> str:
     while pos < len(text):
         end = min(len(text), pos + _CHUNK)
         if end < len(text):
+            # Never split a PEM block: a chunk holding a BEGIN without its END ends before the BEGIN.
+            begin = text.rfind("-----BEGIN ", pos, end)
+            if begin > pos and text.find("-----END ", begin, end) < 0:
+                end = begin
             nl = text.rfind("\n", pos, end)
             if nl > pos:
                 end = nl + 1

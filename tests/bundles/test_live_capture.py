@@ -21,7 +21,7 @@ from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.bundles.storage import LocalStore
 from exporters.bundles.writer import verify
 from exporters.otel import STAGES, RunTracer
-from tests.bundles.scenario import NOW, NS, RUN, SECRETS, leaks, objects, train_log
+from tests.bundles.scenario import LATE_RANK, NOW, NS, RUN, SECRETS, leaks, objects, train_log, write_artifacts
 from tests.controller.test_controller import ensure_namespaces, server_side, wait_until
 from tests.dumpkit import ts
 
@@ -80,7 +80,10 @@ def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator
         for line in train_log(i, steps=5).splitlines():
             at_text, _, rest = line.partition(" ")
             sim.store.append_log(NS, f"{RUN}-w{i}", "main", [rest], NOW - timedelta(minutes=40))
-    s = settings(tmp_path, max_per_hour=3)
+    # Where the run's profile says it leaves dumps: its NCCL flight-recorder dumps are there.
+    write_artifacts(tmp_path / "runs" / NS / RUN)
+    s = settings(tmp_path, max_per_hour=3,
+                 artifacts_by_profile={"a100-2x8": str(tmp_path / "runs" / "{namespace}" / "{run}")})
     store = tmp_path / "bundles"
     spans = InMemorySpanExporter()
     cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(store), tracer=RunTracer(spans, batch=False))
@@ -135,6 +138,8 @@ def test_controller_captures_on_contradiction_deletion_and_cordon(sim: Simulator
     assert hist["versions"][0]["object"]["spec"]["containers"][0]["env"][0]["value"] == "[REDACTED]"
     assert (first / f"logs/{RUN}-w1/main.log").read_text().count("consumed samples") == 5
     assert ms[0]["claims"]["claims"]["running"]["verdict"] == "contradicted"
+    assert ms[0]["hang_analysis"]["suspects"] == [{"rank": LATE_RANK, "pod": f"{RUN}-w1", "node": "gpu-node-1",
+                                                   "placement": "dump found with this pod"}]
     why = {x["what"]: x["why"] for x in ms[0]["missing"]}
     assert "GPU series and XIDs from NVML" in why
     # Logs of the crashed container: previous requested (restartCount 3); the simulator has none kept.
