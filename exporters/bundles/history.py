@@ -76,6 +76,9 @@ def _compact(obj: Any) -> bytes:
         raw = orjson.dumps(obj)
     except TypeError:
         raw = orjson.dumps({"unserializable": type(obj).__name__})
+    # orjson's output keeps its growth buffer (~40% over its length here): an exact copy is what the
+    # byte bound counts.
+    raw = memoryview(raw).tobytes()
     if len(raw) > MAX_OBJECT_BYTES:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         raw = orjson.dumps({"metadata": meta if isinstance(meta, dict) else {},
