@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import tempfile
-import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,23 +80,23 @@ def _match(claims: list[RunClaims], run: str) -> RunClaims:
     return found[0]
 
 
-_lock = threading.Lock()
-
-
 def redact_cmd(path: Path) -> int:
     """Re-apply the current redaction rules to a bundle directory or tarball, in place."""
-    with _lock:
-        if path.is_dir():
-            return redact_tree(path, datetime.now(UTC))
-        if not path.name.endswith(TAR_SUFFIX):
-            raise CaptureError(f"{path}: not a bundle directory or .tar.gz")
-        with tempfile.TemporaryDirectory(prefix="taugrid-redact-", dir=path.parent) as tmp:
-            root = unpack(path, Path(tmp) / "in")
-            changed = redact_tree(root, datetime.now(UTC))
-            new = Path(tmp) / path.name
-            pack(root, new)
-            shutil.move(str(new), str(path))
-        return changed
+    if path.is_dir():
+        if not (path / MANIFEST).is_file():
+            raise CaptureError(f"{path}: no {MANIFEST}: not a bundle")
+        return redact_tree(path, datetime.now(UTC))
+    if not path.name.endswith(TAR_SUFFIX):
+        raise CaptureError(f"{path}: not a bundle directory or .tar.gz")
+    with tempfile.TemporaryDirectory(prefix="taugrid-redact-", dir=path.parent) as tmp:
+        root = unpack(path, Path(tmp) / "in")
+        if not (root / MANIFEST).is_file():
+            raise CaptureError(f"{path}: no {MANIFEST} inside: not a bundle")
+        changed = redact_tree(root, datetime.now(UTC))
+        new = Path(tmp) / path.name
+        pack(root, new)
+        os.replace(new, path)  # the redacted tarball replaces the old one in one step
+    return changed
 
 
 def latest_bundles(directory: Path, claims: list[RunClaims]) -> dict[tuple[str, str, str], str]:

@@ -8,7 +8,6 @@ until the store is under its size bound.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import tarfile
@@ -205,12 +204,10 @@ class BlobStore:
             if self.tarball or local.is_file():
                 blob = f"{self.prefix}{name}{TAR_SUFFIX}"
                 if local.is_dir():
-                    buf = io.BytesIO()
                     tmp = local.parent / f".{name}{TAR_SUFFIX}.tmp"
                     pack(local, tmp)
-                    buf.write(tmp.read_bytes())
+                    data = tmp.read_bytes()
                     tmp.unlink()
-                    data = buf.getvalue()
                 else:
                     data = local.read_bytes()
                 c.upload_blob(blob, data, overwrite=True)
