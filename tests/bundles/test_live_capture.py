@@ -175,3 +175,25 @@ def test_bundle_on_demand_from_the_live_cluster(sim: Simulator, tmp_path: Path) 
     assert (b / f"logs/{RUN}-w0/main.log").read_text().count("consumed samples") == 3
     missing = CliRunner().invoke(main, ["bundle", "nope", "--kubeconfig", str(kc), "--out", str(tmp_path / "o")])
     assert missing.exit_code == 1 and "no run matches nope" in missing.output
+
+
+def test_controller_config_turns_capture_and_traces_on(tmp_path: Path) -> None:
+    from collector.config import ConfigError, load_settings
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"bundles:\n  directory: {tmp_path / 'b'}\n  max_age: 7d\n  min_interval_per_run: 90s\n"
+                   "  artifacts_by_profile:\n    a100-2x8: '/mnt/{namespace}/{run}'\n")
+    s = load_settings(cfg)
+    assert s.bundles.max_age == timedelta(days=7) and s.bundles.min_interval_per_run == timedelta(seconds=90)
+    assert s.bundles.artifacts_by_profile == {"a100-2x8": "/mnt/{namespace}/{run}"}
+    api = KubeApi(api_client_for("http://127.0.0.1:9"))
+    c = Controller(api, s, lambda: NOW)
+    assert c.capture is not None and c.capture.auto and isinstance(c.capture.store, LocalStore)
+    assert Controller(api, Settings(), lambda: NOW).capture is None  # nothing configured: no hook at all
+    traces_only = replace(Settings(), bundles=BundleSettings(otlp_endpoint="http://127.0.0.1:9/v1/traces"))
+    t = Controller(api, traces_only, lambda: NOW).capture
+    assert t is not None and not t.auto and t.tracer is not None
+    t.tracer.close()
+    cfg.write_text("bundles:\n  max_per_hour: lots\n")
+    with pytest.raises(ConfigError, match="bundles.max_per_hour: expected a number"):
+        load_settings(cfg)
