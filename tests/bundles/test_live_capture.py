@@ -197,3 +197,31 @@ def test_controller_config_turns_capture_and_traces_on(tmp_path: Path) -> None:
     cfg.write_text("bundles:\n  max_per_hour: lots\n")
     with pytest.raises(ConfigError, match="bundles.max_per_hour: expected a number"):
         load_settings(cfg)
+
+
+def test_pod_deleted_outright_is_captured_from_history(sim: Simulator, tmp_path: Path) -> None:
+    """No finalizer, no grace: the pod is gone before capture; its history and the reason stay."""
+    clock = ManualClock(NOW)
+    ensure_namespaces(sim, NS)
+    for o in objects(workers=2):
+        sim.apply(server_side(o))
+    s = settings(tmp_path)
+    cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(tmp_path / "bundles"))
+    c = Controller(KubeApi(api_client_for(sim.base_url)), s, clock.now, capture=cap)
+    cap.api = c.api
+    c.open()
+    try:
+        wait_until(lambda: any(r.ref.name == RUN and r.running.observed.value == "true" for r in c.claims.values()),
+                   what="run running")
+        sim.store.delete(sim.resource("v1", "Pod"), NS, f"{RUN}-w1")
+        wait_until(lambda: len(cap.written) == 1, what="bundle on deletion")
+    finally:
+        c.close()
+    b = Path(cap.written[0])
+    m = json.loads((b / "manifest.json").read_text())
+    assert f"pods deleted: {RUN}-w1" in m["trigger"]
+    hist = json.loads((b / f"objects/Pod/{NS}/{RUN}-w1.json").read_text())
+    assert [v["op"] for v in hist["versions"]][-1] == "delete"
+    why = {x["what"]: x["why"] for x in m["missing"]}
+    assert why[f"log {RUN}-w1/*"] == "pod deleted before capture; its logs went with it"
+    assert verify(b) == [] and leaks(b) == []
