@@ -372,7 +372,8 @@ class EvidenceCapture:
         if stage != st.blocked:
             st.points.append(ClaimPoint(now, "blocked", stage, "", rc.blocked.reason if rc.blocked else ""))
             st.blocked = stage
-        if _failed(ev, rc) and not st.finished:
+        # A run already finished when first seen (a controller restart) is history, not an incident.
+        if _failed(ev, rc) and not st.finished and not first:
             triggers.append(("run failed", None))
         st.finished = rc.finished
         pods = {p.ref.name for p in ev.pods}
