@@ -76,9 +76,11 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
 @click.option("--max-file-bytes", type=click.IntRange(min=1), default=MAX_OBJECT_BYTES, show_default=True,
               help="Largest JSON/YAML file read from the dump.")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
+              show_default=True, help="Where evidence bundles are; text output links each run's latest.")
 @click.argument("runs", nargs=-1)
 def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
-            max_file_bytes: int, output: str, runs: tuple[str, ...]) -> None:
+            max_file_bytes: int, output: str, bundles_dir: Path, runs: tuple[str, ...]) -> None:
     """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
 
     The dump is one snapshot: every source counts as synced when it was captured, so evaluating
@@ -117,7 +119,10 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
             doc["missing"] = missing
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        click.echo(render_text(selected, now) if selected else "no runs found in the dump")
+        from collector.bundlecmd import latest_bundles
+
+        click.echo(render_text(selected, now, bundles=latest_bundles(bundles_dir, selected))
+                   if selected else "no runs found in the dump")
         if missing is not None:
             click.echo(safe_text(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from"
                                  " pods. Add them with:"))
@@ -268,3 +273,72 @@ def simulator(scenario: Path | None, address: str, speed: float, kubeconfig_out:
         run_simulator(scenario, address, speed, kubeconfig_out)
     except ScenarioError as e:
         raise click.ClickException(str(e)) from e
+
+
+# --- evidence bundles ------------------------------------------------------------------------------
+
+
+class _BundleGroup(click.Group):
+    """`bundle RUN ...` writes a bundle; `bundle redact PATH` is the one subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["create", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group(cls=_BundleGroup)
+def bundle() -> None:
+    """Evidence bundles: `bundle RUN [--from-dump DIR] [--out PATH]`, `bundle redact PATH`.
+
+    A bundle holds the manifest (claims, time range, every file's sha256), raw object histories,
+    events, container logs, progress series, profiles and flight-recorder dumps with their hang
+    analysis, a self-contained timeline page and REDACTIONS.md.
+    """
+
+
+@bundle.command("create", hidden=True)
+@click.argument("run")
+@click.option("--from-dump", "dump_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Directory written by `kubectl cluster-info dump` (default: the live cluster).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Directory to put the bundle in (default ./bundles), or a FILE.tar.gz.")
+@click.option("--at", "at", callback=_parse_at, help="Evaluation time for a dump (RFC3339).")
+@click.option("--artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Where the run left profiles and NCCL flight-recorder dumps (per-pod subdirectories or files).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Live: default in-cluster config.")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML settings (a bundles: section sets bounds and storage).")
+def bundle_create(run: str, dump_dir: Path | None, out: Path | None, at: datetime | None, artifacts: Path | None,
+                  kubeconfig: str | None, context: str | None, config_path: Path | None) -> None:
+    """Write RUN's evidence bundle (NAME or NAMESPACE/NAME) and print where it is."""
+    from collector.bundlecmd import bundle_from_dump_cmd, bundle_live_cmd
+    from collector.capture import CaptureError
+
+    try:
+        settings = load_settings(config_path)
+        if dump_dir is not None:
+            where, manifest = bundle_from_dump_cmd(dump_dir, run, out, settings, at=at, artifacts=artifacts)
+        else:
+            api = KubeApi(load_api_client(kubeconfig, context))
+            where, manifest = bundle_live_cmd(api, run, out, settings)
+    except (ConfigError, CaptureError, SourceError, OSError, k8s_config.ConfigException) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(where)
+    for m in manifest.get("missing") or []:
+        click.echo(f"  missing: {m['what']}: {m['why']}", err=True)
+
+
+@bundle.command("redact")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+def bundle_redact(path: Path) -> None:
+    """Re-apply the current redaction rules to the bundle at PATH (directory or .tar.gz), updating hashes."""
+    from collector.bundlecmd import redact_cmd
+    from collector.capture import CaptureError
+
+    try:
+        changed = redact_cmd(path)
+    except (CaptureError, ValueError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"{path}: {changed} more value(s) redacted; manifest and REDACTIONS.md updated")

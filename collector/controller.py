@@ -19,6 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from collector.capture import EvidenceCapture, capture_for
 from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
@@ -66,7 +67,8 @@ class Controller:
     """Keeps every run's claims current from a Kubernetes API; read-only apart from its Lease."""
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
-                 resources: tuple[Resource, ...] | None = None, identity: str = "") -> None:
+                 resources: tuple[Resource, ...] | None = None, identity: str = "",
+                 capture: EvidenceCapture | None = None) -> None:
         resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
         self.settings = settings
@@ -100,6 +102,8 @@ class Controller:
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
         self._http: BoundedHTTPServer | None = None
+        # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
+        self.capture = capture or capture_for(settings, api, now)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -136,6 +140,8 @@ class Controller:
             self._spawn(self._poll_ray, "ray-poller")
         if self.elector is not None:
             self.elector.start()
+        if self.capture is not None:
+            self.capture.open()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -153,6 +159,8 @@ class Controller:
             self._http.server_close()
         for t in self._threads:
             t.join(5)
+        if self.capture is not None:
+            self.capture.close()
 
     def __enter__(self) -> Controller:
         self.open()
@@ -178,12 +186,16 @@ class Controller:
     def upsert(self, resource: Resource, obj: JSON) -> None:
         rec = self._normalize(resource, obj)
         if rec is not None:
+            if self.capture is not None:
+                self.capture.observe(rec.ref, obj)
             self._pending.setdefault(resource.name, []).append(_Change("upsert", resource, rec))
 
     def delete(self, resource: Resource, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
         kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
         ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if self.capture is not None:
+            self.capture.observe_deleted(ref, obj)
         self._pending.setdefault(resource.name, []).append(_Change("delete", resource, ref))
 
     def flush(self, resource: Resource) -> None:
@@ -192,8 +204,11 @@ class Controller:
             self._put(_Change("batch", resource, changes))
 
     def replace(self, resource: Resource, objs: list[JSON]) -> None:
-        recs = [rec for obj in objs if (rec := self._normalize(resource, obj)) is not None]
-        self._put(_Change("replace", resource, recs))
+        pairs = [(rec, obj) for obj in objs if (rec := self._normalize(resource, obj)) is not None]
+        if self.capture is not None:
+            for rec, obj in pairs:
+                self.capture.observe(rec.ref, obj)
+        self._put(_Change("replace", resource, [rec for rec, _ in pairs]))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         self._put(_Change("synced", resource, at))
@@ -358,6 +373,8 @@ class Controller:
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
                     self.exporter.forget(rc.ref)
+                    if self.capture is not None:
+                        self.capture.forget(gone, now)
                     self._targets_by_run.pop(gone, None)
                     self._targets_changed = True
                 self._roots_changed = False
@@ -373,6 +390,8 @@ class Controller:
                 rc = evaluate(ev, now, self.settings.claims)
                 self.claims[ref.key] = rc
                 out.append(rc)
+                if self.capture is not None and self.leader:
+                    self.capture.evaluated(ev, rc, now)
                 polled = self._poll_targets(ev, rc)
                 if self._targets_by_run.get(ref.key) != polled:
                     self._targets_by_run[ref.key] = polled

@@ -693,6 +693,7 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
         ready_reason=r.str_(ready.get("reason"), "status.conditions[Ready].reason"),
         ready_message=r.str_(ready.get("message"), "status.conditions[Ready].message")[:300],
         ready_since=r.time(ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"),
+        unschedulable=_get(raw, "spec.unschedulable") is True,
     )
 
 

@@ -286,6 +286,7 @@ class NodeFacts:
     ready_reason: str = ""  # e.g. NodeStatusUnknown (the kubelet stopped posting status)
     ready_message: str = ""
     ready_since: datetime | None = None
+    unschedulable: bool = False  # cordoned (spec.unschedulable): bundles capture before a drain
 
 
 @dataclass(frozen=True, slots=True)

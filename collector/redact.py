@@ -35,7 +35,9 @@ class Rule:
 def _mask_group(n: int) -> Callable[[re.Match[str]], str | None]:
     """Keep everything of the match but group n, which becomes MASK."""
 
-    def repl(m: re.Match[str]) -> str:
+    def repl(m: re.Match[str]) -> str | None:
+        if m.group(n) == MASK:  # already redacted: redaction is idempotent
+            return None
         start, end = m.span(n)
         whole = m.group(0)
         base = m.start(0)
@@ -54,8 +56,8 @@ def _keyword_value(m: re.Match[str]) -> str | None:
     bare = value.strip("\"'")
     if bare.startswith(MASK[:-1]):  # already masked by an earlier rule (the value class stops at "]")
         return None
-    if len(bare) < 6 or bare.replace(".", "").replace(",", "").isdigit() or bare.lower() in ("true", "false", "none",
-                                                                                            "null", MASK.lower()):
+    if len(bare) < 6 or bare.replace(".", "").replace(",", "").isdigit() or bare.lower() in (
+            "true", "false", "none", "null", MASK.lower(), MASK[:-1].lower()):
         return None
     start, end = m.span("v")
     base = m.start(0)

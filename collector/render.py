@@ -10,7 +10,7 @@ Nothing here is markup: the text is printed as is.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -80,7 +80,8 @@ def _verdict_word(name: str, c: Claim) -> str:
     return c.verdict.value
 
 
-def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2) -> str:
+def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2,
+                bundles: Mapping[tuple[str, str, str], str] | None = None) -> str:
     out: list[str] = []
     for rc in claims:
         out.append(_headline(rc))
@@ -109,6 +110,8 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             for e in b.evidence[:evidence + 1]:
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
                 out.append(f"  {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+        if bundles and rc.ref.key in bundles:
+            out.append(f"  {'evidence':<13} {bundles[rc.ref.key]}")
         out.append("")
     return "\n".join(safe_text(line) for line in out)
 

@@ -107,8 +107,35 @@ class StorageSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BundleSettings:
+    """Evidence bundles (exporters/bundles) and lifecycle traces (exporters/otel.py)."""
+
+    # Automatic capture by the controller: on when a directory (local staging and default store) is set.
+    directory: str = ""
+    tarball: bool = True  # keep each bundle as one .tar.gz (else a directory)
+    # Azure Blob store (workload identity); "" keeps bundles in `directory` only.
+    blob_account_url: str = ""
+    blob_container: str = "evidence-bundles"
+    blob_prefix: str = ""
+    max_age: timedelta = timedelta(days=14)  # retention by age ...
+    max_total_bytes: int = 20 << 30  # ... and by the total size of the store
+    max_bundle_bytes: int = 256 << 20  # one bundle; files past it are left out (and listed as missing)
+    log_tail_bytes: int = 1 << 20  # per container log (current and previous)
+    min_interval_per_run: timedelta = timedelta(minutes=10)  # rate limit per run
+    max_per_hour: int = 30  # rate limit for the whole controller
+    history_max_bytes: int = 64 << 20  # raw object history kept in memory for bundles
+    history_versions: int = 16  # versions kept per object
+    # Where runs leave profiles and dumps (a directory template with {namespace} and {run}), and per
+    # workload profile (TauRun spec.profile) where that profile says.
+    artifacts: str = ""
+    artifacts_by_profile: Mapping[str, str] = field(default_factory=dict)
+    otlp_endpoint: str = ""  # OTLP/HTTP traces endpoint (…/v1/traces); "" turns traces off
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     taugrid: TauGridContract = field(default_factory=TauGridContract)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    bundles: BundleSettings = field(default_factory=BundleSettings)
