@@ -116,9 +116,10 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     reason = f"STALLED {human_age(age)}: last {what} at {_hm(last.at)} ({window}){skipped}{durability}"
     if after:
         reason += f"; {_hang_text(after)}"
-        suspects = _suspects(after)
-        for text, ref, at in suspects:
-            evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
+        if not suspects:  # not yet named above (only findings that are not hangs by themselves)
+            suspects = _suspects(after)
+            for text, ref, at in suspects:
+                evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
         reason += _suspect_text(suspects)
     gpu = _gpu_activity(ev, now, s)
     if gpu is not None:
@@ -146,7 +147,8 @@ def _findings_after(signals: list[Signal], last: Advance | None,
         last_line = max((smp.line for smp in sig.scan.samples if not smp.skipped), default=0)
         for h in sig.scan.hangs:
             if h.at is not None:
-                if h.at <= now and (last is None or h.at > last.at):
+                # same stamp: the line order decides (a bar, then the watchdog error, on one line)
+                if h.at <= now and (last is None or h.at > last.at or (h.at == last.at and h.line >= last_line)):
                     out.append((sig, h))
             elif h.line > last_line:
                 out.append((sig, h))

@@ -61,7 +61,7 @@ class _Stream:
         "hf_total",
         "hf_pending",
         "hf_last_n",
-        "hf_dicts",
+        "hf_eval",
         "ds_prev",
         "meg_prev",
         "lt_epoch",
@@ -88,7 +88,7 @@ class _Stream:
         self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
         self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
         self.hf_last_n: int | None = None
-        self.hf_dicts = 0
+        self.hf_eval = False  # an evaluation bar of the training bar's length is being drawn
         self.ds_prev: tuple[int, int | None] | None = None
         self.meg_prev: int | None = None
         self.lt_epoch: int | None = None
@@ -198,6 +198,7 @@ class _Scanner:
                 or "step=" in s
                 or "'loss'" in s
                 or '"loss"' in s
+                or "eval_loss" in s
                 or "kipping step" in s
                 or "Xid" in s
                 or "ollective" in s
@@ -263,6 +264,7 @@ class _Scanner:
             or "step=" in f
             or "'loss'" in f
             or '"loss"' in f
+            or "eval_loss" in f
             or "kipping step" in f
         ):
             self._frame(st, n, ts, f)
@@ -356,17 +358,19 @@ class _Scanner:
             bar = trainers.parse_bar(f)
             if bar is not None:
                 rest = f[bar.end :]  # text printed after the bar on the same frame (a loss dict)
-                if bar.n > 0:  # 0/N: nothing done yet
-                    if bar.lightning:
-                        self._lightning(st, n, ts, f, bar)
-                    else:
-                        self._hf_bar(st, n, ts, f, bar)
+                if not bar.lightning:
+                    self._hf_bar(st, n, ts, f, bar)
+                elif bar.n > 0:  # 0/N: nothing done yet
+                    self._lightning(st, n, ts, f, bar)
+        if "eval_loss" in rest:
+            st.hf_eval = False  # the Trainer prints the evaluation metrics when the pass ends
         if "'loss'" in rest or '"loss"' in rest:
             hf = trainers.parse_hf_dict(rest)
             if hf is not None:
                 self._hf_dict(st, n, ts, rest, hf)
 
     def _hf_dict(self, st: _Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
+        st.hf_eval = False
         step: int | None
         if hf.step is not None:
             step = hf.step
@@ -390,9 +394,15 @@ class _Scanner:
 
     def _hf_bar(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         if st.hf_total is None:
-            st.hf_pending = bar  # not yet known to be the training bar (could be eval)
-        elif bar.total == st.hf_total and (st.hf_last_n is None or bar.n >= st.hf_last_n):
-            # An evaluation bar of the same length would go back to 1: never mixed with training.
+            if bar.n > 0:
+                st.hf_pending = bar  # not yet known to be the training bar (could be eval)
+        elif bar.total != st.hf_total or st.hf_eval:
+            return
+        elif st.hf_last_n is not None and bar.n < st.hf_last_n:
+            # An evaluation bar of the training bar's length starts again from 0: ignore bars until
+            # its metrics (eval_loss) or the next training loss dict.
+            st.hf_eval = True
+        elif bar.n > 0:
             st.hf_last_n = bar.n
             self._emit(st, n, ts, f, bar.n, None, "hf-trainer", False, bar.total)
 
