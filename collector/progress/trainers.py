@@ -134,10 +134,11 @@ def parse_hf_dict(s: str) -> HfDict | None:
 # be followed by other text on the same frame (a print without a newline): `Bar.end` says where the
 # bar ends.
 # All anchored (match at a known position) or literal-led: linear on any input.
-_BAR_TAIL = re.compile(r"\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")
-_LIGHTNING_NOPCT = re.compile(r"\s*Epoch (\d+):\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")
+_BAR_TAIL = re.compile(r"\|\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")  # from the bar's closing `|`
+_LIGHTNING_NOPCT = re.compile(r"^\s*Epoch (\d+):\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")
 _EPOCH_DESC = re.compile(r"Epoch (\d+):?")
-_LAUNCHER_PREFIX = re.compile(r"\([A-Za-z_]\w{0,63} pid=\d+[^)]{0,100}\)\s*|[\w.-]{0,100}[\d-][\w.-]{0,100}:\s+")
+# Ray's worker prefix, or a host name (with a digit or `-`) then `:` (pdsh, as DeepSpeed's launcher)
+_LAUNCHER_PREFIX = re.compile(r"^(?:\([A-Za-z_]\w{0,63} pid=\d+[^)]{0,100}\)\s*|([\w.-]{1,100}):\s)")
 _BAR_LOSS = re.compile(r"(?<![\w.])(?:train_)?loss(?:_step)?=\s*([^\s,\]]+)")
 
 
@@ -153,7 +154,7 @@ class Bar(NamedTuple):
 def _bar_desc(desc: str) -> tuple[bool, int | None] | None:
     """(lightning, epoch) for a training bar's description, None for any other bar."""
     p = _LAUNCHER_PREFIX.match(desc)
-    if p:
+    if p and (p.group(1) is None or any(c.isdigit() or c == "-" for c in p.group(1))):
         desc = desc[p.end() :]
     desc = desc.strip()
     if not desc:
@@ -182,7 +183,7 @@ def parse_bar(frame: str) -> Bar | None:
     kind = _bar_desc(frame[:i])
     if kind is None:
         return None
-    t = _BAR_TAIL.match(frame, k + 1)
+    t = _BAR_TAIL.match(frame, k)
     if t is None:
         return None
     lightning, epoch = kind
