@@ -97,6 +97,9 @@ def test_hf_bar_advancing_while_every_step_overflows_is_not_progress() -> None:
     # huggingface/transformers #14531: the bar moves, every step is a DeepSpeed overflow skip
     scan = scan_text((TRAINING / "hf_bar_then_deepspeed_overflow_transformers_14531.txt").read_bytes(), source="t")
     assert scan.samples and all(x.skipped for x in scan.samples)
+    # the overflow printed after the bar keeps its own timestamp
+    assert [x.at.strftime("%H:%M:%S.%f")[:-3] if x.at else None for x in scan.samples] == \
+        ["00:36:54.800", "00:36:55.194", "00:36:55.588", "00:36:55.985"]
 
 
 def test_loss_stuck_at_zero_is_not_progress() -> None:

@@ -248,6 +248,17 @@ class _Scanner:
                 self.capped = True
                 self.diag(f"line {n}: only the first {MAX_PATTERN_TEXT} characters of a line are parsed")
             f = f[:MAX_PATTERN_TEXT]
+        # A bar followed by other text on one frame (a print or a C++ error without a newline): the
+        # text after the bar is read as its own frame, with its own timestamp.
+        while "%|" in f:
+            bar = trainers.parse_bar(f)
+            if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
+                break
+            self._frame_one(st, n, ts, f[: bar.end])
+            f = f[bar.end :]
+        self._frame_one(st, n, ts, f, rank)
+
+    def _frame_one(self, st: _Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
         if "Xid" in f:
             found = xid.match_xid(f)
             if found is not None:
