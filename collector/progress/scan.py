@@ -33,7 +33,10 @@ from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_is
 MAX_DIAGNOSTICS = 100
 MAX_FINDINGS = 1000  # per list (hangs, xids): a crash-looping job can log thousands
 MAX_SAMPLES = 10_000  # per stream: the stall window needs the last 50 intervals, goodput a few hours
-MAX_STREAMS = 256  # rank streams tracked before rank 0 speaks
+MAX_STREAMS = 64  # rank streams tracked before rank 0 speaks
+# Ranks other than 0 are kept only until rank 0 speaks (and one is chosen only when it never
+# does): a shorter history each keeps the worst case (64 ranks, no rank 0) to ~15 MB.
+MAX_OTHER_RANK_SAMPLES = 1_000
 # The longest text any pattern sees: real progress/NCCL lines are under 2 KB; this bounds the work
 # per frame whatever a tenant writes (the patterns are linear, this keeps the constant small).
 MAX_PATTERN_TEXT = 16_384
@@ -71,8 +74,8 @@ class _Stream:
         "more_notes",
     )
 
-    def __init__(self) -> None:
-        self.samples: deque[ProgressSample] = deque(maxlen=MAX_SAMPLES)
+    def __init__(self, max_samples: int) -> None:
+        self.samples: deque[ProgressSample] = deque(maxlen=max_samples)
         # running aggregates over every sample, committed when a sample stops being the last one
         # (the last one can still be updated by a redrawn frame)
         self.seen = self.n_skipped = 0
@@ -320,7 +323,7 @@ class _Scanner:
                 if rank is not None and len(self.ignored_ranks) < MAX_STREAMS:
                     self.ignored_ranks.add(rank)
                 return None, s, rank
-            st = self.streams[rank] = _Stream()
+            st = self.streams[rank] = _Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
         return st, s, rank
 
     def _frame(self, st: _Stream, n: int, ts: str, f: str) -> None:
@@ -466,7 +469,7 @@ class _Scanner:
             ):
                 st.note(f"line {n}: step went back from {last.step} to {step} (restart, replay, or another counter)")
             if len(samples) == samples.maxlen:
-                st.note_once("bounded", f"line {n}: more than {MAX_SAMPLES} samples; the oldest are summarized only")
+                st.note_once("bounded", f"line {n}: more than {samples.maxlen} samples; the oldest are summarized only")
             st.commit(last)
         samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
 

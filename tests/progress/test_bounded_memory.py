@@ -70,3 +70,16 @@ def test_high_water_mark_survives_dropped_samples(monkeypatch: pytest.MonkeyPatc
     assert all(x.step is not None and x.step <= 180 for x in result.samples)
     view = analyze([Signal(Ref("Pod", "ns", "p"), "main", result, t0)], ClaimSettings(), t0 + timedelta(hours=2))
     assert view.last_step == 200 and view.advances[-1].step == 200 and view.replayed == 50
+
+
+def test_many_ranks_without_rank_0_keep_a_short_history_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "MAX_OTHER_RANK_SAMPLES", 40)
+    text = [f"[rank{r}]: " + LINE.format(step=i, cs=i) for i in range(1, 201) for r in range(1, 9)]
+    text += [f"[rank{r}]: " + LINE.format(step=1, cs=1) for r in range(9, 200)]  # ranks past MAX_STREAMS
+    sc = scan._Scanner("t", None, 1 << 20)
+    sc.feed_all(text)
+    assert len(sc.streams) == scan.MAX_STREAMS
+    assert all(len(st.samples) <= 40 for st in sc.streams.values())
+    result = sc.finish()
+    assert len(result.samples) == 40 and result.summary_of().seen == 200  # rank 1, the lowest, chosen
+    assert any("only rank 1 counted" in d for d in result.diagnostics)
