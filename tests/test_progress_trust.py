@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from collector.correlate import Signal
 from collector.model import Observed, Plane, Ref
@@ -186,6 +187,21 @@ def test_watchdog_with_no_step_lines_is_a_hang_not_unknown() -> None:
     p, _ = claim(log([(t, line) for line in text.splitlines()]))
     assert p.observed is Observed.FALSE, p.reason
     assert p.reason.startswith("HUNG: nccl watchdog timeout: ALLREDUCE timed out after 600000 ms"), p.reason
+
+
+def test_watchdog_that_pushed_the_step_lines_out_of_the_tail_is_a_hang(tmp_path: Path) -> None:
+    from collector.progress import scan_path
+
+    t0 = NOW - timedelta(minutes=30)
+    steps = [(t0 + timedelta(seconds=20 * i), megatron(100 + i)) for i in range(30)]
+    dump = (TRAINING / "nccl_watchdog_timeout_torch2x_format_llamafactory_7396.txt").read_text().splitlines()
+    hang = [(NOW - timedelta(minutes=3), line) for line in dump * 40]  # every rank's dump, repeated
+    path = tmp_path / "main.log"
+    path.write_text("".join(f"{stamp(t)} {line}\n" for t, line in steps + hang))
+    tail = scan_path(path, max_bytes=16_384)  # the tail the controller reads holds no step line
+    assert tail.samples == () and tail.hangs
+    p, _ = claim(Signal(POD, "main", tail, NOW))
+    assert p.observed is Observed.FALSE and p.reason.startswith("HUNG: nccl watchdog timeout"), p.reason
 
 
 def test_hang_names_the_rank_furthest_behind_and_its_pod() -> None:
