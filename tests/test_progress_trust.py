@@ -164,6 +164,10 @@ def test_bars_behind_a_launcher_prefix_count_and_logger_validation_bars_do_not()
            "(RayTrainWorker pid=2172, ip=10.0.0.3)  23%|██▎       | 41/180 [00:18<01:01,  2.3it/s]\n")
     scan = scan_text(ray, source="t")
     assert [(x.step, x.loss, x.total) for x in scan.samples] == [(40, 2.31, 180), (41, None, 180)]
+    logged = ("2023-06-14 22:33:06,424 - INFO:  24%|##3       | 40/170 [00:24<01:20, 6.17s/it]\n"
+              "I0614 22:33:12.688123 140 trainer.py:88]  25%|##4       | 41/170 [00:25<01:19, 6.16s/it]\n"
+              "{'loss': 2.05, 'grad_norm': 0.7, 'learning_rate': 5e-05, 'epoch': 0.24}\n")
+    assert [(x.step, x.loss) for x in scan_text(logged, source="t").samples] == [(41, 2.05)]
     # h2oai/h2o-llmstudio #162: a validation bar written through a logger
     val = scan_text((TRAINING / "validation_bar_behind_logger_prefix_h2o_llmstudio_162.txt").read_bytes(), source="t")
     assert val.samples == ()

@@ -139,6 +139,11 @@ _LIGHTNING_NOPCT = re.compile(r"^\s*Epoch (\d+):\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,2
 _EPOCH_DESC = re.compile(r"Epoch (\d+):?")
 # Ray's worker prefix, or a host name (with a digit or `-`) then `:` (pdsh, as DeepSpeed's launcher)
 _LAUNCHER_PREFIX = re.compile(r"^(?:\([A-Za-z_]\w{0,63} pid=\d+[^)]{0,100}\)\s*|([\w.-]{1,100}):\s)")
+# A logging prefix: "2023-06-14 22:33:06,424 - INFO: ", "INFO:root:", absl's "I0614 22:33:06.424 12 x.py:8] "
+_LOGGER_PREFIX = re.compile(
+    r"^[^%|]{0,80}?\b(?:INFO|WARNING|WARN|DEBUG|ERROR)\b(?::[\w.]{1,60}:|[:\]]|\s-)?\s*"
+    r"|^[IWEF]\d{4} [\d:.]{8,15}\s+\d+ [\w.-]{1,60}:\d+\]\s*"
+)
 _BAR_LOSS = re.compile(r"(?<![\w.])(?:train_)?loss(?:_step)?=\s*([^\s,\]]+)")
 
 
@@ -156,6 +161,9 @@ def _bar_desc(desc: str) -> tuple[bool, int | None] | None:
     p = _LAUNCHER_PREFIX.match(desc)
     if p and (p.group(1) is None or any(c.isdigit() or c == "-" for c in p.group(1))):
         desc = desc[p.end() :]
+    g = _LOGGER_PREFIX.match(desc)
+    if g:
+        desc = desc[g.end() :]
     desc = desc.strip()
     if not desc:
         return False, None
