@@ -110,8 +110,8 @@ def measure(cadence: float, steps: int, watchdog: bool = False) -> tuple[float, 
 
 
 def _window_of(reason: str) -> float:
-    # "STALLED 4m50s: last step ... (window 4m36s)"
-    inside = reason.split("(window ", 1)[1].split(")", 1)[0]
+    # "STALLED 4m50s: last step ... (window 4m36s: 3 × 1m27s from p99 of last 19 step intervals)"
+    inside = reason.split("(window ", 1)[1].split(")", 1)[0].split(":", 1)[0]
     total = 0.0
     num = ""
     for ch in inside:
@@ -137,7 +137,8 @@ def main() -> None:
         baseline = NCCL_WATCHDOG_DEFAULT_S  # the hung collective starts right after the last step
         print(f"{cadence:>7.0f}s {window:>7.0f}s {latency:>14.0f}s {with_line:>15.0f}s {baseline:>13.0f}s"
               f" {min(latency, with_line) / baseline:>7.2f}")
-    print("window = max(3 × p99 step interval, 60 s) + one 15 s scrape; detection granularity max(1 s, cadence/20);")
+    print("window = max(3 × p99 of the last 50 step intervals (one outlier clipped at median + 10 MAD), 60 s)"
+          " + one 15 s scrape; detection granularity max(1 s, cadence/20);")
     print("'+ watchdog line': the trainer also logs PyTorch's watchdog timeout 600 s after the last step;")
     print("ratio = best detection / the 600 s NCCL watchdog default")
 

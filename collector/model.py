@@ -410,7 +410,8 @@ class Blocked:
 
 
 CLAIM_NAMES = ("scheduled", "running", "progressing")
-BADPUT_CAUSES = ("queued", "starting", "stalled", "restarting", "replaying")
+# "unobserved": allocated time before the first evidence read (a log tail starts after it)
+BADPUT_CAUSES = ("queued", "unobserved", "starting", "stalled", "restarting", "replaying")
 
 
 @dataclass(frozen=True, slots=True)

@@ -416,8 +416,10 @@ def test_goodput_splits_allocated_time(tmp_path: Path) -> None:
     g = run["goodput"]
     assert g["allocated_seconds"] == pytest.approx((last + timedelta(seconds=60) - scheduled_at).total_seconds())
     assert g["productive_seconds"] == pytest.approx(3 * 87 + 60)
-    assert g["badput_seconds"]["starting"] == pytest.approx((NOW - timedelta(minutes=10) - scheduled_at)
-                                                            .total_seconds())
+    # the log's first line is its first step: the time before it was not observed (not "starting")
+    assert g["badput_seconds"]["unobserved"] == pytest.approx((NOW - timedelta(minutes=10) - scheduled_at)
+                                                              .total_seconds())
+    assert g["badput_seconds"]["starting"] == 0
     assert g["badput_seconds"]["stalled"] == 0
     assert g["ratio"] == pytest.approx(g["productive_seconds"] / g["allocated_seconds"], abs=1e-4)
     stalled = only_run(explain(dump, "--at", ts(last + timedelta(seconds=290))), "llm")["goodput"]

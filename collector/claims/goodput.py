@@ -23,9 +23,21 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         return Goodput(0.0, 0.0, bad, None)
     allocated = _secs(now - scheduled_at)
     advances = [a for a in (view.advances if view else ()) if a.at >= scheduled_at]
-    if view is None or not advances:
-        bad["restarting" if crash_looping else "starting"] = allocated
+    # Before the first evidence (the first timestamp of the logs read: a tail in the live controller)
+    # nothing was seen: that time is unobserved, not "starting". A crash loop is seen in pod status.
+    seen: datetime | None = view.observed_from if view is not None else None
+    if advances:
+        seen = min(seen or advances[0].at, advances[0].at)
+    seen_from = now if seen is None else min(max(seen, scheduled_at), now)
+    if not advances:
+        if crash_looping:
+            bad["restarting"] = allocated
+        else:
+            bad["unobserved"] = _secs(seen_from - scheduled_at)
+            bad["starting"] = _secs(now - seen_from)
         return Goodput(allocated, 0.0, bad, None if view is None or not view.advances else 0.0)
+    bad["unobserved"] = _secs(seen_from - scheduled_at)
+    assert view is not None  # advances come from it
     restarts = sorted(
         c.last_finished
         for p in ev.pods if isinstance(p.facts, PodFacts)
@@ -33,7 +45,7 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
     )
     window = view.window
     productive = 0.0
-    bad["starting"] = _secs(advances[0].at - scheduled_at)
+    bad["starting"] = _secs(advances[0].at - seen_from)
     for a, b in zip(advances, advances[1:], strict=False):
         gap = b.at - a.at
         if b.replay_from is not None and a.at <= b.replay_from <= b.at:

@@ -1,4 +1,10 @@
-"""Progress analysis over parsed log samples: rate, replay and validity (DESIGN.md §3)."""
+"""Progress analysis over parsed log samples: rate, replay and validity (DESIGN.md §3).
+
+High-water marks are kept per signal (one container's log, one Ray counter, one checkpoint
+listing): a rank whose log lags another's is not a replay, and a counter on another scale is not
+a restart. A replay is the same signal going back below its own high-water mark (the process
+restarted from an older checkpoint); it is not progress until it passes that mark again.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +14,40 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from collector.claims.common import human_age
 from collector.correlate import Signal
+from collector.progress import ProgressSample
 from collector.settings import ClaimSettings
+
+RECENT_INTERVALS = 50  # the stall window is built from this many most recent intervals
+OUTLIER_MADS = 10.0  # an interval past median + this many MADs is an outlier (clipped unless it recurs)
+SKIPPED_STREAK = 8  # this many skipped samples in a row (fp16 overflow) and no real step: not progress now
+ZERO_LOSS_STREAK = 3  # this many consecutive losses of exactly 0.0: the loss is stuck, not learning
 
 
 @dataclass(frozen=True, slots=True)
 class Advance:
     at: datetime
-    step: int
+    step: int | None  # None: activity with no step number (Hugging Face loss dicts)
     source: str
     replay_from: datetime | None = None  # steps were being replayed from then until this advance
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Steps that advance but are not progress (validity), since when."""
+
+    since: Advance
+    why: str  # "loss is nan", "loss stuck at 0.0", ...
 
 
 @dataclass(frozen=True, slots=True)
 class ProgressView:
     """What a run's progress signals say, before it becomes a claim."""
 
-    advances: tuple[Advance, ...]  # samples that moved the high-water step forward, by time
+    advances: tuple[Advance, ...]  # samples that moved their signal's high-water mark forward, by time
     undated: int  # samples with no timestamp (cannot be placed in time)
-    replayed: int  # samples at or below a step already reached (after a restart)
+    replayed: int  # samples below their signal's high-water mark (after a restart)
     skipped: int  # steps the trainer itself skipped (fp16 overflow)
     last_step: int | None
     last_loss: float | None
@@ -34,57 +55,102 @@ class ProgressView:
     window: timedelta  # stall window adapted to this run's cadence
     median_step_s: float | None
     mad_step_s: float | None
+    window_basis: str = ""  # what the window was built from, for the reason
+    invalid: Invalid | None = None  # the current streak of steps that are not progress (any cause)
+    observed_from: datetime | None = None  # the first timestamp any signal holds: evidence starts there
+    skipped_since: Advance | None = None  # the first skipped step after the last real one (fp16 overflow)
+    skipped_streak: int = 0  # skipped samples since the last real step
+    high_water: dict[str, int] | None = None  # per signal
+
+
+def _samples(sig: Signal) -> list[ProgressSample]:
+    """The signal's kept samples, led by its high-water sample when older ones were dropped."""
+    samples = list(sig.scan.samples)
+    sm = sig.scan.summary
+    if sm is not None and sm.dropped and sm.high_water is not None and sm.high_water not in samples:
+        samples.insert(0, sm.high_water)
+    return samples
 
 
 def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None) -> ProgressView:
-    """Advances, replays and the stall window; samples stamped after `now` are not known yet."""
-    dated: list[tuple[datetime, int, float | None, bool, str]] = []
+    """Advances, replays, validity and the stall window; samples stamped after `now` are not known yet."""
+    events: list[tuple[datetime, int, ProgressSample, str]] = []
     undated = 0
+    observed_from: datetime | None = None
     for sig in signals:
         src = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
-        for smp in sig.scan.samples:
+        first = sig.scan.first_at
+        for smp in _samples(sig):
             if smp.at is None:
                 undated += 1
             elif now is None or smp.at <= now:
-                dated.append((smp.at, smp.step, smp.loss, smp.skipped, src))
-    dated.sort(key=lambda x: (x[0], x[1]))
+                events.append((smp.at, len(events), smp, src))
+                first = smp.at if first is None else min(first, smp.at)
+        if first is not None and (now is None or first <= now):
+            observed_from = first if observed_from is None else min(observed_from, first)
+    events.sort(key=lambda x: (x[0], x[1]))
     advances: list[Advance] = []
-    high: int | None = None
+    high: dict[str, int] = {}
+    last_seen: dict[str, datetime] = {}  # stepless signals: the last activity
+    replay_from: dict[str, datetime] = {}
+    intervals: list[tuple[datetime, float, int]] = []  # (end, seconds, steps) per signal, by time
+    prev_adv: dict[str, Advance] = {}
     replayed = skipped = 0
     last_loss: float | None = None
     bad_since: Advance | None = None
-    replay_from: datetime | None = None
-    for at, step, loss, was_skipped, src in dated:
-        if was_skipped:
+    invalid: Invalid | None = None
+    zero_streak: list[Advance] = []
+    skipped_since: Advance | None = None
+    skipped_streak = 0
+    for at, _, smp, src in events:
+        if smp.skipped:
             skipped += 1
+            skipped_since = skipped_since or Advance(at, smp.step, src)
+            skipped_streak += 1
             continue
-        if loss is not None:
-            last_loss = loss
-            if math.isfinite(loss):
+        adv = Advance(at, smp.step, src)
+        if smp.loss is not None:
+            last_loss = smp.loss
+            if not math.isfinite(smp.loss):
+                bad_since = bad_since or adv
+                invalid = invalid if invalid is not None and invalid.why.startswith("loss is") else \
+                    Invalid(adv, f"loss is {smp.loss}")
+                zero_streak = []
+            elif smp.loss == 0.0:
                 bad_since = None
-            elif bad_since is None:
-                bad_since = Advance(at, step, src)
-        if high is not None and step <= high:
-            # The same step from another rank, or a replay after restoring an older checkpoint.
-            if step < high:
-                replayed += 1
-                replay_from = replay_from or at
+                zero_streak.append(adv)
+                if len(zero_streak) >= ZERO_LOSS_STREAK and (invalid is None or invalid.since != zero_streak[0]):
+                    invalid = Invalid(zero_streak[0], "loss stuck at exactly 0.0")
+            else:
+                bad_since = None
+                invalid = None
+                zero_streak = []
+        if smp.step is None:
+            if src in last_seen and at <= last_seen[src]:
+                continue
+            last_seen[src] = at
+        else:
+            h = high.get(src)
+            if h is not None and smp.step <= h:
+                # The same step redrawn, or this signal went back: a restart replaying from an older
+                # checkpoint. Not progress until it passes its own high-water mark.
+                if smp.step < h:
+                    replayed += 1
+                    replay_from.setdefault(src, at)
+                continue
+            high[src] = smp.step
+            adv = Advance(at, smp.step, src, replay_from.pop(src, None))
+        if smp.loss is not None and not math.isfinite(smp.loss):
             continue
-        high = step
-        if loss is None or math.isfinite(loss):
-            advances.append(Advance(at, step, src, replay_from))
-            replay_from = None
-    intervals = [(b.at - a.at).total_seconds() for a, b in zip(advances, advances[1:], strict=False)]
-    step_times = [
-        (b.at - a.at).total_seconds() / (b.step - a.step)
-        for a, b in zip(advances, advances[1:], strict=False)
-        if b.step > a.step
-    ]
-    window = s.stall_floor
-    if intervals:
-        p99 = _quantile(intervals, 0.99)
-        window = max(timedelta(seconds=s.stall_multiplier * p99), s.stall_floor)
-    window += s.scrape_interval
+        before = prev_adv.get(src)
+        if before is not None and adv.replay_from is None:
+            steps = (adv.step - before.step) if adv.step is not None and before.step is not None else 0
+            intervals.append((at, (at - before.at).total_seconds(), steps))
+        prev_adv[src] = adv
+        advances.append(adv)
+        skipped_since, skipped_streak = None, 0
+    window, basis = _window(intervals, s)
+    step_times = [secs / steps for _, secs, steps in intervals[-RECENT_INTERVALS:] if steps > 0]
     median = statistics.median(step_times) if step_times else None
     mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
     return ProgressView(
@@ -92,13 +158,47 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         undated=undated,
         replayed=replayed,
         skipped=skipped,
-        last_step=high,
+        last_step=max(high.values()) if high else None,
         last_loss=last_loss,
         nonfinite_since=bad_since,
         window=window,
         median_step_s=median,
         mad_step_s=mad,
+        window_basis=basis,
+        invalid=invalid,
+        observed_from=observed_from,
+        high_water=high,
+        skipped_since=skipped_since,
+        skipped_streak=skipped_streak,
     )
+
+
+def _window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
+    """max(stall_multiplier × robust high quantile of the recent intervals, stall_floor) + scrape.
+
+    The quantile is p99 of the last RECENT_INTERVALS intervals, clipped at median + OUTLIER_MADS ×
+    MAD: one past pause (an hour-long checkpoint save) cannot stretch the window for hours. Pauses
+    that recur (two or more in the recent intervals) are the run's cadence and are kept, up to the
+    second longest.
+    """
+    xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
+    floor = f"floor {human_age(s.stall_floor)}"
+    if not xs:
+        return s.stall_floor + s.scrape_interval, f"{floor}: no step interval yet"
+    p99 = _quantile(xs, 0.99)
+    med = statistics.median(xs)
+    mad = statistics.median(abs(x - med) for x in xs)
+    cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
+    ys = sorted(xs)
+    second = ys[-2] if len(ys) >= 2 else ys[-1]
+    est = min(p99, max(cap, second))
+    what = f"p99 of last {len(xs)} step interval{'s' if len(xs) != 1 else ''}"
+    if est < p99:
+        what += f", one {human_age(timedelta(seconds=ys[-1]))} outlier clipped"
+    scaled = timedelta(seconds=s.stall_multiplier * est)
+    if scaled < s.stall_floor:
+        return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
+    return scaled + s.scrape_interval, f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}"
 
 
 def _quantile(xs: list[float], q: float) -> float:

@@ -13,9 +13,10 @@ from collector.claims.asserted import Assertion
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.common import human_age
-from collector.claims.progress import ProgressView
+from collector.claims.progress import SKIPPED_STREAK, Advance, ProgressView
 from collector.correlate import RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane
+from collector.progress import HangFinding
 from collector.settings import ClaimSettings
 
 # Hang findings that mean the job is stuck right now (not merely a noisy NCCL warning).
@@ -48,56 +49,78 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     if durable_view is not None and durable_view.advances:
         ck = durable_view.advances[-1]
         evidence.append(Evidence(Plane.EXPSTORE, ck.source, "last_checkpoint_step", ck.step, ck.at))
-        durability = f"; last checkpoint step {ck.step:,} {human_age(now - ck.at)} ago"
-    if not view.advances:
-        if view.undated:
-            top = max((smp.step for sig in fresh_signals for smp in sig.scan.samples), default=None)
-            return _claim(a.progressing, Observed.UNKNOWN, None,
-                          f"progress lines carry no timestamps (last step {top}); cannot tell when it advanced",
+        durability = f"; last checkpoint step {_step(ck.step)} {human_age(now - ck.at)} ago"
+    window = f"window {human_age(view.window)}: {view.window_basis}" if view.window_basis else \
+        f"window {human_age(view.window)}"
+    last = view.advances[-1] if view.advances else None
+    after = _findings_after(fresh_signals, last, now)
+    hangs = [(sig, h) for sig, h in after if h.kind in HANG_NOW]
+    suspects = _suspects(after) if hangs else []
+    for text, ref, at in suspects:
+        evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
+    if last is None:
+        if hangs:
+            # A hang is positive evidence: no step in the tail (none yet, or pushed out by the NCCL
+            # dump) does not make it unknown.
+            since = min((h.at for _, h in hangs if h.at is not None), default=None)
+            return _claim(a.progressing, Observed.FALSE, since,
+                          f"HUNG: {_hang_text(hangs)}; no progress line after it{_suspect_text(suspects)}",
                           evidence, status_ev)
+        if view.skipped_streak >= SKIPPED_STREAK and view.skipped_since is not None:
+            return _claim(a.progressing, Observed.FALSE, view.skipped_since.at,
+                          f"only skipped steps since {_hm(view.skipped_since.at)} ({view.skipped_streak} reports, "
+                          "fp16 overflow): skipped steps are not progress", evidence, status_ev)
+        if view.undated:
+            top = max((smp.step for sig in fresh_signals for smp in sig.scan.samples if smp.step is not None),
+                      default=None)
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"progress lines carry no timestamps (last step {_step(top)}); cannot tell when it "
+                          "advanced", evidence, status_ev)
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"no progress signal in {len(fresh_signals)} source(s) read", evidence, status_ev)
-    last = view.advances[-1]
     age = now - last.at
-    if view.nonfinite_since is not None:
-        bad = view.nonfinite_since
+    if view.invalid is not None:
+        bad = view.invalid.since
         return _claim(a.progressing, Observed.FALSE, bad.at,
-                      f"loss is {view.last_loss} since step {bad.step} at {_hm(bad.at)}: steps are not progress",
+                      f"{view.invalid.why} since step {_step(bad.step)} at {_hm(bad.at)}: steps are not progress",
                       evidence, status_ev)
+    skipped = ""
+    if view.skipped_since is not None:
+        sk = view.skipped_since
+        skipped = f"; {view.skipped_streak} skipped step report(s) since {_hm(sk.at)} (fp16 overflow)"
+        if view.skipped_streak >= SKIPPED_STREAK:
+            return _claim(a.progressing, Observed.FALSE, sk.at,
+                          f"steps skipped since {_hm(sk.at)} ({view.skipped_streak} reports, fp16 overflow: the "
+                          f"trainer drops the update); last real step {_step(last.step)} at {_hm(last.at)}: "
+                          "skipped steps are not progress", evidence, status_ev)
     rate = ""
     if view.median_step_s is not None:
         rate = f"; median step {view.median_step_s:.3g}s"
-    # A collective that timed out after the last step is a hang now, even inside the window.
-    hung = any(h.at is not None and last.at < h.at <= now and h.kind in HANG_NOW for sig in fresh_signals
-               for h in sig.scan.hangs)
-    if age <= view.window and not hung and running.observed is not Observed.TRUE:
+    what = f"step {_step(last.step)}" if last.step is not None else "activity (loss dict, no step number)"
+    # A collective that timed out after the last step is a hang now, even inside the window: the
+    # STALLED reason below names it.
+    if age <= view.window and not hangs and running.observed is not Observed.TRUE:
         # Progress implies running; with running unknown, claim no more than it.
         return _claim(a.progressing, Observed.UNKNOWN, None,
-                      f"step {last.step:,} at {_hm(last.at)}, but running is unknown: {running.reason}",
+                      f"{what} at {_hm(last.at)}, but running is unknown: {running.reason}",
                       evidence, status_ev)
-    if age <= view.window and not hung:
+    if age <= view.window and not hangs:
         slow = ""
         if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:
             spread = max(view.mad_step_s, 0.05 * view.median_step_s)
             if age.total_seconds() > view.median_step_s + 5 * spread and age.total_seconds() > 60:
                 slow = f"; slower than usual ({human_age(age)} since the last step)"
         return _claim(a.progressing, Observed.TRUE, _streak_start(view),
-                      f"step {last.step:,} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}{durability}",
+                      f"{what} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}; {window}{durability}",
                       evidence, status_ev)
-    reason = (f"STALLED {human_age(age)}: last step {last.step:,} at {_hm(last.at)} (window {human_age(view.window)})"
-              f"{durability}")
-    hangs = [h for sig in fresh_signals for h in sig.scan.hangs if h.at is None or last.at <= h.at <= now]
-    if hangs:
-        h = hangs[0]
-        what = h.kind.replace("-", " ")
-        if h.collective:
-            what += f": {h.collective}"
-        if h.timeout_ms:
-            what += f" timed out after {h.timeout_ms} ms"
-        ranks = sorted({x.rank for x in hangs if x.rank is not None})
-        if ranks:
-            what += f" (rank {', '.join(map(str, ranks[:8]))})"
-        reason += f"; {what}"
+    reason = f"STALLED {human_age(age)}: last {what} at {_hm(last.at)} ({window}){skipped}{durability}"
+    if after:
+        reason += f"; {_hang_text(after)}"
+        if not suspects:  # not yet named above (only findings that are not hangs by themselves)
+            suspects = _suspects(after)
+            for text, ref, at in suspects:
+                evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
+        reason += _suspect_text(suspects)
     gpu = _gpu_activity(ev, now, s)
     if gpu is not None:
         util, power, n, at = gpu
@@ -109,6 +132,69 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         elif util <= GPU_IDLE:
             reason += f"; GPUs idle ({util:.0f}%{watts})"
     return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev)
+
+
+def _step(step: int | None) -> str:
+    return f"{step:,}" if step is not None else "unknown"
+
+
+def _findings_after(signals: list[Signal], last: Advance | None,
+                    now: datetime) -> list[tuple[Signal, HangFinding]]:
+    """Hang findings after the last progress (of their own log, for undated ones: by line number,
+    as dumps carry no timestamps)."""
+    out = []
+    for sig in signals:
+        last_line = max((smp.line for smp in sig.scan.samples if not smp.skipped), default=0)
+        for h in sig.scan.hangs:
+            if h.at is not None:
+                # same stamp: the line order decides (a bar, then the watchdog error, on one line)
+                if h.at <= now and (last is None or h.at > last.at or (h.at == last.at and h.line >= last_line)):
+                    out.append((sig, h))
+            elif h.line > last_line:
+                out.append((sig, h))
+    return out
+
+
+def _hang_text(hangs: list[tuple[Signal, HangFinding]]) -> str:
+    h = hangs[0][1]
+    what = h.kind.replace("-", " ")
+    if h.collective:
+        what += f": {h.collective}"
+    if h.timeout_ms:
+        what += f" timed out after {h.timeout_ms} ms"
+    ranks = sorted({x.rank for _, x in hangs if x.rank is not None})
+    if ranks:
+        what += f" (rank {', '.join(map(str, ranks[:8]))}{', ...' if len(ranks) > 8 else ''})"
+    return what
+
+
+def _suspects(findings: list[tuple[Signal, HangFinding]]) -> list[tuple[str, str, datetime | None]]:
+    """The ranks furthest behind in a hang: the lowest NCCL SeqNum among the ranks that reported one
+    (the others wait for them), and ranks a desync report names as never joining. (text, ref, at)."""
+    seqs: dict[int, tuple[int, str, datetime | None]] = {}  # rank -> (lowest seq, pod/container, at)
+    lagging: dict[int, tuple[str, datetime | None]] = {}
+    for sig, h in findings:
+        ref = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
+        if h.rank is not None:
+            if h.kind == "nccl-desync-lagging-rank":
+                lagging.setdefault(h.rank, (ref, h.at))
+            elif h.seq is not None and (h.rank not in seqs or h.seq < seqs[h.rank][0]):
+                seqs[h.rank] = (h.seq, ref, h.at)
+    out: list[tuple[str, str, datetime | None]] = []
+    if len({v[0] for v in seqs.values()}) > 1:
+        low = min(v[0] for v in seqs.values())
+        high = max(v[0] for v in seqs.values())
+        for rank in sorted(r for r, v in seqs.items() if v[0] == low)[:8]:
+            _, ref, at = seqs[rank]
+            out.append((f"rank {rank} (pod {ref.split('/')[0]}) at SeqNum {low}, others up to {high}", ref, at))
+    for rank in sorted(lagging)[:8]:
+        ref, at = lagging[rank]
+        out.append((f"rank {rank} never joined the collective (desync report in {ref.split('/')[0]})", ref, at))
+    return out
+
+
+def _suspect_text(suspects: list[tuple[str, str, datetime | None]]) -> str:
+    return f"; suspect {'; '.join(t for t, _, _ in suspects)}" if suspects else ""
 
 
 def _gpu_activity(ev: RunEvidence, now: datetime,
@@ -140,6 +226,7 @@ def _progress_evidence(ev: RunEvidence, signals: list[Signal], view: ProgressVie
     out = []
     if view.advances:
         last = view.advances[-1]
+        # null when the last progress is activity without a step number (HF loss dicts)
         out.append(Evidence(Plane.LOGS, last.source, "last_step", last.step, last.at))
     if view.last_loss is not None:
         out.append(Evidence(Plane.LOGS, view.advances[-1].source if view.advances else "", "last_loss",
@@ -151,6 +238,7 @@ def _progress_evidence(ev: RunEvidence, signals: list[Signal], view: ProgressVie
         out.append(Evidence(Plane.LOGS, str(ev.root.ref), "skipped_steps", view.skipped, read_at))
     for sig in signals:
         for h in sig.scan.hangs[:2]:
+            seq = f" seq={h.seq}" if h.seq is not None else ""
             out.append(Evidence(sig.plane, f"{sig.ref.name}/{sig.source}", h.kind,
-                                f"{h.collective or ''} timeout_ms={h.timeout_ms} rank={h.rank}".strip(), h.at))
+                                f"{h.collective or ''} timeout_ms={h.timeout_ms} rank={h.rank}{seq}".strip(), h.at))
     return out

@@ -11,7 +11,8 @@ from collector.progress.model import (
     ProgressSample,
     XidFinding,
 )
-from collector.progress.scan import scan_lines, scan_path, scan_report, scan_text
+from collector.progress.report import scan_report
+from collector.progress.scan import scan_lines, scan_path, scan_text
 from collector.progress.xid import XID_CATALOGUE, describe
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,10 +35,12 @@ class ProgressSample:
     """One training step seen in a log.
 
     `line`/`at` are where the step first appeared; `loss` is the latest value shown for that step
-    (a redrawn progress bar updates the loss of the same step).
+    (a redrawn progress bar updates the loss of the same step). `step` is None when the line shows
+    activity without a step number (Hugging Face loss dicts with no Trainer bar): such samples say
+    "the trainer did something then", never how far it got.
     """
 
-    step: int
+    step: int | None
     at: datetime | None
     loss: float | None
     line: int
@@ -54,6 +57,7 @@ class HangFinding:
     timeout_ms: int | None
     rank: int | None
     at: datetime | None
+    seq: int | None = None  # WorkNCCL SeqNum on that rank (watchdog lines): the lowest rank is behind
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +71,55 @@ class XidFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class SampleSummary:
+    """Running aggregates over every sample a scan saw, kept or not (history is bounded)."""
+
+    seen: int  # samples seen, skipped ones included
+    skipped: int
+    dropped: int  # oldest samples not kept in LogScan.samples
+    first: ProgressSample | None  # first real (not skipped) sample
+    last: ProgressSample | None  # last real sample
+    high_water: ProgressSample | None  # first real sample at the highest known step
+    last_with_loss: ProgressSample | None
+    first_nonfinite: ProgressSample | None  # first real sample whose loss was NaN/inf
+    total: int | None  # the last total (max steps) a sample showed
+
+
+def summarize(samples: tuple[ProgressSample, ...]) -> SampleSummary:
+    """The summary of a complete sample list (sources that build LogScan themselves)."""
+    real = [x for x in samples if not x.skipped]
+    known = [x for x in real if x.step is not None]
+    with_loss = [x for x in real if x.loss is not None]
+    nonfinite = [x for x in with_loss if x.loss is not None and not math.isfinite(x.loss)]
+    totals = [x.total for x in samples if x.total is not None]
+    high = None
+    for x in known:
+        if high is None or (x.step or 0) > (high.step or 0):
+            high = x
+    return SampleSummary(
+        seen=len(samples),
+        skipped=len(samples) - len(real),
+        dropped=0,
+        first=real[0] if real else None,
+        last=real[-1] if real else None,
+        high_water=high,
+        last_with_loss=with_loss[-1] if with_loss else None,
+        first_nonfinite=nonfinite[0] if nonfinite else None,
+        total=totals[-1] if totals else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class LogScan:
     source: str
     format: str | None
-    samples: tuple[ProgressSample, ...]
+    samples: tuple[ProgressSample, ...]  # the most recent samples (bounded, see scan.MAX_SAMPLES)
     hangs: tuple[HangFinding, ...]
     xids: tuple[XidFinding, ...]
     diagnostics: tuple[str, ...]
     lines: int
+    summary: SampleSummary | None = None  # None: summarize(samples) (nothing was dropped)
+    first_at: datetime | None = None  # the first timestamp in the input: evidence starts there
+
+    def summary_of(self) -> SampleSummary:
+        return self.summary if self.summary is not None else summarize(self.samples)

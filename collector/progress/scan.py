@@ -6,15 +6,20 @@ Rules that keep look-alikes out of the progress signal:
 - consecutive frames of the same step (redrawn bars, a second rank echoing a step) are one sample,
   keeping where the step first appeared and the latest loss;
 - eval/validation lines and bars, unconfirmed or foreign tqdm bars, and `0/N` bars are not samples;
-- skipped steps (DeepSpeed overflow, Megatron intervals that were all skipped) are samples with
-  skipped=True, never progress.
+- skipped steps (DeepSpeed overflow; DeepSpeed/Megatron reports whose interval was mostly skipped)
+  are samples with skipped=True, never progress;
+- Hugging Face loss dicts with no Trainer bar carry no step: their samples have step None;
+- every `\r` frame of a line is read on its own (a bar, then an NCCL error or a loss dict).
+Bounded by design: each pattern sees at most MAX_PATTERN_TEXT characters of a frame, each stream
+keeps its last MAX_SAMPLES samples (plus running aggregates: model.SampleSummary), and at most
+MAX_STREAMS rank streams are tracked.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
@@ -22,11 +27,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collector.progress import hangs, trainers, xid
-from collector.progress.model import HangFinding, LogScan, ProgressSample, XidFinding
+from collector.progress.model import HangFinding, LogScan, ProgressSample, SampleSummary, XidFinding
 from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
 
 MAX_DIAGNOSTICS = 100
 MAX_FINDINGS = 1000  # per list (hangs, xids): a crash-looping job can log thousands
+MAX_SAMPLES = 10_000  # per stream: the stall window needs the last 50 intervals, goodput a few hours
+MAX_STREAMS = 64  # rank streams tracked before rank 0 speaks
+# Ranks other than 0 are kept only until rank 0 speaks (and one is chosen only when it never
+# does): a shorter history each keeps the worst case (64 ranks, no rank 0) to ~15 MB.
+MAX_OTHER_RANK_SAMPLES = 1_000
+# The longest text any pattern sees: real progress/NCCL lines are under 2 KB; this bounds the work
+# per frame whatever a tenant writes (the patterns are linear, this keeps the constant small).
+MAX_PATTERN_TEXT = 16_384
 
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
 _RANK_EQ = re.compile(r"\brank=(\d+)\b")
@@ -38,12 +51,22 @@ class _Stream:
 
     __slots__ = (
         "samples",
+        "last",
+        "seen",
+        "n_skipped",
+        "first",
+        "last_real",
+        "high",
+        "last_loss",
+        "first_bad",
+        "total",
         "notes",
         "hf_total",
         "hf_pending",
         "hf_last_n",
-        "hf_dicts",
+        "hf_eval",
         "ds_prev",
+        "meg_prev",
         "lt_epoch",
         "lt_offset",
         "lt_maxn",
@@ -51,16 +74,26 @@ class _Stream:
         "more_notes",
     )
 
-    def __init__(self) -> None:
-        self.samples: list[ProgressSample] = []
+    def __init__(self, max_samples: int) -> None:
+        self.samples: deque[ProgressSample] = deque(maxlen=max_samples)
+        # running aggregates over every sample, committed when a sample stops being the last one
+        # (the last one can still be updated by a redrawn frame)
+        self.seen = self.n_skipped = 0
+        self.first: ProgressSample | None = None
+        self.last_real: ProgressSample | None = None
+        self.high: ProgressSample | None = None
+        self.last_loss: ProgressSample | None = None
+        self.first_bad: ProgressSample | None = None
+        self.total: int | None = None
         self.notes: list[str] = []
         self.noted: set[str] = set()
         self.more_notes = 0
         self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
         self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
         self.hf_last_n: int | None = None
-        self.hf_dicts = 0
+        self.hf_eval = False  # an evaluation bar of the training bar's length is being drawn
         self.ds_prev: tuple[int, int | None] | None = None
+        self.meg_prev: int | None = None
         self.lt_epoch: int | None = None
         self.lt_offset = 0
         self.lt_maxn = 0
@@ -75,6 +108,38 @@ class _Stream:
         if key not in self.noted:
             self.noted.add(key)
             self.note(text)
+
+    def commit(self, x: ProgressSample) -> None:
+        self.seen += 1
+        if x.total is not None:
+            self.total = x.total
+        if x.skipped:
+            self.n_skipped += 1
+            return
+        if self.first is None:
+            self.first = x
+        self.last_real = x
+        if x.step is not None and (self.high is None or self.high.step is None or x.step > self.high.step):
+            self.high = x
+        if x.loss is not None:
+            self.last_loss = x
+            if self.first_bad is None and not math.isfinite(x.loss):
+                self.first_bad = x
+
+    def summary(self) -> SampleSummary:
+        if self.samples:
+            self.commit(self.samples[-1])
+        return SampleSummary(
+            seen=self.seen,
+            skipped=self.n_skipped,
+            dropped=self.seen - len(self.samples),
+            first=self.first,
+            last=self.last_real,
+            high_water=self.high,
+            last_with_loss=self.last_loss,
+            first_nonfinite=self.first_bad,
+            total=self.total,
+        )
 
 
 class _Scanner:
@@ -92,6 +157,8 @@ class _Scanner:
         self.streams: dict[int | None, _Stream] = {}
         self.rank0_locked = False
         self.ignored_ranks: set[int] = set()
+        self.first_at: datetime | None = None
+        self.capped = False
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -123,6 +190,8 @@ class _Scanner:
                 if len(s) * 4 > limit and len(s.encode("utf-8", "surrogatepass")) > limit:
                     s = s.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "replace")
                     self.diag(f"line {n}: longer than {limit} bytes, truncated")
+            if self.first_at is None and n <= 1000:
+                self.first_at = self._time(s[: is_rfc3339_prefix(s)], s)
             # The precheck: most lines are noise and stop here. Every parser below needs one of
             # these substrings (hangs.HANG_TRIGGERS are spelled out for speed).
             if (
@@ -132,6 +201,7 @@ class _Scanner:
                 or "step=" in s
                 or "'loss'" in s
                 or '"loss"' in s
+                or "eval_loss" in s
                 or "kipping step" in s
                 or "Xid" in s
                 or "ollective" in s
@@ -147,7 +217,7 @@ class _Scanner:
         self.lines = n
 
     def feed(self, n: int, s: str) -> None:
-        """One decoded line without its terminator."""
+        """One decoded line without its terminator: each `\r` frame is read on its own."""
         ts = ""
         cut = is_rfc3339_prefix(s)
         if cut:
@@ -155,20 +225,63 @@ class _Scanner:
             s = s[cut + 1 :]
         if "\x1b" in s:
             s = _ANSI.sub("", s)
-        if "Xid" in s:
-            found = xid.match_xid(s)
-            if found is not None:
-                self._xid(n, ts, s, *found)
-                return
-        if hangs.may_be_hang(s):
-            h = hangs.match_hang(s)
-            if h is not None:
-                self._hang(n, ts, s, h)
-                return
-        if self.custom is not None or (
-            "%|" in s or "iteration" in s or "step=" in s or "'loss'" in s or '"loss"' in s or "kipping step" in s
+        st, s, rank = self._stream_for(s)
+        before = len(st.samples) if st is not None else 0
+        if "\r" in s:
+            for frame in s.split("\r"):
+                if frame:
+                    self._frame_any(st, rank, n, ts, frame)
+        else:
+            self._frame_any(st, rank, n, ts, s)
+        if (
+            st is not None
+            and not self.rank0_locked
+            and before == 0
+            and st.samples
+            and self.streams.get(0) is st
         ):
-            self._progress(n, ts, s)
+            # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
+            self.rank0_locked = True
+            for key in [k for k in self.streams if k is not None and k != 0]:
+                del self.streams[key]
+
+    def _frame_any(self, st: _Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
+        if len(f) > MAX_PATTERN_TEXT:
+            if not self.capped:
+                self.capped = True
+                self.diag(f"line {n}: only the first {MAX_PATTERN_TEXT} characters of a line are parsed")
+            f = f[:MAX_PATTERN_TEXT]
+        # A bar followed by other text on one frame (a print or a C++ error without a newline): the
+        # text after the bar is read as its own frame, with its own timestamp.
+        while "%|" in f:
+            bar = trainers.parse_bar(f)
+            if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
+                break
+            self._frame_one(st, n, ts, f[: bar.end])
+            f = f[bar.end :]
+        self._frame_one(st, n, ts, f, rank)
+
+    def _frame_one(self, st: _Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
+        if "Xid" in f:
+            found = xid.match_xid(f)
+            if found is not None:
+                self._xid(n, ts, f, *found)
+                return
+        if hangs.may_be_hang(f):
+            h = hangs.match_hang(f)
+            if h is not None:
+                self._hang(n, ts, f, h if h.rank is not None or rank is None else h._replace(rank=rank))
+        if st is not None and (
+            self.custom is not None
+            or "%|" in f
+            or "iteration" in f
+            or "step=" in f
+            or "'loss'" in f
+            or '"loss"' in f
+            or "eval_loss" in f
+            or "kipping step" in f
+        ):
+            self._frame(st, n, ts, f)
 
     # -- findings ---------------------------------------------------------------------------------
     @staticmethod
@@ -186,11 +299,11 @@ class _Scanner:
         if len(self.hangs) >= MAX_FINDINGS:
             self.dropped_hangs += 1
             return
-        self.hangs.append(HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s)))
+        self.hangs.append(HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s), h.seq))
 
     # -- progress ---------------------------------------------------------------------------------
-    def _stream_for(self, s: str) -> tuple[_Stream | None, str]:
-        """The stream this line belongs to (None: ignored rank) and the line without a rank prefix."""
+    def _stream_for(self, s: str) -> tuple[_Stream | None, str, int | None]:
+        """The stream this line belongs to (None: ignored rank), the line without a rank prefix, the rank."""
         rank: int | None = None
         if s.startswith("[rank") or s.startswith("[default"):
             m = _RANK_PREFIX.match(s)
@@ -203,28 +316,15 @@ class _Scanner:
                 rank = int(r.group(1))
         if rank is not None and rank != 0 and self.rank0_locked:
             self.ignored_ranks.add(rank)
-            return None, s
+            return None, s, rank
         st = self.streams.get(rank)
         if st is None:
-            st = self.streams[rank] = _Stream()
-        return st, s
-
-    def _progress(self, n: int, ts: str, s: str) -> None:
-        st, s = self._stream_for(s)
-        if st is None:
-            return
-        before = len(st.samples)
-        if "\r" in s:
-            for frame in s.split("\r"):
-                if frame:
-                    self._frame(st, n, ts, frame)
-        else:
-            self._frame(st, n, ts, s)
-        if not self.rank0_locked and before == 0 and st.samples and self.streams.get(0) is st:
-            # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
-            self.rank0_locked = True
-            for key in [k for k in self.streams if k is not None and k != 0]:
-                del self.streams[key]
+            if len(self.streams) >= MAX_STREAMS:
+                if rank is not None and len(self.ignored_ranks) < MAX_STREAMS:
+                    self.ignored_ranks.add(rank)
+                return None, s, rank
+            st = self.streams[rank] = _Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
+        return st, s, rank
 
     def _frame(self, st: _Stream, n: int, ts: str, f: str) -> None:
         if self.custom is not None:
@@ -237,10 +337,16 @@ class _Scanner:
         if "iteration" in f:
             meg = trainers.parse_megatron(f)
             if meg is not None:
-                self._emit(st, n, ts, f, meg.step, meg.loss, "megatron", meg.skipped, meg.total)
+                skipped = meg.skipped
+                if st.meg_prev is not None and meg.step > st.meg_prev:
+                    # most iterations of the interval were overflow skips: not progress
+                    skipped = skipped or 2 * meg.skipped_count > meg.step - st.meg_prev
+                st.meg_prev = meg.step
+                self._emit(st, n, ts, f, meg.step, meg.loss, "megatron", skipped, meg.total)
                 return
         if "kipping step" in f and trainers.is_deepspeed_overflow(f):
-            step = st.samples[-1].step + 1 if st.samples else 1
+            prev_step = st.samples[-1].step if st.samples else None
+            step = (prev_step or 0) + 1
             st.note_once(
                 "ds-overflow",
                 f"line {n}: DeepSpeed overflow lines carry no step; their step is the previous "
@@ -252,28 +358,34 @@ class _Scanner:
             ds = trainers.parse_deepspeed_step(f)
             if ds is not None:
                 skipped = False
-                prev = st.ds_prev
-                if prev is not None and prev[1] is not None and ds.skipped_total is not None:
+                if ds.skipped_total is not None:
+                    # `skipped=` is cumulative: compare with the previous report (or with the start
+                    # of training for the first one); most steps skipped since then is no progress
+                    prev = st.ds_prev if st.ds_prev is not None and st.ds_prev[1] is not None else (0, 0)
                     advanced = ds.step - prev[0]
-                    # every step since the last report was an overflow skip
-                    skipped = advanced > 0 and ds.skipped_total - prev[1] >= advanced
+                    skipped = advanced > 0 and 2 * (ds.skipped_total - (prev[1] or 0)) > advanced
                 st.ds_prev = (ds.step, ds.skipped_total)
                 self._emit(st, n, ts, f, ds.step, ds.loss, "deepspeed", skipped, None)
                 return
-        if "loss" in f:
-            hf = trainers.parse_hf_dict(f)
-            if hf is not None:
-                self._hf_dict(st, n, ts, f, hf)
-                return
+        rest = f
         if "%|" in f:
             bar = trainers.parse_bar(f)
-            if bar is not None and bar.n > 0:  # 0/N: nothing done yet
-                if bar.lightning:
-                    self._lightning(st, n, ts, f, bar)
-                else:
+            if bar is not None:
+                rest = f[bar.end :]  # text printed after the bar on the same frame (a loss dict)
+                if not bar.lightning:
                     self._hf_bar(st, n, ts, f, bar)
+                elif bar.n > 0:  # 0/N: nothing done yet
+                    self._lightning(st, n, ts, f, bar)
+        if "eval_loss" in rest:
+            st.hf_eval = False  # the Trainer prints the evaluation metrics when the pass ends
+        if "'loss'" in rest or '"loss"' in rest:
+            hf = trainers.parse_hf_dict(rest)
+            if hf is not None:
+                self._hf_dict(st, n, ts, rest, hf)
 
     def _hf_dict(self, st: _Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
+        st.hf_eval = False
+        step: int | None
         if hf.step is not None:
             step = hf.step
         elif st.hf_total is not None and st.hf_last_n is not None:
@@ -284,19 +396,27 @@ class _Scanner:
             st.hf_total = st.hf_pending.total
             step = st.hf_last_n = st.hf_pending.n
         else:
-            st.hf_dicts += 1
-            step = st.hf_dicts
+            # No step in the dict and no Trainer bar: the dict says the trainer was active then,
+            # not how far it got (counting dicts would report a step that never was).
+            step = None
             st.note_once(
-                "hf-index",
+                "hf-nostep",
                 f"line {n}: Hugging Face loss dicts carry no step and no Trainer bar was seen; "
-                "steps are the 1-based count of loss dicts in this input",
+                "they count as activity with an unknown step",
             )
         self._emit(st, n, ts, f, step, hf.loss, "hf-trainer", False, st.hf_total)
 
     def _hf_bar(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         if st.hf_total is None:
-            st.hf_pending = bar  # not yet known to be the training bar (could be eval)
-        elif bar.total == st.hf_total:
+            if bar.n > 0:
+                st.hf_pending = bar  # not yet known to be the training bar (could be eval)
+        elif bar.total != st.hf_total or st.hf_eval:
+            return
+        elif st.hf_last_n is not None and bar.n < st.hf_last_n:
+            # An evaluation bar of the training bar's length starts again from 0: ignore bars until
+            # its metrics (eval_loss) or the next training loss dict.
+            st.hf_eval = True
+        elif bar.n > 0:
             st.hf_last_n = bar.n
             self._emit(st, n, ts, f, bar.n, None, "hf-trainer", False, bar.total)
 
@@ -323,7 +443,7 @@ class _Scanner:
         n: int,
         ts: str,
         text: str,
-        step: int,
+        step: int | None,
         loss: float | None,
         fmt: str,
         skipped: bool,
@@ -332,7 +452,7 @@ class _Scanner:
         samples = st.samples
         if samples:
             last = samples[-1]
-            if last.step == step and last.format == fmt and last.skipped == skipped:
+            if step is not None and last.step == step and last.format == fmt and last.skipped == skipped:
                 if loss is not None or (total is not None and last.total is None):
                     samples[-1] = replace(
                         last,
@@ -340,8 +460,17 @@ class _Scanner:
                         total=last.total if last.total is not None else total,
                     )
                 return
-            if step < last.step and not skipped and not last.skipped:
+            if (
+                step is not None
+                and last.step is not None
+                and step < last.step
+                and not skipped
+                and not last.skipped
+            ):
                 st.note(f"line {n}: step went back from {last.step} to {step} (restart, replay, or another counter)")
+            if len(samples) == samples.maxlen:
+                st.note_once("bounded", f"line {n}: more than {samples.maxlen} samples; the oldest are summarized only")
+            st.commit(last)
         samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
 
     # -- result -----------------------------------------------------------------------------------
@@ -352,10 +481,12 @@ class _Scanner:
             chosen_key = min((k for k in with_samples if k is not None), default=None)
         chosen = self.streams.get(chosen_key)
         samples: tuple[ProgressSample, ...] = ()
+        summary: SampleSummary | None = None
         fmt: str | None = None
         diagnostics = list(self.diagnostics)
         if chosen is not None and chosen.samples:
             samples = tuple(chosen.samples)
+            summary = chosen.summary()
             counts = Counter(x.format for x in samples)
             fmt = max(counts, key=lambda k: counts[k])  # ties: first seen (Counter keeps order)
             diagnostics.extend(chosen.notes)
@@ -384,6 +515,8 @@ class _Scanner:
             xids=tuple(self.xids),
             diagnostics=tuple(diagnostics),
             lines=self.lines,
+            summary=summary,
+            first_at=self.first_at,
         )
 
 
@@ -453,69 +586,3 @@ def scan_path(path: Path, *, custom_regex: str | None = None, max_bytes: int | N
             sc.diag(f"tail only: read from byte {start} of {size}; line numbers count from there")
         sc.feed_all(lines)
     return sc.finish()
-
-
-# -- the `scan` report --------------------------------------------------------------------------------
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
-
-
-def scan_report(scan: LogScan) -> dict[str, object]:
-    """The JSON object `taugrid-evidence scan` prints for one file (JSON-safe: no NaN/inf).
-
-    progress is null when no step was seen. `samples`, `first_step`, `last_step` and `last_loss` count
-    real steps only (skipped ones are in `skipped`); `last_loss` is the loss of the last step that
-    showed one, null when that loss is NaN/inf; `nonfinite_loss` is true when any real step's loss
-    was NaN/inf (`first_nonfinite_step` says where). Added fields: skipped, max_step, total,
-    last_line, last_at, first_nonfinite_step; hang/xid entries add rank/at; lines, diagnostics.
-    """
-    progress: dict[str, object] | None = None
-    if scan.samples:
-        real = [x for x in scan.samples if not x.skipped]
-        with_loss = [x for x in real if x.loss is not None]
-        nonfinite = [x for x in with_loss if x.loss is not None and not math.isfinite(x.loss)]
-        last_loss = with_loss[-1].loss if with_loss else None
-        totals = [x.total for x in scan.samples if x.total is not None]
-        progress = {
-            "format": scan.format,
-            "samples": len(real),
-            "first_step": real[0].step if real else None,
-            "last_step": real[-1].step if real else None,
-            "last_loss": last_loss if last_loss is not None and math.isfinite(last_loss) else None,
-            "nonfinite_loss": bool(nonfinite),
-            # additions
-            "skipped": len(scan.samples) - len(real),
-            "max_step": max(x.step for x in real) if real else None,
-            "total": totals[-1] if totals else None,
-            "last_line": real[-1].line if real else None,
-            "last_at": _iso(real[-1].at) if real else None,
-            "first_nonfinite_step": nonfinite[0].step if nonfinite else None,
-        }
-    return {
-        "file": scan.source,
-        "progress": progress,
-        "hang": [
-            {
-                "kind": h.kind,
-                "line": h.line,
-                "collective": h.collective,
-                "timeout_ms": h.timeout_ms,
-                "rank": h.rank,
-                "at": _iso(h.at),
-            }
-            for h in scan.hangs
-        ],
-        "xid": [
-            {
-                "code": x.code,
-                "pci": x.pci,
-                "line": x.line,
-                "meaning": x.meaning,
-                "action": x.action,
-                "at": _iso(x.at),
-            }
-            for x in scan.xids
-        ],
-        "lines": scan.lines,
-        "diagnostics": list(scan.diagnostics),
-    }

@@ -8,7 +8,14 @@ timestamp and rank prefix already removed, and returns what the line says, or No
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import re2
+
+# google-re2 ships no type information; its compiled pattern mirrors re.Pattern's search/groupindex.
+CustomRegex = Any
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # errors are raised (and reported with the pattern), not printed
 
 # --- Megatron-LM / Megatron-DeepSpeed --------------------------------------------------------
 # " iteration      122/  250000 | consumed samples: ... | lm loss: 2.504220E+00 | ...
@@ -23,7 +30,8 @@ class MegatronLine(NamedTuple):
     step: int
     total: int
     loss: float | None
-    skipped: bool
+    skipped: bool  # every iteration of the interval was skipped
+    skipped_count: int  # iterations of the interval skipped (fp16 overflow)
 
 
 def _num(text: str) -> float | None:
@@ -58,11 +66,12 @@ def parse_megatron(s: str) -> MegatronLine | None:
     # Megatron prints a loss only when its interval average is > 0: a missing loss means every
     # iteration of the interval was skipped (fp16 overflow), or the average was NaN.
     all_skipped = False
+    skipped = _count(_MEG_SKIPPED, s)
     if loss is None:
-        all_skipped = _count(_MEG_SKIPPED, s) > 0
+        all_skipped = skipped > 0
         if _count(_MEG_NAN, s) > 0:
             loss = float("nan")
-    return MegatronLine(int(m.group(1)), int(m.group(2)), loss, all_skipped)
+    return MegatronLine(int(m.group(1)), int(m.group(2)), loss, all_skipped, skipped)
 
 
 # --- DeepSpeed -------------------------------------------------------------------------------
@@ -120,9 +129,21 @@ def parse_hf_dict(s: str) -> HfDict | None:
 # Lightning: "Epoch 0:  22%|███▏      | 4/18 [00:17<01:02,  4.47s/it, loss=10.072, v_num=193315]"
 # HF Trainer: " 22%|██▏       | 40/180 [00:17<01:02,  2.3it/s]" (no description)
 # Any other description (Validation DataLoader 0, Validating, Sanity Checking, Map, ...) is not
-# training progress. A frame cut short ("6/18 [00:23<00:47,  3") still shows its step.
-_LIGHTNING = re.compile(r"^\s*Epoch (\d+):\s*(?:\d+%\|[^|]*\|)?\s*(\d+)/(\d+|\?)\s*\[([^\]]*)")
-_HF_BAR = re.compile(r"^\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")
+# training progress. A frame cut short ("6/18 [00:23<00:47,  3") still shows its step. A bar may sit
+# behind a launcher prefix (Ray's "(RayTrainWorker pid=12, ip=10.0.0.3) ", pdsh's "worker-0: ") and
+# be followed by other text on the same frame (a print without a newline): `Bar.end` says where the
+# bar ends.
+# All anchored (match at a known position) or literal-led: linear on any input.
+_BAR_TAIL = re.compile(r"\|\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")  # from the bar's closing `|`
+_LIGHTNING_NOPCT = re.compile(r"^\s*Epoch (\d+):\s*(\d+)/(\d+|\?)\s*\[([^\]]{0,200})\]?")
+_EPOCH_DESC = re.compile(r"Epoch (\d+):?")
+# Ray's worker prefix, or a host name (with a digit or `-`) then `:` (pdsh, as DeepSpeed's launcher)
+_LAUNCHER_PREFIX = re.compile(r"^(?:\([A-Za-z_]\w{0,63} pid=\d+[^)]{0,100}\)\s*|([\w.-]{1,100}):\s)")
+# A logging prefix: "2023-06-14 22:33:06,424 - INFO: ", "INFO:root:", absl's "I0614 22:33:06.424 12 x.py:8] "
+_LOGGER_PREFIX = re.compile(
+    r"^[^%|]{0,80}?\b(?:INFO|WARNING|WARN|DEBUG|ERROR)\b(?::[\w.]{1,60}:|[:\]]|\s-)?\s*"
+    r"|^[IWEF]\d{4} [\d:.]{8,15}\s+\d+ [\w.-]{1,60}:\d+\]\s*"
+)
 _BAR_LOSS = re.compile(r"(?<![\w.])(?:train_)?loss(?:_step)?=\s*([^\s,\]]+)")
 
 
@@ -132,29 +153,75 @@ class Bar(NamedTuple):
     n: int
     total: int | None
     loss: float | None
+    end: int = 0  # where the bar's text ends in the frame
 
 
-def parse_bar(frame: str) -> Bar | None:
-    m = _LIGHTNING.match(frame)
-    if m:
-        lo = _BAR_LOSS.search(m.group(4))
-        total = int(m.group(3)) if m.group(3) != "?" else None
-        return Bar(True, int(m.group(1)), int(m.group(2)), total, _num(lo.group(1)) if lo else None)
-    h = _HF_BAR.match(frame)
-    if h:
-        return Bar(False, None, int(h.group(1)), int(h.group(2)), None)
+def _bar_desc(desc: str) -> tuple[bool, int | None] | None:
+    """(lightning, epoch) for a training bar's description, None for any other bar."""
+    p = _LAUNCHER_PREFIX.match(desc)
+    if p and (p.group(1) is None or any(c.isdigit() or c == "-" for c in p.group(1))):
+        desc = desc[p.end() :]
+    g = _LOGGER_PREFIX.match(desc)
+    if g:
+        desc = desc[g.end() :]
+    desc = desc.strip()
+    if not desc:
+        return False, None
+    e = _EPOCH_DESC.fullmatch(desc)
+    if e:
+        return True, int(e.group(1))
     return None
 
 
+def parse_bar(frame: str) -> Bar | None:
+    j = frame.find("%|")
+    if j == -1:
+        m = _LIGHTNING_NOPCT.match(frame)
+        if m is None:
+            return None
+        lo = _BAR_LOSS.search(m.group(4))
+        total = int(m.group(3)) if m.group(3) != "?" else None
+        return Bar(True, int(m.group(1)), int(m.group(2)), total, _num(lo.group(1)) if lo else None, m.end())
+    i = j
+    while i > 0 and i > j - 3 and frame[i - 1].isdigit():  # tqdm's percentage: 1 to 3 digits
+        i -= 1
+    k = frame.find("|", j + 2)
+    if i == j or k == -1 or k - j > 400:
+        return None
+    kind = _bar_desc(frame[:i])
+    if kind is None:
+        return None
+    t = _BAR_TAIL.match(frame, k)
+    if t is None:
+        return None
+    lightning, epoch = kind
+    total = int(t.group(2)) if t.group(2) != "?" else None
+    if lightning:
+        lo = _BAR_LOSS.search(t.group(3))
+        return Bar(True, epoch, int(t.group(1)), total, _num(lo.group(1)) if lo else None, t.end())
+    if total is None:
+        return None
+    return Bar(False, None, int(t.group(1)), total, None, t.end())
+
+
 # --- user regex ------------------------------------------------------------------------------
-def compile_custom(pattern: str) -> re.Pattern[str]:
-    """A user progress regex: named group `step` required, `loss` and `total` optional."""
+# Tenants' lines meet the platform's (or a `scan` user's) pattern: it runs on RE2, which is linear in
+# the line on any pattern, so no regex in a settings file can freeze the scanner.
+def compile_custom(pattern: str) -> CustomRegex:
+    """A user progress regex (RE2 syntax): named group `step` required, `loss` and `total` optional.
+
+    Raises ValueError naming the problem: RE2 has no backreferences and no lookaround.
+    """
     try:
-        rx = re.compile(pattern)
-    except re.error as e:
-        raise ValueError(f"progress regex does not compile: {e}") from e
+        rx = re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as e:
+        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        hint = ""
+        if any(t in pattern for t in ("(?=", "(?!", "(?<=", "(?<!")) or re.search(r"\\[1-9]|\(\?P=", pattern):
+            hint = " (lookaround and backreferences are not supported: the regex must run in linear time)"
+        raise ValueError(f"progress regex {pattern!r} does not compile (RE2 syntax): {why}{hint}") from e
     if "step" not in rx.groupindex:
-        raise ValueError("progress regex needs a named group 'step', e.g. (?P<step>\\d+)")
+        raise ValueError(f"progress regex {pattern!r} needs a named group 'step', e.g. (?P<step>\\d+)")
     return rx
 
 
@@ -164,7 +231,7 @@ class CustomLine(NamedTuple):
     total: int | None
 
 
-def parse_custom(rx: re.Pattern[str], s: str) -> CustomLine | None | str:
+def parse_custom(rx: CustomRegex, s: str) -> CustomLine | None | str:
     """The match, None for no match, or a problem text when `step` is not an integer."""
     m = rx.search(s)
     if m is None:

@@ -379,7 +379,7 @@ class RayProgress:
             high = self._high.step if self._high else prev
             self._notes.append(f"{self.counter} fell from {prev} to {step} at {at.isoformat()} (restart); "
                                f"steps up to {high} are replay")
-        if self._high is None or step > self._high.step:
+        if self._high is None or step > (self._high.step or 0):
             self._high = sample
         self._samples.append(sample)
         return sample, ""
@@ -397,7 +397,7 @@ class RayProgress:
     def samples(self) -> tuple[ProgressSample, ...]:
         out = tuple(self._samples)
         high = self._high
-        if high is not None and out and high.step > max(s.step for s in out):
+        if high is not None and out and (high.step or 0) > max(s.step or 0 for s in out):
             out = (high, *out)  # keep the high-water mark so replay stays replay
         return out
 

@@ -189,11 +189,14 @@ def test_hf_trainer_bar_and_loss_dicts_skip_eval() -> None:
     assert [(s.step, s.loss, s.total) for s in scan.samples] == [(10, 2.31, 100), (20, 2.1, 100)]
 
 
-def test_hf_loss_dicts_without_bar_get_a_derived_index() -> None:
+def test_hf_loss_dicts_without_bar_are_activity_with_an_unknown_step() -> None:
     text = "{'loss': 2.3, 'epoch': 0.1}\n{'eval_loss': 2.9}\n{'loss': 2.2, 'epoch': 0.2}\n"
     scan = scan_text(text, source="t")
-    assert [(s.step, s.loss) for s in scan.samples] == [(1, 2.3), (2, 2.2)]
-    assert any("1-based count of loss dicts" in d for d in scan.diagnostics)
+    # never the count of dicts: the step is unknown
+    assert [(s.step, s.loss) for s in scan.samples] == [(None, 2.3), (None, 2.2)]
+    assert any("activity with an unknown step" in d for d in scan.diagnostics)
+    p = scan_report(scan)["progress"]
+    assert isinstance(p, dict) and p["last_step"] is None and p["samples"] == 2 and p["last_loss"] == 2.2
 
 
 def test_deepspeed_step_lines_and_all_skipped_intervals() -> None:
@@ -318,7 +321,7 @@ def test_other_hang_kinds() -> None:
         ]
     )
     assert scan_text(text, source="t").hangs == (
-        HangFinding("nccl-watchdog-timeout", 1, "BROADCAST", 1800000, 2, None),
+        HangFinding("nccl-watchdog-timeout", 1, "BROADCAST", 1800000, 2, None, seq=9),
         HangFinding("nccl-async-error", 2, None, None, None, None),
         HangFinding("nccl-async-error", 3, None, None, 0, None),
         HangFinding("nccl-error", 4, None, None, None, None),

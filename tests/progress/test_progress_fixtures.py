@@ -72,7 +72,7 @@ def test_nccl_watchdog_older_format_with_desync_report(fixtures: Path) -> None:
     scan = scan_path(fixtures / TRAINING / "nccl_watchdog_timeout_desync_report_ml_engineering.txt")
     assert scan.samples == ()
     assert scan.hangs == (
-        HangFinding("nccl-watchdog-timeout", 1, "ALLREDUCE", 8000, 0, None),
+        HangFinding("nccl-watchdog-timeout", 1, "ALLREDUCE", 8000, 0, None, seq=2),
         HangFinding("nccl-desync-report", 2, "ALLREDUCE", None, 0, None),
         HangFinding("nccl-desync-lagging-rank", 4, None, None, 1, None),
     )
@@ -81,10 +81,10 @@ def test_nccl_watchdog_older_format_with_desync_report(fixtures: Path) -> None:
 def test_nccl_watchdog_torch2x_format(fixtures: Path) -> None:
     scan = scan_path(fixtures / TRAINING / "nccl_watchdog_timeout_torch2x_format_llamafactory_7396.txt")
     assert scan.hangs == (
-        HangFinding("nccl-watchdog-timeout", 1, "ALLREDUCE", 600000, 0, None),
-        HangFinding("nccl-watchdog-timeout", 2, "ALLREDUCE", 600000, 4, None),
-        HangFinding("nccl-watchdog-exception", 3, None, None, 0, None),
-        HangFinding("nccl-watchdog-exception", 4, None, None, 3, None),
+        HangFinding("nccl-watchdog-timeout", 1, "ALLREDUCE", 600000, 0, None, seq=1580),
+        HangFinding("nccl-watchdog-timeout", 2, "ALLREDUCE", 600000, 4, None, seq=1580),
+        HangFinding("nccl-watchdog-exception", 3, None, None, 0, None, seq=1580),
+        HangFinding("nccl-watchdog-exception", 4, None, None, 3, None, seq=1580),
     )
     report = scan_report(scan)
     assert report["hang"][0] == {  # type: ignore[index]
@@ -94,6 +94,7 @@ def test_nccl_watchdog_torch2x_format(fixtures: Path) -> None:
         "timeout_ms": 600000,
         "rank": 0,
         "at": None,
+        "seq": 1580,
     }
 
 
