@@ -276,8 +276,10 @@ def devices_from_nvsmi_xml(path: Path) -> list[FakeDevice]:
         dev = FakeDevice(
             uuid=uuid, name=(g.findtext("product_name") or "").strip(), pci=g.get("id", ""),
             util=int(util) if util is not None else NA,
-            mem_used=int(used * mib) if used is not None else NA, mem_total=int(total * mib) if total is not None else NA,
-            power_mw=int(draw * 1000) if draw is not None else NA, limit_mw=int(limit * 1000) if limit is not None else NA,
+            mem_used=int(used * mib) if used is not None else NA,
+            mem_total=int(total * mib) if total is not None else NA,
+            power_mw=int(draw * 1000) if draw is not None else NA,
+            limit_mw=int(limit * 1000) if limit is not None else NA,
             temp=int(t) if (t := _num(g.findtext("temperature/gpu_temp"))) is not None else NA,
             sm_mhz=int(c) if clocks is not None and (c := _num(clocks.findtext("sm_clock"))) is not None else NA,
             mem_mhz=int(c) if clocks is not None and (c := _num(clocks.findtext("mem_clock"))) is not None else NA,
