@@ -248,6 +248,7 @@ class NvmlSampler:
             return [GpuReading(i, dev.uuid, dev.name, dev.pci, error=str(e), at=now)]
         except _Lost as e:
             assert dev is not None
+            self.errors += 1
             if not dev.lost:
                 log.warning("GPU lost", extra={"gpu": i, "uuid": dev.uuid, "error": str(e)})
             dev.lost = str(e)
