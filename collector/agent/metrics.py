@@ -87,28 +87,28 @@ class AgentCollector(Collector):
                                     "1 while a clocks-event (throttle) reason holds clocks down.",
                                     labels=[*GPU_LABELS, "reason"])
         ecc = GaugeMetricFamily("taugrid_gpu_ecc_errors", "ECC error counts by type and counter (NVML).",
-                                labels=[*GPU_LABELS, "error_type", "counter"])
+                                labels=[*GPU_LABELS, "error_type", "scope"])
         rows = GaugeMetricFamily("taugrid_gpu_remapped_rows", "Rows remapped, by cause.",
                                  labels=[*GPU_LABELS, "error_type"])
-        nvlink = GaugeMetricFamily("taugrid_gpu_nvlink_errors", "NVLink error totals over all links, by kind.",
-                                   labels=[*GPU_LABELS, "kind"])
+        nvlink = GaugeMetricFamily("taugrid_gpu_nvlink_errors", "NVLink error totals over all links, by type.",
+                                   labels=[*GPU_LABELS, "error_type"])
         for r in gpus:
             lab = labels(r)
             if r.clocks_event_reasons is not None:
                 for bit, name in CLOCKS_EVENT_REASONS:
                     reasons.add_metric([*lab, name], 1.0 if r.clocks_event_reasons & bit else 0.0)
-            for etype, counter, n in r.ecc:
-                ecc.add_metric([*lab, etype, counter], float(n))
+            for etype, scope, n in r.ecc:
+                ecc.add_metric([*lab, etype, scope], float(n))
             if r.remapped_correctable is not None:
                 rows.add_metric([*lab, "correctable"], float(r.remapped_correctable))
             if r.remapped_uncorrectable is not None:
                 rows.add_metric([*lab, "uncorrectable"], float(r.remapped_uncorrectable))
-            for kind, n in r.nvlink_errors:
-                nvlink.add_metric([*lab, kind], float(n))
+            for etype, n in r.nvlink_errors:
+                nvlink.add_metric([*lab, etype], float(n))
         yield from (reasons, ecc, rows, nvlink)
 
         alloc = GaugeMetricFamily("taugrid_gpu_allocation", "1 per device a container holds (kubelet pod-resources).",
-                                  labels=["uuid", "resource", "pod", "namespace", "container"])
+                                  labels=["uuid", "resource_name", "pod", "namespace", "container"])
         for a in snap.allocations:
             alloc.add_metric([a.device, a.resource, a.pod, a.namespace, a.container], 1.0)
         yield alloc
@@ -154,7 +154,7 @@ class AgentCollector(Collector):
         yield GaugeMetricFamily("taugrid_agent_log_containers", "Containers whose logs are followed.", value=followed)
         yield CounterMetricFamily("taugrid_agent_log_lines", "Container log lines read.", value=lines)
         prob = CounterMetricFamily("taugrid_agent_log_problems", "Log files rotated, truncated, deleted, malformed...",
-                                   labels=["kind"])
+                                   labels=["problem"])
         for kind, n in sorted(problems.items()):
             prob.add_metric([kind], float(n))
         yield prob
