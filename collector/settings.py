@@ -85,6 +85,7 @@ class ControllerSettings:
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
     ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
+    agents: AgentSourceSettings = field(default_factory=lambda: AgentSourceSettings())  # node agents, dcgm
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +93,15 @@ class Settings:
     taugrid: TauGridContract = field(default_factory=TauGridContract)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSourceSettings:
+    """Where the controller finds node agents (the DaemonSet) and dcgm-exporters, and how often."""
+
+    poll_interval: timedelta = timedelta(seconds=30)  # 0 turns agents and dcgm-exporter off
+    namespace: str = ""  # "": the controller's own namespace
+    selector: str = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
+    port: int = 9402
+    # node name → dcgm-exporter /metrics URL, for clusters that run it instead of (or beside) the agent
+    dcgm: Mapping[str, str] = field(default_factory=dict)
