@@ -47,7 +47,7 @@ def split_pod_dir(name: str) -> tuple[str, str, str] | None:
 
 
 class _Followed:
-    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at")
+    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at", "lock")
 
     def __init__(self, namespace: str, pod: str, uid: str, container: str, tail: ContainerTail,
                  max_line_bytes: int) -> None:
@@ -59,6 +59,7 @@ class _Followed:
         self.scanner = _Scanner(f"{namespace}/{pod}/{container}", None, max_line_bytes)
         self.snapshot: LogScan | None = None
         self.read_at = 0.0
+        self.lock = threading.Lock()  # the poll thread feeds the scanner; HTTP threads snapshot it
 
 
 class LogEvidence:
@@ -143,7 +144,8 @@ class LogEvidence:
         now = time.time()
         changed = False
         for key in set(self._followed) - set(found):
-            del self._followed[key]  # pod gone (or no longer holds GPUs): forget it and its offsets
+            with self._lock:
+                del self._followed[key]  # pod gone (or no longer holds GPUs): forget it and its offsets
             changed = True
         self.skipped_containers = 0
         for key, (ns, pod, uid, container, path) in sorted(found.items()):
@@ -164,9 +166,10 @@ class LogEvidence:
             lines = f.tail.poll()
             self.lines_total += f.tail.lines - n0
             if lines:
-                f.scanner.feed_all(lines)
-                self._trim(f.scanner)
-                f.snapshot = None
+                with f.lock:
+                    f.scanner.feed_all(lines)
+                    self._trim(f.scanner)
+                    f.snapshot = None
             f.read_at = now
             if before != {n: c.committed for n, c in f.tail.cursors.items()}:
                 changed = True
@@ -192,9 +195,10 @@ class LogEvidence:
             followed = list(self._followed.values())
         out = []
         for f in followed:
-            snap = f.snapshot
-            if snap is None:
-                snap = f.snapshot = f.scanner.finish()
+            with f.lock:
+                snap = f.snapshot
+                if snap is None:
+                    snap = f.snapshot = f.scanner.finish()
             out.append(ContainerLog(f.namespace, f.pod, f.uid, f.container, snap, f.read_at))
         return out
 
