@@ -238,11 +238,11 @@ class OffsetStore:
             self.loaded = {}
         return self.loaded
 
-    def save(self, tails: dict[str, ContainerTail]) -> None:
+    def save(self, cursors: dict[str, dict[str, Cursor]]) -> None:
         if self.path is None:
             return
         doc = {"version": self.VERSION, "containers": {
-            key: {name: [c.inode, c.committed] for name, c in t.cursors.items()} for key, t in tails.items()
+            key: {name: [c.inode, c.committed] for name, c in files.items()} for key, files in cursors.items()
         }}
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:

@@ -145,7 +145,14 @@ class LogEvidence:
         changed = False
         for key in set(self._followed) - set(found):
             with self._lock:
-                del self._followed[key]  # pod gone (or no longer holds GPUs): forget it and its offsets
+                gone = self._followed.pop(key)
+            if gone.tail.dir.is_dir():
+                # still on disk, only not wanted now (pod-resources briefly down): keep its offsets so
+                # following it again resumes instead of re-reading or skipping
+                self._saved[key] = dict(gone.tail.cursors)
+            changed = True
+        for key in [k for k in self._saved if k not in found and not (self.s.root / k).is_dir()]:
+            del self._saved[key]  # its pod is gone from the node
             changed = True
         self.skipped_containers = 0
         for key, (ns, pod, uid, container, path) in sorted(found.items()):
@@ -174,7 +181,7 @@ class LogEvidence:
             if before != {n: c.committed for n, c in f.tail.cursors.items()}:
                 changed = True
         if changed:
-            self._store.save({k: f.tail for k, f in self._followed.items()})
+            self._store.save({**self._saved, **{k: f.tail.cursors for k, f in self._followed.items()}})
         self.polls += 1
 
     def _trim(self, sc: _Scanner) -> None:

@@ -238,3 +238,24 @@ def test_memory_stays_bounded(tmp_path: Path) -> None:
         ev.poll()
     got = steps_of(ev)
     assert len(got) <= 100 and got[-1] == 500
+
+
+def test_a_pod_unwanted_for_a_while_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """pod-resources down long enough to drop attribution: following stops, then resumes without loss."""
+    logs, state = tmp_path / "pods", tmp_path / "offsets.json"
+    node = Node(logs)
+    node.write(*node.steps(1, 3))
+    wanted: set[tuple[str, str]] = {("research", "llm-worker-0")}
+    settings = LogSettings(root=logs, scope="gpu", poll_s=0.05, first_read_bytes=100)
+    ev = LogEvidence(settings, wanted=lambda: wanted, state_file=state)
+    ev.poll()
+    wanted.clear()
+    ev.poll()
+    assert ev.followed == 0
+    node.write(*node.steps(4, 6))
+    wanted.add(("research", "llm-worker-0"))
+    ev.poll()
+    assert steps_of(ev) == [4, 5, 6], "resumed at its offset, not from the tail window"
+    ev2 = LogEvidence(settings, wanted=lambda: set(), state_file=state)
+    ev2.poll()  # unwanted at start: its saved offsets survive this agent's saves
+    assert "research_llm-worker-0_" in state.read_text()
