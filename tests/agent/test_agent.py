@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.agent import Agent, AgentSettings, HangSettings, LogSettings
@@ -168,3 +169,37 @@ def test_agent_process_without_a_gpu(tmp_path: Path) -> None:
     assert proc.returncode == 0
     lines = [json.loads(x) for x in err.decode().splitlines() if x.startswith("{")]
     assert any("no NVML" in x["msg"] for x in lines), err.decode()[-2000:]
+
+
+def test_row_remap_pending_and_its_xid63_on_one_gpu(tmp_path: Path, fixtures: Path) -> None:
+    """A real `nvidia-smi -q` capture (row remap pending, 177 corrected DRAM errors) scripted into NVML,
+    and the matching kernel XID 63 line: both land on the same GPU, joined by its PCI bus id."""
+    import re
+
+    text = (fixtures / "xid_nvsmi" / "nvidia_smi_q_a100_row_remap_pending_xid63_ml_engineering.txt").read_text()
+
+    def field(name: str, after: str = "") -> str:
+        m = re.search(rf"{after}[\s\S]*?{name}\s*: (\S+)", text)
+        assert m, name
+        return m.group(1)
+
+    pci = re.search(r"^GPU (\S+)", text, re.M).group(1)  # type: ignore[union-attr]
+    dev = FakeDevice(uuid="GPU-5269b708-678a-b1a8-60f0-c90406537486", pci=pci, name=field("Product Name"),
+                     ecc={(0, 0): int(field("DRAM Correctable", "Volatile")),
+                          (0, 1): int(field("DRAM Correctable", "Aggregate")),
+                          (1, 0): int(field("DRAM Uncorrectable", "Volatile")),
+                          (1, 1): int(field("DRAM Uncorrectable", "Aggregate"))},
+                     rows=(int(field("Correctable Error")), int(field("Uncorrectable Error")),
+                           int(field("Pending") == "Yes"), int(field("Remapping Failure Occurred") == "Yes")))
+    xid = (fixtures / "xid_nvsmi" / "xid63_row_remapper_line_ml_engineering.txt").read_text().strip()
+    (tmp_path / "kmsg").write_text(f"3,1,5000000,-;{xid}\n")
+    with Agent(settings(tmp_path, tmp_path / "none.sock"), nv=FakeNvml([dev])) as agent:
+        wait(lambda: agent.ready and bool(agent.xids.counts()))
+        fam = families(generate_latest(agent.registry).decode())
+    assert fam["taugrid_gpu_row_remap_pending"][0][1] == 1.0
+    rows = {s[0]["error_type"]: s[1] for s in fam["taugrid_gpu_remapped_rows"]}
+    assert rows == {"correctable": 1.0, "uncorrectable": 0.0}
+    ecc = {(s[0]["error_type"], s[0]["scope"]): s[1] for s in fam["taugrid_gpu_ecc_errors"]}
+    assert ecc[("corrected", "volatile")] == 177.0 and ecc[("uncorrected", "aggregate")] == 0.0
+    (x,) = fam["taugrid_gpu_xid_errors_total"]
+    assert x[0] == {"uuid": dev.uuid, "code": "63", "origin": "kmsg"} and x[1] == 1.0
