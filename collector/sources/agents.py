@@ -8,6 +8,7 @@ one clock. A document of another version, or fields of the wrong type, are named
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -188,7 +189,7 @@ class AgentReader:
         self.now = now
         self.timeout = urllib3.Timeout(connect=min(2.0, timeout_s), read=timeout_s)
         self.max_body = max_body
-        self.pool = pool or urllib3.PoolManager(num_pools=64, maxsize=4)
+        self.pool = pool or urllib3.PoolManager(num_pools=1024, maxsize=2)
 
     def read(self, endpoint: AgentEndpoint) -> AgentReport:
         url = f"{endpoint.url}/evidence"
@@ -213,12 +214,20 @@ class AgentReader:
             raise AgentReadError(f"{url}: not JSON ({e})") from e
         return parse_evidence(doc, endpoint, self.now())
 
-    def read_all(self, endpoints: Iterable[AgentEndpoint]) -> tuple[list[AgentReport], list[str]]:
-        """Every agent; one that cannot be read is an error string, never a stop."""
-        reports, errors = [], []
-        for ep in endpoints:
+    def read_all(self, endpoints: Iterable[AgentEndpoint], *, workers: int = 16) -> tuple[list[AgentReport], list[str]]:
+        """Every agent, `workers` at a time (a fleet of nodes must fit in one poll interval); one that
+        cannot be read is an error string, never a stop."""
+        eps = list(endpoints)
+
+        def one(ep: AgentEndpoint) -> AgentReport | str:
             try:
-                reports.append(self.read(ep))
+                return self.read(ep)
             except AgentReadError as e:
-                errors.append(str(e))
-        return reports, errors
+                return str(e)
+
+        if len(eps) <= 1:
+            results = [one(ep) for ep in eps]
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, len(eps)), thread_name_prefix="agent-read") as pool:
+                results = list(pool.map(one, eps))
+        return [r for r in results if isinstance(r, AgentReport)], [r for r in results if isinstance(r, str)]

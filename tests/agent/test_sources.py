@@ -145,9 +145,10 @@ def test_agent_read_end_to_end_into_claims_inputs(tmp_path: Path) -> None:
         wait(lambda: bool(agent.xids.counts()))
         time.sleep(0.4)  # the hang hint's sustain window
         reader = AgentReader(lambda: NOW)
-        rep = reader.read(AgentEndpoint("gpu-node-1", "agent-x", f"http://127.0.0.1:{port}"))
-        reports, errors = reader.read_all([AgentEndpoint("gone", "agent-y", "http://127.0.0.1:1")])
-    assert reports == [] and len(errors) == 1
+        ep = AgentEndpoint("gpu-node-1", "agent-x", f"http://127.0.0.1:{port}")
+        rep = reader.read(ep)
+        reports, errors = reader.read_all([ep, AgentEndpoint("gone", "agent-y", "http://127.0.0.1:1"), ep])
+    assert len(reports) == 2 and len(errors) == 1 and "127.0.0.1:1" in errors[0]
     assert rep.nvml_state == "ok" and rep.podresources_up and rep.read_at == NOW
     (pe,) = rep.gpus
     assert (pe.namespace, pe.pod, pe.node, pe.containers) == ("research", "llm-worker-0", "gpu-node-1", ("trainer",))
