@@ -146,6 +146,18 @@ def test_agent_module_does_not_import_ray() -> None:
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
+def test_agent_command_loads_neither_ray_nor_the_controller() -> None:
+    """`taugrid-evidence agent` (collector.entry) keeps the node's process small."""
+    code = ("import sys; sys.argv = ['taugrid-evidence', 'agent', '--help']\n"
+            "from collector.entry import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('ray', 'kubernetes', 'collector.controller', 'collector.cli') if m in sys.modules]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "--pod-resources-socket" in r.stdout
+
+
 def test_agent_process_without_a_gpu(tmp_path: Path) -> None:
     """The real command on this GPU-less machine: real pynvml says no NVML; logs are served; SIGTERM stops it."""
     node = Node(tmp_path / "pods")
