@@ -174,11 +174,28 @@ def _get(url: str) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict[str, float]:
-    proc = subprocess.Popen([sys.executable, __file__, "--role", role, *common], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdin is not None
-    port = json.loads(proc.stdout.readline())["port"]
+    if role == "command":  # the real `taugrid-evidence agent` process (real pynvml: no GPU here)
+        port = _free_port()
+        opts = dict(zip(common[::2], common[1::2], strict=True))
+        exe = str(Path(sys.executable).with_name("taugrid-evidence"))
+        proc = subprocess.Popen([exe, "agent", "--address", f"127.0.0.1:{port}", "--log-root", opts["--root"],
+                                 "--log-scope", "all", "--pod-resources-socket", opts["--socket"], "--kmsg", "",
+                                 "--state-dir", opts["--state"] + "-cmd"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    else:
+        proc = subprocess.Popen([sys.executable, __file__, "--role", role, *common], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        port = json.loads(proc.stdout.readline())["port"]
+    assert proc.stdin is not None
     try:
         time.sleep(warmup)  # imports, first reads of the files, first pod-resources List
         cpu0, _, _ = _proc(proc.pid)
@@ -208,6 +225,8 @@ def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict
         return out
     finally:
         proc.stdin.close()
+        if role == "command":
+            proc.terminate()
         proc.wait(20)
 
 
@@ -235,19 +254,20 @@ def main() -> None:
         with PodResourcesServer(pods) as kubelet:
             common = ["--root", str(tmp / "pods"), "--socket", str(kubelet.socket), "--state", str(tmp / "state")]
             lines0 = writer.lines
-            results = {role: measure(role, seconds, common, warmup=4.0) for role in ("sampler", "iterate", "agent")}
-            rate = (writer.lines - lines0) / (3 * (seconds + 4.0))
+            roles = ("sampler", "iterate", "agent", "command")
+            results = {role: measure(role, seconds, common, warmup=4.0) for role in roles}
+            rate = (writer.lines - lines0) / (len(roles) * (seconds + 4.0))
     finally:
         writer.stop.set()
         writer.join()
         shutil.rmtree(tmp, ignore_errors=True)
     mib = 1 << 20
-    a, s, it = results["agent"], results["sampler"], results["iterate"]
+    a, s, it, cmd = results["agent"], results["sampler"], results["iterate"], results["command"]
     print(f"load: {GPUS} GPUs at 1 Hz, {PODS} pods in pod-resources, {CONTAINERS} containers, "
           f"{rate:,.0f} lines/s written; {seconds:.0f} s windows, one process each")
     print(f"{'role':<34}{'CPU (% of a core)':>18}{'RSS MiB':>10}{'peak MiB':>10}")
     for name, r in (("agent (everything)", a), ("baseline: sampler, exposition off", s),
-                    ("baseline: plain line iteration", it)):
+                    ("baseline: plain line iteration", it), ("`taugrid-evidence agent` (no NVML)", cmd)):
         print(f"{name:<34}{r['cpu_share'] * 100:>17.2f}%{r['rss'] / mib:>10.1f}{r['hwm'] / mib:>10.1f}")
     print(f"/metrics: {a['metrics_ms']:.2f} ms median render+GET ({a['metrics_bytes'] / 1024:.1f} KiB); "
           f"baseline /healthz GET {a['healthz_ms']:.2f} ms")
