@@ -50,7 +50,7 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
         return rc
     scheduled, blocked = rc.scheduled, rc.blocked
     # --- scheduled: devices actually allocated on covered nodes ---
-    short: list[tuple[str, str, int, int]] = []  # (pod, node, allocated, requested)
+    short: list[tuple[str, str, int, int, datetime | None]] = []  # (pod, node, allocated, requested, bound at)
     requested = allocated = 0
     for p in live:
         f = p.facts
@@ -64,15 +64,16 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
         bound_at = next((c.last_transition for c in p.conditions if c.type == "PodScheduled" and c.is_true), None)
         agent_at = nodes[f.node_name]
         if have < f.gpus and f.phase != "Running" and (bound_at is None or agent_at - bound_at >= ALLOCATION_GRACE):
-            short.append((p.ref.name, f.node_name, have, f.gpus))
+            short.append((p.ref.name, f.node_name, have, f.gpus, bound_at))
     if requested:
         ev_alloc = Evidence(Plane.GPU, f"Pod/{ev.root.ref.namespace}/*", "pod-resources devices",
                             f"{allocated}/{requested} GPUs allocated", summary.read_at or now)
         if short and scheduled.observed is Observed.TRUE:
-            pod, node, have, want = short[0]
+            pod, node, have, want, bound_at = short[0]
             why = f"pod {pod} bound to {node} but holds {have}/{want} GPUs (kubelet pod-resources)"
-            scheduled = _add(scheduled, f"{scheduled.reason}; {why}", [ev_alloc], Observed.FALSE, now)
-            blocked = Blocked(Stage.DEVICE_ALLOCATION, why, now, (ev_alloc,))
+            # the wait began when the pod was bound (the kubelet allocates right after)
+            scheduled = _add(scheduled, f"{scheduled.reason}; {why}", [ev_alloc], Observed.FALSE, bound_at)
+            blocked = Blocked(Stage.DEVICE_ALLOCATION, why, bound_at, (ev_alloc,))
         elif scheduled.observed is Observed.TRUE:
             scheduled = _add(scheduled, f"{scheduled.reason}; {allocated}/{requested} GPUs allocated", [ev_alloc])
     # --- lost GPUs, XIDs ---

@@ -78,6 +78,8 @@ def test_bound_pod_without_devices_is_blocked_in_device_allocation() -> None:
     assert out.scheduled.observed is Observed.FALSE
     assert "w1 bound to node-w1 but holds 0/8 GPUs" in out.scheduled.reason
     assert out.blocked is not None and out.blocked.stage is Stage.DEVICE_ALLOCATION
+    assert out.blocked.since == out.scheduled.since == NOW - timedelta(minutes=5), "waiting since the bind"
+    assert out.blocked.stage.owner == "Device plugin or DRA"
 
 
 def test_no_verdict_from_a_node_without_a_fresh_agent_or_within_the_grace() -> None:
