@@ -86,3 +86,25 @@ def test_stale_attribution_is_dropped_after_max_age() -> None:
         cache.refresh()
         assert not cache.holders(G0) and not cache.allocations(), "fail closed: too old to trust"
         cache.stop()
+
+
+def test_a_dead_socket_is_unavailable_not_a_hang() -> None:
+    """The kubelet died and left its socket file behind: List fails fast with UNAVAILABLE."""
+    import socket as so
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="podres-", dir="/tmp"))
+    path = d / "kubelet.sock"
+    s = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    s.bind(str(path))  # bound, never listening: connections are refused
+    client = PodResourcesClient(path, timeout_s=1)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PodResourcesError, match="UNAVAILABLE|DEADLINE"):
+            client.list()
+        assert time.monotonic() - t0 < 5
+    finally:
+        client.close()
+        s.close()
+        path.unlink()
+        d.rmdir()
