@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck layers check bench clean
+.PHONY: setup demo test lint typecheck layers check bench clean proto
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,11 @@ bench: setup
 	$(BIN)/python bench/bench_controller.py --quick
 	$(BIN)/python bench/bench_stall.py --quick
 	$(BIN)/python bench/bench_bundles.py --events 5000 --pods 2000
+	$(BIN)/python bench/bench_agent.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info
+
+# The kubelet pod-resources v1 messages the node agent decodes (committed; protobuf pinned in pyproject.toml).
+proto: setup
+	cd collector/agent/podresources && ../../../$(BIN)/python -m grpc_tools.protoc -I. --python_out=. podresources_v1.proto

@@ -342,3 +342,10 @@ def bundle_redact(path: Path) -> None:
     except (CaptureError, ValueError, OSError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"{path}: {changed} more value(s) redacted; manifest and REDACTIONS.md updated")
+
+# `taugrid-evidence agent` (collector/agent/command.py). The console script (collector/entry.py)
+# runs it without importing this module: the DaemonSet's process stays free of the controller's
+# imports (kubernetes client, claims), which would add ~25 MiB to every node.
+from collector.agent.command import agent as _agent_command  # noqa: E402
+
+main.add_command(_agent_command)

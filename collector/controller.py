@@ -21,14 +21,18 @@ from prometheus_client import CollectorRegistry
 
 from collector.capture import EvidenceCapture, capture_for
 from collector.claims import evaluate
+from collector.claims.gpu import apply_gpu
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
+from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
+from collector.sources.agents import AgentReader, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
+from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import (
     JSON,
     Backoff,
@@ -104,6 +108,11 @@ class Controller:
         self._http: BoundedHTTPServer | None = None
         # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
         self.capture = capture or capture_for(settings, api, now)
+        # Node agents (and dcgm-exporters): GPU evidence by pod, when each node was last read, and the
+        # pods whose logs an agent reads on the node (the API log poller skips those).
+        self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
+        self._agent_nodes: dict[str, datetime] = {}
+        self._agent_log_pods: frozenset[tuple[str, str]] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -138,6 +147,8 @@ class Controller:
             self._spawn(self._poll_checkpoints, "checkpoint-poller")
         if self.cfg.ray_poll_interval.total_seconds() > 0:
             self._spawn(self._poll_ray, "ray-poller")
+        if self.cfg.agents.poll_interval.total_seconds() > 0:
+            self._spawn(self._poll_agents, "agent-poller")
         if self.elector is not None:
             self.elector.start()
         if self.capture is not None:
@@ -301,6 +312,13 @@ class Controller:
             self._dirty.add(root_ref.key)
             if runtime.error:
                 self.health.error("ray", ErrorClass.RETRYABLE)
+        elif c.op == "gpu":
+            gpus, nodes, log_pods = c.payload
+            for ns, pod in set(self._gpus) | set(gpus):
+                root = self.index.root_of(Ref("Pod", ns, pod))
+                if root is not None:
+                    self._dirty.add(root.key)
+            self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
         elif c.op in ("log", "signal"):
             sig: Signal = c.payload
             self.index.set_signal(sig)
@@ -388,6 +406,8 @@ class Controller:
             for ref in targets:
                 ev = self.index.evidence(ref)
                 rc = evaluate(ev, now, self.settings.claims)
+                if self._agent_nodes or self._gpus:
+                    rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
                 self.claims[ref.key] = rc
                 out.append(rc)
                 if self.capture is not None and self.leader:
@@ -489,6 +509,8 @@ class Controller:
             for ref, container, regex in list(self._log_targets):
                 if self._stop.is_set():
                     return
+                if not regex and (ref.namespace, ref.name) in self._agent_log_pods:
+                    continue  # a node agent reads this pod's logs where they are written
                 try:
                     data = self.api.get_text(
                         f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
@@ -505,6 +527,44 @@ class Controller:
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
+
+    def _poll_agents(self) -> None:
+        """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
+        cfg = self.cfg.agents
+        reader = AgentReader(self.now)
+        namespace = cfg.namespace or self.cfg.lease_namespace or "default"
+        while not self._stop.wait(cfg.poll_interval.total_seconds()):
+            gpus: dict[tuple[str, str], PodGpuEvidence] = {}
+            nodes: dict[str, datetime] = {}
+            log_pods: set[tuple[str, str]] = set()
+            try:
+                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port)
+            except SourceError as e:
+                self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
+                endpoints = []
+            reports, errors = reader.read_all(endpoints)
+            for err in errors:
+                self.health.error("agents", ErrorClass.RETRYABLE)
+                log.warning("node agent not read", extra={"error": err})
+            for rep in reports:
+                nodes[rep.endpoint.node] = rep.read_at
+                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
+                log_pods |= rep.log_pods()
+                for c in rep.logs:
+                    self._put(_Change("log", None, Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan,
+                                                          rep.read_at)))
+            for node, url in sorted(cfg.dcgm.items()):
+                try:
+                    scrape = read_dcgm(url)
+                except DcgmError as e:
+                    self.health.error("agents", ErrorClass.RETRYABLE)
+                    log.warning("dcgm-exporter not read", extra={"error": str(e)})
+                    continue
+                at = self.now()
+                nodes.setdefault(node, at)
+                for g in pod_evidence(scrape, node=node, read_at=at):
+                    gpus.setdefault((g.namespace, g.pod), g)  # the agent's answer wins where both exist
+            self._put(_Change("gpu", None, (gpus, nodes, frozenset(log_pods))))
 
     def _poll_checkpoints(self) -> None:
         """List each running run's checkpoint location: durable progress from Expstore."""

@@ -86,6 +86,7 @@ class ControllerSettings:
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
     ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
+    agents: AgentSourceSettings = field(default_factory=lambda: AgentSourceSettings())  # node agents, dcgm
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +140,15 @@ class Settings:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     bundles: BundleSettings = field(default_factory=BundleSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSourceSettings:
+    """Where the controller finds node agents (the DaemonSet) and dcgm-exporters, and how often."""
+
+    poll_interval: timedelta = timedelta(seconds=30)  # 0 turns agents and dcgm-exporter off
+    namespace: str = ""  # "": the controller's own namespace
+    selector: str = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
+    port: int = 9402
+    # node name → dcgm-exporter /metrics URL, for clusters that run it instead of (or beside) the agent
+    dcgm: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,209 @@
+"""The node agent: NVML sampler, XIDs, pod-resources attribution and node-local log evidence,
+served as `/metrics`, `/healthz`, `/readyz` and `/evidence` (JSON).
+
+Each source runs on its own thread and keeps its latest answer; scrapes and evidence reads only
+render what is there (never a call to NVML or the kubelet per scrape). A missing NVML, kubelet
+socket, kernel log or log directory is a status, and the agent keeps serving what it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, generate_latest
+
+from collector.agent.evidence import Snapshot, evidence_document
+from collector.agent.hang import HangHints
+from collector.agent.logs import LogEvidence
+from collector.agent.metrics import AgentCollector, AgentHealth
+from collector.agent.nvml import GpuReading, NvmlLib, NvmlSampler, XidEventThread
+from collector.agent.podresources import AttributionCache, PodResourcesClient
+from collector.agent.settings import AgentSettings
+from collector.agent.xids import KmsgReader, XidCounter
+
+log = logging.getLogger("taugrid.agent")
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings, *, nv: NvmlLib | None = None, expose: bool = True) -> None:
+        self.s = settings
+        self.sampler = NvmlSampler(nv, retry_s=settings.nvml_retry_s)
+        self.xids = XidCounter(pci_to_uuid=self.sampler.pci_to_uuid)
+        self.hangs = HangHints(settings.hang)
+        self.attribution = AttributionCache(
+            PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s),
+            interval_s=settings.podresources_interval_s, max_age_s=settings.podresources_max_age_s,
+            prefixes=settings.gpu_resource_prefixes)
+        self.kmsg = KmsgReader(settings.kmsg_path, self.xids) if settings.kmsg_path is not None else None
+        self.xid_events = XidEventThread(
+            self.sampler, lambda uuid, code: self.xids.add(code, uuid=uuid, origin="nvml"))
+        state = settings.state_dir / "log-offsets.json" if settings.state_dir is not None else None
+        self.logs = LogEvidence(settings.logs, wanted=self.attribution.pods, state_file=state)
+        self._gpus: tuple[GpuReading, ...] = ()
+        self.sample_seconds = 0.0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._http: ThreadingHTTPServer | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        if expose:
+            health = AgentHealth()
+            health.nvml_errors = lambda: self.sampler.errors + self.xid_events.errors
+            health.podresources_errors = lambda: self.attribution.errors
+            health.kmsg = lambda: ((self.kmsg.up, self.kmsg.records, self.kmsg.malformed) if self.kmsg
+                                   else (False, 0, 0))
+            health.logs = lambda: (self.logs.followed, self.logs.lines_total, dict(self.logs.problems))
+            health.sample_seconds = lambda: self.sample_seconds
+            health.xid_counts = self.xids.counts
+            self.registry.register(AgentCollector(self.snapshot, health))
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def open(self) -> None:
+        status = self.sampler.open()
+        if status.state == "ok":
+            log.info("NVML initialized", extra={"driver": status.driver})
+        else:
+            log.warning(status.message, extra={"nvml": status.state})
+        self._spawn(self._sample_loop, "nvml-sampler")
+        if self.s.xid_events:
+            self.xid_events.start()
+        self.attribution.start()
+        if self.kmsg is not None:
+            self.kmsg.start()
+        self.logs.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self.xid_events.stop()
+        if self.kmsg is not None:
+            self.kmsg.stop()
+        self.logs.stop()
+        self.attribution.stop()
+        for t in self._threads:
+            t.join(5)
+        self.sampler.close()
+
+    def __enter__(self) -> Agent:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self, target: Any, name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _sample_loop(self) -> None:
+        interval = self.s.sample_interval_s
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow NVML call): skip ticks rather than burst
+                next_at = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+
+    def sample_once(self) -> tuple[GpuReading, ...]:
+        t0 = time.perf_counter()
+        try:
+            gpus = self.sampler.sample()
+        except Exception:  # a stand-in or driver doing something unexpected: keep the loop alive
+            log.exception("NVML sampling failed")
+            self.sampler.errors += 1
+            gpus = ()
+        self.hangs.update(gpus)
+        self._gpus = gpus
+        self.samples += 1
+        self.sample_seconds = time.perf_counter() - t0
+        return gpus
+
+    # --- state -----------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        gpus = self._gpus
+        since = {r.uuid: t for r in gpus if (t := self.hangs.since(r.uuid)) is not None}
+        return Snapshot(
+            node=self.s.node, at=time.time(), nvml=self.sampler.status, gpus=gpus, hang_since=since,
+            hang_sustain_s=self.s.hang.sustain_s, allocations=self.attribution.allocations(),
+            podresources_up=self.attribution.up, podresources_last_success=self.attribution.last_success,
+            podresources_error=self.attribution.error, xids=tuple(self.xids.recent()),
+            logs=tuple(self.logs.containers()),
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Sampled once (or NVML is known absent) and the log directory polled once."""
+        return self.samples > 0 and self.logs.polls > 0
+
+    def healthy(self) -> tuple[bool, str]:
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if not self.logs.alive():
+            dead.append("pod-logs")
+        return (not dead, "ok" if not dead else "stopped: " + ", ".join(dead))
+
+    def status(self) -> dict[str, object]:
+        """Why each source is or is not contributing (served at /healthz?verbose and logged at start)."""
+        return {
+            "nvml": self.sampler.status.message,
+            "podresources": self.attribution.error or ("ok" if self.attribution.up else "not yet listed"),
+            "kmsg": (self.kmsg.error or "ok") if self.kmsg is not None else "off",
+            "logs": self.logs.error or f"{self.logs.followed} containers followed",
+        }
+
+    # --- HTTP ------------------------------------------------------------------------------------
+    def serve(self, host: str, port: int) -> int:
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_GET(self) -> None:  # noqa: N802
+                path, _, query = self.path.partition("?")
+                if path == "/metrics":
+                    body, ctype, code = generate_latest(agent.registry), "text/plain; version=0.0.4", 200
+                elif path == "/evidence":
+                    doc = evidence_document(agent.snapshot())
+                    body, ctype, code = orjson.dumps(doc), "application/json", 200
+                elif path == "/healthz":
+                    ok, why = agent.healthy()
+                    text = why + "\n"
+                    if "verbose" in query:
+                        text += "".join(f"{k}: {v}\n" for k, v in agent.status().items())
+                    body, ctype, code = text.encode(), "text/plain", 200 if ok else 500
+                elif path == "/readyz":
+                    ok = agent.ready
+                    body, ctype, code = (b"ok\n" if ok else b"not yet sampled\n"), "text/plain", 200 if ok else 503
+                else:
+                    body, ctype, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http.daemon_threads = True
+        self._spawn(self._http.serve_forever, "agent-http")
+        return int(self._http.server_address[1])
+
+
+def run_agent(settings: AgentSettings, stop: threading.Event) -> int:
+    """The `agent` command: serve until `stop` is set."""
+    host, _, port = settings.address.rpartition(":")
+    with Agent(settings) as agent:
+        bound = agent.serve(host or "0.0.0.0", int(port))
+        log.info("agent serving", extra={"address": f"{host}:{bound}", **agent.status()})
+        stop.wait()
+    return 0

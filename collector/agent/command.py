@@ -1,0 +1,44 @@
+"""`taugrid-evidence agent`: the click command, importing only the agent (no controller, no kubernetes)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from collector.agent.agent import run_agent
+from collector.agent.settings import AgentSettings, LogSettings
+from collector.logfmt import setup_json_logging
+
+
+@click.command()
+@click.option("--address", default="0.0.0.0:9402", show_default=True, help="HOST:PORT for /metrics, /evidence, "
+              "/healthz, /readyz.")
+@click.option("--node", default="", help="This node's name (the DaemonSet passes spec.nodeName).")
+@click.option("--pod-resources-socket", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"), show_default=True)
+@click.option("--log-root", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/log/pods"),
+              show_default=True, help="The kubelet's pod log directory.")
+@click.option("--log-scope", type=click.Choice(["gpu", "all"]), default="gpu", show_default=True,
+              help="Follow containers of pods holding GPUs, or of every pod.")
+@click.option("--namespace", "namespaces", multiple=True, help="Only follow logs in these namespaces (repeatable).")
+@click.option("--kmsg", default="/dev/kmsg", show_default=True, help="Kernel log to follow for XIDs ('' to turn off).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where log offsets persist across restarts (a hostPath).")
+@click.option("--sample-interval", type=float, default=1.0, show_default=True, help="Seconds between NVML samples.")
+def agent(address: str, node: str, pod_resources_socket: Path, log_root: Path, log_scope: str,
+          namespaces: tuple[str, ...], kmsg: str, state_dir: Path | None, sample_interval: float) -> None:
+    """The node agent: GPU readings with pod attribution, XIDs and node-local log evidence."""
+    setup_json_logging()
+    settings = AgentSettings(
+        node=node, address=address, sample_interval_s=sample_interval, podresources_socket=pod_resources_socket,
+        kmsg_path=Path(kmsg) if kmsg else None, state_dir=state_dir,
+        logs=LogSettings(root=log_root, scope=log_scope, namespaces=frozenset(namespaces)),
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sys.exit(run_agent(settings, stop))

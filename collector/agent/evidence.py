@@ -1,0 +1,97 @@
+"""The agent's compact JSON evidence document (`GET /evidence`), read by the controller.
+
+Version 1. Parsed evidence only: GPU readings with the pods holding each GPU, device allocations,
+recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No raw
+log lines; the only free text (an XID's kernel message) is redacted where it is read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from collector.agent.logs import ContainerLog
+from collector.agent.nvml import GpuReading, NvmlStatus
+from collector.agent.podresources import Allocation
+from collector.agent.xids import XidEvent
+
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the agent knows at one instant (what /metrics and /evidence render)."""
+
+    node: str
+    at: float
+    nvml: NvmlStatus
+    gpus: tuple[GpuReading, ...]
+    hang_since: dict[str, float]
+    hang_sustain_s: float
+    allocations: tuple[Allocation, ...]
+    podresources_up: bool
+    podresources_last_success: float
+    podresources_error: str
+    xids: tuple[XidEvent, ...]
+    logs: tuple[ContainerLog, ...]
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _loss(x: float | None) -> float | str | None:
+    if x is None or math.isfinite(x):
+        return x
+    return str(x)  # "nan", "inf", "-inf": JSON has no such numbers, and a NaN loss is evidence
+
+
+def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) -> dict[str, object]:
+    since = snap.hang_since.get(r.uuid)
+    return {
+        "index": r.index, "uuid": r.uuid, "name": r.name, "pci": r.pci, "parent_uuid": r.parent_uuid,
+        "lost": r.lost, "error": r.error, "at": r.at,
+        "utilization": r.utilization, "sm_active": r.sm_active,
+        "power_w": r.power_w, "power_limit_w": r.power_limit_w,
+        "memory_used_bytes": r.memory_used_bytes, "memory_total_bytes": r.memory_total_bytes,
+        "temperature_c": r.temperature_c, "remap_pending": r.remap_pending, "remap_failed": r.remap_failed,
+        "hang_since": since, "hang_hint": since is not None and snap.at - since >= snap.hang_sustain_s,
+        "pods": [{"namespace": a.namespace, "pod": a.pod, "container": a.container, "resource": a.resource}
+                 for a in holders.get(r.uuid, [])],
+        "unsupported": sorted(r.unsupported),
+    }
+
+
+def _log(c: ContainerLog, samples: int) -> dict[str, object]:
+    s = c.scan
+    return {
+        "namespace": c.namespace, "pod": c.pod, "uid": c.uid, "container": c.container,
+        "read_at": c.read_at, "lines": s.lines, "format": s.format,
+        # [step, at, loss, skipped, total, line]
+        "samples": [[x.step, _iso(x.at), _loss(x.loss), x.skipped, x.total, x.line] for x in s.samples[-samples:]],
+        "hangs": [{"kind": h.kind, "line": h.line, "collective": h.collective, "timeout_ms": h.timeout_ms,
+                   "rank": h.rank, "at": _iso(h.at)} for h in s.hangs],
+        "xids": [{"code": x.code, "pci": x.pci, "line": x.line, "at": _iso(x.at)} for x in s.xids],
+        "diagnostics": list(s.diagnostics[-10:]),
+    }
+
+
+def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object]:
+    holders: dict[str, list[Allocation]] = {}
+    for a in snap.allocations:
+        holders.setdefault(a.device, []).append(a)
+    return {
+        "version": VERSION,
+        "node": snap.node,
+        "at": snap.at,
+        "nvml": {"state": snap.nvml.state, "message": snap.nvml.message, "driver": snap.nvml.driver},
+        "podresources": {"up": snap.podresources_up, "last_success": snap.podresources_last_success or None,
+                         "error": snap.podresources_error},
+        "gpus": [_gpu(r, snap, holders) for r in snap.gpus],
+        "allocations": [{"namespace": a.namespace, "pod": a.pod, "container": a.container,
+                         "resource": a.resource, "device": a.device} for a in snap.allocations],
+        "xids": [{"code": x.code, "uuid": x.uuid, "pci": x.pci, "origin": x.origin, "at": x.at,
+                  "meaning": x.meaning, "action": x.action, "message": x.message} for x in snap.xids],
+        "logs": [_log(c, samples) for c in snap.logs],
+    }

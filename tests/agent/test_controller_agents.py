@@ -1,0 +1,73 @@
+"""The live controller with a node agent: discovered through the API simulator by label, read over
+HTTP; its log evidence drives progressing and its GPU allocation joins scheduled."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from collector.agent import Agent
+from collector.controller import Controller
+from collector.settings import AgentSourceSettings, ControllerSettings, Settings
+from collector.simulator.server import Simulator
+from collector.sources.kube_api import KubeApi, api_client_for
+from tests.agent.fake_nvml import FakeDevice, FakeNvml
+from tests.agent.kubelet import PodResourcesServer
+from tests.agent.test_agent import settings as agent_settings
+from tests.agent.test_logs import megatron
+from tests.controller.test_controller import FAST, T0, Clock, apply_run, ensure_namespaces, server_side, wait_until
+
+UUIDS = [f"GPU-c0ffee00-0000-0000-0000-00000000000{i}" for i in range(8)]
+
+
+def _agent_pod(port_node: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "taugrid-agent-x", "namespace": "default",
+                         "labels": {"app.kubernetes.io/name": "taugrid-evidence",
+                                    "app.kubernetes.io/component": "agent"}},
+            "spec": {"nodeName": port_node, "containers": [{"name": "agent", "image": "taugrid-evidence"}]},
+            "status": {"phase": "Running", "podIP": "127.0.0.1"}}
+
+
+def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path) -> None:
+    # the run's container log, written on the node as the kubelet does (steps every 10 s up to T0)
+    d = tmp_path / "pods" / "research_llm-w0_0b5e8c1a-0000-4000-8000-000000000001" / "main"
+    d.mkdir(parents=True)
+    lines = []
+    for step in range(1, 31):
+        at = T0 - timedelta(seconds=10 * (30 - step) + 5)
+        lines.append(f"{at.strftime('%Y-%m-%dT%H:%M:%S.000000000Z')} stdout F {megatron(step)}\n")
+    (d / "0.log").write_text("".join(lines))
+    nv = FakeNvml([FakeDevice(uuid=u, pci=f"00000000:{0x10 + i:02X}:00.0", util=97, power_mw=550_000)
+                   for i, u in enumerate(UUIDS)])
+    pods = [("research", "llm-w0", [("main", "nvidia.com/gpu", UUIDS)])]
+    clock = Clock(T0)
+    with PodResourcesServer(pods) as kubelet, Agent(agent_settings(tmp_path, kubelet.socket), nv=nv) as agent, \
+            Simulator(settings=FAST, watch_window=50) as sim:
+        port = agent.serve("127.0.0.1", 0)
+        sim.start()
+        apply_run(sim, "llm")
+        ensure_namespaces(sim, "default")
+        sim.apply(server_side(_agent_pod("gpu-0")))
+        cfg = replace(ControllerSettings(), tick=timedelta(seconds=0.2), leader_election=False,
+                      log_poll_interval=timedelta(0), ray_poll_interval=timedelta(0), watch_timeout_s=5,
+                      agents=AgentSourceSettings(poll_interval=timedelta(seconds=0.3), namespace="default",
+                                                 port=port))
+        c = Controller(KubeApi(api_client_for(sim.base_url)), Settings(controller=cfg), clock.now)
+        c.open()
+        try:
+            wait_until(c.ready.is_set, what="controller ready")
+
+            def claims() -> dict[str, tuple[str, str]]:
+                rc = next((r for r in c.claims.values() if r.ref.name == "llm"), None)
+                return {k: (v.observed.value, v.reason) for k, v in rc.claims.items()} if rc else {}
+
+            wait_until(lambda: claims().get("progressing", ("",))[0] == "true", timeout=20,
+                       what="progressing from the agent's log evidence")
+            assert "step 30" in claims()["progressing"][1]
+            wait_until(lambda: "8/8 GPUs allocated" in claims().get("scheduled", ("", ""))[1], timeout=10,
+                       what="allocation from pod-resources")
+            assert c._agent_log_pods == frozenset({("research", "llm-w0")})
+        finally:
+            c.close()
