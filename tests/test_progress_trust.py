@@ -276,6 +276,26 @@ def test_recent_restart_does_not_force_false_once_steps_pass_the_old_mark() -> N
     assert rc.goodput.badput_s["replaying"] > 0
 
 
+def test_recent_restart_recovered_past_the_old_mark_keeps_running_and_progressing_true() -> None:
+    restart = NOW - timedelta(minutes=8)  # inside the running claim's restart window
+    before = [(NOW - timedelta(minutes=25) + timedelta(seconds=20 * i), megatron(100 + i)) for i in range(40)]
+    after = [(restart + timedelta(minutes=1, seconds=20 * i), megatron(130 + i)) for i in range(20)]  # → 149
+    p, rc = claim(log(before + after), restarted_at=restart)
+    assert rc.running.observed is Observed.TRUE, rc.running.reason
+    recovered = [e for e in rc.running.evidence if "recovered" in str(e.value)]
+    assert recovered and recovered[0].at == restart
+    assert p.observed is Observed.TRUE and "step 149" in p.reason, p.reason
+
+
+def test_recent_restart_still_replaying_is_not_running() -> None:
+    restart = NOW - timedelta(minutes=8)
+    before = [(NOW - timedelta(minutes=25) + timedelta(seconds=20 * i), megatron(100 + i)) for i in range(40)]
+    after = [(restart + timedelta(minutes=1, seconds=20 * i), megatron(120 + i)) for i in range(19)]  # ≤ 138 < 139
+    p, rc = claim(log(before + after), restarted_at=restart)
+    assert rc.running.observed is Observed.FALSE and "restarted" in rc.running.reason, rc.running.reason
+    assert p.observed is Observed.FALSE
+
+
 # --- 8. goodput: before the first evidence is unobserved -------------------------------------------
 def test_time_before_the_first_log_line_is_unobserved() -> None:
     t0 = NOW - timedelta(minutes=10)  # the log tail starts here; the pod was scheduled hours ago

@@ -16,7 +16,7 @@ from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
 from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
-from collector.claims.progress import analyze
+from collector.claims.progress import ProgressView, analyze
 from collector.claims.progressing import progressing_claim
 from collector.correlate import RunEvidence
 from collector.kube import MULTIKUEUE_MANAGER
@@ -111,14 +111,6 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     exp = _expected(ev, now, s)
     worker, dispatch_ev = _dispatched(ev)
 
-    if worker and not live:
-        why = (f"MultiKueue dispatched the run to worker cluster {worker}; its pods run there and are not"
-               " observed from this cluster")
-        scheduled = _claim(a.scheduled, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
-        running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
-    else:
-        scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
-        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, now, s)
     # Only sources read recently count; a stale one is no evidence (fail closed).
     fresh_signals = [sig for sig in ev.signals if now - sig.read_at <= s.evidence_max_age]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
@@ -127,6 +119,14 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     durable = [sig for sig in fresh_signals if sig.durable]
     view = analyze(rate or durable, s, now) if fresh_signals else None
     durable_view = analyze(durable, s, now) if durable and rate else None
+    if worker and not live:
+        why = (f"MultiKueue dispatched the run to worker cluster {worker}; its pods run there and are not"
+               " observed from this cluster")
+        scheduled = _claim(a.scheduled, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
+        running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
+    else:
+        scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
+        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, now, s, _advanced_at(view, now))
     progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, now, s, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
@@ -257,8 +257,21 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 # --- running -------------------------------------------------------------------------------------
 
 
+def _advanced_at(view: ProgressView | None, now: datetime) -> datetime | None:
+    """When the run's steps last moved past their high-water marks, if that was inside the window.
+
+    Advances exclude replayed steps, so an advance after a restart means the run got past where it
+    was before the restart: the restart is recovered from, not a reason to call the run down.
+    """
+    if view is None or not view.advances or view.invalid is not None or view.nonfinite_since is not None:
+        return None
+    last = view.advances[-1].at
+    return last if now - last <= view.window else None
+
+
 def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
-             scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings) -> Claim:
+             scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings,
+             advanced_at: datetime | None = None) -> Claim:
     want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
         return _claim(a.running, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
@@ -310,6 +323,12 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                                          c.state_since or fresh.at("Pod")))
                 since = latest((since, c.last_finished, c.state_since))
                 pod_ready = False
+            elif (c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init
+                  and c.state == "running" and pod_ready and advanced_at is not None
+                  and advanced_at > c.last_finished):
+                evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
+                                         f"terminated: {c.last_reason} ({c.last_exit_code}); recovered: steps"
+                                         " advanced past the pre-restart high-water mark since", c.last_finished))
             elif c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init:
                 problems.append(f"pod {p.ref.name} container {c.name} restarted {human_age(now - c.last_finished)}"
                                 f" ago ({c.last_reason or 'exit'}"
