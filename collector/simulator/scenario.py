@@ -21,7 +21,17 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 # Run timeline actions and the arguments each accepts (name → accepted Python types).
 RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
-    "waitForQuota": {"message": (str,)},
+    "waitForQuota": {"message": (str,), "reason": (str,)},
+    # Kueue reserved quota but an AdmissionCheck (kueue.x-k8s.io/v1beta1, spec.controllerName) is Pending.
+    "admissionCheck": {"name": (str,), "controllerName": (str,), "message": (str,), "state": (str,)},
+    # MultiKueue: the manager's Workload is admitted and dispatched to a worker cluster; no local pods.
+    "dispatch": {"cluster": (str,)},
+    # DRA: pods wait on resource.k8s.io/v1 ResourceClaims that cannot be allocated.
+    "draWait": {"message": (str,), "deviceClass": (str,), "repeatEvery": (str, int, float)},
+    # Karpenter: a NodeClaim is launched for the pods (Nominated), or the NodePool limits refuse one.
+    "karpenterWait": {"nodePool": (str,), "limits": (bool,), "repeatEvery": (str, int, float)},
+    # One container restart of the workers; training resumes from `rewind` steps back (replay).
+    "restart": {"pods": (str,), "rewind": (int,), "reason": (str,), "exitCode": (int,)},
     "admit": {"clusterQueue": (str,)},
     "unschedulable": {"message": (str,), "repeatEvery": (str, int, float)},
     "scaleUp": {
@@ -46,6 +56,10 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "pods": (str,),
         "checkpointEvery": (int,),
         "line": (str,),
+        "style": (str,),
+        "lagRanks": (int,),
+        "skipRatio": (int, float),
+        "evalEvery": (int,),
     },
     "stall": {},
     "crashLoop": {
@@ -140,6 +154,7 @@ class ProfileSpec:
     gpus_per_worker: int
     flavors: tuple[str, ...] = ()
     priority_class: str = ""
+    resolved: bool = True  # False: TauCluster status does not resolve it (target resolution never ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +363,9 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     for i, raw in enumerate(r.seq(cluster.get("profiles"), "cluster.profiles")):
         where = f"cluster.profiles[{i}]"
         p = r.mapping(
-            raw, where, ("name", "localQueue", "clusterQueue", "workers", "gpusPerWorker", "flavors", "priorityClass")
+            raw,
+            where,
+            ("name", "localQueue", "clusterQueue", "workers", "gpusPerWorker", "flavors", "priorityClass", "resolved"),
         )
         cq = str(p.get("clusterQueue", ""))
         if cq not in cq_names:
@@ -362,6 +379,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
                 gpus_per_worker=int(r.typed(p.get("gpusPerWorker", 8), (int,), f"{where}.gpusPerWorker")),
                 flavors=tuple(str(f) for f in r.seq(p.get("flavors"), f"{where}.flavors")),
                 priority_class=str(p.get("priorityClass", "")),
+                resolved=bool(r.typed(p.get("resolved", True), (bool,), f"{where}.resolved")),
             )
         )
     by_profile = {p.name: p for p in profiles}
