@@ -124,6 +124,7 @@ class RunState:
     last_advance: float | None = None
     every: float = 0.0
     skipped: int = 0
+    skip_ratio: float = 0.0
     dispatched: str = ""
 
 
@@ -1409,6 +1410,7 @@ class ScenarioEngine:
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
         r.every = every
+        r.skip_ratio = skip_ratio
 
         def tick() -> None:
             if gen != r.train_gen or r.finished:

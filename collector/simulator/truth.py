@@ -46,9 +46,13 @@ def run_truth(engine: ScenarioEngine, r: RunState) -> RunTruth:
         and nodes_ready
         and all(p.phase == "Running" and p.ready and "running" in p.state for p in pods)
     )
-    # Progressing: a valid step past the high-water mark within one and a half step intervals.
+    # Progressing: a valid step past the high-water mark within one and a half step intervals, and
+    # most steps are real updates (fp16 overflow skipping most steps is not progress).
     progressing = (
-        r.last_advance is not None and r.every > 0 and engine.elapsed - r.last_advance <= 1.5 * r.every + 1.0
+        r.last_advance is not None
+        and r.every > 0
+        and engine.elapsed - r.last_advance <= 1.5 * r.every + 1.0
+        and r.skip_ratio <= 0.5
     )
     stage: str | None = None
     if not scheduled and not r.finished:

@@ -1,0 +1,416 @@
+"""Accuracy against ground truth: the live controller and `explain` on a kubectl dump, judged by the simulator.
+
+A seeded generator (`collector.simulator.generate`) draws hundreds of runs from classes the
+collector must tell apart (stalls, NCCL hangs, crash loops, quota, admission checks, DRA,
+Karpenter, cluster-autoscaler, MultiKueue, replay, lagging ranks, skipped steps, node loss...).
+The simulator plays them on a manual clock to one instant and says what is true of each run
+(`ScenarioEngine.truth()`, a Python side channel the collector cannot see). Then:
+
+1. the live controller watches the simulator through the official client until its claims settle;
+2. `kubectl cluster-info dump` (+ the custom kinds) captures the same moment and `explain` reads it;
+3. both are compared with the truth, claim by claim and for the blocked stage.
+
+Usage: .venv/bin/python bench/accuracy.py [--runs 500] [--seed 1] [--out docs/accuracy.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from click.testing import CliRunner  # noqa: E402
+
+from collector import kube  # noqa: E402
+from collector.cli import main as cli_main  # noqa: E402
+from collector.controller import Controller  # noqa: E402
+from collector.model import rfc3339  # noqa: E402
+from collector.settings import ControllerSettings, Settings  # noqa: E402
+from collector.simulator.clock import ManualClock  # noqa: E402
+from collector.simulator.engine import ScenarioEngine  # noqa: E402
+from collector.simulator.generate import Generated, generate  # noqa: E402
+from collector.simulator.kubeconfig import write_kubeconfig  # noqa: E402
+from collector.simulator.server import Simulator, SimulatorSettings  # noqa: E402
+from collector.simulator.truth import STAGES, RunTruth  # noqa: E402
+from collector.sources.kube_api import KubeApi, api_client_for  # noqa: E402
+
+CLAIMS = ("scheduled", "running", "progressing")
+BASE_KINDS = "tauruns,tauclusters,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs"
+# Kinds the simulator serves for the new classes; dumped only once `explain` can read them
+# (an unknown kind in a dump is an input error by the dump contract).
+EXTRA_KINDS = {"ResourceClaim": "resourceclaims", "NodeClaim": "nodeclaims", "AdmissionCheck": "admissionchecks"}
+
+
+def _explain_reads(kind: str) -> bool:
+    return kind in kube._BUILDERS or kind in kube.IRRELEVANT_KINDS  # the dump reader's own table
+
+
+class _CountingApi(KubeApi):
+    """The controller's API edge, noting which pod logs it has read (so the harness knows a pass is done)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.logs_read: set[str] = set()
+
+    def get_text(self, path: str, query: Any = ()) -> bytes:
+        out = super().get_text(path, query)
+        self.logs_read.add(path)
+        return out
+
+
+def _wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def _snapshot(c: Controller) -> dict[str, Any]:
+    return {f"{r.ref.namespace}/{r.ref.name}": r.to_json() for r in list(c.claims.values())}
+
+
+def live_claims(url: str, clock: ManualClock, timeout: float) -> dict[str, Any]:
+    """The live controller's settled claims: every log read once after sync, nothing changing."""
+    cfg = replace(ControllerSettings(), tick=timedelta(seconds=1), leader_election=False,
+                  log_poll_interval=timedelta(seconds=0.2), ray_poll_interval=timedelta(0),
+                  checkpoint_poll_interval=timedelta(0), watch_timeout_s=30)
+    api = _CountingApi(api_client_for(url))
+    ctl = Controller(api, Settings(controller=cfg), clock.now)
+    ctl.open()
+    try:
+        _wait(ctl.ready.is_set, timeout, "controller ready")
+        since = time.monotonic()
+
+        def logs_done() -> bool:
+            targets = list(ctl._log_targets)
+            return bool(targets) and all(
+                f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log" in api.logs_read for ref, _, _ in targets)
+        _wait(logs_done, timeout, "every log read")
+        api.logs_read.clear()
+        _wait(logs_done, timeout, "every log read twice")
+
+        def steady() -> bool:
+            if not all(r.last_ok > since for r in ctl._reflectors):
+                return False
+            a = _snapshot(ctl)
+            time.sleep(1.0)
+            return a == _snapshot(ctl) and ctl._changes.empty()
+        _wait(steady, timeout, "claims settle")
+        return _snapshot(ctl)
+    finally:
+        ctl.close()
+
+
+def kubectl_dump(url: str, workdir: Path) -> Path:
+    kc = write_kubeconfig(workdir / "kubeconfig", url)
+    dump = workdir / "dump"
+
+    def kubectl(*args: str, out: Path | None = None) -> None:
+        with (out.open("wb") if out else open("/dev/null", "wb")) as fh:  # noqa: SIM115
+            proc = subprocess.run(["kubectl", "--kubeconfig", str(kc), *args], stdout=fh, stderr=subprocess.PIPE,
+                                  timeout=600, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.decode()[:500]}")
+
+    kubectl("cluster-info", "dump", "--all-namespaces", "--output-directory", str(dump))
+    _timestamp_logs(url, dump)
+    kubectl("get", BASE_KINDS, "-A", "-o", "json", out=dump / "crds.json")
+    kubectl("get", "clusterqueues", "-o", "json", out=dump / "clusterqueues.json")
+    extra = [plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind)]
+    if extra:
+        kubectl("get", ",".join(extra), "-A", "-o", "json", out=dump / "extras.json")
+    return dump
+
+
+_START = re.compile(r"^==== START logs for container (\S+) of pod (\S+)/(\S+) ====$")
+
+
+def _timestamp_logs(url: str, dump: Path) -> int:
+    """Re-read each dumped container log with `timestamps=true`, in the dump's own layout.
+
+    `kubectl cluster-info dump` reads logs without timestamps, while the controller reads them with;
+    the same evidence on both sides is what makes their claims comparable. Returns logs rewritten.
+    """
+    n = 0
+    for path in dump.glob("*/*/logs.txt"):
+        lines = path.read_text(errors="replace").splitlines()
+        out: list[str] = []
+        for line in lines:
+            m = _START.match(line)
+            if m is None:
+                continue
+            container, ns, pod = m.groups()
+            q = urllib.parse.urlencode({"container": container, "timestamps": "true"})
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/namespaces/{ns}/pods/{pod}/log?{q}", timeout=30) as r:
+                    body = r.read().decode(errors="replace")
+            except urllib.error.HTTPError:
+                out = []
+                break  # a container that never started: keep what kubectl wrote
+            out += [line, *body.splitlines(), f"==== END logs for container {container} of pod {ns}/{pod} ===="]
+        if out:
+            path.write_text("\n".join(out) + "\n")
+            n += 1
+    return n
+
+
+def explain_claims(dump: Path, at: str) -> tuple[dict[str, Any], str]:
+    result = CliRunner().invoke(cli_main, ["explain", "--from-dump", str(dump), "--at", at, "-o", "json"])
+    if result.exit_code not in (0, 3):
+        raise RuntimeError(f"explain exited {result.exit_code}: {result.stderr[:2000]}")
+    runs = {f"{r['namespace']}/{r['name']}": r for r in json.loads(result.stdout)["runs"]}
+    return runs, result.stderr
+
+
+# ----------------------------------------------------------------------------- comparison
+@dataclass
+class Finding:
+    kind: str  # false-true | false-verified | wrong-owner | missed-false | missing-stage | spurious-stage | ...
+    cls: str
+    run: str
+    source: str  # controller | explain | both
+    what: str
+    expected: str
+    got: str
+    reason: str
+
+
+@dataclass
+class Report:
+    runs: int
+    seed: int
+    eval_at: float
+    timings: dict[str, float] = field(default_factory=dict)
+    # (claim, source, truth, observed) → count and (claim, source, truth, verdict) → count
+    observed: Counter[tuple[str, str, bool, str]] = field(default_factory=Counter)
+    verdicts: Counter[tuple[str, str, bool, str]] = field(default_factory=Counter)
+    stages: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (source, truth, observed)
+    classes: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    explain_stderr: str = ""
+
+    def count(self, kind: str, cls: str | None = None) -> int:
+        return sum(1 for f in self.findings if f.kind == kind and (cls is None or f.cls == cls))
+
+    def by_class(self, cls: str) -> list[Finding]:
+        return [f for f in self.findings if f.cls == cls]
+
+
+ERRORS = ("false-verified", "false-true", "wrong-owner", "disagree")  # must be zero
+WEAK = ("missed-false", "missing-stage", "spurious-stage", "unknown")
+
+
+def _judge(rep: Report, cls: str, name: str, truth: RunTruth, source: str, run: dict[str, Any] | None) -> None:
+    if run is None:
+        rep.findings.append(Finding("missing-run", cls, name, source, "run", "present", "absent", ""))
+        return
+    for claim in CLAIMS:
+        want: bool = getattr(truth, claim)
+        c = run["claims"][claim]
+        obs, verdict = c["observed"], c["verdict"]
+        rep.observed[(claim, source, want, obs)] += 1
+        rep.verdicts[(claim, source, want, verdict)] += 1
+        reason = c.get("reason", "")
+        if not want and verdict == "verified":
+            rep.findings.append(Finding("false-verified", cls, name, source, claim, "false", "verified", reason))
+        elif not want and obs == "true":
+            rep.findings.append(Finding("false-true", cls, name, source, claim, "false", f"true ({verdict})", reason))
+        elif want and obs == "false":
+            rep.findings.append(Finding("missed-false", cls, name, source, claim, "true", f"false ({verdict})",
+                                        reason))
+        elif obs == "unknown":
+            rep.findings.append(Finding("unknown", cls, name, source, claim, str(want).lower(), "unknown", reason))
+    blocked = run.get("blocked") or None
+    got = blocked["stage"] if blocked else None
+    rep.stages[(source, truth.stage or "none", got or "none")] += 1
+    breason = blocked.get("reason", "") if blocked else ""
+    if truth.stage and got and got != truth.stage:
+        rep.findings.append(Finding("wrong-owner", cls, name, source, "blocked", truth.stage, got, breason))
+    elif truth.stage and not got:
+        rep.findings.append(Finding("missing-stage", cls, name, source, "blocked", truth.stage, "none", ""))
+    elif not truth.stage and got:
+        rep.findings.append(Finding("spurious-stage", cls, name, source, "blocked", "none", got, breason))
+
+
+def _shape(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "claims": {k: (c["asserted"], c["observed"], c["verdict"]) for k, c in run["claims"].items()},
+        "blocked": run["blocked"]["stage"] if run.get("blocked") else None,
+    }
+
+
+def compare(gen: Generated, truth: dict[tuple[str, str], RunTruth], live: dict[str, Any],
+            offline: dict[str, Any], rep: Report) -> None:
+    for (ns, name), t in sorted(truth.items()):
+        key = f"{ns}/{name}"
+        cls = gen.classes[(ns, name)]
+        rep.classes[cls] += 1
+        _judge(rep, cls, key, t, "controller", live.get(key))
+        _judge(rep, cls, key, t, "explain", offline.get(key))
+        a, b = live.get(key), offline.get(key)
+        if a is not None and b is not None and _shape(a) != _shape(b):
+            sa, sb = _shape(a), _shape(b)
+            diff = [k for k in sa["claims"] if sa["claims"][k] != sb["claims"][k]]
+            if sa["blocked"] != sb["blocked"]:
+                diff.append("blocked")
+            for d in diff:
+                ga = sa["claims"][d] if d in sa["claims"] else sa["blocked"]
+                gb = sb["claims"][d] if d in sb["claims"] else sb["blocked"]
+                ra = a["claims"][d]["reason"] if d in a["claims"] else ""
+                rb = b["claims"][d]["reason"] if d in b["claims"] else ""
+                rep.findings.append(Finding("disagree", cls, key, "both", d, f"controller {ga}",
+                                            f"explain {gb}", f"controller: {ra} | explain: {rb}"))
+    rep.missing = sorted(set(live) ^ set(offline))
+
+
+def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0) -> Report:
+    t0 = time.monotonic()
+    gen = generate(seed, runs)
+    rep = Report(runs, seed, gen.eval_at)
+    clock = ManualClock(gen.scenario.start)
+    with Simulator(clock=clock, settings=SimulatorSettings(seed=seed, bookmark_interval_s=0.5)) as sim:
+        url = sim.start()
+        engine = ScenarioEngine(gen.scenario, url, clock=clock)
+        engine.step_to(gen.eval_at)
+        if engine.errors:
+            raise RuntimeError(f"scenario errors: {engine.errors[:5]}")
+        truth = engine.truth()
+        rep.timings["simulate"] = time.monotonic() - t0
+        t = time.monotonic()
+        live = live_claims(url, clock, timeout)
+        rep.timings["controller"] = time.monotonic() - t
+        t = time.monotonic()
+        dump = kubectl_dump(url, workdir)
+        rep.timings["dump"] = time.monotonic() - t
+        at = rfc3339(clock.now())
+        engine.client.close()
+    assert at is not None
+    t = time.monotonic()
+    offline, rep.explain_stderr = explain_claims(dump, at)
+    rep.timings["explain"] = time.monotonic() - t
+    compare(gen, truth, live, offline, rep)
+    rep.timings["total"] = time.monotonic() - t0
+    return rep
+
+
+# ----------------------------------------------------------------------------- report
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def render(rep: Report) -> str:
+    lines = [
+        "# Accuracy against ground truth",
+        "",
+        "Generated by `make accuracy` (`bench/accuracy.py`); do not edit by hand.",
+        "",
+        f"{rep.runs} generated runs (seed {rep.seed}), judged at scenario t={rep.eval_at:.0f}s. The simulator knows "
+        "what is true of every run it plays (`collector/simulator/truth.py`); the live controller (through the "
+        "official client) and `explain` on a `kubectl cluster-info dump` of the same moment are compared with it.",
+        "",
+        "Runtime: " + ", ".join(f"{k} {v:.1f} s" for k, v in rep.timings.items()) + ".",
+        "",
+        "## What must be zero",
+        "",
+    ]
+    rows = []
+    for kind, label in (("false-verified", "`verified` where the truth is false"),
+                        ("false-true", "observed `true` (not verified) where the truth is false"),
+                        ("wrong-owner", "a blocked stage other than the true one"),
+                        ("disagree", "controller and explain disagree (claim or stage)"),
+                        ("missing-run", "a run missing from one side")):
+        rows.append([label, rep.count(kind)])
+    lines += _table(["error", "count"], rows)
+    lines += ["", "## Coverage", ""]
+    rows = []
+    for source in ("controller", "explain"):
+        for claim in CLAIMS:
+            n = sum(v for (c, s, _, _), v in rep.observed.items() if c == claim and s == source)
+            unk = sum(v for (c, s, _, o), v in rep.observed.items() if c == claim and s == source and o == "unknown")
+            missed = sum(v for (c, s, t, o), v in rep.observed.items()
+                         if c == claim and s == source and t and o == "false")
+            rows.append([source, claim, n, f"{unk} ({100 * unk / max(n, 1):.0f}%)", missed])
+    lines += _table(["source", "claim", "runs", "unknown", "true observed false"], rows)
+    lines += ["", "## Confusion per claim (observed)", ""]
+    for claim in CLAIMS:
+        lines += [f"### {claim}", ""]
+        rows = []
+        for source in ("controller", "explain"):
+            for want in (True, False):
+                rows.append([source, f"truth {str(want).lower()}"]
+                            + [rep.observed[(claim, source, want, o)] for o in ("true", "false", "unknown")]
+                            + [", ".join(f"{v} {n}" for (c, s, t, v), n in sorted(rep.verdicts.items())
+                                         if c == claim and s == source and t == want and n)])
+        lines += _table(["source", "truth", "observed true", "observed false", "unknown", "verdicts"], rows)
+        lines.append("")
+    lines += ["## Blocked stage (truth × named)", ""]
+    names = ["none", *STAGES]
+    for source in ("controller", "explain"):
+        lines += [f"### {source}", ""]
+        rows = [[t] + [rep.stages[(source, t, o)] for o in names] for t in names]
+        lines += _table(["truth \\ named", *names], rows)
+        lines.append("")
+    lines += ["## Per class", ""]
+    rows = []
+    for cls in sorted(rep.classes):
+        c = Counter(f.kind for f in rep.by_class(cls))
+        rows.append([cls, rep.classes[cls]] + [c[k] for k in (*ERRORS, *WEAK)])
+    lines += _table(["class", "runs", *ERRORS, *WEAK], rows)
+    lines += ["", "## Every error", "",
+              "Errors only (the kinds that must be zero); one line per run, claim and source. Reasons as the "
+              "collector gave them.", ""]
+    grouped: dict[str, list[Finding]] = defaultdict(list)
+    for f in rep.findings:
+        if f.kind in (*ERRORS, "missing-run"):
+            grouped[f.cls].append(f)
+    for cls in sorted(grouped):
+        lines += [f"### {cls}", ""]
+        rows = [[f.kind, f.run, f.source, f.what, f.expected, f.got, f.reason.replace("|", "\\|")[:300]]
+                for f in grouped[cls]]
+        lines += _table(["error", "run", "source", "claim", "expected", "got", "reason"], rows)
+        lines.append("")
+    if rep.explain_stderr.strip():
+        lines += ["## explain stderr (first lines)", "", "```",
+                  *rep.explain_stderr.strip().splitlines()[:20], "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here (default: stdout)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+        rep = play(args.runs, args.seed, Path(tmp))
+    text = render(rep)
+    if args.out:
+        args.out.write_text(text)
+        summary = ", ".join(f"{k} {rep.count(k)}" for k in (*ERRORS, "missing-run"))
+        print(f"{args.out}: {args.runs} runs in {rep.timings['total']:.1f} s; {summary}")
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""A seeded random scenario of many runs, each of one class the collector must tell apart.
+
+`generate(seed, runs)` returns a `Scenario` the engine plays, the class of each run (the harness
+groups its results by class; the collector never sees it), and the instant to judge at. Run names
+are neutral (`run-0042`), so nothing but the cluster's own objects tells a class apart.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from collector.simulator.scenario import Scenario, scenario_from_dict
+
+# Class → relative weight in the mix.
+CLASSES: dict[str, int] = {
+    "healthy": 6,
+    "stall": 3,
+    "hang-with-steps": 2,
+    "hang-no-steps": 2,
+    "hang-steps-out-of-tail": 1,
+    "crash-loop": 2,
+    "quota-wait": 2,
+    "quota-wait-tiered": 2,
+    "preempted-requeued": 1,
+    "admission-check-kueue": 2,
+    "admission-check-provisioning": 2,
+    "dra-wait": 2,
+    "karpenter-nominated": 2,
+    "karpenter-limits": 1,
+    "autoscaler-scale-up": 2,
+    "autoscaler-no-scale-up": 1,
+    "unschedulable-affinity": 1,
+    "profile-unresolved": 1,
+    "replay": 2,
+    "restart-recovered": 2,
+    "lagging-ranks": 2,
+    "eval-bars": 2,
+    "deepspeed-skipped": 2,
+    "deepspeed-healthy": 1,
+    "multikueue-dispatched": 2,
+    "node-loss": 2,
+}
+EVAL_AT = 16 * 60.0  # scenario seconds at which the harness compares claims with the truth
+START = datetime(2026, 1, 10, 10, 0, tzinfo=UTC)
+NAMESPACES = ("research", "team-b", "team-c")
+IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+AFFINITY_MESSAGE = (
+    "0/{n} nodes are available: {n} node(s) didn't match Pod's node affinity/selector. preemption: 0/{n} nodes "
+    "are available: {n} Preemption is not helpful for scheduling."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    scenario: Scenario
+    classes: dict[tuple[str, str], str]  # (namespace, run) → class
+    eval_at: float
+
+
+def _watchdog(at: datetime, rank: int, seq: int, completed: int, timeout_ms: int = 600_000) -> list[str]:
+    """PyTorch ≥ 2.2 NCCL watchdog lines (format of tests/fixtures/training_logs, torch2x)."""
+    stamp = f"E{at.month}{at.day:02d} {at:%H:%M:%S}.{at.microsecond:06d}123"
+    return [
+        f"[rank{rank}]:[{stamp} ProcessGroupNCCL.cpp:607] [Rank {rank}] Watchdog caught collective operation "
+        f"timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, "
+        f"Timeout(ms)={timeout_ms}) ran for {timeout_ms + 60} milliseconds before timing out.",
+        f"[rank{rank}]:[{stamp} ProcessGroupNCCL.cpp:1664] [PG 1 Rank {rank}] Exception (either an error or "
+        f"timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {seq + 2}, last completed NCCL "
+        f"work: {completed}.",
+    ]
+
+
+def _dur(seconds: float) -> str:
+    return f"{seconds:.0f}s"
+
+
+class _Builder:
+    def __init__(self, rng: random.Random, start: datetime) -> None:
+        self.rng = rng
+        self.start = start
+        self.gpu_pods = 0
+
+    def run(self, i: int, cls: str) -> dict[str, Any]:
+        rng = self.rng
+        kind = "Job" if rng.random() < 0.3 and cls not in ("profile-unresolved",) else "RayJob"
+        profile = rng.choice(["a100-1x8", "a100-2x8", "a100-2x8", "a100-4x8"])
+        if cls == "profile-unresolved":
+            profile = "h200-8x8"
+        ns = rng.choice(NAMESPACES)
+        at = rng.uniform(0, 60)
+        run: dict[str, Any] = {"name": f"run-{i:04d}", "namespace": ns, "kind": kind, "profile": profile,
+                               "image": IMAGE, "at": _dur(at)}
+        if kind == "Job":
+            run["queue"] = "a100"
+        workers = int(profile.split("-")[1].split("x")[0])
+        every = rng.choice([10, 15, 20, 30])
+        start = rng.uniform(25, 50)
+        ev = rng.uniform(180, 420)  # when the class's event happens, relative to submission
+        steps: list[dict[str, Any]] = [{"at": "2s", "admit": {}}]
+        up = [{"at": "4s", "schedule": {}}, {"at": "5s", "pull": {}},
+              {"at": _dur(start), "start": {"pullSeconds": round(start - 6, 1)}}]
+        train: dict[str, Any] = {"every": f"{every}s", "iterations": 250_000,
+                                 "startIteration": rng.randrange(0, 5000)}
+        t0 = start + 5
+
+        def do(t: float, action: str, args: dict[str, Any] | None = None) -> None:
+            steps.append({"at": _dur(t), action: args or {}})
+
+        def when(t: float) -> datetime:
+            return self.start + timedelta(seconds=at + t)
+
+        def wait_pods(head_only: bool = True) -> None:
+            if kind == "RayJob" and head_only:
+                steps.append({"at": "4s", "schedule": {"pods": "head"}})
+
+        worker_sel = "workers"
+        scheduled = True
+        if cls == "healthy":
+            steps += up
+            do(t0, "train", {**train, "style": rng.choice(["megatron", "megatron", "lightning", "deepspeed"])})
+        elif cls == "stall":
+            steps += up
+            do(t0, "train", train)
+            do(ev, "stall")
+        elif cls in ("hang-with-steps", "hang-steps-out-of-tail", "hang-no-steps"):
+            steps += up
+            ev = rng.uniform(120, 240)
+            if cls != "hang-no-steps":
+                do(t0, "train", {**train, "pods": "all"})
+                do(ev, "stall")
+            if cls == "hang-steps-out-of-tail":
+                noise = [f"NCCL INFO Channel {k % 32:02d}/0 : {k % 8}[{k % 8}] -> {(k + 1) % 8}[{(k + 1) % 8}] "
+                         "via P2P/CUMEM/read" for k in range(520)]
+                do(ev + 30, "log", {"pods": "all", "lines": noise})
+            seq = rng.randrange(1000, 60000)
+            for w in range(workers):
+                pod = f"{'worker' if kind == 'RayJob' else 'job'}-{w}"
+                behind = 1 if w == workers - 1 and workers > 1 else 0
+                lines = _watchdog(when(ev + 600), w, seq - behind, seq - 1 - behind)
+                do(ev + 600, "log", {"pods": pod, "lines": lines})
+        elif cls == "crash-loop":
+            steps += up
+            do(t0, "train", train)
+            do(ev, "stall")
+            do(ev, "crashLoop", {"pods": "workers", "reason": rng.choice(["OOMKilled", "Error"]), "runFor": "40s"})
+        elif cls == "quota-wait":
+            steps = [{"at": "1s", "waitForQuota": {}}]
+            scheduled = False
+        elif cls == "quota-wait-tiered":
+            reason = rng.choice(["WaitingForQuota", "ExceedsMaxQuota"])
+            need = workers * 8
+            message = (f"couldn't assign flavors to pod set {'gpu-workers' if kind == 'RayJob' else 'main'}: "
+                       + (f"insufficient unused quota for nvidia.com/gpu in flavor a100, {need} more needed"
+                          if reason == "WaitingForQuota" else
+                          f"insufficient quota for nvidia.com/gpu in flavor a100, request > maximum capacity "
+                          f"({need} > 40)"))
+            steps = [{"at": "1s", "waitForQuota": {"reason": reason, "message": message}}]
+            scheduled = False
+        elif cls == "preempted-requeued":
+            steps += up
+            do(t0, "train", train)
+            do(ev, "preempt")
+            do(ev + 1, "waitForQuota", {})
+            scheduled = False
+        elif cls == "admission-check-kueue":
+            # A custom controller's check whose name looks like capacity: Kueue's gate all the same.
+            name = rng.choice(["budget-approval", "capacity-review", "provision-approval"])
+            steps = [{"at": "2s", "admissionCheck": {"name": name, "controllerName": "example.com/budget-approval",
+                                                     "message": "waiting for approval from the budget owner"}}]
+            scheduled = False
+        elif cls == "admission-check-provisioning":
+            name = rng.choice(["dws", "gpu-reserve", "dws-prov"])
+            steps = [{"at": "2s", "admissionCheck": {"name": name, "message": ""}}]
+            scheduled = False
+        elif cls in ("dra-wait", "karpenter-nominated", "karpenter-limits", "autoscaler-scale-up",
+                     "autoscaler-no-scale-up", "unschedulable-affinity"):
+            wait_pods()
+            scheduled = False
+            if cls == "dra-wait":
+                do(3, "draWait", {})
+            elif cls.startswith("karpenter"):
+                do(3, "karpenterWait", {"nodePool": "gpu", "limits": cls == "karpenter-limits"})
+            elif cls.startswith("autoscaler"):
+                do(3, "unschedulable", {})
+                do(20, "scaleUp", {"triggered": cls == "autoscaler-scale-up", "nodeGroup": "aks-gpua100-vmss",
+                                   "from": 5, "to": 5 + workers, "max": 64})
+            else:
+                do(3, "unschedulable", {"message": AFFINITY_MESSAGE.format(n=7)})
+        elif cls == "profile-unresolved":
+            steps = []
+            scheduled = False
+        elif cls in ("replay", "restart-recovered"):
+            steps += up
+            do(t0, "train", {**train, "pods": "all"})
+            replay_steps = int((EVAL_AT - at - ev) / every)
+            rewind = replay_steps + rng.randrange(20, 200) if cls == "replay" else rng.randrange(2, 6)
+            if cls == "restart-recovered":
+                ev = rng.uniform(180, 300)
+            do(ev, "restart", {"pods": "all", "rewind": rewind})
+        elif cls == "lagging-ranks":
+            steps += up
+            do(t0, "train", {**train, "pods": worker_sel, "lagRanks": rng.randrange(2, 8)})
+        elif cls == "eval-bars":
+            steps += up
+            do(t0, "train", {**train, "style": "lightning", "evalEvery": rng.choice([3, 5])})
+        elif cls == "deepspeed-skipped":
+            steps += up
+            do(t0, "train", {**train, "style": "deepspeed"})
+            resumed = {k: v for k, v in train.items() if k != "startIteration"}
+            do(ev, "train", {**resumed, "style": "deepspeed", "skipRatio": rng.choice([1.0, 0.8])})
+        elif cls == "deepspeed-healthy":
+            steps += up
+            do(t0, "train", {**train, "style": "deepspeed"})
+        elif cls == "multikueue-dispatched":
+            steps = [{"at": "2s", "dispatch": {"cluster": rng.choice(["worker-eu", "worker-us"])}}]
+        elif cls == "node-loss":
+            steps += up
+            do(t0, "train", train)
+            do(ev, "nodeLoss", {})
+        else:
+            raise ValueError(f"unknown class {cls!r}")
+        if scheduled:
+            self.gpu_pods += workers
+        run["timeline"] = steps
+        return run
+
+
+def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT) -> Generated:
+    """A scenario of `runs` runs drawn from CLASSES (every class at least once when runs allow)."""
+    rng = random.Random(seed)
+    names = list(CLASSES)
+    weights = [CLASSES[c] for c in names]
+    picks = names[: min(runs, len(names))] + rng.choices(names, weights, k=max(0, runs - len(names)))
+    rng.shuffle(picks)
+    b = _Builder(rng, START)
+    run_docs = [b.run(i, cls) for i, cls in enumerate(picks)]
+    nodes = b.gpu_pods + 8
+    doc = {
+        "name": f"generated-{seed}",
+        "description": f"{runs} generated runs (seed {seed})",
+        "seed": seed,
+        "start": START.isoformat().replace("+00:00", "Z"),
+        "cluster": {
+            "namespaces": list(NAMESPACES),
+            "nodes": [
+                {"name": "aks-system-0", "pool": "system", "cpu": "16", "memory": "64Gi"},
+                {"name": "aks-a100", "count": nodes, "pool": "gpua100", "gpus": 8,
+                 "gpuProduct": "NVIDIA-A100-SXM4-80GB", "instanceType": "Standard_ND96amsr_A100_v4",
+                 "cpu": "96", "memory": "1800Gi"},
+            ],
+            "flavors": ["a100"],
+            "clusterQueues": [{"name": "gpu-a100", "flavor": "a100", "gpus": 8 * nodes, "cohort": "taugrid"}],
+            "localQueues": [{"name": "a100", "namespace": ns, "clusterQueue": "gpu-a100"} for ns in NAMESPACES],
+            "profiles": [
+                {"name": f"a100-{w}x8", "localQueue": "a100", "clusterQueue": "gpu-a100", "flavors": ["a100"],
+                 "priorityClass": "training-normal", "workers": w, "gpusPerWorker": 8}
+                for w in (1, 2, 4)
+            ] + [
+                {"name": "h200-8x8", "localQueue": "a100", "clusterQueue": "gpu-a100", "flavors": ["a100"],
+                 "priorityClass": "training-normal", "workers": 8, "gpusPerWorker": 8, "resolved": False}
+            ],
+            "tauClusterRefresh": "5m",
+        },
+        "runs": run_docs,
+    }
+    scenario = scenario_from_dict(doc, f"<generated seed={seed}>")
+    classes = {(r["namespace"], r["name"]): cls for r, cls in zip(run_docs, picks, strict=True)}
+    return Generated(scenario, classes, eval_at)
