@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck layers check bench clean
+.PHONY: setup demo test lint typecheck layers check bench accuracy clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: setup
 	$(BIN)/python bench/bench_scan.py
 	$(BIN)/python bench/bench_controller.py --quick
 	$(BIN)/python bench/bench_stall.py --quick
+
+# Claims against the simulator's ground truth over 520 generated runs (docs/accuracy.md).
+accuracy: setup
+	$(BIN)/python bench/accuracy.py --runs 520 --seed 1 --out docs/accuracy.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

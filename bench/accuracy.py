@@ -281,9 +281,9 @@ def compare(gen: Generated, truth: dict[tuple[str, str], RunTruth], live: dict[s
     rep.missing = sorted(set(live) ^ set(offline))
 
 
-def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0) -> Report:
+def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0, balanced: bool = False) -> Report:
     t0 = time.monotonic()
-    gen = generate(seed, runs)
+    gen = generate(seed, runs, balanced=balanced)
     rep = Report(runs, seed, gen.eval_at)
     clock = ManualClock(gen.scenario.start)
     with Simulator(clock=clock, settings=SimulatorSettings(seed=seed, bookmark_interval_s=0.5)) as sim:

@@ -228,12 +228,18 @@ class _Builder:
         return run
 
 
-def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT) -> Generated:
-    """A scenario of `runs` runs drawn from CLASSES (every class at least once when runs allow)."""
+def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: bool = False) -> Generated:
+    """A scenario of `runs` runs drawn from CLASSES (every class at least once when runs allow).
+
+    `balanced`: every class equally often (round robin) instead of by weight.
+    """
     rng = random.Random(seed)
     names = list(CLASSES)
     weights = [CLASSES[c] for c in names]
-    picks = names[: min(runs, len(names))] + rng.choices(names, weights, k=max(0, runs - len(names)))
+    if balanced:
+        picks = [names[i % len(names)] for i in range(runs)]
+    else:
+        picks = names[: min(runs, len(names))] + rng.choices(names, weights, k=max(0, runs - len(names)))
     rng.shuffle(picks)
     b = _Builder(rng, START)
     run_docs = [b.run(i, cls) for i, cls in enumerate(picks)]
