@@ -449,23 +449,26 @@ class ScenarioEngine:
                 },
             )
         if sc.profiles:
+            stale = sc.taucluster_stale
+
+            def profiles(current: bool) -> list[Obj]:
+                return [
+                    {
+                        "name": p.name,
+                        "workers": p.workers if current or not p.resolved_workers else p.resolved_workers,
+                        "gpusPerWorker": p.gpus_per_worker,
+                        "queue": p.local_queue,
+                        "priorityClassName": p.priority_class,
+                    }
+                    for p in sc.profiles
+                ]
+
             tc = self._create(
                 {
                     "apiVersion": TAU_GV,
                     "kind": "TauCluster",
                     "metadata": {"name": "cluster"},
-                    "spec": {
-                        "workloadProfiles": [
-                            {
-                                "name": p.name,
-                                "workers": p.workers,
-                                "gpusPerWorker": p.gpus_per_worker,
-                                "queue": p.local_queue,
-                                "priorityClassName": p.priority_class,
-                            }
-                            for p in sc.profiles
-                        ]
-                    },
+                    "spec": {"workloadProfiles": profiles(not stale)},
                 }
             )
             self._taucluster = tc
@@ -481,7 +484,7 @@ class ScenarioEngine:
                             "clusterQueue": p.cluster_queue,
                             "resourceFlavors": list(p.flavors),
                             "priorityClassName": p.priority_class,
-                            "workers": p.workers,
+                            "workers": p.resolved_workers or p.workers,
                             "gpusPerWorker": p.gpus_per_worker,
                         }
                         for p in sc.profiles
@@ -490,7 +493,10 @@ class ScenarioEngine:
                     "lastResolvedTime": self._now(),
                 },
             )
-            self._after(sc.taucluster_refresh, self._refresh_taucluster)
+            if stale:  # the spec moves on (generation 2); the stuck controller never resolves it
+                self._patch(tc, {"spec": {"workloadProfiles": profiles(True)}})
+            else:
+                self._after(sc.taucluster_refresh, self._refresh_taucluster)
 
     def _refresh_taucluster(self) -> None:
         if self._taucluster is not None:

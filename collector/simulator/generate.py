@@ -33,12 +33,15 @@ CLASSES: dict[str, int] = {
     "autoscaler-scale-up": 2,
     "autoscaler-no-scale-up": 1,
     "unschedulable-affinity": 1,
+    "partially-scheduled": 2,
     "profile-unresolved": 1,
-    "replay": 2,
+    "replay-recent-restart": 1,
+    "replay-old-restart": 1,
     "restart-recovered": 2,
     "lagging-ranks": 2,
     "eval-bars": 2,
-    "deepspeed-skipped": 2,
+    "deepspeed-skipped-all": 1,
+    "deepspeed-skipped-most": 1,
     "deepspeed-healthy": 1,
     "multikueue-dispatched": 2,
     "node-loss": 2,
@@ -78,9 +81,10 @@ def _dur(seconds: float) -> str:
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, start: datetime) -> None:
+    def __init__(self, rng: random.Random, start: datetime, eval_at: float) -> None:
         self.rng = rng
         self.start = start
+        self.eval_at = eval_at
         self.gpu_pods = 0
 
     def run(self, i: int, cls: str) -> dict[str, Any]:
@@ -172,7 +176,7 @@ class _Builder:
                                                      "message": "waiting for approval from the budget owner"}}]
             scheduled = False
         elif cls == "admission-check-provisioning":
-            name = rng.choice(["dws", "gpu-reserve", "dws-prov"])
+            name = rng.choice(["dws", "gpu-reserve", "flex-start"])
             steps = [{"at": "2s", "admissionCheck": {"name": name, "message": ""}}]
             scheduled = False
         elif cls in ("dra-wait", "karpenter-nominated", "karpenter-limits", "autoscaler-scale-up",
@@ -189,16 +193,31 @@ class _Builder:
                                    "from": 5, "to": 5 + workers, "max": 64})
             else:
                 do(3, "unschedulable", {"message": AFFINITY_MESSAGE.format(n=7)})
+        elif cls == "partially-scheduled":
+            # Some workers bound (the head too), the rest unschedulable: membership, not pod count.
+            if workers == 1:
+                profile, workers = "a100-4x8", 4
+                run["profile"] = profile
+            wait_pods()
+            for w in range(workers // 2):
+                steps.append({"at": "4s", "schedule": {"pods": f"{'worker' if kind == 'RayJob' else 'job'}-{w}"}})
+            do(5, "pull")
+            do(6, "unschedulable", {})
+            scheduled = False
+            self.gpu_pods += workers // 2
         elif cls == "profile-unresolved":
             steps = []
             scheduled = False
-        elif cls in ("replay", "restart-recovered"):
+        elif cls in ("replay-recent-restart", "replay-old-restart", "restart-recovered"):
             steps += up
             do(t0, "train", {**train, "pods": "all"})
-            replay_steps = int((EVAL_AT - at - ev) / every)
-            rewind = replay_steps + rng.randrange(20, 200) if cls == "replay" else rng.randrange(2, 6)
-            if cls == "restart-recovered":
-                ev = rng.uniform(180, 300)
+            # How long before the judging instant the restart happens (the collector's restart
+            # window is 10 minutes): replays outlast it or not; a short rewind is passed quickly.
+            ago = {"replay-recent-restart": rng.uniform(300, 540), "replay-old-restart": rng.uniform(660, 780),
+                   "restart-recovered": rng.uniform(240, 540)}[cls]
+            ev = self.eval_at - at - ago
+            replay_steps = int(ago / every)
+            rewind = rng.randrange(2, 6) if cls == "restart-recovered" else replay_steps + rng.randrange(20, 200)
             do(ev, "restart", {"pods": "all", "rewind": rewind})
         elif cls == "lagging-ranks":
             steps += up
@@ -206,11 +225,12 @@ class _Builder:
         elif cls == "eval-bars":
             steps += up
             do(t0, "train", {**train, "style": "lightning", "evalEvery": rng.choice([3, 5])})
-        elif cls == "deepspeed-skipped":
+        elif cls in ("deepspeed-skipped-all", "deepspeed-skipped-most"):
             steps += up
             do(t0, "train", {**train, "style": "deepspeed"})
             resumed = {k: v for k, v in train.items() if k != "startIteration"}
-            do(ev, "train", {**resumed, "style": "deepspeed", "skipRatio": rng.choice([1.0, 0.8])})
+            ratio = 1.0 if cls == "deepspeed-skipped-all" else 0.8
+            do(ev, "train", {**resumed, "style": "deepspeed", "skipRatio": ratio})
         elif cls == "deepspeed-healthy":
             steps += up
             do(t0, "train", {**train, "style": "deepspeed"})
@@ -228,10 +248,13 @@ class _Builder:
         return run
 
 
-def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: bool = False) -> Generated:
+def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: bool = False,
+             stale_taucluster: bool = False) -> Generated:
     """A scenario of `runs` runs drawn from CLASSES (every class at least once when runs allow).
 
-    `balanced`: every class equally often (round robin) instead of by weight.
+    `balanced`: every class equally often (round robin) instead of by weight. `stale_taucluster`:
+    the TauCluster's status resolved an older spec (the 4-worker profile resolved as 2 workers,
+    observedGeneration behind) and is never refreshed.
     """
     rng = random.Random(seed)
     names = list(CLASSES)
@@ -241,11 +264,11 @@ def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: boo
     else:
         picks = names[: min(runs, len(names))] + rng.choices(names, weights, k=max(0, runs - len(names)))
     rng.shuffle(picks)
-    b = _Builder(rng, START)
+    b = _Builder(rng, START, eval_at)
     run_docs = [b.run(i, cls) for i, cls in enumerate(picks)]
     nodes = b.gpu_pods + 8
     doc = {
-        "name": f"generated-{seed}",
+        "name": f"generated-{seed}{'-stale' if stale_taucluster else ''}",
         "description": f"{runs} generated runs (seed {seed})",
         "seed": seed,
         "start": START.isoformat().replace("+00:00", "Z"),
@@ -262,13 +285,15 @@ def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: boo
             "localQueues": [{"name": "a100", "namespace": ns, "clusterQueue": "gpu-a100"} for ns in NAMESPACES],
             "profiles": [
                 {"name": f"a100-{w}x8", "localQueue": "a100", "clusterQueue": "gpu-a100", "flavors": ["a100"],
-                 "priorityClass": "training-normal", "workers": w, "gpusPerWorker": 8}
+                 "priorityClass": "training-normal", "workers": w, "gpusPerWorker": 8,
+                 **({"resolvedWorkers": w // 2} if stale_taucluster and w == 4 else {})}
                 for w in (1, 2, 4)
             ] + [
                 {"name": "h200-8x8", "localQueue": "a100", "clusterQueue": "gpu-a100", "flavors": ["a100"],
                  "priorityClass": "training-normal", "workers": 8, "gpusPerWorker": 8, "resolved": False}
             ],
             "tauClusterRefresh": "5m",
+            "tauClusterStale": stale_taucluster,
         },
         "runs": run_docs,
     }

@@ -155,6 +155,7 @@ class ProfileSpec:
     flavors: tuple[str, ...] = ()
     priority_class: str = ""
     resolved: bool = True  # False: TauCluster status does not resolve it (target resolution never ends)
+    resolved_workers: int = 0  # >0: status resolved an older spec with this many workers (see tauClusterStale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,9 @@ class Scenario:
     local_queues: tuple[LocalQueueSpec, ...] = ()
     profiles: tuple[ProfileSpec, ...] = ()
     taucluster_refresh: float = 300.0
+    # The TauGrid controller is stuck: the TauCluster spec moved on (generation 2) after its status
+    # resolved generation 1 (profiles with resolvedWorkers show the old count), and nothing refreshes it.
+    taucluster_stale: bool = False
     runs: tuple[RunSpec, ...] = ()
     actions: tuple[Step, ...] = ()
     source: str = "<memory>"
@@ -297,7 +301,16 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     cluster = r.mapping(
         top.get("cluster"),
         "cluster",
-        ("namespaces", "nodes", "flavors", "clusterQueues", "localQueues", "profiles", "tauClusterRefresh"),
+        (
+            "namespaces",
+            "nodes",
+            "flavors",
+            "clusterQueues",
+            "localQueues",
+            "profiles",
+            "tauClusterRefresh",
+            "tauClusterStale",
+        ),
     )
     namespaces = tuple(
         r.name(n, f"cluster.namespaces[{i}]")
@@ -365,7 +378,17 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         p = r.mapping(
             raw,
             where,
-            ("name", "localQueue", "clusterQueue", "workers", "gpusPerWorker", "flavors", "priorityClass", "resolved"),
+            (
+                "name",
+                "localQueue",
+                "clusterQueue",
+                "workers",
+                "gpusPerWorker",
+                "flavors",
+                "priorityClass",
+                "resolved",
+                "resolvedWorkers",
+            ),
         )
         cq = str(p.get("clusterQueue", ""))
         if cq not in cq_names:
@@ -380,6 +403,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
                 flavors=tuple(str(f) for f in r.seq(p.get("flavors"), f"{where}.flavors")),
                 priority_class=str(p.get("priorityClass", "")),
                 resolved=bool(r.typed(p.get("resolved", True), (bool,), f"{where}.resolved")),
+                resolved_workers=int(r.typed(p.get("resolvedWorkers", 0), (int,), f"{where}.resolvedWorkers")),
             )
         )
     by_profile = {p.name: p for p in profiles}
@@ -463,6 +487,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         local_queues=tuple(lqs),
         profiles=tuple(profiles),
         taucluster_refresh=r.duration(cluster.get("tauClusterRefresh", 300), "cluster.tauClusterRefresh"),
+        taucluster_stale=bool(r.typed(cluster.get("tauClusterStale", False), (bool,), "cluster.tauClusterStale")),
         runs=tuple(runs),
         actions=tuple(sorted(actions, key=lambda s: s.at)),
         source=source,
