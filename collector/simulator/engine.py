@@ -1178,7 +1178,8 @@ class ScenarioEngine:
             for pod in pending:
                 self._set_cond(pod.conditions, self._cond("PodScheduled", False, "Unschedulable", message))
                 self._pod_status(pod)
-                self.event(pod.ref, "Warning", "FailedScheduling", message, "default-scheduler")
+                if args.get("events", True):  # False: the events aged out, the pod condition remains
+                    self.event(pod.ref, "Warning", "FailedScheduling", message, "default-scheduler")
             self._after(every, tick)
 
         tick()

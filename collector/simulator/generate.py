@@ -34,6 +34,8 @@ CLASSES: dict[str, int] = {
     "autoscaler-no-scale-up": 1,
     "unschedulable-affinity": 1,
     "partially-scheduled": 2,
+    "submitter-worker-pending": 1,
+    "unschedulable-no-events": 1,
     "profile-unresolved": 1,
     "replay-recent-restart": 1,
     "replay-old-restart": 1,
@@ -89,7 +91,8 @@ class _Builder:
 
     def run(self, i: int, cls: str) -> dict[str, Any]:
         rng = self.rng
-        kind = "Job" if rng.random() < 0.3 and cls not in ("profile-unresolved",) else "RayJob"
+        kind = "Job" if rng.random() < 0.3 and cls not in ("profile-unresolved", "submitter-worker-pending") \
+            else "RayJob"
         profile = rng.choice(["a100-1x8", "a100-2x8", "a100-2x8", "a100-4x8"])
         if cls == "profile-unresolved":
             profile = "h200-8x8"
@@ -125,6 +128,15 @@ class _Builder:
         if cls == "healthy":
             steps += up
             do(t0, "train", {**train, "style": rng.choice(["megatron", "megatron", "lightning", "deepspeed"])})
+            if kind == "RayJob":
+                do(start + 1, "submitter")
+        elif cls == "submitter-worker-pending":
+            # K8sJobMode submitter running, head up, GPU workers pending: not scheduled.
+            wait_pods()
+            steps += [{"at": "5s", "pull": {}}, {"at": _dur(start), "start": {"pullSeconds": 20.0}}]
+            do(start + 1, "submitter")
+            do(start + 2, "unschedulable", {})
+            scheduled = False
         elif cls == "stall":
             steps += up
             do(t0, "train", train)
@@ -193,6 +205,11 @@ class _Builder:
                                    "from": 5, "to": 5 + workers, "max": 64})
             else:
                 do(3, "unschedulable", {"message": AFFINITY_MESSAGE.format(n=7)})
+        elif cls == "unschedulable-no-events":
+            # The FailedScheduling events aged out; PodScheduled=False still says why.
+            wait_pods()
+            do(3, "unschedulable", {"message": AFFINITY_MESSAGE.format(n=7), "events": False})
+            scheduled = False
         elif cls == "partially-scheduled":
             # Some workers bound (the head too), the rest unschedulable: membership, not pod count.
             if workers == 1:
@@ -220,6 +237,9 @@ class _Builder:
             rewind = rng.randrange(2, 6) if cls == "restart-recovered" else replay_steps + rng.randrange(20, 200)
             do(ev, "restart", {"pods": "all", "rewind": rewind})
         elif cls == "lagging-ranks":
+            if workers == 1:
+                profile, workers = "a100-2x8", 2
+                run["profile"] = profile
             steps += up
             do(t0, "train", {**train, "pods": worker_sel, "lagRanks": rng.randrange(2, 8)})
         elif cls == "eval-bars":

@@ -33,7 +33,9 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
     # One container restart of the workers; training resumes from `rewind` steps back (replay).
     "restart": {"pods": (str,), "rewind": (int,), "reason": (str,), "exitCode": (int,)},
     "admit": {"clusterQueue": (str,)},
-    "unschedulable": {"message": (str,), "repeatEvery": (str, int, float)},
+    "unschedulable": {"message": (str,), "repeatEvery": (str, int, float), "events": (bool,)},
+    # KubeRay K8sJobMode: the submitter Job and its pod (on a CPU node), running `ray job submit`.
+    "submitter": {},
     "scaleUp": {
         "triggered": (bool,),
         "nodeGroup": (str,),

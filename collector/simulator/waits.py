@@ -285,10 +285,55 @@ def progress_lines(eng: ScenarioEngine, style: str, template: str, f: Obj, skipp
     return [template.format(**f)]
 
 
+def submitter(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
+    """KubeRay K8sJobMode: a batch Job named like the RayJob whose pod runs `ray job submit` on a CPU node."""
+    if r.root is None or r.spec.kind != "RayJob" or r.raycluster is None:
+        return
+    ns, name = r.spec.namespace, r.spec.name
+    labels = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": name,
+              "app.kubernetes.io/created-by": "kuberay-operator"}
+    container = {"name": "ray-job-submitter", "image": r.spec.image,
+                 "command": ["ray", "job", "submit", "--address", f"http://{r.raycluster.name}-head-svc.{ns}.svc."
+                             "cluster.local:8265", "--submission-id", r.job_id, "--", "python", "-m", "train"],
+                 "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}
+    job = eng._create(
+        {"apiVersion": "batch/v1", "kind": "Job",
+         "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [r.root.owner()]},
+         "spec": {"backoffLimit": 2, "template": {"metadata": {"labels": labels},
+                                                   "spec": {"restartPolicy": "Never", "containers": [container]}}}},
+        status={"active": 1, "ready": 1, "startTime": eng._now()},
+    )
+    node = next((n.spec.name for n in eng.nodes.values() if not n.spec.gpus and n.ready), "")
+    pod_name = f"{name}-{eng._suffix()}"
+    pod_labels = {**labels, "batch.kubernetes.io/job-name": name, "job-name": name,
+                  "batch.kubernetes.io/controller-uid": job.uid, "controller-uid": job.uid}
+    ref = eng._create(
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": pod_name, "namespace": ns, "labels": pod_labels, "ownerReferences": [job.owner()]},
+         "spec": {"restartPolicy": "Never", "nodeName": node, "containers": [container]}},
+    )
+    now = eng._now()
+    conds = [{"type": t, "status": "True", "lastTransitionTime": now}
+             for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
+    eng._status(ref, {"phase": "Running", "conditions": conds, "startTime": now, "podIP": "10.244.0.9",
+                      "containerStatuses": [{"name": "ray-job-submitter", "image": r.spec.image, "ready": True,
+                                             "started": True, "restartCount": 0,
+                                             "state": {"running": {"startedAt": now}}}]})
+    eng.event(job, "Normal", "SuccessfulCreate", f"Created pod: {pod_name}", "job-controller")
+    eng.client.append_log(ns, pod_name, "ray-job-submitter", [
+        f"{eng.clock.now():%Y-%m-%d %H:%M:%S},000\tINFO cli.py:39 -- Job submission server address: "
+        f"http://{r.raycluster.name}-head-svc.{ns}.svc.cluster.local:8265",
+        f"{eng.clock.now():%Y-%m-%d %H:%M:%S},000\tSUCC cli.py:63 -- Job '{r.job_id}' submitted successfully",
+        f"{eng.clock.now():%Y-%m-%d %H:%M:%S},000\tINFO cli.py:303 -- Tailing logs until the job exits "
+        "(disable with --no-wait):",
+    ], now)
+
+
 ACTIONS: dict[str, Callable[[ScenarioEngine, RunState, Mapping[str, Any]], None]] = {
     "admissionCheck": admission_check,
     "dispatch": dispatch,
     "draWait": dra_wait,
     "karpenterWait": karpenter_wait,
     "restart": restart,
+    "submitter": submitter,
 }

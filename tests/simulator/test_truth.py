@@ -33,6 +33,8 @@ EXPECTED: dict[str, tuple[bool, bool, bool, str | None]] = {
     "autoscaler-no-scale-up": (False, False, False, "node-scaling"),
     "unschedulable-affinity": (False, False, False, "pod-scheduling"),
     "partially-scheduled": (False, False, False, "pod-scheduling"),
+    "submitter-worker-pending": (False, False, False, "pod-scheduling"),
+    "unschedulable-no-events": (False, False, False, "pod-scheduling"),
     "profile-unresolved": (False, False, False, "target-resolution"),
     "replay-recent-restart": (True, True, False, None),
     "replay-old-restart": (True, True, False, None),
@@ -161,5 +163,6 @@ def test_progress_lines_in_each_trainer_format(played: Any) -> None:
     bars = log_of("eval-bars")
     assert "Validation DataLoader 0:" in bars and "\r" in bars and "v_num=" in bars
     assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=" in log_of("hang-no-steps")
+    assert "submitted successfully" in log_of("submitter-worker-pending")
     lag = log_of("lagging-ranks")
     assert "[rank0]: [" in lag and "[rank1]: [" in lag
