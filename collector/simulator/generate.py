@@ -131,7 +131,10 @@ class _Builder:
             if kind == "RayJob":
                 do(start + 1, "submitter")
         elif cls == "submitter-worker-pending":
-            # K8sJobMode submitter running, head up, GPU workers pending: not scheduled.
+            # K8sJobMode submitter running, head up, the one GPU worker pending: not scheduled
+            # (head and submitter make two bound pods, as many as head and worker would).
+            profile, workers = "a100-1x8", 1
+            run["profile"] = profile
             wait_pods()
             steps += [{"at": "5s", "pull": {}}, {"at": _dur(start), "start": {"pullSeconds": 20.0}}]
             do(start + 1, "submitter")

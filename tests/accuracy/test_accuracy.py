@@ -30,6 +30,10 @@ FAIL_OPEN: dict[str, str] = {
         "log, so the pre-restart high-water mark (in the previous log) is unknown and replayed steps count as "
         "progress: verified"
     ),
+    "submitter-worker-pending": (
+        "KubeRay K8sJobMode submitter pod counted as a run member: head + submitter bound while the one GPU worker "
+        "is Pending reads '2/2 pods bound', scheduled verified (membership)"
+    ),
 }
 WRONG_OWNER: dict[str, str] = {
     "admission-check-kueue": "claims/blocked.py picks node-scaling for any admission check whose name or message "
