@@ -86,25 +86,38 @@ def _snapshot(c: Controller) -> dict[str, Any]:
     return {f"{r.ref.namespace}/{r.ref.name}": r.to_json() for r in list(c.claims.values())}
 
 
-def live_claims(url: str, clock: ManualClock, timeout: float) -> dict[str, Any]:
-    """The live controller's settled claims: every log read once after sync, nothing changing."""
-    cfg = replace(ControllerSettings(), tick=timedelta(seconds=1), leader_election=False,
-                  log_poll_interval=timedelta(seconds=0.2), ray_poll_interval=timedelta(0),
-                  checkpoint_poll_interval=timedelta(0), watch_timeout_s=30)
-    api = _CountingApi(api_client_for(url))
-    ctl = Controller(api, Settings(controller=cfg), clock.now)
-    ctl.open()
-    try:
-        _wait(ctl.ready.is_set, timeout, "controller ready")
-        since = time.monotonic()
+class LiveController:
+    """The live controller against the simulator, with the waits the harness needs."""
 
-        def logs_done() -> bool:
-            targets = list(ctl._log_targets)
-            return bool(targets) and all(
-                f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log" in api.logs_read for ref, _, _ in targets)
-        _wait(logs_done, timeout, "every log read")
-        api.logs_read.clear()
-        _wait(logs_done, timeout, "every log read twice")
+    def __init__(self, url: str, clock: ManualClock, timeout: float) -> None:
+        cfg = replace(ControllerSettings(), tick=timedelta(seconds=1), leader_election=False,
+                      log_poll_interval=timedelta(seconds=0.2), ray_poll_interval=timedelta(0),
+                      checkpoint_poll_interval=timedelta(0), watch_timeout_s=30)
+        self.api = _CountingApi(api_client_for(url))
+        self.ctl = Controller(self.api, Settings(controller=cfg), clock.now)
+        self.timeout = timeout
+
+    def open(self) -> None:
+        self.ctl.open()
+        _wait(self.ctl.ready.is_set, self.timeout, "controller ready")
+
+    def _logs_done(self) -> bool:
+        targets = list(self.ctl._log_targets)
+        return all(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log" in self.api.logs_read
+                   for ref, _, _ in targets)
+
+    def log_pass(self) -> None:
+        """Wait until every container log the controller tails has been read once from now on."""
+        self.api.logs_read.clear()
+        _wait(self._logs_done, self.timeout, "every log read")
+
+    def settle(self) -> dict[str, Any]:
+        """Claims once every log was read twice, every watch heard from the server and nothing changes."""
+        since = time.monotonic()
+        _wait(lambda: bool(self.ctl._log_targets), self.timeout, "log targets")
+        self.log_pass()
+        self.log_pass()
+        ctl = self.ctl
 
         def steady() -> bool:
             if not all(r.last_ok > since for r in ctl._reflectors):
@@ -112,10 +125,11 @@ def live_claims(url: str, clock: ManualClock, timeout: float) -> dict[str, Any]:
             a = _snapshot(ctl)
             time.sleep(1.0)
             return a == _snapshot(ctl) and ctl._changes.empty()
-        _wait(steady, timeout, "claims settle")
+        _wait(steady, self.timeout, "claims settle")
         return _snapshot(ctl)
-    finally:
-        ctl.close()
+
+    def close(self) -> None:
+        self.ctl.close()
 
 
 def kubectl_dump(url: str, workdir: Path) -> Path:
@@ -207,6 +221,7 @@ class Report:
     missing: list[str] = field(default_factory=list)
     explain_stderr: str = ""
     stale_taucluster: bool = False
+    watch_throughout: bool = False
     tau_runs: set[str] = field(default_factory=set)
     # (source, claim) → TauRun-backed runs observed true/false although the TauCluster is stale
     not_fail_closed: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -291,32 +306,53 @@ def compare(gen: Generated, truth: dict[tuple[str, str], RunTruth], live: dict[s
 
 
 def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0, balanced: bool = False,
-         stale_taucluster: bool = False) -> Report:
+         stale_taucluster: bool = False, watch_throughout: bool = False, chunk_s: float = 30.0) -> Report:
+    """Play a generated scenario and judge both inputs at its instant.
+
+    By default the controller starts at the judging instant (it sees only what the cluster holds
+    then, like a controller just restarted). `watch_throughout`: it watches from scenario time 0
+    while the scenario plays in `chunk_s` steps, reading every log once per step (its own history).
+    """
     t0 = time.monotonic()
     gen = generate(seed, runs, balanced=balanced, stale_taucluster=stale_taucluster)
-    rep = Report(runs, seed, gen.eval_at, stale_taucluster=stale_taucluster)
+    rep = Report(runs, seed, gen.eval_at, stale_taucluster=stale_taucluster, watch_throughout=watch_throughout)
     rep.tau_runs = {f"{r.namespace}/{r.name}" for r in gen.scenario.runs if r.tau_run}
     clock = ManualClock(gen.scenario.start)
     with Simulator(clock=clock, settings=SimulatorSettings(seed=seed, bookmark_interval_s=0.5)) as sim:
         url = sim.start()
         engine = ScenarioEngine(gen.scenario, url, clock=clock)
-        engine.step_to(gen.eval_at)
-        if engine.errors:
-            raise RuntimeError(f"scenario errors: {engine.errors[:5]}")
-        truth = engine.truth()
-        rep.timings["simulate"] = time.monotonic() - t0
-        t = time.monotonic()
-        live = live_claims(url, clock, timeout)
-        rep.timings["controller"] = time.monotonic() - t
-        t = time.monotonic()
+        ctl = LiveController(url, clock, timeout)
+        try:
+            if watch_throughout:
+                engine.step_to(0)
+                ctl.open()
+                t = 0.0
+                while t < gen.eval_at:
+                    t = min(t + chunk_s, gen.eval_at)
+                    engine.step_to(t)
+                    ctl.log_pass()
+            else:
+                engine.step_to(gen.eval_at)
+            if engine.errors:
+                raise RuntimeError(f"scenario errors: {engine.errors[:5]}")
+            truth = engine.truth()
+            rep.timings["simulate"] = time.monotonic() - t0
+            t1 = time.monotonic()
+            if not watch_throughout:
+                ctl.open()
+            live = ctl.settle()
+        finally:
+            ctl.close()
+        rep.timings["controller"] = time.monotonic() - t1
+        t1 = time.monotonic()
         dump = kubectl_dump(url, workdir)
-        rep.timings["dump"] = time.monotonic() - t
+        rep.timings["dump"] = time.monotonic() - t1
         at = rfc3339(clock.now())
         engine.client.close()
     assert at is not None
-    t = time.monotonic()
+    t1 = time.monotonic()
     offline, rep.explain_stderr = explain_claims(dump, at)
-    rep.timings["explain"] = time.monotonic() - t
+    rep.timings["explain"] = time.monotonic() - t1
     compare(gen, truth, live, offline, rep)
     rep.timings["total"] = time.monotonic() - t0
     return rep
@@ -329,7 +365,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
-def render(rep: Report, stale: Report | None = None) -> str:
+def render(rep: Report, stale: Report | None = None, throughout: Report | None = None) -> str:
     lines = [
         "# Accuracy against ground truth",
         "",
@@ -349,6 +385,13 @@ def render(rep: Report, stale: Report | None = None) -> str:
         "",
     ]
     lines += _section(rep, "##")
+    if throughout is not None:
+        lines += ["", "# Watching throughout", "",
+                  f"{throughout.runs} runs (seed {throughout.seed}, the classes in turn); the controller watches "
+                  "from scenario time 0 while the scenario plays in 30 s steps, reading every log once per step, "
+                  "so it holds its own history (pre-restart steps, earlier log lines). `explain` reads the dump "
+                  "at the end as before.", ""]
+        lines += _section(throughout, "##")
     if stale is not None:
         lines += ["", "# With a stale TauCluster", "",
                   f"{stale.runs} runs (seed {stale.seed}, the classes in turn) while the TauCluster's status "
@@ -435,6 +478,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--stale-runs", type=int, default=3 * len(CLASSES),
                     help="runs of the stale-TauCluster pass (0: none)")
+    ap.add_argument("--throughout-runs", type=int, default=3 * len(CLASSES),
+                    help="runs of the pass where the controller watches from the start (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here (default: stdout)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
@@ -443,13 +488,18 @@ def main() -> None:
     if args.stale_runs:
         with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
             stale = play(args.stale_runs, args.seed, Path(tmp), balanced=True, stale_taucluster=True)
-    text = render(rep, stale)
+    throughout = None
+    if args.throughout_runs:
+        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+            throughout = play(args.throughout_runs, args.seed, Path(tmp), balanced=True, watch_throughout=True)
+    text = render(rep, stale, throughout)
     if args.out:
         args.out.write_text(text)
-        for r in (rep, stale):
+        for r in (rep, throughout, stale):
             if r is not None:
                 summary = ", ".join(f"{k} {r.count(k)}" for k in (*ERRORS, "missing-run"))
-                what = "stale TauCluster" if r.stale_taucluster else "main"
+                what = ("stale TauCluster" if r.stale_taucluster else
+                        "watching throughout" if r.watch_throughout else "main")
                 print(f"{args.out}: {what}: {r.runs} runs in {r.timings['total']:.1f} s; {summary}")
     else:
         sys.stdout.write(text)

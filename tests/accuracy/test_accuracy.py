@@ -107,3 +107,20 @@ def test_a_stale_taucluster_never_makes_a_claim_true_that_is_false(stale_report:
              if (f.kind in ("false-verified", "false-true") and f.cls not in FAIL_OPEN)
              or (f.kind == "wrong-owner" and f.cls not in WRONG_OWNER)]
     assert not found, _show(found)
+
+
+@pytest.fixture(scope="module")
+def throughout_report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    return play(len(CLASSES), SEED + 1, Path(tmp_path_factory.mktemp("throughout")), balanced=True,
+                watch_throughout=True)
+
+
+def test_a_controller_watching_throughout_has_no_errors_beyond_the_known_classes(throughout_report: Report) -> None:
+    """The watch path (events as they happen, the controller's own history) against the same truth."""
+    assert sum(throughout_report.classes.values()) == len(CLASSES)
+    found = [f for f in throughout_report.findings
+             if (f.kind in ("false-verified", "false-true") and f.cls not in FAIL_OPEN)
+             or (f.kind == "wrong-owner" and f.cls not in WRONG_OWNER)
+             or (f.kind == "disagree" and f.cls not in DISAGREE)
+             or f.kind == "missing-run"]
+    assert not found, _show(found)
