@@ -43,7 +43,7 @@ from collector.model import rfc3339  # noqa: E402
 from collector.settings import ControllerSettings, Settings  # noqa: E402
 from collector.simulator.clock import ManualClock  # noqa: E402
 from collector.simulator.engine import ScenarioEngine  # noqa: E402
-from collector.simulator.generate import CLASSES, Generated, generate  # noqa: E402
+from collector.simulator.generate import CLASSES, DESCRIPTIONS, Generated, generate  # noqa: E402
 from collector.simulator.kubeconfig import write_kubeconfig  # noqa: E402
 from collector.simulator.server import Simulator, SimulatorSettings  # noqa: E402
 from collector.simulator.truth import STAGES, RunTruth  # noqa: E402
@@ -384,6 +384,8 @@ def render(rep: Report, stale: Report | None = None, throughout: Report | None =
         "all three (it runs on the worker), so `unknown` there is coverage, not an error.",
         "",
     ]
+    rows = [[cls, DESCRIPTIONS.get(cls, "")] for cls in CLASSES]
+    lines += ["## Classes", ""] + _table(["class", "what the simulator plays"], rows) + [""]
     lines += _section(rep, "##")
     if throughout is not None:
         lines += ["", "# Watching throughout", "",

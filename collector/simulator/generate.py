@@ -48,6 +48,44 @@ CLASSES: dict[str, int] = {
     "multikueue-dispatched": 2,
     "node-loss": 2,
 }
+# What each class plays (for the report).
+DESCRIPTIONS: dict[str, str] = {
+    "healthy": "admitted, bound, running, steps advance (Megatron, Lightning or DeepSpeed lines); RayJobs have "
+               "their K8sJobMode submitter pod",
+    "stall": "steps stop; pods stay Running and Ready",
+    "hang-with-steps": "steps stop, then NCCL watchdog timeouts (torch 2.x format, SeqNum; last rank one behind)",
+    "hang-no-steps": "no step line ever, then NCCL watchdog timeouts",
+    "hang-steps-out-of-tail": "steps stop, 520 NCCL INFO lines push them out of a 500-line tail, then watchdog",
+    "crash-loop": "steps stop; workers OOMKilled/Error, CrashLoopBackOff",
+    "quota-wait": "Workload QuotaReserved=False (Pending), insufficient unused quota",
+    "quota-wait-tiered": "QuotaReserved=False with reason WaitingForQuota or ExceedsMaxQuota",
+    "preempted-requeued": "ran, preempted by Kueue, pods deleted, waiting for quota again",
+    "admission-check-kueue": "quota reserved; a custom AdmissionCheck (controllerName example.com/budget-approval, "
+                             "names like capacity-review) Pending",
+    "admission-check-provisioning": "quota reserved; a ProvisioningRequest AdmissionCheck (controllerName "
+                                    "kueue.x-k8s.io/provisioning-request, names dws/gpu-reserve/flex-start) Pending",
+    "dra-wait": "GPU pods with ResourceClaims (resource.k8s.io/v1) never allocated; 'cannot allocate all claims'",
+    "karpenter-nominated": "scheduler FailedScheduling, Karpenter NodeClaim launching, 'Pod should schedule on'",
+    "karpenter-limits": "Karpenter FailedScheduling: instance types exceed the NodePool limits",
+    "autoscaler-scale-up": "FailedScheduling (Insufficient nvidia.com/gpu) and cluster-autoscaler TriggeredScaleUp",
+    "autoscaler-no-scale-up": "FailedScheduling and cluster-autoscaler NotTriggerScaleUp",
+    "unschedulable-affinity": "FailedScheduling: node affinity/selector mismatch, no autoscaler",
+    "unschedulable-no-events": "as above, the events aged out: only PodScheduled=False says why",
+    "partially-scheduled": "half the workers bound, the rest Unschedulable",
+    "submitter-worker-pending": "head and K8sJobMode submitter running, the one GPU worker Pending",
+    "profile-unresolved": "TauRun whose profile TauCluster status does not resolve; nothing created below it",
+    "replay-recent-restart": "all containers restart 5-9 min before judging; steps resume far below the "
+                             "pre-restart high-water mark (still replaying)",
+    "replay-old-restart": "the same, restart 11-13 min before judging (outside a 10 min restart window)",
+    "restart-recovered": "restart 4-9 min before; steps resume a few below the mark and pass it",
+    "lagging-ranks": "workers log with [rankN]: prefixes, each rank some steps behind the previous",
+    "eval-bars": "Lightning tqdm training bars with validation bars (\\r-joined frames) interleaved",
+    "deepspeed-skipped-all": "DeepSpeed step=/skipped= with every step skipped (fp16 overflow) after a while",
+    "deepspeed-skipped-most": "the same with 80% of steps skipped",
+    "deepspeed-healthy": "DeepSpeed step= lines, nothing skipped",
+    "multikueue-dispatched": "Workload admitted and dispatched to a MultiKueue worker; no local pods",
+    "node-loss": "a worker's node goes NotReady (Unknown); its pods NotReady; steps stop",
+}
 EVAL_AT = 16 * 60.0  # scenario seconds at which the harness compares claims with the truth
 START = datetime(2026, 1, 10, 10, 0, tzinfo=UTC)
 NAMESPACES = ("research", "team-b", "team-c")

@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 
 from collector.simulator import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
-from collector.simulator.generate import CLASSES, Generated, generate
+from collector.simulator.generate import CLASSES, DESCRIPTIONS, Generated, generate
 from collector.simulator.truth import RunTruth
 
 # class → (scheduled, running, progressing, stage) at the judging instant
@@ -76,7 +76,7 @@ def _events(sim: Simulator, ns: str, prefix: str) -> list[dict[str, Any]]:
 
 def test_every_class_has_the_truth_it_stands_for(played: Any) -> None:
     gen, _, truth, _ = played
-    assert set(EXPECTED) == set(CLASSES)
+    assert set(EXPECTED) == set(CLASSES) == set(DESCRIPTIONS)
     for key, cls in gen.classes.items():
         t = truth[key]
         assert (t.scheduled, t.running, t.progressing, t.stage) == EXPECTED[cls], (cls, key, t)
