@@ -36,6 +36,9 @@ CLASSES: dict[str, int] = {
     "partially-scheduled": 2,
     "submitter-worker-pending": 1,
     "unschedulable-no-events": 1,
+    "topology-placement-failed": 1,
+    "device-unhealthy": 1,
+    "hf-loss-dicts": 1,
     "profile-unresolved": 1,
     "replay-recent-restart": 1,
     "replay-old-restart": 1,
@@ -85,6 +88,9 @@ DESCRIPTIONS: dict[str, str] = {
     "deepspeed-healthy": "DeepSpeed step= lines, nothing skipped",
     "multikueue-dispatched": "Workload admitted and dispatched to a MultiKueue worker; no local pods",
     "node-loss": "a worker's node goes NotReady (Unknown); its pods NotReady; steps stop",
+    "topology-placement-failed": "QuotaReserved=False, reason TopologyPlacementFailed (topology-aware scheduling)",
+    "device-unhealthy": "GPU pods bound, then rejected by the kubelet: UnexpectedAdmissionError, no healthy devices",
+    "hf-loss-dicts": "Hugging Face Trainer loss dicts without step or progress bar, advancing",
 }
 EVAL_AT = 16 * 60.0  # scenario seconds at which the harness compares claims with the truth
 START = datetime(2026, 1, 10, 10, 0, tzinfo=UTC)
@@ -216,6 +222,18 @@ class _Builder:
                           f"({need} > 40)"))
             steps = [{"at": "1s", "waitForQuota": {"reason": reason, "message": message}}]
             scheduled = False
+        elif cls == "topology-placement-failed":
+            message = (f"couldn't assign flavors to pod set {'gpu-workers' if kind == 'RayJob' else 'main'}: "
+                       f'topology "gpu-block" doesn\'t allow to fit any of {workers} pod(s)')
+            steps = [{"at": "1s", "waitForQuota": {"reason": "TopologyPlacementFailed", "message": message}}]
+            scheduled = False
+        elif cls == "device-unhealthy":
+            steps += up[:2]
+            do(8, "deviceReject", {})
+            scheduled = False
+        elif cls == "hf-loss-dicts":
+            steps += up
+            do(t0, "train", {**train, "style": "hf"})
         elif cls == "preempted-requeued":
             steps += up
             do(t0, "train", train)

@@ -30,6 +30,8 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
     "draWait": {"message": (str,), "deviceClass": (str,), "repeatEvery": (str, int, float)},
     # Karpenter: a NodeClaim is launched for the pods (Nominated), or the NodePool limits refuse one.
     "karpenterWait": {"nodePool": (str,), "limits": (bool,), "repeatEvery": (str, int, float)},
+    # The kubelet's device manager rejects the bound GPU pods (unhealthy devices): UnexpectedAdmissionError.
+    "deviceReject": {"message": (str,)},
     # One container restart of the workers; training resumes from `rewind` steps back (replay).
     "restart": {"pods": (str,), "rewind": (int,), "reason": (str,), "exitCode": (int,)},
     "admit": {"clusterQueue": (str,)},

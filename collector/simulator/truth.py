@@ -38,7 +38,7 @@ def run_truth(engine: ScenarioEngine, r: RunState) -> RunTruth:
         return RunTruth(spec.namespace, spec.name, True, True, True, None, r.dispatched, r.hwm, "dispatched")
     expected = spec.workers + (1 if spec.kind == "RayJob" else 0)
     pods = [p for p in r.pods if not p.deleted] if r.admitted else []
-    bound = [p for p in pods if p.node]
+    bound = [p for p in pods if p.node and p.phase not in ("Failed", "Succeeded")]  # rejected pods do not count
     scheduled = not r.finished and len(pods) == expected and len(bound) == expected
     nodes_ready = all(engine.nodes[p.node].ready for p in bound if p.node in engine.nodes)
     running = (

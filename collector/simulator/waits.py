@@ -251,6 +251,20 @@ def restart(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
     r.iteration = max(0, r.hwm - int(args.get("rewind", 0)))
 
 
+def device_reject(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
+    """Bound GPU pods rejected at admission by the kubelet's device manager (no healthy devices)."""
+    detail = str(args.get("message") or "Allocate failed due to no healthy devices present; cannot allocate "
+                 "unhealthy devices nvidia.com/gpu, which is unexpected")
+    for pod in r.pods:
+        if pod.deleted or not pod.node or not pod.gpus:
+            continue
+        pod.phase, pod.reason, pod.message = "Failed", "UnexpectedAdmissionError", f"Pod was rejected: {detail}"
+        pod.state, pod.ready = {}, False
+        eng._pod_status(pod)
+        eng.event(pod.ref, "Warning", "UnexpectedAdmissionError", detail, "kubelet", pod.node)
+    r.wait_stage = "device-allocation"
+
+
 def progress_lines(eng: ScenarioEngine, style: str, template: str, f: Obj, skipped: bool, skipped_total: int,
                    eval_every: int) -> list[str]:
     """One step's log lines in the given trainer's format."""
@@ -282,6 +296,9 @@ def progress_lines(eng: ScenarioEngine, style: str, template: str, f: Obj, skipp
             ]
             lines.append("\r".join(frames))
         return lines
+    if style == "hf":  # Hugging Face Trainer with disable_tqdm: loss dicts carry no step
+        return [f"{{'loss': {float(f['loss']):.4f}, 'grad_norm': {float(f['grad_norm']):.4f}, "
+                f"'learning_rate': {float(f['lr']):.4e}, 'epoch': {it / 5000:.2f}}}"]
     return [template.format(**f)]
 
 
@@ -331,6 +348,7 @@ def submitter(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None
 
 ACTIONS: dict[str, Callable[[ScenarioEngine, RunState, Mapping[str, Any]], None]] = {
     "admissionCheck": admission_check,
+    "deviceReject": device_reject,
     "dispatch": dispatch,
     "draWait": dra_wait,
     "karpenterWait": karpenter_wait,

@@ -35,6 +35,9 @@ EXPECTED: dict[str, tuple[bool, bool, bool, str | None]] = {
     "partially-scheduled": (False, False, False, "pod-scheduling"),
     "submitter-worker-pending": (False, False, False, "pod-scheduling"),
     "unschedulable-no-events": (False, False, False, "pod-scheduling"),
+    "topology-placement-failed": (False, False, False, "queue-admission"),
+    "device-unhealthy": (False, False, False, "device-allocation"),
+    "hf-loss-dicts": (True, True, True, None),
     "profile-unresolved": (False, False, False, "target-resolution"),
     "replay-recent-restart": (True, True, False, None),
     "replay-old-restart": (True, True, False, None),
@@ -164,5 +167,6 @@ def test_progress_lines_in_each_trainer_format(played: Any) -> None:
     assert "Validation DataLoader 0:" in bars and "\r" in bars and "v_num=" in bars
     assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=" in log_of("hang-no-steps")
     assert "submitted successfully" in log_of("submitter-worker-pending")
+    assert "{'loss': " in log_of("hf-loss-dicts") and "step" not in log_of("hf-loss-dicts").split("{'loss'", 1)[1]
     lag = log_of("lagging-ranks")
     assert "[rank0]: [" in lag and "[rank1]: [" in lag
