@@ -378,7 +378,8 @@ def render(rep: Report, stale: Report | None = None, throughout: Report | None =
         "them) are compared with it.",
         "",
         "Truth: *scheduled* = every pod that does the run's work (RayJob: head and workers; Job: its workers) "
-        "exists and is bound; *running* = all of them Running and Ready on Ready nodes; *progressing* = a valid "
+        "exists and is bound; *running* = all of them Running and Ready on Ready nodes, no crash loop in effect; "
+        "*progressing* = a valid "
         "update (not a skipped step, past the pre-restart high-water mark) within 1.5 step intervals and at most "
         "half the steps skipped; *stage* = where a not-scheduled run waits. A MultiKueue-dispatched run is true on "
         "all three (it runs on the worker), so `unknown` there is coverage, not an error.",

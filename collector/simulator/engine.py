@@ -126,6 +126,7 @@ class RunState:
     skipped: int = 0
     skip_ratio: float = 0.0
     dispatched: str = ""
+    crash_looping: bool = False  # between crashes a container is briefly up: the run is still not running
 
 
 @dataclass(slots=True)
@@ -1472,6 +1473,7 @@ class ScenarioEngine:
 
     def _do_crashLoop(self, r: RunState, args: Obj) -> None:  # noqa: N802
         r.crash_gen += 1
+        r.crash_looping = True
         gen = r.crash_gen
         reason = str(args.get("reason", "OOMKilled"))
         exit_code = int(args.get("exitCode", 137 if reason == "OOMKilled" else 1))
@@ -1550,6 +1552,7 @@ class ScenarioEngine:
     def _do_recover(self, r: RunState, args: Obj) -> None:
         """End a crash loop: the containers come back and stay up."""
         r.crash_gen += 1
+        r.crash_looping = False
         for pod in self._pods(r, str(args.get("pods", "all"))):
             if pod.node and "running" not in pod.state and self._node_ready(pod):
                 pod.restarts += 1

@@ -44,6 +44,7 @@ def run_truth(engine: ScenarioEngine, r: RunState) -> RunTruth:
     running = (
         scheduled
         and nodes_ready
+        and not r.crash_looping
         and all(p.phase == "Running" and p.ready and "running" in p.state for p in pods)
     )
     # Progressing: a valid step past the high-water mark within one and a half step intervals, and
@@ -60,6 +61,8 @@ def run_truth(engine: ScenarioEngine, r: RunState) -> RunTruth:
     notes = []
     if not nodes_ready:
         notes.append("node not ready")
+    if r.crash_looping:
+        notes.append("crash loop")
     if any(p.restarts for p in pods):
         notes.append(f"restarts {max(p.restarts for p in pods)}")
     if r.skipped:
