@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck layers check bench clean proto
+.PHONY: setup demo test lint typecheck layers check bench accuracy clean proto
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: setup
 	$(BIN)/python bench/bench_stall.py --quick
 	$(BIN)/python bench/bench_bundles.py --events 5000 --pods 2000
 	$(BIN)/python bench/bench_agent.py --quick
+
+# Claims against the simulator's ground truth over 520 generated runs (docs/accuracy.md).
+accuracy: setup
+	$(BIN)/python bench/accuracy.py --runs 520 --seed 1 --out docs/accuracy.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

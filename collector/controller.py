@@ -54,7 +54,7 @@ Now = Callable[[], datetime]
 
 @dataclass(frozen=True, slots=True)
 class _PollTargets:
-    logs: tuple[tuple[Ref, str, str], ...]  # (pod, container, progress regex or "")
+    logs: tuple[tuple[Ref, str, str, int], ...]  # (pod, container, progress regex or "", restart count)
     checkpoints: tuple[tuple[Ref, str], ...]  # (run root, checkpoint URI)
     ray: tuple[tuple[Ref, RayTarget], ...]  # (run root, head)
 
@@ -95,7 +95,10 @@ class Controller:
         self._reflectors: list[Reflector] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._log_targets: list[tuple[Ref, str, str]] = []
+        self._log_targets: list[tuple[Ref, str, str, int]] = []
+        # The previous instance's log of each restarted container, read once per restart: it holds the
+        # pre-restart high-water mark, without which replayed steps would read as progress.
+        self._previous_logs: dict[tuple[str, str, str], tuple[int, bytes]] = {}
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
@@ -449,7 +452,7 @@ class Controller:
             return _PollTargets((), (), ())
         regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
         logs = tuple(
-            (pod.ref, c.name, regex) for pod in ev.pods
+            (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
             if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
             for c in pod.facts.containers if not c.init and c.state == "running"
         )
@@ -506,13 +509,17 @@ class Controller:
     def _poll_logs(self) -> None:
         interval = self.cfg.log_poll_interval.total_seconds()
         while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
-            for ref, container, regex in list(self._log_targets):
+            targets = list(self._log_targets)
+            wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
+            for key in [k for k in self._previous_logs if k not in wanted]:
+                del self._previous_logs[key]
+            for ref, container, regex, restarts in targets:
                 if self._stop.is_set():
                     return
                 if not regex and (ref.namespace, ref.name) in self._agent_log_pods:
                     continue  # a node agent reads this pod's logs where they are written
                 try:
-                    data = self.api.get_text(
+                    data = self._previous_log(ref, container, restarts) + self.api.get_text(
                         f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
                         [("container", container), ("tailLines", self.cfg.log_tail_lines),
                          ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
@@ -527,6 +534,33 @@ class Controller:
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
+
+    def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:
+        """The restarted container's previous log (bounded like the current one), cached per restart.
+
+        Read before the current log and scanned with it as one signal, so a step going back below
+        the pre-restart high-water mark is seen as replay. Empty when there is none to read.
+        """
+        if restarts <= 0:
+            return b""
+        key = (ref.namespace, ref.name, container)
+        cached = self._previous_logs.get(key)
+        if cached is not None and cached[0] == restarts:
+            return cached[1]
+        try:
+            text = self.api.get_text(
+                f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
+                [("container", container), ("previous", "true"), ("tailLines", self.cfg.log_tail_lines),
+                 ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
+            )
+        except SourceError as e:
+            if e.retryable:
+                raise
+            text = b""  # kubelet kept no previous log (rotated, or the pod was recreated): nothing to add
+        if text and not text.endswith(b"\n"):
+            text += b"\n"
+        self._previous_logs[key] = (restarts, text)
+        return text
 
     def _poll_agents(self) -> None:
         """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""

@@ -94,6 +94,25 @@ def test_deepspeed_steps_mostly_skipped_are_not_progress() -> None:
     assert {e.field: e.value for e in p.evidence}["skipped_steps"] == 12
 
 
+def test_deepspeed_per_step_lines_with_most_steps_skipped_are_not_progress() -> None:
+    # one line per step; 4 of every 5 steps overflow, so a real update still appears every 5 steps
+    t0 = NOW - timedelta(minutes=10)
+    lines, skipped = [], 0
+    for i in range(1, 41):
+        skipped += 0 if i % 5 == 0 else 1
+        lines.append((t0 + timedelta(seconds=15 * i), ds_step(i, skipped)))
+    p, _ = claim(log(lines))
+    assert p.observed is Observed.FALSE, p.reason
+    assert "of the last 20 step reports skipped" in p.reason and "fp16 overflow" in p.reason, p.reason
+    # the same cadence with one step in five skipped is progress
+    lines, skipped = [], 0
+    for i in range(1, 41):
+        skipped += 1 if i % 5 == 0 else 0
+        lines.append((t0 + timedelta(seconds=15 * i), ds_step(i, skipped)))
+    p, _ = claim(log(lines))
+    assert p.observed is Observed.TRUE, p.reason
+
+
 def test_hf_bar_advancing_while_every_step_overflows_is_not_progress() -> None:
     # huggingface/transformers #14531: the bar moves, every step is a DeepSpeed overflow skip
     scan = scan_text((TRAINING / "hf_bar_then_deepspeed_overflow_transformers_14531.txt").read_bytes(), source="t")

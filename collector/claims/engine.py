@@ -257,21 +257,25 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 # --- running -------------------------------------------------------------------------------------
 
 
-def _advanced_at(view: ProgressView | None, now: datetime) -> datetime | None:
-    """When the run's steps last moved past their high-water marks, if that was inside the window.
+def _advanced_at(view: ProgressView | None, now: datetime) -> tuple[datetime, datetime] | None:
+    """(when the run's steps last moved past their high-water marks, when its evidence starts), if
+    that advance was inside the window.
 
-    Advances exclude replayed steps, so an advance after a restart means the run got past where it
-    was before the restart: the restart is recovered from, not a reason to call the run down.
+    Advances exclude replayed steps, so an advance after a restart, judged on evidence that starts
+    before the restart (the previous container log), means the run got past where it was before
+    the restart: the restart is recovered from, not a reason to call the run down.
     """
     if view is None or not view.advances or view.invalid is not None or view.nonfinite_since is not None:
         return None
     last = view.advances[-1].at
-    return last if now - last <= view.window else None
+    if now - last > view.window or view.observed_from is None:
+        return None
+    return last, view.observed_from
 
 
 def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
              scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings,
-             advanced_at: datetime | None = None) -> Claim:
+             recovery: tuple[datetime, datetime] | None = None) -> Claim:
     want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
         return _claim(a.running, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
@@ -324,8 +328,8 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 since = latest((since, c.last_finished, c.state_since))
                 pod_ready = False
             elif (c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init
-                  and c.state == "running" and pod_ready and advanced_at is not None
-                  and advanced_at > c.last_finished):
+                  and c.state == "running" and pod_ready and recovery is not None
+                  and recovery[1] < c.last_finished < recovery[0]):
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
                                          f"terminated: {c.last_reason} ({c.last_exit_code}); recovered: steps"
                                          " advanced past the pre-restart high-water mark since", c.last_finished))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +23,8 @@ from collector.settings import ClaimSettings
 RECENT_INTERVALS = 50  # the stall window is built from this many most recent intervals
 OUTLIER_MADS = 10.0  # an interval past median + this many MADs is an outlier (clipped unless it recurs)
 SKIPPED_STREAK = 8  # this many skipped samples in a row (fp16 overflow) and no real step: not progress now
+SKIP_RECENT = 20  # the last this many step reports judge the share of skipped steps ...
+SKIP_RECENT_MIN = 10  # ... once there are at least this many
 ZERO_LOSS_STREAK = 3  # this many consecutive losses of exactly 0.0: the loss is stuck, not learning
 
 
@@ -61,6 +64,9 @@ class ProgressView:
     skipped_since: Advance | None = None  # the first skipped step after the last real one (fp16 overflow)
     skipped_streak: int = 0  # skipped samples since the last real step
     high_water: dict[str, int] | None = None  # per signal
+    # (skipped, of) over the last SKIP_RECENT step reports: most skipped is overflow, not training
+    recent_skipped: tuple[int, int] = (0, 0)
+    recent_skipped_since: datetime | None = None  # the oldest report of those
 
 
 def _samples(sig: Signal) -> list[ProgressSample]:
@@ -102,7 +108,10 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     zero_streak: list[Advance] = []
     skipped_since: Advance | None = None
     skipped_streak = 0
+    recent: deque[tuple[bool, datetime]] = deque(maxlen=SKIP_RECENT)
     for at, _, smp, src in events:
+        if smp.step is not None and (smp.skipped or src not in high or smp.step > high[src]):
+            recent.append((smp.skipped, at))
         if smp.skipped:
             skipped += 1
             skipped_since = skipped_since or Advance(at, smp.step, src)
@@ -170,6 +179,8 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         high_water=high,
         skipped_since=skipped_since,
         skipped_streak=skipped_streak,
+        recent_skipped=(sum(1 for sk, _ in recent if sk), len(recent)),
+        recent_skipped_since=recent[0][1] if recent else None,
     )
 
 

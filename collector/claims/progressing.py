@@ -13,7 +13,7 @@ from collector.claims.asserted import Assertion
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.common import human_age
-from collector.claims.progress import SKIPPED_STREAK, Advance, ProgressView
+from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView
 from collector.correlate import RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane
 from collector.progress import HangFinding
@@ -93,6 +93,13 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
                           f"steps skipped since {_hm(sk.at)} ({view.skipped_streak} reports, fp16 overflow: the "
                           f"trainer drops the update); last real step {_step(last.step)} at {_hm(last.at)}: "
                           "skipped steps are not progress", evidence, status_ev)
+    n_skipped, of = view.recent_skipped
+    if of >= SKIP_RECENT_MIN and 2 * n_skipped > of:
+        # fp16 overflow on most steps: the few real updates between skips are not training at pace
+        return _claim(a.progressing, Observed.FALSE, view.recent_skipped_since,
+                      f"{n_skipped} of the last {of} step reports skipped (fp16 overflow: the trainer drops the "
+                      f"update); last real step {_step(last.step)} at {_hm(last.at)}: mostly skipped steps are not "
+                      "progress", evidence, status_ev)
     rate = ""
     if view.median_step_s is not None:
         rate = f"; median step {view.median_step_s:.3g}s"

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from collector.simulator import waits
 from collector.simulator.client import KubeClient
 from collector.simulator.clock import Clock, ManualClock, ScaledClock, rfc3339, rfc3339_micro
 from collector.simulator.errors import ApiError
 from collector.simulator.registry import Registry
 from collector.simulator.scenario import NodeSpec, RunSpec, Scenario, Step, parse_duration
+from collector.simulator.truth import RunTruth, run_truth
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,16 @@ class RunState:
     iteration: int = 0
     job_id: str = ""
     started: str = ""
+    # Ground truth the collector never sees (read by `truth()`): the stage the run waits in, the
+    # highest step a valid update reached, when it was reached, and the cadence of steps.
+    wait_stage: str = ""
+    hwm: int = 0
+    last_advance: float | None = None
+    every: float = 0.0
+    skipped: int = 0
+    skip_ratio: float = 0.0
+    dispatched: str = ""
+    crash_looping: bool = False  # between crashes a container is briefly up: the run is still not running
 
 
 @dataclass(slots=True)
@@ -438,23 +450,26 @@ class ScenarioEngine:
                 },
             )
         if sc.profiles:
+            stale = sc.taucluster_stale
+
+            def profiles(current: bool) -> list[Obj]:
+                return [
+                    {
+                        "name": p.name,
+                        "workers": p.workers if current or not p.resolved_workers else p.resolved_workers,
+                        "gpusPerWorker": p.gpus_per_worker,
+                        "queue": p.local_queue,
+                        "priorityClassName": p.priority_class,
+                    }
+                    for p in sc.profiles
+                ]
+
             tc = self._create(
                 {
                     "apiVersion": TAU_GV,
                     "kind": "TauCluster",
                     "metadata": {"name": "cluster"},
-                    "spec": {
-                        "workloadProfiles": [
-                            {
-                                "name": p.name,
-                                "workers": p.workers,
-                                "gpusPerWorker": p.gpus_per_worker,
-                                "queue": p.local_queue,
-                                "priorityClassName": p.priority_class,
-                            }
-                            for p in sc.profiles
-                        ]
-                    },
+                    "spec": {"workloadProfiles": profiles(not stale)},
                 }
             )
             self._taucluster = tc
@@ -470,15 +485,19 @@ class ScenarioEngine:
                             "clusterQueue": p.cluster_queue,
                             "resourceFlavors": list(p.flavors),
                             "priorityClassName": p.priority_class,
-                            "workers": p.workers,
+                            "workers": p.resolved_workers or p.workers,
                             "gpusPerWorker": p.gpus_per_worker,
                         }
                         for p in sc.profiles
+                        if p.resolved
                     ],
                     "lastResolvedTime": self._now(),
                 },
             )
-            self._after(sc.taucluster_refresh, self._refresh_taucluster)
+            if stale:  # the spec moves on (generation 2); the stuck controller never resolves it
+                self._patch(tc, {"spec": {"workloadProfiles": profiles(True)}})
+            else:
+                self._after(sc.taucluster_refresh, self._refresh_taucluster)
 
     def _refresh_taucluster(self) -> None:
         if self._taucluster is not None:
@@ -664,6 +683,16 @@ class ScenarioEngine:
                     },
                 }
             )
+        if profile is not None and not profile.resolved and r.taurun is not None:
+            # TauGrid cannot resolve the profile: it creates nothing below the TauRun.
+            r.wait_stage = "target-resolution"
+            r.submitted = True
+            self._set_cond(
+                r.conditions,
+                self._cond("Admitted", False, "ProfileNotResolved", f"workload profile {spec.profile} is not resolved"),
+            )
+            self._tau_status(r, "Pending")
+            return
         owner = [r.taurun.owner()] if r.taurun else []
         gpu_limits = {"nvidia.com/gpu": str(spec.gpus_per_worker)} if spec.gpus_per_worker else {}
         worker_resources = {
@@ -846,8 +875,16 @@ class ScenarioEngine:
         self._status(r.workload, status)
 
     def _run_action(self, r: RunState, step: Step) -> None:
-        handler = getattr(self, f"_do_{step.action}")
-        handler(r, step.args)
+        handler = getattr(self, f"_do_{step.action}", None)
+        if handler is None:
+            waits.ACTIONS[step.action](self, r, step.args)
+        else:
+            handler(r, step.args)
+
+    def truth(self) -> dict[tuple[str, str], RunTruth]:
+        """What is really true of every submitted run now (the harness's ground truth)."""
+        _ = self.origin
+        return {key: run_truth(self, r) for key, r in self.runs.items() if r.submitted}
 
     # --- Kueue
     def _do_waitForQuota(self, r: RunState, args: Obj) -> None:  # noqa: N802
@@ -857,8 +894,9 @@ class ScenarioEngine:
             f"couldn't assign flavors to pod set gpu-workers: insufficient unused quota for nvidia.com/gpu in "
             f"flavor {flavor}, {need} more needed"
         )
-        self._set_cond(r.wl_conditions, self._cond("QuotaReserved", False, "Pending", message))
+        self._set_cond(r.wl_conditions, self._cond("QuotaReserved", False, args.get("reason") or "Pending", message))
         self._wl_status(r, {"admission": None})
+        r.wait_stage = "queue-admission"
         if r.workload is not None:
             self.event(r.workload, "Warning", "Pending", message, "kueue-admission")
         if r.taurun is not None:
@@ -916,6 +954,7 @@ class ScenarioEngine:
                 "kueue-admission",
             )
         r.admitted = True
+        r.wait_stage = ""
         assert r.root is not None
         self._patch(r.root, {"spec": {"suspend": False}})
         if spec.kind == "RayJob":
@@ -1130,6 +1169,7 @@ class ScenarioEngine:
     def _do_unschedulable(self, r: RunState, args: Obj) -> None:
         every = parse_duration(args.get("repeatEvery", 60), "repeatEvery")
         gen = r.train_gen
+        r.wait_stage = r.wait_stage or "pod-scheduling"
 
         def tick() -> None:
             pending = [p for p in r.pods if not p.deleted and not p.node and p.gpus]
@@ -1139,7 +1179,8 @@ class ScenarioEngine:
             for pod in pending:
                 self._set_cond(pod.conditions, self._cond("PodScheduled", False, "Unschedulable", message))
                 self._pod_status(pod)
-                self.event(pod.ref, "Warning", "FailedScheduling", message, "default-scheduler")
+                if args.get("events", True):  # False: the events aged out, the pod condition remains
+                    self.event(pod.ref, "Warning", "FailedScheduling", message, "default-scheduler")
             self._after(every, tick)
 
         tick()
@@ -1153,9 +1194,11 @@ class ScenarioEngine:
                 f"(max: {args.get('max', 8)})}}]"
             )
             reason = "TriggeredScaleUp"
+            r.wait_stage = "node-scaling"
         else:
             message = args.get("message") or "pod didn't trigger scale-up: 1 max node group size reached"
             reason = "NotTriggerScaleUp"
+            r.wait_stage = "node-scaling"
         for pod in pending:
             self.event(pod.ref, "Normal", reason, message, "cluster-autoscaler")
 
@@ -1366,10 +1409,16 @@ class ScenarioEngine:
         loss0, floor = float(args.get("loss", 3.2)), float(args.get("minLoss", 1.8))
         batch = int(args.get("batchSize", 1024))
         ckpt = int(args.get("checkpointEvery", 500))
-        which = str(args.get("pods", "head"))
+        lag = int(args.get("lagRanks", 0))
+        which = str(args.get("pods", "workers" if lag else "head"))
+        style = str(args.get("style", "megatron"))
+        skip_ratio = float(args.get("skipRatio", 0.0))
+        eval_every = int(args.get("evalEvery", 0))
         template = str(args.get("line", MEGATRON_LINE))
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
+        r.every = every
+        r.skip_ratio = skip_ratio
 
         def tick() -> None:
             if gen != r.train_gen or r.finished:
@@ -1381,26 +1430,38 @@ class ScenarioEngine:
                 loss = floor + (loss0 - floor) * math.exp(-it / 4000.0) + self._rng.uniform(-0.02, 0.02)
                 ms = every * 1000 * self._rng.uniform(0.97, 1.03)
                 lr = min(3e-4, 3e-4 * it / 2000)
-                line = template.format(
-                    time=self.clock.now().strftime("%Y-%m-%d %H:%M:%S"),
-                    iteration=it,
-                    iterations=total,
-                    samples=it * batch,
-                    ms=ms,
-                    lr=lr,
-                    batch=batch,
-                    loss=loss,
-                    grad_norm=self._rng.uniform(0.2, 0.4),
-                    rate=batch * 1000 / ms,
-                    run=r.spec.name,
-                )
-                lines = [line]
-                if ckpt and it % ckpt == 0:
-                    lines += [
-                        f"saving checkpoint at iteration {it:>8} to /mnt/checkpoints/{r.spec.name}",
-                        f"  successfully saved checkpoint at iteration {it:>8} to /mnt/checkpoints/{r.spec.name}",
-                    ]
+                grad_norm = self._rng.uniform(0.2, 0.4)
+                skipped = skip_ratio > 0 and math.floor(it * skip_ratio) > math.floor((it - 1) * skip_ratio)
+                r.skipped += int(skipped)
+                if not skipped and it > r.hwm:  # the truth: a valid update past the high-water mark
+                    r.hwm = it
+                    r.last_advance = self.elapsed
                 for pod in targets:
+                    rank_it = it - lag * pod.index if lag else it
+                    if rank_it < 1:
+                        continue
+                    fields = {
+                        "time": self.clock.now().strftime("%Y-%m-%d %H:%M:%S"),
+                        "iteration": rank_it,
+                        "iterations": total,
+                        "samples": rank_it * batch,
+                        "ms": ms,
+                        "lr": lr,
+                        "batch": batch,
+                        "loss": loss,
+                        "grad_norm": grad_norm,
+                        "rate": batch * 1000 / ms,
+                        "run": r.spec.name,
+                    }
+                    lines = waits.progress_lines(self, style, template, fields, skipped, r.skipped, eval_every)
+                    if ckpt and rank_it % ckpt == 0 and style == "megatron":
+                        lines += [
+                            f"saving checkpoint at iteration {rank_it:>8} to /mnt/checkpoints/{r.spec.name}",
+                            f"  successfully saved checkpoint at iteration {rank_it:>8} to "
+                            f"/mnt/checkpoints/{r.spec.name}",
+                        ]
+                    if lag:
+                        lines = [f"[rank{pod.index}]:{line}" for line in lines]
                     self._logs(pod, lines)
             if r.iteration < total:
                 self._after(every, tick)
@@ -1412,6 +1473,7 @@ class ScenarioEngine:
 
     def _do_crashLoop(self, r: RunState, args: Obj) -> None:  # noqa: N802
         r.crash_gen += 1
+        r.crash_looping = True
         gen = r.crash_gen
         reason = str(args.get("reason", "OOMKilled"))
         exit_code = int(args.get("exitCode", 137 if reason == "OOMKilled" else 1))
@@ -1490,6 +1552,7 @@ class ScenarioEngine:
     def _do_recover(self, r: RunState, args: Obj) -> None:
         """End a crash loop: the containers come back and stay up."""
         r.crash_gen += 1
+        r.crash_looping = False
         for pod in self._pods(r, str(args.get("pods", "all"))):
             if pod.node and "running" not in pod.state and self._node_ready(pod):
                 pod.restarts += 1
@@ -1532,6 +1595,7 @@ class ScenarioEngine:
         )
         self._wl_status(r, {"admission": None})
         r.admitted = False
+        r.wait_stage = "queue-admission"
         assert r.root is not None and r.workload is not None
         self.event(r.workload, "Normal", "Preempted", message, "kueue-admission")
         self.event(r.root, "Normal", "Stopped", message, "kueue-job-controller")

@@ -284,6 +284,42 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         status_subresource=False,
         columns=(_AGE,),
     ),
+    _rt(
+        "kueue.x-k8s.io/v1beta1",
+        "admissionchecks",
+        "AdmissionCheck",
+        namespaced=False,
+        categories=("kueue",),
+        columns=(_C("Controller", "spec.controllerName"), _C("Active", "@cond:Active"), _AGE),
+    ),
+    # --- Dynamic Resource Allocation (GA in Kubernetes 1.34)
+    _rt(
+        "resource.k8s.io/v1",
+        "resourceclaims",
+        "ResourceClaim",
+        columns=(_AGE,),
+    ),
+    # --- Karpenter
+    _rt(
+        "karpenter.sh/v1",
+        "nodeclaims",
+        "NodeClaim",
+        namespaced=False,
+        categories=("karpenter",),
+        columns=(
+            _C("Node", "status.nodeName"),
+            _C("Ready", "@cond:Ready"),
+            _AGE,
+        ),
+    ),
+    _rt(
+        "karpenter.sh/v1",
+        "nodepools",
+        "NodePool",
+        namespaced=False,
+        categories=("karpenter",),
+        columns=(_C("Ready", "@cond:Ready"), _AGE),
+    ),
     # --- KubeRay
     _rt(
         "ray.io/v1",

@@ -21,9 +21,23 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 # Run timeline actions and the arguments each accepts (name → accepted Python types).
 RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
-    "waitForQuota": {"message": (str,)},
+    "waitForQuota": {"message": (str,), "reason": (str,)},
+    # Kueue reserved quota but an AdmissionCheck (kueue.x-k8s.io/v1beta1, spec.controllerName) is Pending.
+    "admissionCheck": {"name": (str,), "controllerName": (str,), "message": (str,), "state": (str,)},
+    # MultiKueue: the manager's Workload is admitted and dispatched to a worker cluster; no local pods.
+    "dispatch": {"cluster": (str,)},
+    # DRA: pods wait on resource.k8s.io/v1 ResourceClaims that cannot be allocated.
+    "draWait": {"message": (str,), "deviceClass": (str,), "repeatEvery": (str, int, float)},
+    # Karpenter: a NodeClaim is launched for the pods (Nominated), or the NodePool limits refuse one.
+    "karpenterWait": {"nodePool": (str,), "limits": (bool,), "repeatEvery": (str, int, float)},
+    # The kubelet's device manager rejects the bound GPU pods (unhealthy devices): UnexpectedAdmissionError.
+    "deviceReject": {"message": (str,)},
+    # One container restart of the workers; training resumes from `rewind` steps back (replay).
+    "restart": {"pods": (str,), "rewind": (int,), "reason": (str,), "exitCode": (int,)},
     "admit": {"clusterQueue": (str,)},
-    "unschedulable": {"message": (str,), "repeatEvery": (str, int, float)},
+    "unschedulable": {"message": (str,), "repeatEvery": (str, int, float), "events": (bool,)},
+    # KubeRay K8sJobMode: the submitter Job and its pod (on a CPU node), running `ray job submit`.
+    "submitter": {},
     "scaleUp": {
         "triggered": (bool,),
         "nodeGroup": (str,),
@@ -46,6 +60,10 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "pods": (str,),
         "checkpointEvery": (int,),
         "line": (str,),
+        "style": (str,),
+        "lagRanks": (int,),
+        "skipRatio": (int, float),
+        "evalEvery": (int,),
     },
     "stall": {},
     "crashLoop": {
@@ -140,6 +158,8 @@ class ProfileSpec:
     gpus_per_worker: int
     flavors: tuple[str, ...] = ()
     priority_class: str = ""
+    resolved: bool = True  # False: TauCluster status does not resolve it (target resolution never ends)
+    resolved_workers: int = 0  # >0: status resolved an older spec with this many workers (see tauClusterStale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +215,9 @@ class Scenario:
     local_queues: tuple[LocalQueueSpec, ...] = ()
     profiles: tuple[ProfileSpec, ...] = ()
     taucluster_refresh: float = 300.0
+    # The TauGrid controller is stuck: the TauCluster spec moved on (generation 2) after its status
+    # resolved generation 1 (profiles with resolvedWorkers show the old count), and nothing refreshes it.
+    taucluster_stale: bool = False
     runs: tuple[RunSpec, ...] = ()
     actions: tuple[Step, ...] = ()
     source: str = "<memory>"
@@ -282,7 +305,16 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     cluster = r.mapping(
         top.get("cluster"),
         "cluster",
-        ("namespaces", "nodes", "flavors", "clusterQueues", "localQueues", "profiles", "tauClusterRefresh"),
+        (
+            "namespaces",
+            "nodes",
+            "flavors",
+            "clusterQueues",
+            "localQueues",
+            "profiles",
+            "tauClusterRefresh",
+            "tauClusterStale",
+        ),
     )
     namespaces = tuple(
         r.name(n, f"cluster.namespaces[{i}]")
@@ -348,7 +380,19 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     for i, raw in enumerate(r.seq(cluster.get("profiles"), "cluster.profiles")):
         where = f"cluster.profiles[{i}]"
         p = r.mapping(
-            raw, where, ("name", "localQueue", "clusterQueue", "workers", "gpusPerWorker", "flavors", "priorityClass")
+            raw,
+            where,
+            (
+                "name",
+                "localQueue",
+                "clusterQueue",
+                "workers",
+                "gpusPerWorker",
+                "flavors",
+                "priorityClass",
+                "resolved",
+                "resolvedWorkers",
+            ),
         )
         cq = str(p.get("clusterQueue", ""))
         if cq not in cq_names:
@@ -362,6 +406,8 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
                 gpus_per_worker=int(r.typed(p.get("gpusPerWorker", 8), (int,), f"{where}.gpusPerWorker")),
                 flavors=tuple(str(f) for f in r.seq(p.get("flavors"), f"{where}.flavors")),
                 priority_class=str(p.get("priorityClass", "")),
+                resolved=bool(r.typed(p.get("resolved", True), (bool,), f"{where}.resolved")),
+                resolved_workers=int(r.typed(p.get("resolvedWorkers", 0), (int,), f"{where}.resolvedWorkers")),
             )
         )
     by_profile = {p.name: p for p in profiles}
@@ -445,6 +491,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         local_queues=tuple(lqs),
         profiles=tuple(profiles),
         taucluster_refresh=r.duration(cluster.get("tauClusterRefresh", 300), "cluster.tauClusterRefresh"),
+        taucluster_stale=bool(r.typed(cluster.get("tauClusterStale", False), (bool,), "cluster.tauClusterStale")),
         runs=tuple(runs),
         actions=tuple(sorted(actions, key=lambda s: s.at)),
         source=source,

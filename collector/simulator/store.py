@@ -682,7 +682,11 @@ class Store:
         with self.cond:
             log = self._logs.setdefault((namespace, pod, container), _ContainerLog())
             for line in lines:
-                for part in line.splitlines() or [""]:
+                # Like the container runtime: only "\n" ends a line; tqdm's "\r" frames stay in one.
+                parts = line.split("\n")
+                if len(parts) > 1 and parts[-1] == "":
+                    parts.pop()
+                for part in parts:
                     log.lines.append((when, part))
                     log.size += len(part) + 1
             while log.size > self.settings.log_max_bytes and log.lines:

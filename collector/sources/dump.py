@@ -143,8 +143,7 @@ def load_dump(root: Path, contract: TauGridContract | None = None, *,
             dump.files += 1
             _read_objects(dump, path, rel, contract, max_object_bytes)
     regex_of = _regex_by_pod(dump.records, log_regex_by_profile) if log_regex_by_profile else {}
-    for path, rel in logs:
-        _read_log(dump, path, rel, regex_of)
+    _read_logs(dump, logs, regex_of)
     return dump
 
 
@@ -312,36 +311,79 @@ def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
     yield where, doc
 
 
-def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str], str]) -> None:
+def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str], str],
+              previous_of: Mapping[tuple[str, str, str], bytes] | None = None) -> set[tuple[str, str, str]]:
+    """One pod's log file; a container's previous log (`<container>-previous.txt`, from `kubectl logs
+    --previous`), when the dump has one, is read before its current log as one signal, so steps that
+    go back below the pre-restart high-water mark are replay, not progress."""
+    used: set[tuple[str, str, str]] = set()
     parts = Path(rel).parts
     if len(parts) < 3:
         dump.problems.append(Problem(rel, "log file outside <namespace>/<pod>/, skipped", True))
-        return
+        return used
     ns, pod = parts[-3], parts[-2]
-    previous = path.name.endswith("-previous.txt")
+    data = _log_bytes(dump, path, rel)
+    if data is None:
+        return used
+    for container, chunk in _split_containers(data, ""):
+        prev = (previous_of or {}).get((ns, pod, container), b"")
+        if prev:
+            used.add((ns, pod, container))
+            chunk = prev + (b"" if prev.endswith(b"\n") else b"\n") + chunk
+        _scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
+    return used
+
+
+def _scan_log(dump: Dump, rel: str, ref: Ref, container: str, chunk: bytes, regex: str | None) -> None:
+    source = f"{rel}:{container}" if container else rel
+    try:
+        scan = scan_text(chunk, source=source, custom_regex=regex)
+    except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
+        dump.problems.append(Problem(rel, f"log regex {regex!r}: {e}; read with the built-in parsers", False))
+        scan = scan_text(chunk, source=source)
+    dump.problems.extend(Problem(rel, d, False) for d in scan.diagnostics)
+    dump.logs.append((ref, container, scan))
+    dump.log_paths.append(rel)
+
+
+def _log_bytes(dump: Dump, path: Path, rel: str) -> bytes | None:
     try:
         data, size = _read_regular(path, MAX_LOG_BYTES, tail=True)
     except UnsafeInput as e:
         dump.problems.append(Problem(rel, str(e), True))
-        return
+        return None
     except OSError as e:
         dump.problems.append(Problem(rel, f"unreadable: {e.strerror}", True))
-        return
+        return None
     if size > MAX_LOG_BYTES:
         dump.problems.append(Problem(rel, f"{size} bytes; read the last {MAX_LOG_BYTES}", False))
-    ref = Ref("Pod", ns, pod)
-    default_container = path.name[: -len("-previous.txt")] if previous else ""
-    regex = regex_of.get((ns, pod))
-    for container, chunk in _split_containers(data, default_container):
-        source = f"{rel}:{container}" if container else rel
-        try:
-            scan = scan_text(chunk, source=source, custom_regex=regex)
-        except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
-            dump.problems.append(Problem(rel, f"log regex {regex!r}: {e}; read with the built-in parsers", False))
-            scan = scan_text(chunk, source=source)
-        dump.problems.extend(Problem(rel, d, False) for d in scan.diagnostics)
-        dump.logs.append((ref, container, scan))
-        dump.log_paths.append(rel)
+    return data
+
+
+def _read_logs(dump: Dump, logs: list[tuple[Path, str]], regex_of: Mapping[tuple[str, str], str]) -> None:
+    """Previous logs first (keyed by namespace, pod, container), then each current log with them."""
+    previous_of: dict[tuple[str, str, str], bytes] = {}
+    current: list[tuple[Path, str]] = []
+    for path, rel in logs:
+        parts = Path(rel).parts
+        if not path.name.endswith("-previous.txt"):
+            current.append((path, rel))
+            continue
+        if len(parts) < 3:
+            dump.problems.append(Problem(rel, "log file outside <namespace>/<pod>/, skipped", True))
+            continue
+        data = _log_bytes(dump, path, rel)
+        if data is not None:
+            for container, chunk in _split_containers(data, path.name[: -len("-previous.txt")]):
+                previous_of[(parts[-3], parts[-2], container)] = chunk
+    used: set[tuple[str, str, str]] = set()
+    for path, rel in current:
+        used |= _read_log(dump, path, rel, regex_of, previous_of)
+    # A previous log whose container has no current log (it is waiting to restart): on its own.
+    for (ns, pod, container), chunk in sorted(previous_of.items()):
+        if (ns, pod, container) not in used:
+            _scan_log(dump, f"{ns}/{pod}/{container}-previous.txt", Ref("Pod", ns, pod), container, chunk,
+                      regex_of.get((ns, pod)))
 
 
 def _split_containers(data: bytes, default: str) -> Iterator[tuple[str, bytes]]:
