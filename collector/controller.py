@@ -23,7 +23,16 @@ from prometheus_client import CollectorRegistry
 from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.kube import RAY_CLUSTER_LABEL, MalformedObject, normalize
-from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
+from collector.model import (
+    EventFacts,
+    ObjectRecord,
+    PodFacts,
+    RayClusterFacts,
+    RayJobFacts,
+    Ref,
+    RunClaims,
+    TauRunFacts,
+)
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -39,6 +48,7 @@ from collector.sources.kube_api import (
 from collector.sources.lease import LeaseElector
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for
 from collector.sources.watch import Reflector
+from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
 log = logging.getLogger("taugrid.controller")
@@ -65,8 +75,10 @@ class Controller:
     """Keeps every run's claims current from a Kubernetes API; read-only apart from its Lease."""
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
-                 resources: tuple[Resource, ...] = DEFAULT_RESOURCES, identity: str = "") -> None:
+                 resources: tuple[Resource, ...] = DEFAULT_RESOURCES, identity: str = "",
+                 sink: EvidenceSink | None = None) -> None:
         self.api = api
+        self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
         self.now = now
@@ -290,6 +302,8 @@ class Controller:
             root = self.index.root_of(sig.ref)
             if root is not None:
                 self._dirty.add(root.key)
+                if self.sink is not None and self.leader:
+                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, sig.scan)
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
@@ -332,6 +346,12 @@ class Controller:
         if before is not None:
             self._dirty.add(before.key)
         self._touch(rec.ref)
+        self._export_event(rec)
+
+    def _export_event(self, rec: ObjectRecord) -> None:
+        if self.sink is not None and rec.ref.kind == "Event" and self.leader:
+            root = self.index.root_of(rec.facts.regarding) if isinstance(rec.facts, EventFacts) else None
+            self.sink.event(rec, root.name if root is not None else "")
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
@@ -345,6 +365,7 @@ class Controller:
             gone.discard(rec.ref.key)
             self.index.upsert(rec)
             self._touch(rec.ref)
+            self._export_event(rec)
         for key in gone:
             self._delete_ref(r, Ref(*key))
 
@@ -381,6 +402,8 @@ class Controller:
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
+            if self.sink is not None:
+                self.sink.claims(out if self._was_leader else self.claims.values())
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader
