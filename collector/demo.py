@@ -24,6 +24,9 @@ from collector.model import RunClaims, Verdict
 from collector.settings import Settings
 from collector.simulator.run import SimulationSession, start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
+from exporters.adx.embedded import embedded_exporter
+from exporters.adx.query import default_store
+from exporters.prometheus import new_registry
 
 _STYLE = {
     Verdict.VERIFIED: "green",
@@ -65,7 +68,7 @@ def table(claims: list[RunClaims], clock_note: str) -> Table:
 
 
 def run_demo(*, speed: float, duration: float | None, scenario: Path | None, metrics_port: int,
-             console: Console | None = None) -> int:
+             console: Console | None = None, store: Path | None = None) -> int:
     # A pipe or CI log gets a wide table instead of 80 squeezed columns.
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     session: SimulationSession = start_simulation(scenario, "127.0.0.1:0", speed)
@@ -74,7 +77,10 @@ def run_demo(*, speed: float, duration: float | None, scenario: Path | None, met
     # Controller intervals are wall-clock; the scenario clock runs `speed` times faster.
     settings = replace(base, controller=replace(base.controller, leader_election=False, tick=timedelta(seconds=1),
                                                 log_poll_interval=timedelta(seconds=max(0.5, 10 / speed))))
-    ctl = Controller(KubeApi(api_client_for(session.base_url)), settings, clock.now)
+    store = store or default_store()
+    sink = embedded_exporter(store, registry := new_registry())  # the embedded ADX tables, for `query`
+    sink.open()
+    ctl = Controller(KubeApi(api_client_for(session.base_url)), settings, clock.now, sink=sink, registry=registry)
     try:
         port = ctl.serve("127.0.0.1", metrics_port)
         ctl.open()
@@ -91,11 +97,13 @@ def run_demo(*, speed: float, duration: float | None, scenario: Path | None, met
         claims = list(ctl.claims.values())
         ctl.close()
         session.close()
-    _summary(console, claims, session, port)
+        sink.close()
+    _summary(console, claims, session, port, store)
     return 0
 
 
-def _summary(console: Console, claims: list[RunClaims], session: SimulationSession, port: int) -> None:
+def _summary(console: Console, claims: list[RunClaims], session: SimulationSession, port: int,
+             store: Path) -> None:
     bad = [rc for rc in claims if any(c.verdict is Verdict.CONTRADICTED for c in rc.claims.values())]
     blocked = [rc for rc in claims if rc.blocked is not None]
     console.print()
@@ -112,3 +120,5 @@ def _summary(console: Console, claims: list[RunClaims], session: SimulationSessi
     console.print("      taugrid-evidence explain --from-dump DIR")
     console.print("  • Against a real cluster: `taugrid-evidence controller --kubeconfig ~/.kube/config`")
     console.print(f"  (this run's simulator kubeconfig was {session.kubeconfig})")
+    console.print(f"  • Fleet questions in KQL on the embedded store ({store}): `taugrid-evidence query NAME`,"
+                  " NAME one of queries/*.kql")

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from exporters.adx.schema import _DUCK_TYPES, TABLES, Table
+from exporters.adx.schema import _DUCK_TYPES, ADX_MON_TABLES, TABLES, Table
 
 TAGS_TABLE = "_IngestTags"
 
@@ -24,7 +24,7 @@ def connect(path: Path, *, read_only: bool = False) -> Any:
     return duckdb.connect(str(path), read_only=read_only)
 
 
-def create_tables(con: Any, tables: tuple[Table, ...] = TABLES) -> None:
+def create_tables(con: Any, tables: tuple[Table, ...] = TABLES + ADX_MON_TABLES) -> None:
     for t in tables:
         cols = ", ".join(f'"{c.name}" {_DUCK_TYPES[c.type]}' for c in t.columns)
         key = ', PRIMARY KEY ("RowId")' if "RowId" in t.column_names() else ""
@@ -67,8 +67,9 @@ class DuckDBTarget:
                 src.write_bytes(blob)
                 cols = ", ".join(f"'{c.name}': '{_DUCK_TYPES[c.type]}'" for c in table.columns)
                 names = ", ".join(f'"{c.name}"' for c in table.columns)
+                ignore = "OR IGNORE " if "RowId" in table.column_names() else ""
                 con.execute(
-                    f'INSERT OR IGNORE INTO "{table.name}" ({names}) SELECT {names} FROM '
+                    f'INSERT {ignore}INTO "{table.name}" ({names}) SELECT {names} FROM '
                     f"read_json(?, format='newline_delimited', columns={{{cols}}})",
                     [str(src)],
                 )
@@ -80,3 +81,12 @@ class DuckDBTarget:
                 raise
             finally:
                 con.close()
+
+
+def embedded_exporter(store: Path, registry: Any = None, *, cluster: str = "local") -> Any:
+    """The embedded default: an AdxExporter writing `store` through a spool next to it, mirroring
+    `registry` into adx-mon's tables (no adx-mon runs on a laptop)."""
+    from exporters.adx.exporter import AdxExporter, ExportSettings
+
+    settings = ExportSettings(cluster=cluster, spool_dir=store.with_name(store.stem + ".spool"))
+    return AdxExporter(settings, DuckDBTarget(store), registry=registry, mirror=registry)

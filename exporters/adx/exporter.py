@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -20,8 +20,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collector.model import ObjectRecord, Ref, RunClaims
 from collector.progress.model import LogScan
+from exporters.adx.adxmon import scrape
 from exporters.adx.rows import GpuSample, GpuXid, Row, RowBuilder
-from exporters.adx.schema import BY_NAME, RUN_CLAIMS, Table
+from exporters.adx.schema import ALL_TABLES, RUN_CLAIMS, Table
 from exporters.adx.spool import Segment, Spool, SpoolSettings
 
 log = logging.getLogger("taugrid.adx")
@@ -113,7 +114,7 @@ class Shipper:
         for table, rows in sorted(contents.rows.items(), key=lambda kv: kv[0] != RUN_CLAIMS.name):
             if table in acked:
                 continue
-            t = BY_NAME.get(table)
+            t = ALL_TABLES.get(table)
             if t is None:
                 self.metrics.dropped(table, len(rows), "unknown_table")
                 continue
@@ -139,7 +140,9 @@ class AdxExporter:
     """EvidenceSink writing the ADX tables through a durable spool."""
 
     def __init__(self, settings: ExportSettings, target: IngestTarget, *,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, mirror: CollectorRegistry | None = None) -> None:
+        """`registry` gets the exporter's own metrics; `mirror` (embedded mode) is scraped into
+        adx-mon's tables every snapshot interval, standing in for adx-mon."""
         self.settings = settings
         self.metrics = ExportMetrics(registry)
         self.spool = Spool(settings.spool_dir, settings.spool, events=self.metrics,
@@ -153,6 +156,8 @@ class AdxExporter:
         self._thread: threading.Thread | None = None
         self._last_seal = time.monotonic()
         self._sealed_at: dict[int, float] = {}
+        self.mirror = mirror
+        self._last_scrape: datetime | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -186,7 +191,13 @@ class AdxExporter:
     # --- EvidenceSink ----------------------------------------------------------------------------
 
     def claims(self, runs: Iterable[RunClaims]) -> None:
+        runs = list(runs)
         self._write(self.rows.claims(runs))
+        at = max((rc.evaluated_at for rc in runs), default=None)
+        if self.mirror is not None and at is not None and (
+                self._last_scrape is None or at - self._last_scrape >= self.settings.snapshot_interval):
+            self._last_scrape = at
+            self._write(scrape(self.mirror, at))
 
     def event(self, rec: ObjectRecord, run: str) -> None:
         self._write(self.rows.event(rec, run))

@@ -104,7 +104,8 @@ def claim_row(rc: RunClaims, name: str, claim: Claim, previous: str, cluster: st
     ev = claim.evidence[:MAX_EVIDENCE]
     return {
         "Timestamp": rfc3339(rc.evaluated_at),
-        "RowId": row_id(cluster, _identity(rc), name, claim.verdict.value, claim.observed.value, rfc3339(claim.since)),
+        "RowId": row_id(cluster, _identity(rc), name, previous, claim.verdict.value, claim.observed.value,
+                        rfc3339(claim.since)),
         **_run_columns(rc, cluster),
         "Claim": name,
         "Asserted": claim.asserted,
@@ -258,7 +259,7 @@ class RowBuilder:
         self.interval = snapshot_interval
         self.max_keys = max_keys
         self._verdicts: dict[tuple[str, str], tuple[str, str]] = {}
-        self._snap: dict[str, tuple[datetime, int | None]] = {}
+        self._snap: dict[str, tuple[datetime, int | None, tuple[str, ...]]] = {}
         self._events: OrderedDict[str, None] = OrderedDict()
         self._hwm: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
@@ -277,14 +278,15 @@ class RowBuilder:
                     self._verdicts[(ident, name)] = now
                     changed = True
             last = self._snap.get(ident)
-            if changed or last is None or rc.evaluated_at - last[0] >= self.interval:
+            state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
+            if changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval:
                 step = last_step(rc)
                 rate = None
                 if last is not None and last[1] is not None and step is not None:
                     dt = (rc.evaluated_at - last[0]).total_seconds()
                     rate = max(0, step - last[1]) / dt if dt > 0 else None
                 snaps.append(snapshot_row(rc, self.cluster, rate))
-                self._snap[ident] = (rc.evaluated_at, step)
+                self._snap[ident] = (rc.evaluated_at, step, state)
         # Runs come and go: keep the newest `max_keys` (a forgotten run only re-emits its state).
         while len(self._snap) > self.max_keys:
             del self._snap[next(iter(self._snap))]

@@ -230,6 +230,9 @@ ADX_MON_TABLES: tuple[Table, ...] = tuple(
 )
 
 
+ALL_TABLES: Mapping[str, Table] = {t.name: t for t in TABLES + ADX_MON_TABLES}
+
+
 def management_commands() -> Iterator[str]:
     """What the exporter runs on a cluster before ingesting: tables, then their JSON mappings."""
     for t in TABLES:
