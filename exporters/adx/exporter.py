@@ -62,6 +62,7 @@ class ExportMetrics:
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         r = registry or CollectorRegistry()
+        self._logged: dict[tuple[str, str], float] = {}
         self.rows_spooled = Counter("taugrid_adx_rows_spooled", "rows appended to the spool", ["table"], registry=r)
         self.rows_dropped = Counter("taugrid_adx_rows_dropped", "rows that will never be ingested, by reason",
                                     ["table", "reason"], registry=r)
@@ -85,7 +86,10 @@ class ExportMetrics:
 
     def dropped(self, table: str, n: int, reason: str) -> None:
         self.rows_dropped.labels(table, reason).inc(n)
-        log.warning("rows dropped", extra={"table": table, "rows": n, "reason": reason})
+        now = time.monotonic()
+        if now - self._logged.get((table, reason), -60.0) >= 60:  # the counter has every drop; the log one a minute
+            self._logged[(table, reason)] = now
+            log.warning("rows dropped", extra={"table": table, "rows": n, "reason": reason})
 
     def recovered(self, state: str, n: int) -> None:
         self.segments_recovered.labels(state).inc(n)
