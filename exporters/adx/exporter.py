@@ -71,8 +71,9 @@ class ExportMetrics:
         self.blobs = Counter("taugrid_adx_blobs", "blobs handed to the ingest client, by result", ["result"],
                              registry=r)
         self.segments_recovered = Counter("taugrid_adx_spool_segments_recovered",
-                                          "segments found after a restart: reopened, torn (cut to the last good "
-                                          "record), corrupt (records failed their checksum)", ["state"], registry=r)
+                                          "segments found after a restart: reopened (sealed as found), torn "
+                                          "(cut to the last good record first), empty (removed), corrupt "
+                                          "(records failed their checksum when shipped)", ["state"], registry=r)
         self.spool_bytes = Gauge("taugrid_adx_spool_bytes", "bytes in the spool", registry=r)
         self.spool_segments = Gauge("taugrid_adx_spool_segments", "segments in the spool", registry=r)
         self.oldest = Gauge("taugrid_adx_spool_oldest_age_seconds", "age of the oldest undelivered segment",

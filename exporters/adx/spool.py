@@ -192,6 +192,7 @@ class Spool:
             self.events.recovered("torn", 1)
         if not records:
             path.unlink()
+            self.events.recovered("empty", 1)
             return
         sealed = path.with_suffix(".seg")
         os.replace(path, sealed)
