@@ -160,8 +160,8 @@ class AdxExporter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_seal = time.monotonic()
-        self._sealed_at: dict[int, float] = {}
         self.mirror = mirror
+        self.metrics.oldest.set_function(self._oldest_age)
         self._last_scrape: datetime | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -175,23 +175,36 @@ class AdxExporter:
     def close(self, drain_timeout: float = 10.0) -> None:
         """Seal what is spooled and try to deliver it for up to `drain_timeout` seconds; what is
         not delivered stays in the spool for the next start."""
+        deadline = time.monotonic() + drain_timeout
         with self._lock:
             self.spool.seal()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(30)
-        deadline = time.monotonic() + drain_timeout
-        for seg in self.spool.sealed():
-            if time.monotonic() > deadline:
-                break
-            try:
-                self.shipper.ship_one(seg)
-            except Exception as e:  # the next start delivers it
-                log.warning("delivery at shutdown failed", extra={"error": str(e)})
-                break
+            self._thread.join(drain_timeout)
+        # A shipper still inside the ingest client (an unreachable endpoint) is left to the daemon
+        # thread's fate: its segment stays in the spool, and the next start sends it again.
+        if self._thread is None or not self._thread.is_alive():
+            for seg in self.spool.sealed():
+                if time.monotonic() > deadline:
+                    break
+                try:
+                    self.shipper.ship_one(seg)
+                except Exception as e:  # the next start delivers it
+                    log.warning("delivery at shutdown failed", extra={"error": str(e)[:500]})
+                    break
         self.spool.close()
         self.target.close()
+
+    def _oldest_age(self) -> float:
+        """Age of the oldest undelivered segment (by its file time), computed at scrape time."""
+        times = []
+        for seg in self.spool.sealed():
+            try:
+                times.append(seg.path.stat().st_mtime)
+            except FileNotFoundError:
+                continue
+        return max(0.0, time.time() - min(times)) if times else 0.0
 
     # --- EvidenceSink ----------------------------------------------------------------------------
 
@@ -248,17 +261,12 @@ class AdxExporter:
                 self._wake.clear()
             try:
                 for seg in self.spool.sealed():
-                    self._sealed_at.setdefault(seg.seq, time.monotonic())
                     if self._stop.is_set():
                         return
                     self.shipper.ship_one(seg)
-                    self._sealed_at.pop(seg.seq, None)
                 delay = self.settings.retry_min.total_seconds()
             except Exception as e:  # unreachable target: keep everything, back off, say so
                 self.metrics.blobs.labels("failed").inc()
                 log.warning("delivery failed; retrying", extra={"error": str(e)[:500], "retry_s": delay})
                 self._stop.wait(delay)
                 delay = min(delay * 2, self.settings.retry_max.total_seconds())
-            finally:
-                oldest = min(self._sealed_at.values(), default=None)
-                self.metrics.oldest.set(0 if oldest is None else time.monotonic() - oldest)
