@@ -128,6 +128,9 @@ def stall_cause(rc: RunClaims) -> str:
     for e in p.evidence:
         if e.field in HANG_KINDS:
             return e.field
+    for kind in HANG_KINDS:  # the reason names the hang even when its evidence item was cut
+        if kind.replace("-", " ") in p.reason:
+            return kind
     if rc.running.observed is Observed.FALSE and "CrashLoopBackOff" in rc.running.reason:
         return "crash-loop"
     if "suspected collective hang" in p.reason:
@@ -279,7 +282,13 @@ class RowBuilder:
                     changed = True
             last = self._snap.get(ident)
             state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
-            if changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval:
+            due = changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval
+            if due and last is not None and rc.evaluated_at <= last[0]:
+                # One snapshot per run and instant (queries take the latest by Timestamp): a change
+                # seen again at the same instant is written at the next evaluation.
+                self._snap[ident] = (last[0], last[1], ("pending",))
+                continue
+            if due:
                 step = last_step(rc)
                 rate = None
                 if last is not None and last[1] is not None and step is not None:

@@ -78,6 +78,13 @@ def play(store: Path, spool_dir: Path) -> dict[str, int]:
             seen = ctl.evaluations
             time.sleep(0.25)
             wait_until(lambda s=seen: ctl.evaluations >= s + 3, what=f"evaluations at {t}s")
+        # The scenario's last event is llm-sft's NCCL watchdog (16m): on a busy machine the log
+        # poller may not have read it yet. Wait for it, then one more step records it.
+        wait_until(lambda: any(r.ref.name == "llm-sft" and "nccl" in r.progressing.reason.lower()
+                               for r in list(ctl.claims.values())), timeout=30, what="the NCCL hang read")
+        engine.step_to(END_S + 1)
+        seen = ctl.evaluations
+        wait_until(lambda: ctl.evaluations >= seen + 3, what="final evaluations")
         samples, xids = agent_records()
         exporter.gpu(samples, xids)
     finally:
