@@ -104,9 +104,13 @@ def _open_append(path: Path) -> BinaryIO:
     return open(path, "ab", buffering=0)  # noqa: SIM115 — held open across appends
 
 
+_R = b',"r":'
+
+
 def frame(table: str, row: dict[str, Any] | bytes) -> bytes:
+    """One record: table names are identifiers, so the payload can be split without parsing JSON."""
     raw = row if isinstance(row, bytes) else orjson.dumps(row)
-    payload = b'{"t":' + orjson.dumps(table) + b',"r":' + raw + b"}"
+    payload = b'{"t":"' + table.encode() + b'"' + _R + raw + b"}"
     return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -117,23 +121,21 @@ def read_records(data: bytes) -> tuple[list[tuple[str, bytes]], int, int]:
     good_end = pos
     corrupt = 0
     n = len(data)
+    unpack = _HEAD.unpack_from
+    crc32 = zlib.crc32
     while pos + _HEAD.size <= n:
-        length, crc = _HEAD.unpack_from(data, pos)
+        length, crc = unpack(data, pos)
         start = pos + _HEAD.size
         if length > MAX_RECORD or start + length > n:
             corrupt += 1  # torn tail or a broken length: nothing after it can be framed
             break
         payload = data[start:start + length]
         pos = start + length
-        if zlib.crc32(payload) != crc:
+        split = payload.find(_R)
+        if crc32(payload) != crc or not payload.startswith(b'{"t":"') or split < 0 or payload[-1:] != b"}":
             corrupt += 1
             continue
-        try:
-            rec = orjson.loads(payload)
-            out.append((str(rec["t"]), orjson.dumps(rec["r"])))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            corrupt += 1
-            continue
+        out.append((payload[6:split - 1].decode(), payload[split + len(_R):-1]))
         good_end = pos
     if pos < n and pos + _HEAD.size > n:
         corrupt += 1  # a few stray bytes of a header
@@ -220,6 +222,8 @@ class Spool:
         """
         if not rows:
             return 0
+        if not table.isidentifier():
+            raise ValueError(f"spool: table name {table!r} is not an identifier")
         cls = self.class_of(table)
         data = b"".join(frame(table, r) for r in rows)
         with self._lock:
