@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -25,7 +25,7 @@ from collector.settings import Settings
 from collector.simulator.run import SimulationSession, start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.adx.embedded import embedded_exporter
-from exporters.adx.query import default_store
+from exporters.adx.query import available, default_store
 from exporters.prometheus import new_registry
 
 _STYLE = {
@@ -98,12 +98,12 @@ def run_demo(*, speed: float, duration: float | None, scenario: Path | None, met
         ctl.close()
         session.close()
         sink.close()
-    _summary(console, claims, session, port, store)
+    _summary(console, claims, session, port, store, clock.now())
     return 0
 
 
 def _summary(console: Console, claims: list[RunClaims], session: SimulationSession, port: int,
-             store: Path) -> None:
+             store: Path, ended: datetime) -> None:
     bad = [rc for rc in claims if any(c.verdict is Verdict.CONTRADICTED for c in rc.claims.values())]
     blocked = [rc for rc in claims if rc.blocked is not None]
     console.print()
@@ -120,5 +120,7 @@ def _summary(console: Console, claims: list[RunClaims], session: SimulationSessi
     console.print("      taugrid-evidence explain --from-dump DIR")
     console.print("  • Against a real cluster: `taugrid-evidence controller --kubeconfig ~/.kube/config`")
     console.print(f"  (this run's simulator kubeconfig was {session.kubeconfig})")
-    console.print(f"  • Fleet questions in KQL on the embedded store ({store}): `taugrid-evidence query NAME`,"
-                  " NAME one of queries/*.kql")
+    console.print(f"  • Fleet questions in KQL on the embedded store ({store}):")
+    # The scenario clock ran ahead of the wall clock: evaluate now() at the scenario's end.
+    console.print(f"      taugrid-evidence query NAME --now {ended.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+                  f"   (NAME: {', '.join(available())})")
