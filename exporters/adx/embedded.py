@@ -86,7 +86,7 @@ class DuckDBTarget:
 def embedded_exporter(store: Path, registry: Any = None, *, cluster: str = "local") -> Any:
     """The embedded default: an AdxExporter writing `store` through a spool next to it, mirroring
     `registry` into adx-mon's tables (no adx-mon runs on a laptop)."""
-    from exporters.adx.exporter import AdxExporter, ExportSettings
+    from exporters.adx import AdxSettings, ExportSettings, build_sink
 
     settings = ExportSettings(cluster=cluster, spool_dir=store.with_name(store.stem + ".spool"))
-    return AdxExporter(settings, DuckDBTarget(store), registry=registry, mirror=registry)
+    return build_sink(AdxSettings(), settings, store, registry)

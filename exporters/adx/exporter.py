@@ -236,8 +236,9 @@ class AdxExporter:
                 if rows:
                     self.spool.append(table, rows)
                     critical = critical or table == RUN_CLAIMS.name
-            # Claim transitions are acknowledged at once; bulk rows at least every seal_interval.
-            if critical or time.monotonic() - self._last_seal >= self.settings.seal_interval.total_seconds():
+            # Claim transitions are acknowledged at once; bulk rows by the shipper thread, at least
+            # every seal_interval (so the caller's thread pays no fsync for them).
+            if critical:
                 self.flush()
 
     def flush(self) -> None:

@@ -6,11 +6,14 @@ the identity comes from the pod's federated token, which the workload identity w
 from __future__ import annotations
 
 import io
+import logging
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 from exporters.adx.schema import Table, management_commands
+
+log = logging.getLogger("taugrid.adx")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,7 @@ class AdxSettings:
     # "workload-identity" (in a cluster) | "azure-cli" (a laptop) | "none" (loopback test endpoints only)
     auth: str = "workload-identity"
     client_id: str = ""  # the managed identity's client id when the pod's default is not the one
+    create_tables: bool = True  # run `.create-merge table` and the mappings at start (idempotent)
 
     @property
     def configured(self) -> bool:
@@ -69,6 +73,11 @@ class KustoQueuedTarget:
     def open(self) -> None:
         from azure.kusto.ingest import QueuedIngestClient
 
+        if self.settings.create_tables:
+            try:
+                create_schema(self.settings)
+            except Exception as e:  # ingestion still works on tables someone else created
+                log.warning("could not create the ADX tables", extra={"error": str(e)[:500]})
         uri = self.settings.ingest()
         self._client = QueuedIngestClient(connection(uri, self.settings), auto_correct_endpoint=False)
 

@@ -1,5 +1,7 @@
 """A small local stand-in for ADX's Data Management endpoint, and Azurite's blob and queue services.
 
+It also accepts (and records) the schema commands the exporter runs on the engine at start.
+
 The DM endpoint answers the two commands azure-kusto-ingest's QueuedIngestClient asks before it
 uploads (`.get ingestion resources`, `.get kusto identity token`) with Azurite SAS URLs, over
 Kusto's v1 REST shape. `Dm.drain` then does what ADX's DM would: take the queue messages, skip
@@ -133,6 +135,9 @@ class Dm:
                                  [["TempStorage", blob], ["SecuredReadyForAggregationQueue", queue]])
                 elif csl == ".get kusto identity token":
                     out = _table([("AuthorizationContext", "string")], [["local-test-context"]])
+                elif csl.startswith((".create-merge table", ".create-or-alter table")):
+                    # The engine's side of the stand-in: the exporter's schema commands, recorded.
+                    out = _table([("TableName", "string")], [[csl.split("'")[1]]])
                 elif csl == ".show version":
                     out = _table([("ServiceType", "string")], [["DataManagement"]])
                 else:

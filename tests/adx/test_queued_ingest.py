@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from exporters.adx.exporter import AdxExporter, ExportSettings
 from exporters.adx.kusto import AdxSettings, KustoQueuedTarget
 from exporters.adx.rows import GpuXid
-from exporters.adx.schema import GPU_XIDS, KUBE_EVENTS, RUN_CLAIMS
+from exporters.adx.schema import GPU_XIDS, KUBE_EVENTS, RUN_CLAIMS, management_commands
 from exporters.adx.spool import SpoolSettings
 from tests.adx.dm import AzuriteBlobQueue, Dm
 
@@ -100,6 +100,7 @@ def test_every_row_arrives_exactly_once(stack: tuple[AzuriteBlobQueue, Dm], tmp_
     finally:
         exp.close()
     assert ".get ingestion resources" in dm.commands and ".get kusto identity token" in dm.commands
+    assert [c for c in dm.commands if c.startswith(".create")] == list(management_commands())
     store = tmp_path / "adx.duckdb"
     messages = dm.drain(store)
     for m in messages:
