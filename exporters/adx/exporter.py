@@ -123,7 +123,7 @@ class Shipper:
             if t is None:
                 self.metrics.dropped(table, len(rows), "unknown_table")
                 continue
-            tag = f"{self.spool.id}-{seg.tag}-{table}"
+            tag = seg.tag(table)
             accepted = self.target.ingest(t, b"\n".join(rows) + b"\n", tag)
             self.metrics.blobs.labels("accepted" if accepted else "duplicate").inc()
             if accepted:

@@ -2,13 +2,15 @@
 
 Layout of a spool directory:
 
-    ID                            this spool's identity (random, created once): part of ingest-by tags
+    ID                            this spool's identity (random, created once)
     <class>-<seq>.open            the segment being appended to (one per class)
     <class>-<seq>.seg             sealed: fsynced, then atomically renamed from .open
     <class>-<seq>.acks            tables of a sealed segment already accepted by the ingest client
     quarantine/                   segments that held corrupt records (kept for inspection)
 
-A record is `<u32 length><u32 crc32>` + one JSON object `{"t": table, "r": row}`. A row counts as
+A segment starts with MAGIC and a random nonce (its ingest-by tag: stable for replays, never
+reused, since sequence numbers restart when a spool is emptied). A record is
+`<u32 length><u32 crc32>` + one JSON object `{"t": table, "r": row}`. A row counts as
 *acknowledged* once `seal()` has returned after it was appended (its segment is fsynced and renamed,
 and the directory fsynced). A segment is deleted only after the ingest client accepted every table
 in it; acceptance is noted per table in `.acks`, so a crash between two tables re-sends only what
@@ -37,6 +39,8 @@ from typing import Any, BinaryIO, Protocol
 import orjson
 
 MAGIC = b"TGS1"
+NONCE = 16  # random bytes after MAGIC: the segment's identity in ingest-by tags, unique across restarts
+HEADER = len(MAGIC) + NONCE
 _HEAD = struct.Struct("<II")
 CRITICAL = "critical"
 BULK = "bulk"
@@ -85,9 +89,12 @@ class Segment:
     path: Path
     size: int
 
-    @property
-    def tag(self) -> str:
-        return f"{self.cls}-{self.seq:012d}"
+    def tag(self, table: str) -> str:
+        """The ingest-by tag of this segment's blob of `table`: the same on every replay, never
+        reused (a random nonce from the segment's header, not its sequence number)."""
+        with open(self.path, "rb") as f:
+            head = f.read(HEADER)
+        return f"{head[len(MAGIC):].hex()}-{table}"
 
 
 @dataclass(slots=True)
@@ -117,7 +124,9 @@ def frame(table: str, row: dict[str, Any] | bytes) -> bytes:
 def read_records(data: bytes) -> tuple[list[tuple[str, bytes]], int, int]:
     """(records, end of the last good record, corrupt records) from a segment's bytes."""
     out: list[tuple[str, bytes]] = []
-    pos = len(MAGIC) if data.startswith(MAGIC) else 0
+    if len(data) < HEADER or not data.startswith(MAGIC):
+        return [], 0, 1 if data else 0
+    pos = HEADER
     good_end = pos
     corrupt = 0
     n = len(data)
@@ -175,6 +184,9 @@ class Spool:
                 p.unlink()  # half-written atomic files: never renamed, so never meant
             for p in sorted(self.dir.glob("*.open")):
                 self._recover(p)
+            for p in self.dir.glob("*.acks"):
+                if not p.with_suffix(".seg").exists():
+                    p.unlink()  # its segment was deleted: a new one with this name must not inherit it
             for p in self.dir.glob("*.seg"):
                 seg = _parse(p)
                 if seg is not None:
@@ -266,12 +278,12 @@ class Spool:
         path = self.dir / f"{cls}-{self._seq:012d}.open"
         f = self._open_file(path)
         try:
-            f.write(MAGIC)
+            f.write(MAGIC + os.urandom(NONCE))
         except OSError:
             f.close()
             path.unlink(missing_ok=True)
             raise
-        seg = Segment(cls, self._seq, path, len(MAGIC))
+        seg = Segment(cls, self._seq, path, HEADER)
         self._active[cls] = (seg, f)
         return seg, f
 
@@ -302,7 +314,7 @@ class Spool:
 
     def _make_room(self, need: int, cls: str) -> bool:
         limit = self.settings.max_bytes
-        while self.total_bytes + need + len(MAGIC) > limit:
+        while self.total_bytes + need + HEADER > limit:
             if self._evict_one(BULK):
                 continue
             if cls == CRITICAL and self._evict_one(CRITICAL):
@@ -367,8 +379,10 @@ class Spool:
             self._report()
 
     def _remove(self, seg: Segment) -> None:
-        seg.path.unlink(missing_ok=True)
+        # Acks first: a crash in between leaves a segment sent again (same tags), never an ack
+        # that a later segment of the same name would inherit.
         seg.path.with_suffix(".acks").unlink(missing_ok=True)
+        seg.path.unlink(missing_ok=True)
         self._sealed.pop(seg.seq, None)
         _fsync_dir(self.dir)
 

@@ -126,7 +126,7 @@ def test_replay_after_restart_is_dropped_by_its_tag(stack: tuple[AzuriteBlobQueu
     [seg] = exp.spool.sealed()
     exp.target.open()
     blob = b"\n".join(exp.spool.read(seg).rows[RUN_CLAIMS.name]) + b"\n"
-    exp.target.ingest(RUN_CLAIMS, blob, f"{exp.spool.id}-{seg.tag}-{RUN_CLAIMS.name}")  # accepted, then "crash"
+    exp.target.ingest(RUN_CLAIMS, blob, seg.tag(RUN_CLAIMS.name))  # accepted, then "crash"
     exp.target.close()
     exp.open()  # the restart: the segment is still there and goes again
     try:

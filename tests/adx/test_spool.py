@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from exporters.adx.embedded import DuckDBTarget
 from exporters.adx.exporter import AdxExporter, ExportMetrics, ExportSettings, Shipper
 from exporters.adx.schema import BY_NAME, KUBE_EVENTS, RUN_CLAIMS, Table
-from exporters.adx.spool import Spool, SpoolSettings, frame, read_records
+from exporters.adx.spool import HEADER, Spool, SpoolSettings, frame, read_records
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = SpoolSettings(max_bytes=64 * 1024, segment_bytes=8 * 1024)
@@ -168,7 +168,7 @@ def test_corrupt_segment_delivers_good_records_and_is_quarantined(tmp_path: Path
     [seg] = spool.sealed()
     data = bytearray(seg.path.read_bytes())
     rec = len(frame(KUBE_EVENTS.name, event(0)))
-    data[4 + 3 * rec + 40] ^= 0xFF  # a bit flip inside the 4th record's payload
+    data[HEADER + 3 * rec + 40] ^= 0xFF  # a bit flip inside the 4th record's payload
     seg.path.write_bytes(bytes(data))
     registry = CollectorRegistry()
     drain(spool, tmp_path / "store.duckdb", registry)
@@ -190,7 +190,7 @@ def test_replay_after_a_crash_between_ingest_and_ack_is_not_ingested_twice(tmp_p
     target = DuckDBTarget(tmp_path / "store.duckdb")
     target.open()
     rows = spool.read(seg).rows[RUN_CLAIMS.name]
-    assert target.ingest(RUN_CLAIMS, b"\n".join(rows) + b"\n", f"{spool.id}-{seg.tag}-{RUN_CLAIMS.name}")
+    assert target.ingest(RUN_CLAIMS, b"\n".join(rows) + b"\n", seg.tag(RUN_CLAIMS.name))
     target.close()
     registry = CollectorRegistry()
     drain(spool, tmp_path / "store.duckdb", registry)  # the restart sends it again, same tag
@@ -289,3 +289,22 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_bytes"):
         Spool(tmp_path, SpoolSettings(max_bytes=10_000, segment_bytes=8192))
     assert set(BY_NAME) >= {RUN_CLAIMS.name, KUBE_EVENTS.name}
+
+
+def test_tags_are_never_reused_after_restart(tmp_path: Path) -> None:
+    """Every segment gets a fresh ingest-by tag: after everything was delivered and the process
+    restarted, new rows must not be taken for a replay of old ones (ADX would drop them)."""
+    tags = set()
+    store = tmp_path / "store.duckdb"
+    for round_ in range(3):
+        spool = Spool(tmp_path / "s", SMALL, critical_tables=(RUN_CLAIMS.name,))
+        spool.open()
+        spool.append(RUN_CLAIMS.name, [claim(round_)])
+        spool.seal()
+        [seg] = spool.sealed()
+        assert seg.tag(RUN_CLAIMS.name) == seg.tag(RUN_CLAIMS.name)  # stable for replays
+        tags.add(seg.tag(RUN_CLAIMS.name))
+        drain(spool, store)
+        spool.close()
+    assert len(tags) == 3
+    assert sorted(stored_ids(store, RUN_CLAIMS.name)) == ["c0", "c1", "c2"]
