@@ -39,23 +39,26 @@ class DuckDBTarget:
         self.path = path
         self._con: Any = None
         self._lock = threading.Lock()
-        self._tmp = Path(tempfile.mkdtemp(prefix="taugrid-duckdb-"))
+        self._tmp: Path | None = None
 
     def open(self) -> None:
         self._con = connect(self.path)
         create_tables(self._con)
+        self._tmp = Path(tempfile.mkdtemp(prefix="taugrid-duckdb-"))  # DuckDB reads blobs from files
 
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
             self._con = None
-        for p in self._tmp.glob("*"):
-            p.unlink()
-        self._tmp.rmdir()
+        if self._tmp is not None:
+            for p in self._tmp.glob("*"):
+                p.unlink()
+            self._tmp.rmdir()
+            self._tmp = None
 
     def ingest(self, table: Table, blob: bytes, tag: str) -> bool:
         """Store the blob's rows; False when this tag was already ingested (a replay)."""
-        assert self._con is not None, "open() first"
+        assert self._con is not None and self._tmp is not None, "open() first"
         with self._lock:
             con = self._con.cursor()
             try:

@@ -111,6 +111,14 @@ class Shipper:
 
     def ship_one(self, seg: Segment) -> None:
         """Deliver one segment; raises whatever the target raised (the segment stays)."""
+        if not self.spool.begin(seg):
+            return  # evicted since it was listed
+        try:
+            self._ship(seg)
+        finally:
+            self.spool.end()
+
+    def _ship(self, seg: Segment) -> None:
         contents = self.spool.read(seg)
         if contents.corrupt:
             self.metrics.recovered("corrupt", 1)

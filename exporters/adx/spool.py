@@ -167,6 +167,7 @@ class Spool:
         self._sealed: dict[int, Segment] = {}
         self._active: dict[str, tuple[Segment, BinaryIO]] = {}
         self._seq = 0
+        self._in_flight: int | None = None  # the segment the shipper is delivering: not evicted under it
         self.id = ""
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ class Spool:
     def _evict_one(self, cls: str) -> bool:
         for seq in sorted(self._sealed):
             seg = self._sealed[seq]
-            if seg.cls == cls:
+            if seg.cls == cls and seq != self._in_flight:
                 contents = self.read(seg)
                 for table, rows in contents.rows.items():
                     self.events.dropped(table, len(rows), "evicted")
@@ -339,6 +340,18 @@ class Spool:
         """Sealed segments, oldest first (claim transitions first among equals)."""
         with self._lock:
             return [self._sealed[s] for s in sorted(self._sealed)]
+
+    def begin(self, seg: Segment) -> bool:
+        """The shipper takes `seg` (False: it is gone, evicted meanwhile)."""
+        with self._lock:
+            if seg.seq not in self._sealed:
+                return False
+            self._in_flight = seg.seq
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self._in_flight = None
 
     def read(self, seg: Segment) -> Contents:
         data = seg.path.read_bytes()
