@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python bench/bench_scan.py
 	$(BIN)/python bench/bench_controller.py --quick
 	$(BIN)/python bench/bench_stall.py --quick
+	$(BIN)/python bench/bench_spool.py --rows 100000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info
