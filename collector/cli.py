@@ -231,11 +231,12 @@ def query(query_name: str, output: str, store: Path | None, adx_uri: str | None,
     from exporters.adx.query import QueryError, default_store, render, resolve, run_adx, run_embedded
 
     try:
-        kql = resolve(query_name).read_text()
+        path = resolve(query_name)
+        kql = path.read_text()
         if adx_uri:
             result = run_adx(kql, AdxSettings(query_uri=adx_uri, database=database, auth=auth))
         else:
             result = run_embedded(kql, store or default_store(), now=now)
-    except (QueryError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
+    except (QueryError, ValueError, OSError) as e:
+        raise click.ClickException(f"{query_name}: {e}") from e
     click.echo(render(result, output))

@@ -162,7 +162,7 @@ def test_adx_mon_shape_queries(filled: tuple[Path, dict[str, int]]) -> None:
     assert rate["llm-sft"]["StepsPerMinute"] < 6  # 12/min until it stalled at 6m
 
 
-def test_query_command(filled: tuple[Path, dict[str, int]]) -> None:
+def test_query_command(filled: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
     runner = CliRunner()
     for q in QUERIES:
         res = runner.invoke(main, ["query", q.stem, "--store", str(filled[0]), "--now", NOW.isoformat(),
@@ -173,6 +173,10 @@ def test_query_command(filled: tuple[Path, dict[str, int]]) -> None:
     assert res.output.splitlines()[0].startswith("Cluster,Node,Gpu,GpuUuid,Code,Xids")
     res = runner.invoke(main, ["query", "no_such_query", "--store", str(filled[0])])
     assert res.exit_code != 0 and "no such query" in res.output and "gpu_xids" in res.output
+    bad = tmp_path / "bad.kql"
+    bad.write_text("RunClaims | where NoSuchColumn == 1")
+    res = runner.invoke(main, ["query", str(bad), "--store", str(filled[0])])
+    assert res.exit_code != 0 and str(bad) in res.output and "NoSuchColumn" in res.output
 
 
 def _wide(kql: str) -> str:
