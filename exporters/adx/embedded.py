@@ -25,10 +25,16 @@ def connect(path: Path, *, read_only: bool = False) -> Any:
 
 
 def create_tables(con: Any, tables: tuple[Table, ...] = TABLES + ADX_MON_TABLES) -> None:
+    """Like `.create-merge table`: create what is missing, add columns a newer schema has."""
     for t in tables:
         cols = ", ".join(f'"{c.name}" {_DUCK_TYPES[c.type]}' for c in t.columns)
         key = ', PRIMARY KEY ("RowId")' if "RowId" in t.column_names() else ""
         con.execute(f'CREATE TABLE IF NOT EXISTS "{t.name}" ({cols}{key})')
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [t.name]).fetchall()}
+        for c in t.columns:
+            if c.name not in have:
+                con.execute(f'ALTER TABLE "{t.name}" ADD COLUMN "{c.name}" {_DUCK_TYPES[c.type]}')
     con.execute(f'CREATE TABLE IF NOT EXISTS "{TAGS_TABLE}" (tag VARCHAR PRIMARY KEY, rows BIGINT)')
 
 

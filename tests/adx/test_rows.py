@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from collector.model import (
     Blocked,
@@ -94,3 +95,23 @@ def test_progress_samples_once_per_step() -> None:
     assert [r["Step"] for r in rows] == [1, 2, 3, 4, 5]  # the undated sample is not a row
     rows = b.signal(REF, "llm-0/main", "logs", False, scan(range(3, 9)))[PROGRESS_SAMPLES.name]
     assert [r["Step"] for r in rows] == [6, 7, 8]  # the tail read again: only the new steps
+
+
+def test_embedded_store_merges_a_newer_schema(tmp_path: Path) -> None:
+    """An older store missing a column gets it (like `.create-merge table`), so ingestion goes on."""
+    import duckdb
+
+    from exporters.adx.embedded import DuckDBTarget
+
+    con = duckdb.connect(str(tmp_path / "s.duckdb"))
+    con.execute('CREATE TABLE "KubeEvents" ("Timestamp" TIMESTAMP, "RowId" VARCHAR PRIMARY KEY)')
+    con.close()
+    target = DuckDBTarget(tmp_path / "s.duckdb")
+    target.open()
+    try:
+        assert target.ingest(KUBE_EVENTS, b'{"RowId": "a", "Run": "llm", "Count": 2}\n', "t1")
+    finally:
+        target.close()
+    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
+    assert con.execute('SELECT "Run", "Count" FROM "KubeEvents"').fetchall() == [("llm", 2)]
+    con.close()
