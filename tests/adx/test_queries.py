@@ -236,7 +236,9 @@ def _norm(v: Any) -> Any:
     if hasattr(v, "isoformat"):
         return v.replace(tzinfo=None).isoformat() if hasattr(v, "tzinfo") else v.isoformat()
     if isinstance(v, str) and v[:1] in "[{":
-        return orjson.dumps(orjson.loads(v), option=orjson.OPT_SORT_KEYS)
+        v = orjson.loads(v)
+    if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
+        v = sorted(v, key=str)  # make_set has no order, on either engine
     if isinstance(v, list | dict):
         return orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
     if isinstance(v, float):
