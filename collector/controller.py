@@ -23,16 +23,7 @@ from prometheus_client import CollectorRegistry
 from collector.claims import evaluate
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.kube import RAY_CLUSTER_LABEL, MalformedObject, normalize
-from collector.model import (
-    EventFacts,
-    ObjectRecord,
-    PodFacts,
-    RayClusterFacts,
-    RayJobFacts,
-    Ref,
-    RunClaims,
-    TauRunFacts,
-)
+from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -350,7 +341,8 @@ class Controller:
 
     def _export_event(self, rec: ObjectRecord) -> None:
         if self.sink is not None and rec.ref.kind == "Event" and self.leader:
-            root = self.index.root_of(rec.facts.regarding) if isinstance(rec.facts, EventFacts) else None
+            regarding = getattr(rec.facts, "regarding", None)  # EventFacts
+            root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
             self.sink.event(rec, root.name if root is not None else "")
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:

@@ -91,6 +91,10 @@ def test_tables_filled_from_the_scenario(filled: tuple[Path, dict[str, int]]) ->
             assert rows == ids, t.name
         claims = con.execute('SELECT DISTINCT "Cluster" FROM "RunClaims"').fetchall()
         assert claims == [(CLUSTER,)]
+        # Events are tied to their run; a repeating event is one row per count it reached.
+        backoff = con.execute('SELECT "Uid", "Count" FROM "KubeEvents" WHERE "Run" = \'bert-large\' '
+                              'AND "Reason" = \'BackOff\' ORDER BY "Count"').fetchall()
+        assert backoff and len(backoff) == len(set(backoff))
     finally:
         con.close()
 
