@@ -230,6 +230,14 @@ def test_official_client_against_the_rest_endpoint(filled: tuple[Path, dict[str,
                     assert remote, f"{q.stem}: no rows to compare"
             finally:
                 con.close()
+        # The query command's ADX path (azure-kusto-data) against the same endpoint.
+        count = tmp_path / "count.kql"
+        count.write_text("RunClaims | summarize Rows = count() by Claim | order by Claim asc")
+        via_adx = CliRunner().invoke(main, ["query", str(count), "--adx", f"http://127.0.0.1:{port}",
+                                            "--database", "store", "--auth", "none", "-o", "json"])
+        local = CliRunner().invoke(main, ["query", str(count), "--store", str(filled[0]), "-o", "json"])
+        assert via_adx.exit_code == 0 and local.exit_code == 0, via_adx.output
+        assert orjson.loads(via_adx.output) == orjson.loads(local.output) and orjson.loads(local.output)
     finally:
         stop_process(proc, 10)
         log.close()
