@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -332,7 +332,3 @@ class RowBuilder:
     def gpu(self, samples: Iterable[GpuSample], xids: Iterable[GpuXid]) -> dict[str, list[Row]]:
         return {GPU_SAMPLES.name: [gpu_sample_row(s, self.cluster) for s in samples],
                 GPU_XIDS.name: [xid_row(x, self.cluster) for x in xids]}
-
-
-def table_counts(rows: Mapping[str, list[Row]]) -> dict[str, int]:
-    return {t: len(r) for t, r in rows.items()}

@@ -103,10 +103,6 @@ class Contents:
     corrupt: int  # records whose checksum or framing failed
 
 
-class SpoolFull(Exception):
-    pass
-
-
 def _open_append(path: Path) -> BinaryIO:
     return open(path, "ab", buffering=0)  # noqa: SIM115 — held open across appends
 
