@@ -349,3 +349,31 @@ def bundle_redact(path: Path) -> None:
 from collector.agent.command import agent as _agent_command  # noqa: E402
 
 main.add_command(_agent_command)
+
+
+@main.command()
+@click.argument("query_name", metavar="NAME|FILE")
+@click.option("--output", "-o", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--store", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Embedded DuckDB store (default: $XDG_DATA_HOME/taugrid-evidence/evidence.duckdb).")
+@click.option("--adx", "adx_uri", default=None, help="Query this ADX cluster URI instead of the embedded store.")
+@click.option("--database", default="taugrid", show_default=True, help="ADX database.")
+@click.option("--auth", type=click.Choice(["workload-identity", "azure-cli", "none"]), default="azure-cli",
+              show_default=True, help="ADX authentication (none: loopback test endpoints only).")
+@click.option("--now", "now", callback=_parse_at, help="Evaluate now()/ago() at this time (embedded only; RFC3339).")
+def query(query_name: str, output: str, store: Path | None, adx_uri: str | None, database: str, auth: str,
+          now: datetime | None) -> None:
+    """Run a KQL query from queries/ (by NAME) or a FILE on the embedded store or on ADX."""
+    from exporters.adx.kusto import AdxSettings
+    from exporters.adx.query import QueryError, default_store, render, resolve, run_adx, run_embedded
+
+    try:
+        path = resolve(query_name)
+        kql = path.read_text()
+        if adx_uri:
+            result = run_adx(kql, AdxSettings(query_uri=adx_uri, database=database, auth=auth))
+        else:
+            result = run_embedded(kql, store or default_store(), now=now)
+    except (QueryError, ValueError, OSError) as e:
+        raise click.ClickException(f"{query_name}: {e}") from e
+    click.echo(render(result, output))

@@ -45,6 +45,7 @@ from collector.sources.kube_api import (
 from collector.sources.lease import LeaseElector
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
+from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
 log = logging.getLogger("taugrid.controller")
@@ -72,9 +73,10 @@ class Controller:
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
                  resources: tuple[Resource, ...] | None = None, identity: str = "",
-                 capture: EvidenceCapture | None = None) -> None:
+                 capture: EvidenceCapture | None = None, sink: EvidenceSink | None = None) -> None:
         resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
+        self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
         self.now = now
@@ -328,6 +330,8 @@ class Controller:
             root = self.index.root_of(sig.ref)
             if root is not None:
                 self._dirty.add(root.key)
+                if self.sink is not None and self.leader:
+                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, sig.scan)
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
@@ -370,6 +374,13 @@ class Controller:
         if before is not None:
             self._dirty.add(before.key)
         self._touch(rec.ref)
+        self._export_event(rec)
+
+    def _export_event(self, rec: ObjectRecord) -> None:
+        if self.sink is not None and rec.ref.kind == "Event" and self.leader:
+            regarding = getattr(rec.facts, "regarding", None)  # EventFacts
+            root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
+            self.sink.event(rec, root.name if root is not None else "")
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
@@ -383,6 +394,7 @@ class Controller:
             gone.discard(rec.ref.key)
             self.index.upsert(rec)
             self._touch(rec.ref)
+            self._export_event(rec)
         for key in gone:
             self._delete_ref(r, Ref(*key))
 
@@ -425,6 +437,8 @@ class Controller:
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
+            if self.sink is not None:
+                self.sink.claims(out if self._was_leader else self.claims.values())
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -25,6 +25,9 @@ from collector.render import safe_text
 from collector.settings import Settings
 from collector.simulator.run import SimulationSession, start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
+from exporters.adx.embedded import embedded_exporter
+from exporters.adx.query import available, default_store
+from exporters.prometheus import new_registry
 
 _STYLE = {
     Verdict.VERIFIED: "green",
@@ -67,7 +70,7 @@ def table(claims: list[RunClaims], clock_note: str) -> Table:
 
 
 def run_demo(*, speed: float, duration: float | None, scenario: Path | None, metrics_port: int,
-             console: Console | None = None) -> int:
+             console: Console | None = None, store: Path | None = None) -> int:
     # A pipe or CI log gets a wide table instead of 80 squeezed columns.
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     session: SimulationSession = start_simulation(scenario, "127.0.0.1:0", speed)
@@ -76,7 +79,10 @@ def run_demo(*, speed: float, duration: float | None, scenario: Path | None, met
     # Controller intervals are wall-clock; the scenario clock runs `speed` times faster.
     settings = replace(base, controller=replace(base.controller, leader_election=False, tick=timedelta(seconds=1),
                                                 log_poll_interval=timedelta(seconds=max(0.5, 10 / speed))))
-    ctl = Controller(KubeApi(api_client_for(session.base_url)), settings, clock.now)
+    store = store or default_store()
+    sink = embedded_exporter(store, registry := new_registry())  # the embedded ADX tables, for `query`
+    sink.open()
+    ctl = Controller(KubeApi(api_client_for(session.base_url)), settings, clock.now, sink=sink, registry=registry)
     try:
         port = ctl.serve("127.0.0.1", metrics_port)
         ctl.open()
@@ -93,11 +99,13 @@ def run_demo(*, speed: float, duration: float | None, scenario: Path | None, met
         claims = list(ctl.claims.values())
         ctl.close()
         session.close()
-    _summary(console, claims, session, port)
+        sink.close()
+    _summary(console, claims, session, port, store, clock.now())
     return 0
 
 
-def _summary(console: Console, claims: list[RunClaims], session: SimulationSession, port: int) -> None:
+def _summary(console: Console, claims: list[RunClaims], session: SimulationSession, port: int,
+             store: Path, ended: datetime) -> None:
     bad = [rc for rc in claims if any(c.verdict is Verdict.CONTRADICTED for c in rc.claims.values())]
     blocked = [rc for rc in claims if rc.blocked is not None]
     console.print()
@@ -114,3 +122,7 @@ def _summary(console: Console, claims: list[RunClaims], session: SimulationSessi
     console.print("      taugrid-evidence explain --from-dump DIR")
     console.print("  • Against a real cluster: `taugrid-evidence controller --kubeconfig ~/.kube/config`")
     console.print(f"  (this run's simulator kubeconfig was {session.kubeconfig})")
+    console.print(f"  • Fleet questions in KQL on the embedded store ({store}):")
+    # The scenario clock ran ahead of the wall clock: evaluate now() at the scenario's end.
+    console.print(f"      taugrid-evidence query NAME --now {ended.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+                  f"   (NAME: {', '.join(available())})")

@@ -1,0 +1,334 @@
+"""Rows for the ADX tables, from the collector's records: pure functions plus the small state that
+turns a stream of evaluations into transitions and periodic snapshots.
+
+Free text (reasons, event messages, evidence values) is redacted here, before it reaches the spool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from collector.model import (
+    BADPUT_CAUSES,
+    CLAIM_NAMES,
+    Claim,
+    EventFacts,
+    ObjectRecord,
+    Observed,
+    Ref,
+    RunClaims,
+    rfc3339,
+)
+from collector.progress.model import HANG_KINDS, LogScan
+from collector.redact import redact
+from exporters.adx.schema import GPU_SAMPLES, GPU_XIDS, KUBE_EVENTS, PROGRESS_SAMPLES, RUN_CLAIMS, RUN_SNAPSHOTS
+
+Row = dict[str, Any]
+MAX_EVIDENCE = 8
+MAX_VALUE = 256
+
+
+def row_id(*parts: object) -> str:
+    return hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU reading from a node agent."""
+
+    at: datetime
+    node: str
+    gpu: int
+    uuid: str = ""
+    utilization: float | None = None
+    memory_used_bytes: int | None = None
+    power_watts: float | None = None
+    temperature_c: float | None = None
+    namespace: str = ""
+    pod: str = ""
+    run: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuXid:
+    """One XID error on a GPU, from a node agent (kernel log or NVML event)."""
+
+    at: datetime
+    node: str
+    code: int
+    gpu: int | None = None
+    uuid: str = ""
+    pci: str = ""
+    meaning: str = ""
+    action: str = ""
+    namespace: str = ""
+    pod: str = ""
+    run: str = ""
+
+
+def _text(s: str, limit: int = 1024) -> str:
+    return redact(s[:limit])
+
+
+def _run_columns(rc: RunClaims, cluster: str) -> Row:
+    ctx = rc.extra
+    return {
+        "Cluster": cluster,
+        "Namespace": rc.ref.namespace,
+        "Run": rc.ref.name,
+        "Kind": rc.ref.kind,
+        "RunUid": rc.ref.uid,
+        "Queue": str(ctx.get("queue") or ctx.get("cluster_queue") or ""),
+        "Team": rc.ref.namespace,
+    }
+
+
+def _identity(rc: RunClaims) -> str:
+    return rc.ref.uid or f"{rc.ref.kind}/{rc.ref.namespace}/{rc.ref.name}"
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, str):
+        return _text(v, MAX_VALUE)
+    if isinstance(v, int | float | bool) or v is None:
+        return v
+    return _text(str(v), MAX_VALUE)
+
+
+def claim_row(rc: RunClaims, name: str, claim: Claim, previous: str, cluster: str) -> Row:
+    ev = claim.evidence[:MAX_EVIDENCE]
+    return {
+        "Timestamp": rfc3339(rc.evaluated_at),
+        "RowId": row_id(cluster, _identity(rc), name, previous, claim.verdict.value, claim.observed.value,
+                        rfc3339(claim.since)),
+        **_run_columns(rc, cluster),
+        "Claim": name,
+        "Asserted": claim.asserted,
+        "Observed": claim.observed.value,
+        "Verdict": claim.verdict.value,
+        "PreviousVerdict": previous,
+        "Since": rfc3339(claim.since),
+        "Reason": _text(claim.reason),
+        "Planes": sorted({e.plane.value for e in claim.evidence}),
+        "Evidence": [{"plane": e.plane.value, "ref": _text(e.ref, MAX_VALUE), "field": e.field,
+                      "value": _value(e.value), "at": rfc3339(e.at)} for e in ev],
+    }
+
+
+def stall_cause(rc: RunClaims) -> str:
+    """Why progressing is false, in a word; "" when it is not false."""
+    p = rc.progressing
+    if p.observed is not Observed.FALSE:
+        return ""
+    for e in p.evidence:
+        if e.field in HANG_KINDS:
+            return e.field
+    for kind in HANG_KINDS:  # the reason names the hang even when its evidence item was cut
+        if kind.replace("-", " ") in p.reason:
+            return kind
+    if rc.running.observed is Observed.FALSE and "CrashLoopBackOff" in rc.running.reason:
+        return "crash-loop"
+    if "suspected collective hang" in p.reason:
+        return "gpus-busy"
+    if "GPUs idle" in p.reason:
+        return "gpus-idle"
+    if p.reason.startswith("loss is"):
+        return "non-finite-loss"
+    if rc.running.observed is Observed.FALSE:
+        return "not-running"
+    return "no-progress"
+
+
+def last_step(rc: RunClaims) -> int | None:
+    for e in rc.progressing.evidence:
+        if e.field == "last_step" and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return e.value
+    return None
+
+
+def evidence_age(rc: RunClaims) -> float | None:
+    newest: dict[str, datetime] = {}
+    for c in rc.claims.values():
+        for e in c.evidence:
+            if e.at is not None and (e.plane.value not in newest or e.at > newest[e.plane.value]):
+                newest[e.plane.value] = e.at
+    if not newest:
+        return None
+    return max(0.0, max((rc.evaluated_at - t).total_seconds() for t in newest.values()))
+
+
+def snapshot_row(rc: RunClaims, cluster: str, rate: float | None) -> Row:
+    g = rc.goodput
+    b = rc.blocked
+    return {
+        "Timestamp": rfc3339(rc.evaluated_at),
+        "RowId": row_id(cluster, _identity(rc), rfc3339(rc.evaluated_at)),
+        **_run_columns(rc, cluster),
+        "Finished": rc.finished,
+        **{f"{n.capitalize()}Verdict": rc.claims[n].verdict.value for n in CLAIM_NAMES},
+        **{f"{n.capitalize()}Observed": rc.claims[n].observed.value for n in CLAIM_NAMES},
+        "BlockedStage": b.stage.value if b else "",
+        "BlockedOwner": b.stage.owner if b else "",
+        "BlockedSince": rfc3339(b.since) if b else None,
+        "StallCause": stall_cause(rc),
+        "LastStep": last_step(rc),
+        "ProgressRate": rate,
+        "QueuedSeconds": g.badput_s.get("queued") if g else None,
+        "AllocatedSeconds": g.allocated_s if g else None,
+        "ProductiveSeconds": g.productive_s if g else None,
+        "GoodputRatio": g.ratio if g else None,
+        "Badput": {k: round(g.badput_s.get(k, 0.0), 3) for k in BADPUT_CAUSES} if g else None,
+        "EvidenceAgeSeconds": evidence_age(rc),
+    }
+
+
+def event_row(rec: ObjectRecord, run: str, cluster: str) -> Row | None:
+    f = rec.facts
+    if not isinstance(f, EventFacts):
+        return None
+    uid = rec.ref.uid or f"{rec.ref.namespace}/{rec.ref.name}"
+    at = f.last or f.first or rec.created
+    return {
+        "Timestamp": rfc3339(at),
+        "RowId": row_id(cluster, uid, f.count),
+        "Cluster": cluster,
+        "Namespace": rec.ref.namespace,
+        "Uid": uid,
+        "Count": f.count,
+        "Type": f.type,
+        "Reason": _text(f.reason, MAX_VALUE),
+        "Message": _text(f.message),
+        "RegardingKind": f.regarding.kind,
+        "RegardingName": f.regarding.name,
+        "Component": f.component,
+        "FirstSeen": rfc3339(f.first),
+        "Run": run,
+    }
+
+
+def progress_rows(run: Ref, source: str, plane: str, durable: bool, scan: LogScan, cluster: str,
+                  after: int | None) -> list[Row]:
+    """One row per dated, non-skipped step past `after` (the source's high-water mark)."""
+    out = []
+    for s in scan.samples:
+        if s.at is None or s.skipped or s.step is None or (after is not None and s.step <= after):
+            continue
+        loss = s.loss if s.loss is not None and s.loss == s.loss and abs(s.loss) != float("inf") else None
+        out.append({
+            "Timestamp": rfc3339(s.at),
+            "RowId": row_id(cluster, run.namespace, run.name, source, s.step),
+            "Cluster": cluster,
+            "Namespace": run.namespace,
+            "Run": run.name,
+            "Source": _text(source, MAX_VALUE),
+            "Plane": plane,
+            "Step": s.step,
+            "Loss": loss,
+            "Format": s.format,
+            "Durable": durable,
+        })
+    return out
+
+
+def gpu_sample_row(s: GpuSample, cluster: str) -> Row:
+    return {
+        "Timestamp": rfc3339(s.at), "RowId": row_id(cluster, s.node, s.gpu, rfc3339(s.at)), "Cluster": cluster,
+        "Node": s.node, "Gpu": s.gpu, "GpuUuid": s.uuid, "Namespace": s.namespace, "Pod": s.pod, "Run": s.run,
+        "Utilization": s.utilization, "MemoryUsedBytes": s.memory_used_bytes, "PowerWatts": s.power_watts,
+        "TemperatureC": s.temperature_c,
+    }
+
+
+def xid_row(x: GpuXid, cluster: str) -> Row:
+    return {
+        "Timestamp": rfc3339(x.at), "RowId": row_id(cluster, x.node, x.pci or x.gpu, x.code, rfc3339(x.at)),
+        "Cluster": cluster, "Node": x.node, "Gpu": x.gpu, "GpuUuid": x.uuid, "Pci": x.pci, "Code": x.code,
+        "Meaning": _text(x.meaning, MAX_VALUE), "Action": _text(x.action, MAX_VALUE), "Namespace": x.namespace,
+        "Pod": x.pod, "Run": x.run,
+    }
+
+
+class RowBuilder:
+    """Turns evaluations into rows: claim transitions, snapshots every `interval`, events once per
+    uid and count, progress samples once per source and step. Memory is bounded by `max_keys`."""
+
+    def __init__(self, cluster: str, snapshot_interval: timedelta, max_keys: int = 100_000) -> None:
+        self.cluster = cluster
+        self.interval = snapshot_interval
+        self.max_keys = max_keys
+        self._verdicts: dict[tuple[str, str], tuple[str, str]] = {}
+        self._snap: dict[str, tuple[datetime, int | None, tuple[str, ...]]] = {}
+        self._events: OrderedDict[str, None] = OrderedDict()
+        self._hwm: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    def claims(self, runs: Iterable[RunClaims]) -> dict[str, list[Row]]:
+        claims: list[Row] = []
+        snaps: list[Row] = []
+        for rc in runs:
+            ident = _identity(rc)
+            changed = False
+            for name in CLAIM_NAMES:
+                c = rc.claims[name]
+                now = (c.verdict.value, c.observed.value)
+                before = self._verdicts.get((ident, name))
+                if before != now:
+                    claims.append(claim_row(rc, name, c, before[0] if before else "", self.cluster))
+                    self._verdicts[(ident, name)] = now
+                    changed = True
+            last = self._snap.get(ident)
+            state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
+            due = changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval
+            if due and last is not None and rc.evaluated_at <= last[0]:
+                # One snapshot per run and instant (queries take the latest by Timestamp): a change
+                # seen again at the same instant is written at the next evaluation.
+                self._snap[ident] = (last[0], last[1], ("pending",))
+                continue
+            if due:
+                step = last_step(rc)
+                rate = None
+                if last is not None and last[1] is not None and step is not None:
+                    dt = (rc.evaluated_at - last[0]).total_seconds()
+                    rate = max(0, step - last[1]) / dt if dt > 0 else None
+                snaps.append(snapshot_row(rc, self.cluster, rate))
+                self._snap[ident] = (rc.evaluated_at, step, state)
+        # Runs come and go: keep the newest `max_keys` (a forgotten run only re-emits its state).
+        while len(self._snap) > self.max_keys:
+            del self._snap[next(iter(self._snap))]
+        while len(self._verdicts) > 3 * self.max_keys:
+            del self._verdicts[next(iter(self._verdicts))]
+        return {RUN_CLAIMS.name: claims, RUN_SNAPSHOTS.name: snaps}
+
+    def forget(self, runs: Iterable[RunClaims]) -> None:
+        for rc in runs:
+            ident = _identity(rc)
+            self._snap.pop(ident, None)
+            for name in CLAIM_NAMES:
+                self._verdicts.pop((ident, name), None)
+
+    def event(self, rec: ObjectRecord, run: str) -> dict[str, list[Row]]:
+        row = event_row(rec, run, self.cluster)
+        if row is None or row["RowId"] in self._events:
+            return {}
+        self._events[row["RowId"]] = None
+        while len(self._events) > self.max_keys:
+            self._events.popitem(last=False)
+        return {KUBE_EVENTS.name: [row]}
+
+    def signal(self, run: Ref, source: str, plane: str, durable: bool, scan: LogScan) -> dict[str, list[Row]]:
+        key = (f"{run.namespace}/{run.name}", source, plane)
+        rows = progress_rows(run, source, plane, durable, scan, self.cluster, self._hwm.get(key))
+        if rows:
+            self._hwm[key] = max(r["Step"] for r in rows)
+            self._hwm.move_to_end(key)
+            while len(self._hwm) > self.max_keys:
+                self._hwm.popitem(last=False)
+        return {PROGRESS_SAMPLES.name: rows} if rows else {}
+
+    def gpu(self, samples: Iterable[GpuSample], xids: Iterable[GpuXid]) -> dict[str, list[Row]]:
+        return {GPU_SAMPLES.name: [gpu_sample_row(s, self.cluster) for s in samples],
+                GPU_XIDS.name: [xid_row(x, self.cluster) for x in xids]}
