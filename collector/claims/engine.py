@@ -148,7 +148,8 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         evaluated_at=now,
         finished=a.finished,
         extra=extra,
-        goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping),
+        goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping,
+                        stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
     )
 
 

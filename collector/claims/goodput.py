@@ -14,7 +14,7 @@ from collector.model import BADPUT_CAUSES, Goodput, PodFacts
 
 
 def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime | None, now: datetime,
-            *, crash_looping: bool = False) -> Goodput:
+            *, crash_looping: bool = False, stalled_now: bool = False) -> Goodput:
     created = ev.root.created
     bad = dict.fromkeys(BADPUT_CAUSES, 0.0)
     if created is not None:
@@ -58,7 +58,8 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         else:
             bad["stalled"] += _secs(gap)
     tail = now - advances[-1].at
-    if tail <= window:
+    # stalled_now: the claim says not progressing even inside the window (a hang after the last step)
+    if tail <= window and not stalled_now:
         productive += _secs(tail)
     elif crash_looping:
         bad["restarting"] += _secs(tail)

@@ -157,7 +157,10 @@ def _findings_after(signals: list[Signal], last: Advance | None,
                 # same stamp: the line order decides (a bar, then the watchdog error, on one line)
                 if h.at <= now and (last is None or h.at > last.at or (h.at == last.at and h.line >= last_line)):
                     out.append((sig, h))
-            elif h.line > last_line:
+            elif h.line > last_line and (last_line > 0 or last is None):
+                # Undated, in a log with no progress lines of its own (a Ray job log beside a metrics
+                # counter): it cannot be placed against the other signals' steps, so it only counts
+                # when there is no step at all.
                 out.append((sig, h))
     return out
 
