@@ -29,6 +29,7 @@ from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
 from collector.progress import scan_text
+from collector.progress.history import merge_history
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -326,6 +327,10 @@ class Controller:
             self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
         elif c.op in ("log", "signal"):
             sig: Signal = c.payload
+            prev = self.index.signal_of(sig.ref, sig.source) if c.op == "log" else None
+            if prev is not None:
+                # a poll reads a bounded tail: keep what earlier polls saw (goodput, pre-restart mark)
+                sig = replace(sig, scan=merge_history(prev.scan, sig.scan))
             self.index.set_signal(sig)
             root = self.index.root_of(sig.ref)
             if root is not None:

@@ -238,6 +238,9 @@ class RunIndex:
         self._ray.pop(key, None)
         return rec
 
+    def signal_of(self, ref: Ref, source: str) -> Signal | None:
+        return self._signals.get(ref.key, {}).get(source)
+
     def set_signal(self, sig: Signal) -> None:
         self._signals.setdefault(sig.ref.key, {})[sig.source] = sig
 
