@@ -332,3 +332,21 @@ def test_time_before_the_first_log_line_is_unobserved() -> None:
 def test_checkpoint_evidence_plane_is_kept() -> None:
     # sanity: the helpers above build log signals on the logs plane
     assert log([(NOW, megatron(1))]).plane is Plane.LOGS and ROOT.kind == "TauRun"
+
+
+# --- XID findings in the run's own logs name the cause of a stall ------------------------------------
+def test_an_xid_logged_after_the_last_step_is_named_in_the_stall() -> None:
+    t0 = NOW - timedelta(minutes=20)
+    lines = [(t0 + timedelta(seconds=20 * i), megatron(100 + i)) for i in range(20)]
+    xid = (FIXTURES / "xid_nvsmi" / "dmesg_xid119_gsp_rpc_timeout_h100_gpud.log").read_text().splitlines()[2]
+    xid = xid.split("] ", 1)[1]  # the NVRM text, as the driver's forwarded message reaches a container log
+    lines.append((lines[-1][0] + timedelta(seconds=5), xid))
+    p, _ = claim(log(lines))
+    assert p.observed is Observed.FALSE and p.reason.startswith("STALLED"), p.reason
+    assert "GPU Xid 119 in r-0" in p.reason, p.reason
+    ev = [e for e in p.evidence if e.field == "xid"]
+    assert ev and ev[0].value.startswith("Xid 119 on 0000:9b:00")
+    # an XID before the last step is history, not the cause
+    early = [lines[0], (lines[0][0] + timedelta(seconds=1), xid), *lines[1:20]]
+    p, _ = claim(log(early))
+    assert not [e for e in p.evidence if e.field == "xid"]

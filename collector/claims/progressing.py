@@ -16,7 +16,7 @@ from collector.claims.common import human_age
 from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView
 from collector.correlate import RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane
-from collector.progress import HangFinding
+from collector.progress import HangFinding, XidFinding
 from collector.settings import ClaimSettings
 
 # Hang findings that mean the job is stuck right now (not merely a noisy NCCL warning).
@@ -128,6 +128,12 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             for text, ref, at in suspects:
                 evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
         reason += _suspect_text(suspects)
+    for sig, x in _xids_after(fresh_signals, last)[:2]:
+        # A GPU error the run's own logs printed after its last step (the NVRM line reaches a
+        # container's log when the driver's messages are forwarded): a cause worth naming.
+        evidence.append(Evidence(Plane.LOGS, f"{sig.ref.name}/{sig.source}", "xid",
+                                 f"Xid {x.code} on {x.pci or 'unknown PCI'}: {x.meaning}", x.at))
+        reason += f"; GPU Xid {x.code} in {sig.ref.name} ({x.meaning})"
     gpu = _gpu_activity(ev, now, s)
     if gpu is not None:
         util, power, n, at = gpu
@@ -139,6 +145,11 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         elif util <= GPU_IDLE:
             reason += f"; GPUs idle ({util:.0f}%{watts})"
     return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev)
+
+
+def _xids_after(signals: list[Signal], last: Advance) -> list[tuple[Signal, XidFinding]]:
+    """XID findings in the run's logs dated after its last step (undated ones cannot be placed)."""
+    return [(sig, x) for sig in signals for x in sig.scan.xids if x.at is not None and x.at >= last.at]
 
 
 def _step(step: int | None) -> str:
