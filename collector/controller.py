@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
+from collector.sources.decode import decoder_for
 from collector.sources.kube_api import (
     JSON,
     Backoff,
@@ -137,7 +138,9 @@ class Controller:
         for note in notes:
             log.info("optional API absent", extra={"note": note})
         for r in self.resources:
-            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s)
+            # Evidence capture keeps whole objects; otherwise only the fields the records read are decoded.
+            decoder = decoder_for(r.api_version, r.kind, full=self.capture is not None)
+            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s, decoder=decoder)
             self._reflectors.append(refl)
             refl.start()
         self._spawn(self._loop, "controller-loop")
@@ -214,12 +217,16 @@ class Controller:
         if changes:
             self._put(_Change("batch", resource, changes))
 
-    def replace(self, resource: Resource, objs: list[JSON]) -> None:
-        pairs = [(rec, obj) for obj in objs if (rec := self._normalize(resource, obj)) is not None]
-        if self.capture is not None:
-            for rec, obj in pairs:
-                self.capture.observe(rec.ref, obj)
-        self._put(_Change("replace", resource, [rec for rec, _ in pairs]))
+    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+        # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
+        recs: list[ObjectRecord] = []
+        for obj in objs:
+            rec = self._normalize(resource, obj)
+            if rec is not None:
+                recs.append(rec)
+                if self.capture is not None:
+                    self.capture.observe(rec.ref, obj)
+        self._put(_Change("replace", resource, recs))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         self._put(_Change("synced", resource, at))

@@ -474,7 +474,8 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
     phase = status.get("phase")
     claims = _pod_claims(r, spec, status)
     unhealthy = _unhealthy_devices(status)
-    phase_s = phase if phase in POD_PHASES else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
+    known = type(phase) is str and phase in POD_PHASES  # a list or mapping here is not hashable
+    phase_s = str(phase) if known else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
     specs = spec.get("containers")
     gpus = sum(_gpus(c.get("resources")) for c in specs if type(c) is dict) if type(specs) is list else 0
     return PodFacts(

@@ -19,6 +19,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from collector.settings import TauGridContract
+from collector.sources.decode import FULL, Decoder
 
 JSON = dict[str, Any]
 
@@ -214,23 +215,14 @@ class KubeApi:
         return data
 
     def list_pages(self, resource: Resource, *, limit: int = 500) -> tuple[list[JSON], str]:
-        """Every object of a resource, page by page; returns (items, list resourceVersion)."""
-        items: list[JSON] = []
-        token = ""
-        while True:
-            query: list[tuple[str, Any]] = [("limit", limit)]
-            if token:
-                query.append(("continue", token))
-            doc = self.get_json(resource.path, query)
-            meta = doc.get("metadata") or {}
-            for item in doc.get("items") or []:
-                if isinstance(item, dict):
-                    item.setdefault("kind", resource.kind)
-                    item.setdefault("apiVersion", resource.api_version)
-                    items.append(item)
-            token = str(meta.get("continue") or "")
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
+        """Every object of a resource at once; returns (items, list resourceVersion)."""
+        listing = self.iter_list(resource, limit=limit)
+        items = list(listing)
+        return items, listing.resource_version
+
+    def iter_list(self, resource: Resource, *, limit: int = 500, decoder: Decoder = FULL) -> Listing:
+        """Every object of a resource, one page in memory at a time (see `Listing`)."""
+        return Listing(self, resource, limit, decoder)
 
     def open_watch(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Any:
         """Start a watch from `resource_version`; the server has accepted it when this returns."""
@@ -281,6 +273,46 @@ class KubeApi:
             else:
                 raise PermanentSourceError(f"required API {r.api_version} {r.plural} is not served")
         return found, notes
+
+
+class Listing:
+    """A paginated list, read as it is iterated: only the current page's objects are held, so a
+    consumer that keeps small records keeps the process's peak near its steady size. After the
+    iteration `resource_version` is the list's (where a watch resumes)."""
+
+    def __init__(self, api: KubeApi, resource: Resource, limit: int, decoder: Decoder) -> None:
+        self.api, self.resource, self.limit, self.decoder = api, resource, limit, decoder
+        self.resource_version = ""
+        self.pages = 0
+
+    def __iter__(self) -> Iterator[JSON]:
+        resource, token = self.resource, ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", self.limit)]
+            if token:
+                query.append(("continue", token))
+            data = self.api.get_text(resource.path, query)
+            try:
+                doc = self.decoder.page(data)
+            except orjson.JSONDecodeError as e:
+                raise RetryableSourceError(f"GET {resource.path}: not JSON: {e}") from e
+            if not isinstance(doc, dict):
+                raise PermanentSourceError(f"GET {resource.path}: expected an object")
+            del data
+            self.pages += 1
+            meta = doc.get("metadata") or {}
+            items = doc.get("items") or []
+            del doc
+            for item in items:
+                if isinstance(item, dict):
+                    item.setdefault("kind", resource.kind)
+                    item.setdefault("apiVersion", resource.api_version)
+                    yield item
+            del items
+            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            if not token:
+                self.resource_version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+                return
 
 
 class Backoff:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 import orjson
 
+from collector.sources.decode import FULL, Decoder
 from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError
 
 log = logging.getLogger("taugrid.watch")
@@ -28,7 +29,8 @@ class WatchSink(Protocol):
 
     def delete(self, resource: Resource, obj: JSON) -> None: ...
 
-    def replace(self, resource: Resource, objs: list[JSON]) -> None: ...
+    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+        """A whole (re)list, read page by page while it is iterated: keep records, not `objs`."""
 
     def mark_synced(self, resource: Resource, at: datetime) -> None: ...
 
@@ -44,13 +46,14 @@ class Reflector:
     """One resource's list+watch loop, in its own thread."""
 
     def __init__(self, api: KubeApi, resource: Resource, sink: WatchSink, now: Callable[[], datetime], *,
-                 watch_timeout_s: int = 300, backoff: Backoff | None = None) -> None:
+                 watch_timeout_s: int = 300, backoff: Backoff | None = None, decoder: Decoder = FULL) -> None:
         self.api = api
         self.resource = resource
         self.sink = sink
         self.now = now
         self.watch_timeout_s = watch_timeout_s
         self.backoff = backoff or Backoff()
+        self.decoder = decoder
         self.resource_version = ""
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
@@ -94,9 +97,9 @@ class Reflector:
                 self._stop.wait(self.backoff.next())
 
     def relist(self) -> None:
-        items, rv = self.api.list_pages(self.resource)
-        self.sink.replace(self.resource, items)
-        self.resource_version = rv
+        listing = self.api.iter_list(self.resource, decoder=self.decoder)
+        self.sink.replace(self.resource, listing)
+        self.resource_version = listing.resource_version
         self.last_ok = time.monotonic()
         self._mark_synced(self.last_ok)
         self.synced_once.set()
@@ -110,7 +113,7 @@ class Reflector:
                     return
                 for line in lines:
                     try:
-                        event = orjson.loads(line)
+                        event = self.decoder.event(line)
                     except orjson.JSONDecodeError as e:
                         raise SourceError(f"watch {self.resource.name}: undecodable event ({e})") from e
                     self._apply(event)
