@@ -6,11 +6,14 @@ managedFields...), and what comes out is still plain dicts, so `normalize` runs 
 records, warnings and errors are those of the full decode. Where the typed decode refuses a value
 (a field of the wrong JSON type), the whole document falls back to the full `orjson` decode, so a
 malformed object is reported exactly as before.
+
+Two differences, both in values no valid object has: an integer beyond 64 bits stays an exact int
+(orjson makes it a float), and a number beyond double range in a field no record reads is skipped
+(orjson refuses the whole document). Checking for them costs more than the decode itself.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -110,13 +113,8 @@ class Decoder:
         return _decode(self._event, line)
 
 
-# orjson turns integers past 64 bits into floats where msgspec keeps them exact: a document with such
-# a number (never a valid Kubernetes field) takes the full decode, so both paths agree on it.
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
-
-
 def _decode(typed: Callable[[bytes], Any] | None, data: bytes) -> Any:
-    if typed is not None and not _LONG_NUMBER.search(data):
+    if typed is not None:
         try:
             return typed(data)
         except msgspec.DecodeError:  # ValidationError included: a field of an unexpected type
