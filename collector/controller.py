@@ -27,7 +27,17 @@ from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
+from collector.model import (
+    Claim,
+    ObjectRecord,
+    Observed,
+    PodFacts,
+    RayClusterFacts,
+    RayJobFacts,
+    Ref,
+    RunClaims,
+    TauRunFacts,
+)
 from collector.progress import scan_text
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
@@ -41,6 +51,7 @@ from collector.sources.kube_api import (
     PermanentSourceError,
     Resource,
     SourceError,
+    Unreachable,
     resources_for,
 )
 from collector.sources.lease import LeaseElector
@@ -103,6 +114,8 @@ class Controller:
         self._targets_changed = False
         self._latencies: list[float] = []
         self.evaluations = 0
+        # Resources whose API server does not answer: since when, and the error (for claim reasons).
+        self._outage: dict[str, tuple[datetime, str]] = {}
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
@@ -136,6 +149,8 @@ class Controller:
                 if isinstance(e, PermanentSourceError):
                     raise
                 self._stop.wait(backoff.next())
+        if self._stop.is_set():
+            return  # asked to stop before the API server ever answered
         for note in notes:
             log.info("optional API absent", extra={"note": note})
         for r in self.resources:
@@ -163,6 +178,14 @@ class Controller:
         self._threads.append(t)
         t.start()
 
+    def request_stop(self) -> None:
+        """Ask every loop to end (safe from a signal handler); `close` then finishes the job."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def close(self) -> None:
         self._stop.set()
         for r in self._reflectors:
@@ -187,6 +210,13 @@ class Controller:
     @property
     def synced(self) -> bool:
         return all(r.synced_once.is_set() for r in self._reflectors)
+
+    def stale_sources(self) -> list[str]:
+        """Watched resources with nothing intact from the API server for longer than the evidence
+        bound (`claims.evidence_max_age`): past it their claims are unknown, so not ready."""
+        bound = self.settings.claims.evidence_max_age.total_seconds()
+        now_m = time.monotonic()
+        return [r.resource.name for r in self._reflectors if r.synced_once.is_set() and now_m - r.last_ok > bound]
 
     @property
     def leader(self) -> bool:
@@ -315,6 +345,7 @@ class Controller:
             assert r is not None
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
+            self._outage.pop(r.name, None)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -342,6 +373,8 @@ class Controller:
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
+            if r is not None and isinstance(err, Unreachable):
+                self._outage.setdefault(r.name, (self.now(), str(err)))
         elif c.op == "restart":
             assert r is not None
             self.health.watch_restarted(r.name)
@@ -422,6 +455,8 @@ class Controller:
                 rc = evaluate(ev, now, self.settings.claims)
                 if self._agent_nodes or self._gpus:
                     rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
+                if self._outage:
+                    rc = self._with_outage(rc)
                 self.claims[ref.key] = rc
                 out.append(rc)
                 if self.capture is not None and self.leader:
@@ -439,6 +474,7 @@ class Controller:
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader
+        self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:
             # New lists, swapped in whole: the poller threads read them without a lock.
             runs = list(self._targets_by_run.values())
@@ -451,6 +487,16 @@ class Controller:
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
+
+    def _with_outage(self, rc: RunClaims) -> RunClaims:
+        """Unknown claims during an API outage say so: the cause, not only the evidence's age."""
+        since, error = min(self._outage.values())
+        note = f"; Kubernetes API unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({error[:200]})"
+        def noted(c: Claim) -> Claim:
+            return replace(c, reason=c.reason + note) if c.observed is Observed.UNKNOWN else c
+
+        return replace(rc, scheduled=noted(rc.scheduled), running=noted(rc.running),
+                       progressing=noted(rc.progressing))
 
     def latencies(self) -> list[float]:
         return list(self._latencies)
@@ -622,8 +668,12 @@ class Controller:
             return (200, "text/plain", b"ok\n") if alive else (500, "text/plain", b"loop stopped\n")
 
         def readyz() -> tuple[int, str, bytes]:
-            ok = self.ready.is_set()
-            return (200, "text/plain", b"ok\n") if ok else (503, "text/plain", b"not synced\n")
+            if not self.ready.is_set():
+                return 503, "text/plain", b"not synced\n"
+            stale = self.stale_sources()
+            if stale:
+                return 503, "text/plain", f"stale: {', '.join(stale)}\n".encode()
+            return 200, "text/plain", b"ok\n"
 
         self._http = serve_http(host, port, {
             "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.registry)),

@@ -561,6 +561,12 @@ class HealthMetrics:
             buckets=list(buckets),
             registry=None,
         )
+        self._leader = Gauge(
+            "taugrid_collector_leader",
+            "1 on the replica that holds the Lease and exports claims, 0 on standbys; identity in a label.",
+            ["identity"],
+            registry=None,
+        )
         self._build = Gauge(
             "taugrid_collector_build_info",
             "Always 1; the collector's version in a label.",
@@ -585,6 +591,7 @@ class HealthMetrics:
                     self._last_sync,
                     self._runs,
                     self._evaluation,
+                    self._leader,
                     self._build,
                 ]
             )
@@ -605,6 +612,10 @@ class HealthMetrics:
 
     def synced(self, resource: str, at: datetime) -> None:
         self._last_sync.labels(resource).set(_seconds(at))
+
+    def set_leader(self, identity: str, leader: bool) -> None:
+        """This replica's leadership ("" identity: leader election off, always the exporter)."""
+        self._leader.labels(identity).set(1 if leader else 0)
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)

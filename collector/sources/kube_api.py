@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -28,6 +30,7 @@ class SourceError(Exception):
     """An I/O failure at the Kubernetes boundary."""
 
     retryable = True
+    retry_after: float | None = None  # seconds the server asked us to wait (429/503 Retry-After)
 
 
 class RetryableSourceError(SourceError):
@@ -41,7 +44,24 @@ class PermanentSourceError(SourceError):
 
 
 class Expired(RetryableSourceError):
-    """410 Gone: the resourceVersion is older than the server keeps; relist."""
+    """410 Gone: the resourceVersion is older than the server keeps; relist. Also "Too large
+    resource version" (504): the server's store is behind ours, as after a restore; relist."""
+
+
+class Unreachable(RetryableSourceError):
+    """No answer at all (refused, reset, timed out): when it answers again it may be another
+    server or another store, so the reflector relists instead of resuming its watch."""
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header's seconds (the delta form Kubernetes sends); None when absent or odd."""
+    if not value:
+        return None
+    try:
+        secs = float(value.strip())
+    except ValueError:
+        return None
+    return min(secs, 300.0) if secs >= 0 else None  # bounded: a hostile value cannot park us for ever
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +158,7 @@ def api_client_for(host: str) -> k8s_client.ApiClient:
     return k8s_client.ApiClient(configuration)
 
 
-def classify(status: int, body: bytes, what: str) -> SourceError:
+def classify(status: int, body: bytes, what: str, *, retry_after: str | None = None) -> SourceError:
     message = ""
     try:
         doc = orjson.loads(body) if body else {}
@@ -146,10 +166,12 @@ def classify(status: int, body: bytes, what: str) -> SourceError:
     except orjson.JSONDecodeError:
         message = body[:200].decode("utf-8", "replace")
     text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    if status == 410:
+    if status == 410 or (status == 504 and "too large resource version" in message.lower()):
         return Expired(text)
     if status in (429,) or status >= 500:
-        return RetryableSourceError(text)
+        err = RetryableSourceError(text)
+        err.retry_after = retry_after_s(retry_after)
+        return err
     return PermanentSourceError(text)
 
 
@@ -160,6 +182,11 @@ class KubeApi:
         self.api = api
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
+        self.clock = ServerClock()
+
+    def _saw_date(self, value: str | None) -> None:
+        if value:
+            self.clock.observe(value)
 
     def _call(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (), *, body: Any = None,
               read_timeout: float | None = None, stream: bool = False) -> Any:
@@ -173,17 +200,18 @@ class KubeApi:
             resp = self.api.call_api(m, url, header_params=headers, body=body_, post_params=post,
                                      _request_timeout=(5.0, read_timeout or self.request_timeout))
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RetryableSourceError(f"{method} {path}: {type(e).__name__}: {e}") from e
+            raise Unreachable(f"{method} {path}: {type(e).__name__}: {e}") from e
         except k8s_client.ApiException as e:
             raise classify(e.status or 0, (e.body or "").encode() if isinstance(e.body, str) else e.body or b"",
-                           f"{method} {path}") from e
+                           f"{method} {path}", retry_after=(e.headers or {}).get("Retry-After")) from e
         raw: urllib3.BaseHTTPResponse = resp.response
+        self._saw_date(raw.headers.get("Date"))
         if resp.status >= 400:
             try:
                 data = raw.read()
             finally:
                 raw.release_conn()
-            raise classify(resp.status, data, f"{method} {path}")
+            raise classify(resp.status, data, f"{method} {path}", retry_after=raw.headers.get("Retry-After"))
         if stream:
             return raw
         try:
@@ -273,6 +301,39 @@ class KubeApi:
             else:
                 raise PermanentSourceError(f"required API {r.api_version} {r.plural} is not served")
         return found, notes
+
+
+class ServerClock:
+    """The API server's clock, from the `Date` header of its answers.
+
+    API timestamps (lastTransitionTime, Lease renewTime, event times) are the server's; a node
+    whose clock is off by minutes would otherwise see fresh evidence as stale or the reverse.
+    `now()` is the local clock moved by the last offset seen; `Date` has one-second resolution,
+    so offsets within a second and a half are taken as no skew.
+    """
+
+    TOLERANCE_S = 1.5
+
+    def __init__(self, local: Callable[[], datetime] | None = None) -> None:
+        self._local = local or (lambda: datetime.now(UTC))
+        self.offset = timedelta(0)
+        self.seen = False
+
+    def observe(self, date_header: str) -> None:
+        try:
+            server = parsedate_to_datetime(date_header)
+        except (TypeError, ValueError, IndexError):
+            return
+        if server.tzinfo is None:
+            server = server.replace(tzinfo=UTC)
+        offset = server - self._local()
+        self.seen = True
+        # The header is truncated to the second: the true offset lies within [offset, offset + 1 s).
+        mid = offset + timedelta(seconds=0.5)
+        self.offset = mid if abs(mid.total_seconds()) > self.TOLERANCE_S else timedelta(0)
+
+    def now(self) -> datetime:
+        return self._local() + self.offset
 
 
 class Listing:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import orjson
 
 from collector.sources.decode import FULL, Decoder
-from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError
+from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError, Unreachable
 
 log = logging.getLogger("taugrid.watch")
 
@@ -87,6 +87,12 @@ class Reflector:
                 self.sink.watch_restarted(self.resource, relist=True)
             except SourceError as e:
                 delay = self.backoff.next() * (1 if e.retryable else 10)
+                if e.retry_after is not None:
+                    delay = max(delay, e.retry_after)  # the server said when: not sooner
+                if isinstance(e, Unreachable):
+                    # What answers next may be a restarted server with another store, which would
+                    # accept our resourceVersion and send nothing: list again rather than resume.
+                    self.resource_version = ""
                 log.warning("watch failed", extra={"resource": self.resource.name, "error": str(e),
                                                    "retry_in_s": round(delay, 2)})
                 self.sink.source_error(self.resource, e)
@@ -131,17 +137,24 @@ class Reflector:
         if kind == "ERROR":
             code = obj.get("code")
             msg = f"watch {self.resource.name}: {obj.get('reason')}: {obj.get('message')}"
-            if code == 410:
+            if code == 410 or (code == 504 and "too large resource version" in str(obj.get("message")).lower()):
                 raise Expired(msg)
             raise SourceError(msg)
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        now_m = time.monotonic()
-        self.last_ok = now_m
+        meta = obj.get("metadata")
+        rv = str((meta if isinstance(meta, dict) else {}).get("resourceVersion") or "")
         if kind == "BOOKMARK":
+            if _older(rv, self.resource_version):
+                # Versions never go back on one store: this server's store is not the one we listed.
+                raise Expired(f"watch {self.resource.name}: bookmark at resourceVersion {rv}, behind ours "
+                              f"({self.resource_version}): the API server's store changed")
+            now_m = time.monotonic()
+            self.last_ok = now_m
             if rv:
                 self.resource_version = rv
             self._mark_synced(now_m)
             return
+        now_m = time.monotonic()
+        self.last_ok = now_m
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
         if kind in ("ADDED", "MODIFIED"):
@@ -158,6 +171,11 @@ class Reflector:
     def _mark_synced(self, now_m: float) -> None:
         self._marked = now_m
         self.sink.mark_synced(self.resource, self.now())
+
+
+def _older(rv: str, than: str) -> bool:
+    """resourceVersions are opaque, but every API server in use issues etcd revisions: integers."""
+    return rv.isdigit() and than.isdigit() and int(rv) < int(than)
 
 
 # Freshness needs "alive recently", not a mark per event: one a second at most (bookmarks always).
