@@ -51,7 +51,6 @@ from collector.sources.kube_api import (
     PermanentSourceError,
     Resource,
     SourceError,
-    Unreachable,
     resources_for,
 )
 from collector.sources.lease import LeaseElector
@@ -373,7 +372,7 @@ class Controller:
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
-            if r is not None and isinstance(err, Unreachable):
+            if r is not None:  # a watched resource failing: until it syncs again, an outage
                 self._outage.setdefault(r.name, (self.now(), str(err)))
         elif c.op == "restart":
             assert r is not None
@@ -491,7 +490,7 @@ class Controller:
     def _with_outage(self, rc: RunClaims) -> RunClaims:
         """Unknown claims during an API outage say so: the cause, not only the evidence's age."""
         since, error = min(self._outage.values())
-        note = f"; Kubernetes API unreachable since {since:%Y-%m-%dT%H:%M:%SZ} ({error[:200]})"
+        note = f"; Kubernetes API failing since {since:%Y-%m-%dT%H:%M:%SZ} ({error[:200]})"
         def noted(c: Claim) -> Claim:
             return replace(c, reason=c.reason + note) if c.observed is Observed.UNKNOWN else c
 
@@ -689,7 +688,7 @@ def _profile(ev: RunEvidence) -> str:
 
 
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
-FULL_PASS_SHARE = 0.1
+FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
 

@@ -140,10 +140,19 @@ def missing_kinds(present: set[str], directory: str) -> dict[str, Any]:
 POOL_SIZE = 64
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
-    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
+def _configuration() -> k8s_client.Configuration:
     configuration = k8s_client.Configuration()
     configuration.connection_pool_maxsize = POOL_SIZE
+    # No retries inside urllib3: it would sleep out a 429's Retry-After (any length, not
+    # interruptible at shutdown, never counted) and hide a dead server behind three silent tries.
+    # The reflectors retry with backoff, bounded Retry-After, error counts and a stop check.
+    configuration.retries = False
+    return configuration
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
+    configuration = _configuration()
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     else:
@@ -152,8 +161,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 def api_client_for(host: str) -> k8s_client.ApiClient:
-    configuration = k8s_client.Configuration()
-    configuration.connection_pool_maxsize = POOL_SIZE
+    configuration = _configuration()
     configuration.host = host
     return k8s_client.ApiClient(configuration)
 
@@ -247,6 +255,11 @@ class KubeApi:
         listing = self.iter_list(resource, limit=limit)
         items = list(listing)
         return items, listing.resource_version
+
+    def current_version(self, resource: Resource) -> str:
+        """The store's current resourceVersion, from a one-item list."""
+        meta = self.get_json(resource.path, [("limit", 1)]).get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
 
     def iter_list(self, resource: Resource, *, limit: int = 500, decoder: Decoder = FULL) -> Listing:
         """Every object of a resource, one page in memory at a time (see `Listing`)."""

@@ -58,6 +58,8 @@ class Reflector:
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
         self._marked = 0.0
+        self._relist_after_outage = False  # counted as a relist once it succeeds
+        self._resumed = False  # the next watch resumes from an older stream, not from a fresh list
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -77,6 +79,12 @@ class Reflector:
             try:
                 if not self.resource_version:
                     self.relist()
+                    if self._relist_after_outage:
+                        self._relist_after_outage = False
+                        self.sink.watch_restarted(self.resource, relist=True)
+                elif self._resumed:
+                    self.check_store()
+                self._resumed = True
                 self.watch_once()
                 self.backoff.reset()
                 self.sink.watch_restarted(self.resource, relist=False)
@@ -92,6 +100,7 @@ class Reflector:
                 if isinstance(e, Unreachable):
                     # What answers next may be a restarted server with another store, which would
                     # accept our resourceVersion and send nothing: list again rather than resume.
+                    self._relist_after_outage = bool(self.resource_version) or self._relist_after_outage
                     self.resource_version = ""
                 log.warning("watch failed", extra={"resource": self.resource.name, "error": str(e),
                                                    "retry_in_s": round(delay, 2)})
@@ -102,10 +111,20 @@ class Reflector:
                 self.sink.source_error(self.resource, SourceError(f"{type(e).__name__}: {e}"))
                 self._stop.wait(self.backoff.next())
 
+    def check_store(self) -> None:
+        """Before resuming a watch: is the server's store still the one we listed? A restored or
+        replaced store is behind our resourceVersion, and may accept a watch from it while sending
+        nothing (old servers, or bookmarks at our own version): one single-item list tells."""
+        current = self.api.current_version(self.resource)
+        if _older(current, self.resource_version):
+            raise Expired(f"{self.resource.name}: the API server's store is at resourceVersion {current}, behind ours "
+                          f"({self.resource_version}): restored or replaced")
+
     def relist(self) -> None:
         listing = self.api.iter_list(self.resource, decoder=self.decoder)
         self.sink.replace(self.resource, listing)
         self.resource_version = listing.resource_version
+        self._resumed = False
         self.last_ok = time.monotonic()
         self._mark_synced(self.last_ok)
         self.synced_once.set()
