@@ -102,3 +102,66 @@ def test_kube_api_reads_the_servers_date() -> None:
         assert api.clock.seen
         # The simulator's Date is its host's wall clock (not its scenario clock): no skew here.
         assert abs((api.clock.now() - datetime.now(UTC)).total_seconds()) < 2
+
+
+def _observed(port: int) -> dict[tuple[str, str, str], str]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "taugrid_run_claim_observed":
+            for s in fam.samples:
+                if s.value == 1.0:
+                    out[(s.labels["namespace"], s.labels["run"], s.labels["claim"])] = s.labels["observed"]
+    return out
+
+
+def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    from collector.controller import Controller
+    from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
+
+    clock = Clock(T0)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+                   "  checkpoint_poll_interval: 0\n  tick: 1s\n")
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        apply_run(s, "llm")
+        apply_run(s, "other", ns="team-b")
+        kc = _kubeconfig(tmp_path, s.base_url)
+        port = _free_port()
+        # The uninterrupted reference: an in-process controller on the same cluster and clock.
+        ref = Controller(KubeApi(api_client_for(s.base_url)), settings(), clock.now)
+        ref.open()
+
+        def reference() -> dict[tuple[str, str, str], str]:
+            return {(r.ref.namespace, r.ref.name, k): c.observed.value
+                    for r in ref.claims.values() for k, c in r.claims.items()}
+
+        proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+        try:
+            wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=60,
+                       what="first process agrees with the reference")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            apply_run(s, "llm", crash=True)  # the cluster moves on while the controller is dead
+            wait_until(lambda: reference().get(("research", "llm", "running")) == "false", what="reference sees it")
+            proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+            wait_until(lambda: _safe(port) == reference(), timeout=60, what="restarted process agrees")
+            assert _safe(port)[("research", "llm", "running")] == "false"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            ref.close()
+
+
+def _safe(port: int) -> dict[tuple[str, str, str], str]:
+    try:
+        return _observed(port)
+    except OSError:
+        return {}
