@@ -372,7 +372,7 @@ class Controller:
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
-            if r is not None:  # a watched resource failing: until it syncs again, an outage
+            if r is not None and err.retryable:  # a watched resource failing: until it syncs again, an outage
                 self._outage.setdefault(r.name, (self.now(), str(err)))
         elif c.op == "restart":
             assert r is not None
