@@ -109,7 +109,7 @@ def test_fleet_pod_same_record_and_smaller() -> None:
     assert _outcome(kept)[0] == "ok" and _outcome(kept)[2] == ()
 
 
-def test_non_object_frames_are_whole() -> None:
+def test_error_and_bookmark_frames_keep_what_the_reflector_reads() -> None:
     err = POD.event(b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}')
     assert err["object"]["code"] == 410 and err["object"]["message"] == "too old"
     bm = POD.event(b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"12"}}}')
