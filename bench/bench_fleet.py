@@ -8,6 +8,7 @@ its store API), and reports:
   peak MiB   the process's maximum RSS (ru_maxrss) over its life: initial list, ticks, idle
   steady MiB RSS once synced, after a collection
   idle core  CPU seconds per second while nothing changes (the evaluation tick included)
+  tick s     the full re-evaluation period in effect at the end (stretched at fleet size)
 
 Variants, all in the same run:
   baseline   the previous path: every page of a list decoded in full by orjson and kept until the
@@ -81,11 +82,12 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(idle_s)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
+    tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
     runs = len(c.claims)
     c.close()
     conn.send({"variant": variant, "sync_s": sync_s, "peak": peak, "peak_at_sync": peak_sync, "steady": steady,
-               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs})
+               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s})
 
 
 def run_variant(url: str, variant: str, idle_s: float, cpu: int | None) -> dict[str, Any]:
@@ -134,10 +136,10 @@ def main() -> None:
         sim.close()
     mib = 1024 * 1024
     print(f"\n{'variant':<10} {'pods':>7} {'runs':>6} {'sync s':>8} {'peak MiB':>9} {'steady MiB':>11} "
-          f"{'peak/steady':>12} {'idle core':>10}")
+          f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7}")
     for r in results:
         print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['peak'] / mib:>9.0f} "
-              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f}")
+              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} {r['tick_s']:>7.1f}")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 
