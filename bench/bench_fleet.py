@@ -139,7 +139,8 @@ def main() -> None:
           f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7}")
     for r in results:
         print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['peak'] / mib:>9.0f} "
-              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} {r['tick_s']:>7.1f}")
+              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} "
+              f"{r['tick_s']:>7.1f}")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 
