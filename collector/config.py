@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -17,6 +18,7 @@ from collector.safeload import UnsafeInput, check_size, yaml_documents
 from collector.settings import Settings
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")  # signed: "-5m" is refused by its bound
+_MAX_SECONDS = 100 * 365 * 86400  # a century: past it a timedelta overflows soon, and nothing waits so long
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -39,11 +41,15 @@ def _duration(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
     if isinstance(value, int | float):
-        return timedelta(seconds=float(value))
-    m = _DURATION.match(str(value)) if isinstance(value, str) else None
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value)) if isinstance(value, str) else None
+        if not m:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_SECONDS:
+        raise ValueError(f"not a usable duration: {value!r} (at most {_MAX_SECONDS // 86400} days)")
+    return timedelta(seconds=seconds)
 
 
 def _mapping(value: Any) -> Any:
@@ -108,6 +114,8 @@ def _check(kind: str, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}{where}: {str(err['msg']).removeprefix('Value error, ')}") from None
         if err["type"] in ("greater_than", "greater_than_equal"):
             msg = "must be positive" if kind.endswith("+") else "must not be negative"
+        elif err["type"] == "int_type" and isinstance(value, float):
+            msg = "expected a whole number"
         else:
             msg = _PLAIN.get(err["type"], str(err["msg"]).lower())
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
@@ -115,8 +123,8 @@ def _check(kind: str, value: Any, path: str) -> Any:
 
 
 _PLAIN = {
-    "frozen_set_type": "expected a list", "bool_type": "expected true or false", "int_type": "expected a whole number",
-    "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
+    "frozen_set_type": "expected a list", "bool_type": "expected true or false", "int_type": "expected a number",
+    "int_parsing": "expected a number", "int_from_float": "expected a whole number",
     "float_type": "expected a number", "float_parsing": "expected a number", "dict_type": "expected a mapping",
     "string_type": "expected a string",
 }
@@ -188,12 +196,13 @@ def _validate(s: Settings) -> None:
     for cloud in s.storage.clouds:
         if cloud not in _CLOUDS:
             raise ConfigError(f"config.storage.clouds: unknown cloud {cloud!r} (known: {', '.join(sorted(_CLOUDS))})")
-    for account in (*s.storage.accounts, *s.storage.account_namespaces):
-        if not _ACCOUNT.match(account):
-            raise ConfigError(f"config.storage: {account!r} is not a storage account name")
+    for key, accounts in (("accounts", s.storage.accounts), ("account_namespaces", s.storage.account_namespaces)):
+        for account in accounts:
+            if not _ACCOUNT.match(account):
+                raise ConfigError(f"config.storage.{key}: {account[:100]!r} is not a storage account name")
     c = s.controller
     if c.lease_renew >= c.lease_duration:
-        raise ConfigError(f"config.controller.lease_renew: must be shorter than lease_duration "
+        raise ConfigError(f"config.controller.lease_renew: must be shorter than config.controller.lease_duration "
                           f"({c.lease_renew.total_seconds():g}s >= {c.lease_duration.total_seconds():g}s)")
     for profile, regex in s.controller.log_regex_by_profile.items():
         try:

@@ -344,7 +344,11 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     else:
         r.problem("metadata.labels: expected a mapping")
     owners: list[OwnerRef] = []
-    for i, o in enumerate(meta.get("ownerReferences") or []):
+    owner_refs = meta.get("ownerReferences") or []
+    if type(owner_refs) is not list:
+        r.problem("metadata.ownerReferences: expected a list")
+        owner_refs = []
+    for i, o in enumerate(owner_refs):
         if not isinstance(o, dict) or not o.get("kind") or not o.get("name"):
             r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
             continue

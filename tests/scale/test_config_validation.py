@@ -35,9 +35,12 @@ def _load(tmp_path: Path, text: str) -> Settings:
     ("controller: {leader_election: 'yes'}", "config.controller.leader_election: expected true or false"),
     ("claims: {stall_multiplier: true}", "config.claims.stall_multiplier: expected a number, got True"),
     ("claims: {stall_floor: 5 parsecs}", "config.claims.stall_floor: not a duration: '5 parsecs'"),
-    ("controller: {lease_renew: 30s}", "config.controller.lease_renew: must be shorter than lease_duration"),
+    ("controller: {lease_renew: 30s}",
+     "config.controller.lease_renew: must be shorter than config.controller.lease_duration"),
     ("controller: {ray_dashboards: [a]}", "config.controller.ray_dashboards: expected a mapping"),
-    ("controller: {agents: {port: http}}", "config.controller.agents.port: expected a whole number"),
+    ("controller: {agents: {port: http}}", "config.controller.agents.port: expected a number, got 'http'"),
+    ("claims: {evidence_max_age: 100000000000000}", "config.claims.evidence_max_age: not a usable duration"),
+    ("claims: {evidence_max_age: .nan}", "config.claims.evidence_max_age: not a usable duration"),
     ("claims: 5", "config.claims: expected a mapping"),
 ])
 def test_wrong_values_are_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
