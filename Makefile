@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck layers check bench accuracy clean proto
+.PHONY: setup demo test lint typecheck layers check bench accuracy clean proto soak
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -49,3 +49,8 @@ clean:
 # The kubelet pod-resources v1 messages the node agent decodes (committed; protobuf pinned in pyproject.toml).
 proto: setup
 	cd collector/agent/podresources && ../../../$(BIN)/python -m grpc_tools.protoc -I. --python_out=. podresources_v1.proto
+
+# Long fault soak and the fleet-size benchmarks (issue 9): minutes each, not in CI.
+soak: setup
+	$(BIN)/python bench/soak_faults.py --minutes 10
+	$(BIN)/python bench/bench_fleet.py --pods 50000

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 import orjson
+import yaml
 from kubernetes import config as k8s_config
 
 from collector.claims import evaluate
@@ -203,9 +204,14 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
     except (k8s_config.ConfigException, OSError) as e:
         hint = "" if kubeconfig else " (no --kubeconfig given, and not running in a cluster)"
         raise click.ClickException(f"cannot configure the Kubernetes client{hint}: {e}") from e
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as e:
+        # The client's loader assumes a well-formed file: a broken one surfaces as any of these.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise click.ClickException(f"kubeconfig {kubeconfig}: malformed ({type(e).__name__}: {first})") from e
     if not settings.controller.lease_namespace:
         settings = replace(settings, controller=replace(settings.controller, lease_namespace=_own_namespace()))
-    ctl = Controller(api, settings, lambda: datetime.now(UTC))
+    # Timestamps in API objects are the API server's: evaluate them on its clock (its Date header).
+    ctl = Controller(api, settings, api.clock.now)
     try:
         bound = ctl.serve(host, port, http_options)
     except (OSError, ValueError) as e:  # busy port, bad certificate or key, empty token file
@@ -213,7 +219,14 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
     logging.getLogger("taugrid").info("serving", extra={"address": f"{host}:{bound}",
                                                          "lease_namespace": settings.controller.lease_namespace})
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def on_signal(*_: object) -> None:
+        # Also ends a startup still waiting for an API server that does not answer.
+        stop.set()
+        ctl.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         ctl.open()
         stop.wait()

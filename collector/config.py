@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from annotated_types import Ge, Gt
+from pydantic import BeforeValidator, Field, Strict, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 from collector.safeload import UnsafeInput, check_size, yaml_documents
 from collector.settings import Settings
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")  # signed: "-5m" is refused by its bound
+_MAX_SECONDS = 100 * 365 * 86400  # a century: past it a timedelta overflows soon, and nothing waits so long
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -22,12 +27,116 @@ class ConfigError(ValueError):
 
 
 def parse_duration(value: Any, where: str) -> timedelta:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=float(value))
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ConfigError(f"{where}: not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    try:
+        out: timedelta = _duration(value)
+        return out
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+def _duration(value: Any) -> Any:
+    """"90s", "5m", "1h", "250ms", "2d" or a number of seconds; a timedelta passes through."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value)) if isinstance(value, str) else None
+        if not m:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 5m, 1h)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_SECONDS:
+        raise ValueError(f"not a usable duration: {value!r} (at most {_MAX_SECONDS // 86400} days)")
+    return timedelta(seconds=seconds)
+
+
+def _mapping(value: Any) -> Any:
+    # A list value (account → namespaces) is kept as "a,b".
+    if isinstance(value, dict):
+        return {k: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in value.items()}
+    return value
+
+
+# Values are checked by pydantic, one adapter per kind of setting: types (a string is not a list,
+# a list is not a number), bounds (no negative window; intervals that must pass, not be zero).
+_ZERO = timedelta(0)
+_DURATION_T = Annotated[timedelta, BeforeValidator(_duration), Ge(_ZERO)]
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {
+    "bool": TypeAdapter(StrictBool),
+    "int": TypeAdapter(Annotated[StrictInt, Ge(0)]),
+    "int+": TypeAdapter(Annotated[StrictInt, Gt(0)]),
+    "float": TypeAdapter(Annotated[float, Strict(), Ge(0)]),
+    "float+": TypeAdapter(Annotated[float, Strict(), Gt(0)]),
+    "duration": TypeAdapter(_DURATION_T),
+    "duration+": TypeAdapter(Annotated[timedelta, BeforeValidator(_duration), Gt(_ZERO)]),
+    "set": TypeAdapter(Annotated[frozenset[Annotated[str, Field(strict=False)]], Strict(False)]),
+    "mapping": TypeAdapter(Annotated[dict[str, str], BeforeValidator(_mapping)]),
+    "str": TypeAdapter(Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int | float) else v)]),
+}
+
+# Settings that must be positive: zero would stop a loop, expire every lease or make all evidence
+# stale. Durations elsewhere may be 0 where documented ("0 turns the source off").
+_POSITIVE = frozenset({
+    "claims.evidence_max_age", "claims.taucluster_max_age", "claims.scrape_interval", "claims.stall_multiplier",
+    "controller.tick", "controller.batch_max", "controller.queue_max", "controller.watch_timeout_s",
+    "controller.lease_duration", "controller.lease_renew", "controller.log_tail_lines",
+    "controller.log_limit_bytes", "controller.agents.port", "bundles.history_versions",
+})
+
+
+def _kind(default: Any, key: str) -> str:
+    positive = "+" if key in _POSITIVE else ""
+    if isinstance(default, timedelta):
+        return "duration" + positive
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int" + positive
+    if isinstance(default, float):
+        return "float" + positive
+    if isinstance(default, Mapping):
+        return "mapping"
+    if isinstance(default, frozenset):
+        return "set"
+    return "str"
+
+
+def _check(kind: str, value: Any, path: str) -> Any:
+    try:
+        return _ADAPTERS[kind].validate_python(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else _seg(p) for p in err["loc"]
+                        if p not in ("function-before", "function-after"))
+        if err["type"] == "value_error":  # our own check (a duration): its message names the value
+            raise ConfigError(f"{path}{where}: {str(err['msg']).removeprefix('Value error, ')}") from None
+        if err["type"] in ("greater_than", "greater_than_equal"):
+            msg = "must be positive" if kind.endswith("+") else "must not be negative"
+        elif err["type"] == "int_type" and isinstance(value, float):
+            msg = "expected a whole number"
+        else:
+            msg = _PLAIN.get(err["type"], str(err["msg"]).lower())
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ConfigError(f"{path}{where}: {msg}, got {shown}") from None
+
+
+_PLAIN = {
+    "frozen_set_type": "expected a list", "bool_type": "expected true or false", "int_type": "expected a number",
+    "int_parsing": "expected a number", "int_from_float": "expected a whole number",
+    "float_type": "expected a number", "float_parsing": "expected a number", "dict_type": "expected a mapping",
+    "string_type": "expected a string",
+}
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]{1,100}")
+
+
+def _seg(key: Any) -> str:
+    """One step of a key path: `.name`, or `['odd\\nkey']` so that the error stays one line."""
+    k = str(key)
+    return f".{k}" if _PLAIN_KEY.fullmatch(k) else f"[{k[:100]!r}]"
 
 
 def _build(cls: Any, data: Any, where: str) -> Any:
@@ -38,33 +147,13 @@ def _build(cls: Any, data: Any, where: str) -> Any:
     for key, value in data.items():
         f = fields.get(str(key).replace("-", "_"))
         if f is None:
-            raise ConfigError(f"{where}.{key}: unknown setting (known: {', '.join(sorted(fields))})")
+            raise ConfigError(f"{where}{_seg(key)}: unknown setting (known: {', '.join(sorted(fields))})")
         default = getattr(cls(), f.name)
-        path = f"{where}.{key}"
+        path = f"{where}{_seg(key)}"
         if dataclasses.is_dataclass(default):
             kwargs[f.name] = _build(type(default), value, path)
-        elif isinstance(default, timedelta):
-            kwargs[f.name] = parse_duration(value, path)
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{path}: expected true or false, got {value!r}")
-            kwargs[f.name] = value
-        elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"{path}: expected a number, got {value!r}")
-            kwargs[f.name] = type(default)(value)
-        elif isinstance(default, dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-            # A list value (account → namespaces) is kept as "a,b".
-            kwargs[f.name] = {str(k): ",".join(map(str, v)) if isinstance(v, list) else str(v)
-                              for k, v in value.items()}
-        elif isinstance(default, frozenset):
-            if not isinstance(value, list):
-                raise ConfigError(f"{path}: expected a list, got {value!r}")
-            kwargs[f.name] = frozenset(str(v) for v in value)
         else:
-            kwargs[f.name] = str(value)
+            kwargs[f.name] = _check(_kind(default, path.removeprefix("config.").replace("-", "_")), value, path)
     return cls(**kwargs)
 
 
@@ -107,9 +196,14 @@ def _validate(s: Settings) -> None:
     for cloud in s.storage.clouds:
         if cloud not in _CLOUDS:
             raise ConfigError(f"config.storage.clouds: unknown cloud {cloud!r} (known: {', '.join(sorted(_CLOUDS))})")
-    for account in (*s.storage.accounts, *s.storage.account_namespaces):
-        if not _ACCOUNT.match(account):
-            raise ConfigError(f"config.storage: {account!r} is not a storage account name")
+    for key, accounts in (("accounts", s.storage.accounts), ("account_namespaces", s.storage.account_namespaces)):
+        for account in accounts:
+            if not _ACCOUNT.match(account):
+                raise ConfigError(f"config.storage.{key}: {account[:100]!r} is not a storage account name")
+    c = s.controller
+    if c.lease_renew >= c.lease_duration:
+        raise ConfigError(f"config.controller.lease_renew: must be shorter than config.controller.lease_duration "
+                          f"({c.lease_renew.total_seconds():g}s >= {c.lease_duration.total_seconds():g}s)")
     for profile, regex in s.controller.log_regex_by_profile.items():
         try:
             re.compile(regex)

@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -27,13 +27,24 @@ from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
+from collector.model import (
+    Claim,
+    ObjectRecord,
+    Observed,
+    PodFacts,
+    RayClusterFacts,
+    RayJobFacts,
+    Ref,
+    RunClaims,
+    TauRunFacts,
+)
 from collector.progress import scan_text
 from collector.progress.history import merge_history
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
+from collector.sources.decode import decoder_for
 from collector.sources.kube_api import (
     JSON,
     Backoff,
@@ -108,6 +119,9 @@ class Controller:
         self._targets_changed = False
         self._latencies: list[float] = []
         self.evaluations = 0
+        # Resources whose API server does not answer: since when, and the error (for claim reasons).
+        self._outage: dict[str, tuple[datetime, str]] = {}
+        self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
@@ -140,10 +154,14 @@ class Controller:
                 if isinstance(e, PermanentSourceError):
                     raise
                 self._stop.wait(backoff.next())
+        if self._stop.is_set():
+            return  # asked to stop before the API server ever answered
         for note in notes:
             log.info("optional API absent", extra={"note": note})
         for r in self.resources:
-            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s)
+            # Evidence capture keeps whole objects; otherwise only the fields the records read are decoded.
+            decoder = decoder_for(r.api_version, r.kind, full=self.capture is not None)
+            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s, decoder=decoder)
             self._reflectors.append(refl)
             refl.start()
         self._spawn(self._loop, "controller-loop")
@@ -164,6 +182,14 @@ class Controller:
         t = threading.Thread(target=target, name=name, daemon=True)
         self._threads.append(t)
         t.start()
+
+    def request_stop(self) -> None:
+        """Ask every loop to end (safe from a signal handler); `close` then finishes the job."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def close(self) -> None:
         self._stop.set()
@@ -189,6 +215,13 @@ class Controller:
     @property
     def synced(self) -> bool:
         return all(r.synced_once.is_set() for r in self._reflectors)
+
+    def stale_sources(self) -> list[str]:
+        """Watched resources with nothing intact from the API server for longer than the evidence
+        bound (`claims.evidence_max_age`): past it their claims are unknown, so not ready."""
+        bound = self.settings.claims.evidence_max_age.total_seconds()
+        now_m = time.monotonic()
+        return [r.resource.name for r in self._reflectors if r.synced_once.is_set() and now_m - r.last_ok > bound]
 
     @property
     def leader(self) -> bool:
@@ -220,12 +253,16 @@ class Controller:
         if changes:
             self._put(_Change("batch", resource, changes))
 
-    def replace(self, resource: Resource, objs: list[JSON]) -> None:
-        pairs = [(rec, obj) for obj in objs if (rec := self._normalize(resource, obj)) is not None]
-        if self.capture is not None:
-            for rec, obj in pairs:
-                self.capture.observe(rec.ref, obj)
-        self._put(_Change("replace", resource, [rec for rec, _ in pairs]))
+    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+        # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
+        recs: list[ObjectRecord] = []
+        for obj in objs:
+            rec = self._normalize(resource, obj)
+            if rec is not None:
+                recs.append(rec)
+                if self.capture is not None:
+                    self.capture.observe(rec.ref, obj)
+        self._put(_Change("replace", resource, recs))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         self._put(_Change("synced", resource, at))
@@ -277,13 +314,19 @@ class Controller:
                     self.health.events_processed(name, n)
                 now_m = time.monotonic()
                 full = now_m >= next_tick
-                if full:
-                    next_tick = now_m + tick
                 # Changes are batched for at most `min_eval_interval`: one evaluation covers many
                 # events of the same runs, which is what keeps a burst cheap.
                 if full or (self._dirty and now_m - last_eval >= pause):
+                    cpu0 = time.thread_time()
                     self.evaluate(full=full)
                     last_eval = done = time.monotonic()
+                    if full:
+                        # The tick re-evaluates every run so that evidence ageing past its bound turns
+                        # claims unknown. At fleet size one pass costs a second or more: the tick
+                        # stretches so those passes take at most FULL_PASS_SHARE of a core when idle.
+                        cost = time.thread_time() - cpu0
+                        next_tick = done + max(tick, cost / FULL_PASS_SHARE)
+                        self.tick_s = next_tick - done
                     self._latencies.extend(done - t for t in waiting)
                     waiting.clear()
                     if len(self._latencies) > 100_000:
@@ -307,6 +350,7 @@ class Controller:
             assert r is not None
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
+            self._outage.pop(r.name, None)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -340,6 +384,8 @@ class Controller:
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
+            if r is not None and err.retryable:  # a watched resource failing: until it syncs again, an outage
+                self._outage.setdefault(r.name, (self.now(), str(err)))
         elif c.op == "restart":
             assert r is not None
             self.health.watch_restarted(r.name)
@@ -428,6 +474,8 @@ class Controller:
                 rc = evaluate(ev, now, self.settings.claims)
                 if self._agent_nodes or self._gpus:
                     rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
+                if self._outage:
+                    rc = self._with_outage(rc)
                 self.claims[ref.key] = rc
                 out.append(rc)
                 if self.capture is not None and self.leader:
@@ -447,6 +495,7 @@ class Controller:
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         self._was_leader = leader
+        self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:
             # New lists, swapped in whole: the poller threads read them without a lock.
             runs = list(self._targets_by_run.values())
@@ -459,6 +508,16 @@ class Controller:
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
+
+    def _with_outage(self, rc: RunClaims) -> RunClaims:
+        """Unknown claims during an API outage say so: the cause, not only the evidence's age."""
+        since, error = min(self._outage.values())
+        note = f"; Kubernetes API failing since {since:%Y-%m-%dT%H:%M:%SZ} ({error[:200]})"
+        def noted(c: Claim) -> Claim:
+            return replace(c, reason=c.reason + note) if c.observed is Observed.UNKNOWN else c
+
+        return replace(rc, scheduled=noted(rc.scheduled), running=noted(rc.running),
+                       progressing=noted(rc.progressing))
 
     def latencies(self) -> list[float]:
         return list(self._latencies)
@@ -661,8 +720,12 @@ class Controller:
             return (200, "text/plain", b"ok\n") if alive else (500, "text/plain", b"loop stopped\n")
 
         def readyz() -> tuple[int, str, bytes]:
-            ok = self.ready.is_set()
-            return (200, "text/plain", b"ok\n") if ok else (503, "text/plain", b"not synced\n")
+            if not self.ready.is_set():
+                return 503, "text/plain", b"not synced\n"
+            stale = self.stale_sources()
+            if stale:
+                return 503, "text/plain", f"stale: {', '.join(stale)}\n".encode()
+            return 200, "text/plain", b"ok\n"
 
         self._http = serve_http(host, port, {
             "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.registry)),
@@ -676,6 +739,9 @@ def _profile(ev: RunEvidence) -> str:
     t = ev.taurun.facts if ev.taurun is not None else None
     return t.profile if isinstance(t, TauRunFacts) else ""
 
+
+# The most of one core the periodic full re-evaluation may take between events (issue 9).
+FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
 

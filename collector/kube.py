@@ -344,7 +344,11 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     else:
         r.problem("metadata.labels: expected a mapping")
     owners: list[OwnerRef] = []
-    for i, o in enumerate(meta.get("ownerReferences") or []):
+    owner_refs = meta.get("ownerReferences") or []
+    if type(owner_refs) is not list:
+        r.problem("metadata.ownerReferences: expected a list")
+        owner_refs = []
+    for i, o in enumerate(owner_refs):
         if not isinstance(o, dict) or not o.get("kind") or not o.get("name"):
             r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
             continue
@@ -474,7 +478,8 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
     phase = status.get("phase")
     claims = _pod_claims(r, spec, status)
     unhealthy = _unhealthy_devices(status)
-    phase_s = phase if phase in POD_PHASES else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
+    known = type(phase) is str and phase in POD_PHASES  # a list or mapping here is not hashable
+    phase_s = str(phase) if known else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
     specs = spec.get("containers")
     gpus = sum(_gpus(c.get("resources")) for c in specs if type(c) is dict) if type(specs) is list else 0
     return PodFacts(

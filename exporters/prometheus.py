@@ -10,9 +10,9 @@ messages or uids.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from importlib import metadata
@@ -29,6 +29,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from collector.model import Plane, Ref, RunClaims
 
@@ -75,8 +76,39 @@ def new_registry() -> CollectorRegistry:
 
 
 def render(registry: CollectorRegistry) -> bytes:
-    """The registry in the Prometheus text format (0.0.4)."""
-    return generate_latest(registry)
+    """The registry in the Prometheus text format (0.0.4).
+
+    A `ClaimsExporter` in it answers from its prepared text (`ClaimsExporter.exposition`): at fleet
+    size formatting every run's series per scrape costs most of a core. Other collectors render
+    as client_python does, in registration order.
+    """
+    # client_python keeps its collectors in a private dict; `restricted_registry` would render
+    # the claims too, which is the work this avoids.
+    collectors = list(registry._collector_to_names)
+    if not any(isinstance(c, ClaimsExporter) for c in collectors):
+        return generate_latest(registry)
+    parts: list[bytes] = []
+    others: list[Collector] = []
+    for c in collectors:
+        if isinstance(c, ClaimsExporter):
+            if others:
+                parts.append(generate_latest(_Group(others)))
+                others = []
+            parts.append(c.exposition())
+        else:
+            others.append(c)
+    if others:
+        parts.append(generate_latest(_Group(others)))
+    return b"".join(parts)
+
+
+class _Group(Collector):
+    def __init__(self, collectors: list[Collector]) -> None:
+        self._collectors = collectors
+
+    def collect(self) -> Iterable[Metric]:
+        for c in self._collectors:
+            yield from c.collect()
 
 
 def serve(
@@ -106,6 +138,89 @@ class _Entry:
     claims: RunClaims
     newest: tuple[tuple[Plane, float], ...]  # newest Evidence.at per plane, unix seconds
     finished_at: float | None  # when we first saw the run finished (its evaluated_at)
+    # The run's series as exposition text, by family, prepared once per update: lines that do not
+    # depend on the clock as bytes; ages as (series name and labels, the time they count from).
+    text: dict[str, bytes] = field(default_factory=dict, compare=False)
+    ages: dict[str, tuple[tuple[bytes, float], ...]] = field(default_factory=dict, compare=False)
+
+
+def _fmt(v: float) -> str:
+    return str(floatToGoString(v))  # type: ignore[no-untyped-call]
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+def _template(name: str, labels: Sequence[str]) -> str:
+    # Labels sorted by name, as client_python's text format writes them (a test compares both).
+    return name + "{" + ",".join(f'{k}="%({k})s"' for k in sorted(labels)) + "}"
+
+
+# Families whose lines change with every evaluation of a running run; the others are reused while
+# the claims themselves stay the same (the common case on an evaluation tick).
+_EVERY_TIME = frozenset({"goodput", "run_time", "finished", "evaluated"})
+
+
+def _prepare_every_time(entry: _Entry, add: Callable[..., None]) -> None:
+    rc = entry.claims
+    g = rc.goodput
+    if g is not None:
+        if g.ratio is not None:
+            add("goodput", g.ratio)
+        add("run_time", g.productive_s, bucket="productive")
+        for cause, secs in g.badput_s.items():
+            add("run_time", secs, bucket=cause)
+    add("finished", 1.0 if rc.finished else 0.0)
+    add("evaluated", _seconds(rc.evaluated_at))
+
+
+def _same_claims(a: RunClaims, b: RunClaims) -> bool:
+    return (a.ref == b.ref and a.scheduled == b.scheduled and a.running == b.running
+            and a.progressing == b.progressing and a.blocked == b.blocked and a.finished == b.finished)
+
+
+def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
+    """Fill `entry.text` and `entry.ages` with what `ClaimsExporter.collect` yields for its run;
+    from `prev` (the same run with the same claims) all but the lines of `_EVERY_TIME`."""
+    rc = entry.claims
+    run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
+    lines: dict[str, list[str]] = {}
+    ages: dict[str, list[tuple[bytes, float]]] = {}
+    tpl = _TEMPLATES
+
+    def add(fam: str, value: float, **extra: str) -> None:
+        labels = {**run, **{k: _esc(v) for k, v in extra.items()}} if extra else run
+        lines.setdefault(fam, []).append(f"{tpl[fam] % labels} {_fmt(value)}\n")
+
+    if prev is not None:
+        entry.text.update({f: t for f, t in prev.text.items() if f not in _EVERY_TIME})
+        entry.ages.update(prev.ages)
+        _prepare_every_time(entry, add)
+        entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
+        return entry
+    for name, claim in rc.claims.items():
+        add("observed", 1.0, claim=name, observed=claim.observed.value)
+        add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
+        if claim.since is not None:
+            add("since", _seconds(claim.since), claim=name)
+    if rc.blocked is not None:
+        stage = rc.blocked.stage
+        add("blocked", 1.0, stage=stage.value, owner=stage.owner)
+        if rc.blocked.since is not None:
+            labels = {**run, "stage": _esc(stage.value), "owner": _esc(stage.owner)}
+            ages["blocked_age"] = [((tpl["blocked_age"] % labels).encode(), _seconds(rc.blocked.since))]
+    if entry.newest:
+        ages["evidence_age"] = [((tpl["evidence_age"] % {**run, "plane": _esc(plane.value)}).encode(), at)
+                                for plane, at in entry.newest]
+    last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
+    if last is not None and isinstance(last.value, int) and last.at is not None:
+        add("last_step", float(last.value))
+        add("last_progress", _seconds(last.at))
+    _prepare_every_time(entry, add)
+    entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
+    entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
+    return entry
 
 
 def _newest_per_plane(rc: RunClaims) -> tuple[tuple[Plane, float], ...]:
@@ -146,6 +261,8 @@ class ClaimsExporter(Collector):
         # Keys of exported runs that finished, so retention scans only those, not every run.
         self._finished: set[tuple[str, str, str]] = set()
         self._now: float | None = None
+        # The claims families as exposition text, rebuilt on the first scrape after a change.
+        self._text: bytes | None = None
         if registry is not None:
             registry.register(self)
 
@@ -166,6 +283,7 @@ class ClaimsExporter(Collector):
             for rc in batch:
                 self._upsert(rc)
             self._expire(now_s)
+            self._text = None
 
     def _upsert(self, rc: RunClaims) -> None:
         key = rc.ref.key
@@ -186,7 +304,10 @@ class ClaimsExporter(Collector):
             self._finished.add(key)
         else:
             self._finished.discard(key)
-        self._runs[key] = _Entry(rc, _newest_per_plane(rc), finished_at)
+        if old is not None and _same_claims(old.claims, rc):  # same evidence: the same newest per plane
+            self._runs[key] = _prepare(_Entry(rc, old.newest, finished_at), old)
+        else:
+            self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at))
 
     def _expire(self, now_s: float) -> None:
         horizon = now_s - self.retention.total_seconds()
@@ -202,6 +323,7 @@ class ClaimsExporter(Collector):
         with self._lock:
             self._retired.pop(ref.key, None)
             self._finished.discard(ref.key)
+            self._text = None
             return self._runs.pop(ref.key, None) is not None
 
     # --- reads --------------------------------------------------------------------------------
@@ -210,6 +332,29 @@ class ClaimsExporter(Collector):
         """Refs of the runs currently exported."""
         with self._lock:
             return [e.claims.ref for e in self._runs.values()]
+
+    def exposition(self) -> bytes:
+        """What `collect` yields, as Prometheus text: rendered from the runs' prepared lines once
+        per change (claims or clock), then the same bytes for every scrape until the next one."""
+        with self._lock:
+            text = self._text
+            if text is not None:
+                return text
+            entries = sorted(self._runs.items())
+            now_s = self._now
+            out: list[bytes] = []
+            for fam, metric in self._families().items():
+                doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+                out.append(f"# HELP {metric.name} {doc}\n# TYPE {metric.name} gauge\n".encode())
+                if fam in _AGE_FAMILIES:
+                    if now_s is not None:
+                        # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
+                        out.extend(b"%s %s\n" % (series, _fmt(max(0.0, now_s - at)).encode())
+                                   for _, e in entries for series, at in e.ages.get(fam, ()))
+                else:
+                    out.extend(t for _, e in entries if (t := e.text.get(fam)) is not None)
+            self._text = b"".join(out)
+            return self._text
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
@@ -322,6 +467,10 @@ class ClaimsExporter(Collector):
         }
 
 
+_TEMPLATES = {fam: _template(m.name, m._labelnames) for fam, m in ClaimsExporter._families().items()}
+_AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
+
+
 # --- collector health ---------------------------------------------------------------------------
 
 
@@ -412,6 +561,12 @@ class HealthMetrics:
             buckets=list(buckets),
             registry=None,
         )
+        self._leader = Gauge(
+            "taugrid_collector_leader",
+            "1 on the replica that holds the Lease and exports claims, 0 on standbys; identity in a label.",
+            ["identity"],
+            registry=None,
+        )
         self._build = Gauge(
             "taugrid_collector_build_info",
             "Always 1; the collector's version in a label.",
@@ -436,6 +591,7 @@ class HealthMetrics:
                     self._last_sync,
                     self._runs,
                     self._evaluation,
+                    self._leader,
                     self._build,
                 ]
             )
@@ -456,6 +612,10 @@ class HealthMetrics:
 
     def synced(self, resource: str, at: datetime) -> None:
         self._last_sync.labels(resource).set(_seconds(at))
+
+    def set_leader(self, identity: str, leader: bool) -> None:
+        """This replica's leadership ("" identity: leader election off, always the exporter)."""
+        self._leader.labels(identity).set(1 if leader else 0)
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)

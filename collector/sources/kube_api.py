@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -19,6 +21,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from collector.settings import TauGridContract
+from collector.sources.decode import FULL, Decoder
 
 JSON = dict[str, Any]
 
@@ -27,6 +30,7 @@ class SourceError(Exception):
     """An I/O failure at the Kubernetes boundary."""
 
     retryable = True
+    retry_after: float | None = None  # seconds the server asked us to wait (429/503 Retry-After)
 
 
 class RetryableSourceError(SourceError):
@@ -40,7 +44,24 @@ class PermanentSourceError(SourceError):
 
 
 class Expired(RetryableSourceError):
-    """410 Gone: the resourceVersion is older than the server keeps; relist."""
+    """410 Gone: the resourceVersion is older than the server keeps; relist. Also "Too large
+    resource version" (504): the server's store is behind ours, as after a restore; relist."""
+
+
+class Unreachable(RetryableSourceError):
+    """No answer at all (refused, reset, timed out): when it answers again it may be another
+    server or another store, so the reflector relists instead of resuming its watch."""
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header's seconds (the delta form Kubernetes sends); None when absent or odd."""
+    if not value:
+        return None
+    try:
+        secs = float(value.strip())
+    except ValueError:
+        return None
+    return min(secs, 300.0) if secs >= 0 else None  # bounded: a hostile value cannot park us for ever
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +140,19 @@ def missing_kinds(present: set[str], directory: str) -> dict[str, Any]:
 POOL_SIZE = 64
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
-    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
+def _configuration() -> k8s_client.Configuration:
     configuration = k8s_client.Configuration()
     configuration.connection_pool_maxsize = POOL_SIZE
+    # No retries inside urllib3: it would sleep out a 429's Retry-After (any length, not
+    # interruptible at shutdown, never counted) and hide a dead server behind three silent tries.
+    # The reflectors retry with backoff, bounded Retry-After, error counts and a stop check.
+    configuration.retries = False
+    return configuration
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+    """A client from a kubeconfig file, or the in-cluster service account when none is given."""
+    configuration = _configuration()
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     else:
@@ -131,13 +161,12 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 def api_client_for(host: str) -> k8s_client.ApiClient:
-    configuration = k8s_client.Configuration()
-    configuration.connection_pool_maxsize = POOL_SIZE
+    configuration = _configuration()
     configuration.host = host
     return k8s_client.ApiClient(configuration)
 
 
-def classify(status: int, body: bytes, what: str) -> SourceError:
+def classify(status: int, body: bytes, what: str, *, retry_after: str | None = None) -> SourceError:
     message = ""
     try:
         doc = orjson.loads(body) if body else {}
@@ -145,10 +174,12 @@ def classify(status: int, body: bytes, what: str) -> SourceError:
     except orjson.JSONDecodeError:
         message = body[:200].decode("utf-8", "replace")
     text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    if status == 410:
+    if status == 410 or (status == 504 and "too large resource version" in message.lower()):
         return Expired(text)
     if status in (429,) or status >= 500:
-        return RetryableSourceError(text)
+        err = RetryableSourceError(text)
+        err.retry_after = retry_after_s(retry_after)
+        return err
     return PermanentSourceError(text)
 
 
@@ -159,6 +190,11 @@ class KubeApi:
         self.api = api
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
+        self.clock = ServerClock()
+
+    def _saw_date(self, value: str | None) -> None:
+        if value:
+            self.clock.observe(value)
 
     def _call(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (), *, body: Any = None,
               read_timeout: float | None = None, stream: bool = False) -> Any:
@@ -172,17 +208,18 @@ class KubeApi:
             resp = self.api.call_api(m, url, header_params=headers, body=body_, post_params=post,
                                      _request_timeout=(5.0, read_timeout or self.request_timeout))
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RetryableSourceError(f"{method} {path}: {type(e).__name__}: {e}") from e
+            raise Unreachable(f"{method} {path}: {type(e).__name__}: {e}") from e
         except k8s_client.ApiException as e:
             raise classify(e.status or 0, (e.body or "").encode() if isinstance(e.body, str) else e.body or b"",
-                           f"{method} {path}") from e
+                           f"{method} {path}", retry_after=(e.headers or {}).get("Retry-After")) from e
         raw: urllib3.BaseHTTPResponse = resp.response
+        self._saw_date(raw.headers.get("Date"))
         if resp.status >= 400:
             try:
                 data = raw.read()
             finally:
                 raw.release_conn()
-            raise classify(resp.status, data, f"{method} {path}")
+            raise classify(resp.status, data, f"{method} {path}", retry_after=raw.headers.get("Retry-After"))
         if stream:
             return raw
         try:
@@ -214,23 +251,19 @@ class KubeApi:
         return data
 
     def list_pages(self, resource: Resource, *, limit: int = 500) -> tuple[list[JSON], str]:
-        """Every object of a resource, page by page; returns (items, list resourceVersion)."""
-        items: list[JSON] = []
-        token = ""
-        while True:
-            query: list[tuple[str, Any]] = [("limit", limit)]
-            if token:
-                query.append(("continue", token))
-            doc = self.get_json(resource.path, query)
-            meta = doc.get("metadata") or {}
-            for item in doc.get("items") or []:
-                if isinstance(item, dict):
-                    item.setdefault("kind", resource.kind)
-                    item.setdefault("apiVersion", resource.api_version)
-                    items.append(item)
-            token = str(meta.get("continue") or "")
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
+        """Every object of a resource at once; returns (items, list resourceVersion)."""
+        listing = self.iter_list(resource, limit=limit)
+        items = list(listing)
+        return items, listing.resource_version
+
+    def current_version(self, resource: Resource) -> str:
+        """The store's current resourceVersion, from a one-item list."""
+        meta = self.get_json(resource.path, [("limit", 1)]).get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+
+    def iter_list(self, resource: Resource, *, limit: int = 500, decoder: Decoder = FULL) -> Listing:
+        """Every object of a resource, one page in memory at a time (see `Listing`)."""
+        return Listing(self, resource, limit, decoder)
 
     def open_watch(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Any:
         """Start a watch from `resource_version`; the server has accepted it when this returns."""
@@ -281,6 +314,79 @@ class KubeApi:
             else:
                 raise PermanentSourceError(f"required API {r.api_version} {r.plural} is not served")
         return found, notes
+
+
+class ServerClock:
+    """The API server's clock, from the `Date` header of its answers.
+
+    API timestamps (lastTransitionTime, Lease renewTime, event times) are the server's; a node
+    whose clock is off by minutes would otherwise see fresh evidence as stale or the reverse.
+    `now()` is the local clock moved by the last offset seen; `Date` has one-second resolution,
+    so offsets within a second and a half are taken as no skew.
+    """
+
+    TOLERANCE_S = 1.5
+
+    def __init__(self, local: Callable[[], datetime] | None = None) -> None:
+        self._local = local or (lambda: datetime.now(UTC))
+        self.offset = timedelta(0)
+        self.seen = False
+
+    def observe(self, date_header: str) -> None:
+        try:
+            server = parsedate_to_datetime(date_header)
+        except (TypeError, ValueError, IndexError):
+            return
+        if server.tzinfo is None:
+            server = server.replace(tzinfo=UTC)
+        offset = server - self._local()
+        self.seen = True
+        # The header is truncated to the second: the true offset lies within [offset, offset + 1 s).
+        mid = offset + timedelta(seconds=0.5)
+        self.offset = mid if abs(mid.total_seconds()) > self.TOLERANCE_S else timedelta(0)
+
+    def now(self) -> datetime:
+        return self._local() + self.offset
+
+
+class Listing:
+    """A paginated list, read as it is iterated: only the current page's objects are held, so a
+    consumer that keeps small records keeps the process's peak near its steady size. After the
+    iteration `resource_version` is the list's (where a watch resumes)."""
+
+    def __init__(self, api: KubeApi, resource: Resource, limit: int, decoder: Decoder) -> None:
+        self.api, self.resource, self.limit, self.decoder = api, resource, limit, decoder
+        self.resource_version = ""
+        self.pages = 0
+
+    def __iter__(self) -> Iterator[JSON]:
+        resource, token = self.resource, ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", self.limit)]
+            if token:
+                query.append(("continue", token))
+            data = self.api.get_text(resource.path, query)
+            try:
+                doc = self.decoder.page(data)
+            except orjson.JSONDecodeError as e:
+                raise RetryableSourceError(f"GET {resource.path}: not JSON: {e}") from e
+            if not isinstance(doc, dict):
+                raise PermanentSourceError(f"GET {resource.path}: expected an object")
+            del data
+            self.pages += 1
+            meta = doc.get("metadata") or {}
+            items = doc.get("items") or []
+            del doc
+            for item in items:
+                if isinstance(item, dict):
+                    item.setdefault("kind", resource.kind)
+                    item.setdefault("apiVersion", resource.api_version)
+                    yield item
+            del items
+            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            if not token:
+                self.resource_version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+                return
 
 
 class Backoff:

@@ -46,9 +46,30 @@ class LeaseElector:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop renewing; a leader releases its Lease so that a standby takes over at once."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+        if self._leader.is_set():
+            self._leader.clear()
+            try:
+                self.release()
+            except SourceError as e:  # the standby waits out leaseDurationSeconds instead
+                log.warning("lease not released", extra={"error": str(e)})
+
+    def release(self) -> bool:
+        """Clear the holder (as client-go's ReleaseOnCancel does) if we still hold the Lease."""
+        path = f"{self.path}/{self.cfg.lease_name}"
+        lease = self.api.get_json(path)
+        spec = lease.get("spec") or {}
+        if spec.get("holderIdentity") != self.identity:
+            return False
+        now = _micro(self.now())
+        lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}
+        released = self._write("PUT", path, lease)
+        if released:
+            log.info("lease released", extra={"identity": self.identity})
+        return released
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 import orjson
 
-from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError
+from collector.sources.decode import FULL, Decoder
+from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError, Unreachable
 
 log = logging.getLogger("taugrid.watch")
 
@@ -28,7 +29,8 @@ class WatchSink(Protocol):
 
     def delete(self, resource: Resource, obj: JSON) -> None: ...
 
-    def replace(self, resource: Resource, objs: list[JSON]) -> None: ...
+    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+        """A whole (re)list, read page by page while it is iterated: keep records, not `objs`."""
 
     def mark_synced(self, resource: Resource, at: datetime) -> None: ...
 
@@ -44,17 +46,20 @@ class Reflector:
     """One resource's list+watch loop, in its own thread."""
 
     def __init__(self, api: KubeApi, resource: Resource, sink: WatchSink, now: Callable[[], datetime], *,
-                 watch_timeout_s: int = 300, backoff: Backoff | None = None) -> None:
+                 watch_timeout_s: int = 300, backoff: Backoff | None = None, decoder: Decoder = FULL) -> None:
         self.api = api
         self.resource = resource
         self.sink = sink
         self.now = now
         self.watch_timeout_s = watch_timeout_s
         self.backoff = backoff or Backoff()
+        self.decoder = decoder
         self.resource_version = ""
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
         self._marked = 0.0
+        self._relist_after_outage = False  # counted as a relist once it succeeds
+        self._resumed = False  # the next watch resumes from an older stream, not from a fresh list
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -74,6 +79,12 @@ class Reflector:
             try:
                 if not self.resource_version:
                     self.relist()
+                    if self._relist_after_outage:
+                        self._relist_after_outage = False
+                        self.sink.watch_restarted(self.resource, relist=True)
+                elif self._resumed:
+                    self.check_store()
+                self._resumed = True
                 self.watch_once()
                 self.backoff.reset()
                 self.sink.watch_restarted(self.resource, relist=False)
@@ -84,6 +95,13 @@ class Reflector:
                 self.sink.watch_restarted(self.resource, relist=True)
             except SourceError as e:
                 delay = self.backoff.next() * (1 if e.retryable else 10)
+                if e.retry_after is not None:
+                    delay = max(delay, e.retry_after)  # the server said when: not sooner
+                if isinstance(e, Unreachable):
+                    # What answers next may be a restarted server with another store, which would
+                    # accept our resourceVersion and send nothing: list again rather than resume.
+                    self._relist_after_outage = bool(self.resource_version) or self._relist_after_outage
+                    self.resource_version = ""
                 log.warning("watch failed", extra={"resource": self.resource.name, "error": str(e),
                                                    "retry_in_s": round(delay, 2)})
                 self.sink.source_error(self.resource, e)
@@ -93,10 +111,20 @@ class Reflector:
                 self.sink.source_error(self.resource, SourceError(f"{type(e).__name__}: {e}"))
                 self._stop.wait(self.backoff.next())
 
+    def check_store(self) -> None:
+        """Before resuming a watch: is the server's store still the one we listed? A restored or
+        replaced store is behind our resourceVersion, and may accept a watch from it while sending
+        nothing (old servers, or bookmarks at our own version): one single-item list tells."""
+        current = self.api.current_version(self.resource)
+        if _older(current, self.resource_version):
+            raise Expired(f"{self.resource.name}: the API server's store is at resourceVersion {current}, behind ours "
+                          f"({self.resource_version}): restored or replaced")
+
     def relist(self) -> None:
-        items, rv = self.api.list_pages(self.resource)
-        self.sink.replace(self.resource, items)
-        self.resource_version = rv
+        listing = self.api.iter_list(self.resource, decoder=self.decoder)
+        self.sink.replace(self.resource, listing)
+        self.resource_version = listing.resource_version
+        self._resumed = False
         self.last_ok = time.monotonic()
         self._mark_synced(self.last_ok)
         self.synced_once.set()
@@ -110,7 +138,7 @@ class Reflector:
                     return
                 for line in lines:
                     try:
-                        event = orjson.loads(line)
+                        event = self.decoder.event(line)
                     except orjson.JSONDecodeError as e:
                         raise SourceError(f"watch {self.resource.name}: undecodable event ({e})") from e
                     self._apply(event)
@@ -128,17 +156,24 @@ class Reflector:
         if kind == "ERROR":
             code = obj.get("code")
             msg = f"watch {self.resource.name}: {obj.get('reason')}: {obj.get('message')}"
-            if code == 410:
+            if code == 410 or (code == 504 and "too large resource version" in str(obj.get("message")).lower()):
                 raise Expired(msg)
             raise SourceError(msg)
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        now_m = time.monotonic()
-        self.last_ok = now_m
+        meta = obj.get("metadata")
+        rv = str((meta if isinstance(meta, dict) else {}).get("resourceVersion") or "")
         if kind == "BOOKMARK":
+            if _older(rv, self.resource_version):
+                # Versions never go back on one store: this server's store is not the one we listed.
+                raise Expired(f"watch {self.resource.name}: bookmark at resourceVersion {rv}, behind ours "
+                              f"({self.resource_version}): the API server's store changed")
+            now_m = time.monotonic()
+            self.last_ok = now_m
             if rv:
                 self.resource_version = rv
             self._mark_synced(now_m)
             return
+        now_m = time.monotonic()
+        self.last_ok = now_m
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
         if kind in ("ADDED", "MODIFIED"):
@@ -155,6 +190,11 @@ class Reflector:
     def _mark_synced(self, now_m: float) -> None:
         self._marked = now_m
         self.sink.mark_synced(self.resource, self.now())
+
+
+def _older(rv: str, than: str) -> bool:
+    """resourceVersions are opaque, but every API server in use issues etcd revisions: integers."""
+    return rv.isdigit() and than.isdigit() and int(rv) < int(than)
 
 
 # Freshness needs "alive recently", not a mark per event: one a second at most (bookmarks always).

@@ -69,6 +69,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     health.error("ray", "retryable")
     health.synced("pods", T0)
     health.set_runs_tracked(3)
+    health.set_leader("collector-0-abc123", True)
     health.observe_evaluation(0.01)
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(generate_latest(registry).decode()):

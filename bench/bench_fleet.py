@@ -1,0 +1,148 @@
+"""Fleet-size benchmark: one controller against a simulated cluster of 50,000 pods (or more).
+
+For each variant, a fresh controller process lists and watches the same simulated cluster (the
+simulator runs in its own process, filled with bench_controller's ~6 KB KubeRay GPU pods through
+its store API), and reports:
+
+  sync_s     open() → ready (every initial list read, normalized, indexed and evaluated)
+  peak MiB   the process's maximum RSS (ru_maxrss) over its life: initial list, ticks, idle
+  steady MiB RSS once synced, after a collection
+  idle core  CPU seconds per second while nothing changes (the evaluation tick included)
+  tick s     the full re-evaluation period in effect at the end (stretched at fleet size)
+
+Variants, all in the same run:
+  baseline   the previous path: every page of a list decoded in full by orjson and kept until the
+             list ends, then normalized (KubeApi.list_pages + Controller.replace on the whole list),
+             and a full re-evaluation every `tick` whatever it costs
+  paged      pages normalized as they arrive, pods decoded selectively (msgspec), the tick stretched
+             so that full passes take at most FULL_PASS_SHARE of a core
+
+Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
+
+
+def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    logging.disable(logging.WARNING)
+    from collector import controller as ctl
+    from collector.settings import ControllerSettings, Settings
+    from collector.sources import watch
+    from collector.sources.decode import FULL
+    from collector.sources.kube_api import KubeApi, api_client_for
+
+    if variant == "baseline":
+        def relist(self: Any) -> None:  # the path before page-by-page normalizing
+            items, rv = self.api.list_pages(self.resource)
+            self.sink.replace(self.resource, items)
+            self.resource_version = rv
+            self.last_ok = time.monotonic()
+            self._mark_synced(self.last_ok)
+            self.synced_once.set()
+        watch.Reflector.relist = relist  # type: ignore[method-assign]
+        ctl.decoder_for = lambda *a, **k: FULL  # type: ignore[assignment]
+        ctl.FULL_PASS_SHARE = float("inf")  # the fixed tick: every full pass at `tick`, whatever it costs
+
+    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
+                                           log_poll_interval=timedelta(0)))
+    c = ctl.Controller(KubeApi(api_client_for(url)), settings, lambda: datetime.now(UTC))
+    rss0 = rss_bytes()
+    t0 = time.monotonic()
+    c.open()
+    if not c.ready.wait(1800):
+        raise TimeoutError("controller never synced")
+    sync_s = time.monotonic() - t0
+    peak_sync = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    time.sleep(2)  # let the first ticks pass
+    gc.collect()
+    steady = rss_bytes()
+    c0, w0 = cpu_s(), time.monotonic()
+    time.sleep(idle_s)
+    idle = (cpu_s() - c0) / (time.monotonic() - w0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
+    tick_s = c.tick_s
+    pods = len(c.index.keys_of_kind("Pod"))
+    runs = len(c.claims)
+    c.close()
+    conn.send({"variant": variant, "sync_s": sync_s, "peak": peak, "peak_at_sync": peak_sync, "steady": steady,
+               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s})
+
+
+def run_variant(url: str, variant: str, idle_s: float, cpu: int | None) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(2400):
+            raise TimeoutError(f"{variant}: no result")
+        out: dict[str, Any] = parent.recv()
+        return out
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=50_000)
+    ap.add_argument("--per-run", type=int, default=10, help="pods per run (runs = pods / per-run)")
+    ap.add_argument("--nodes", type=int, default=0, help="nodes (default: pods / 10)")
+    ap.add_argument("--idle-s", type=float, default=15.0)
+    ap.add_argument("--variants", default="baseline,paged")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs 0 and 1")
+    a = ap.parse_args()
+    ncpu = len(os.sched_getaffinity(0))
+    pin = not a.no_pin and ncpu >= 2
+    runs = a.pods // a.per_run
+    nodes = a.nodes or max(1, a.pods // 10)
+    sim = SimProcess(1 if pin else None, 10_000)
+    try:
+        t = time.monotonic()
+        info = sim.call("populate", 0, runs, a.per_run, nodes)
+        fill_s = time.monotonic() - t
+        size = sum(info["sizes"]) / max(1, len(info["sizes"]))
+        print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
+              f"filled in {fill_s:.0f} s", flush=True)
+        results = []
+        for v in a.variants.split(","):
+            r = run_variant(sim.url, v, a.idle_s, 0 if pin else None)
+            results.append(r)
+            print(f"  {v}: {r}", flush=True)
+    finally:
+        sim.close()
+    mib = 1024 * 1024
+    print(f"\n{'variant':<10} {'pods':>7} {'runs':>6} {'sync s':>8} {'peak MiB':>9} {'steady MiB':>11} "
+          f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7}")
+    for r in results:
+        print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['peak'] / mib:>9.0f} "
+              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} "
+              f"{r['tick_s']:>7.1f}")
+    print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Faults injected through the simulator's fault API; after recovery the claims equal an
+uninterrupted run's (issue 9). Loopback servers only, bounded waits."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from collector.controller import Controller
+from collector.settings import ClaimSettings
+from collector.simulator.server import Simulator
+from collector.sources.kube_api import KubeApi, Resource, api_client_for
+from collector.sources.lease import LeaseElector
+from collector.sources.watch import Reflector
+from exporters.prometheus import render
+from tests.controller.test_controller import FAST, T0, Clock, apply_run, observed, settings, start, wait_until
+
+
+def _readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def _claims(c: Controller) -> dict[str, dict[str, str]]:
+    return {f"{r.ref.namespace}/{r.ref.name}": {k: v.observed.value for k, v in r.claims.items()}
+            for r in c.claims.values()}
+
+
+def test_outage_readyz_unknown_with_cause_then_recovery() -> None:
+    clock = Clock(T0)
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        apply_run(s, "llm")
+        cfg = replace(settings(), claims=replace(ClaimSettings(), evidence_max_age=timedelta(seconds=2)))
+        c = Controller(KubeApi(api_client_for(s.base_url)), cfg, clock.now)
+        port = c.serve("127.0.0.1", 0)
+        c.open()
+        try:
+            wait_until(lambda: observed(c, "llm").get("running") == "true", what="running")
+            wait_until(lambda: _readyz(port) == 200, what="/readyz 200 once synced")
+            before = _claims(c)
+            assert b'taugrid_collector_leader{identity=""} 1.0' in render(c.registry)
+            # The API stops answering: connections close before any response, watches are cut.
+            s.faults.drop(count=None)
+            s.faults.drop_watch(count=None)
+            wait_until(lambda: _readyz(port) == 503, timeout=20, what="/readyz 503 past the evidence bound")
+            clock.advance(10)  # past the bound on the evaluation clock too
+            wait_until(lambda: observed(c, "llm").get("running") == "unknown", what="claims unknown")
+            rc = next(r for r in c.claims.values() if r.ref.name == "llm")
+            assert "Kubernetes API failing since" in rc.running.reason  # the cause, not only the age
+            assert any(r.name == "llm" for r in c.exporter.runs())  # unknown, not vanished
+            s.faults.clear()
+            wait_until(lambda: _readyz(port) == 200, timeout=30, what="/readyz 200 again")
+            wait_until(lambda: _claims(c) == before, timeout=30, what="claims as before the outage")
+            rc = next(r for r in c.claims.values() if r.ref.name == "llm")
+            assert "failing since" not in rc.running.reason
+        finally:
+            c.close()
+
+
+def test_api_server_replaced_by_another_store_relists() -> None:
+    clock = Clock(T0)
+    a = Simulator(settings=FAST, watch_window=50, clock=clock)
+    url = a.start()
+    port = url.rsplit(":", 1)[1]
+    apply_run(a, "old-run")
+    apply_run(a, "kept")
+    for i in range(20):  # move A's resourceVersion well past where B's will be
+        apply_run(a, "kept", crash=i % 2 == 0)
+    c = start(a, clock)
+    b = None
+    try:
+        wait_until(lambda: observed(c, "old-run").get("running") == "true", what="old run seen")
+        relists0 = c.registry.get_sample_value("taugrid_collector_relists_total", {"resource": "pods"}) or 0
+        a.close()  # the API server restarts on another (restored, older) store
+        b = Simulator(settings=FAST, watch_window=50, clock=clock)
+        b.start(f"127.0.0.1:{port}")
+        apply_run(b, "kept")
+        apply_run(b, "new-run", ns="team-b")
+        wait_until(lambda: set(_claims(c)) == {"research/kept", "team-b/new-run"}, timeout=30,
+                   what="claims of the new store only")
+        assert observed(c, "kept")["running"] == "true"
+        wait_until(lambda: (c.registry.get_sample_value("taugrid_collector_relists_total",
+                                                        {"resource": "pods"}) or 0) > relists0,
+                   timeout=5, what="the relist counted")
+    finally:
+        c.close()
+        if b is not None:
+            b.close()
+
+
+def test_retry_after_is_honored() -> None:
+    clock = Clock(T0)
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        apply_run(s, "llm")
+        s.faults.fail(429, count=1, verbs=("list",), resources=("pods",), retry_after_s=2)
+        t0 = time.monotonic()
+        c = start(s, clock)
+        try:
+            waited = time.monotonic() - t0
+            assert waited >= 1.9, f"synced {waited:.2f} s after a 429 asking for 2 s"
+            wait_until(lambda: c.registry.get_sample_value("taugrid_collector_errors_total",
+                                                           {"source": "pods", "class": "retryable"}) == 1,
+                       timeout=5, what="the 429 counted")
+            rule = s.faults.rules()
+            assert not rule or rule[0].hits == 1
+        finally:
+            c.close()
+
+
+def test_leader_releases_its_lease_on_close() -> None:
+    clock = Clock(T0)
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        s.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        cfg = replace(settings().controller, leader_election=True, lease_namespace="default",
+                      lease_renew=timedelta(seconds=0.2), lease_duration=timedelta(minutes=5))
+        a = LeaseElector(KubeApi(api_client_for(s.base_url)), cfg, clock.now, identity="replica-a")
+        b = LeaseElector(KubeApi(api_client_for(s.base_url)), cfg, clock.now, identity="replica-b")
+        a.start()
+        wait_until(lambda: a.is_leader, what="a leads")
+        b.start()
+        try:
+            time.sleep(0.6)
+            assert not b.is_leader  # a five-minute lease, renewed by a live holder
+            a.stop()
+            # No waiting out the lease duration (the clock does not move): b takes over at once.
+            wait_until(lambda: b.is_leader, timeout=3, what="b leads after a released")
+            lease = s.store.get(s.resource("coordination.k8s.io/v1", "Lease"), "default", cfg.lease_name)
+            assert lease["spec"]["holderIdentity"] == "replica-b"
+            assert lease["spec"]["leaseTransitions"] >= 1
+        finally:
+            a.stop()
+            b.stop()
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.synced = 0
+        self.errors: list[Exception] = []
+
+    def upsert(self, resource: Resource, obj: Any) -> None: ...
+    def delete(self, resource: Resource, obj: Any) -> None: ...
+    def replace(self, resource: Resource, objs: Any) -> None:
+        list(objs)
+
+    def mark_synced(self, resource: Resource, at: Any) -> None:
+        self.synced += 1
+
+    def source_error(self, resource: Resource, error: Exception) -> None:
+        self.errors.append(error)
+
+    def flush(self, resource: Resource) -> None: ...
+    def watch_restarted(self, resource: Resource, relist: bool) -> None: ...
+
+
+def test_bookmark_behind_our_version_means_another_store() -> None:
+    import pytest
+
+    from collector.sources.kube_api import Expired
+
+    sink = _Sink()
+    r = Reflector(None, Resource("Pod", "", "v1", "pods"), sink, lambda: T0)  # type: ignore[arg-type]
+    r.resource_version = "500"
+    r._apply({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "501"}}})
+    assert r.resource_version == "501" and sink.synced == 1
+    with pytest.raises(Expired, match="store changed"):
+        r._apply({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "12"}}})
+    assert sink.synced == 1  # that bookmark counted for nothing
+    with pytest.raises(Expired):
+        r._apply({"type": "ERROR", "object": {"kind": "Status", "code": 504, "reason": "Timeout",
+                                              "message": "Too large resource version: 900, current: 12"}})

@@ -1,0 +1,167 @@
+"""The `controller` process: signals while the API never answers, a malformed kubeconfig, and the
+API server's clock (its Date header)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from collector.simulator.server import Simulator
+from collector.sources.kube_api import KubeApi, ServerClock, api_client_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kubeconfig(tmp_path: Path, server: str) -> Path:
+    p = tmp_path / "kubeconfig"
+    p.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return p
+
+
+def _controller(kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
+    code = "from collector.entry import main; main()"
+    return subprocess.Popen([sys.executable, "-c", code, "controller", "--kubeconfig", str(kubeconfig),
+                             "--metrics-address", "127.0.0.1:0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(__file__).resolve().parents[2])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_a_controller_whose_api_never_answers(tmp_path: Path, sig: signal.Signals) -> None:
+    kc = _kubeconfig(tmp_path, f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    proc = _controller(kc)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "discovery failed" not in seen:  # it is up, retrying discovery
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, f"controller never tried the API: {seen[-2000:]}"
+            seen += line
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        took = time.monotonic() - t0
+        assert took <= 2.0, f"{sig.name}: stopped after {took:.2f} s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("text", [
+    "clusters: [\n  - {name: c\n",  # broken YAML
+    "clusters: 5\ncontexts: 7\ncurrent-context: x\n",  # wrong shapes
+    "- just\n- a list\n",
+])
+def test_malformed_kubeconfig_is_one_clear_line(tmp_path: Path, text: str) -> None:
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(text)
+    proc = _controller(kc)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert "Traceback" not in out, out
+    assert len(lines) == 1 and "kubeconfig" in lines[0], out
+
+
+def test_server_clock_follows_the_date_header() -> None:
+    local = datetime(2026, 1, 10, 12, 0, 0, 300_000, tzinfo=UTC)
+    clock = ServerClock(lambda: local)
+    clock.observe("Sat, 10 Jan 2026 12:07:00 GMT")  # the API server is 7 minutes ahead
+    assert abs((clock.now() - (local + timedelta(minutes=7))).total_seconds()) <= 1.0
+    clock.observe("Sat, 10 Jan 2026 12:00:00 GMT")  # within the header's resolution: no skew
+    assert clock.now() == local
+    clock.observe("not a date")  # ignored, not a crash
+    assert clock.now() == local
+
+
+def test_kube_api_reads_the_servers_date() -> None:
+    with Simulator() as s:
+        s.start()
+        api = KubeApi(api_client_for(s.base_url))
+        api.get_json("/api/v1")
+        assert api.clock.seen
+        # The simulator's Date is its host's wall clock (not its scenario clock): no skew here.
+        assert abs((api.clock.now() - datetime.now(UTC)).total_seconds()) < 2
+
+
+def _observed(port: int) -> dict[tuple[str, str, str], str]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "taugrid_run_claim_observed":
+            for s in fam.samples:
+                if s.value == 1.0:
+                    out[(s.labels["namespace"], s.labels["run"], s.labels["claim"])] = s.labels["observed"]
+    return out
+
+
+def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    from collector.controller import Controller
+    from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
+
+    clock = Clock(T0)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+                   "  checkpoint_poll_interval: 0\n  tick: 1s\n")
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        apply_run(s, "llm")
+        apply_run(s, "other", ns="team-b")
+        kc = _kubeconfig(tmp_path, s.base_url)
+        port = _free_port()
+        # The uninterrupted reference: an in-process controller on the same cluster and clock.
+        ref = Controller(KubeApi(api_client_for(s.base_url)), settings(), clock.now)
+        ref.open()
+
+        def reference() -> dict[tuple[str, str, str], str]:
+            return {(r.ref.namespace, r.ref.name, k): c.observed.value
+                    for r in ref.claims.values() for k, c in r.claims.items()}
+
+        proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+        try:
+            wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=60,
+                       what="first process agrees with the reference")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            apply_run(s, "llm", crash=True)  # the cluster moves on while the controller is dead
+            wait_until(lambda: reference().get(("research", "llm", "running")) == "false", what="reference sees it")
+            proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+            wait_until(lambda: _safe(port) == reference(), timeout=60, what="restarted process agrees")
+            assert _safe(port)[("research", "llm", "running")] == "false"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            ref.close()
+
+
+def _safe(port: int) -> dict[tuple[str, str, str], str]:
+    try:
+        return _observed(port)
+    except OSError:
+        return {}

@@ -1,0 +1,216 @@
+"""The selective (msgspec) decode feeds `normalize` exactly what the full decode does.
+
+Same records, same warnings, same errors, on recorded pods, a fleet-shaped pod, and pods that
+hypothesis breaks field by field (wrong JSON types, missing parts, odd numbers): through list
+pages and through watch frames.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.kube import MalformedObject, normalize
+from collector.sources.decode import FULL, decoder_for
+from tests.dumpkit import pod as kit_pod
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+POD = decoder_for("v1", "Pod")
+
+
+def _recorded_pods() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((FIXTURES / "pods").glob("*.yaml")) + sorted((FIXTURES / "kuberay").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            stack = [doc]
+            while stack:  # pods anywhere in a recording (lists, watch events)
+                d = stack.pop()
+                if isinstance(d, dict):
+                    if set(d) == {"status"}:  # a recorded pod status alone
+                        d = {"kind": "Pod", "metadata": {"name": "rec", "namespace": "ns"}, **d}
+                    if d.get("kind") == "Pod" and isinstance(d.get("metadata"), dict):
+                        out.append(orjson.loads(orjson.dumps(d, default=str)))
+                    stack.extend(d.values())
+                elif isinstance(d, list):
+                    stack.extend(d)
+    return out
+
+
+def _fleet_pod() -> dict[str, Any]:
+    created = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+    p = kit_pod("w-1", "team-a", created, node="gpu-0001", gpus=8, labels={"taugrid.io/run": "r1",
+                "ray.io/node-type": "worker", "app": "x"},
+                owner={"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "u1"})
+    p["metadata"]["annotations"] = {"a": "b" * 300}
+    p["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {"f:x": {}}}}] * 5
+    p["spec"]["containers"][0].update(env=[{"name": f"E{i}", "value": "v" * 40} for i in range(20)],
+                                      command=["bash", "-c", "train"])
+    p["spec"]["schedulingGates"] = [{"name": "gate"}]
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "w-1-gpu-x"}]
+    p["status"]["initContainerStatuses"] = [{"name": "init", "ready": False, "restartCount": 0, "state": {
+        "terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-05T08:00:10Z"}}}]
+    p["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                                       "finishedAt": "2026-01-05T08:00:15Z"}}
+    p["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-1", "health": "Unhealthy"}]}]
+    p["status"].update(podIP="10.0.0.1", startTime="2026-01-05T08:00:01Z", reason="", message="m")
+    return p
+
+
+def _outcome(obj: Any) -> tuple[Any, ...]:
+    if isinstance(obj, dict):
+        obj.setdefault("kind", "Pod")  # as the reflector does for both paths
+        obj.setdefault("apiVersion", "v1")
+    try:
+        n = normalize(obj, where="Pod team-a/w-1")
+    except MalformedObject as e:
+        return ("error", str(e))
+    return ("ok", n.record, tuple(n.problems))
+
+
+def _both(obj: Any) -> None:
+    page = orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": [obj]})
+    full, sel = FULL.page(page), POD.page(page)
+    assert sel["metadata"] == full["metadata"]
+    assert [_outcome(i) for i in sel["items"]] == [_outcome(i) for i in full["items"]]
+    frame = orjson.dumps({"type": "MODIFIED", "object": obj})
+    e_full, e_sel = FULL.event(frame), POD.event(frame)
+    assert e_sel["type"] == e_full["type"]
+    assert _outcome(e_sel["object"]) == _outcome(e_full["object"])
+
+
+RECORDED = _recorded_pods()
+
+
+def test_recorded_pods_are_there() -> None:
+    assert len(RECORDED) >= 2
+
+
+@pytest.mark.parametrize("i", range(len(RECORDED)))
+def test_recorded_pod_same_record(i: int) -> None:
+    _both(RECORDED[i])
+
+
+def test_fleet_pod_same_record_and_smaller() -> None:
+    p = _fleet_pod()
+    _both(p)
+    line = orjson.dumps({"type": "ADDED", "object": p})
+    kept = POD.event(line)["object"]
+    assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][0]
+    assert _outcome(kept)[0] == "ok" and _outcome(kept)[2] == ()
+
+
+def test_error_and_bookmark_frames_keep_what_the_reflector_reads() -> None:
+    err = POD.event(b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}')
+    assert err["object"]["code"] == 410 and err["object"]["message"] == "too old"
+    bm = POD.event(b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"12"}}}')
+    assert bm["object"]["metadata"]["resourceVersion"] == "12"
+
+
+def test_undecodable_input_fails_as_before() -> None:
+    for bad in (b'{"type":"ADDED","object":{', b"\xff", b'{"type": "ADDED", "object": {"status": {"phase": 1e400}}}'):
+        with pytest.raises(orjson.JSONDecodeError):
+            FULL.event(bad)
+        with pytest.raises(orjson.JSONDecodeError):
+            POD.event(bad)
+
+
+def test_integer_past_64_bits_stays_exact() -> None:
+    """Documented difference: orjson makes such an integer a float, msgspec keeps it exact."""
+    line = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","generation":123456789012345678901234}}}'
+    assert isinstance(FULL.event(line)["object"]["metadata"]["generation"], float)
+    assert POD.event(line)["object"]["metadata"]["generation"] == 123456789012345678901234
+
+
+def test_out_of_range_number_in_an_unread_field_is_skipped() -> None:
+    """The one difference, on purpose: a field no record reads is skipped, not converted, so a
+    number beyond double range there no longer costs the whole event (orjson refuses it)."""
+    line = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"},"spec":{"x":1e400}}}'
+    with pytest.raises(orjson.JSONDecodeError):
+        FULL.event(line)
+    assert POD.event(line)["object"]["metadata"] == {"name": "a"}
+
+
+# --- hypothesis: realistic pods with parts broken --------------------------------------------------
+
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+_scalar = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+           | st.floats(allow_nan=False, allow_infinity=False) | _text
+           | st.sampled_from(["2026-01-05T08:00:01Z", "Running", "nvidia.com/gpu", "8", "Healthy", "x/gpu"]))
+_json = st.recursive(_scalar, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_text, kids, max_size=3),
+                     max_leaves=8)
+
+PATHS = [
+    (), ("kind",), ("apiVersion",), ("metadata",), ("metadata", "name"), ("metadata", "namespace"),
+    ("metadata", "labels"), ("metadata", "ownerReferences"), ("metadata", "ownerReferences", 0),
+    ("metadata", "deletionTimestamp"), ("metadata", "generation"), ("metadata", "creationTimestamp"),
+    ("metadata", "uid"), ("spec",), ("spec", "containers"), ("spec", "containers", 0),
+    ("spec", "containers", 0, "resources"), ("spec", "containers", 0, "resources", "limits"), ("spec", "nodeName"),
+    ("spec", "schedulingGates"), ("spec", "resourceClaims"), ("status",), ("status", "phase"),
+    ("status", "conditions"), ("status", "conditions", 0), ("status", "containerStatuses"),
+    ("status", "containerStatuses", 0), ("status", "containerStatuses", 0, "state"),
+    ("status", "containerStatuses", 0, "restartCount"), ("status", "containerStatuses", 0, "lastState"),
+    ("status", "containerStatuses", 0, "allocatedResourcesStatus"), ("status", "initContainerStatuses"),
+    ("status", "resourceClaimStatuses"), ("status", "startTime"), ("status", "podIP"),
+]
+
+
+def _set(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
+    if not path:
+        return value
+    parent = obj
+    for k in path[:-1]:
+        try:
+            parent = parent[k]
+        except (KeyError, IndexError, TypeError):
+            return obj
+    if isinstance(parent, dict) != isinstance(path[-1], str):
+        return obj  # JSON keys are strings, list indexes ints
+    try:
+        if delete:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+    except (KeyError, IndexError, TypeError):
+        pass
+    return obj
+
+
+BASES = [_fleet_pod(), *RECORDED]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(range(len(BASES))),
+       edits=st.lists(st.tuples(st.sampled_from(PATHS), _json, st.booleans()), min_size=1, max_size=4))
+def test_broken_pods_same_outcome(base: int, edits: list[tuple[tuple[Any, ...], Any, bool]]) -> None:
+    obj: Any = copy.deepcopy(BASES[base])
+    for path, value, delete in edits:
+        obj = _set(obj, path, value, delete)
+    _both(obj)
+
+
+@settings(max_examples=150, deadline=None)
+@given(frame=_json)
+def test_arbitrary_frames_same_decode_or_same_error(frame: Any) -> None:
+    data = orjson.dumps(frame)
+    for decode in ("page", "event"):
+        try:
+            want: Any = getattr(FULL, decode)(data)
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                getattr(POD, decode)(data)
+            continue
+        got = getattr(POD, decode)(data)
+        if decode == "event" and isinstance(want, dict) and isinstance(want.get("object"), dict):
+            assert _outcome(got["object"]) == _outcome(want["object"])
+        elif decode == "page" and isinstance(want, dict) and isinstance(want.get("items"), list):
+            assert [_outcome(i) for i in got["items"]] == [_outcome(i) for i in want["items"]]
