@@ -20,6 +20,7 @@ from collector.config import ConfigError, load_settings
 from collector.controller import Controller
 from collector.correlate import build_index
 from collector.endpoints import HttpOptions
+from collector.environment import single_cluster
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.model import RunClaims
@@ -113,8 +114,10 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
                              f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
+    environment = single_cluster("manager", dump.version, dump.environment_objects)
     if output == "json":
         doc = to_json(selected, now)
+        doc["environment"] = environment.to_json()
         if missing is not None:
             doc["missing"] = missing
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -127,6 +130,7 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
             click.echo(safe_text(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from"
                                  " pods. Add them with:"))
             click.echo("  " + safe_text(str(missing["command"])))
+        click.echo(safe_text(environment.summary()))
     if dump.skipped:
         sys.exit(EXIT_SKIPPED)
 

@@ -25,6 +25,7 @@ from collector.claims.gpu import apply_gpu
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
+from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims, TauRunFacts
@@ -118,6 +119,8 @@ class Controller:
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
         self._agent_log_pods: frozenset[tuple[str, str]] = frozenset()
+        # The supported-environment check (issue 14), on its own thread and interval.
+        self.environment = EnvironmentPoller(api, self.registry, now)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class Controller:
             self._spawn(self._poll_ray, "ray-poller")
         if self.cfg.agents.poll_interval.total_seconds() > 0:
             self._spawn(self._poll_agents, "agent-poller")
+        self._spawn(lambda: self.environment.run(self._stop), "environment-check")
         if self.elector is not None:
             self.elector.start()
         if self.capture is not None:

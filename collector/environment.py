@@ -31,6 +31,7 @@ __all__ = [
     "Violation",
     "check",
     "inventory",
+    "single_cluster",
 ]
 
 MIN_KUBERNETES = (1, 30)
@@ -99,7 +100,7 @@ class EnvironmentReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "supported": self.supported,
+            "supported": self.supported if self.clusters else None,
             "clusters": [
                 {
                     "cluster": c.cluster,
@@ -321,3 +322,12 @@ def check(clusters: Sequence[ClusterInventory]) -> EnvironmentReport:
     for worker in clusters[1:]:
         out += _skew(clusters[0], worker)
     return EnvironmentReport(tuple(clusters), tuple(out))
+
+
+def single_cluster(
+    cluster: str, version_doc: Mapping[str, Any] | None, objects: Sequence[Mapping[str, Any]]
+) -> EnvironmentReport:
+    """One cluster's check (a dump); no clusters at all when nothing version-bearing was read."""
+    if version_doc is None and not objects:
+        return check([])
+    return check([inventory(cluster, version_doc, objects)])
