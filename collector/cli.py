@@ -15,20 +15,21 @@ import click
 import orjson
 from kubernetes import config as k8s_config
 
-from collector.claims import evaluate
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
 from collector.correlate import build_index
 from collector.endpoints import HttpOptions
-from collector.environment import single_cluster
+from collector.environment import check, single_cluster
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.model import RunClaims
+from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
 from collector.render import redact_json, render_scan, render_text, safe_text, to_json
 from collector.safeload import MAX_OBJECT_BYTES
 from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds
+from collector.workers import load_worker_dumps, parse_worker
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
@@ -79,9 +80,12 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
               show_default=True, help="Where evidence bundles are; text output links each run's latest.")
+@click.option("--worker-dump", "worker_dumps", multiple=True, metavar="NAME=DIR",
+              help="A MultiKueue worker's dump, NAME as the manager's status.clusterName says (repeatable).")
 @click.argument("runs", nargs=-1)
 def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
-            max_file_bytes: int, output: str, bundles_dir: Path, runs: tuple[str, ...]) -> None:
+            max_file_bytes: int, output: str, bundles_dir: Path, worker_dumps: tuple[str, ...],
+            runs: tuple[str, ...]) -> None:
     """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
 
     The dump is one snapshot: every source counts as synced when it was captured, so evaluating
@@ -107,7 +111,15 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
     index.synced.update(dict.fromkeys((*SNAPSHOT_SOURCES, *{r.ref.kind for r in dump.records}), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
-    claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
+    try:
+        worker_dirs = dict(parse_worker(w) for w in worker_dumps)
+    except ValueError as e:
+        raise click.ClickException(safe_text(str(e))) from e
+    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes,
+                                snapshot_kinds=SNAPSHOT_SOURCES)
+    for problem in workers.problems:
+        click.echo(safe_text(problem), err=True)
+    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims) for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
@@ -115,6 +127,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
     environment = single_cluster("manager", dump.version, dump.environment_objects)
+    if workers.inventories:
+        environment = check([*environment.clusters, *workers.inventories])
     if output == "json":
         doc = to_json(selected, now)
         doc["environment"] = environment.to_json()
@@ -131,7 +145,7 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
                                  " pods. Add them with:"))
             click.echo("  " + safe_text(str(missing["command"])))
         click.echo(safe_text(environment.summary()))
-    if dump.skipped:
+    if dump.skipped or workers.skipped:
         sys.exit(EXIT_SKIPPED)
 
 

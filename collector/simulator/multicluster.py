@@ -222,6 +222,9 @@ class MultiClusterSimulation:
             self.clock.set(self._t0 + timedelta(seconds=t))
         runs = {r.name: r for r in self.scenario.runs}
         steps = self.scenario.steps
+        for w in self.workers:
+            if w in self.sims:
+                self._heartbeat(w)
         while self._done < len(steps) and steps[self._done].at <= t:
             s = steps[self._done]
             self._done += 1
@@ -251,9 +254,19 @@ class MultiClusterSimulation:
                       "spec": {"selector": {"matchLabels": {"app": name}},
                                "template": {"metadata": {"labels": {"app": name}},
                                             "spec": {"containers": [{"name": "manager", "image": image}]}}}})
-        if spec.name != self.manager:
-            c.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{spec.name}-gpu-0"},
-                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        if spec.name == self.manager:
+            c.create({"apiVersion": WL, "kind": "AdmissionCheck", "metadata": {"name": self.scenario.admission_check},
+                      "spec": {"controllerName": MULTIKUEUE_MANAGED_BY}})
+        else:
+            c.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{spec.name}-gpu-0"}})
+            self._heartbeat(spec.name)
+
+    def _heartbeat(self, worker: str) -> None:
+        """The kubelet's Ready heartbeat on the worker's node, stamped now."""
+        now = _ts(self._now())
+        self.clients[worker].patch("v1", "Node", "", f"{worker}-gpu-0", {"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+             "lastHeartbeatTime": now, "lastTransitionTime": _ts(self._t0)}]}}, "status")
 
     @staticmethod
     def _deployments(spec: ClusterSpec) -> list[tuple[str, str, str]]:
