@@ -4,6 +4,7 @@ simulator through the official client's transport, indexed per cluster, then joi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from collector.correlate import RunEvidence, build_index
 from collector.kube import normalize
 from collector.model import ObjectRecord, Observed, RunClaims, Stage
-from collector.multicluster import dispatch_target, evaluate_multicluster
+from collector.multicluster import dispatch_target, evaluate_multicluster, find_copy
 from collector.settings import ClaimSettings
 from collector.simulator.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from collector.sources.kube_api import DEFAULT_RESOURCES, KubeApi, api_client_for
@@ -94,3 +95,18 @@ def test_without_workers_the_single_cluster_path_is_unchanged(mc: MultiClusterSi
     [ev] = [e for e in _runs(mc.urls["manager"], now) if e.root.ref.name == "dispatched"]
     assert dispatch_target(ev) == "worker-1"
 
+
+
+def test_a_same_named_workload_without_the_origin_label_is_not_the_copy(mc: MultiClusterSimulation) -> None:
+    mc.step_to(60)
+    now = mc.clock.now()
+    worker = _runs(mc.urls["worker-1"], now)
+    wl = mc.workload_name(next(r for r in mc.scenario.runs if r.name == "dispatched"))
+    assert find_copy(worker, "ml", wl) is not None
+    assert find_copy(worker, "other-namespace", wl) is None
+    stripped = [replace(ev, workloads=[w._replace(labels={}) for w in ev.workloads]) for ev in worker]
+    assert find_copy(stripped, "ml", wl) is None
+    [ev] = [e for e in _runs(mc.urls["manager"], now) if e.root.ref.name == "dispatched"]
+    rc = evaluate_multicluster(ev, {"worker-1": stripped}, now, S)
+    assert rc.running.observed is not Observed.TRUE
+    assert rc.extra["clusters"]["worker_copy_seen"] is False
