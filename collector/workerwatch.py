@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from collector.correlate import RunEvidence, RunIndex
 from collector.kube import MalformedObject, normalize
 from collector.model import ObjectRecord, Ref
 from collector.settings import TauGridContract
-from collector.sources.kube_api import JSON, KubeApi, Resource, SourceError
+from collector.sources.kube_api import JSON, KubeApi, Resource, SourceError, load_api_client
 from collector.sources.watch import Reflector
 
-__all__ = ["WORKER_KINDS", "WorkerCluster"]
+__all__ = ["WORKER_KINDS", "WorkerCluster", "parse_worker_spec", "workers_from_specs"]
 
 log = logging.getLogger("taugrid.worker")
 # What a dispatched run leaves on a worker: MultiKueue's Workload and Job (or RayJob) copies and
@@ -126,3 +126,29 @@ class WorkerCluster:
 
     def watch_restarted(self, resource: Resource, relist: bool) -> None:
         pass
+
+
+def parse_worker_spec(spec: str) -> tuple[str, str, str | None]:
+    """`NAME=KUBECONFIG` or `NAME=KUBECONFIG#CONTEXT` → (name, kubeconfig path, context or None).
+
+    NAME is the worker as MultiKueue names it (the manager Workload's `status.clusterName`)."""
+    name, sep, rest = spec.partition("=")
+    path, _, context = rest.partition("#")
+    if not sep or not name or not path:
+        raise ValueError(f"worker {spec!r}: expected NAME=KUBECONFIG or NAME=KUBECONFIG#CONTEXT")
+    return name, path, context or None
+
+
+def workers_from_specs(specs: Sequence[str], now: Callable[[], datetime], resources: tuple[Resource, ...],
+                       contract: TauGridContract | None = None) -> tuple[WorkerCluster, ...]:
+    """One `WorkerCluster` per `NAME=KUBECONFIG[#CONTEXT]`, in order; duplicate names are an error.
+
+    For the `controller` command (a `--worker` option) or a config list: workers are only ever
+    these, never discovered."""
+    out: list[WorkerCluster] = []
+    for spec in specs:
+        name, path, context = parse_worker_spec(spec)
+        if any(w.name == name for w in out):
+            raise ValueError(f"worker {name!r} given twice")
+        out.append(WorkerCluster(name, KubeApi(load_api_client(path, context)), now, resources, contract))
+    return tuple(out)

@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from collector.controller import Controller
 from collector.model import Observed, RunClaims, Stage
 from collector.simulator.clock import ManualClock
 from collector.simulator.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
-from collector.workerwatch import WorkerCluster
+from collector.workerwatch import WorkerCluster, parse_worker_spec, workers_from_specs
 from tests.controller.test_controller import settings, wait_until
 from tests.promserver import PromServer
 
@@ -64,3 +66,19 @@ def test_controller_joins_workers_and_prometheus_sees_it(tmp_path: Path) -> None
                 wait_until(waiting_again, what="the lost run waits for a worker again")
         finally:
             c.close()
+
+
+def test_workers_from_kubeconfig_specs(tmp_path: Path) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    s = settings()
+    with MultiClusterSimulation(load_multicluster(multikueue_scenario_path()), clock) as mc:
+        configs = mc.write_kubeconfigs(tmp_path)
+        workers = workers_from_specs([f"worker-1={configs['worker-1']}", f"worker-2={configs['worker-2']}#worker-2"],
+                                     clock.now, resources_for(s.taugrid))
+        assert [w.name for w in workers] == ["worker-1", "worker-2"]
+        assert workers[1].api.get_json("/version")["gitVersion"] == "v1.31.4"
+        with pytest.raises(ValueError, match="given twice"):
+            workers_from_specs([f"w={configs['worker-1']}", f"w={configs['worker-2']}"], clock.now, ())
+    for bad in ("worker-1", "=x", "w="):
+        with pytest.raises(ValueError, match="NAME=KUBECONFIG"):
+            parse_worker_spec(bad)
