@@ -16,19 +16,23 @@ import orjson
 import yaml
 from kubernetes import config as k8s_config
 
-from collector.claims import evaluate
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
 from collector.correlate import build_index
 from collector.endpoints import HttpOptions
+from collector.environment import check, single_cluster
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.model import RunClaims
+from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
 from collector.render import redact_json, render_scan, render_text, safe_text, to_json
 from collector.safeload import MAX_OBJECT_BYTES
 from collector.sources.dump import load_dump
-from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds
+from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds, resources_for
+from collector.workers import load_worker_dumps, parse_worker
+from collector.workerwatch import workers_from_specs
+from exporters.prometheus import new_registry
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
@@ -79,9 +83,12 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
               show_default=True, help="Where evidence bundles are; text output links each run's latest.")
+@click.option("--worker-dump", "worker_dumps", multiple=True, metavar="NAME=DIR",
+              help="A MultiKueue worker's dump, NAME as the manager's status.clusterName says (repeatable).")
 @click.argument("runs", nargs=-1)
 def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
-            max_file_bytes: int, output: str, bundles_dir: Path, runs: tuple[str, ...]) -> None:
+            max_file_bytes: int, output: str, bundles_dir: Path, worker_dumps: tuple[str, ...],
+            runs: tuple[str, ...]) -> None:
     """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
 
     The dump is one snapshot: every source counts as synced when it was captured, so evaluating
@@ -107,15 +114,27 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
     index.synced.update(dict.fromkeys((*SNAPSHOT_SOURCES, *{r.ref.kind for r in dump.records}), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
-    claims = [evaluate(ev, now, settings.claims) for ev in index.all_evidence()]
+    try:
+        worker_dirs = dict(parse_worker(w) for w in worker_dumps)
+    except ValueError as e:
+        raise click.ClickException(safe_text(str(e))) from e
+    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes,
+                                snapshot_kinds=SNAPSHOT_SOURCES)
+    for problem in workers.problems:
+        click.echo(safe_text(problem), err=True)
+    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims) for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
                              f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
+    environment = single_cluster("manager", dump.version, dump.environment_objects)
+    if workers.inventories:
+        environment = check([*environment.clusters, *workers.inventories])
     if output == "json":
         doc = to_json(selected, now)
+        doc["environment"] = environment.to_json()
         if missing is not None:
             doc["missing"] = missing
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -128,7 +147,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
             click.echo(safe_text(f"missing from the dump: {', '.join(missing['kinds'])}; runs were inferred from"
                                  " pods. Add them with:"))
             click.echo("  " + safe_text(str(missing["command"])))
-    if dump.skipped:
+        click.echo(safe_text(environment.summary()))
+    if dump.skipped or workers.skipped:
         sys.exit(EXIT_SKIPPED)
 
 
@@ -187,9 +207,19 @@ def scan(files: tuple[Path, ...], output: str, custom_regex: str | None, max_byt
 @click.option("--metrics-token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="/metrics requires `Authorization: Bearer <the token in this file>` (re-read on change).")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--worker", "worker_specs", multiple=True, metavar="NAME=KUBECONFIG[#CONTEXT]",
+              help="A MultiKueue worker cluster to read (repeatable; NAME as the manager's Workloads name it).")
+@click.option("--export-store", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the ADX tables to this embedded DuckDB file (spool beside it) for `query`.")
+@click.option("--adx-uri", default=None, help="Export to this ADX cluster (queued ingestion, workload identity).")
+@click.option("--adx-database", default="taugrid", show_default=True)
+@click.option("--spool-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Durable spool in front of ADX (default: beside --export-store, or ./spool).")
+@click.option("--cluster-name", default="", help="This cluster's name in the fleet's ADX rows.")
 def controller(kubeconfig: str | None, context: str | None, config_path: Path | None, metrics_address: str,
                tls_cert_file: Path | None, tls_private_key_file: Path | None, metrics_token_file: Path | None,
-               log_level: str) -> None:
+               log_level: str, worker_specs: tuple[str, ...], export_store: Path | None, adx_uri: str | None,
+               adx_database: str, spool_dir: Path | None, cluster_name: str) -> None:
     """Watch a cluster and keep every run's claims current; serve /metrics, /healthz, /readyz."""
     setup_json_logging(log_level)
     try:
@@ -210,8 +240,22 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
         raise click.ClickException(f"kubeconfig {kubeconfig}: malformed ({type(e).__name__}: {first})") from e
     if not settings.controller.lease_namespace:
         settings = replace(settings, controller=replace(settings.controller, lease_namespace=_own_namespace()))
+    try:
+        workers = workers_from_specs(worker_specs, api.clock.now, resources_for(settings.taugrid), settings.taugrid)
+    except (ValueError, k8s_config.ConfigException, OSError, yaml.YAMLError) as e:
+        raise click.ClickException(f"--worker: {e}") from e
+    registry = new_registry()
+    sink = None
+    if adx_uri or export_store:
+        from exporters.adx import AdxSettings, ExportSettings, build_sink
+
+        store = export_store or Path("evidence.duckdb")
+        spool = spool_dir or (store.with_name(store.stem + ".spool") if export_store else Path("spool"))
+        sink = build_sink(AdxSettings(query_uri=adx_uri or "", database=adx_database),
+                          ExportSettings(cluster=cluster_name, spool_dir=spool), store, registry)
+        sink.open()
     # Timestamps in API objects are the API server's: evaluate them on its clock (its Date header).
-    ctl = Controller(api, settings, api.clock.now)
+    ctl = Controller(api, settings, api.clock.now, registry=registry, sink=sink, workers=workers)
     try:
         bound = ctl.serve(host, port, http_options)
     except (OSError, ValueError) as e:  # busy port, bad certificate or key, empty token file
@@ -236,6 +280,8 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
         raise click.ClickException(str(e)) from e
     finally:
         ctl.close()
+        if sink is not None:
+            sink.close()
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

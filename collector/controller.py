@@ -20,11 +20,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from collector.capture import EvidenceCapture, capture_for
-from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
+from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.model import (
@@ -38,6 +38,7 @@ from collector.model import (
     RunClaims,
     TauRunFacts,
 )
+from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_text
 from collector.progress.history import merge_history
 from collector.settings import ControllerSettings, Settings
@@ -57,6 +58,7 @@ from collector.sources.kube_api import (
 from collector.sources.lease import LeaseElector
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
+from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 
@@ -85,7 +87,8 @@ class Controller:
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
                  resources: tuple[Resource, ...] | None = None, identity: str = "",
-                 capture: EvidenceCapture | None = None, sink: EvidenceSink | None = None) -> None:
+                 capture: EvidenceCapture | None = None, sink: EvidenceSink | None = None,
+                 workers: tuple[WorkerCluster, ...] = ()) -> None:
         resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
         self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
@@ -133,6 +136,10 @@ class Controller:
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
         self._agent_log_pods: frozenset[tuple[str, str]] = frozenset()
+        # The supported-environment check (issue 14), on its own thread and interval.
+        # MultiKueue workers, configured explicitly (collector/multicluster.py joins dispatched runs).
+        self.workers = workers
+        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers])
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -173,6 +180,9 @@ class Controller:
             self._spawn(self._poll_ray, "ray-poller")
         if self.cfg.agents.poll_interval.total_seconds() > 0:
             self._spawn(self._poll_agents, "agent-poller")
+        for w in self.workers:
+            w.open()
+        self._spawn(lambda: self.environment.run(self._stop), "environment-check")
         if self.elector is not None:
             self.elector.start()
         if self.capture is not None:
@@ -197,6 +207,8 @@ class Controller:
             r.stop()
         if self.elector is not None:
             self.elector.stop()
+        for w in self.workers:
+            w.close()
         if self._http is not None:
             self._http.shutdown()  # before the joins: serve_forever is one of the threads
             self._http.server_close()
@@ -469,9 +481,10 @@ class Controller:
                             for rec in (self.index.get(*k),) if rec is not None]
             self._dirty.clear()
             out = []
+            worker_runs = {w.name: w.runs() for w in self.workers}
             for ref in targets:
                 ev = self.index.evidence(ref)
-                rc = evaluate(ev, now, self.settings.claims)
+                rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
                 if self._agent_nodes or self._gpus:
                     rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
                 if self._outage:

@@ -66,7 +66,8 @@ MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 
 KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
                          "ray.io/originated-from-crd", "ray.io/originated-from-cr-name",
-                         KUBEFLOW_OPERATOR_LABEL, KARPENTER_NODEPOOL_LABEL, *(k for k, _ in JOB_NAME_LABELS)})
+                         KUBEFLOW_OPERATOR_LABEL, KARPENTER_NODEPOOL_LABEL, *(k for k, _ in JOB_NAME_LABELS),
+                         "kueue.x-k8s.io/multikueue-origin"})  # MultiKueue worker copies (collector/multicluster.py)
 NO_UID_KINDS = frozenset({"Pod", "Event", "Node"})
 # Pod conditions the claims read; the rest (Initialized, ContainersReady, ...) are not kept.
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready"})

@@ -62,6 +62,8 @@ class Stage(StrEnum):
     POD_SCHEDULING = "pod-scheduling"
     DEVICE_ALLOCATION = "device-allocation"
     NODE_SCALING = "node-scaling"
+    # MultiKueue (issue 14): waiting for a worker to take the run, or dispatched but not admitted there.
+    MULTICLUSTER_DISPATCH = "multicluster-dispatch"
 
     @property
     def owner(self) -> str:
@@ -74,6 +76,7 @@ _STAGE_OWNERS = {
     Stage.POD_SCHEDULING: "Kubernetes",
     Stage.DEVICE_ALLOCATION: "Device plugin or DRA",
     Stage.NODE_SCALING: "Cluster infrastructure",
+    Stage.MULTICLUSTER_DISPATCH: "MultiKueue",
 }
 
 
@@ -361,15 +364,19 @@ class Evidence:
     field: str
     value: Any  # JSON-safe scalar or short list
     at: datetime | None
+    cluster: str = ""  # multi-cluster runs: the cluster it was read from; "" in single-cluster use
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "plane": self.plane.value,
             "ref": self.ref,
             "field": self.field,
             "value": self.value,
             "at": rfc3339(self.at),
         }
+        if self.cluster:
+            out["cluster"] = self.cluster
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,8 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             out.append(f"  {'':<13} {'':<13} {observed}")
             for e in c.evidence[1 : 1 + evidence]:
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
-                out.append(f"  {'':<13} {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+                where = f"[{e.cluster}] " if e.cluster else ""
+                out.append(f"  {'':<13} {'':<13} · {e.plane.value}: {where}{e.ref} {e.field} = {e.value}{at}")
         if rc.goodput is not None and rc.goodput.allocated_s > 0:
             g = rc.goodput
             ratio = f"{g.ratio:.0%}" if g.ratio is not None else "unknown"
@@ -109,7 +110,8 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             out.append(f"  {'':<13} {b.reason}")
             for e in b.evidence[:evidence + 1]:
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
-                out.append(f"  {'':<13} · {e.plane.value}: {e.ref} {e.field} = {e.value}{at}")
+                where = f"[{e.cluster}] " if e.cluster else ""
+                out.append(f"  {'':<13} · {e.plane.value}: {where}{e.ref} {e.field} = {e.value}{at}")
         if bundles and rc.ref.key in bundles:
             out.append(f"  {'evidence':<13} {bundles[rc.ref.key]}")
         out.append("")

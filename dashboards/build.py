@@ -237,6 +237,11 @@ def collector() -> dict[str, Any]:
                ("histogram_quantile(0.99, sum by (le) (rate(taugrid_collector_evaluation_duration_seconds_bucket"
                 "[$__rate_interval])))", "p99"), unit="s"),
         series("Node agents up", (f"sum(up{{{AGENT_JOB}}})", "up"), (f"count(up{{{AGENT_JOB}}})", "targets")),
+        stat("Environment supported", "min(taugrid_environment_supported)", w=6,
+             description="1: the manager and every worker satisfy the supported-environment contract "
+                         "(docs/environment.md); 0: some row fails, see the table and `explain`."),
+        table("Environment contract violations",
+              "max by (cluster, check, reason) (taugrid_environment_violation == 1)", w=18, h=4),
     ], [], time_from="now-6h")
 
 

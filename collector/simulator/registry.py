@@ -191,6 +191,9 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     _rt("v1", "limitranges", "LimitRange", short_names=("limits",), status_subresource=False),
     # --- apps, batch, coordination, scheduling, events.k8s.io
     _rt("apps/v1", "deployments", "Deployment", short_names=("deploy",), categories=("all",)),
+    # Read by the supported-environment check (served and stored versions per workload CRD).
+    _rt("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False,
+        short_names=("crd", "crds")),
     _rt("apps/v1", "daemonsets", "DaemonSet", short_names=("ds",), categories=("all",)),
     _rt("apps/v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=("all",)),
     _rt("apps/v1", "statefulsets", "StatefulSet", short_names=("sts",), categories=("all",)),

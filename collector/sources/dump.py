@@ -33,6 +33,7 @@ from collector.settings import TauGridContract
 
 OBJECT_SUFFIXES = (".json", ".yaml", ".yml")
 LOG_NAMES = ("logs.txt",)
+ENVIRONMENT_KINDS = ("CustomResourceDefinition", "Deployment")
 _BANNER = re.compile(r"^==== (START|END) logs for container (\S+) of pod (\S+)/(\S+) ====$")
 MAX_LOG_BYTES = 64 << 20  # read at most the tail this big of one log file
 # Content timestamps later than the capture time plus this are forged or from a skewed clock.
@@ -61,6 +62,10 @@ class Dump:
     files: int = 0
     written: datetime | None = None  # newest file modification time: when kubectl wrote the dump
     log_paths: list[str] = field(default_factory=list)  # the file of each entry of `logs`
+    # For the supported-environment check: `kubectl version -o json` (or /version) and the raw
+    # CustomResourceDefinitions and Deployments the dump holds.
+    version: dict[str, Any] | None = None
+    environment_objects: list[dict[str, Any]] = field(default_factory=list)
     _clock: tuple[datetime | None, datetime | None] | None = None
     _clock_for: datetime | None = None
 
@@ -228,7 +233,13 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
         dump.problems.append(Problem(rel, f"unreadable: {e.strerror}", True))
         return
     for where, doc in _documents(dump, data, rel, path.suffix):
+        if isinstance(doc, dict) and "kind" not in doc and ("serverVersion" in doc or "gitVersion" in doc):
+            dump.version = doc
+            continue
         for item_where, obj in _items(dump, doc, where):
+            if isinstance(obj, dict) and obj.get("kind") in ENVIRONMENT_KINDS:
+                dump.environment_objects.append(obj)
+                continue
             try:
                 n = normalize(obj, contract, where=item_where)
             except MalformedObject as e:

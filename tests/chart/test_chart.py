@@ -16,6 +16,7 @@ import yaml
 
 from collector.cli import controller as cli_controller
 from collector.config import load_settings
+from collector.sources.environment import ENVIRONMENT_READS
 from collector.sources.kube_api import DEFAULT_RESOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +125,7 @@ def test_cluster_role_is_read_only_and_never_touches_secrets(
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     used = {(res.group, res.plural, v) for res in DEFAULT_RESOURCES for v in ("list", "watch")}
-    assert granted == used | {("", "pods/log", "get")}
+    assert granted == used | {("", "pods/log", "get")} | ENVIRONMENT_READS
     # The one write is the Lease, in the release namespace only.
     for r in by_kind(objs, "Role"):
         assert r["metadata"]["namespace"] == "observability"

@@ -73,3 +73,39 @@ def test_bad_config_names_the_file_and_key(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert f"{cfg}: config.controller.tick: not a duration: 'soon'" in proc.stderr
+
+
+def test_controller_process_exports_to_the_embedded_store_and_query_answers(tmp_path: Path) -> None:
+    store = tmp_path / "evidence.duckdb"
+    with Simulator(settings=FAST) as sim:
+        sim.start()
+        ensure_namespaces(sim, "default")
+        apply_run(sim, "llm")
+        kc = write_kubeconfig(tmp_path / "kubeconfig", sim.base_url)
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text("controller:\n  tick: 1s\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+                       "  checkpoint_poll_interval: 0\n  lease_renew: 1s\nclaims:\n  evidence_max_age: 1h\n")
+        port = free_port()
+        proc = subprocess.Popen([EXE, "controller", "--kubeconfig", str(kc), "--config", str(cfg),
+                                 "--metrics-address", f"127.0.0.1:{port}", "--export-store", str(store),
+                                 "--cluster-name", "east-1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                _, body = get(f"http://127.0.0.1:{port}/metrics")
+                if 'run="llm"' in body:
+                    break
+                time.sleep(0.2)
+            time.sleep(6)  # one seal interval: the rows are acknowledged and written to the store
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()[-2000:]
+    q = tmp_path / "claims.kql"
+    q.write_text("RunClaims | where Run == 'llm' | summarize n = count() by Cluster, Claim | order by Claim asc")
+    res = subprocess.run([EXE, "query", str(q), "--store", str(store), "-o", "json"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert {r["Claim"] for r in rows} == {"progressing", "running", "scheduled"}, rows
+    assert all(r["Cluster"] == "east-1" and r["n"] >= 1 for r in rows), rows

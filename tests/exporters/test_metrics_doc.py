@@ -11,6 +11,8 @@ from exporter_samples import T0, blocked_run, crashlooping_run
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.environment import check, inventory
+from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -71,6 +73,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     health.set_runs_tracked(3)
     health.set_leader("collector-0-abc123", True)
     health.observe_evaluation(0.01)
+    EnvironmentExporter(registry).update(check([inventory("manager", None, [])]), T0)
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(generate_latest(registry).decode()):
         name = f"{fam.name}_total" if fam.type == "counter" else fam.name
