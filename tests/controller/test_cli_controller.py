@@ -29,19 +29,25 @@ def get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
+def start_controller(sim: Simulator, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The real `controller` process against the simulator playing one run, `llm`."""
+    sim.start()
+    ensure_namespaces(sim, "default")
+    apply_run(sim, "llm")
+    kc = write_kubeconfig(tmp_path / "kubeconfig", sim.base_url)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("controller:\n  tick: 1s\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+                   "  checkpoint_poll_interval: 0\n  lease_renew: 1s\nclaims:\n  evidence_max_age: 1h\n")
+    port = free_port()
+    proc = subprocess.Popen([EXE, "controller", "--kubeconfig", str(kc), "--config", str(cfg),
+                             "--metrics-address", f"127.0.0.1:{port}", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, port
+
+
 def test_controller_process_serves_claims_and_stops_on_sigterm(tmp_path: Path) -> None:
     with Simulator(settings=FAST) as sim:
-        sim.start()
-        ensure_namespaces(sim, "default")
-        apply_run(sim, "llm")
-        kc = write_kubeconfig(tmp_path / "kubeconfig", sim.base_url)
-        cfg = tmp_path / "config.yaml"
-        cfg.write_text("controller:\n  tick: 1s\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
-                       "  checkpoint_poll_interval: 0\n  lease_renew: 1s\nclaims:\n  evidence_max_age: 1h\n")
-        port = free_port()
-        proc = subprocess.Popen([EXE, "controller", "--kubeconfig", str(kc), "--config", str(cfg),
-                                 "--metrics-address", f"127.0.0.1:{port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc, port = start_controller(sim, tmp_path)
         try:
             deadline = time.monotonic() + 30
             body = ""
@@ -78,17 +84,7 @@ def test_bad_config_names_the_file_and_key(tmp_path: Path) -> None:
 def test_controller_process_exports_to_the_embedded_store_and_query_answers(tmp_path: Path) -> None:
     store = tmp_path / "evidence.duckdb"
     with Simulator(settings=FAST) as sim:
-        sim.start()
-        ensure_namespaces(sim, "default")
-        apply_run(sim, "llm")
-        kc = write_kubeconfig(tmp_path / "kubeconfig", sim.base_url)
-        cfg = tmp_path / "config.yaml"
-        cfg.write_text("controller:\n  tick: 1s\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
-                       "  checkpoint_poll_interval: 0\n  lease_renew: 1s\nclaims:\n  evidence_max_age: 1h\n")
-        port = free_port()
-        proc = subprocess.Popen([EXE, "controller", "--kubeconfig", str(kc), "--config", str(cfg),
-                                 "--metrics-address", f"127.0.0.1:{port}", "--export-store", str(store),
-                                 "--cluster-name", "east-1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc, port = start_controller(sim, tmp_path, "--export-store", str(store), "--cluster-name", "east-1")
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
