@@ -5,7 +5,9 @@ Plain dicts in Grafana's dashboard JSON model (schemaVersion 39, Grafana 11), ov
 families of docs/metrics.md. Every PromQL here is evaluated against a real Prometheus in
 tests/dashboards; queries over the node agent's families (`taugrid_gpu_*`, `taugrid_agent_*`, the
 agents' `up`) are listed by `AGENT_ONLY` there until the agent runs in that test.
-Azure Data Explorer panels come with the KQL in queries/ (empty so far).
+The fleet (ADX) dashboard runs the KQL files of queries/ verbatim in Azure Data Explorer panels:
+tests/adx checks each file with Microsoft's parser and runs it on duckdb-kql, and tests/dashboards
+checks that every ADX panel is exactly one of those files.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ RUN = 'namespace="$namespace", run="$run"'
 AGENT_POD = 'namespace="$namespace", pod=~"$run-.*"'  # the agent labels GPUs by pod, not by run
 CONTROLLER_JOB = 'job=~".*taugrid-evidence-controller"'
 AGENT_JOB = 'job=~".*taugrid-evidence-agent"'
+
+ADX = {"type": "grafana-azure-data-explorer-datasource", "uid": "${adx}"}
+QUERIES = HERE.parent / "queries"
 
 Panel = dict[str, Any]
 
@@ -245,8 +250,50 @@ def collector() -> dict[str, Any]:
     ], [], time_from="now-6h")
 
 
+def kql(name: str, title: str, *, w: int = 24, h: int = 8, description: str = "") -> Panel:
+    """A table of one queries/NAME.kql, run as written (its declared parameters take their defaults)."""
+    text = (QUERIES / f"{name}.kql").read_text()
+    p = panel("table", title, [{"refId": "A", "datasource": ADX, "query": text, "queryType": "KQL",
+                                "resultFormat": "table", "database": "${database}", "rawMode": True}],
+              w=w, h=h, description=description or _first_comment(text),
+              options={"showHeader": True, "cellHeight": "sm"})
+    p["datasource"] = ADX
+    return p
+
+
+def _first_comment(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("//"):
+            break
+        lines.append(line[2:].strip())
+    return " ".join(lines)
+
+
+def fleet_adx() -> dict[str, Any]:
+    d = dashboard("taugrid-fleet-adx", "TauGrid / Fleet (ADX)",
+                  "Fleet questions in KQL over the collector's ADX tables (queries/; docs/adx.md).", [
+        kql("running_not_progressing", "Running but not progressing, by cluster and queue"),
+        kql("contradictions_by_plane", "Contradictions by plane", w=12),
+        kql("stalls_by_cause", "Stalls by cause", w=12),
+        kql("time_to_schedule", "Time to schedule p50/p95 by queue and blocked stage"),
+        kql("goodput_by_queue_team", "Goodput by queue and team", w=12),
+        kql("gpu_xids", "GPUs by XID count and code", w=12),
+        kql("evidence_freshness", "Collector evidence freshness"),
+        kql("progress_rate_adxmon", "Progress rate (adx-mon tables)", w=12),
+        kql("source_sync_adxmon", "Source sync (adx-mon tables)", w=12),
+    ], [], time_from="now-7d")
+    d["templating"]["list"] = [
+        {"type": "datasource", "name": "adx", "label": "Azure Data Explorer",
+         "query": "grafana-azure-data-explorer-datasource", "hide": 0, "refresh": 1, "options": [], "regex": ""},
+        {"type": "textbox", "name": "database", "label": "Database", "query": "taugrid", "hide": 0,
+         "options": [], "current": {"text": "taugrid", "value": "taugrid"}},
+    ]
+    return d
+
+
 DASHBOARDS = {"fleet-overview.json": fleet, "run-drilldown.json": run, "gpu-health.json": gpu,
-              "collector-health.json": collector}
+              "collector-health.json": collector, "fleet-adx.json": fleet_adx}
 
 
 def render(name: str) -> str:

@@ -54,7 +54,7 @@ def dashboards() -> dict[str, dict[str, Any]]:
 def queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable."""
     out = [(f"{dash['uid']}/{p['title']}/{t['refId']}", t["expr"])
-           for p in dash["panels"] for t in p.get("targets", [])]
+           for p in dash["panels"] for t in p.get("targets", []) if "expr" in t]
     for v in dash["templating"]["list"]:
         if v["type"] == "query":
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"]["query"])
@@ -71,13 +71,30 @@ def test_json_files_are_what_build_py_builds() -> None:
 
 def test_dashboards_cover_the_issue() -> None:
     titles = {d["uid"]: {p["title"] for p in d["panels"]} for d in dashboards().values()}
-    assert {"taugrid-fleet", "taugrid-run", "taugrid-gpu", "taugrid-collector"} == set(titles)
+    assert {"taugrid-fleet", "taugrid-run", "taugrid-gpu", "taugrid-collector", "taugrid-fleet-adx"} == set(titles)
     assert {"Runs by claim and verdict", "Blocked runs by owner", "Fleet goodput"} <= titles["taugrid-fleet"]
     assert {"Claims: verdict", "Step rate", "GPU utilization per pod", "Claim changes"} <= titles["taugrid-run"]
     assert {"XIDs by node, GPU and code (1h)", "Throttle reasons active", "Lost GPUs"} <= titles["taugrid-gpu"]
     for d in dashboards().values():
         ids = [p["id"] for p in d["panels"]]
         assert len(ids) == len(set(ids))
+
+
+def test_adx_panels_run_the_checked_queries_verbatim() -> None:
+    """Every ADX panel is one queries/*.kql file as written, and every file has a panel: tests/adx
+    checks those files with Microsoft's KQL parser and runs each on duckdb-kql with asserted results."""
+    files = {p.read_text(): p.name for p in sorted((ROOT / "queries").glob("*.kql"))}
+    seen = []
+    for d in dashboards().values():
+        for p in d["panels"]:
+            for t in p.get("targets", []):
+                if t["datasource"]["type"] == "grafana-azure-data-explorer-datasource":
+                    assert t["query"] in files, f"{d['uid']}/{p['title']}: not a queries/*.kql file"
+                    assert t["queryType"] == "KQL" and t["database"] == "${database}"
+                    seen.append(files[t["query"]])
+                else:
+                    assert "expr" in t, f"{d['uid']}/{p['title']}: a target that is neither PromQL nor KQL"
+    assert sorted(seen) == sorted(files.values())
 
 
 # --- schema from @grafana/schema ---------------------------------------------------------------
