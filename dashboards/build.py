@@ -3,8 +3,8 @@
 
 Plain dicts in Grafana's dashboard JSON model (schemaVersion 39, Grafana 11), over the `taugrid_`
 families of docs/metrics.md. Every PromQL here is evaluated against a real Prometheus in
-tests/dashboards; queries over the node agent's families (`taugrid_gpu_*`, `taugrid_agent_*`, the
-agents' `up`) are listed by `AGENT_ONLY` there until the agent runs in that test.
+tests/dashboards, which scrapes the controller (simulator scenario) and a node agent (NVML scripted
+at the pynvml boundary, a real gRPC pod-resources server) and must get data for each.
 The fleet (ADX) dashboard runs the KQL files of queries/ verbatim in Azure Data Explorer panels:
 tests/adx checks each file with Microsoft's parser and runs it on duckdb-kql, and tests/dashboards
 checks that every ADX panel is exactly one of those files.
