@@ -32,23 +32,26 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     prefix = _thin(before)
     hangs = [h for h in old.hangs if h.at is not None and h.at < cut]
     xids = [x for x in old.xids if x.at is not None and x.at < cut]
-    shift = max([0, *(s.line for s in prefix), *(h.line for h in hangs), *(x.line for x in xids)]) + 1
+    # every line of `old` (kept or not: its high-water sample may be one it no longer keeps) moves
+    # before the new tail's first line
+    shift = max([old.lines, *(s.line for s in prefix), *(h.line for h in hangs), *(x.line for x in xids)]) + 1
     samples = [replace(s, line=s.line - shift) for s in prefix] + list(new.samples)
     dropped = max(0, len(samples) - keep)
     samples = samples[dropped:]
-    dropped += len(before) - len(prefix) + old.summary_of().dropped
     old_sum, new_sum = old.summary_of(), new.summary_of()
     high = _higher(old_sum.high_water, new_sum.high_water)
-    summary = summarize(tuple(samples))
+    if high is not None and high is not new_sum.high_water:
+        high = replace(high, line=high.line - shift)
+    kept = summarize(tuple(samples))
     summary = SampleSummary(
         seen=len(prefix) + new_sum.seen,
-        skipped=summary.skipped + (new_sum.skipped - sum(1 for s in new.samples if s.skipped)),
-        dropped=dropped + new_sum.dropped,
-        first=summary.first,
-        last=new_sum.last or summary.last,
-        high_water=high if high is None else replace(high, line=high.line - shift if high in prefix else high.line),
-        last_with_loss=new_sum.last_with_loss or summary.last_with_loss,
-        first_nonfinite=summary.first_nonfinite,
+        skipped=sum(1 for x in prefix if x.skipped) + new_sum.skipped,
+        dropped=dropped + len(before) - len(prefix) + old_sum.dropped + new_sum.dropped,
+        first=kept.first,
+        last=new_sum.last or kept.last,
+        high_water=high,
+        last_with_loss=new_sum.last_with_loss or kept.last_with_loss,
+        first_nonfinite=kept.first_nonfinite,
         total=new_sum.total if new_sum.total is not None else old_sum.total,
     )
     return replace(
