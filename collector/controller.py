@@ -115,7 +115,7 @@ class Controller:
         self._log_targets: list[tuple[Ref, str, str, int]] = []
         # The previous instance's log of each restarted container, read once per restart: it holds the
         # pre-restart high-water mark, without which replayed steps would read as progress.
-        self._previous_logs: dict[tuple[str, str, str], tuple[int, bytes]] = {}
+        self._previous_read: dict[tuple[str, str, str], int] = {}  # container → restart count read
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
@@ -602,8 +602,8 @@ class Controller:
         while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
             targets = list(self._log_targets)
             wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
-            for key in [k for k in self._previous_logs if k not in wanted]:
-                del self._previous_logs[key]
+            for key in [k for k in self._previous_read if k not in wanted]:
+                del self._previous_read[key]
             for ref, container, regex, restarts in targets:
                 if self._stop.is_set():
                     return
@@ -618,6 +618,7 @@ class Controller:
                 except SourceError as e:
                     self._put(_Change("error", None, e))
                     continue
+                self._previous_read[(ref.namespace, ref.name, container)] = restarts
                 try:
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
                                      custom_regex=regex or None)
@@ -627,17 +628,15 @@ class Controller:
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:
-        """The restarted container's previous log (bounded like the current one), cached per restart.
+        """The previous log of a container that restarted since its log was last read (bounded like
+        the current one); empty otherwise.
 
-        Read before the current log and scanned with it as one signal, so a step going back below
-        the pre-restart high-water mark is seen as replay. Empty when there is none to read.
+        Read once per restart, before the current log and scanned with it as one signal, so a step
+        going back below the pre-restart high-water mark is seen as replay; later polls keep those
+        samples through the signal's history (`merge_history`), so they are not read again.
         """
-        if restarts <= 0:
+        if restarts <= self._previous_read.get((ref.namespace, ref.name, container), 0):
             return b""
-        key = (ref.namespace, ref.name, container)
-        cached = self._previous_logs.get(key)
-        if cached is not None and cached[0] == restarts:
-            return cached[1]
         try:
             text = self.api.get_text(
                 f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
@@ -648,10 +647,7 @@ class Controller:
             if e.retryable:
                 raise
             text = b""  # kubelet kept no previous log (rotated, or the pod was recreated): nothing to add
-        if text and not text.endswith(b"\n"):
-            text += b"\n"
-        self._previous_logs[key] = (restarts, text)
-        return text
+        return text if not text or text.endswith(b"\n") else text + b"\n"
 
     def _poll_agents(self) -> None:
         """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
