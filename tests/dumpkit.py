@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"  # copies of ../shared/fixtures, see SOURCES.tsv
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # provenance of each file: SOURCES.tsv there
 
 
 def fixture_path(rel: str) -> Path:

@@ -1,4 +1,4 @@
-"""The real logs in tests/fixtures (copied from ../shared/fixtures): exact steps, losses, hangs and XIDs."""
+"""The real logs in tests/fixtures (provenance in its SOURCES.tsv): exact steps, losses, hangs and XIDs."""
 
 from __future__ import annotations
 
