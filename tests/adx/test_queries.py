@@ -247,7 +247,7 @@ def _norm(v: Any) -> Any:
     """One representation per value across the two clients (datetimes, JSON text, floats)."""
     if hasattr(v, "isoformat"):
         return v.replace(tzinfo=None).isoformat() if hasattr(v, "tzinfo") else v.isoformat()
-    if isinstance(v, str) and v[:1] in "[{":
+    if isinstance(v, str) and v[:1] in ("[", "{"):  # not "": an empty string is in every string
         v = orjson.loads(v)
     if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
         v = sorted(v, key=str)  # make_set has no order, on either engine
