@@ -197,7 +197,7 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.CRITICAL)
-    from collector.simulator.server import Simulator
+    from kubesim.server import Simulator
 
     sim = Simulator(watch_window=window)
     url = sim.start("127.0.0.1:0")

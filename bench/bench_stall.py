@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collector.controller import Controller  # noqa: E402
 from collector.model import Observed  # noqa: E402
 from collector.settings import ControllerSettings, Settings  # noqa: E402
-from collector.simulator.clock import ManualClock  # noqa: E402
-from collector.simulator.server import Simulator  # noqa: E402
 from collector.sources.kube_api import KubeApi, api_client_for  # noqa: E402
+from kubesim.clock import ManualClock  # noqa: E402
+from kubesim.server import Simulator  # noqa: E402
 
 T0 = datetime(2026, 1, 10, 10, 0, tzinfo=UTC)
 NCCL_WATCHDOG_DEFAULT_S = 600.0

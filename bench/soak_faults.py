@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from collector.simulator.errors import ApiError  # noqa: E402
-from collector.simulator.server import Simulator  # noqa: E402
+from kubesim.errors import ApiError  # noqa: E402
+from kubesim.server import Simulator  # noqa: E402
 from tests.controller.test_controller import FAST, T0, Clock, _diff, apply_run, settle, start  # noqa: E402
 
 

@@ -325,8 +325,8 @@ def demo(speed: float, duration: float | None, scenario: Path | None, metrics_po
               help="Where to write a kubeconfig pointing at the simulator.")
 def simulator(scenario: Path | None, address: str, speed: float, kubeconfig_out: Path | None) -> None:
     """Serve the Kubernetes API simulator playing a scenario; point kubectl or any client at it."""
-    from collector.simulator.run import run_simulator
-    from collector.simulator.scenario import ScenarioError
+    from kubesim.run import run_simulator
+    from kubesim.scenario import ScenarioError
 
     try:
         run_simulator(scenario, address, speed, kubeconfig_out)

@@ -23,11 +23,11 @@ from collector.controller import Controller
 from collector.model import RunClaims, Verdict
 from collector.render import safe_text
 from collector.settings import Settings
-from collector.simulator.run import SimulationSession, start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.adx.embedded import embedded_exporter
 from exporters.adx.query import available, default_store
 from exporters.prometheus import new_registry
+from kubesim.run import SimulationSession, start_simulation
 
 _STYLE = {
     Verdict.VERIFIED: "green",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.accuracy import Finding, Report, play
-from collector.simulator.generate import CLASSES
+from kubesim.generate import CLASSES
 
 SEED = 11
 RUNS = 3 * len(CLASSES)  # three runs of each class

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from collector.controller import Controller
 from collector.settings import ControllerSettings, Settings
-from collector.simulator import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
-from collector.simulator.scenario import default_scenario_path, load_scenario
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.adx import AdxExporter, ExportSettings, GpuSample, GpuXid
 from exporters.adx.embedded import DuckDBTarget
 from exporters.prometheus import new_registry
+from kubesim import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
+from kubesim.scenario import default_scenario_path, load_scenario
 
 T0 = datetime(2026, 1, 10, 10, 0, 0, tzinfo=UTC)
 END_S = 17 * 60  # past every scenario event (llm-sft's NCCL watchdog at 16m)

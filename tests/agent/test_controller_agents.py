@@ -10,8 +10,8 @@ from pathlib import Path
 from collector.agent import Agent
 from collector.controller import Controller
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
-from collector.simulator.server import Simulator
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.server import Simulator
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
 from tests.agent.test_agent import settings as agent_settings

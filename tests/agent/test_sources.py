@@ -14,7 +14,6 @@ import pytest
 
 from collector.agent import Agent
 from collector.gpu import GpuDevice, PodGpuEvidence, gpu_summary
-from collector.simulator.server import Simulator
 from collector.sources.agents import (
     DEFAULT_SELECTOR,
     AgentEndpoint,
@@ -26,6 +25,7 @@ from collector.sources.agents import (
 )
 from collector.sources.dcgm import DcgmError, parse_dcgm, pod_evidence, read_dcgm, to_device
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.server import Simulator
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
 from tests.agent.test_agent import settings, wait

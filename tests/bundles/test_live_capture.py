@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from collector.capture import EvidenceCapture
 from collector.controller import Controller
 from collector.settings import BundleSettings, ControllerSettings, Settings
-from collector.simulator.clock import ManualClock
-from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.bundles.storage import LocalStore
 from exporters.bundles.writer import verify
 from exporters.otel import STAGES, RunTracer
+from kubesim.clock import ManualClock
+from kubesim.server import Simulator, SimulatorSettings
 from tests.bundles.scenario import LATE_RANK, NOW, NS, RUN, SECRETS, leaks, objects, train_log, write_artifacts
 from tests.controller.test_controller import ensure_namespaces, server_side, wait_until
 from tests.dumpkit import ts
@@ -157,7 +157,7 @@ def test_bundle_on_demand_from_the_live_cluster(sim: Simulator, tmp_path: Path) 
     from click.testing import CliRunner
 
     from collector.cli import main
-    from collector.simulator.kubeconfig import write_kubeconfig
+    from kubesim.kubeconfig import write_kubeconfig
 
     ensure_namespaces(sim, NS)
     for o in objects(workers=1):

@@ -13,8 +13,8 @@ from collector.claims import evaluate
 from collector.correlate import build_index
 from collector.kube import normalize
 from collector.settings import BundleSettings, Settings
-from collector.simulator.clock import ManualClock
 from exporters.bundles.storage import LocalStore
+from kubesim.clock import ManualClock
 from tests.bundles.scenario import NOW, RUN, objects
 
 

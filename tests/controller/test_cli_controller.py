@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from collector.simulator.kubeconfig import write_kubeconfig
-from collector.simulator.server import Simulator
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.server import Simulator
 from tests.controller.test_controller import FAST, apply_run, ensure_namespaces
 from tests.netutil import free_port
 

@@ -13,9 +13,9 @@ import pytest
 from collector.controller import Controller
 from collector.model import Ref, RunClaims
 from collector.settings import ControllerSettings, Settings, StorageSettings
-from collector.simulator.clock import ManualClock
-from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.clock import ManualClock
+from kubesim.server import Simulator, SimulatorSettings
 from tests.dumpkit import event, pod, ts
 from tests.test_explain_fixtures import taurun
 

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.model import rfc3339
-from collector.simulator.clock import ManualClock
-from collector.simulator.engine import ScenarioEngine
-from collector.simulator.kubeconfig import write_kubeconfig
-from collector.simulator.scenario import default_scenario_path, load_scenario
-from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.clock import ManualClock
+from kubesim.engine import ScenarioEngine
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.scenario import default_scenario_path, load_scenario
+from kubesim.server import Simulator, SimulatorSettings
 from tests.controller.test_controller import settings, settle, wait_until
 
 CUSTOM_KINDS = "tauruns,tauclusters,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs"

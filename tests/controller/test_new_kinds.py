@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from collector.cli import main
 from collector.controller import Controller
-from collector.simulator.registry import DEFAULT_RESOURCES, ResourceType
-from collector.simulator.server import Simulator
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.registry import DEFAULT_RESOURCES, ResourceType
+from kubesim.server import Simulator
 from tests.controller.test_controller import FAST, T0, Clock, ensure_namespaces, server_side, settings, wait_until
 from tests.dumpkit import event, meta, owner_of, pod, ts, write_dump
 

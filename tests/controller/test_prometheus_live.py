@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collector.simulator.server import Simulator
+from kubesim.server import Simulator
 from tests.controller.test_controller import FAST, T0, Clock, apply_run, start, wait_until
 from tests.promserver import PromServer
 

@@ -24,8 +24,8 @@ import pytest
 from collector.agent import Agent, AgentSettings, HangSettings, LogSettings
 from collector.controller import Controller
 from collector.settings import Settings
-from collector.simulator.run import start_simulation
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.run import start_simulation
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
 from tests.promserver import PromServer

@@ -10,10 +10,10 @@ import pytest
 
 from collector.controller import Controller
 from collector.model import Observed, RunClaims, Stage
-from collector.simulator.clock import ManualClock
-from collector.simulator.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
 from collector.workerwatch import WorkerCluster, parse_worker_spec, workers_from_specs
+from kubesim.clock import ManualClock
+from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from tests.controller.test_controller import settings, wait_until
 from tests.promserver import PromServer
 

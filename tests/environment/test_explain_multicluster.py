@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.simulator.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from collector.sources.environment import CRDS, DEPLOYMENTS
 from collector.sources.kube_api import DEFAULT_RESOURCES, KubeApi, api_client_for
+from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 
 
 @pytest.fixture

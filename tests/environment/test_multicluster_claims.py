@@ -14,8 +14,8 @@ from collector.kube import normalize
 from collector.model import ObjectRecord, Observed, RunClaims, Stage
 from collector.multicluster import dispatch_target, evaluate_multicluster, find_copy
 from collector.settings import ClaimSettings
-from collector.simulator.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from collector.sources.kube_api import DEFAULT_RESOURCES, KubeApi, api_client_for
+from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 
 S = ClaimSettings()
 

@@ -11,7 +11,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from collector.simulator.multicluster import (
+from collector.sources.environment import read_environment
+from collector.sources.kube_api import KubeApi, load_api_client
+from kubesim.multicluster import (
     MULTIKUEUE_MANAGED_BY,
     ORIGIN_LABEL,
     ORIGIN_UID_ANNOTATION,
@@ -20,9 +22,7 @@ from collector.simulator.multicluster import (
     load_multicluster,
     multikueue_scenario_path,
 )
-from collector.simulator.scenario import ScenarioError
-from collector.sources.environment import read_environment
-from collector.sources.kube_api import KubeApi, load_api_client
+from kubesim.scenario import ScenarioError
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from typing import Any
 
 from collector.controller import Controller
 from collector.settings import ClaimSettings
-from collector.simulator.server import Simulator
 from collector.sources.kube_api import KubeApi, Resource, api_client_for
 from collector.sources.lease import LeaseElector
 from collector.sources.watch import Reflector
 from exporters.prometheus import render
+from kubesim.server import Simulator
 from tests.controller.test_controller import FAST, T0, Clock, apply_run, observed, settings, start, wait_until
 
 

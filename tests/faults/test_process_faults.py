@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.simulator.server import Simulator
 from collector.sources.kube_api import KubeApi, ServerClock, api_client_for
+from kubesim.server import Simulator
 
 
 def _free_port() -> int:

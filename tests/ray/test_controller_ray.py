@@ -17,8 +17,8 @@ from typing import Any
 from collector.controller import Controller
 from collector.model import Observed, RunClaims
 from collector.settings import ClaimSettings, ControllerSettings, Settings
-from collector.simulator.server import Simulator, SimulatorSettings
 from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.server import Simulator, SimulatorSettings
 from tests.ray.test_ray_source import JOB
 from tests.rayserver import RayHeadServer
 

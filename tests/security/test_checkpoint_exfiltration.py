@@ -25,9 +25,9 @@ from azure.core.credentials import AccessToken
 from collector.controller import Controller
 from collector.model import Ref
 from collector.settings import StorageSettings
-from collector.simulator.server import Simulator
 from collector.sources.checkpoints import LocalCheckpointStore, RefusedLocation, read_checkpoints, store_for
 from collector.sources.kube_api import KubeApi
+from kubesim.server import Simulator
 from tests.controller.test_controller import (
     FAST,
     T0,

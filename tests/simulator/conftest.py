@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from collector.simulator import (
+from kubesim import (
     ManualClock,
     ScenarioEngine,
     Simulator,

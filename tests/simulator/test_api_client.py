@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from collector.simulator import Simulator
+from kubesim import Simulator
 
 
 def _pod(name: str, labels: dict[str, str] | None = None, node: str = "") -> dict[str, Any]:

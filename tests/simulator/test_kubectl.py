@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from collector.simulator import ScenarioEngine, Simulator
+from kubesim import ScenarioEngine, Simulator
 from tests.simulator.conftest import KUBECTL, KubectlRun
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from collector.simulator import (
+from kubesim import (
     ManualClock,
     ScaledClock,
     ScenarioEngine,
@@ -24,7 +24,7 @@ from collector.simulator import (
     load_scenario,
     start_simulation,
 )
-from collector.simulator.scenario import scenario_from_dict
+from kubesim.scenario import scenario_from_dict
 from tests.simulator.conftest import T0
 
 
@@ -297,7 +297,7 @@ def test_real_time_engine_with_speed(tmp_path: Path) -> None:
 
 def test_run_simulator_command(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from collector.simulator import run_simulator; "
+        "import sys; from pathlib import Path; from kubesim import run_simulator; "
         f"run_simulator(None, '127.0.0.1:0', 60.0, kubeconfig=Path({str(tmp_path / 'kc')!r}))"
     )
     proc = subprocess.Popen(

@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from collector.simulator import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
-from collector.simulator.generate import CLASSES, DESCRIPTIONS, Generated, generate
-from collector.simulator.truth import RunTruth
+from kubesim import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
+from kubesim.generate import CLASSES, DESCRIPTIONS, Generated, generate
+from kubesim.truth import RunTruth
 
 # class → (scheduled, running, progressing, stage) at the judging instant
 EXPECTED: dict[str, tuple[bool, bool, bool, str | None]] = {

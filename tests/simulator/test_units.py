@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from collector.simulator import ApiError, ManualClock, Registry, Store, StoreSettings
-from collector.simulator.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
-from collector.simulator.scenario import ScenarioError, parse_duration
-from collector.simulator.selectors import build_selector, parse_label_selector
-from collector.simulator.store import Expired
-from collector.simulator.tables import human_duration
+from kubesim import ApiError, ManualClock, Registry, Store, StoreSettings
+from kubesim.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
+from kubesim.scenario import ScenarioError, parse_duration
+from kubesim.selectors import build_selector, parse_label_selector
+from kubesim.store import Expired
+from kubesim.tables import human_duration
 
 REG = Registry()
 PODS = REG.lookup("", "v1", "pods")

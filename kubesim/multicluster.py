@@ -22,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from collector.simulator.client import KubeClient, Obj
-from collector.simulator.clock import Clock, ManualClock
-from collector.simulator.errors import ApiError
-from collector.simulator.kubeconfig import write_kubeconfig
-from collector.simulator.scenario import ScenarioError
-from collector.simulator.server import Simulator, SimulatorSettings
+from kubesim.client import KubeClient, Obj
+from kubesim.clock import Clock, ManualClock
+from kubesim.errors import ApiError
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.scenario import ScenarioError
+from kubesim.server import Simulator, SimulatorSettings
 
 __all__ = [
     "MULTIKUEUE_MANAGED_BY",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collector.simulator.engine import RunState, ScenarioEngine
+    from kubesim.engine import RunState, ScenarioEngine
 
 STAGES = ("target-resolution", "queue-admission", "pod-scheduling", "device-allocation", "node-scaling")
 

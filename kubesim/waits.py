@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from collector.simulator.errors import ApiError
-from collector.simulator.scenario import parse_duration
+from kubesim.errors import ApiError
+from kubesim.scenario import parse_duration
 
 if TYPE_CHECKING:
-    from collector.simulator.engine import PodState, RunState, ScenarioEngine
+    from kubesim.engine import PodState, RunState, ScenarioEngine
 
 Obj = dict[str, Any]
 KUEUE_GV = "kueue.x-k8s.io/v1beta1"

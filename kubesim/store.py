@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
-from collector.simulator.clock import Clock, SystemClock, parse_time, rfc3339, rfc3339_micro, rfc3339_nano
-from collector.simulator.errors import ApiError
-from collector.simulator.registry import Registry, ResourceType
-from collector.simulator.selectors import Selector
-from collector.simulator.views import FROM_VIEW, TO_VIEW
+from kubesim.clock import Clock, SystemClock, parse_time, rfc3339, rfc3339_micro, rfc3339_nano
+from kubesim.errors import ApiError
+from kubesim.registry import Registry, ResourceType
+from kubesim.selectors import Selector
+from kubesim.views import FROM_VIEW, TO_VIEW
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects

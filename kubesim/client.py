@@ -9,10 +9,10 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 
-from collector.simulator.errors import ApiError
-from collector.simulator.faults import ENGINE_USER_AGENT
-from collector.simulator.patch import MERGE_PATCH
-from collector.simulator.registry import Registry, ResourceType
+from kubesim.errors import ApiError
+from kubesim.faults import ENGINE_USER_AGENT
+from kubesim.patch import MERGE_PATCH
+from kubesim.registry import Registry, ResourceType
 
 Obj = dict[str, Any]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from collector.simulator.scenario import Scenario, scenario_from_dict
+from kubesim.scenario import Scenario, scenario_from_dict
 
 # Class → relative weight in the mix.
 CLASSES: dict[str, int] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from collector.simulator.errors import ApiError
+from kubesim.errors import ApiError
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from collector.simulator.clock import ScaledClock
-from collector.simulator.engine import ScenarioEngine
-from collector.simulator.kubeconfig import write_kubeconfig
-from collector.simulator.scenario import default_scenario_path, load_scenario
-from collector.simulator.server import Simulator, SimulatorSettings
+from kubesim.clock import ScaledClock
+from kubesim.engine import ScenarioEngine
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.scenario import default_scenario_path, load_scenario
+from kubesim.server import Simulator, SimulatorSettings
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ class Column:
     """One column of the server-side `Table` view (`kubectl get` prints these).
 
     `path` is a dotted JSON path into the object (`status.phase`, `spec.queueName`) or, when it starts
-    with `@`, the name of a computed column in `collector.simulator.tables`.
+    with `@`, the name of a computed column in `kubesim.tables`.
     """
 
     name: str

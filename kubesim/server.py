@@ -16,14 +16,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 import yaml
 
-from collector.simulator.clock import Clock, SystemClock, parse_time
-from collector.simulator.errors import ApiError
-from collector.simulator.faults import Fault, Faults
-from collector.simulator.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
-from collector.simulator.registry import Registry, ResourceType
-from collector.simulator.selectors import build_selector
-from collector.simulator.store import Entry, Expired, Obj, Store, StoreSettings
-from collector.simulator.tables import table_row, to_table
+from kubesim.clock import Clock, SystemClock, parse_time
+from kubesim.errors import ApiError
+from kubesim.faults import Fault, Faults
+from kubesim.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
+from kubesim.registry import Registry, ResourceType
+from kubesim.selectors import build_selector
+from kubesim.store import Entry, Expired, Obj, Store, StoreSettings
+from kubesim.tables import table_row, to_table
 
 log = logging.getLogger(__name__)
 

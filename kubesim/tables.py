@@ -6,8 +6,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from collector.simulator.clock import parse_time
-from collector.simulator.registry import Column, ResourceType
+from kubesim.clock import parse_time
+from kubesim.registry import Column, ResourceType
 
 Obj = dict[str, Any]
 

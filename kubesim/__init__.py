@@ -10,16 +10,16 @@ Public API:
     start_simulation, SimulationSession, run_simulator, write_kubeconfig
 """
 
-from collector.simulator.clock import Clock, ManualClock, ScaledClock, SystemClock
-from collector.simulator.engine import ScenarioEngine
-from collector.simulator.errors import ApiError
-from collector.simulator.faults import Fault, Faults
-from collector.simulator.kubeconfig import write_kubeconfig
-from collector.simulator.registry import DEFAULT_RESOURCES, Column, Registry, ResourceType
-from collector.simulator.run import SimulationSession, run_simulator, start_simulation
-from collector.simulator.scenario import Scenario, ScenarioError, default_scenario_path, load_scenario
-from collector.simulator.server import Simulator, SimulatorSettings
-from collector.simulator.store import Store, StoreSettings
+from kubesim.clock import Clock, ManualClock, ScaledClock, SystemClock
+from kubesim.engine import ScenarioEngine
+from kubesim.errors import ApiError
+from kubesim.faults import Fault, Faults
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.registry import DEFAULT_RESOURCES, Column, Registry, ResourceType
+from kubesim.run import SimulationSession, run_simulator, start_simulation
+from kubesim.scenario import Scenario, ScenarioError, default_scenario_path, load_scenario
+from kubesim.server import Simulator, SimulatorSettings
+from kubesim.store import Store, StoreSettings
 
 __all__ = [
     "DEFAULT_RESOURCES",

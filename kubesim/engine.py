@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from collector.simulator import waits
-from collector.simulator.client import KubeClient
-from collector.simulator.clock import Clock, ManualClock, ScaledClock, rfc3339, rfc3339_micro
-from collector.simulator.errors import ApiError
-from collector.simulator.registry import Registry
-from collector.simulator.scenario import NodeSpec, RunSpec, Scenario, Step, parse_duration
-from collector.simulator.truth import RunTruth, run_truth
+from kubesim import waits
+from kubesim.client import KubeClient
+from kubesim.clock import Clock, ManualClock, ScaledClock, rfc3339, rfc3339_micro
+from kubesim.errors import ApiError
+from kubesim.registry import Registry
+from kubesim.scenario import NodeSpec, RunSpec, Scenario, Step, parse_duration
+from kubesim.truth import RunTruth, run_truth
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from collector.simulator.clock import parse_time
+from kubesim.clock import parse_time
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
