@@ -23,7 +23,7 @@ from collector.progress.model import LogScan
 
 # The scanner `scan` runs, used incrementally: feed_all() per batch of new lines, finish() for a
 # snapshot. (Private to collector.progress.scan; the agent must parse exactly as `scan` does.)
-from collector.progress.scan import _Scanner
+from collector.progress.scan import LineScanner
 
 log = logging.getLogger("taugrid.agent.logs")
 
@@ -56,7 +56,7 @@ class _Followed:
         self.uid = uid
         self.container = container
         self.tail = tail
-        self.scanner = _Scanner(f"{namespace}/{pod}/{container}", None, max_line_bytes)
+        self.scanner = LineScanner(f"{namespace}/{pod}/{container}", None, max_line_bytes)
         self.snapshot: LogScan | None = None
         self.read_at = 0.0
         self.lock = threading.Lock()  # the poll thread feeds the scanner; HTTP threads snapshot it
@@ -184,7 +184,7 @@ class LogEvidence:
             self._store.save({**self._saved, **{k: f.tail.cursors for k, f in self._followed.items()}})
         self.polls += 1
 
-    def _trim(self, sc: _Scanner) -> None:
+    def _trim(self, sc: LineScanner) -> None:
         """Bound memory: keep the newest samples and findings of each container."""
         keep = self.s.samples_kept
         for st in sc.streams.values():

@@ -142,7 +142,12 @@ class _Stream:
         )
 
 
-class _Scanner:
+class LineScanner:
+    """Incremental scan state for one log source: feed lines, then read the summary.
+
+    Public so the node agent can keep one per tailed container across reads.
+    """
+
     def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int) -> None:
         self.source = source
         self.custom = trainers.compile_custom(custom_regex) if custom_regex is not None else None
@@ -529,7 +534,7 @@ def scan_lines(
     max_line_bytes: int = 1 << 20,
 ) -> LogScan:
     """Scan lines (with or without their terminators). Raises ValueError for a bad custom_regex."""
-    sc = _Scanner(source, custom_regex, max_line_bytes)
+    sc = LineScanner(source, custom_regex, max_line_bytes)
     sc.feed_all(lines)
     return sc.finish()
 
@@ -571,7 +576,7 @@ def _file_lines(f: BinaryIO, limit: int, chunk: int = 1 << 22) -> Iterator[bytes
 def scan_path(path: Path, *, custom_regex: str | None = None, max_bytes: int | None = None) -> LogScan:
     """Scan a file; with max_bytes, only its tail (from the first whole line in the last max_bytes)."""
     limit = 1 << 20
-    sc = _Scanner(str(path), custom_regex, limit)
+    sc = LineScanner(str(path), custom_regex, limit)
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         start = 0

@@ -76,7 +76,7 @@ def test_many_ranks_without_rank_0_keep_a_short_history_each(monkeypatch: pytest
     monkeypatch.setattr(scan, "MAX_OTHER_RANK_SAMPLES", 40)
     text = [f"[rank{r}]: " + LINE.format(step=i, cs=i) for i in range(1, 201) for r in range(1, 9)]
     text += [f"[rank{r}]: " + LINE.format(step=1, cs=1) for r in range(9, 200)]  # ranks past MAX_STREAMS
-    sc = scan._Scanner("t", None, 1 << 20)
+    sc = scan.LineScanner("t", None, 1 << 20)
     sc.feed_all(text)
     assert len(sc.streams) == scan.MAX_STREAMS
     assert all(len(st.samples) <= 40 for st in sc.streams.values())
