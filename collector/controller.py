@@ -38,7 +38,7 @@ from collector.model import (
     RunClaims,
     TauRunFacts,
 )
-from collector.multicluster import evaluate_multicluster
+from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress import scan_text
 from collector.progress.history import merge_history
 from collector.settings import ControllerSettings, Settings
@@ -76,7 +76,7 @@ class _PollTargets:
 
 @dataclass(slots=True)
 class _Change:
-    op: str  # "upsert" | "delete" | "replace" | "synced" | "log" | "error" | "restart"
+    op: str  # "upsert" | "delete" | "replace" | "synced" | "log" | "error" | "restart" | "worker"
     resource: Resource | None
     payload: Any
     received: float = field(default_factory=time.monotonic)
@@ -98,7 +98,8 @@ class Controller:
         self.registry = registry or new_registry()
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"])
+                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"]
+                                    + [f"worker:{w.name}" for w in workers])
         self.wanted = resources
         self.resources: list[Resource] = []
         self.index = RunIndex(settings.taugrid)
@@ -109,6 +110,7 @@ class Controller:
         self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
         self._roots_changed = True
+        self._full_due = False
         self._reflectors: list[Reflector] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -139,6 +141,11 @@ class Controller:
         # The supported-environment check (issue 14), on its own thread and interval.
         # MultiKueue workers, configured explicitly (collector/multicluster.py joins dispatched runs).
         self.workers = workers
+        self._dispatched: dict[Key, str] = {}  # manager run → the worker it was dispatched to
+        self._workers_changed: set[str] = set()  # workers with changes not yet queued (coalesced)
+        self._workers_lock = threading.Lock()
+        for w in workers:
+            w.on_change, w.on_error = self._worker_changed, self._worker_error
         self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers])
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -285,6 +292,17 @@ class Controller:
     def watch_restarted(self, resource: Resource, relist: bool) -> None:
         self._put(_Change("restart", resource, relist))
 
+    def _worker_changed(self, name: str) -> None:
+        """A worker's index changed (reflector thread): re-evaluate the runs dispatched to it."""
+        with self._workers_lock:
+            if name in self._workers_changed:
+                return  # one queued change covers every change until the loop applies it
+            self._workers_changed.add(name)
+        self._put(_Change("worker", None, name))
+
+    def _worker_error(self, name: str, error: SourceError) -> None:
+        self.health.error(f"worker:{name}", ErrorClass.RETRYABLE if error.retryable else ErrorClass.PERMANENT)
+
     def _put(self, change: _Change) -> None:
         """Queue a change, waiting while the queue is full, but never past shutdown."""
         while not self._stop.is_set():
@@ -325,7 +343,7 @@ class Controller:
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
                 now_m = time.monotonic()
-                full = now_m >= next_tick
+                full = now_m >= next_tick or self._full_due
                 # Changes are batched for at most `min_eval_interval`: one evaluation covers many
                 # events of the same runs, which is what keeps a burst cheap.
                 if full or (self._dirty and now_m - last_eval >= pause):
@@ -349,7 +367,11 @@ class Controller:
 
     def _apply(self, c: _Change) -> None:
         r = c.resource
-        if c.op == "upsert":
+        if c.op == "worker":
+            with self._workers_lock:
+                self._workers_changed.discard(c.payload)
+            self._dirty.update(k for k, w in self._dispatched.items() if w == c.payload)
+        elif c.op == "upsert":
             assert r is not None
             self._upsert(r, c.payload)
         elif c.op == "delete":
@@ -363,6 +385,8 @@ class Controller:
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
             self._outage.pop(r.name, None)
+            if not self.ready.is_set() and self.synced:
+                self._full_due = True  # every list is in: evaluate all now, not at the next tick
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -463,11 +487,14 @@ class Controller:
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:
         now = self.now()
+        if full:
+            self._full_due = False
         with self.health.time_evaluation():
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
+                    self._dispatched.pop(gone, None)
                     self.exporter.forget(rc.ref)
                     if self.capture is not None:
                         self.capture.forget(gone, now)
@@ -485,6 +512,11 @@ class Controller:
             for ref in targets:
                 ev = self.index.evidence(ref)
                 rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
+                if self.workers:
+                    if target := dispatch_target(ev):
+                        self._dispatched[ref.key] = target
+                    else:
+                        self._dispatched.pop(ref.key, None)
                 if self._agent_nodes or self._gpus:
                     rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
                 if self._outage:

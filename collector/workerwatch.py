@@ -43,6 +43,10 @@ class WorkerCluster:
         self._version = 0
         self._snapshot: tuple[int, list[RunEvidence]] = (-1, [])
         self._reflectors: list[Reflector] = []
+        # Set by the controller: called (from reflector threads) after each applied change and each
+        # read error, so dispatched runs re-evaluate at once and errors are counted per worker.
+        self.on_change: Callable[[str], None] | None = None
+        self.on_error: Callable[[str, SourceError], None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -86,12 +90,17 @@ class WorkerCluster:
             self.errors += 1
             return None
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self.name)
+
     def upsert(self, resource: Resource, obj: JSON) -> None:
         rec = self._record(resource, obj)
         if rec is not None:
             with self._lock:
                 self.index.upsert(rec)
                 self._version += 1
+            self._changed()
 
     def delete(self, resource: Resource, obj: JSON) -> None:
         rec = self._record(resource, obj)
@@ -99,6 +108,7 @@ class WorkerCluster:
             with self._lock:
                 self.index.delete(rec.ref)
                 self._version += 1
+            self._changed()
 
     def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
         recs = [rec for o in objs if (rec := self._record(resource, o)) is not None]
@@ -111,15 +121,19 @@ class WorkerCluster:
             for key in gone:
                 self.index.delete(Ref(*key))
             self._version += 1
+        self._changed()
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         with self._lock:
             self.index.synced[self.contract.role_of(resource.kind, resource.api_version) or resource.kind] = at
             self._version += 1
+        self._changed()
 
     def source_error(self, resource: Resource, error: SourceError) -> None:
         self.errors += 1
         log.warning("worker read failed", extra={"worker": self.name, "resource": resource.name, "error": str(error)})
+        if self.on_error is not None:
+            self.on_error(self.name, error)
 
     def flush(self, resource: Resource) -> None:
         pass  # applied as they come

@@ -3,7 +3,8 @@ read through the official client's transport) and a real Prometheus scrapes what
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from contextlib import suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from collector.model import Observed, RunClaims, Stage
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
 from collector.workerwatch import WorkerCluster, parse_worker_spec, workers_from_specs
 from kubesim.clock import ManualClock
+from kubesim.errors import ApiError
 from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 from tests.controller.test_controller import settings, wait_until
 from tests.promserver import PromServer
@@ -82,3 +84,42 @@ def test_workers_from_kubeconfig_specs(tmp_path: Path) -> None:
     for bad in ("worker-1", "=x", "w="):
         with pytest.raises(ValueError, match="NAME=KUBECONFIG"):
             parse_worker_spec(bad)
+
+
+def test_worker_changes_reach_claims_without_a_tick_and_worker_errors_are_counted() -> None:
+    """A change seen only on a worker re-evaluates the run dispatched there at once (the full tick is
+    an hour here), and a worker that cannot be read counts in taugrid_collector_errors_total."""
+    clock = ManualClock(datetime.now(UTC))
+    s = settings(tick=timedelta(hours=1))
+    with MultiClusterSimulation(load_multicluster(multikueue_scenario_path()), clock) as mc:
+        mc.step_to(0)
+        workers = tuple(WorkerCluster(n, KubeApi(api_client_for(mc.urls[n])), clock.now, resources_for(s.taugrid),
+                                      watch_timeout_s=5) for n in ("worker-1", "worker-2"))
+        dead = WorkerCluster("worker-gone", KubeApi(api_client_for("http://127.0.0.1:9")), clock.now,
+                             resources_for(s.taugrid), watch_timeout_s=5)
+        c = Controller(KubeApi(api_client_for(mc.urls["manager"])), s, clock.now, workers=(*workers, dead))
+        try:
+            c.open()
+            wait_until(c.ready.is_set, what="controller ready")
+            wait_until(lambda: all(w.synced for w in workers), what="workers synced")
+            mc.step_to(60)
+
+            def running() -> Observed | None:
+                rc = next((r for r in c.claims.values() if r.ref.name == "dispatched"), None)
+                return rc.running.observed if rc is not None else None
+
+            wait_until(lambda: running() is Observed.TRUE, what="dispatched run judged running on worker-1")
+            evaluations = c.evaluations
+            for i in range(8):  # only the worker changes: the run's pods there are deleted
+                with suppress(ApiError):
+                    mc.clients["worker-1"].delete("v1", "Pod", "ml", f"dispatched-{i}")
+            wait_until(lambda: running() is not Observed.TRUE, what="the worker's pods gone reach the claim")
+            assert c.evaluations > evaluations
+            errors = c.registry.get_sample_value(
+                "taugrid_collector_errors_total", {"source": "worker:worker-gone", "class": "retryable"})
+            wait_until(lambda: (c.registry.get_sample_value(
+                "taugrid_collector_errors_total", {"source": "worker:worker-gone", "class": "retryable"}) or 0) > 0,
+                what="the unreadable worker's errors counted")
+            assert errors is not None  # the series exists from the start
+        finally:
+            c.close()
