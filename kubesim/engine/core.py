@@ -49,6 +49,8 @@ class EngineCore:
         self.elapsed = 0.0
         self.nodes: dict[str, NodeState] = {}
         self.runs: dict[tuple[str, str], RunState] = {}
+        # flavor -> (node count when built, GPU nodes of that flavor, all GPU nodes): the scheduler's candidates
+        self._gpu_node_cache: dict[str, tuple[int, list[NodeState], list[NodeState]]] = {}
         self._events: dict[tuple[str, str, str], tuple[str, int, str]] = {}
         self._queue_status: dict[str, Obj] = {}
         self._taucluster: Ref | None = None
