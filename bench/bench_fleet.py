@@ -17,7 +17,16 @@ Variants, all in the same run:
   paged      pages normalized as they arrive, pods decoded selectively (msgspec), the tick stretched
              so that full passes take at most FULL_PASS_SHARE of a core
 
+With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
+scenario engine, through the simulator's HTTP API like `taugrid-evidence simulator` (TauRuns,
+RayJobs, Workloads, pods bound, pulled, started, Events, log lines), on a manual clock stepped from
+time zero to the last submission plus a minute, ending at the present. It reports how long that
+takes (materialize_s, API writes/s) beside the store-API `populate` of the same number of pods in
+the same run (the baseline: no HTTP, no lifecycle). --scale S multiplies the scenario's run and
+node counts (a quick run: --scale 0.05).
+
 Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
+       .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
 """
 
 from __future__ import annotations
@@ -90,6 +99,90 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s})
 
 
+def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int) -> None:
+    """The simulator with the scenario engine in one process (as `taugrid-evidence simulator` runs them)."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    logging.disable(logging.CRITICAL)
+    import yaml
+
+    from kubesim import ManualClock, ScenarioEngine, Simulator, SimulatorSettings
+    from kubesim.scenario import scenario_from_dict
+
+    doc = yaml.safe_load(Path(path).read_text())
+    if scale != 1.0:
+        for entry in [*doc["cluster"].get("nodes", []), *doc.get("runs", [])]:
+            if "count" in entry:
+                entry["count"] = max(1, round(entry["count"] * scale))
+    sc = scenario_from_dict(doc, path)
+    horizon = max((r.at for r in sc.runs), default=0.0) + 60.0  # the last run started: admitted, bound, Running
+    clock = ManualClock(datetime.now(UTC) - timedelta(seconds=horizon))
+    sim = Simulator(clock=clock, settings=SimulatorSettings(seed=sc.seed, watch_window=window))
+    url = sim.start("127.0.0.1:0")
+    engine = ScenarioEngine(sc, url, clock)
+    t0, c0 = time.monotonic(), cpu_s()
+    engine.step_to(0.0)  # the cluster: nodes, queues, profiles
+    setup_s = time.monotonic() - t0
+    rv_setup = sim.store.resource_version
+    t, last_print = 0.0, time.monotonic()
+    while t < horizon:
+        t = min(horizon, t + 30.0)
+        engine.step_to(t)
+        if time.monotonic() - last_print > 30:
+            last_print = time.monotonic()
+            print(f"    scenario t={t:.0f}/{horizon:.0f} s after {last_print - t0:.0f} s: "
+                  f"{sim.store.resource_version} writes", flush=True)
+    materialize_s = time.monotonic() - t0
+    cpu = cpu_s() - c0
+    clock.set(datetime.now(UTC))  # the fleet is current: its last writes were moments ago
+    pods = sim.store.list_page(sim.resource("v1", "Pod"), "").items
+    conn.send({"url": url, "nodes": len(sc.nodes), "runs": len(sc.runs), "pods": len(pods),
+               "running": sum(1 for p in pods if p["status"].get("phase") == "Running"),
+               "setup_s": setup_s, "materialize_s": materialize_s, "cpu_s": cpu, "rv_setup": rv_setup,
+               "writes": sim.store.resource_version, "errors": engine.errors[:3], "horizon": horizon})
+    engine.stop()
+    conn.recv()  # close
+    sim.close()
+
+
+class ScenarioSim:
+    """A simulator process filled by playing a scenario file."""
+
+    def __init__(self, cpu: int | None, path: Path, scale: float, window: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window), daemon=True)
+        self.proc.start()
+        self.info: dict[str, Any] = self.conn.recv()
+        self.url: str = self.info["url"]
+
+    def close(self) -> None:
+        self.conn.send("close")
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None) -> ScenarioSim:
+    """Play the scenario; print its figures beside the store-API populate of as many pods (same run)."""
+    sim = ScenarioSim(cpu, path, scale, 10_000)
+    i = sim.info
+    print(f"scenario {path} (scale {scale:g}): {i['runs']} runs, {i['nodes']} nodes -> {i['pods']} pods "
+          f"({i['running']} Running) in {i['materialize_s']:.0f} s wall, {i['cpu_s']:.0f} CPU-s "
+          f"(nodes and queues {i['setup_s']:.1f} s); {i['writes']} API writes, "
+          f"{i['writes'] / i['materialize_s']:.0f} writes/s; errors {i['errors'] or 'none'}", flush=True)
+    base = SimProcess(cpu, 10_000)
+    try:
+        t = time.monotonic()
+        info = base.call("populate", 0, max(1, i["pods"] // per_run), per_run, i["nodes"])
+        fill_s = time.monotonic() - t
+    finally:
+        base.close()
+    print(f"baseline: store-API populate of {info['pods']} pods ({i['nodes']} nodes, no HTTP, no lifecycle) "
+          f"in {fill_s:.0f} s; the scenario took {i['materialize_s'] / max(fill_s, 1e-9):.1f}x as long", flush=True)
+    return sim
+
+
 def run_variant(url: str, variant: str, idle_s: float, cpu: int | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -114,19 +207,26 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=15.0)
     ap.add_argument("--variants", default="baseline,paged")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs 0 and 1")
+    ap.add_argument("--scenario", type=Path, help="fill the cluster by playing this scenario file (see above)")
+    ap.add_argument("--scale", type=float, default=1.0, help="with --scenario: multiply its run and node counts")
     a = ap.parse_args()
     ncpu = len(os.sched_getaffinity(0))
     pin = not a.no_pin and ncpu >= 2
     runs = a.pods // a.per_run
     nodes = a.nodes or max(1, a.pods // 10)
-    sim = SimProcess(1 if pin else None, 10_000)
+    sim: SimProcess | ScenarioSim
+    if a.scenario is not None:
+        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None)
+    else:
+        sim = SimProcess(1 if pin else None, 10_000)
     try:
-        t = time.monotonic()
-        info = sim.call("populate", 0, runs, a.per_run, nodes)
-        fill_s = time.monotonic() - t
-        size = sum(info["sizes"]) / max(1, len(info["sizes"]))
-        print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
-              f"filled in {fill_s:.0f} s", flush=True)
+        if isinstance(sim, SimProcess):
+            t = time.monotonic()
+            info = sim.call("populate", 0, runs, a.per_run, nodes)
+            fill_s = time.monotonic() - t
+            size = sum(info["sizes"]) / max(1, len(info["sizes"]))
+            print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
+                  f"filled in {fill_s:.0f} s", flush=True)
         results = []
         for v in a.variants.split(","):
             r = run_variant(sim.url, v, a.idle_s, 0 if pin else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -289,10 +289,107 @@ class _Reader:
         return Step(self.duration(raw["at"], f"{where}.at"), action, dict(args))
 
 
+_RUN_KEYS = (
+    "name",
+    "namespace",
+    "kind",
+    "tauRun",
+    "profile",
+    "workers",
+    "gpusPerWorker",
+    "image",
+    "queue",
+    "at",
+    "timeline",
+)
+# A run's name is a label value (taugrid.io/run; job-name for a Job), at most 63 characters; a
+# RayJob's RayCluster is named NAME-xxxxx and that name is the ray.io/cluster label value.
+_MAX_RUN_NAME = {"Job": 63, "RayJob": 63 - 6}
+
+
+def _run(
+    r: _Reader,
+    x: Mapping[str, Any],
+    where: str,
+    namespaces: tuple[str, ...],
+    by_profile: Mapping[str, ProfileSpec],
+    lqs: list[LocalQueueSpec],
+) -> RunSpec:
+    """One run entry (with its template's fields merged in) as a RunSpec."""
+    name = r.name(x.get("name"), f"{where}.name")
+    ns = r.name(x.get("namespace"), f"{where}.namespace")
+    if ns not in namespaces:
+        raise r.fail(f"{where}.namespace", f"{ns!r} is not one of cluster.namespaces {list(namespaces)}")
+    kind = str(x.get("kind", "RayJob"))
+    if kind not in ("RayJob", "Job"):
+        raise r.fail(f"{where}.kind", f"expected RayJob or Job, got {kind!r}")
+    profile_name = str(x.get("profile", ""))
+    profile = by_profile.get(profile_name)
+    if profile_name and profile is None:
+        raise r.fail(f"{where}.profile", f"{profile_name!r} is not a declared profile {sorted(by_profile)}")
+    queue = str(x.get("queue") or (profile.local_queue if profile else ""))
+    lq = next((q for q in lqs if q.name == queue and q.namespace == ns), None)
+    if lq is None:
+        raise r.fail(f"{where}.queue", f"no localQueue {queue!r} in namespace {ns!r}")
+    steps = tuple(
+        r.step(s, f"{where}.timeline[{j}]", RUN_ACTIONS)
+        for j, s in enumerate(r.seq(x.get("timeline"), f"{where}.timeline"))
+    )
+    return RunSpec(
+        name=name,
+        namespace=ns,
+        kind=kind,
+        tau_run=bool(r.typed(x.get("tauRun", kind == "RayJob"), (bool,), f"{where}.tauRun")),
+        profile=profile_name,
+        workers=int(r.typed(x.get("workers", profile.workers if profile else 1), (int,), f"{where}.workers")),
+        gpus_per_worker=int(
+            r.typed(
+                x.get("gpusPerWorker", profile.gpus_per_worker if profile else 0),
+                (int,),
+                f"{where}.gpusPerWorker",
+            )
+        ),
+        image=str(x.get("image", "rayproject/ray-ml:2.40.0-py310-gpu")),
+        queue=queue,
+        cluster_queue=lq.cluster_queue,
+        at=r.duration(x.get("at", 0), f"{where}.at"),
+        timeline=tuple(sorted(steps, key=lambda s: s.at)),
+    )
+
+
+def _copies(r: _Reader, entry: Mapping[str, Any], spec: RunSpec, where: str) -> list[tuple[str, float]]:
+    """The (name, submission time) of each run an entry stands for: itself, or with `count: N` the
+    runs NAME-0..NAME-(N-1) (zero-padded to one width, so they sort), submitted `stagger` apart in all."""
+    limit = _MAX_RUN_NAME[spec.kind]
+    if "count" not in entry:
+        if "stagger" in entry:
+            raise r.fail(f"{where}.stagger", "stagger spreads the runs of a count; this entry has no count")
+        if len(spec.name) > limit:
+            raise r.fail(
+                f"{where}.name", f"{spec.name!r} is longer than {limit} characters (a {spec.kind} name's limit)"
+            )
+        return [(spec.name, spec.at)]
+    count = int(r.typed(entry["count"], (int,), f"{where}.count"))
+    if count < 1:
+        raise r.fail(f"{where}.count", f"expected at least 1, got {count}")
+    stagger = r.duration(entry.get("stagger", 0), f"{where}.stagger")
+    width = len(str(count - 1))
+    longest = f"{spec.name}-{count - 1:0{width}d}"
+    if len(longest) > limit:
+        raise r.fail(
+            f"{where}.name",
+            f"with count {count} the runs are named up to {longest!r} ({len(longest)} characters), longer than "
+            f"{limit} (a {spec.kind} name's limit); shorten the name",
+        )
+    return [(f"{spec.name}-{k:0{width}d}", spec.at + stagger * k / count) for k in range(count)]
+
+
 def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     """Validate parsed YAML into a Scenario; raises ScenarioError naming `source` and the place."""
     r = _Reader(source)
-    top = r.mapping(data, "top level", ("name", "description", "seed", "start", "cluster", "runs", "actions"))
+    top = r.mapping(
+        data, "top level", ("name", "description", "seed", "start", "cluster", "templates", "runs", "actions")
+    )
     if "name" not in top:
         raise r.fail("top level", "missing 'name'")
     start = None
@@ -411,71 +508,28 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
             )
         )
     by_profile = {p.name: p for p in profiles}
+    templates = {
+        r.name(k, "templates"): r.mapping(v, f"templates.{k}", _RUN_KEYS[1:])
+        for k, v in r.mapping(top.get("templates"), "templates", tuple(map(str, top.get("templates") or {}))).items()
+    }
     runs = []
     seen: set[tuple[str, str]] = set()
     for i, raw in enumerate(r.seq(top.get("runs"), "runs")):
         where = f"runs[{i}]"
-        x = r.mapping(
-            raw,
-            where,
-            (
-                "name",
-                "namespace",
-                "kind",
-                "tauRun",
-                "profile",
-                "workers",
-                "gpusPerWorker",
-                "image",
-                "queue",
-                "at",
-                "timeline",
-            ),
-        )
-        name = r.name(x.get("name"), f"{where}.name")
-        ns = r.name(x.get("namespace"), f"{where}.namespace")
-        if ns not in namespaces:
-            raise r.fail(f"{where}.namespace", f"{ns!r} is not one of cluster.namespaces {list(namespaces)}")
-        if (ns, name) in seen:
-            raise r.fail(f"{where}.name", f"duplicate run {ns}/{name}")
-        seen.add((ns, name))
-        kind = str(x.get("kind", "RayJob"))
-        if kind not in ("RayJob", "Job"):
-            raise r.fail(f"{where}.kind", f"expected RayJob or Job, got {kind!r}")
-        profile_name = str(x.get("profile", ""))
-        profile = by_profile.get(profile_name)
-        if profile_name and profile is None:
-            raise r.fail(f"{where}.profile", f"{profile_name!r} is not a declared profile {sorted(by_profile)}")
-        queue = str(x.get("queue") or (profile.local_queue if profile else ""))
-        lq = next((q for q in lqs if q.name == queue and q.namespace == ns), None)
-        if lq is None:
-            raise r.fail(f"{where}.queue", f"no localQueue {queue!r} in namespace {ns!r}")
-        steps = tuple(
-            r.step(s, f"{where}.timeline[{j}]", RUN_ACTIONS)
-            for j, s in enumerate(r.seq(x.get("timeline"), f"{where}.timeline"))
-        )
-        runs.append(
-            RunSpec(
-                name=name,
-                namespace=ns,
-                kind=kind,
-                tau_run=bool(r.typed(x.get("tauRun", kind == "RayJob"), (bool,), f"{where}.tauRun")),
-                profile=profile_name,
-                workers=int(r.typed(x.get("workers", profile.workers if profile else 1), (int,), f"{where}.workers")),
-                gpus_per_worker=int(
-                    r.typed(
-                        x.get("gpusPerWorker", profile.gpus_per_worker if profile else 0),
-                        (int,),
-                        f"{where}.gpusPerWorker",
-                    )
-                ),
-                image=str(x.get("image", "rayproject/ray-ml:2.40.0-py310-gpu")),
-                queue=queue,
-                cluster_queue=lq.cluster_queue,
-                at=r.duration(x.get("at", 0), f"{where}.at"),
-                timeline=tuple(sorted(steps, key=lambda s: s.at)),
-            )
-        )
+        entry = r.mapping(raw, where, (*_RUN_KEYS, "template", "count", "stagger"))
+        x = entry
+        if "template" in entry:
+            tname = entry["template"]
+            if tname not in templates:
+                raise r.fail(f"{where}.template", f"{tname!r} is not a declared template {sorted(templates)}")
+            x = {**templates[tname], **entry}  # the entry's own fields override the template's
+            where = f"{where} (template {tname})"
+        spec = _run(r, x, where, namespaces, by_profile, lqs)
+        for name, at in _copies(r, entry, spec, where):
+            if (spec.namespace, name) in seen:
+                raise r.fail(f"{where}.name", f"duplicate run {spec.namespace}/{name}")
+            seen.add((spec.namespace, name))
+            runs.append(spec if name == spec.name else replace(spec, name=name, at=at))
     actions = tuple(
         r.step(s, f"actions[{j}]", CLUSTER_ACTIONS) for j, s in enumerate(r.seq(top.get("actions"), "actions"))
     )

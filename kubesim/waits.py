@@ -19,6 +19,7 @@ from kubesim.scenario import parse_duration
 
 if TYPE_CHECKING:
     from kubesim.engine import PodState, RunState, ScenarioEngine
+    from kubesim.engine.core import EngineCore
 
 Obj = dict[str, Any]
 KUEUE_GV = "kueue.x-k8s.io/v1beta1"
@@ -265,7 +266,7 @@ def device_reject(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> 
     r.wait_stage = "device-allocation"
 
 
-def progress_lines(eng: ScenarioEngine, style: str, template: str, f: Obj, skipped: bool, skipped_total: int,
+def progress_lines(eng: EngineCore, style: str, template: str, f: Obj, skipped: bool, skipped_total: int,
                    eval_every: int) -> list[str]:
     """One step's log lines in the given trainer's format."""
     it = int(f["iteration"])
