@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -158,6 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def sim(self) -> Simulator:
         return self.server.sim
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header (RFC 7231 HTTP-date) on every answer, watch streams included: the scenario
+        clock, not the host's, so a client that evaluates on the server's clock plays on scenario time."""
+        when = self.sim.clock.now().timestamp() if timestamp is None else timestamp
+        return formatdate(when, usegmt=True)
 
     def _send(
         self,
