@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -23,7 +24,7 @@ from kubesim.faults import Fault, Faults
 from kubesim.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import build_selector
-from kubesim.store import Entry, Expired, Obj, Store, StoreSettings
+from kubesim.store import Entry, Expired, Obj, Store, StoreSettings, TooLarge
 from kubesim.tables import table_row, to_table
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,28 @@ class SimulatorSettings:
     aggregated_discovery: bool = True
     # Reported by /version.
     git_version: str = "v1.32.0"
+    # A list or watch from a resourceVersion the store has not reached waits this long for it (the
+    # watch cache's blockTimeout, 3 s) before it answers 504 "Too large resource version".
+    too_large_wait_s: float = 3.0
+    # retryAfterSeconds of that answer (the watch cache's resourceVersionTooHighRetrySeconds).
+    too_large_retry_after_s: int = 1
+
+
+def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
+    """What Kubernetes answers for a resourceVersion ahead of its store (storage.NewTooLargeResourceVersionError
+    wrapped in a Timeout StatusError): 504, reason Timeout, a ResourceVersionTooLarge cause. client-go's
+    reflector recognizes it (reason Timeout + that cause) and relists from resourceVersion "".
+    """
+    return ApiError(
+        504,
+        f"Timeout: {exc}",
+        reason="Timeout",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": retry_after_s,
+        },
+        retry_after=retry_after_s,
+    )
 
 
 @dataclass(slots=True)
@@ -573,6 +596,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ resources
     def _serve(self, r: _Route, query: dict[str, list[str]]) -> None:
+        self.sim.count(r.verb, r.rt.plural, query)
         store = self.sim.store
         pending = self._maybe_fault(r.verb, r.rt.plural, r.namespace)
         gone = any(f.action == "gone" for f in pending)
@@ -599,7 +623,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._logs(r, query)
         elif r.verb == "list":
             sel = build_selector(_qs(query, "labelSelector"), _qs(query, "fieldSelector"), rt.field_path)
-            res = store.list_page(
+            args = (
                 rt,
                 r.namespace,
                 sel,
@@ -608,6 +632,13 @@ class _Handler(BaseHTTPRequestHandler):
                 _qs(query, "resourceVersion"),
                 _qs(query, "resourceVersionMatch"),
             )
+            try:
+                res = store.list_page(*args)
+            except TooLarge as exc:
+                if not store.wait_for(exc.rv, self.sim.settings.too_large_wait_s):
+                    self.sim.count("too-large", rt.plural)
+                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s) from None
+                res = store.list_page(*args)
             meta: Obj = {"resourceVersion": str(res.resource_version)}
             if res.continue_token:
                 meta["continue"] = res.continue_token
@@ -862,7 +893,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._end_stream()
                 return
             try:
-                watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
+                try:
+                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
+                except TooLarge as exc:
+                    if not store.wait_for(exc.rv, settings.too_large_wait_s):
+                        # Like the watch cache: the watch is accepted, then one ERROR event says why.
+                        status = too_large_error(exc, settings.too_large_retry_after_s).status()
+                        self.sim.count("too-large", rt.plural)
+                        self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                        self._end_stream()
+                        return
+                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
             except Expired as exc:
                 self._chunk(expired_line(str(exc)))
                 self._end_stream()
@@ -995,8 +1036,25 @@ class Simulator:
             ),
         )
         self.faults = Faults(seed=self.settings.seed)
+        # Requests served, by (verb, resource plural): tests count lists, watches and relists here.
+        # "too-large" counts 504 Too large resource version answers.
+        self.requests: Counter[tuple[str, str]] = Counter()
+        # The latest requests with their query parameters (verb, resource, {param: value}).
+        self.request_log: deque[tuple[str, str, dict[str, str]]] = deque(maxlen=10_000)
+        self._count_lock = threading.Lock()
         self._server: SimulatorServer | None = None
         self._thread: threading.Thread | None = None
+
+    def count(self, verb: str, resource: str, query: dict[str, list[str]] | None = None) -> None:
+        with self._count_lock:
+            self.requests[(verb, resource)] += 1
+            if query is not None:
+                self.request_log.append((verb, resource, {k: v[0] for k, v in query.items() if v}))
+
+    def served(self, verb: str, resource: str | None = None) -> int:
+        """Requests of `verb` served so far (for one resource plural, or all)."""
+        with self._count_lock:
+            return sum(n for (v, r), n in self.requests.items() if v == verb and (resource is None or r == resource))
 
     def start(self, address: str = "127.0.0.1:0") -> str:
         """Serve on `host:port` (port 0 picks a free one) in a background thread; returns the base URL."""
@@ -1019,6 +1077,15 @@ class Simulator:
             raise RuntimeError("simulator not started")
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def restore_store(self) -> Store:
+        """The API server's etcd is restored from an older backup (or swapped for another): a fresh,
+        empty store behind the same address. Open watches on the old store end; requests from a
+        resourceVersion the new store has not reached get "Too large resource version". Returns it."""
+        old = self.store
+        self.store = Store(self.registry, self.clock, old.settings)
+        old.close()
+        return self.store
 
     def close(self) -> None:
         """End every watch, stop serving and close the listening socket."""

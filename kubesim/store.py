@@ -11,6 +11,7 @@ import base64
 import random
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -79,6 +80,16 @@ class Expired(Exception):
 
     def __init__(self, rv: int, oldest: int) -> None:
         super().__init__(f"too old resource version: {rv} ({oldest})")
+
+
+class TooLarge(Exception):
+    """A list or watch asked for a resourceVersion this store has not reached (a restored or
+    replaced store, or a client that saw another server). The server answers it as Kubernetes' watch
+    cache does: 504 Timeout "Too large resource version" (k8s.io/apiserver storage errors)."""
+
+    def __init__(self, rv: int, current: int) -> None:
+        super().__init__(f"Too large resource version: {rv}, current: {current}")
+        self.rv, self.current = rv, current
 
 
 def _meta(obj: Obj) -> Obj:
@@ -184,6 +195,18 @@ class Store:
         with self.cond:
             return max(0, self._rv - self.settings.watch_window)
 
+    def wait_for(self, rv: int, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the store to reach `rv` (the watch cache's short wait
+        before it answers "too large"); True when it has."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self._rv < rv and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            return self._rv >= rv
+
     def close(self) -> None:
         """Wake and end every watch."""
         with self.cond:
@@ -280,11 +303,17 @@ class Store:
                 rv, start = decode_continue(continue_token)
             elif resource_version_match == "Exact" and resource_version:
                 rv = self._parse_rv(resource_version)
+                if rv > self._rv:
+                    raise TooLarge(rv, self._rv)
                 if rv < self._rv - self.settings.watch_window:
                     raise ApiError.expired(f"too old resource version: {rv} ({self.oldest_retained})")
             else:
                 if resource_version not in ("", "0"):
-                    self._parse_rv(resource_version)
+                    # "Not older than" (the default for a set version, or NotOlderThan): a version
+                    # this store has not reached cannot be served.
+                    wanted = self._parse_rv(resource_version)
+                    if wanted > self._rv:
+                        raise TooLarge(wanted, self._rv)
                 rv = self._rv
             snap = self._snapshot(rt, rv)
             keys = [k for k in snap if k[0] == namespace] if namespace and rt.namespaced else list(snap)
@@ -660,6 +689,8 @@ class Store:
             else:
                 start = self._parse_rv(resource_version)
                 initial = []
+                if start > self._rv:
+                    raise TooLarge(start, self._rv)
                 if start < self._rv - self.settings.watch_window:
                     raise Expired(start, self._rv - self.settings.watch_window)
             return Watch(self, rt, namespace if rt.namespaced else "", selector, start, initial)
