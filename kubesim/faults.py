@@ -7,7 +7,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-FaultAction = Literal["status", "delay", "gone", "drop"]
+FaultAction = Literal["status", "delay", "gone", "drop", "nobookmarks"]
+ACTIONS: tuple[str, ...] = ("status", "delay", "gone", "drop", "nobookmarks")
 ENGINE_USER_AGENT = "taugrid-simulator-engine"
 
 
@@ -21,6 +22,8 @@ class Fault:
       gone    lists answer 410 Expired; watches send one ERROR event (Status 410 Expired) and end
       drop    watches send `after_events` events, then half of the next line, then close the connection;
               other requests lose their connection before any response
+      nobookmarks  watches that ask for bookmarks (allowWatchBookmarks) get no periodic BOOKMARK
+              events (the `k8s.io/initial-events-end` bookmark of sendInitialEvents is still sent)
     """
 
     action: FaultAction
@@ -52,8 +55,8 @@ class Fault:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown fault fields: {sorted(unknown)}")
-        if data.get("action") not in ("status", "delay", "gone", "drop"):
-            raise ValueError(f"fault action must be status, delay, gone or drop, got {data.get('action')!r}")
+        if data.get("action") not in ACTIONS:
+            raise ValueError(f"fault action must be one of {', '.join(ACTIONS)}, got {data.get('action')!r}")
         kw = dict(data)
         for key in ("verbs", "resources", "namespaces"):
             if key in kw:
@@ -132,6 +135,10 @@ class Faults:
         """Close matching connections without answering (watches: mid-object, see `drop_watch`)."""
         return self.add(Fault("drop", count=count, ratio=ratio, verbs=verbs, resources=resources))
 
+    def no_bookmarks(self, *, count: int | None = None, resources: tuple[str, ...] = ()) -> Fault:
+        """Watches that ask for bookmarks get none (an older or overloaded API server)."""
+        return self.add(Fault("nobookmarks", count=count, verbs=("watch",), resources=resources))
+
     def remove(self, fault_id: int) -> bool:
         with self._lock:
             before = len(self._rules)
@@ -163,6 +170,8 @@ class Faults:
                 if rule.namespaces and namespace not in rule.namespaces:
                     continue
                 if rule.action == "gone" and verb not in ("list", "watch"):
+                    continue
+                if rule.action == "nobookmarks" and verb != "watch":
                     continue
                 if rule.count is not None and rule.count <= 0:
                     continue

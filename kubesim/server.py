@@ -592,7 +592,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise err
         if verb != "watch" and any(f.action == "drop" for f in fired):
             raise _Dropped()
-        return [f for f in fired if f.action in ("gone", "drop")]
+        return [f for f in fired if f.action in ("gone", "drop", "nobookmarks")]
 
     # ------------------------------------------------------------------ resources
     def _serve(self, r: _Route, query: dict[str, list[str]]) -> None:
@@ -602,7 +602,8 @@ class _Handler(BaseHTTPRequestHandler):
         gone = any(f.action == "gone" for f in pending)
         if r.verb == "watch":
             drop = next((f for f in pending if f.action == "drop"), None)
-            self._watch(r, query, gone, drop)
+            no_marks = any(f.action == "nobookmarks" for f in pending)
+            self._watch(r, query, gone, drop, no_marks)
             return
         if gone and r.verb == "list":
             self._body()
@@ -830,7 +831,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _watch(self, r: _Route, query: dict[str, list[str]], gone: bool, drop: Fault | None) -> None:
+    def _watch(
+        self, r: _Route, query: dict[str, list[str]], gone: bool, drop: Fault | None, no_marks: bool = False
+    ) -> None:
         store = self.sim.store
         settings = self.sim.settings
         rt = r.rt
@@ -930,7 +933,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if now >= deadline:
                     break
                 wait = min(deadline - now, 1.0)
-                if bookmarks:
+                if bookmarks and not no_marks:
                     wait = max(0.0, min(wait, settings.bookmark_interval_s - (now - last_mark)))
                 try:
                     batch = watch.poll(wait)
@@ -938,7 +941,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(expired_line(str(exc)))
                     break
                 lines = [encode(t, item) for t, item in batch]
-                if bookmarks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
+                if bookmarks and not no_marks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
                     lines.append(bookmark(watch.pos))
                     last_mark = time.monotonic()
             self._end_stream()
