@@ -67,6 +67,9 @@ class SimulatorSettings:
     too_large_wait_s: float = 3.0
     # retryAfterSeconds of that answer (the watch cache's resourceVersionTooHighRetrySeconds).
     too_large_retry_after_s: int = 1
+    # Events are deleted this many scenario seconds after their last write (kube-apiserver
+    # --event-ttl, 1 h by default there); None keeps them for ever.
+    event_ttl_s: float | None = None
 
 
 def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
@@ -1036,6 +1039,7 @@ class Simulator:
                 watch_window=self.settings.watch_window,
                 log_max_bytes=self.settings.log_max_bytes,
                 seed=self.settings.seed,
+                event_ttl_s=self.settings.event_ttl_s,
             ),
         )
         self.faults = Faults(seed=self.settings.seed)
@@ -1047,6 +1051,8 @@ class Simulator:
         self._count_lock = threading.Lock()
         self._server: SimulatorServer | None = None
         self._thread: threading.Thread | None = None
+        self._sweeper: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def count(self, verb: str, resource: str, query: dict[str, list[str]] | None = None) -> None:
         with self._count_lock:
@@ -1072,7 +1078,15 @@ class Simulator:
             daemon=True,
         )
         self._thread.start()
+        if self.settings.event_ttl_s is not None:
+            self._sweeper = threading.Thread(target=self._sweep, name="k8s-simulator-ttl", daemon=True)
+            self._sweeper.start()
         return self.base_url
+
+    def _sweep(self) -> None:
+        """Expire Events as the (scenario) clock passes their TTL; a manual clock is read each turn."""
+        while not self._stopping.wait(0.05):
+            self.store.expire_events()
 
     @property
     def base_url(self) -> str:
@@ -1092,6 +1106,10 @@ class Simulator:
 
     def close(self) -> None:
         """End every watch, stop serving and close the listening socket."""
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=5)
+            self._sweeper = None
         self.store.close()
         if self._server is not None:
             self._server.shutdown()

@@ -8,6 +8,7 @@ objects as read-only.
 from __future__ import annotations
 
 import base64
+import heapq
 import random
 import re
 import threading
@@ -16,7 +17,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -34,6 +35,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
 _INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_EVENTS = "/v1/events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ class StoreSettings:
     log_max_bytes: int = 1 << 20
     # Seed for uids and generated names, so a scenario replays identically.
     seed: int = 0
+    # core/v1 Events are deleted this many (scenario) seconds after their last write, as
+    # kube-apiserver's --event-ttl (1 h by default) does through etcd leases; None keeps them.
+    event_ttl_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -175,6 +180,7 @@ class Store:
         self._rv = 0
         self._dependents: dict[str, set[tuple[str, Key]]] = {}
         self._logs: dict[tuple[str, str, str], _ContainerLog] = {}
+        self._ttl: list[tuple[datetime, int, Key]] = []  # heap of (expiry, resourceVersion, key) of Events
         self.log_version = 0
         self.closed = False
         ns_type = self.registry.lookup("", "v1", "namespaces")
@@ -461,6 +467,10 @@ class Store:
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         bucket[key] = new
+        if self.settings.event_ttl_s is not None and rt.storage_key == _EVENTS:
+            # Every write renews the lease, as the API server attaches a fresh TTL lease on update.
+            expires = self.clock.now() + timedelta(seconds=self.settings.event_ttl_s)
+            heapq.heappush(self._ttl, (expires, self._rv, key))
         self._index_owners(rt.storage_key, key, old, new)
         self._record(rt.storage_key, "MODIFIED" if old is not None else "ADDED", new, old)
 
@@ -668,6 +678,23 @@ class Store:
                 except ApiError:
                     continue
             return out
+
+    def expire_events(self, now: datetime | None = None) -> int:
+        """Delete the Events whose TTL has passed at `now` (default: the clock's); watchers see
+        DELETED. Returns how many went."""
+        now = now or self.clock.now()
+        gone = 0
+        with self.cond:
+            events_rt = self.registry.by_key(_EVENTS) if self._ttl else None
+            while self._ttl and self._ttl[0][0] <= now:
+                _, rv, key = heapq.heappop(self._ttl)
+                assert events_rt is not None
+                current = self._objects[_EVENTS].get(key)
+                if current is None or _meta(current).get("resourceVersion") != str(rv):
+                    continue  # deleted already, or written since (a later lease covers it)
+                self._remove(events_rt, key, current, cascade=False)
+                gone += 1
+        return gone
 
     # ------------------------------------------------------------------ watch
     def watch(
