@@ -84,7 +84,7 @@ def test_api_server_replaced_by_another_store_relists(how: str) -> None:
         apply_run(a, "kept", crash=i % 2 == 0)
     if how == "restore":
         # Hold every watch the controller opens after its first list long enough to swap the store.
-        a.faults.delay(2.0, verbs=("watch",))
+        a.faults.delay(3.0, verbs=("watch",))
     c = start(a, clock)
     b = a
     ref = None

@@ -137,9 +137,9 @@ def test_controller_process_evaluates_on_a_sped_up_simulators_clock(tmp_path: Pa
             assert _observed(m, "healthy", "running") == "true"
             # Evaluated on the server's (scenario) clock: minutes ahead of this host's by now.
             evaluated = max(v for k, v in m["taugrid_run_evaluated_timestamp_seconds"].items() if "run=stuck" in k)
-            host_ahead = (clock.now() - datetime.now(UTC)).total_seconds()
-            assert host_ahead > 60, host_ahead
-            assert abs(evaluated - clock.now().timestamp()) < 45, (evaluated, clock.now().timestamp())
+            host_now = datetime.now(UTC).timestamp()
+            # Minutes past this host's clock (it could not have produced that), never past the server's.
+            assert host_now + 30 < evaluated <= clock.now().timestamp() + 2, (host_now, evaluated, clock.now())
             since = max(v for k, v in m["taugrid_run_claim_since_timestamp_seconds"].items()
                         if "run=stuck" in k and "claim=progressing" in k)
             assert (origin + timedelta(seconds=50)).timestamp() <= since <= clock.now().timestamp()
