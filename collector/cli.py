@@ -323,13 +323,30 @@ def demo(speed: float, duration: float | None, scenario: Path | None, metrics_po
 @click.option("--speed", type=float, default=1.0, show_default=True, help="Scenario seconds per real second.")
 @click.option("--kubeconfig", "kubeconfig_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write a kubeconfig pointing at the simulator.")
-def simulator(scenario: Path | None, address: str, speed: float, kubeconfig_out: Path | None) -> None:
+@click.option("--fault", "fault_specs", multiple=True, metavar="SPEC",
+              help="A fault on the scenario clock (repeatable): at=30s,for=1m,action=status,status=503,"
+                   "verbs=list+watch,resources=pods, or the same as JSON (kubesim/README.md).")
+@click.option("--event-ttl", default=None, metavar="DURATION",
+              help="Delete Events this long after their last write (kube-apiserver --event-ttl), e.g. 1h.")
+def simulator(scenario: Path | None, address: str, speed: float, kubeconfig_out: Path | None,
+              fault_specs: tuple[str, ...], event_ttl: str | None) -> None:
     """Serve the Kubernetes API simulator playing a scenario; point kubectl or any client at it."""
+    from kubesim.faults import parse_fault_spec
     from kubesim.run import run_simulator
-    from kubesim.scenario import ScenarioError
+    from kubesim.scenario import ScenarioError, parse_duration
 
     try:
-        run_simulator(scenario, address, speed, kubeconfig_out)
+        faults = [parse_fault_spec(spec) for spec in fault_specs]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--fault") from e
+    try:
+        ttl = parse_duration(event_ttl, "--event-ttl") if event_ttl is not None else None
+    except ScenarioError as e:
+        raise click.BadParameter(str(e), param_hint="--event-ttl") from e
+    if ttl is not None and ttl <= 0:
+        raise click.BadParameter(f"must be a positive duration, got {event_ttl!r}", param_hint="--event-ttl")
+    try:
+        run_simulator(scenario, address, speed, kubeconfig_out, faults=faults, event_ttl_s=ttl)
     except ScenarioError as e:
         raise click.ClickException(str(e)) from e
 

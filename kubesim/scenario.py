@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kubesim.clock import parse_time
+from kubesim.faults import ServerPlan, parse_server_plan
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -221,6 +222,7 @@ class Scenario:
     runs: tuple[RunSpec, ...] = ()
     actions: tuple[Step, ...] = ()
     source: str = "<memory>"
+    server: ServerPlan = ServerPlan()  # `faults:` on the scenario clock and `eventTTL:` (kubesim.faults)
 
 
 class _Reader:
@@ -388,7 +390,8 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     """Validate parsed YAML into a Scenario; raises ScenarioError naming `source` and the place."""
     r = _Reader(source)
     top = r.mapping(
-        data, "top level", ("name", "description", "seed", "start", "cluster", "templates", "runs", "actions")
+        data, "top level",
+        ("name", "description", "seed", "start", "cluster", "templates", "runs", "actions", "faults", "eventTTL"),
     )
     if "name" not in top:
         raise r.fail("top level", "missing 'name'")
@@ -549,6 +552,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         runs=tuple(runs),
         actions=tuple(sorted(actions, key=lambda s: s.at)),
         source=source,
+        server=parse_server_plan(top, source),
     )
 
 

@@ -7,8 +7,10 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -22,7 +24,7 @@ from kubesim.faults import Fault, Faults
 from kubesim.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import build_selector
-from kubesim.store import Entry, Expired, Obj, Store, StoreSettings
+from kubesim.store import Entry, Expired, Obj, Store, StoreSettings, TooLarge
 from kubesim.tables import table_row, to_table
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,31 @@ class SimulatorSettings:
     aggregated_discovery: bool = True
     # Reported by /version.
     git_version: str = "v1.32.0"
+    # A list or watch from a resourceVersion the store has not reached waits this long for it (the
+    # watch cache's blockTimeout, 3 s) before it answers 504 "Too large resource version".
+    too_large_wait_s: float = 3.0
+    # retryAfterSeconds of that answer (the watch cache's resourceVersionTooHighRetrySeconds).
+    too_large_retry_after_s: int = 1
+    # Events are deleted this many scenario seconds after their last write (kube-apiserver
+    # --event-ttl, 1 h by default there); None keeps them for ever.
+    event_ttl_s: float | None = None
+
+
+def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
+    """What Kubernetes answers for a resourceVersion ahead of its store (storage.NewTooLargeResourceVersionError
+    wrapped in a Timeout StatusError): 504, reason Timeout, a ResourceVersionTooLarge cause. client-go's
+    reflector recognizes it (reason Timeout + that cause) and relists from resourceVersion "".
+    """
+    return ApiError(
+        504,
+        f"Timeout: {exc}",
+        reason="Timeout",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": retry_after_s,
+        },
+        retry_after=retry_after_s,
+    )
 
 
 @dataclass(slots=True)
@@ -158,6 +185,12 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def sim(self) -> Simulator:
         return self.server.sim
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header (RFC 7231 HTTP-date) on every answer, watch streams included: the scenario
+        clock, not the host's, so a client that evaluates on the server's clock plays on scenario time."""
+        when = self.sim.clock.now().timestamp() if timestamp is None else timestamp
+        return formatdate(when, usegmt=True)
 
     def _send(
         self,
@@ -562,16 +595,18 @@ class _Handler(BaseHTTPRequestHandler):
                 raise err
         if verb != "watch" and any(f.action == "drop" for f in fired):
             raise _Dropped()
-        return [f for f in fired if f.action in ("gone", "drop")]
+        return [f for f in fired if f.action in ("gone", "drop", "nobookmarks")]
 
     # ------------------------------------------------------------------ resources
     def _serve(self, r: _Route, query: dict[str, list[str]]) -> None:
+        self.sim.count(r.verb, r.rt.plural, query)
         store = self.sim.store
         pending = self._maybe_fault(r.verb, r.rt.plural, r.namespace)
         gone = any(f.action == "gone" for f in pending)
         if r.verb == "watch":
             drop = next((f for f in pending if f.action == "drop"), None)
-            self._watch(r, query, gone, drop)
+            no_marks = any(f.action == "nobookmarks" for f in pending)
+            self._watch(r, query, gone, drop, no_marks)
             return
         if gone and r.verb == "list":
             self._body()
@@ -592,7 +627,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._logs(r, query)
         elif r.verb == "list":
             sel = build_selector(_qs(query, "labelSelector"), _qs(query, "fieldSelector"), rt.field_path)
-            res = store.list_page(
+            args = (
                 rt,
                 r.namespace,
                 sel,
@@ -601,6 +636,13 @@ class _Handler(BaseHTTPRequestHandler):
                 _qs(query, "resourceVersion"),
                 _qs(query, "resourceVersionMatch"),
             )
+            try:
+                res = store.list_page(*args)
+            except TooLarge as exc:
+                if not store.wait_for(exc.rv, self.sim.settings.too_large_wait_s):
+                    self.sim.count("too-large", rt.plural)
+                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s) from None
+                res = store.list_page(*args)
             meta: Obj = {"resourceVersion": str(res.resource_version)}
             if res.continue_token:
                 meta["continue"] = res.continue_token
@@ -792,7 +834,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _watch(self, r: _Route, query: dict[str, list[str]], gone: bool, drop: Fault | None) -> None:
+    def _watch(
+        self, r: _Route, query: dict[str, list[str]], gone: bool, drop: Fault | None, no_marks: bool = False
+    ) -> None:
         store = self.sim.store
         settings = self.sim.settings
         rt = r.rt
@@ -855,7 +899,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._end_stream()
                 return
             try:
-                watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
+                try:
+                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
+                except TooLarge as exc:
+                    if not store.wait_for(exc.rv, settings.too_large_wait_s):
+                        # Like the watch cache: the watch is accepted, then one ERROR event says why.
+                        status = too_large_error(exc, settings.too_large_retry_after_s).status()
+                        self.sim.count("too-large", rt.plural)
+                        self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                        self._end_stream()
+                        return
+                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
             except Expired as exc:
                 self._chunk(expired_line(str(exc)))
                 self._end_stream()
@@ -882,7 +936,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if now >= deadline:
                     break
                 wait = min(deadline - now, 1.0)
-                if bookmarks:
+                if bookmarks and not no_marks:
                     wait = max(0.0, min(wait, settings.bookmark_interval_s - (now - last_mark)))
                 try:
                     batch = watch.poll(wait)
@@ -890,7 +944,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(expired_line(str(exc)))
                     break
                 lines = [encode(t, item) for t, item in batch]
-                if bookmarks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
+                if bookmarks and not no_marks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
                     lines.append(bookmark(watch.pos))
                     last_mark = time.monotonic()
             self._end_stream()
@@ -985,11 +1039,31 @@ class Simulator:
                 watch_window=self.settings.watch_window,
                 log_max_bytes=self.settings.log_max_bytes,
                 seed=self.settings.seed,
+                event_ttl_s=self.settings.event_ttl_s,
             ),
         )
         self.faults = Faults(seed=self.settings.seed)
+        # Requests served, by (verb, resource plural): tests count lists, watches and relists here.
+        # "too-large" counts 504 Too large resource version answers.
+        self.requests: Counter[tuple[str, str]] = Counter()
+        # The latest requests with their query parameters (verb, resource, {param: value}).
+        self.request_log: deque[tuple[str, str, dict[str, str]]] = deque(maxlen=10_000)
+        self._count_lock = threading.Lock()
         self._server: SimulatorServer | None = None
         self._thread: threading.Thread | None = None
+        self._sweeper: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def count(self, verb: str, resource: str, query: dict[str, list[str]] | None = None) -> None:
+        with self._count_lock:
+            self.requests[(verb, resource)] += 1
+            if query is not None:
+                self.request_log.append((verb, resource, {k: v[0] for k, v in query.items() if v}))
+
+    def served(self, verb: str, resource: str | None = None) -> int:
+        """Requests of `verb` served so far (for one resource plural, or all)."""
+        with self._count_lock:
+            return sum(n for (v, r), n in self.requests.items() if v == verb and (resource is None or r == resource))
 
     def start(self, address: str = "127.0.0.1:0") -> str:
         """Serve on `host:port` (port 0 picks a free one) in a background thread; returns the base URL."""
@@ -1004,7 +1078,15 @@ class Simulator:
             daemon=True,
         )
         self._thread.start()
+        if self.settings.event_ttl_s is not None:
+            self._sweeper = threading.Thread(target=self._sweep, name="k8s-simulator-ttl", daemon=True)
+            self._sweeper.start()
         return self.base_url
+
+    def _sweep(self) -> None:
+        """Expire Events as the (scenario) clock passes their TTL; a manual clock is read each turn."""
+        while not self._stopping.wait(0.05):
+            self.store.expire_events()
 
     @property
     def base_url(self) -> str:
@@ -1013,8 +1095,21 @@ class Simulator:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def restore_store(self) -> Store:
+        """The API server's etcd is restored from an older backup (or swapped for another): a fresh,
+        empty store behind the same address. Open watches on the old store end; requests from a
+        resourceVersion the new store has not reached get "Too large resource version". Returns it."""
+        old = self.store
+        self.store = Store(self.registry, self.clock, old.settings)
+        old.close()
+        return self.store
+
     def close(self) -> None:
         """End every watch, stop serving and close the listening socket."""
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=5)
+            self._sweeper = None
         self.store.close()
         if self._server is not None:
             self._server.shutdown()

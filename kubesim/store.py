@@ -8,14 +8,16 @@ objects as read-only.
 from __future__ import annotations
 
 import base64
+import heapq
 import random
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -33,6 +35,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
 _INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_EVENTS = "/v1/events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,9 @@ class StoreSettings:
     log_max_bytes: int = 1 << 20
     # Seed for uids and generated names, so a scenario replays identically.
     seed: int = 0
+    # core/v1 Events are deleted this many (scenario) seconds after their last write, as
+    # kube-apiserver's --event-ttl (1 h by default) does through etcd leases; None keeps them.
+    event_ttl_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +85,16 @@ class Expired(Exception):
 
     def __init__(self, rv: int, oldest: int) -> None:
         super().__init__(f"too old resource version: {rv} ({oldest})")
+
+
+class TooLarge(Exception):
+    """A list or watch asked for a resourceVersion this store has not reached (a restored or
+    replaced store, or a client that saw another server). The server answers it as Kubernetes' watch
+    cache does: 504 Timeout "Too large resource version" (k8s.io/apiserver storage errors)."""
+
+    def __init__(self, rv: int, current: int) -> None:
+        super().__init__(f"Too large resource version: {rv}, current: {current}")
+        self.rv, self.current = rv, current
 
 
 def _meta(obj: Obj) -> Obj:
@@ -164,6 +180,7 @@ class Store:
         self._rv = 0
         self._dependents: dict[str, set[tuple[str, Key]]] = {}
         self._logs: dict[tuple[str, str, str], _ContainerLog] = {}
+        self._ttl: list[tuple[datetime, int, Key]] = []  # heap of (expiry, resourceVersion, key) of Events
         self.log_version = 0
         self.closed = False
         ns_type = self.registry.lookup("", "v1", "namespaces")
@@ -183,6 +200,18 @@ class Store:
         """Oldest resourceVersion a watch or continue token may still start from."""
         with self.cond:
             return max(0, self._rv - self.settings.watch_window)
+
+    def wait_for(self, rv: int, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the store to reach `rv` (the watch cache's short wait
+        before it answers "too large"); True when it has."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self._rv < rv and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            return self._rv >= rv
 
     def close(self) -> None:
         """Wake and end every watch."""
@@ -280,11 +309,17 @@ class Store:
                 rv, start = decode_continue(continue_token)
             elif resource_version_match == "Exact" and resource_version:
                 rv = self._parse_rv(resource_version)
+                if rv > self._rv:
+                    raise TooLarge(rv, self._rv)
                 if rv < self._rv - self.settings.watch_window:
                     raise ApiError.expired(f"too old resource version: {rv} ({self.oldest_retained})")
             else:
                 if resource_version not in ("", "0"):
-                    self._parse_rv(resource_version)
+                    # "Not older than" (the default for a set version, or NotOlderThan): a version
+                    # this store has not reached cannot be served.
+                    wanted = self._parse_rv(resource_version)
+                    if wanted > self._rv:
+                        raise TooLarge(wanted, self._rv)
                 rv = self._rv
             snap = self._snapshot(rt, rv)
             keys = [k for k in snap if k[0] == namespace] if namespace and rt.namespaced else list(snap)
@@ -432,6 +467,10 @@ class Store:
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         bucket[key] = new
+        if self.settings.event_ttl_s is not None and rt.storage_key == _EVENTS:
+            # Every write renews the lease, as the API server attaches a fresh TTL lease on update.
+            expires = self.clock.now() + timedelta(seconds=self.settings.event_ttl_s)
+            heapq.heappush(self._ttl, (expires, self._rv, key))
         self._index_owners(rt.storage_key, key, old, new)
         self._record(rt.storage_key, "MODIFIED" if old is not None else "ADDED", new, old)
 
@@ -640,6 +679,23 @@ class Store:
                     continue
             return out
 
+    def expire_events(self, now: datetime | None = None) -> int:
+        """Delete the Events whose TTL has passed at `now` (default: the clock's); watchers see
+        DELETED. Returns how many went."""
+        now = now or self.clock.now()
+        gone = 0
+        with self.cond:
+            events_rt = self.registry.by_key(_EVENTS) if self._ttl else None
+            while self._ttl and self._ttl[0][0] <= now:
+                _, rv, key = heapq.heappop(self._ttl)
+                assert events_rt is not None
+                current = self._objects[_EVENTS].get(key)
+                if current is None or _meta(current).get("resourceVersion") != str(rv):
+                    continue  # deleted already, or written since (a later lease covers it)
+                self._remove(events_rt, key, current, cascade=False)
+                gone += 1
+        return gone
+
     # ------------------------------------------------------------------ watch
     def watch(
         self,
@@ -660,6 +716,8 @@ class Store:
             else:
                 start = self._parse_rv(resource_version)
                 initial = []
+                if start > self._rv:
+                    raise TooLarge(start, self._rv)
                 if start < self._rv - self.settings.watch_window:
                     raise Expired(start, self._rv - self.settings.watch_window)
             return Watch(self, rt, namespace if rt.namespaced else "", selector, start, initial)

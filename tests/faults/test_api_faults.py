@@ -10,6 +10,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from collector.controller import Controller
 from collector.settings import ClaimSettings
 from collector.sources.kube_api import KubeApi, Resource, api_client_for
@@ -65,23 +67,37 @@ def test_outage_readyz_unknown_with_cause_then_recovery() -> None:
             c.close()
 
 
-def test_api_server_replaced_by_another_store_relists() -> None:
+@pytest.mark.parametrize("how", ["restart", "restore"])
+def test_api_server_replaced_by_another_store_relists(how: str) -> None:
+    """restart: the server comes back on another (older) store; the reflector's store check sees its
+    resourceVersion behind ours. restore: etcd restored under a running server while the reflectors'
+    watches are on their way in: each watch is answered 504 "Too large resource version", as the
+    real watch cache answers it, and the reflector relists from scratch as client-go's does."""
     clock = Clock(T0)
-    a = Simulator(settings=FAST, watch_window=50, clock=clock)
+    fast = replace(FAST, too_large_wait_s=0.2)
+    a = Simulator(settings=fast, watch_window=50, clock=clock)
     url = a.start()
     port = url.rsplit(":", 1)[1]
     apply_run(a, "old-run")
     apply_run(a, "kept")
     for i in range(20):  # move A's resourceVersion well past where B's will be
         apply_run(a, "kept", crash=i % 2 == 0)
+    if how == "restore":
+        # Hold every watch the controller opens after its first list long enough to swap the store.
+        a.faults.delay(3.0, verbs=("watch",))
     c = start(a, clock)
-    b = None
+    b = a
+    ref = None
     try:
         wait_until(lambda: observed(c, "old-run").get("running") == "true", what="old run seen")
         relists0 = c.registry.get_sample_value("taugrid_collector_relists_total", {"resource": "pods"}) or 0
-        a.close()  # the API server restarts on another (restored, older) store
-        b = Simulator(settings=FAST, watch_window=50, clock=clock)
-        b.start(f"127.0.0.1:{port}")
+        if how == "restart":
+            a.close()  # the API server restarts on another (restored, older) store
+            b = Simulator(settings=fast, watch_window=50, clock=clock)
+            b.start(f"127.0.0.1:{port}")
+        else:
+            b.restore_store()
+            b.faults.clear()
         apply_run(b, "kept")
         apply_run(b, "new-run", ns="team-b")
         wait_until(lambda: set(_claims(c)) == {"research/kept", "team-b/new-run"}, timeout=30,
@@ -90,10 +106,65 @@ def test_api_server_replaced_by_another_store_relists() -> None:
         wait_until(lambda: (c.registry.get_sample_value("taugrid_collector_relists_total",
                                                         {"resource": "pods"}) or 0) > relists0,
                    timeout=5, what="the relist counted")
+        if how == "restore":
+            assert b.served("too-large", "pods") >= 1, b.requests  # the watch itself was refused
+            # An uninterrupted controller that only ever saw the restored store agrees.
+            ref = start(b, clock)
+            wait_until(lambda: _claims(ref) == _claims(c), timeout=15, what="claims equal an uninterrupted run's")
     finally:
         c.close()
-        if b is not None:
-            b.close()
+        if ref is not None:
+            ref.close()
+        b.close()
+        a.close()
+
+
+def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
+    """Lists (NotOlderThan, Exact) and watches from a resourceVersion ahead of the store, through the
+    official client: 504 Timeout "Too large resource version: X, current: Y" with a
+    ResourceVersionTooLarge cause and retryAfterSeconds; a version reached within the wait is served."""
+    import json
+    import threading
+
+    from kubernetes import client as k8s
+    from kubernetes import watch as k8s_watch
+
+    with Simulator(settings=replace(FAST, too_large_wait_s=0.3)) as s:
+        s.start()
+        apply_run(s, "llm")
+        api = k8s.ApiClient(k8s.Configuration(host=s.base_url))
+        core = k8s.CoreV1Api(api)
+        current = s.store.resource_version
+        ahead = str(current + 100)
+        for match in ("NotOlderThan", "Exact"):
+            with pytest.raises(k8s.ApiException) as err:
+                core.list_pod_for_all_namespaces(resource_version=ahead, resource_version_match=match)
+            assert err.value.status == 504
+            body = json.loads(err.value.body)
+            assert body["reason"] == "Timeout" and body["code"] == 504
+            assert body["message"] == f"Timeout: Too large resource version: {ahead}, current: {current}"
+            assert body["details"]["causes"] == [{"reason": "ResourceVersionTooLarge",
+                                                  "message": "Too large resource version"}]
+            assert body["details"]["retryAfterSeconds"] == 1
+            assert err.value.headers["Retry-After"] == "1"
+        with pytest.raises(k8s.ApiException) as err:  # the python client raises the watch's ERROR event
+            for _ in k8s_watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=ahead,
+                                              timeout_seconds=5):
+                pass
+        assert err.value.status == 504
+        assert s.served("too-large", "pods") == 3
+        # A version the store reaches while the server waits is served, not refused.
+        nxt = str(s.store.resource_version + 1)
+        threading.Timer(0.1, lambda: apply_run(s, "later")).start()
+        listing = core.list_namespace(resource_version=nxt, resource_version_match="NotOlderThan")
+        assert int(listing.metadata.resource_version) >= int(nxt)
+        # The collector files both answers under "relist".
+        from collector.sources.kube_api import Expired
+
+        kube = KubeApi(api_client_for(s.base_url))
+        with pytest.raises(Expired):
+            kube.get_json("/api/v1/pods", [("resourceVersion", ahead), ("resourceVersionMatch", "NotOlderThan")])
+        api.close()
 
 
 def test_retry_after_is_honored() -> None:

@@ -100,7 +100,8 @@ def test_kube_api_reads_the_servers_date() -> None:
         api = KubeApi(api_client_for(s.base_url))
         api.get_json("/api/v1")
         assert api.clock.seen
-        # The simulator's Date is its host's wall clock (not its scenario clock): no skew here.
+        # The simulator's Date is its scenario clock; Simulator() plays on the host's: no skew here.
+        # (tests/faults/test_server_clock.py has a sped-up and a manual one.)
         assert abs((api.clock.now() - datetime.now(UTC)).total_seconds()) < 2
 
 
