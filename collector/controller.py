@@ -206,7 +206,8 @@ class Controller:
         for r in self._reflectors:
             r.stop()
         if self.elector is not None:
-            self.elector.stop()
+            self.elector.stop()  # releases the Lease: the series must not say this replica leads after that
+            self.health.set_leader(self.elector.identity, False)
         for w in self.workers:
             w.close()
         if self._http is not None:
@@ -499,7 +500,9 @@ class Controller:
                     self._targets_changed = True
         self.evaluations += 1
         self.health.set_runs_tracked(len(self.claims))
-        leader = self.leader
+        # Nothing is exported before every resource was listed once: a partial view shows runs under
+        # the wrong root (a RayJob before its TauRun), and those would stay in the exported streams.
+        leader = self.leader and self.synced
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
@@ -507,6 +510,9 @@ class Controller:
                 self.sink.claims(out if self._was_leader else self.claims.values())
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
+        if not leader and self.sink is not None and self.elector is not None and self.synced:
+            # A standby follows the claim transitions, to take over without gaps or repeats.
+            self.sink.track(out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:

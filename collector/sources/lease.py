@@ -36,6 +36,7 @@ class LeaseElector:
         self._leader = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.led_until: datetime | None = None  # renewTime of another replica's live Lease at the last look
 
     @property
     def is_leader(self) -> bool:
@@ -101,7 +102,9 @@ class LeaseElector:
         holder = cur.get("holderIdentity")
         renewed = parse_time(cur.get("renewTime")) if cur.get("renewTime") else None
         duration = timedelta(seconds=int(cur.get("leaseDurationSeconds") or 15))
-        if holder and holder != self.identity and renewed is not None and now - renewed < duration:
+        live = bool(holder and holder != self.identity and renewed is not None and now - renewed < duration)
+        self.led_until = renewed if live else None
+        if live:
             return False  # someone else holds a live lease
         new_spec = {**cur, **spec}
         if holder != self.identity:
