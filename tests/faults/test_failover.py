@@ -41,7 +41,7 @@ from tests.faults.test_process_faults import _free_port, _kubeconfig, _safe
 from tests.test_explain_fixtures import taurun
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE_S, RENEW_S = 3.0, 0.5
+LEASE_S, RENEW_S = 4.0, 0.5
 STORY = [f"story-{i}" for i in range(4)]  # the writer's runs: one flips crash ↔ healthy every FLIP_S
 FLIP_S = 0.8
 RATE = 200  # the writer's pod and event changes per second (flips aside)
@@ -237,7 +237,8 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
         stopped = time.monotonic()
         wait_until(lambda: leader() == back.name, timeout=LEASE_S + 10, what="the replica back takes over")
         took = next(t for t, who in samples if t > stopped and who == (back.name,)) - stopped
-        assert took <= 1.5, f"took over {took:.2f} s after the leader's SIGTERM: the Lease was not released"
+        # Well before the Lease could have expired: it was released.
+        assert took <= LEASE_S - RENEW_S - 1.0, f"took over {took:.2f} s after the leader's SIGTERM"
         standby.stop()
         time.sleep(1.5)
 
