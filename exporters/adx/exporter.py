@@ -182,6 +182,13 @@ class AdxExporter:
     def open(self) -> None:
         self.spool.open()
         self.target.open()
+        latest = getattr(self.target, "latest_claims", None)
+        if latest is not None:  # the embedded store: carry on from what the last process exported
+            try:
+                self.shipper.drain()  # what it left in the spool first
+            except Exception as e:  # the shipper thread retries; resume from what the store has
+                log.warning("delivery at start failed", extra={"error": str(e)[:500]})
+            self.rows.resume(latest(self.settings.cluster))
         self._thread = threading.Thread(target=self._run, name="adx-shipper", daemon=True)
         self._thread.start()
 

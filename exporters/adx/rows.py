@@ -10,7 +10,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from collector.model import (
@@ -376,6 +376,19 @@ class RowBuilder:
         del self._recent[:-self.max_keys]
         while len(self._claims) > 3 * self.max_keys:
             del self._claims[next(iter(self._claims))]
+        self._tracking = True
+
+    def resume(self, latest: Iterable[Row]) -> None:
+        """Carry on from the rows a previous process exported last (per run and claim): the next
+        `claims` writes a transition from there, or nothing new for an unchanged claim (its latest
+        row again, under its RowId), instead of a first row per claim."""
+        for r in latest:
+            since = r["Since"]
+            if isinstance(since, datetime) and since.tzinfo is None:
+                since = since.replace(tzinfo=UTC)
+            ident = r["RunUid"] or f'{r["Kind"]}/{r["Namespace"]}/{r["Run"]}'
+            self._claims[(ident, r["Claim"])] = _ClaimState(r["Verdict"], r["Observed"], r["PreviousVerdict"] or "",
+                                                             since, r["RowId"])
         self._tracking = True
 
     def forget(self, runs: Iterable[RunClaims]) -> None:

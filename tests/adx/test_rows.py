@@ -150,3 +150,30 @@ def test_a_standby_takes_over_without_repeating_or_losing_transitions() -> None:
     late.track([run(T0 + timedelta(seconds=20))], led_until=T0 + timedelta(seconds=20))
     [row] = late.claims([run(T0 + timedelta(seconds=30))])[RUN_CLAIMS.name]
     assert (row["Claim"], row["PreviousVerdict"], row["Verdict"]) == ("running", "contradicted", "verified")
+
+
+def test_a_restarted_exporter_carries_on_from_its_store(tmp_path: Path) -> None:
+    """After a restart the embedded store's latest rows are where the transitions carry on from:
+    an unchanged claim is not written again as a first row, a changed one names its previous verdict."""
+    from exporters.adx import AdxExporter, ExportSettings
+    from exporters.adx.embedded import DuckDBTarget, connect
+
+    def exporter() -> AdxExporter:
+        return AdxExporter(ExportSettings(cluster="c1", spool_dir=tmp_path / "spool"), DuckDBTarget(tmp_path / "s.db"))
+
+    first = exporter()
+    first.open()
+    first.claims([run(T0)])
+    first.claims([run(T0 + timedelta(seconds=10), Observed.FALSE)])
+    first.close()
+    again = exporter()
+    again.open()
+    again.claims([run(T0 + timedelta(seconds=20), Observed.FALSE)])  # as it was: nothing new
+    again.claims([run(T0 + timedelta(seconds=30))])  # recovered while nobody watched, or since
+    again.close()
+    con = connect(tmp_path / "s.db", read_only=True)
+    rows = con.execute('SELECT "Claim", "PreviousVerdict", "Verdict" FROM "RunClaims" ORDER BY "Timestamp", "Claim"'
+                       ).fetchall()
+    con.close()
+    assert rows == [("progressing", "", "verified"), ("running", "", "verified"), ("scheduled", "", "verified"),
+                    ("running", "verified", "contradicted"), ("running", "contradicted", "verified")]
