@@ -265,8 +265,8 @@ class _ClaimState:
     observed: str
     previous: str  # the verdict before this one ("" at first sight)
     since: datetime | None  # the claim's `since` as last seen: it moves without a transition too
-    row_id: str | None  # the RowId of the transition into this state; None: a standby's first sight while
-    # another replica led (that replica wrote the state, with a previous verdict this one cannot know)
+    row_id: str | None  # the RowId of the transition into this state; None: a standby's first sight (the
+    # resume window decides whether it is written on taking over; past it, the leader then wrote it)
 
 
 class RowBuilder:
@@ -288,7 +288,7 @@ class RowBuilder:
         self._events: OrderedDict[str, None] = OrderedDict()
         self._hwm: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
-    def _follow(self, rc: RunClaims, name: str, *, led: bool = False) -> Row | None:
+    def _follow(self, rc: RunClaims, name: str, *, standby: bool = False) -> Row | None:
         """Follow one claim: its transition's row when its verdict or observed value moved."""
         c = rc.claims[name]
         key = (_identity(rc), name)
@@ -299,7 +299,7 @@ class RowBuilder:
         previous = st.verdict if st is not None else ""
         row = claim_row(rc, name, c, previous, self.cluster, st.since if st is not None else None)
         self._claims[key] = _ClaimState(c.verdict.value, c.observed.value, previous, c.since,
-                                        None if st is None and led else str(row["RowId"]))
+                                        None if st is None and standby else str(row["RowId"]))
         return row
 
     def claims(self, runs: Iterable[RunClaims]) -> dict[str, list[Row]]:
@@ -312,9 +312,10 @@ class RowBuilder:
             # led then), then each claim's latest transition, all under the RowIds the old leader
             # used for them: what it wrote comes again as the same rows.
             led = self._led_until
-            written = [r for t, first, r in self._recent if not (first and led is not None and t <= led)]
-            claims.extend(written)
-            recent = {(r["RunUid"] or f'{r["Kind"]}/{r["Namespace"]}/{r["Run"]}', r["Claim"]) for r in written}
+            for t, first, r in self._recent:
+                recent.add((r["RunUid"] or f'{r["Kind"]}/{r["Namespace"]}/{r["Run"]}', r["Claim"]))
+                if not (first and led is not None and t <= led):
+                    claims.append(r)
             self._tracking, self._recent = False, []
         for rc in runs:
             ident = _identity(rc)
@@ -329,6 +330,8 @@ class RowBuilder:
                     if st.row_id is not None:
                         claims.append({**claim_row(rc, name, rc.claims[name], st.previous, self.cluster),
                                        "RowId": st.row_id})
+                    elif self._led_until is None:  # first seen when no replica led: nobody wrote it
+                        claims.append(claim_row(rc, name, rc.claims[name], "", self.cluster))
             last = self._snap.get(ident)
             state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
             due = changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval
@@ -367,7 +370,7 @@ class RowBuilder:
             ident = _identity(rc)
             for name in CLAIM_NAMES:
                 first = (ident, name) not in self._claims
-                row = self._follow(rc, name, led=self._led_until is not None)
+                row = self._follow(rc, name, standby=True)
                 if row is not None:
                     self._recent.append((rc.evaluated_at, first, row))
             horizon = rc.evaluated_at - self.resume_window
