@@ -228,6 +228,7 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
         took = next(t for t, who in samples if t > killed and who == (standby.name,)) - killed
         # The Lease was not released: the standby waited for it to expire, and not much longer.
         assert LEASE_S - RENEW_S - 0.5 <= took <= LEASE_S + RENEW_S + 2.0, f"took over {took:.2f} s after the kill"
+        print(f"takeover after SIGKILL: {took:.2f} s (Lease {LEASE_S:g} s, renewed every {RENEW_S:g} s)")
 
         back = Replica(tmp_path, f"{first.name}2", kc, elect)  # the killed one comes back (a new pod, a new store)
         replicas.append(back)
@@ -239,10 +240,12 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
         took = next(t for t, who in samples if t > stopped and who == (back.name,)) - stopped
         # Well before the Lease could have expired: it was released.
         assert took <= LEASE_S - RENEW_S - 1.0, f"took over {took:.2f} s after the leader's SIGTERM"
+        print(f"takeover after SIGTERM: {took:.2f} s")
         standby.stop()
         time.sleep(1.5)
 
         load.close()  # quiet: the leader must settle to the reference's claims
+        print(f"load: {load.changes} pod and event changes, {load.flips} flips, scenario at {engine.elapsed:.0f} s")
         wait_until(lambda: _safe(back.port) and _safe(back.port) == _safe(ref.port), timeout=30,
                    what="the new leader's claims equal the uninterrupted controller's")
         final = _safe(ref.port)
