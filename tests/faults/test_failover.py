@@ -116,6 +116,7 @@ class Load:
         self.crashed = dict.fromkeys(STORY, False)
         self.restarts = dict.fromkeys(STORY, 0)
         self.changes = 0
+        self.started = 0.0
         self.flips = 0
         self.errors: list[str] = []
         self._flipped_at = {n: ts(CREATED + timedelta(minutes=1)) for n in STORY}
@@ -123,6 +124,7 @@ class Load:
                          threading.Thread(target=self._write, daemon=True)]
 
     def start(self) -> None:
+        self.started = time.monotonic()
         for t in self._threads:
             t.start()
 
@@ -220,7 +222,7 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
                    what="one leader, every controller ready")
         first, standby = sorted(replicas, key=lambda r: r.name != leader())
         load.start()  # from here the writer's runs move: every controller saw them still
-        time.sleep(2.0)  # the standby follows a few transitions
+        time.sleep(1.5)  # the standby follows a few transitions
 
         first.stop(signal.SIGKILL)
         killed = time.monotonic()
@@ -233,7 +235,7 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
         back = Replica(tmp_path, f"{first.name}2", kc, elect)  # the killed one comes back (a new pod, a new store)
         replicas.append(back)
         wait_until(back.ready, timeout=60, what="the killed replica back and ready")
-        time.sleep(1.5)
+        time.sleep(1.0)
         standby.proc.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         wait_until(lambda: leader() == back.name, timeout=LEASE_S + 10, what="the replica back takes over")
@@ -242,10 +244,12 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
         assert took <= LEASE_S - RENEW_S - 1.0, f"took over {took:.2f} s after the leader's SIGTERM"
         print(f"takeover after SIGTERM: {took:.2f} s")
         standby.stop()
-        time.sleep(1.5)
+        time.sleep(1.0)
 
         load.close()  # quiet: the leader must settle to the reference's claims
-        print(f"load: {load.changes} pod and event changes, {load.flips} flips, scenario at {engine.elapsed:.0f} s")
+        rate = load.changes / (time.monotonic() - load.started)
+        print(f"load: {load.changes} pod and event changes ({rate:.0f}/s), {load.flips} flips, scenario at "
+              f"{engine.elapsed:.0f} s")
         wait_until(lambda: _safe(back.port) and _safe(back.port) == _safe(ref.port), timeout=30,
                    what="the new leader's claims equal the uninterrupted controller's")
         final = _safe(ref.port)
