@@ -73,13 +73,14 @@ def _state(r: Row) -> tuple[str, str, Any]:
     return r["Verdict"], r["Observed"], r["Since"]
 
 
-def stream_problems(rows: list[Row], reference: list[Row] | None = None, *, excursion: str = "",
+def stream_problems(rows: list[Row], reference: list[Row] | None = None, *, excursion: bool = False,
                     final_only: frozenset[str] = frozenset()) -> list[str]:
     """Lost or duplicated transitions in `rows` (see the module's rule); [] when there are none.
 
-    `excursion`: a fault the reference did not live through makes claims go somewhere and back (an
-    API outage turns them unknown, its Reason says so): for the comparison with the reference, rows
-    whose Reason contains this text are left out, and so is the row coming back to where it was.
+    `excursion`: a fault the reference did not live through took claims to states the reference
+    never had for them, and back (an API outage: observed unknown, the run's own status too old to
+    trust): for the comparison, rows in such states are left out, and so is the row coming back to
+    where it was; every state of the reference must still be there, in order.
     `final_only`: runs created in several writes while the API failed: each controller may or may
     not have seen their passing first states, so only the state they end in is compared."""
     problems = []
@@ -95,9 +96,10 @@ def stream_problems(rows: list[Row], reference: list[Row] | None = None, *, excu
     if reference is not None:
         want = streams(reference)
         for key in sorted(set(got) | set(want)):
-            a = [_state(r) for r in got.get(key, []) if not (excursion and excursion in (r["Reason"] or ""))]
-            a = [x for i, x in enumerate(a) if not i or x != a[i - 1]]
             b = [_state(r) for r in want.get(key, [])]
+            seen = {x[:2] for x in b}
+            a = [_state(r) for r in got.get(key, []) if not excursion or (r["Verdict"], r["Observed"]) in seen]
+            a = [x for i, x in enumerate(a) if not i or x != a[i - 1]]
             if key[2] in final_only:
                 a, b = a[-1:], b[-1:]
             if a != b:

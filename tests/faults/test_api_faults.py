@@ -97,9 +97,10 @@ def test_outage_readyz_unknown_with_cause_then_recovery(tmp_path: Path) -> None:
     running = [(r["PreviousVerdict"], r["Observed"]) for r in sorted(rows, key=lambda r: r["Timestamp"])
                if r["Claim"] == "running"]
     # Into unknown with the outage (the run's own status goes stale too: unasserted), and back.
-    assert running[0] == ("", "true") and running[-1][1] == "true" and running[1] == ("verified", "unknown")
-    assert {o for _, o in running[1:-1]} == {"unknown"}
-    assert stream_problems(rows, want, excursion="Kubernetes API failing since") == []
+    assert running[0] == ("", "true") and running[-1][1] == "true" and running[1] == ("verified", "unknown"), running
+    assert any("Kubernetes API failing since" in r["Reason"] for r in rows if r["Claim"] == "running")
+    problems = stream_problems(rows, want, excursion=True)
+    assert problems == [], "\n".join(problems)
 
 
 def test_api_server_replaced_by_another_store_relists(tmp_path: Path) -> None:
