@@ -515,6 +515,8 @@ class Controller:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
             if self.sink is not None:
+                if not self._was_leader and self.elector is not None:  # taking over: until when the other led
+                    self.sink.track((), led_until=self.elector.led_until)
                 self.sink.claims(out if self._was_leader else self.claims.values())
         elif self._was_leader:
             self.exporter.update([], now, replace=True)

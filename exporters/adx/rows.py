@@ -360,10 +360,10 @@ class RowBuilder:
         taking over (the next `claims`) it writes what the old leader may have missed and repeats what
         it wrote under the same RowIds, instead of a first row per claim with no PreviousVerdict.
 
-        `led_until`: the renewTime of another replica's live Lease, when one holds it. What this one
-        sees for the first time before then, that replica saw and wrote (with a previous verdict this
-        one cannot know): it is not written again; a first sight after then is (a first row, as a
-        restart writes each claim's state, docs/adx.md)."""
+        `led_until`: the renewTime of another replica's live Lease, or when it released the Lease.
+        What this one sees for the first time before then, that replica saw and wrote (with a
+        previous verdict this one cannot know): it is not written again; a first sight after then is
+        (a first row, as a restart writes each claim's state, docs/adx.md)."""
         if led_until is not None and (self._led_until is None or led_until > self._led_until):
             self._led_until = led_until
         for rc in runs:

@@ -200,6 +200,8 @@ def test_leader_releases_its_lease_on_close() -> None:
             lease = s.store.get(s.resource("coordination.k8s.io/v1", "Lease"), "default", cfg.lease_name)
             assert lease["spec"]["holderIdentity"] == "replica-b"
             assert lease["spec"]["leaseTransitions"] >= 1
+            # b knows until when a led (its release): what b saw first before then, a wrote.
+            assert b.led_until is not None and b.led_until >= T0
         finally:
             a.stop()
             b.stop()
