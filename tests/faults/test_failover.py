@@ -1,6 +1,6 @@
 """Leader failover under load (issue 9): two `controller` processes with leader election against one
-simulator, while the scenario engine plays at speed and a writer thread changes pods and events a
-few hundred times a second. The leader is SIGKILLed mid-stream (it cannot release its Lease): the
+simulator, while the scenario engine plays at speed and a writer thread changes pods and events
+about RATE (200) times a second. The leader is SIGKILLed mid-stream (it cannot release its Lease): the
 standby takes over once the Lease expires. The killed replica comes back as a standby; the new
 leader is then SIGTERMed (it releases its Lease): the standby takes over at once.
 
