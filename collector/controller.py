@@ -130,6 +130,7 @@ class Controller:
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
+        self._opened_at = time.monotonic()
         self._http: BoundedHTTPServer | None = None
         # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
         self.capture = capture or capture_for(settings, api, now)
@@ -156,6 +157,7 @@ class Controller:
             # The index holds frozen records and tuples, freed by reference counting; the default
             # generation-0 threshold makes the cycle collector rescan them thousands of times a second.
             gc.set_threshold(100_000, 50, 100)
+        self._opened_at = time.monotonic()
         backoff = Backoff()
         notes: list[str] = []
         while not self._stop.is_set():
@@ -213,7 +215,8 @@ class Controller:
         for r in self._reflectors:
             r.stop()
         if self.elector is not None:
-            self.elector.stop()
+            self.elector.stop()  # releases the Lease: the series must not say this replica leads after that
+            self.health.set_leader(self.elector.identity, False)
         for w in self.workers:
             w.close()
         if self._http is not None:
@@ -241,6 +244,14 @@ class Controller:
         bound = self.settings.claims.evidence_max_age.total_seconds()
         now_m = time.monotonic()
         return [r.resource.name for r in self._reflectors if r.synced_once.is_set() and now_m - r.last_ok > bound]
+
+    @property
+    def view_complete(self) -> bool:
+        """Every watched resource listed once, or the startup grace past. Nothing is exported before:
+        a partial view shows runs under the wrong root (a RayJob before its TauRun), and those rows
+        would stay in the exported streams; but a resource that never lists (forbidden) must not
+        silence the others."""
+        return self.synced or time.monotonic() - self._opened_at > STARTUP_GRACE_S
 
     @property
     def leader(self) -> bool:
@@ -531,14 +542,19 @@ class Controller:
                     self._targets_changed = True
         self.evaluations += 1
         self.health.set_runs_tracked(len(self.claims))
-        leader = self.leader
+        leader = self.leader and self.view_complete
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
             if self.sink is not None:
+                if not self._was_leader and self.elector is not None:  # taking over: until when the other led
+                    self.sink.track((), led_until=self.elector.led_until)
                 self.sink.claims(out if self._was_leader else self.claims.values())
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
+        if not leader and self.sink is not None and self.elector is not None and self.view_complete:
+            # A standby follows the claim transitions, to take over without gaps or repeats.
+            self.sink.track(out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:
@@ -780,6 +796,9 @@ def _profile(ev: RunEvidence) -> str:
     t = ev.taurun.facts if ev.taurun is not None else None
     return t.profile if isinstance(t, TauRunFacts) else ""
 
+
+# How long after start the controller exports claims even if a watched resource never listed.
+STARTUP_GRACE_S = 60.0
 
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers

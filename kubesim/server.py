@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -1100,7 +1101,10 @@ class Simulator:
         empty store behind the same address. Open watches on the old store end; requests from a
         resourceVersion the new store has not reached get "Too large resource version". Returns it."""
         old = self.store
-        self.store = Store(self.registry, self.clock, old.settings)
+        # New objects get new uids (the API server draws them at random): continuing the old store's
+        # uid sequence would give a new object the uid of another, older one.
+        fresh_uids = dataclasses.replace(old.settings, seed=old.settings.seed + 1_000_003)
+        self.store = Store(self.registry, self.clock, fresh_uids)
         old.close()
         return self.store
 

@@ -36,6 +36,9 @@ class LeaseElector:
         self._leader = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The latest time another replica is known to have led: its live Lease's renewTime, or when
+        # it released the Lease (a new leader leaves what was seen before then to its rows).
+        self.led_until: datetime | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -101,7 +104,11 @@ class LeaseElector:
         holder = cur.get("holderIdentity")
         renewed = parse_time(cur.get("renewTime")) if cur.get("renewTime") else None
         duration = timedelta(seconds=int(cur.get("leaseDurationSeconds") or 15))
-        if holder and holder != self.identity and renewed is not None and now - renewed < duration:
+        live = bool(holder and holder != self.identity and renewed is not None and now - renewed < duration)
+        # Until when another replica led (and wrote): its last renewal, or the time it released the Lease.
+        if renewed is not None and (live or not holder) and (self.led_until is None or renewed > self.led_until):
+            self.led_until = renewed
+        if live:
             return False  # someone else holds a live lease
         new_spec = {**cur, **spec}
         if holder != self.identity:

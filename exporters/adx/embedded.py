@@ -52,6 +52,22 @@ class DuckDBTarget:
         create_tables(self._con)
         self._tmp = Path(tempfile.mkdtemp(prefix="taugrid-duckdb-"))  # DuckDB reads blobs from files
 
+    def latest_claims(self, cluster: str) -> list[dict[str, Any]]:
+        """The latest `RunClaims` row of every run and claim of `cluster`: what was exported last."""
+        assert self._con is not None, "open() first"
+        cols = ("RowId", "Kind", "Namespace", "Run", "RunUid", "Claim", "Verdict", "Observed", "PreviousVerdict",
+                "Since")
+        with self._lock:
+            con = self._con.cursor()
+            try:
+                got = con.execute(
+                    f'SELECT {", ".join(cols)} FROM "RunClaims" WHERE "Cluster" = ? QUALIFY row_number() OVER '
+                    '(PARTITION BY "Kind", "Namespace", "Run", "RunUid", "Claim" ORDER BY "Timestamp" DESC) = 1',
+                    [cluster]).fetchall()
+            finally:
+                con.close()
+        return [dict(zip(cols, row, strict=True)) for row in got]
+
     def close(self) -> None:
         if self._con is not None:
             self._con.close()

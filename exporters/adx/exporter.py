@@ -33,6 +33,8 @@ class EvidenceSink(Protocol):
 
     def open(self) -> None: ...
     def claims(self, runs: Iterable[RunClaims]) -> None: ...
+    # A standby's evaluations: followed, not written (led_until: another replica's live Lease's renewTime).
+    def track(self, runs: Iterable[RunClaims], *, led_until: datetime | None = None) -> None: ...
     def event(self, rec: ObjectRecord, run: str) -> None: ...
     def signal(self, run: Ref, source: str, plane: str, durable: bool, scan: LogScan) -> None: ...
     def close(self) -> None: ...
@@ -55,6 +57,9 @@ class ExportSettings:
     seal_interval: timedelta = timedelta(seconds=5)  # bulk rows are acknowledged at least this often
     retry_min: timedelta = timedelta(seconds=1)
     retry_max: timedelta = timedelta(minutes=5)
+    # On taking over, a new leader writes again the claim transitions it saw as a standby this far back
+    # (same RowIds): the old leader may have died before writing them. Longer than a lease's duration.
+    resume_window: timedelta = timedelta(minutes=1)
 
 
 class ExportMetrics:
@@ -162,7 +167,7 @@ class AdxExporter:
                            critical_tables=(RUN_CLAIMS.name,))
         self.target = target
         self.shipper = Shipper(self.spool, target, self.metrics)
-        self.rows = RowBuilder(settings.cluster, settings.snapshot_interval)
+        self.rows = RowBuilder(settings.cluster, settings.snapshot_interval, resume_window=settings.resume_window)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -177,6 +182,13 @@ class AdxExporter:
     def open(self) -> None:
         self.spool.open()
         self.target.open()
+        latest = getattr(self.target, "latest_claims", None)
+        if latest is not None:  # the embedded store: carry on from what the last process exported
+            try:
+                self.shipper.drain()  # what it left in the spool first
+            except Exception as e:  # the shipper thread retries; resume from what the store has
+                log.warning("delivery at start failed", extra={"error": str(e)[:500]})
+            self.rows.resume(latest(self.settings.cluster))
         self._thread = threading.Thread(target=self._run, name="adx-shipper", daemon=True)
         self._thread.start()
 
@@ -224,6 +236,9 @@ class AdxExporter:
                 self._last_scrape is None or at - self._last_scrape >= self.settings.snapshot_interval):
             self._last_scrape = at
             self._write(scrape(self.mirror, at))
+
+    def track(self, runs: Iterable[RunClaims], *, led_until: datetime | None = None) -> None:
+        self.rows.track(runs, led_until=led_until)
 
     def event(self, rec: ObjectRecord, run: str) -> None:
         self._write(self.rows.event(rec, run))

@@ -10,7 +10,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from collector.model import (
@@ -100,12 +100,16 @@ def _value(v: Any) -> Any:
     return _text(str(v), MAX_VALUE)
 
 
-def claim_row(rc: RunClaims, name: str, claim: Claim, previous: str, cluster: str) -> Row:
+def claim_row(rc: RunClaims, name: str, claim: Claim, previous: str, cluster: str,
+              previous_since: datetime | None = None) -> Row:
+    """A transition's row. Its RowId is made of the transition (from the previous verdict and its
+    since to this one), so a claim going the same way again later is a new row, while replicas that
+    saw the same transition write it under the same id."""
     ev = claim.evidence[:MAX_EVIDENCE]
     return {
         "Timestamp": rfc3339(rc.evaluated_at),
-        "RowId": row_id(cluster, _identity(rc), name, previous, claim.verdict.value, claim.observed.value,
-                        rfc3339(claim.since)),
+        "RowId": row_id(cluster, _identity(rc), name, previous, rfc3339(previous_since), claim.verdict.value,
+                        claim.observed.value, rfc3339(claim.since)),
         **_run_columns(rc, cluster),
         "Claim": name,
         "Asserted": claim.asserted,
@@ -253,33 +257,81 @@ def xid_row(x: GpuXid, cluster: str) -> Row:
     }
 
 
+@dataclass(slots=True)
+class _ClaimState:
+    """What the RowBuilder follows per run and claim."""
+
+    verdict: str
+    observed: str
+    previous: str  # the verdict before this one ("" at first sight)
+    since: datetime | None  # the claim's `since` as last seen: it moves without a transition too
+    row_id: str | None  # the RowId of the transition into this state; None: a standby's first sight (the
+    # resume window decides whether it is written on taking over; past it, the leader then wrote it)
+
+
 class RowBuilder:
     """Turns evaluations into rows: claim transitions, snapshots every `interval`, events once per
     uid and count, progress samples once per source and step. Memory is bounded by `max_keys`."""
 
-    def __init__(self, cluster: str, snapshot_interval: timedelta, max_keys: int = 100_000) -> None:
+    def __init__(self, cluster: str, snapshot_interval: timedelta, max_keys: int = 100_000,
+                 resume_window: timedelta = timedelta(minutes=1)) -> None:
         self.cluster = cluster
         self.interval = snapshot_interval
         self.max_keys = max_keys
-        self._verdicts: dict[tuple[str, str], tuple[str, str]] = {}
+        self.resume_window = resume_window
+        self._claims: dict[tuple[str, str], _ClaimState] = {}
+        # A standby's view (`track`): the transitions it saw within `resume_window`, written on takeover.
+        self._tracking = False
+        self._recent: list[tuple[datetime, bool, Row]] = []  # (seen at, first sight, row)
+        self._led_until: datetime | None = None
         self._snap: dict[str, tuple[datetime, int | None, tuple[str, ...]]] = {}
         self._events: OrderedDict[str, None] = OrderedDict()
         self._hwm: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
+    def _follow(self, rc: RunClaims, name: str, *, standby: bool = False) -> Row | None:
+        """Follow one claim: its transition's row when its verdict or observed value moved."""
+        c = rc.claims[name]
+        key = (_identity(rc), name)
+        st = self._claims.get(key)
+        if st is not None and (st.verdict, st.observed) == (c.verdict.value, c.observed.value):
+            st.since = c.since
+            return None
+        previous = st.verdict if st is not None else ""
+        row = claim_row(rc, name, c, previous, self.cluster, st.since if st is not None else None)
+        self._claims[key] = _ClaimState(c.verdict.value, c.observed.value, previous, c.since,
+                                        None if st is None and standby else str(row["RowId"]))
+        return row
+
     def claims(self, runs: Iterable[RunClaims]) -> dict[str, list[Row]]:
         claims: list[Row] = []
         snaps: list[Row] = []
+        takeover, recent = self._tracking, set[tuple[str, str]]()
+        if takeover:
+            # Taking over from a standby's view: first the transitions seen in the resume window (the
+            # old leader may have died before writing them; a first sight only when no other replica
+            # led then), then each claim's latest transition, all under the RowIds the old leader
+            # used for them: what it wrote comes again as the same rows.
+            led = self._led_until
+            for t, first, r in self._recent:
+                recent.add((r["RunUid"] or f'{r["Kind"]}/{r["Namespace"]}/{r["Run"]}', r["Claim"]))
+                if not (first and led is not None and t <= led):
+                    claims.append(r)
+            self._tracking, self._recent = False, []
         for rc in runs:
             ident = _identity(rc)
             changed = False
             for name in CLAIM_NAMES:
-                c = rc.claims[name]
-                now = (c.verdict.value, c.observed.value)
-                before = self._verdicts.get((ident, name))
-                if before != now:
-                    claims.append(claim_row(rc, name, c, before[0] if before else "", self.cluster))
-                    self._verdicts[(ident, name)] = now
+                row = self._follow(rc, name)
+                if row is not None:
+                    claims.append(row)
                     changed = True
+                elif takeover and (ident, name) not in recent:
+                    st = self._claims[(ident, name)]
+                    if st.row_id is not None:
+                        claims.append({**claim_row(rc, name, rc.claims[name], st.previous, self.cluster),
+                                       "RowId": st.row_id})
+                    elif self._led_until is None:  # first seen when no replica led: nobody wrote it
+                        claims.append(claim_row(rc, name, rc.claims[name], "", self.cluster))
             last = self._snap.get(ident)
             state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
             due = changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval
@@ -299,16 +351,55 @@ class RowBuilder:
         # Runs come and go: keep the newest `max_keys` (a forgotten run only re-emits its state).
         while len(self._snap) > self.max_keys:
             del self._snap[next(iter(self._snap))]
-        while len(self._verdicts) > 3 * self.max_keys:
-            del self._verdicts[next(iter(self._verdicts))]
+        while len(self._claims) > 3 * self.max_keys:
+            del self._claims[next(iter(self._claims))]
         return {RUN_CLAIMS.name: claims, RUN_SNAPSHOTS.name: snaps}
+
+    def track(self, runs: Iterable[RunClaims], *, led_until: datetime | None = None) -> None:
+        """A standby's evaluations: follow each claim's transitions without writing rows, so that on
+        taking over (the next `claims`) it writes what the old leader may have missed and repeats what
+        it wrote under the same RowIds, instead of a first row per claim with no PreviousVerdict.
+
+        `led_until`: the renewTime of another replica's live Lease, or when it released the Lease.
+        What this one sees for the first time before then, that replica saw and wrote (with a
+        previous verdict this one cannot know): it is not written again; a first sight after then is
+        (a first row, as a restart writes each claim's state, docs/adx.md)."""
+        if led_until is not None and (self._led_until is None or led_until > self._led_until):
+            self._led_until = led_until
+        for rc in runs:
+            ident = _identity(rc)
+            for name in CLAIM_NAMES:
+                first = (ident, name) not in self._claims
+                row = self._follow(rc, name, standby=True)
+                if row is not None:
+                    self._recent.append((rc.evaluated_at, first, row))
+            horizon = rc.evaluated_at - self.resume_window
+            if self._recent and self._recent[0][0] < horizon:
+                self._recent = [x for x in self._recent if x[0] >= horizon]
+        del self._recent[:-self.max_keys]
+        while len(self._claims) > 3 * self.max_keys:
+            del self._claims[next(iter(self._claims))]
+        self._tracking = True
+
+    def resume(self, latest: Iterable[Row]) -> None:
+        """Carry on from the rows a previous process exported last (per run and claim): the next
+        `claims` writes a transition from there, or nothing new for an unchanged claim (its latest
+        row again, under its RowId), instead of a first row per claim."""
+        for r in latest:
+            since = r["Since"]
+            if isinstance(since, datetime) and since.tzinfo is None:
+                since = since.replace(tzinfo=UTC)
+            ident = r["RunUid"] or f'{r["Kind"]}/{r["Namespace"]}/{r["Run"]}'
+            self._claims[(ident, r["Claim"])] = _ClaimState(r["Verdict"], r["Observed"], r["PreviousVerdict"] or "",
+                                                             since, r["RowId"])
+        self._tracking = True
 
     def forget(self, runs: Iterable[RunClaims]) -> None:
         for rc in runs:
             ident = _identity(rc)
             self._snap.pop(ident, None)
             for name in CLAIM_NAMES:
-                self._verdicts.pop((ident, name), None)
+                self._claims.pop((ident, name), None)
 
     def event(self, rec: ObjectRecord, run: str) -> dict[str, list[Row]]:
         row = event_row(rec, run, self.cluster)

@@ -115,3 +115,65 @@ def test_embedded_store_merges_a_newer_schema(tmp_path: Path) -> None:
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute('SELECT "Run", "Count" FROM "KubeEvents"').fetchall() == [("llm", 2)]
     con.close()
+
+
+def test_a_standby_takes_over_without_repeating_or_losing_transitions() -> None:
+    """A new leader writes the transitions it saw as a standby under the RowIds the old leader used:
+    what the old leader wrote comes again as the same rows (a replay), what it died before writing
+    is written, and no claim starts again with an empty PreviousVerdict."""
+    leader, standby = RowBuilder("c1", timedelta(minutes=1)), RowBuilder("c1", timedelta(minutes=1))
+    history = [run(T0), run(T0 + timedelta(seconds=10), Observed.FALSE, "CrashLoopBackOff")]
+    written: list[dict[str, object]] = []
+    for rc in history:
+        written += leader.claims([rc])[RUN_CLAIMS.name]
+        standby.track([rc])
+    assert [r["PreviousVerdict"] for r in written] == ["", "", "", "verified"]
+    # The leader dies; before the standby takes over, running recovers (nobody writes it yet).
+    recovered = run(T0 + timedelta(seconds=20))
+    standby.track([recovered])
+    later = run(T0 + timedelta(seconds=21))
+    out = standby.claims([later])[RUN_CLAIMS.name]
+    ids = {r["RowId"] for r in written}
+    new = [r for r in out if r["RowId"] not in ids]
+    assert [(r["Claim"], r["PreviousVerdict"], r["Verdict"]) for r in new] == [("running", "contradicted", "verified")]
+    assert {r["RowId"] for r in out} - {r["RowId"] for r in new} == ids  # the rest: same rows again
+    assert standby.claims([run(T0 + timedelta(seconds=30))])[RUN_CLAIMS.name] == []  # then transitions only
+    # Transitions older than the resume window are not written again; unchanged claims still are.
+    old = RowBuilder("c1", timedelta(minutes=1), resume_window=timedelta(seconds=5))
+    old.track([run(T0)])
+    old.track([run(T0 + timedelta(seconds=60))])
+    assert len(old.claims([run(T0 + timedelta(seconds=61))])[RUN_CLAIMS.name]) == 3
+    # A standby that first saw the run while another replica's Lease was live (renewed after that)
+    # leaves those first sights to the rows that replica wrote; what it saw change, it writes.
+    late = RowBuilder("c1", timedelta(minutes=1))
+    late.track([run(T0 + timedelta(seconds=10), Observed.FALSE)], led_until=T0 + timedelta(seconds=12))
+    late.track([run(T0 + timedelta(seconds=20))], led_until=T0 + timedelta(seconds=20))
+    [row] = late.claims([run(T0 + timedelta(seconds=30))])[RUN_CLAIMS.name]
+    assert (row["Claim"], row["PreviousVerdict"], row["Verdict"]) == ("running", "contradicted", "verified")
+
+
+def test_a_restarted_exporter_carries_on_from_its_store(tmp_path: Path) -> None:
+    """After a restart the embedded store's latest rows are where the transitions carry on from:
+    an unchanged claim is not written again as a first row, a changed one names its previous verdict."""
+    from exporters.adx import AdxExporter, ExportSettings
+    from exporters.adx.embedded import DuckDBTarget, connect
+
+    def exporter() -> AdxExporter:
+        return AdxExporter(ExportSettings(cluster="c1", spool_dir=tmp_path / "spool"), DuckDBTarget(tmp_path / "s.db"))
+
+    first = exporter()
+    first.open()
+    first.claims([run(T0)])
+    first.claims([run(T0 + timedelta(seconds=10), Observed.FALSE)])
+    first.close()
+    again = exporter()
+    again.open()
+    again.claims([run(T0 + timedelta(seconds=20), Observed.FALSE)])  # as it was: nothing new
+    again.claims([run(T0 + timedelta(seconds=30))])  # recovered while nobody watched, or since
+    again.close()
+    con = connect(tmp_path / "s.db", read_only=True)
+    rows = con.execute('SELECT "Claim", "PreviousVerdict", "Verdict" FROM "RunClaims" ORDER BY "Timestamp", "Claim"'
+                       ).fetchall()
+    con.close()
+    assert rows == [("progressing", "", "verified"), ("running", "", "verified"), ("scheduled", "", "verified"),
+                    ("running", "verified", "contradicted"), ("running", "contradicted", "verified")]

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +18,33 @@ from collector.settings import ClaimSettings
 from collector.sources.kube_api import KubeApi, Resource, api_client_for
 from collector.sources.lease import LeaseElector
 from collector.sources.watch import Reflector
+from exporters.adx import AdxExporter
 from exporters.prometheus import render
 from kubesim.server import Simulator
-from tests.controller.test_controller import FAST, T0, Clock, apply_run, observed, settings, start, wait_until
+from tests.controller.test_controller import FAST, T0, Clock, apply_run, observed, settings, wait_until
+from tests.faults.streams import claim_rows, sink, stream_problems
+
+REFERENCE_AGENT = "uninterrupted-reference"  # a controller the simulator's faults leave alone
+
+
+def _reference(s: Simulator, clock: Clock, directory: Path) -> tuple[Controller, AdxExporter]:
+    """An uninterrupted controller beside the faulted one: exempt from the injected faults (by its
+    User-Agent), exporting its claim transitions to its own store."""
+    s.faults.exempt_user_agents = (*s.faults.exempt_user_agents, REFERENCE_AGENT)
+    client = api_client_for(s.base_url)
+    client.user_agent = REFERENCE_AGENT
+    exporter = sink(directory)
+    c = Controller(KubeApi(client), settings(), clock.now, sink=exporter)
+    c.open()
+    wait_until(c.ready.is_set, what="reference ready")
+    return c, exporter
+
+
+def _close(c: Controller, exporter: AdxExporter) -> list[dict[str, Any]]:
+    """Close a controller and its exporter; the claim transitions it exported."""
+    c.close()
+    exporter.close()
+    return claim_rows(exporter.target.path)  # type: ignore[attr-defined]
 
 
 def _readyz(port: int) -> int:
@@ -35,13 +60,17 @@ def _claims(c: Controller) -> dict[str, dict[str, str]]:
             for r in c.claims.values()}
 
 
-def test_outage_readyz_unknown_with_cause_then_recovery() -> None:
+def test_outage_readyz_unknown_with_cause_then_recovery(tmp_path: Path) -> None:
+    """Also the exported transitions: into unknown (the outage its reason) and back, none lost or
+    repeated; without that excursion, those of a controller the outage spared."""
     clock = Clock(T0)
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
         apply_run(s, "llm")
         cfg = replace(settings(), claims=replace(ClaimSettings(), evidence_max_age=timedelta(seconds=2)))
-        c = Controller(KubeApi(api_client_for(s.base_url)), cfg, clock.now)
+        ref, ref_sink = _reference(s, clock, tmp_path / "reference")
+        exporter = sink(tmp_path / "faulted")
+        c = Controller(KubeApi(api_client_for(s.base_url)), cfg, clock.now, sink=exporter)
         port = c.serve("127.0.0.1", 0)
         c.open()
         try:
@@ -63,16 +92,27 @@ def test_outage_readyz_unknown_with_cause_then_recovery() -> None:
             wait_until(lambda: _claims(c) == before, timeout=30, what="claims as before the outage")
             rc = next(r for r in c.claims.values() if r.ref.name == "llm")
             assert "failing since" not in rc.running.reason
+            wait_until(lambda: _claims(ref) == before, what="the reference agrees")
         finally:
-            c.close()
+            rows = _close(c, exporter)
+            want = _close(ref, ref_sink)
+    running = [(r["PreviousVerdict"], r["Observed"]) for r in sorted(rows, key=lambda r: r["Timestamp"])
+               if r["Claim"] == "running"]
+    # Into unknown with the outage (the run's own status goes stale too: unasserted), and back.
+    assert running[0] == ("", "true") and running[-1][1] == "true" and running[1] == ("verified", "unknown"), running
+    assert any("Kubernetes API failing since" in r["Reason"] for r in rows if r["Claim"] == "running")
+    problems = stream_problems(rows, want, excursion=True)
+    assert problems == [], "\n".join(problems)
 
 
 @pytest.mark.parametrize("how", ["restart", "restore"])
-def test_api_server_replaced_by_another_store_relists(how: str) -> None:
+def test_api_server_replaced_by_another_store_relists(how: str, tmp_path: Path) -> None:
     """restart: the server comes back on another (older) store; the reflector's store check sees its
     resourceVersion behind ours. restore: etcd restored under a running server while the reflectors'
     watches are on their way in: each watch is answered 504 "Too large resource version", as the
-    real watch cache answers it, and the reflector relists from scratch as client-go's does."""
+    real watch cache answers it, and the reflector relists from scratch as client-go's does.
+    Both: the exported transitions, per run none lost or repeated, and those of the new store's runs
+    end where a controller started on the new store has them."""
     clock = Clock(T0)
     fast = replace(FAST, too_large_wait_s=0.2)
     a = Simulator(settings=fast, watch_window=50, clock=clock)
@@ -85,15 +125,18 @@ def test_api_server_replaced_by_another_store_relists(how: str) -> None:
     if how == "restore":
         # Hold every watch the controller opens after its first list long enough to swap the store.
         a.faults.delay(3.0, verbs=("watch",))
-    c = start(a, clock)
+    exporter = sink(tmp_path / "faulted")
+    c = Controller(KubeApi(api_client_for(a.base_url)), settings(), clock.now, sink=exporter)
+    c.open()
+    wait_until(c.ready.is_set, what="controller ready")
     b = a
-    ref = None
     try:
         wait_until(lambda: observed(c, "old-run").get("running") == "true", what="old run seen")
         relists0 = c.registry.get_sample_value("taugrid_collector_relists_total", {"resource": "pods"}) or 0
         if how == "restart":
             a.close()  # the API server restarts on another (restored, older) store
-            b = Simulator(settings=fast, watch_window=50, clock=clock)
+            # Another seed: the simulator derives uids from it, and another store's objects have other uids.
+            b = Simulator(settings=replace(fast, seed=1), watch_window=50, clock=clock)
             b.start(f"127.0.0.1:{port}")
         else:
             b.restore_store()
@@ -108,15 +151,21 @@ def test_api_server_replaced_by_another_store_relists(how: str) -> None:
                    timeout=5, what="the relist counted")
         if how == "restore":
             assert b.served("too-large", "pods") >= 1, b.requests  # the watch itself was refused
-            # An uninterrupted controller that only ever saw the restored store agrees.
-            ref = start(b, clock)
-            wait_until(lambda: _claims(ref) == _claims(c), timeout=15, what="claims equal an uninterrupted run's")
+        # An uninterrupted controller that only ever saw the new store agrees.
+        fresh, fresh_sink = _reference(b, clock, tmp_path / "reference")  # started on the new store
+        wait_until(lambda: _claims(fresh) == _claims(c), what="the fresh controller agrees")
+        want = _close(fresh, fresh_sink)
     finally:
-        c.close()
-        if ref is not None:
-            ref.close()
+        rows = _close(c, exporter)
         b.close()
         a.close()
+    problems = stream_problems(rows)
+    assert problems == [], "\n".join(problems)
+    assert {r["RunUid"] for r in want} < {r["RunUid"] for r in rows}  # the new store's runs, and the old's
+    last = {(r["RunUid"], r["Claim"]): (r["Verdict"], r["Observed"], r["Since"])
+            for r in sorted(rows, key=lambda r: r["Timestamp"])}
+    assert {(r["RunUid"], r["Claim"]): (r["Verdict"], r["Observed"], r["Since"]) for r in want} == {
+        k: v for k, v in last.items() if k[0] in {r["RunUid"] for r in want}}
 
 
 def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
@@ -167,14 +216,19 @@ def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
         api.close()
 
 
-def test_retry_after_is_honored() -> None:
+def test_retry_after_is_honored(tmp_path: Path) -> None:
+    """Also the exported transitions equal those of a controller the 429 spared."""
     clock = Clock(T0)
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
         apply_run(s, "llm")
+        ref, ref_sink = _reference(s, clock, tmp_path / "reference")
         s.faults.fail(429, count=1, verbs=("list",), resources=("pods",), retry_after_s=2)
         t0 = time.monotonic()
-        c = start(s, clock)
+        exporter = sink(tmp_path / "faulted")
+        c = Controller(KubeApi(api_client_for(s.base_url)), settings(), clock.now, sink=exporter)
+        c.open()
+        wait_until(c.ready.is_set, what="controller ready")
         try:
             waited = time.monotonic() - t0
             assert waited >= 1.9, f"synced {waited:.2f} s after a 429 asking for 2 s"
@@ -183,8 +237,13 @@ def test_retry_after_is_honored() -> None:
                        timeout=5, what="the 429 counted")
             rule = s.faults.rules()
             assert not rule or rule[0].hits == 1
+            apply_run(s, "llm", crash=True)  # and a transition after it
+            wait_until(lambda: observed(c, "llm").get("running") == observed(ref, "llm").get("running") == "false",
+                       what="both see the crash")
         finally:
-            c.close()
+            rows = _close(c, exporter)
+            want = _close(ref, ref_sink)
+    assert stream_problems(rows, want) == []
 
 
 def test_leader_releases_its_lease_on_close() -> None:
@@ -208,6 +267,8 @@ def test_leader_releases_its_lease_on_close() -> None:
             lease = s.store.get(s.resource("coordination.k8s.io/v1", "Lease"), "default", cfg.lease_name)
             assert lease["spec"]["holderIdentity"] == "replica-b"
             assert lease["spec"]["leaseTransitions"] >= 1
+            # b knows until when a led (its release): what b saw first before then, a wrote.
+            assert b.led_until is not None and b.led_until >= T0
         finally:
             a.stop()
             b.stop()

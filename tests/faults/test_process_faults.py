@@ -122,28 +122,36 @@ def _observed(port: int) -> dict[tuple[str, str, str], str]:
 
 
 def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    """Claims and the exported claim transitions (tests/faults/streams.py) after a SIGKILL and a
+    restart on the same store and spool equal those of a controller that ran throughout."""
     from collector.controller import Controller
     from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
+    from tests.faults.streams import claim_rows, sink, stream_problems
 
     clock = Clock(T0)
     cfg = tmp_path / "config.yaml"
     cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
                    "  checkpoint_poll_interval: 0\n  tick: 1s\n")
+    store = tmp_path / "evidence.duckdb"
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
         apply_run(s, "llm")
         apply_run(s, "other", ns="team-b")
         kc = _kubeconfig(tmp_path, s.base_url)
         port = _free_port()
-        # The uninterrupted reference: an in-process controller on the same cluster and clock.
-        ref = Controller(KubeApi(api_client_for(s.base_url)), settings(), clock.now)
+        # The uninterrupted reference: an in-process controller on the same cluster, on the API
+        # server's clock as the process is, exporting to its own store.
+        api = KubeApi(api_client_for(s.base_url))
+        ref_sink = sink(tmp_path / "reference")
+        ref = Controller(api, settings(), api.clock.now, sink=ref_sink)
         ref.open()
 
         def reference() -> dict[tuple[str, str, str], str]:
             return {(r.ref.namespace, r.ref.name, k): c.observed.value
                     for r in ref.claims.values() for k, c in r.claims.items()}
 
-        proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+        exported = ("--export-store", str(store))
+        proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}", *exported)
         try:
             wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=60,
                        what="first process agrees with the reference")
@@ -151,14 +159,22 @@ def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp
             proc.wait(timeout=10)
             apply_run(s, "llm", crash=True)  # the cluster moves on while the controller is dead
             wait_until(lambda: reference().get(("research", "llm", "running")) == "false", what="reference sees it")
-            proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}")
+            proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}", *exported)
             wait_until(lambda: _safe(port) == reference(), timeout=60, what="restarted process agrees")
             assert _safe(port)[("research", "llm", "running")] == "false"
         finally:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                proc.send_signal(signal.SIGTERM)  # its store is read below: let it close
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
             ref.close()
+            ref_sink.close()
+    rows, want = claim_rows(store), claim_rows(tmp_path / "reference" / "store.duckdb")
+    assert ("llm", "verified", "contradicted") in {(r["Run"], r["PreviousVerdict"], r["Verdict"]) for r in want}
+    assert stream_problems(rows, want) == []
 
 
 def _safe(port: int) -> dict[tuple[str, str, str], str]:
