@@ -360,9 +360,10 @@ class Controller:
                         self._recheck_budget.spend(time.thread_time() - cpu0, done)
                     recheck_pending = False
                     if full:
-                        # The tick re-evaluates every run so that evidence ageing past its bound turns
-                        # claims unknown. At fleet size one pass costs a second or more: the tick
-                        # stretches so those passes take at most FULL_PASS_SHARE of a core when idle.
+                        # The tick re-evaluates every run: a backstop now that each run is re-evaluated
+                        # when its claims are due (and what moves with the clock without changing a
+                        # claim: reasons' ages, goodput). At fleet size one pass costs a second or more:
+                        # the tick stretches so those passes take at most FULL_PASS_SHARE of a core.
                         cost = time.thread_time() - cpu0
                         next_tick = done + max(tick, cost / FULL_PASS_SHARE)
                         self.tick_s = next_tick - done
