@@ -9,13 +9,21 @@ its store API), and reports:
   steady MiB RSS once synced, after a collection
   idle core  CPU seconds per second while nothing changes (the evaluation tick included)
   tick s     the full re-evaluation period in effect at the end (stretched at fleet size)
+  late s     ageing: the watches go quiet (as in an API outage) and the controller's clock jumps 1 s
+             past the evidence bound (5 min) of every source; seconds from then until every run's
+             scheduled claim says unknown (resolution 0.25 s)
+  rechecked  runs re-evaluated because their claims were due to change by the clock (recheck_at),
+             while idle / while ageing
 
 Variants, all in the same run:
   baseline   the previous path: every page of a list decoded in full by orjson and kept until the
              list ends, then normalized (KubeApi.list_pages + Controller.replace on the whole list),
              and a full re-evaluation every `tick` whatever it costs
   paged      pages normalized as they arrive, pods decoded selectively (msgspec), the tick stretched
-             so that full passes take at most FULL_PASS_SHARE of a core
+             so that full passes take at most FULL_PASS_SHARE of a core, and each run re-evaluated
+             when its claims are due to change by the clock (RunClaims.recheck_at)
+  tick-only  paged without those per-run re-evaluations: ageing evidence waits for the full pass
+             (the path before them, to show what keeping the deadlines costs)
 
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
 scenario engine, through the simulator's HTTP API like `taugrid-evidence simulator` (TauRuns,
@@ -73,10 +81,14 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         watch.Reflector.relist = relist  # type: ignore[method-assign]
         ctl.decoder_for = lambda *a, **k: FULL  # type: ignore[assignment]
         ctl.FULL_PASS_SHARE = float("inf")  # the fixed tick: every full pass at `tick`, whatever it costs
+    if variant in ("baseline", "tick-only"):
+        from collector.recheck import Rechecks
+        Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
     settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
                                            log_poll_interval=timedelta(0)))
-    c = ctl.Controller(KubeApi(api_client_for(url)), settings, lambda: datetime.now(UTC))
+    shift = [timedelta(0)]  # the controller's clock: wall time, jumped forward for the ageing figure
+    c = ctl.Controller(KubeApi(api_client_for(url)), settings, lambda: datetime.now(UTC) + shift[0])
     rss0 = rss_bytes()
     t0 = time.monotonic()
     c.open()
@@ -94,9 +106,24 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
     runs = len(c.claims)
+    rechecked = c.rechecked
+    for r in c._reflectors:  # the watches go quiet: no list, event or bookmark marks a source fresh
+        r.stop()
+    time.sleep(2)  # a read in flight lands
+    bound = max(c.index.synced.values()) + settings.claims.evidence_max_age
+    shift[0] = bound + timedelta(seconds=1) - datetime.now(UTC)
+    t1 = time.monotonic()
+    late = float("nan")
+    while time.monotonic() - t1 < 600:
+        if all(rc.scheduled.observed.value == "unknown" for rc in list(c.claims.values())):
+            late = time.monotonic() - t1 + 1.0
+            break
+        time.sleep(0.25)
+    rechecked_late = c.rechecked - rechecked
     c.close()
     conn.send({"variant": variant, "sync_s": sync_s, "peak": peak, "peak_at_sync": peak_sync, "steady": steady,
-               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s})
+               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
+               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late})
 
 
 def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int) -> None:
@@ -236,11 +263,11 @@ def main() -> None:
         sim.close()
     mib = 1024 * 1024
     print(f"\n{'variant':<10} {'pods':>7} {'runs':>6} {'sync s':>8} {'peak MiB':>9} {'steady MiB':>11} "
-          f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7}")
+          f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7} {'late s':>7} {'rechecked':>15}")
     for r in results:
         print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['peak'] / mib:>9.0f} "
               f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} "
-              f"{r['tick_s']:>7.1f}")
+              f"{r['tick_s']:>7.1f} {r['late_s']:>7.1f} {str(r['rechecked']) + '/' + str(r['rechecked_late']):>15}")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

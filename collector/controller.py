@@ -1,8 +1,10 @@
-"""The live controller: watch sources → run index → claims (on every change and on a tick) → exporters.
+"""The live controller: watch sources → run index → claims (on every change, when due, on a tick) → exporters.
 
 Reflector threads and the log poller only enqueue; one loop thread owns the index, applies
-changes in batches, re-evaluates the runs they touched, and re-evaluates every run on a tick so
-that evidence ageing past its bound turns claims unknown without any new event.
+changes in batches and re-evaluates the runs they touched. Evidence ageing past its bound turns
+claims unknown (or a run stalled) without any new event: each evaluation reports when the run's
+claims could next change by the clock alone (`RunClaims.recheck_at`) and the loop re-evaluates
+the run then. A full pass over every run on a tick remains as a backstop.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from collector.model import (
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress import scan_text
 from collector.progress.history import merge_history
+from collector.recheck import CpuBudget, Rechecks
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -110,7 +113,6 @@ class Controller:
         self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
         self._roots_changed = True
-        self._full_due = False
         self._reflectors: list[Reflector] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -127,6 +129,11 @@ class Controller:
         # Resources whose API server does not answer: since when, and the error (for claim reasons).
         self._outage: dict[str, tuple[datetime, str]] = {}
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
+        # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
+        # those re-evaluations may take; `rechecked` counts the runs re-evaluated that way.
+        self._rechecks: Rechecks[Key] = Rechecks()
+        self._recheck_budget = CpuBudget(RECHECK_SHARE, RECHECK_BURST_S, time.monotonic())
+        self.rechecked = 0
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
@@ -331,11 +338,18 @@ class Controller:
         next_tick = time.monotonic()
         last_eval = 0.0
         waiting: list[float] = []  # arrival times of changes not yet covered by an evaluation
+        recheck_pending = False  # runs due by the clock are among the dirty ones
         while not self._stop.is_set():
             now_m = time.monotonic()
             timeout = min(next_tick - now_m, 0.5)
             if self._dirty:
                 timeout = min(timeout, last_eval + pause - now_m)
+            due = self._rechecks.next_due()
+            if due is not None:
+                # In the claims' clock (the API server's); capped at 0.5 s by the above, so a clock
+                # that runs faster or jumps (a simulator's) is followed closely enough.
+                until = max((due - self.now()).total_seconds(), self._recheck_budget.wait_s(now_m))
+                timeout = min(timeout, until)
             batch: list[_Change] = []
             try:
                 batch.append(self._changes.get(timeout=max(0.0, timeout)))
@@ -354,17 +368,30 @@ class Controller:
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
                 now_m = time.monotonic()
-                full = now_m >= next_tick or self._full_due
+                if self._recheck_budget.wait_s(now_m) == 0.0:
+                    # Every run whose claims may have changed by the clock since: one batch.
+                    due_runs = self._rechecks.pop_due(self.now())
+                    if due_runs:
+                        self._dirty.update(due_runs)
+                        self.rechecked += len(due_runs)
+                        recheck_pending = True
+                # ... and once every source has synced: the first complete view, which makes it ready
+                # without waiting for a tick that may be long.
+                full = now_m >= next_tick or (not self.ready.is_set() and self.synced)
                 # Changes are batched for at most `min_eval_interval`: one evaluation covers many
                 # events of the same runs, which is what keeps a burst cheap.
                 if full or (self._dirty and now_m - last_eval >= pause):
                     cpu0 = time.thread_time()
                     self.evaluate(full=full)
                     last_eval = done = time.monotonic()
+                    if recheck_pending and not full:
+                        self._recheck_budget.spend(time.thread_time() - cpu0, done)
+                    recheck_pending = False
                     if full:
-                        # The tick re-evaluates every run so that evidence ageing past its bound turns
-                        # claims unknown. At fleet size one pass costs a second or more: the tick
-                        # stretches so those passes take at most FULL_PASS_SHARE of a core when idle.
+                        # The tick re-evaluates every run: a backstop now that each run is re-evaluated
+                        # when its claims are due (and what moves with the clock without changing a
+                        # claim: reasons' ages, goodput). At fleet size one pass costs a second or more:
+                        # the tick stretches so those passes take at most FULL_PASS_SHARE of a core.
                         cost = time.thread_time() - cpu0
                         next_tick = done + max(tick, cost / FULL_PASS_SHARE)
                         self.tick_s = next_tick - done
@@ -396,8 +423,6 @@ class Controller:
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
             self._outage.pop(r.name, None)
-            if not self.ready.is_set() and self.synced:
-                self._full_due = True  # every list is in: evaluate all now, not at the next tick
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -498,14 +523,13 @@ class Controller:
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:
         now = self.now()
-        if full:
-            self._full_due = False
         with self.health.time_evaluation():
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
                     self._dispatched.pop(gone, None)
+                    self._rechecks.forget(gone)
                     self.exporter.forget(rc.ref)
                     if self.capture is not None:
                         self.capture.forget(gone, now)
@@ -533,6 +557,7 @@ class Controller:
                 if self._outage:
                     rc = self._with_outage(rc)
                 self.claims[ref.key] = rc
+                self._rechecks.set(ref.key, rc.recheck_at, now)
                 out.append(rc)
                 if self.capture is not None and self.leader:
                     self.capture.evaluated(ev, rc, now)
@@ -802,6 +827,10 @@ STARTUP_GRACE_S = 60.0
 
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
+# The most of one core, on average, re-evaluating runs whose claims are due to change by the clock
+# (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.
+RECHECK_SHARE = 0.05
+RECHECK_BURST_S = 1.0
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
 

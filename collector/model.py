@@ -452,6 +452,9 @@ class RunClaims:
     finished: bool = False  # the root reached a terminal state
     goodput: Goodput | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. queue, workers: context for humans
+    # The earliest later instant at which these claims could change with no new evidence (a freshness
+    # bound, stall or restart window passing): the live controller re-evaluates the run then. None: never.
+    recheck_at: datetime | None = None
 
     @property
     def claims(self) -> dict[str, Claim]:

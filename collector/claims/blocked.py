@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from collector.claims.common import Freshness, event_evidence, latest
+from collector.claims.common import Clock, Freshness, event_evidence, latest
 from collector.claims.membership import taucluster_distrust, work_pods
 from collector.correlate import RunEvidence
 from collector.kube import MULTIKUEUE_MANAGER
@@ -57,13 +57,13 @@ _QUOTA_REASONS = {
 }
 
 
-def blocked_stage(ev: RunEvidence, now: datetime, fresh: Freshness, s: ClaimSettings) -> Blocked | None:
+def blocked_stage(ev: RunEvidence, clock: Clock, fresh: Freshness, s: ClaimSettings) -> Blocked | None:
     """First unmet stage in pipeline order; None when evidence is too old to say."""
-    horizon = now - s.event_horizon
-    events = [e for e in ev.events if isinstance(e.facts, EventFacts) and (e.facts.last or now) >= horizon]
+    events = [e for e in ev.events if isinstance(e.facts, EventFacts)
+              and (e.facts.last is None or clock.within(e.facts.last, s.event_horizon))]
 
     if ev.taurun is not None and not (ev.workloads or ev.rayjobs or ev.jobs or ev.pods):
-        return _target_resolution(ev, now, fresh, s)
+        return _target_resolution(ev, clock, fresh, s)
 
     for wl in ev.workloads:
         b = _queue_admission(ev, wl, events, fresh)
@@ -89,7 +89,7 @@ def blocked_stage(ev: RunEvidence, now: datetime, fresh: Freshness, s: ClaimSett
         return device
     unbound = [p for p in live if isinstance(p.facts, PodFacts) and not p.facts.node_name]
     if unbound:
-        return _scheduling(ev, unbound, events, now)
+        return _scheduling(ev, unbound, events, clock)
     if not live:
         what = "RayCluster" if (ev.rayjobs or ev.rayclusters) else "job controller"
         when = latest(c.last_transition for w in ev.workloads for c in w.conditions if c.type == "Admitted")
@@ -102,7 +102,7 @@ def blocked_stage(ev: RunEvidence, now: datetime, fresh: Freshness, s: ClaimSett
     return None
 
 
-def _target_resolution(ev: RunEvidence, now: datetime, fresh: Freshness, s: ClaimSettings) -> Blocked:
+def _target_resolution(ev: RunEvidence, clock: Clock, fresh: Freshness, s: ClaimSettings) -> Blocked:
     run = ev.taurun
     assert run is not None and isinstance(run.facts, TauRunFacts)
     profile = run.facts.profile
@@ -112,7 +112,7 @@ def _target_resolution(ev: RunEvidence, now: datetime, fresh: Freshness, s: Clai
         reason = "TauCluster not observed: the run's profile cannot be resolved"
         return Blocked(Stage.TARGET_RESOLUTION, reason, run.created, tuple(evidence))
     f = tc.facts
-    stale_reason = taucluster_distrust(ev, now, s)
+    stale_reason = taucluster_distrust(ev, clock, s)
     if stale_reason:
         ready = tc.condition("Ready")
         evidence += [
@@ -370,16 +370,22 @@ def _gated(unbound: list[ObjectRecord]) -> Blocked | None:
     return None
 
 
-def _scheduling(ev: RunEvidence, unbound: list[ObjectRecord], events: list[ObjectRecord], now: datetime) -> Blocked:
+def _scheduling(ev: RunEvidence, unbound: list[ObjectRecord], events: list[ObjectRecord], clock: Clock) -> Blocked:
     gated = _gated(unbound)
     if gated is not None:
         return gated
+    now = clock.now
     names = {p.ref.name for p in unbound}
     pod_events = sorted(
         (e for e in events if isinstance(e.facts, EventFacts) and e.facts.regarding.kind == "Pod"
          and e.facts.regarding.name in names),
         key=lambda e: e.facts.last or now if isinstance(e.facts, EventFacts) else now,
     )
+    if any(isinstance(e.facts, EventFacts) and e.facts.last is None for e in pod_events):
+        # Undated events sort as "now": one stamped ahead of the clock moves before them once reached.
+        for e in pod_events:
+            if isinstance(e.facts, EventFacts) and e.facts.last is not None:
+                clock.reached(e.facts.last)
     scaler = [e for e in pod_events if isinstance(e.facts, EventFacts) and e.facts.reason in AUTOSCALER_REASONS]
     karpenter_failed = [e for e in pod_events if isinstance(e.facts, EventFacts)
                         and e.facts.reason == "FailedScheduling" and _is_karpenter(e.facts)]

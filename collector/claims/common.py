@@ -1,4 +1,4 @@
-"""Small pieces the claim modules share: freshness of sources, evidence from events."""
+"""Small pieces the claim modules share: the evaluation clock, freshness of sources, evidence from events."""
 
 from __future__ import annotations
 
@@ -9,20 +9,65 @@ from datetime import datetime, timedelta
 from collector.model import Claim, EventFacts, Evidence, ObjectRecord, Observed, Plane, verdict_for
 
 
+class Clock:
+    """The instant claims are evaluated at, and the earliest later instant at which they could change
+    by the clock alone (`recheck_at`): every comparison of evidence time against `now` goes through
+    `within` or `reached`, which note when their answer will flip.
+
+    So the live controller can re-evaluate a run exactly when its evidence ages past a bound, instead
+    of waiting for a periodic full pass.
+    """
+
+    __slots__ = ("now", "recheck_at")
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.recheck_at: datetime | None = None
+
+    def within(self, t: datetime, bound: timedelta) -> bool:
+        """`now - t <= bound`: evidence stamped `t` is still inside `bound`. While it is, `t + bound`
+        (after which it is not) is a deadline."""
+        try:
+            end = t + bound
+        except OverflowError:  # stamped near the end of time (forged): inside any bound, forever
+            return True
+        if self.now > end:
+            return False
+        self.expires(end)
+        return True
+
+    def reached(self, t: datetime) -> bool:
+        """`t <= now`: evidence stamped `t` (ahead of this clock: skew) is known by now. While it is
+        not, `t` is a deadline."""
+        if t <= self.now:
+            return True
+        self.expires(t)
+        return False
+
+    def expires(self, at: datetime) -> None:
+        """Something evaluated now may read differently once the clock passes `at`."""
+        if at >= self.now and (self.recheck_at is None or at < self.recheck_at):
+            self.recheck_at = at
+
+
 @dataclass(frozen=True, slots=True)
 class Freshness:
     """When each source last synced, judged against the clock: fail closed when too old."""
 
     synced: Mapping[str, datetime]
-    now: datetime
+    clock: Clock
     max_age: timedelta
+
+    @property
+    def now(self) -> datetime:
+        return self.clock.now
 
     def at(self, source: str) -> datetime | None:
         return self.synced.get(source)
 
     def ok(self, source: str) -> bool:
         t = self.synced.get(source)
-        return t is not None and self.now - t <= self.max_age
+        return t is not None and self.clock.within(t, self.max_age)
 
     def why_not(self, source: str) -> str:
         t = self.synced.get(source)

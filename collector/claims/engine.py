@@ -10,7 +10,7 @@ from datetime import datetime
 
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
-from collector.claims.common import Freshness, human_age, latest
+from collector.claims.common import Clock, Freshness, human_age, latest
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
@@ -103,22 +103,25 @@ def _root_assertion(ev: RunEvidence, fresh: Freshness) -> Assertion:
 
 
 def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
-    fresh = Freshness(ev.synced, now, s.evidence_max_age)
+    """The run's claims at `now`. `recheck_at` on the result is the earliest later instant at which
+    they could change with no new evidence (a bound passed, a window closed); None: never."""
+    clock = Clock(now)
+    fresh = Freshness(ev.synced, clock, s.evidence_max_age)
     a = _root_assertion(ev, fresh)
     status_ev = Evidence(_root_plane(ev.root), str(ev.root.ref), a.source, a.value or None, ev.root.newest)
     pods = work_pods(ev)
     live = [p for p in pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
-    exp = _expected(ev, now, s)
+    exp = _expected(ev, clock, s)
     worker, dispatch_ev = _dispatched(ev)
 
     # Only sources read recently count; a stale one is no evidence (fail closed).
-    fresh_signals = [sig for sig in ev.signals if now - sig.read_at <= s.evidence_max_age]
+    fresh_signals = [sig for sig in ev.signals if clock.within(sig.read_at, s.evidence_max_age)]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     rate = [sig for sig in fresh_signals if not sig.durable]
     durable = [sig for sig in fresh_signals if sig.durable]
-    view = analyze(rate or durable, s, now) if fresh_signals else None
-    durable_view = analyze(durable, s, now) if durable and rate else None
+    view = analyze(rate or durable, s, now, clock=clock) if fresh_signals else None
+    durable_view = analyze(durable, s, now, clock=clock) if durable and rate else None
     if worker and not live:
         why = (f"MultiKueue dispatched the run to worker cluster {worker}; its pods run there and are not"
                " observed from this cluster")
@@ -126,14 +129,14 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
     else:
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
-        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, now, s, _advanced_at(view, now))
-    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, now, s, durable_view)
+        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, _advanced_at(view, clock))
+    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
     # Only a fresh "not scheduled" has a stage to blame; unknown stays unknown (fail closed).
     if scheduled.observed is Observed.FALSE and not a.finished:
-        blocked = blocked_stage(ev, now, fresh, s)
+        blocked = blocked_stage(ev, clock, fresh, s)
     extra = _context(ev, exp.count)
     if worker:
         extra["worker_cluster"] = worker
@@ -148,8 +151,10 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         evaluated_at=now,
         finished=a.finished,
         extra=extra,
+        # Goodput is a running figure (it grows with the clock): not a deadline, refreshed on each evaluation.
         goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping,
                         stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
+        recheck_at=clock.recheck_at,
     )
 
 
@@ -258,7 +263,7 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 # --- running -------------------------------------------------------------------------------------
 
 
-def _advanced_at(view: ProgressView | None, now: datetime) -> tuple[datetime, datetime] | None:
+def _advanced_at(view: ProgressView | None, clock: Clock) -> tuple[datetime, datetime] | None:
     """(when the run's steps last moved past their high-water marks, when its evidence starts), if
     that advance was inside the window.
 
@@ -269,14 +274,15 @@ def _advanced_at(view: ProgressView | None, now: datetime) -> tuple[datetime, da
     if view is None or not view.advances or view.invalid is not None or view.nonfinite_since is not None:
         return None
     last = view.advances[-1].at
-    if now - last > view.window or view.observed_from is None:
+    if view.observed_from is None or not clock.within(last, view.window):
         return None
     return last, view.observed_from
 
 
 def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
-             scheduled: Claim, fresh: Freshness, now: datetime, s: ClaimSettings,
+             scheduled: Claim, fresh: Freshness, clock: Clock, s: ClaimSettings,
              recovery: tuple[datetime, datetime] | None = None) -> Claim:
+    now = clock.now
     want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
         return _claim(a.running, Observed.UNKNOWN, None, fresh.why_not("Pod"), [], status_ev)
@@ -296,7 +302,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                     msg += " (RayJob deployment still says Running)"
                 problems.append(msg)
                 since = latest((since, f.end_time or rj.newest))
-    problems.extend(_ray_runtime(ev, evidence, problems, now, s))
+    problems.extend(_ray_runtime(ev, evidence, problems, clock, s))
     for rc in ev.rayclusters:
         cf = rc.facts
         if isinstance(cf, RayClusterFacts) and cf.desired_workers and cf.ready_workers is not None:
@@ -328,13 +334,13 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                                          c.state_since or fresh.at("Pod")))
                 since = latest((since, c.last_finished, c.state_since))
                 pod_ready = False
-            elif (c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init
-                  and c.state == "running" and pod_ready and recovery is not None
-                  and recovery[1] < c.last_finished < recovery[0]):
+            elif (c.last_finished is not None and not c.init and c.state == "running" and pod_ready
+                  and recovery is not None and recovery[1] < c.last_finished < recovery[0]
+                  and clock.within(c.last_finished, s.restart_window)):
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
                                          f"terminated: {c.last_reason} ({c.last_exit_code}); recovered: steps"
                                          " advanced past the pre-restart high-water mark since", c.last_finished))
-            elif c.last_finished is not None and now - c.last_finished <= s.restart_window and not c.init:
+            elif c.last_finished is not None and not c.init and clock.within(c.last_finished, s.restart_window):
                 problems.append(f"pod {p.ref.name} container {c.name} restarted {human_age(now - c.last_finished)}"
                                 f" ago ({c.last_reason or 'exit'}"
                                 + (f" {c.last_exit_code}" if c.last_exit_code is not None else "") + ")")
@@ -386,7 +392,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
     return _claim(a.running, Observed.FALSE, since or scheduled.since, reason, evidence, status_ev)
 
 
-def _ray_runtime(ev: RunEvidence, evidence: list[Evidence], problems: list[str], now: datetime,
+def _ray_runtime(ev: RunEvidence, evidence: list[Evidence], problems: list[str], clock: Clock,
                  s: ClaimSettings) -> list[str]:
     """What each Ray head says about its job and nodes (the Ray plane), when it said it recently."""
     out: list[str] = []
@@ -401,7 +407,7 @@ def _ray_runtime(ev: RunEvidence, evidence: list[Evidence], problems: list[str],
         if isinstance(cf, RayClusterFacts) and cf.expected_pods is not None:
             expected[rcl.ref.name] = cf.expected_pods
     for name, rt in sorted(ev.ray.items()):
-        if now - rt.read_at > s.evidence_max_age:
+        if not clock.within(rt.read_at, s.evidence_max_age):
             continue
         ref = f"RayCluster/{ns}/{name}"
         if rt.error:

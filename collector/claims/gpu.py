@@ -7,7 +7,8 @@ One pure step the controller runs on each evaluation, kept apart from the claim 
 - running/progressing: a GPU lost under a pod is named; a stall gets the GPUs' activity (busy but
   cold → suspected collective hang; idle) when Ray's metrics gave none. GPU activity corroborates,
   it never proves progress, so it changes reasons and evidence, not `observed`.
-Evidence older than `evidence_max_age` is not used (fail closed).
+Evidence older than `evidence_max_age` is not used (fail closed); when the evidence used now will
+age past it is folded into the claims' `recheck_at`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.claims.common import hm
+from collector.claims.common import Clock, hm
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, gpu_summary
 from collector.model import Blocked, Claim, Evidence, Observed, Plane, PodFacts, RunClaims, Stage, verdict_for
@@ -47,7 +48,17 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     keys = [(p.ref.namespace, p.ref.name) for p in live]
     summary = gpu_summary([g for k in keys if (g := gpus.get(k)) is not None], keys, now, s.evidence_max_age)
     if summary.pods == 0 and not fresh_nodes:
-        return rc
+        return rc  # nothing fresh (stale stays stale): no change now or later
+    # What this run reads ages out at read time + bound: its pods' GPU readings and their nodes' agents.
+    clock = Clock(now)
+    for k in keys:
+        g = gpus.get(k)
+        if g is not None:
+            clock.within(g.read_at, s.evidence_max_age)
+    for p in live:
+        node = p.facts.node_name if isinstance(p.facts, PodFacts) else ""
+        if node in nodes:
+            clock.within(nodes[node], s.evidence_max_age)
     scheduled, blocked = rc.scheduled, rc.blocked
     # --- scheduled: devices actually allocated on covered nodes ---
     short: list[tuple[str, str, int, int, datetime | None]] = []  # (pod, node, allocated, requested, bound at)
@@ -110,6 +121,10 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
                                         f"since before {hm(summary.read_at or now)}",
                            [Evidence(Plane.GPU, summary.hang_hint[0], "hang_hint", len(summary.hang_hint),
                                      summary.read_at)])
+    recheck = rc.recheck_at
+    if clock.recheck_at is not None and (recheck is None or clock.recheck_at < recheck):
+        recheck = clock.recheck_at
     if (scheduled, running, progressing, blocked) == (rc.scheduled, rc.running, rc.progressing, rc.blocked):
-        return rc
-    return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked)
+        return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
+    return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
+                   recheck_at=recheck)

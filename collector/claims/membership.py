@@ -8,9 +8,8 @@ pods (KubeRay's K8sJobMode submitter, init or helper Jobs) never count as worker
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
-from collector.claims.common import human_age
+from collector.claims.common import Clock, human_age
 from collector.correlate import RunEvidence, job_parents
 from collector.kube import JOB_KINDS
 from collector.model import (
@@ -34,7 +33,7 @@ class Expected:
     why_unknown: str = ""  # when count is None: why no declaration can be trusted
 
 
-def taucluster_distrust(ev: RunEvidence, now: datetime, s: ClaimSettings) -> str:
+def taucluster_distrust(ev: RunEvidence, clock: Clock, s: ClaimSettings) -> str:
     """Why the TauCluster's resolved status cannot be trusted now; "" when it can."""
     tc = ev.taucluster
     if tc is None or not isinstance(tc.facts, TauClusterFacts):
@@ -48,8 +47,9 @@ def taucluster_distrust(ev: RunEvidence, now: datetime, s: ClaimSettings) -> str
             f": {ready.message}" if ready and ready.message else "")
     if f.last_resolved is None:
         return "TauCluster has no lastResolvedTime"
-    if now - f.last_resolved > s.taucluster_max_age:
-        return (f"TauCluster lastResolvedTime is {human_age(now - f.last_resolved)} old, older than the trust bound"
+    if not clock.within(f.last_resolved, s.taucluster_max_age):
+        age = clock.now - f.last_resolved
+        return (f"TauCluster lastResolvedTime is {human_age(age)} old, older than the trust bound"
                 f" ({human_age(s.taucluster_max_age)})")
     return ""
 
@@ -110,7 +110,7 @@ def work_pods(ev: RunEvidence) -> list[ObjectRecord]:
     return [p for p in pods if works(p)]
 
 
-def expected_pods(ev: RunEvidence, now: datetime | None = None, s: ClaimSettings | None = None) -> Expected:
+def expected_pods(ev: RunEvidence, clock: Clock | None = None, s: ClaimSettings | None = None) -> Expected:
     """How many work pods the run declares, and which declaration said so."""
     ray = is_ray(ev)
     t = ev.taurun.facts if ev.taurun is not None else None
@@ -119,7 +119,7 @@ def expected_pods(ev: RunEvidence, now: datetime | None = None, s: ClaimSettings
         plus = " + Ray head" if head else ""
         if t.workers is not None:
             return Expected(t.workers + head, "TauRun workers" + plus)
-        distrust = taucluster_distrust(ev, now, s) if now is not None and s is not None else ""
+        distrust = taucluster_distrust(ev, clock, s) if clock is not None and s is not None else ""
         if distrust:
             return Expected(None, "", f"expected workers unknown: {distrust} (fails closed)")
         prof = resolved_profile(ev)

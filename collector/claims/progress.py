@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from collector.claims.common import human_age
+from collector.claims.common import Clock, human_age
 from collector.correlate import Signal
 from collector.progress import ProgressSample
 from collector.settings import ClaimSettings
@@ -78,8 +78,12 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
-def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None) -> ProgressView:
-    """Advances, replays, validity and the stall window; samples stamped after `now` are not known yet."""
+def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None, *,
+            clock: Clock | None = None) -> ProgressView:
+    """Advances, replays, validity and the stall window; samples stamped after `now` are not known yet
+    (`clock`, when given, is the `now` and notes when the first of them will be)."""
+    if clock is not None:
+        now = clock.now
     events: list[tuple[datetime, int, ProgressSample, str]] = []
     undated = 0
     observed_from: datetime | None = None
@@ -92,8 +96,12 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             elif now is None or smp.at <= now:
                 events.append((smp.at, len(events), smp, src))
                 first = smp.at if first is None else min(first, smp.at)
+            elif clock is not None:
+                clock.expires(smp.at)  # stamped ahead of the clock (skew): it counts once reached
         if first is not None and (now is None or first <= now):
             observed_from = first if observed_from is None else min(observed_from, first)
+        elif first is not None and clock is not None:
+            clock.expires(first)
     events.sort(key=lambda x: (x[0], x[1]))
     advances: list[Advance] = []
     high: dict[str, int] = {}

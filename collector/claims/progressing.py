@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from collector.claims.asserted import Assertion
+from collector.claims.common import Clock, human_age
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
-from collector.claims.common import human_age
 from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView
 from collector.correlate import RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane
@@ -30,8 +30,9 @@ GPU_IDLE = 10.0
 
 
 def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
-                 view: ProgressView | None, now: datetime, s: ClaimSettings,
+                 view: ProgressView | None, clock: Clock, s: ClaimSettings,
                  durable_view: ProgressView | None = None) -> Claim:
+    now = clock.now
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
         return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
@@ -53,7 +54,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     window = f"window {human_age(view.window)}: {view.window_basis}" if view.window_basis else \
         f"window {human_age(view.window)}"
     last = view.advances[-1] if view.advances else None
-    after = _findings_after(fresh_signals, last, now)
+    after = _findings_after(fresh_signals, last, clock)
     hangs = [(sig, h) for sig, h in after if h.kind in HANG_NOW]
     suspects = _suspects(after) if hangs else []
     for text, ref, at in suspects:
@@ -106,12 +107,13 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     what = f"step {_step(last.step)}" if last.step is not None else "activity (loss dict, no step number)"
     # A collective that timed out after the last step is a hang now, even inside the window: the
     # STALLED reason below names it.
-    if age <= view.window and not hangs and running.observed is not Observed.TRUE:
+    in_window = clock.within(last.at, view.window)  # the stall window closes at last.at + window
+    if in_window and not hangs and running.observed is not Observed.TRUE:
         # Progress implies running; with running unknown, claim no more than it.
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"{what} at {_hm(last.at)}, but running is unknown: {running.reason}",
                       evidence, status_ev)
-    if age <= view.window and not hangs:
+    if in_window and not hangs:
         slow = ""
         if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:
             spread = max(view.mad_step_s, 0.05 * view.median_step_s)
@@ -134,7 +136,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         evidence.append(Evidence(Plane.LOGS, f"{sig.ref.name}/{sig.source}", "xid",
                                  f"Xid {x.code} on {x.pci or 'unknown PCI'}: {x.meaning}", x.at))
         reason += f"; GPU Xid {x.code} in {sig.ref.name} ({x.meaning})"
-    gpu = _gpu_activity(ev, now, s)
+    gpu = _gpu_activity(ev, clock, s)
     if gpu is not None:
         util, power, n, at = gpu
         watts = f" at {power:.0f} W" if power is not None else ""
@@ -157,7 +159,7 @@ def _step(step: int | None) -> str:
 
 
 def _findings_after(signals: list[Signal], last: Advance | None,
-                    now: datetime) -> list[tuple[Signal, HangFinding]]:
+                    clock: Clock) -> list[tuple[Signal, HangFinding]]:
     """Hang findings after the last progress (of their own log, for undated ones: by line number,
     as dumps carry no timestamps)."""
     out = []
@@ -166,7 +168,8 @@ def _findings_after(signals: list[Signal], last: Advance | None,
         for h in sig.scan.hangs:
             if h.at is not None:
                 # same stamp: the line order decides (a bar, then the watchdog error, on one line)
-                if h.at <= now and (last is None or h.at > last.at or (h.at == last.at and h.line >= last_line)):
+                if clock.reached(h.at) and (last is None or h.at > last.at
+                                            or (h.at == last.at and h.line >= last_line)):
                     out.append((sig, h))
             elif h.line > last_line and (last_line > 0 or last is None):
                 # Undated, in a log with no progress lines of its own (a Ray job log beside a metrics
@@ -218,11 +221,11 @@ def _suspect_text(suspects: list[tuple[str, str, datetime | None]]) -> str:
     return f"; suspect {'; '.join(t for t, _, _ in suspects)}" if suspects else ""
 
 
-def _gpu_activity(ev: RunEvidence, now: datetime,
+def _gpu_activity(ev: RunEvidence, clock: Clock,
                   s: ClaimSettings) -> tuple[float, float | None, int, datetime] | None:
     """Mean GPU utilization and power across the run's Ray clusters, from fresh readings only."""
     fresh = [rt for rt in ev.ray.values() if rt.gpu_utilization is not None and not rt.error
-             and now - rt.read_at <= s.evidence_max_age]
+             and clock.within(rt.read_at, s.evidence_max_age)]
     if not fresh:
         return None
     n = sum(rt.gpus for rt in fresh) or len(fresh)
