@@ -323,14 +323,27 @@ class ServerClock:
     whose clock is off by minutes would otherwise see fresh evidence as stale or the reverse.
     `now()` is the local clock moved by the last offset seen; `Date` has one-second resolution,
     so offsets within a second and a half are taken as no skew.
+
+    A server whose clock runs at another rate (the simulator playing a scenario sped up) is
+    followed too: once `Date`s spanning RATE_SPAN_S of local time show a rate off 1 by more than
+    RATE_TOLERANCE (far beyond what truncation to the second can make over that span), `now()`
+    advances at that rate from the last `Date` instead of lagging until the next answer (and never
+    steps back on a truncated one). A real server's rate is 1; nothing changes for it.
     """
 
     TOLERANCE_S = 1.5
+    RATE_SPAN_S = 10.0
+    RATE_TOLERANCE = 0.25
 
     def __init__(self, local: Callable[[], datetime] | None = None) -> None:
         self._local = local or (lambda: datetime.now(UTC))
         self.offset = timedelta(0)
         self.seen = False
+        self.rate = 1.0
+        self._first: tuple[datetime, datetime] | None = None  # (local, server) at the first Date
+        self._last: tuple[datetime, datetime] | None = None  # (local, server) at the latest Date
+        self._high: datetime | None = None
+        self._lock = threading.Lock()
 
     def observe(self, date_header: str) -> None:
         try:
@@ -339,14 +352,33 @@ class ServerClock:
             return
         if server.tzinfo is None:
             server = server.replace(tzinfo=UTC)
-        offset = server - self._local()
-        self.seen = True
-        # The header is truncated to the second: the true offset lies within [offset, offset + 1 s).
-        mid = offset + timedelta(seconds=0.5)
-        self.offset = mid if abs(mid.total_seconds()) > self.TOLERANCE_S else timedelta(0)
+        local = self._local()
+        # The header is truncated to the second: the true time lies within [server, server + 1 s).
+        server += timedelta(seconds=0.5)
+        with self._lock:
+            self.seen = True
+            offset = server - local
+            self.offset = offset if abs(offset.total_seconds()) > self.TOLERANCE_S else timedelta(0)
+            if self._first is None or server < self._first[1]:
+                self._first = (local, server)  # first sight, or the server's clock was set back
+            span = (local - self._first[0]).total_seconds()
+            if span >= self.RATE_SPAN_S:
+                rate = (server - self._first[1]).total_seconds() / span
+                self.rate = rate if abs(rate - 1.0) > self.RATE_TOLERANCE and rate > 0 else 1.0
+            self._last = (local, server)
 
     def now(self) -> datetime:
-        return self._local() + self.offset
+        local = self._local()
+        with self._lock:
+            if self.rate == 1.0 or self._last is None:
+                self._high = None
+                return local + self.offset
+            # Each Date is truncated to the second: at a fast rate, never step back on a new one.
+            t = self._last[1] + (local - self._last[0]) * self.rate
+            if self._high is not None and t < self._high:
+                return self._high
+            self._high = t
+            return t
 
 
 class Listing:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -26,8 +27,9 @@ def _micro(t: datetime) -> str:
 
 class LeaseElector:
     def __init__(self, api: KubeApi, cfg: ControllerSettings, now: Callable[[], datetime], *,
-                 identity: str = "") -> None:
+                 identity: str = "", monotonic: Callable[[], float] = time.monotonic) -> None:
         self.api = api
+        self.monotonic = monotonic
         self.cfg = cfg
         self.now = now
         self.identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
@@ -39,6 +41,11 @@ class LeaseElector:
         # The latest time another replica is known to have led: its live Lease's renewTime, or when
         # it released the Lease (a new leader leaves what was seen before then to its rows).
         self.led_until: datetime | None = None
+        # The holder's record as last read, and when (on our own monotonic clock) it last changed: as
+        # client-go does, a Lease expires leaseDurationSeconds after we saw it change, never by comparing
+        # its renewTime with a clock, which another replica's skew (or a sped-up server) would move.
+        self._observed: tuple[object, ...] | None = None
+        self._observed_at = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -104,7 +111,11 @@ class LeaseElector:
         holder = cur.get("holderIdentity")
         renewed = parse_time(cur.get("renewTime")) if cur.get("renewTime") else None
         duration = timedelta(seconds=int(cur.get("leaseDurationSeconds") or 15))
-        live = bool(holder and holder != self.identity and renewed is not None and now - renewed < duration)
+        record = (holder, cur.get("renewTime"), cur.get("leaseDurationSeconds"), cur.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.monotonic()
+        unexpired = self.monotonic() - self._observed_at < duration.total_seconds()
+        live = bool(holder and holder != self.identity and unexpired)
         # Until when another replica led (and wrote): its last renewal, or the time it released the Lease.
         if renewed is not None and (live or not holder) and (self.led_until is None or renewed > self.led_until):
             self.led_until = renewed

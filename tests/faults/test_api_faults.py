@@ -274,6 +274,34 @@ def test_leader_releases_its_lease_on_close() -> None:
             b.stop()
 
 
+def test_lease_expiry_is_measured_on_the_local_clock_not_by_renew_time() -> None:
+    """As client-go: a Lease expires leaseDurationSeconds after this replica saw its record change.
+    A clock far ahead (skew, or a simulator playing its scenario sped up) never ends a live leader's
+    lease early, and a holder that stops renewing loses it once the duration passes locally."""
+    clock = Clock(T0)
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        s.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        cfg = replace(settings().controller, leader_election=True, lease_namespace="default",
+                      lease_duration=timedelta(seconds=10))
+        local = [0.0]
+        a = LeaseElector(KubeApi(api_client_for(s.base_url)), cfg, clock.now, identity="replica-a")
+        b = LeaseElector(KubeApi(api_client_for(s.base_url)), cfg, lambda: clock.now() + timedelta(hours=1),
+                         identity="replica-b", monotonic=lambda: local[0])
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()  # an hour "past" a's renewTime, but just seen: live
+        local[0] = 9.0
+        assert not b.try_acquire_or_renew()  # a stopped renewing 9 s ago (b's clock): still live
+        clock.advance(1)
+        assert a.try_acquire_or_renew()  # a renews: a new record, observed anew
+        local[0] = 18.0
+        assert not b.try_acquire_or_renew()
+        local[0] = 28.5
+        assert b.try_acquire_or_renew()  # 10.5 s since the last renewal b saw
+        lease = s.store.get(s.resource("coordination.k8s.io/v1", "Lease"), "default", cfg.lease_name)
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+
+
 class _Sink:
     def __init__(self) -> None:
         self.synced = 0

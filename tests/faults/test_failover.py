@@ -275,4 +275,4 @@ def test_leader_failover_under_load_loses_and_repeats_no_transition(tmp_path: Pa
     assert stream_problems(reference) == []
     assert stream_problems(exported, reference) == []
     # Every replica that led wrote some of them.
-    assert all(claim_rows(r.store) for r in replicas)
+    assert all(claim_rows(r.store) for r in replicas), [(r.name, len(claim_rows(r.store))) for r in replicas]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,32 @@ def _safe(port: int) -> dict[tuple[str, str, str], str]:
         return _observed(port)
     except OSError:
         return {}
+
+
+def test_server_clock_follows_a_server_running_fast() -> None:
+    """A simulator playing its scenario at 10x: after Dates spanning 10 s, now() runs at 10x between
+    answers instead of lagging until the next one; a server at rate 1 keeps the plain offset."""
+    local = [datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)]
+    server0 = datetime(2026, 3, 1, 8, 0, 0, tzinfo=UTC)
+    clock = ServerClock(lambda: local[0])
+
+    def answer(real_s: float) -> None:
+        local[0] = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC) + timedelta(seconds=real_s)
+        clock.observe(format_datetime(server0 + timedelta(seconds=10 * real_s), usegmt=True))
+
+    for t in range(0, 12):
+        answer(t)
+    assert abs(clock.rate - 10.0) < 0.2
+    local[0] += timedelta(seconds=3)  # no answer for 3 s: the server is now 30 s further
+    expected = server0 + timedelta(seconds=10 * 14)
+    assert abs((clock.now() - expected).total_seconds()) <= 1.0
+    answer(14.05)  # a truncated Date a little behind now(): now() does not step back
+    assert clock.now() >= expected - timedelta(seconds=1)
+
+    steady = ServerClock(lambda: local[0])
+    for t in range(0, 30, 3):
+        local[0] = datetime(2026, 1, 10, 12, 0, 0, 900_000, tzinfo=UTC) + timedelta(seconds=t)
+        steady.observe(format_datetime(datetime(2026, 1, 10, 12, 7, 0, tzinfo=UTC) + timedelta(seconds=t),
+                                       usegmt=True))
+    assert steady.rate == 1.0
+    assert abs((steady.now() - (local[0] + timedelta(minutes=7))).total_seconds()) <= 1.0
