@@ -178,6 +178,12 @@ def _s(value: str | None | UnsetType) -> str:
 
 _intern = sys.intern
 
+# The records are NamedTuples: `tuple.__new__` with every field in order builds one at a quarter of
+# the keyword call's cost (a watch builds ~8 per pod event). The asserts keep the field counts honest.
+_new: Any = tuple.__new__
+assert (len(ContainerFacts._fields), len(PodFacts._fields), len(ObjectRecord._fields), len(Condition._fields),
+        len(Ref._fields)) == (12, 13, 10, 5, 4), "a record changed: update the tuples built below"
+
 
 def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
     if type(c.allocatedResourcesStatus) is list and c.allocatedResourcesStatus:
@@ -197,20 +203,48 @@ def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetim
     finished = _time(last.finishedAt)
     newest = since if finished is None or (since is not None and since > finished) else finished
     exit_code, last_exit = detail.exitCode, last.exitCode
-    return ContainerFacts(
-        name=_intern(c.name) if type(c.name) is str else "",
-        init=init,
-        ready=bool(c.ready),
-        restart_count=c.restartCount or 0,
-        state=which,
-        state_reason=_intern(detail.reason) if type(detail.reason) is str else "",
-        state_message=_s(detail.message)[:500],
-        state_since=since,
-        exit_code=exit_code if type(exit_code) is int else None,
-        last_reason=_intern(last.reason) if type(last.reason) is str else "",
-        last_exit_code=last_exit if type(last_exit) is int else None,
-        last_finished=finished,
-    ), newest
+    facts: ContainerFacts = _new(ContainerFacts, (
+        _intern(c.name) if type(c.name) is str else "",  # name
+        init,
+        bool(c.ready),
+        c.restartCount or 0,  # restart_count
+        which,  # state
+        _intern(detail.reason) if type(detail.reason) is str else "",  # state_reason
+        _s(detail.message)[:500],  # state_message
+        since,  # state_since
+        exit_code if type(exit_code) is int else None,  # exit_code
+        _intern(last.reason) if type(last.reason) is str else "",  # last_reason
+        last_exit if type(last_exit) is int else None,  # last_exit_code
+        finished,  # last_finished
+    ))
+    return facts, newest
+
+
+# Per contract, the role of a pod's apiVersion (hashing the frozen contract per event costs more
+# than the rest of the lookup); the contract is kept as the value so that its id stays its own.
+_ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
+# OwnerRefs are frozen and shared: every pod of a RayCluster or Job names the same one.
+_OWNERS: dict[tuple[str, str, bool], OwnerRef] = {}
+
+
+def _role(contract: TauGridContract, api_version: str) -> str:
+    held = _ROLES.get(id(contract))
+    if held is None or held[0] is not contract:
+        held = _ROLES[id(contract)] = (contract, {})
+    role = held[1].get(api_version)
+    if role is None:
+        role = held[1][api_version] = kube._role(contract, "Pod", api_version)
+    return role
+
+
+def _owner(kind: str, name: str, controller: bool) -> OwnerRef:
+    key = (kind, name, controller)
+    o = _OWNERS.get(key)
+    if o is None:
+        if len(_OWNERS) >= _TIMES_MAX:
+            _OWNERS.clear()
+        o = _OWNERS[key] = OwnerRef(kind=_intern(kind), name=_intern(name), uid="", controller=controller)
+    return o
 
 
 def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
@@ -218,7 +252,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     if type(meta) is not _Meta or not meta.name or p.kind != "Pod":
         raise _UNCLEAN  # normalize raises MalformedObject (or reads another kind)
     api_version = p.apiVersion if type(p.apiVersion) is str else ""
-    if kube._role(contract, "Pod", api_version):
+    if _role(contract, api_version):
         raise _UNCLEAN
     name = meta.name
     assert type(name) is str
@@ -234,7 +268,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     for o in meta.ownerReferences or ():
         if not o.kind or not o.name:
             raise _UNCLEAN
-        owners.append(OwnerRef(kind=_intern(o.kind), name=_intern(o.name), uid="", controller=bool(o.controller)))
+        assert type(o.kind) is str and type(o.name) is str
+        owners.append(_owner(o.kind, o.name, bool(o.controller)))
     deleting = bool(meta.deletionTimestamp)
     if deleting:
         t = _time(meta.deletionTimestamp)
@@ -256,8 +291,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         if t is not None and (newest is None or t > newest):
             newest = t
         assert type(ctype) is str and type(cstatus) is str
-        conditions.append(Condition(_intern(ctype), _intern(cstatus),
-                                    _intern(c.reason) if type(c.reason) is str else "", _s(c.message), t))
+        conditions.append(_new(Condition, (_intern(ctype), _intern(cstatus),
+                                           _intern(c.reason) if type(c.reason) is str else "", _s(c.message), t)))
     containers = []
     for statuses, init in ((status.initContainerStatuses, True), (status.containerStatuses, False)):
         for cs in statuses or ():
@@ -281,34 +316,35 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         if type(r) is _Resources:
             gpus += kube.gpus_of(r.limits, r.requests)
     gates = spec.schedulingGates
-    facts = PodFacts(
-        phase=_intern(phase),
-        reason=_intern(status.reason) if type(status.reason) is str else "",
-        message=_s(status.message)[:500],
-        node_name=_intern(spec.nodeName) if type(spec.nodeName) is str else "",
-        gpus=gpus,
-        start_time=start,
-        containers=tuple(containers),
-        deleting=deleting,
-        ray_node_type=_intern(labels_raw.get(kube.RAY_NODE_TYPE_LABEL, "")),
-        pod_ip=_s(status.podIP),
-        claims=(),
-        unhealthy_devices=(),
-        scheduling_gates=tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),
-    )
+    facts = _new(PodFacts, (
+        _intern(phase),  # phase
+        _intern(status.reason) if type(status.reason) is str else "",  # reason
+        _s(status.message)[:500],  # message
+        _intern(spec.nodeName) if type(spec.nodeName) is str else "",  # node_name
+        gpus,
+        start,  # start_time
+        tuple(containers),
+        deleting,
+        _intern(labels_raw.get(kube.RAY_NODE_TYPE_LABEL, "")),  # ray_node_type
+        _s(status.podIP),  # pod_ip
+        (),  # claims
+        (),  # unhealthy_devices
+        tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),  # scheduling_gates
+    ))
     generation = meta.generation
-    return ObjectRecord(
-        ref=Ref("Pod", _intern(ns), name, ""),
-        api_version=api_version,
-        resource_version=meta.resourceVersion or "",
-        generation=generation if type(generation) is int else None,
-        created=created,
-        labels=labels,
-        owners=tuple(owners),
-        conditions=tuple(conditions),
-        facts=facts,
-        newest=newest,
-    )
+    record: ObjectRecord = _new(ObjectRecord, (
+        _new(Ref, ("Pod", _intern(ns), name, "")),  # ref
+        api_version,
+        meta.resourceVersion or "",  # resource_version
+        generation if type(generation) is int else None,  # generation
+        created,
+        labels,
+        tuple(owners),
+        tuple(conditions),
+        facts,
+        newest,
+    ))
+    return record
 
 
 def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *, where: str = "") -> kube.Normalized:

@@ -18,7 +18,6 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from msgspec import UNSET
 
 from collector import kube_pod
