@@ -7,6 +7,11 @@ records, warnings and errors are those of the full decode. Where the typed decod
 (a field of the wrong JSON type), the whole document falls back to the full `orjson` decode, so a
 malformed object is reported exactly as before.
 
+Pod ADDED/MODIFIED frames go further: they are decoded into the typed Structs of
+`collector.kube_pod`, whose record is built from attributes (no dicts, no dict walk); a frame of
+another type, another kind, or with a read field of an unexpected JSON type takes the dict path
+above, and the Struct builder hands anything `normalize` would warn about to `normalize` itself.
+
 Two differences, both in values no valid object has: an integer beyond 64 bits stays an exact int
 (orjson makes it a float), and a number beyond double range in a field no record reads is skipped
 (orjson refuses the whole document). Checking for them costs more than the decode itself.
