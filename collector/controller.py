@@ -29,6 +29,7 @@ from collector.endpoints import serve as serve_http
 from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
+from collector.kube_pod import PodObject
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -270,10 +271,10 @@ class Controller:
     # holds small records, and a backlog no longer feeds the cycle collector big dicts.
     # Watch events are buffered per resource (one reflector thread each) and queued once per read:
     # one queue operation per network read instead of one per event.
-    def upsert(self, resource: Resource, obj: JSON) -> None:
+    def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
         rec = self._normalize(resource, obj)
         if rec is not None:
-            if self.capture is not None:
+            if self.capture is not None and isinstance(obj, dict):  # capturing decodes in full: dicts
                 self.capture.observe(rec.ref, obj)
             self._pending.setdefault(resource.name, []).append(_Change("upsert", resource, rec))
 
@@ -464,7 +465,7 @@ class Controller:
             if c.payload:
                 self.health.relisted(r.name)
 
-    def _normalize(self, r: Resource, obj: JSON) -> ObjectRecord | None:
+    def _normalize(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
         try:
             n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")
         except MalformedObject as e:
@@ -841,7 +842,9 @@ def _same_evidence(a: ObjectRecord, b: ObjectRecord) -> bool:
             and a.owners == b.owners and a.generation == b.generation and a.ref.uid == b.ref.uid)
 
 
-def _name_of(obj: JSON) -> str:
+def _name_of(obj: JSON | PodObject) -> str:
+    if type(obj) is PodObject:
+        return obj.name_of()
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if isinstance(meta, dict):
         return f"{meta.get('namespace') or ''}/{meta.get('name') or '?'}".lstrip("/")

@@ -45,7 +45,7 @@ from collector.settings import TauGridContract
 RawObject = Mapping[str, Any]
 
 _EMPTY: dict[str, Any] = {}
-_DEFAULT_CONTRACT = TauGridContract()
+_DEFAULT_CONTRACT = DEFAULT_CONTRACT = TauGridContract()
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 RUN_LABEL = "taugrid.io/run"
@@ -244,10 +244,11 @@ class _Reader:
                 self.problem(f"{path}[{i}]: condition without a type, skipped")
                 continue
             ctype = c["type"]
-            if keep is not None and ctype not in keep:
+            # `type(...) is str` first: a list or mapping here is not hashable (found by hypothesis)
+            if keep is not None and (type(ctype) is not str or ctype not in keep):
                 continue
             status = c.get("status")
-            if status not in CONDITION_STATUSES:
+            if type(status) is not str or status not in CONDITION_STATUSES:
                 status = self.str_(status, f"{path}[{i}].status")
                 self.problem(f"{path}[{i}].status: value {status!r} never seen before")
             reason, message = c.get("reason"), c.get("message")
@@ -306,10 +307,17 @@ def _list(obj: Any, path: str) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
+# Typed objects with a normalize of their own (collector/kube_pod.py registers pods' Structs).
+TYPED_NORMALIZERS: dict[type, Callable[..., Normalized]] = {}
+
+
 def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str = "") -> Normalized:
     """Convert one raw object (a dict as the API serves it) into an `ObjectRecord`."""
     contract = contract or _DEFAULT_CONTRACT
     if not isinstance(raw, dict):
+        typed = TYPED_NORMALIZERS.get(type(raw))
+        if typed is not None:
+            return typed(raw, contract, where=where)
         raise MalformedObject(f"{where or 'object'}: expected a mapping, got {type(raw).__name__}")
     kind = raw.get("kind")
     meta = raw.get("metadata")
@@ -410,8 +418,13 @@ def _gpus(resources: Any) -> int:
     """GPU count of one container: any extended resource named */gpu, limits over requests."""
     if type(resources) is not dict:
         return 0
+    return gpus_of(resources.get("limits"), resources.get("requests"))
+
+
+def gpus_of(limits: Any, requests: Any) -> int:
+    """`_gpus` of a container's limits and requests sections, as decoded."""
     best = 0
-    for section in (resources.get("limits"), resources.get("requests")):
+    for section in (limits, requests):
         if type(section) is dict:
             for k, v in section.items():
                 if k.endswith("/gpu"):

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from collector.correlate import RunEvidence, RunIndex
 from collector.kube import MalformedObject, normalize
+from collector.kube_pod import PodObject
 from collector.model import ObjectRecord, Ref
 from collector.settings import TauGridContract
 from collector.sources.kube_api import JSON, KubeApi, Resource, SourceError, load_api_client
@@ -82,7 +83,7 @@ class WorkerCluster:
 
     # --- WatchSink -----------------------------------------------------------------------------
 
-    def _record(self, r: Resource, obj: JSON) -> ObjectRecord | None:
+    def _record(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
         try:
             return normalize(obj, self.contract, where=f"{self.name}: {r.kind}").record
         except MalformedObject as e:
@@ -94,7 +95,7 @@ class WorkerCluster:
         if self.on_change is not None:
             self.on_change(self.name)
 
-    def upsert(self, resource: Resource, obj: JSON) -> None:
+    def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
         rec = self._record(resource, obj)
         if rec is not None:
             with self._lock:

@@ -15,7 +15,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import orjson
+from msgspec import UNSET
 
+from collector.kube_pod import PodEvent, PodObject
 from collector.sources.decode import FULL, Decoder
 from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError, Unreachable
 
@@ -25,7 +27,8 @@ log = logging.getLogger("taugrid.watch")
 class WatchSink(Protocol):
     """Where reflectors deliver what they see (the controller)."""
 
-    def upsert(self, resource: Resource, obj: JSON) -> None: ...
+    def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
+        """An ADDED/MODIFIED object: a dict, or a typed pod from the pod decoder's fast path."""
 
     def delete(self, resource: Resource, obj: JSON) -> None: ...
 
@@ -147,6 +150,9 @@ class Reflector:
             self.sink.flush(self.resource)  # what arrived intact before a failure still counts
 
     def _apply(self, event: Any) -> None:
+        if type(event) is PodEvent:  # the pod decoder's fast path: only ADDED/MODIFIED come typed
+            self._apply_typed(event)
+            return
         if not isinstance(event, dict):
             raise SourceError(f"watch {self.resource.name}: event is not an object")
         kind = event.get("type")
@@ -182,6 +188,23 @@ class Reflector:
             self.sink.delete(self.resource, obj)
         else:
             log.warning("unknown watch event type", extra={"resource": self.resource.name, "type": kind})
+        if rv:
+            self.resource_version = rv
+        if now_m - self._marked >= SYNC_MARK_INTERVAL_S:
+            self._mark_synced(now_m)
+
+    def _apply_typed(self, event: PodEvent) -> None:
+        """`_apply` of an ADDED/MODIFIED pod decoded into Structs: same steps, attributes for keys."""
+        obj = event.object
+        assert type(obj) is PodObject
+        now_m = time.monotonic()
+        self.last_ok = now_m
+        if obj.kind is UNSET:
+            obj.kind = self.resource.kind
+        if obj.apiVersion is UNSET:
+            obj.apiVersion = self.resource.api_version
+        self.sink.upsert(self.resource, obj)
+        rv = obj.resource_version
         if rv:
             self.resource_version = rv
         if now_m - self._marked >= SYNC_MARK_INTERVAL_S:

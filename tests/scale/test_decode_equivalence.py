@@ -1,8 +1,9 @@
-"""The selective (msgspec) decode feeds `normalize` exactly what the full decode does.
+"""The selective (msgspec) decode feeds `normalize` exactly what the full decode does, and the
+typed pod path (Structs → `collector.kube_pod.normalize_pod`) builds exactly what `normalize` does.
 
-Same records, same warnings, same errors, on recorded pods, a fleet-shaped pod, and pods that
+Same records, same warnings, same errors, on recorded pods, fleet-shaped pods, and pods that
 hypothesis breaks field by field (wrong JSON types, missing parts, odd numbers): through list
-pages and through watch frames.
+pages and through watch frames, through the dict path and the typed path.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec import UNSET
 
+from collector import kube_pod
 from collector.kube import MalformedObject, normalize
-from collector.sources.decode import FULL, decoder_for
+from collector.kube_pod import PodEvent, PodObject
+from collector.sources.decode import FULL, POD_DICTS, decoder_for
 from tests.dumpkit import pod as kit_pod
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -66,10 +70,33 @@ def _fleet_pod() -> dict[str, Any]:
     return p
 
 
+def _clean_pod() -> dict[str, Any]:
+    """The fleet pod without the rare parts (DRA claims, device health) that the typed path hands
+    to normalize: what the fast builder itself reads."""
+    p = _fleet_pod()
+    del p["spec"]["resourceClaims"], p["status"]["resourceClaimStatuses"]
+    del p["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    p["metadata"]["deletionTimestamp"] = "2026-01-05T09:00:00.123456789Z"
+    p["status"]["conditions"].append({"type": "Initialized", "status": "True"})
+    return p
+
+
+def _object(event: Any) -> tuple[Any, Any]:
+    """(type, object) of a decoded frame, typed or dicts."""
+    if type(event) is PodEvent:
+        return event.type, event.object
+    return event["type"], event["object"]
+
+
 def _outcome(obj: Any) -> tuple[Any, ...]:
     if isinstance(obj, dict):
         obj.setdefault("kind", "Pod")  # as the reflector does for both paths
         obj.setdefault("apiVersion", "v1")
+    elif type(obj) is PodObject:
+        if obj.kind is UNSET:
+            obj.kind = "Pod"
+        if obj.apiVersion is UNSET:
+            obj.apiVersion = "v1"
     try:
         n = normalize(obj, where="Pod team-a/w-1")
     except MalformedObject as e:
@@ -83,9 +110,24 @@ def _both(obj: Any) -> None:
     assert sel["metadata"] == full["metadata"]
     assert [_outcome(i) for i in sel["items"]] == [_outcome(i) for i in full["items"]]
     frame = orjson.dumps({"type": "MODIFIED", "object": obj})
-    e_full, e_sel = FULL.event(frame), POD.event(frame)
-    assert e_sel["type"] == e_full["type"]
-    assert _outcome(e_sel["object"]) == _outcome(e_full["object"])
+    e_full = FULL.event(frame)
+    want = _outcome(e_full["object"])
+    for dec in (POD, POD_DICTS):
+        t, o = _object(dec.event(frame))
+        assert t == e_full["type"]
+        assert _outcome(o) == want
+
+
+def test_clean_pods_take_the_typed_path_without_falling_back() -> None:
+    for p in (_clean_pod(), RECORDED[0]):
+        e = POD.event(orjson.dumps({"type": "ADDED", "object": p}))
+        assert type(e) is PodEvent and type(e.object) is PodObject
+        e.object.kind = e.object.kind or "Pod"
+        e.object.apiVersion = e.object.apiVersion or "v1"
+        rec = kube_pod._build(e.object, kube_pod.kube.DEFAULT_CONTRACT)  # raises if it would fall back
+        assert _outcome(copy.deepcopy(p)) == ("ok", rec, ())
+    rec = _outcome(_clean_pod())[1]
+    assert rec.facts.deleting and rec.newest == datetime(2026, 1, 5, 9, 0, 0, 123456, tzinfo=UTC)
 
 
 RECORDED = _recorded_pods()
@@ -104,9 +146,17 @@ def test_fleet_pod_same_record_and_smaller() -> None:
     p = _fleet_pod()
     _both(p)
     line = orjson.dumps({"type": "ADDED", "object": p})
-    kept = POD.event(line)["object"]
+    kept = POD_DICTS.event(line)["object"]
     assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][0]
     assert _outcome(kept)[0] == "ok" and _outcome(kept)[2] == ()
+
+
+def test_other_frames_and_kinds_come_as_dicts() -> None:
+    for line in (b'{"type":"DELETED","object":{"kind":"Pod","metadata":{"name":"a"}}}',
+                 b'{"type":"ADDED","object":{"kind":"Status","metadata":{"name":"a"}}}',
+                 b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","labels":{"x":1}}}}'):
+        assert isinstance(POD.event(line), dict)
+    assert type(POD.event(b'{"type":"MODIFIED","object":{"metadata":{"name":"a"}}}')) is PodEvent
 
 
 def test_error_and_bookmark_frames_keep_what_the_reflector_reads() -> None:
@@ -128,7 +178,8 @@ def test_integer_past_64_bits_stays_exact() -> None:
     """Documented difference: orjson makes such an integer a float, msgspec keeps it exact."""
     line = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","generation":123456789012345678901234}}}'
     assert isinstance(FULL.event(line)["object"]["metadata"]["generation"], float)
-    assert POD.event(line)["object"]["metadata"]["generation"] == 123456789012345678901234
+    assert POD_DICTS.event(line)["object"]["metadata"]["generation"] == 123456789012345678901234
+    assert _object(POD.event(line))[1].metadata.generation == 123456789012345678901234
 
 
 def test_out_of_range_number_in_an_unread_field_is_skipped() -> None:
@@ -137,7 +188,8 @@ def test_out_of_range_number_in_an_unread_field_is_skipped() -> None:
     line = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"},"spec":{"x":1e400}}}'
     with pytest.raises(orjson.JSONDecodeError):
         FULL.event(line)
-    assert POD.event(line)["object"]["metadata"] == {"name": "a"}
+    assert POD_DICTS.event(line)["object"]["metadata"] == {"name": "a"}
+    assert _outcome(_object(POD.event(line))[1])[0] == "ok"
 
 
 # --- hypothesis: realistic pods with parts broken --------------------------------------------------
@@ -161,6 +213,18 @@ PATHS = [
     ("status", "containerStatuses", 0, "restartCount"), ("status", "containerStatuses", 0, "lastState"),
     ("status", "containerStatuses", 0, "allocatedResourcesStatus"), ("status", "initContainerStatuses"),
     ("status", "resourceClaimStatuses"), ("status", "startTime"), ("status", "podIP"),
+    # what the typed path reads, part by part
+    ("metadata", "labels", "taugrid.io/run"), ("metadata", "labels", "ray.io/node-type"),
+    ("metadata", "ownerReferences", 0, "kind"), ("metadata", "ownerReferences", 0, "controller"),
+    ("metadata", "resourceVersion"), ("status", "conditions", 0, "type"), ("status", "conditions", 0, "status"),
+    ("status", "conditions", 0, "lastTransitionTime"), ("status", "conditions", 0, "reason"),
+    ("status", "containerStatuses", 0, "name"), ("status", "containerStatuses", 0, "ready"),
+    ("status", "containerStatuses", 0, "state", "running"), ("status", "containerStatuses", 0, "state", "waiting"),
+    ("status", "containerStatuses", 0, "state", "running", "startedAt"),
+    ("status", "containerStatuses", 0, "lastState", "terminated"),
+    ("status", "containerStatuses", 0, "lastState", "terminated", "exitCode"),
+    ("status", "initContainerStatuses", 0, "state", "terminated", "exitCode"),
+    ("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"), ("status", "message"), ("status", "reason"),
 ]
 
 
@@ -185,7 +249,7 @@ def _set(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
     return obj
 
 
-BASES = [_fleet_pod(), *RECORDED]
+BASES = [_fleet_pod(), _clean_pod(), *RECORDED]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -211,6 +275,6 @@ def test_arbitrary_frames_same_decode_or_same_error(frame: Any) -> None:
             continue
         got = getattr(POD, decode)(data)
         if decode == "event" and isinstance(want, dict) and isinstance(want.get("object"), dict):
-            assert _outcome(got["object"]) == _outcome(want["object"])
+            assert _outcome(_object(got)[1]) == _outcome(want["object"])
         elif decode == "page" and isinstance(want, dict) and isinstance(want.get("items"), list):
             assert [_outcome(i) for i in got["items"]] == [_outcome(i) for i in want["items"]]

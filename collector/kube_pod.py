@@ -1,0 +1,360 @@
+"""Pods straight from typed structs to records: the watch's fast path.
+
+A watch line of a pod is decoded (`collector.sources.decode`) into the `msgspec` Structs below,
+which hold only what `collector.kube.normalize` reads of a pod and type each field as a valid
+object has it. `normalize_pod` then builds the record from the attributes, without dicts.
+
+Equivalence with `normalize` is by construction, not by a second reading of every odd case:
+- a field of another JSON type fails the typed decode, and the line takes the dict path;
+- anything the fast builder meets that `normalize` would warn about or refuse (an odd timestamp,
+  an unknown phase, a condition without a type, no name, DRA claims, device health...) makes it
+  hand the Struct, as plain builtins, to `normalize` itself: same record, warnings and errors.
+`tests/scale/test_decode_equivalence.py` checks it with hypothesis.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from collector import kube
+from collector.model import Condition, ContainerFacts, ObjectRecord, OwnerRef, PodFacts, Ref
+from collector.settings import TauGridContract
+
+# Optional fields: absent (UNSET) and null are both "missing" to normalize, as `.get()` is.
+_Str = str | None | UnsetType
+_Int = int | None | UnsetType
+
+
+class _Owner(Struct, gc=False):
+    kind: _Str = UNSET
+    name: _Str = UNSET
+    controller: bool | None | UnsetType = UNSET
+
+
+class _Meta(Struct, gc=False):
+    name: str | UnsetType = UNSET
+    namespace: _Str = UNSET
+    resourceVersion: _Str = UNSET
+    generation: _Int = UNSET
+    creationTimestamp: _Str = UNSET
+    deletionTimestamp: _Str = UNSET
+    labels: dict[str, str] | None | UnsetType = UNSET
+    ownerReferences: list[_Owner] | None | UnsetType = UNSET
+
+
+class _Resources(Struct, gc=False):
+    # Quantities are strings on the wire; typed so, the decode is a third faster than into Any.
+    limits: dict[str, str] | None | UnsetType = UNSET
+    requests: dict[str, str] | None | UnsetType = UNSET
+
+
+class _ContainerSpec(Struct, gc=False):
+    resources: _Resources | None | UnsetType = UNSET
+
+
+class _Spec(Struct, gc=False):
+    nodeName: _Str = UNSET
+    containers: list[_ContainerSpec] | None | UnsetType = UNSET
+    schedulingGates: Any = UNSET
+    resourceClaims: Any = UNSET
+
+
+class _Condition(Struct, gc=False):
+    type: _Str = UNSET
+    status: _Str = UNSET
+    reason: _Str = UNSET
+    message: _Str = UNSET
+    lastTransitionTime: _Str = UNSET
+    lastUpdateTime: _Str = UNSET
+
+
+class _Detail(Struct, gc=False):
+    reason: _Str = UNSET
+    message: _Str = UNSET
+    startedAt: _Str = UNSET
+    finishedAt: _Str = UNSET
+    exitCode: _Int = UNSET
+
+
+class _State(Struct, gc=False):
+    waiting: _Detail | None | UnsetType = UNSET
+    running: _Detail | None | UnsetType = UNSET
+    terminated: _Detail | None | UnsetType = UNSET
+
+
+class _ContainerStatus(Struct, gc=False):
+    name: _Str = UNSET
+    ready: bool | None | UnsetType = UNSET
+    restartCount: _Int = UNSET
+    state: _State | None | UnsetType = UNSET
+    lastState: _State | None | UnsetType = UNSET
+    allocatedResourcesStatus: Any = UNSET
+
+
+class _Status(Struct, gc=False):
+    phase: _Str = UNSET
+    reason: _Str = UNSET
+    message: _Str = UNSET
+    startTime: _Str = UNSET
+    podIP: _Str = UNSET
+    conditions: list[_Condition] | None | UnsetType = UNSET
+    containerStatuses: list[_ContainerStatus] | None | UnsetType = UNSET
+    initContainerStatuses: list[_ContainerStatus] | None | UnsetType = UNSET
+    resourceClaimStatuses: Any = UNSET
+
+
+class PodObject(Struct, gc=False):
+    """A pod as the fast path holds it. The reflector fills kind/apiVersion when absent."""
+
+    kind: str | UnsetType = UNSET
+    apiVersion: str | UnsetType = UNSET
+    metadata: _Meta | UnsetType = UNSET
+    spec: _Spec | None | UnsetType = UNSET
+    status: _Status | None | UnsetType = UNSET
+
+    @property
+    def resource_version(self) -> str:
+        m = self.metadata
+        return (m.resourceVersion or "") if type(m) is _Meta and type(m.resourceVersion) is str else ""
+
+    def name_of(self) -> str:
+        """What `where` names in warnings: namespace/name, as the controller does for dicts."""
+        m = self.metadata
+        if type(m) is not _Meta:
+            return "?"
+        return f"{m.namespace or ''}/{m.name or '?'}".lstrip("/")
+
+
+class PodEvent(Struct, gc=False):
+    """An ADDED or MODIFIED watch frame of a pod (other frames take the dict path)."""
+
+    type: str | UnsetType = UNSET
+    object: PodObject | UnsetType = UNSET
+
+
+class _Unclean(Exception):
+    """Something `normalize` would warn about or refuse: it reads this pod instead."""
+
+
+_UNCLEAN = _Unclean()
+_EMPTY_DETAIL = _Detail()
+_NO_STATE = _State()
+_NO_SPEC = _Spec()
+_NO_STATUS = _Status()
+_STATES = ("waiting", "running", "terminated")
+
+# Timestamps read cleanly before (RFC3339, parsed): a watch repeats the same ones in every update
+# of an object. Bounded by clearing: a refill costs one parse per distinct string.
+_TIMES: dict[str, datetime] = {}
+_TIMES_MAX = 1 << 16
+
+
+def _time(value: str | None | UnsetType) -> datetime | None:
+    if value is UNSET or value is None or value == "":
+        return None
+    assert type(value) is str
+    t = _TIMES.get(value)
+    if t is None:
+        try:
+            t = kube._parse_time(value)
+        except Exception:  # normalize warns (or fails) on it: let it
+            raise _UNCLEAN from None
+        if kube._not_rfc3339(value):
+            raise _UNCLEAN
+        if len(_TIMES) >= _TIMES_MAX:
+            _TIMES.clear()
+        _TIMES[value] = t
+    return t
+
+
+def _s(value: str | None | UnsetType) -> str:
+    return value if type(value) is str else ""
+
+
+_intern = sys.intern
+
+# The records are NamedTuples: `tuple.__new__` with every field in order builds one at a quarter of
+# the keyword call's cost (a watch builds ~8 per pod event). The asserts keep the field counts honest.
+_new: Any = tuple.__new__
+assert (len(ContainerFacts._fields), len(PodFacts._fields), len(ObjectRecord._fields), len(Condition._fields),
+        len(Ref._fields)) == (12, 13, 10, 5, 4), "a record changed: update the tuples built below"
+
+
+def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
+    if type(c.allocatedResourcesStatus) is list and c.allocatedResourcesStatus:
+        raise _UNCLEAN  # device health: rare, read by normalize
+    state = c.state if type(c.state) is _State else _NO_STATE
+    which, detail = "", _EMPTY_DETAIL
+    for k in _STATES:
+        d = getattr(state, k)
+        if d is not UNSET:
+            which = k
+            if type(d) is _Detail:
+                detail = d
+            break
+    last_state = c.lastState if type(c.lastState) is _State else _NO_STATE
+    last = last_state.terminated if type(last_state.terminated) is _Detail else _EMPTY_DETAIL
+    since = _time(detail.startedAt or detail.finishedAt)
+    finished = _time(last.finishedAt)
+    newest = since if finished is None or (since is not None and since > finished) else finished
+    exit_code, last_exit = detail.exitCode, last.exitCode
+    facts: ContainerFacts = _new(ContainerFacts, (
+        _intern(c.name) if type(c.name) is str else "",  # name
+        init,
+        bool(c.ready),
+        c.restartCount or 0,  # restart_count
+        which,  # state
+        _intern(detail.reason) if type(detail.reason) is str else "",  # state_reason
+        _s(detail.message)[:500],  # state_message
+        since,  # state_since
+        exit_code if type(exit_code) is int else None,  # exit_code
+        _intern(last.reason) if type(last.reason) is str else "",  # last_reason
+        last_exit if type(last_exit) is int else None,  # last_exit_code
+        finished,  # last_finished
+    ))
+    return facts, newest
+
+
+# Per contract, the role of a pod's apiVersion (hashing the frozen contract per event costs more
+# than the rest of the lookup); the contract is kept as the value so that its id stays its own.
+_ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
+# OwnerRefs are frozen and shared: every pod of a RayCluster or Job names the same one.
+_OWNERS: dict[tuple[str, str, bool], OwnerRef] = {}
+
+
+def _role(contract: TauGridContract, api_version: str) -> str:
+    held = _ROLES.get(id(contract))
+    if held is None or held[0] is not contract:
+        held = _ROLES[id(contract)] = (contract, {})
+    role = held[1].get(api_version)
+    if role is None:
+        role = held[1][api_version] = kube._role(contract, "Pod", api_version)
+    return role
+
+
+def _owner(kind: str, name: str, controller: bool) -> OwnerRef:
+    key = (kind, name, controller)
+    o = _OWNERS.get(key)
+    if o is None:
+        if len(_OWNERS) >= _TIMES_MAX:
+            _OWNERS.clear()
+        o = _OWNERS[key] = OwnerRef(kind=_intern(kind), name=_intern(name), uid="", controller=controller)
+    return o
+
+
+def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
+    meta = p.metadata
+    if type(meta) is not _Meta or not meta.name or p.kind != "Pod":
+        raise _UNCLEAN  # normalize raises MalformedObject (or reads another kind)
+    api_version = p.apiVersion if type(p.apiVersion) is str else ""
+    if _role(contract, api_version):
+        raise _UNCLEAN
+    name = meta.name
+    assert type(name) is str
+    ns = meta.namespace or ""
+    if "/" in name or ".." in name or "/" in ns or ".." in ns:
+        raise _UNCLEAN
+    created = _time(meta.creationTimestamp)
+    newest = created
+    labels_raw = meta.labels or {}
+    kept = {k: _intern(v) for k, v in labels_raw.items() if k in kube.KEPT_LABELS}
+    labels = MappingProxyType(kept) if kept else kube._NO_LABELS
+    owners = []
+    for o in meta.ownerReferences or ():
+        if not o.kind or not o.name:
+            raise _UNCLEAN
+        assert type(o.kind) is str and type(o.name) is str
+        owners.append(_owner(o.kind, o.name, bool(o.controller)))
+    deleting = bool(meta.deletionTimestamp)
+    if deleting:
+        t = _time(meta.deletionTimestamp)
+        if t is not None and (newest is None or t > newest):
+            newest = t
+    status = p.status if type(p.status) is _Status else _NO_STATUS
+    spec = p.spec if type(p.spec) is _Spec else _NO_SPEC
+    conditions = []
+    for c in status.conditions or ():
+        ctype = c.type
+        if not ctype:
+            raise _UNCLEAN
+        if ctype not in kube.POD_CONDITIONS:
+            continue
+        cstatus = c.status
+        if cstatus not in kube.CONDITION_STATUSES:
+            raise _UNCLEAN
+        t = _time(c.lastTransitionTime or c.lastUpdateTime)
+        if t is not None and (newest is None or t > newest):
+            newest = t
+        assert type(ctype) is str and type(cstatus) is str
+        conditions.append(_new(Condition, (_intern(ctype), _intern(cstatus),
+                                           _intern(c.reason) if type(c.reason) is str else "", _s(c.message), t)))
+    containers = []
+    for statuses, init in ((status.initContainerStatuses, True), (status.containerStatuses, False)):
+        for cs in statuses or ():
+            cfacts, t = _container(cs, init)
+            containers.append(cfacts)
+            if t is not None and (newest is None or t > newest):
+                newest = t
+    phase = status.phase
+    if phase is UNSET or phase is None:
+        phase = ""
+    elif phase not in kube.POD_PHASES:
+        raise _UNCLEAN
+    if type(spec.resourceClaims) is list and spec.resourceClaims:
+        raise _UNCLEAN  # DRA claim names: rare, read by normalize
+    start = _time(status.startTime)
+    if start is not None and (newest is None or start > newest):
+        newest = start
+    gpus = 0
+    for cspec in spec.containers or ():
+        r = cspec.resources
+        if type(r) is _Resources:
+            gpus += kube.gpus_of(r.limits, r.requests)
+    gates = spec.schedulingGates
+    facts = _new(PodFacts, (
+        _intern(phase),  # phase
+        _intern(status.reason) if type(status.reason) is str else "",  # reason
+        _s(status.message)[:500],  # message
+        _intern(spec.nodeName) if type(spec.nodeName) is str else "",  # node_name
+        gpus,
+        start,  # start_time
+        tuple(containers),
+        deleting,
+        _intern(labels_raw.get(kube.RAY_NODE_TYPE_LABEL, "")),  # ray_node_type
+        _s(status.podIP),  # pod_ip
+        (),  # claims
+        (),  # unhealthy_devices
+        tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),  # scheduling_gates
+    ))
+    generation = meta.generation
+    record: ObjectRecord = _new(ObjectRecord, (
+        _new(Ref, ("Pod", _intern(ns), name, "")),  # ref
+        api_version,
+        meta.resourceVersion or "",  # resource_version
+        generation if type(generation) is int else None,  # generation
+        created,
+        labels,
+        tuple(owners),
+        tuple(conditions),
+        facts,
+        newest,
+    ))
+    return record
+
+
+def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *, where: str = "") -> kube.Normalized:
+    """`normalize` for a typed pod: the same record, warnings and errors, without the dict walk."""
+    contract = contract or kube.DEFAULT_CONTRACT
+    try:
+        return kube.Normalized(_build(p, contract), [])
+    except _Unclean:
+        return kube.normalize(msgspec.to_builtins(p), contract, where=where)
+
+
+kube.TYPED_NORMALIZERS[PodObject] = normalize_pod
