@@ -178,6 +178,93 @@ def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp
     assert stream_problems(rows, want) == []
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sigkilled_at_random_points_restarts_to_the_uninterrupted_stream(tmp_path: Path, seed: int) -> None:
+    """SIGKILL at seeded random moments, each time restarted on the same store and spool: during
+    start-up and listing, and just after the cluster changed (mid evaluation or export). The claims,
+    and the exported claim transitions taken together, equal an uninterrupted controller's.
+
+    The cluster changes only while a process runs and agreed with the reference before the change: a
+    state that comes and goes while no process runs is seen by none, and is not a lost transition.
+    The test clock moves on while a process is dead, as time does: standing still, rows of two
+    processes would carry the same instant and their order would be undefined."""
+    import random
+
+    from collector.controller import Controller
+    from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
+    from tests.faults.streams import claim_rows, sink, stream_problems
+
+    rng = random.Random(seed)
+    clock = Clock(T0)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+                   "  checkpoint_poll_interval: 0\n  tick: 1s\n")
+    store = tmp_path / "evidence.duckdb"
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        for i in range(6):
+            apply_run(s, f"run-{i}", ns=f"team-{i % 2}")
+        kc = _kubeconfig(tmp_path, s.base_url)
+        port = _free_port()
+        api = KubeApi(api_client_for(s.base_url))
+        ref_sink = sink(tmp_path / "reference")
+        ref = Controller(api, settings(), api.clock.now, sink=ref_sink)
+        ref.open()
+
+        def reference() -> dict[tuple[str, str, str], str]:
+            return {(r.ref.namespace, r.ref.name, k): c.observed.value
+                    for r in ref.claims.values() for k, c in r.claims.items()}
+
+        def spawn() -> subprocess.Popen[str]:
+            return _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}",
+                               "--export-store", str(store))
+
+        def kill(p: subprocess.Popen[str]) -> None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+            clock.advance(5)
+
+        def agreed(what: str) -> None:
+            wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=90, what=what)
+
+        points: list[str] = []
+        proc = spawn()
+        try:
+            for n in range(3):
+                after = rng.uniform(0.0, 4.0)  # start-up, discovery, listing, the first export
+                time.sleep(after)
+                kill(proc)
+                points.append(f"{after:.2f} s after start")
+                proc = spawn()
+                agreed(f"agreement after the kill at {points[-1]}")
+                run = rng.randrange(6)
+                key, crash = (f"team-{run % 2}", f"run-{run}", "running"), n % 2 == 0
+                apply_run(s, f"run-{run}", ns=f"team-{run % 2}", crash=crash)  # the cluster moves
+                want = "false" if crash else "true"
+                wait_until(lambda k=key, w=want: reference().get(k) == w,  # type: ignore[misc]
+                           what="the reference sees the change")
+                after = rng.uniform(0.0, 1.5)  # mid evaluation and export of that change
+                time.sleep(after)
+                kill(proc)
+                points.append(f"{after:.2f} s after a change")
+                proc = spawn()
+            agreed(f"the process killed at {points} agrees with the reference")
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # its store is read below: let it close
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            ref.close()
+            ref_sink.close()
+    rows, want = claim_rows(store), claim_rows(tmp_path / "reference" / "store.duckdb")
+    assert want and rows
+    problems = stream_problems(rows, want)
+    assert problems == [], f"killed at {points}:\n" + "\n".join(problems)
+
+
 def _safe(port: int) -> dict[tuple[str, str, str], str]:
     try:
         return _observed(port)
