@@ -108,13 +108,20 @@ class Replica:
 
 class Load:
     """The scenario engine playing at SPEED, and a writer: label churn on its runs' pods, events
-    counting up, and one run flipping between crash-looping and healthy every FLIP_S."""
+    counting up, and one run flipping between crash-looping and healthy every FLIP_S.
+
+    A crash-looping worker recovers as a new pod (the old one deleted): the collector evaluates on
+    the simulator's scenario clock (its Date), where a container that restarted keeps the run's
+    `running` false for `restart_window` (10 min, a minute of real time at SPEED); a pod restarting
+    in place would flip once and never come back within the test, so no transition would follow
+    the failovers."""
 
     def __init__(self, sim: Simulator, engine: ScenarioEngine, clock: ManualClock) -> None:
         self.sim, self.engine, self.clock = sim, engine, clock
         self.stop = threading.Event()
         self.crashed = dict.fromkeys(STORY, False)
         self.restarts = dict.fromkeys(STORY, 0)
+        self.generation = dict.fromkeys(STORY, 0)  # the worker pod's incarnation
         self.changes = 0
         self.started = 0.0
         self.flips = 0
@@ -146,8 +153,11 @@ class Load:
         status = {"phase": "Running", "containerStatuses": [container], "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(CREATED + timedelta(seconds=1))},
             {"type": "Ready", "status": "False" if crashed else "True", "lastTransitionTime": self._flipped_at[name]}]}
-        return server_side(pod(f"{name}-w0", "research", CREATED, node="aks-a100-4", gpus=8,
+        return server_side(pod(self.pod_name(name), "research", CREATED, node="aks-a100-4", gpus=8,
                                labels={"taugrid.io/run": name, "load/churn": str(churn)}, status=status))
+
+    def pod_name(self, name: str) -> str:
+        return f"{name}-g{self.generation[name]}-w0"
 
     def setup(self) -> None:
         for name in STORY:
@@ -181,7 +191,12 @@ class Load:
                     name = STORY[self.flips % len(STORY)]
                     self.flips += 1
                     self.crashed[name] = not self.crashed[name]
-                    self.restarts[name] += self.crashed[name]
+                    if self.crashed[name]:
+                        self.restarts[name] += 1
+                    else:  # replaced by a new pod
+                        self.sim.store.delete(self.sim.resource("v1", "Pod"), "research", self.pod_name(name))
+                        self.generation[name] += 1
+                        self.restarts[name] = 0
                     self._flipped_at[name] = ts(self.clock.now())
                     self.sim.apply(self.pod(name, i))
                     next_flip += FLIP_S
