@@ -19,6 +19,7 @@ died before writing, the new one writes as the transition it was, with its previ
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import subprocess
@@ -79,13 +80,16 @@ class Replica:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
                 return str(r.read().decode())
-        except OSError:
+        except (OSError, http.client.HTTPException):  # a process killed mid-answer cuts it short
             return ""
 
     def leads(self) -> bool:
-        for fam in text_string_to_metric_families(self.metrics()):
-            if fam.name == "taugrid_collector_leader":
-                return any(s.value == 1.0 for s in fam.samples)
+        try:
+            for fam in text_string_to_metric_families(self.metrics()):
+                if fam.name == "taugrid_collector_leader":
+                    return any(s.value == 1.0 for s in fam.samples)
+        except ValueError:  # an answer cut short: the sampler thread must live on
+            return False
         return False
 
     def ready(self) -> bool:
