@@ -115,6 +115,7 @@ class Controller:
         self._dirty: set[Key] = set()
         self._roots_changed = True
         self._reflectors: list[Reflector] = []
+        self._listed: set[str] = set()  # resources whose first listing the loop has applied (its "synced")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._log_targets: list[tuple[Ref, str, str, int]] = []
@@ -244,7 +245,11 @@ class Controller:
 
     @property
     def synced(self) -> bool:
-        return all(r.synced_once.is_set() for r in self._reflectors)
+        """Every resource's first listing applied to the index by the loop. Not the reflectors' own
+        flags: a reflector queues its listing and then says it synced, so the loop could see a
+        resource synced while its listing still waits in the queue (a RayJob then evaluated as a
+        root before its TauRun arrives, and exported)."""
+        return all(r.resource.name in self._listed for r in self._reflectors)
 
     def stale_sources(self) -> list[str]:
         """Watched resources with nothing intact from the API server for longer than the evidence
@@ -423,6 +428,7 @@ class Controller:
             assert r is not None
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
             self.health.synced(r.name, c.payload)
+            self._listed.add(r.name)
             self._outage.pop(r.name, None)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload

@@ -19,6 +19,7 @@ died before writing, the new one writes as the transition it was, with its previ
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import subprocess
@@ -79,13 +80,16 @@ class Replica:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
                 return str(r.read().decode())
-        except OSError:
+        except (OSError, http.client.HTTPException):  # a process killed mid-answer cuts it short
             return ""
 
     def leads(self) -> bool:
-        for fam in text_string_to_metric_families(self.metrics()):
-            if fam.name == "taugrid_collector_leader":
-                return any(s.value == 1.0 for s in fam.samples)
+        try:
+            for fam in text_string_to_metric_families(self.metrics()):
+                if fam.name == "taugrid_collector_leader":
+                    return any(s.value == 1.0 for s in fam.samples)
+        except ValueError:  # an answer cut short: the sampler thread must live on
+            return False
         return False
 
     def ready(self) -> bool:
@@ -108,13 +112,20 @@ class Replica:
 
 class Load:
     """The scenario engine playing at SPEED, and a writer: label churn on its runs' pods, events
-    counting up, and one run flipping between crash-looping and healthy every FLIP_S."""
+    counting up, and one run flipping between crash-looping and healthy every FLIP_S.
+
+    A crash-looping worker recovers as a new pod (the old one deleted): the collector evaluates on
+    the simulator's scenario clock (its Date), where a container that restarted keeps the run's
+    `running` false for `restart_window` (10 min, a minute of real time at SPEED); a pod restarting
+    in place would flip once and never come back within the test, so no transition would follow
+    the failovers."""
 
     def __init__(self, sim: Simulator, engine: ScenarioEngine, clock: ManualClock) -> None:
         self.sim, self.engine, self.clock = sim, engine, clock
         self.stop = threading.Event()
         self.crashed = dict.fromkeys(STORY, False)
         self.restarts = dict.fromkeys(STORY, 0)
+        self.generation = dict.fromkeys(STORY, 0)  # the worker pod's incarnation
         self.changes = 0
         self.started = 0.0
         self.flips = 0
@@ -146,8 +157,11 @@ class Load:
         status = {"phase": "Running", "containerStatuses": [container], "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(CREATED + timedelta(seconds=1))},
             {"type": "Ready", "status": "False" if crashed else "True", "lastTransitionTime": self._flipped_at[name]}]}
-        return server_side(pod(f"{name}-w0", "research", CREATED, node="aks-a100-4", gpus=8,
+        return server_side(pod(self.pod_name(name), "research", CREATED, node="aks-a100-4", gpus=8,
                                labels={"taugrid.io/run": name, "load/churn": str(churn)}, status=status))
+
+    def pod_name(self, name: str) -> str:
+        return f"{name}-g{self.generation[name]}-w0"
 
     def setup(self) -> None:
         for name in STORY:
@@ -181,7 +195,12 @@ class Load:
                     name = STORY[self.flips % len(STORY)]
                     self.flips += 1
                     self.crashed[name] = not self.crashed[name]
-                    self.restarts[name] += self.crashed[name]
+                    if self.crashed[name]:
+                        self.restarts[name] += 1
+                    else:  # replaced by a new pod
+                        self.sim.store.delete(self.sim.resource("v1", "Pod"), "research", self.pod_name(name))
+                        self.generation[name] += 1
+                        self.restarts[name] = 0
                     self._flipped_at[name] = ts(self.clock.now())
                     self.sim.apply(self.pod(name, i))
                     next_flip += FLIP_S

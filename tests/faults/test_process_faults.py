@@ -158,6 +158,10 @@ def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp
                        what="first process agrees with the reference")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
+            # Time passes while it is dead: on a clock that stood still, both processes would stamp their
+            # rows at the same instant give or take each one's Date offset, and the streams are read in
+            # Timestamp order (the restarted one's transition could sort before the first one's rows).
+            clock.advance(5)
             apply_run(s, "llm", crash=True)  # the cluster moves on while the controller is dead
             wait_until(lambda: reference().get(("research", "llm", "running")) == "false", what="reference sees it")
             proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}", *exported)
