@@ -33,6 +33,10 @@ takes (materialize_s, API writes/s) beside the store-API `populate` of the same 
 the same run (the baseline: no HTTP, no lifecycle). --scale S multiplies the scenario's run and
 node counts (a quick run: --scale 0.05).
 
+--time-lists first times each resource's list alone (no controller): how much of a sync is the API
+server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> | tar -x -C DIR`) is
+`paged` run with DIR's collector, against the same cluster in the same run: a change's before/after.
+
 Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
        .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
 """
