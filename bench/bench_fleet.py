@@ -33,6 +33,10 @@ takes (materialize_s, API writes/s) beside the store-API `populate` of the same 
 the same run (the baseline: no HTTP, no lifecycle). --scale S multiplies the scenario's run and
 node counts (a quick run: --scale 0.05).
 
+--time-lists first times each resource's list alone (no controller): how much of a sync is the API
+server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> | tar -x -C DIR`) is
+`paged` run with DIR's collector, against the same cluster in the same run: a change's before/after.
+
 Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
        .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
 """
@@ -95,6 +99,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if not c.ready.wait(1800):
         raise TimeoutError("controller never synced")
     sync_s = time.monotonic() - t0
+    sync_cpu = cpu_s()  # the process's CPU from start to ready: the rest of sync_s is waiting on the lists
     peak_sync = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     time.sleep(2)  # let the first ticks pass
     gc.collect()
@@ -121,9 +126,45 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         time.sleep(0.25)
     rechecked_late = c.rechecked - rechecked
     c.close()
-    conn.send({"variant": variant, "sync_s": sync_s, "peak": peak, "peak_at_sync": peak_sync, "steady": steady,
+    conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
+               "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late})
+
+
+def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any) -> None:
+    """`paged`, with the collector of another source tree (`--before-tree`: the code before a change)."""
+    for name in list(sys.modules):  # this process imported the current tree's collector: forget it
+        if name.split(".")[0] in ("collector", "exporters", "kubesim"):
+            del sys.modules[name]
+    sys.path.insert(0, tree)
+    import collector
+    where = Path(collector.__file__ or "").resolve()
+    if not where.is_relative_to(Path(tree).resolve()):
+        raise RuntimeError(f"--before-tree {tree}: collector imported from {where}")
+    _measure(url, "paged", idle_s, cpu, conn)
+
+
+def time_lists(url: str) -> None:
+    """Each resource's initial list alone, page by page as the controller reads it (no controller):
+    how much of the sync is the API server's (here the simulator's) lists."""
+    from collector.settings import Settings
+    from collector.sources.decode import decoder_for
+    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+
+    api = KubeApi(api_client_for(url))
+    resources, _ = api.discover(resources_for(Settings().taugrid))
+    total = 0.0
+    for r in resources:
+        t = time.monotonic()
+        listing = api.iter_list(r, decoder=decoder_for(r.api_version, r.kind, full=False))
+        n = sum(1 for _ in listing)
+        dt = time.monotonic() - t
+        total += dt
+        if n:
+            print(f"  list {r.name:<28} {n:>8} objects {listing.pages:>5} pages {dt:8.2f} s "
+                  f"({1000 * dt / max(1, listing.pages):.0f} ms/page)", flush=True)
+    print(f"  all lists one after another: {total:.1f} s", flush=True)
 
 
 def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int) -> None:
@@ -210,15 +251,19 @@ def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None) 
     return sim
 
 
-def run_variant(url: str, variant: str, idle_s: float, cpu: int | None) -> dict[str, Any]:
+def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_tree: str = "") -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
+    if variant == "before":
+        proc = ctx.Process(target=_measure_tree, args=(before_tree, url, idle_s, cpu, child), daemon=True)
+    else:
+        proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
     proc.start()
     try:
         if not parent.poll(2400):
             raise TimeoutError(f"{variant}: no result")
         out: dict[str, Any] = parent.recv()
+        out["variant"] = variant
         return out
     finally:
         proc.join(30)
@@ -236,7 +281,12 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs 0 and 1")
     ap.add_argument("--scenario", type=Path, help="fill the cluster by playing this scenario file (see above)")
     ap.add_argument("--scale", type=float, default=1.0, help="with --scenario: multiply its run and node counts")
+    ap.add_argument("--before-tree", default="", help="variant `before`: paged, with the collector of this source "
+                    "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
+    ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
     a = ap.parse_args()
+    if "before" in a.variants.split(",") and not a.before_tree:
+        ap.error("variant `before` needs --before-tree")
     ncpu = len(os.sched_getaffinity(0))
     pin = not a.no_pin and ncpu >= 2
     runs = a.pods // a.per_run
@@ -254,20 +304,23 @@ def main() -> None:
             size = sum(info["sizes"]) / max(1, len(info["sizes"]))
             print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
                   f"filled in {fill_s:.0f} s", flush=True)
+        if a.time_lists:
+            time_lists(sim.url)
         results = []
         for v in a.variants.split(","):
-            r = run_variant(sim.url, v, a.idle_s, 0 if pin else None)
+            r = run_variant(sim.url, v, a.idle_s, 0 if pin else None, a.before_tree)
             results.append(r)
             print(f"  {v}: {r}", flush=True)
     finally:
         sim.close()
     mib = 1024 * 1024
-    print(f"\n{'variant':<10} {'pods':>7} {'runs':>6} {'sync s':>8} {'peak MiB':>9} {'steady MiB':>11} "
+    print(f"\n{'variant':<10} {'pods':>7} {'runs':>6} {'sync s':>8} {'sync CPU':>9} {'peak MiB':>9} {'steady MiB':>11} "
           f"{'peak/steady':>12} {'idle core':>10} {'tick s':>7} {'late s':>7} {'rechecked':>15}")
     for r in results:
-        print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['peak'] / mib:>9.0f} "
-              f"{r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} {r['idle_core']:>10.3f} "
-              f"{r['tick_s']:>7.1f} {r['late_s']:>7.1f} {str(r['rechecked']) + '/' + str(r['rechecked_late']):>15}")
+        print(f"{r['variant']:<10} {r['pods']:>7} {r['runs']:>6} {r['sync_s']:>8.1f} {r['sync_cpu']:>9.1f} "
+              f"{r['peak'] / mib:>9.0f} {r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} "
+              f"{r['idle_core']:>10.3f} {r['tick_s']:>7.1f} {r['late_s']:>7.1f} "
+              f"{str(r['rechecked']) + '/' + str(r['rechecked_late']):>15}")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

@@ -181,8 +181,9 @@ class RunIndex:
         self._gpu_short: set[Key] = set()  # nodes whose device plugin advertises fewer GPUs than installed
         self._gpu_short_view: list[Key] | None = None  # the first few, sorted; rebuilt after a change
         self._objects: dict[Key, ObjectRecord] = {}
-        self._up: dict[Key, list[Key]] = {}
-        self._adopted: dict[Key, list[Key]] = {}
+        # Tuples, not lists: one per indexed object (hundreds of thousands with Events); an empty one is shared.
+        self._up: dict[Key, tuple[Key, ...]] = {}
+        self._adopted: dict[Key, tuple[Key, ...]] = {}
         self._down: defaultdict[Key, set[Key]] = defaultdict(set)
         self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
         self._root_candidates: set[Key] = set()
@@ -198,8 +199,8 @@ class RunIndex:
         old = self._objects.get(key)
         self._objects[key] = rec
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
-        ups = _parents(rec)
-        adopted = _adopted(rec)
+        ups = tuple(_parents(rec))
+        adopted = tuple(_adopted(rec))
         if old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted:
             self._unlink(key)
             self._up[key] = ups
@@ -269,7 +270,7 @@ class RunIndex:
                     del self._adopters[c]
 
     def _trim_events(self, rec: ObjectRecord) -> None:
-        parents = self._up.get(rec.ref.key) or []
+        parents = self._up.get(rec.ref.key) or ()
         if not parents:
             return
         siblings = [k for k in self._down.get(parents[-1], ()) if k[0] == "Event"]

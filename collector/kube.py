@@ -335,7 +335,7 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
     if "/" in ref.name or ".." in ref.name or "/" in ref.namespace or ".." in ref.namespace:
         # The API server never accepts these; in a dump they could steer paths and URLs.
         r.problem(f"metadata: name {ref.namespace}/{ref.name!r} holds '/' or '..', which Kubernetes never allows")
-    api_version = r.str_(raw.get("apiVersion"), "apiVersion")
+    api_version = sys.intern(r.str_(raw.get("apiVersion"), "apiVersion"))
     role = _role(contract, kind, api_version)
     if role:
         ref = Ref(kind=role, namespace=ref.namespace, name=ref.name, uid=ref.uid)
@@ -716,17 +716,24 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
     )
 
 
+def _intern(text: str) -> str:
+    """One shared copy of a short string that many records repeat (bounded: long text is not kept)."""
+    return sys.intern(text) if len(text) <= 253 else text
+
+
 def _event(r: _Reader, raw: RawObject) -> Facts:
     """core/v1 Event and events.k8s.io/v1 Event: one shape for both."""
     new_api = str(raw.get("apiVersion", "")).startswith("events.k8s.io")
     obj = _map(raw, "regarding") if new_api or "regarding" in raw else _map(raw, "involvedObject")
     if not obj:
         r.problem("event without involvedObject/regarding")
+    # A fleet has ~7 Events per pod, hundreds of thousands in all: their repeated strings (kinds,
+    # names of the objects they regard, reasons, components) are shared, not one copy per Event,
+    # and the regarded object's uid, which nothing reads, is not kept (as for pods' own refs).
     regarding = Ref(
-        kind=str(obj.get("kind") or ""),
-        namespace=str(obj.get("namespace") or ""),
-        name=str(obj.get("name") or ""),
-        uid=str(obj.get("uid") or ""),
+        kind=_intern(str(obj.get("kind") or "")),
+        namespace=_intern(str(obj.get("namespace") or "")),
+        name=_intern(str(obj.get("name") or "")),
     )
     series = _map(raw, "series")
     first = r.time(
@@ -748,12 +755,14 @@ def _event(r: _Reader, raw: RawObject) -> Facts:
         or _get(raw, "source.component")
         or ""
     )
+    if first is not None and first == last:
+        last = first  # one datetime object for both (most Events happened once)
     return EventFacts(
-        type=r.str_(raw.get("type"), "type"),
-        reason=r.str_(raw.get("reason"), "reason"),
+        type=_intern(r.str_(raw.get("type"), "type")),
+        reason=_intern(r.str_(raw.get("reason"), "reason")),
         message=r.str_(raw.get("note") if new_api else raw.get("message"), "message")[:1000],
         regarding=regarding,
-        component=str(component),
+        component=_intern(str(component)),
         first=first or last,
         last=last or first,
         count=count,
