@@ -41,7 +41,7 @@ _STYLE = {
 
 def _cell(rc: RunClaims, name: str) -> Text:
     c = rc.claims[name]
-    word = "STALLED" if name == "progressing" and c.reason.startswith("STALLED") else c.verdict.value
+    word = "STALLED" if name == "progressing" and c.cause == "stalled" else c.verdict.value
     return Text(word, style=_STYLE[c.verdict])
 
 

@@ -387,6 +387,10 @@ class Claim:
     since: datetime | None
     reason: str
     evidence: tuple[Evidence, ...] = ()
+    # Why, as a fixed word for programs (alerts, ADX, the GPU notes): the reason is for people and
+    # its wording may change. Progressing false: stalled | hung | skipped-steps | invalid-steps |
+    # not-running | finished; "" otherwise.
+    cause: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -395,6 +399,7 @@ class Claim:
             "verdict": self.verdict.value,
             "since": rfc3339(self.since),
             "reason": self.reason,
+            "cause": self.cause,
             "evidence": [e.to_json() for e in self.evidence],
         }
 

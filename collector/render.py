@@ -75,7 +75,7 @@ def _headline(rc: RunClaims) -> str:
 
 
 def _verdict_word(name: str, c: Claim) -> str:
-    if name == "progressing" and c.observed is Observed.FALSE and c.reason.startswith("STALLED"):
+    if name == "progressing" and c.observed is Observed.FALSE and c.cause == "stalled":
         return "STALLED"
     return c.verdict.value
 

@@ -80,7 +80,7 @@ def test_replayed_steps_after_a_restart_are_not_progress() -> None:
     logs = Signal(POD, "main", scan(before + after), NOW)
     rc, _ = run_with(logs, restarted_at=restart)
     p = rc.progressing  # type: ignore[attr-defined]
-    assert p.observed is Observed.FALSE and p.reason.startswith("STALLED")
+    assert p.observed is Observed.FALSE and p.reason.startswith("STALLED") and p.cause == "stalled"
     assert "last step 159" in p.reason
     replayed = [e for e in p.evidence if e.field == "replayed_steps"]
     assert replayed and replayed[0].value == 30
@@ -157,5 +157,6 @@ def test_gpu_activity_names_the_kind_of_stall(util: float, power: float, needle:
     index.set_ray(Ref("RayCluster", "ns", "rc"), RayRuntime(1, "RUNNING", "", NOW, **gpu))
     rc = evaluate(index.evidence(ROOT), NOW, S)
     assert rc.progressing.observed is Observed.FALSE and rc.progressing.reason.startswith("STALLED")
+    assert rc.progressing.cause == "stalled"
     assert needle in rc.progressing.reason
     assert [e.plane for e in rc.progressing.evidence if e.field == "gpu_utilization"] == [Plane.GPU]

@@ -91,6 +91,7 @@ def test_deepspeed_steps_mostly_skipped_are_not_progress() -> None:
     p, _ = claim(sig)
     assert p.observed is Observed.FALSE, p.reason
     assert "skipped" in p.reason and "fp16 overflow" in p.reason and "last real step 100" in p.reason
+    assert p.cause == "skipped-steps"
     assert {e.field: e.value for e in p.evidence}["skipped_steps"] == 12
 
 
@@ -132,6 +133,7 @@ def test_loss_stuck_at_zero_is_not_progress() -> None:
                       f"{{'loss': {loss}, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.{i}}}"))
     p, _ = claim(log(lines))
     assert p.observed is Observed.FALSE and "loss stuck at exactly 0.0 since step 5" in p.reason, p.reason
+    assert p.cause == "invalid-steps"
 
 
 def test_non_finite_loss_in_a_megatron_line_is_not_progress() -> None:
@@ -140,6 +142,7 @@ def test_non_finite_loss_in_a_megatron_line_is_not_progress() -> None:
     lines += [(t0 + timedelta(seconds=30 * (5 + i)), megatron(105 + i, loss="nan")) for i in range(3)]
     p, _ = claim(log(lines))
     assert p.observed is Observed.FALSE and "loss is nan since step 105" in p.reason, p.reason
+    assert p.cause == "invalid-steps"
 
 
 # --- 3. Hugging Face loss dicts carry no step --------------------------------------------------------
@@ -210,6 +213,7 @@ def test_watchdog_with_no_step_lines_is_a_hang_not_unknown() -> None:
     p, _ = claim(log([(t, line) for line in text.splitlines()]))
     assert p.observed is Observed.FALSE, p.reason
     assert p.reason.startswith("HUNG: nccl watchdog timeout: ALLREDUCE timed out after 600000 ms"), p.reason
+    assert p.cause == "hung"
 
 
 def test_watchdog_that_pushed_the_step_lines_out_of_the_tail_is_a_hang(tmp_path: Path) -> None:
@@ -225,6 +229,7 @@ def test_watchdog_that_pushed_the_step_lines_out_of_the_tail_is_a_hang(tmp_path:
     assert tail.samples == () and tail.hangs
     p, _ = claim(Signal(POD, "main", tail, NOW))
     assert p.observed is Observed.FALSE and p.reason.startswith("HUNG: nccl watchdog timeout"), p.reason
+    assert p.cause == "hung"
 
 
 def test_hang_names_the_rank_furthest_behind_and_its_pod() -> None:

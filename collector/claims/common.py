@@ -103,9 +103,9 @@ def human_age(d: timedelta) -> str:
 
 
 def claim(asserted: bool | None, observed: Observed, since: datetime | None, reason: str,
-          evidence: list[Evidence], status: Evidence) -> Claim:
+          evidence: list[Evidence], status: Evidence, cause: str = "") -> Claim:
     """A claim with its verdict from the table, the run's own status first in its evidence."""
-    return Claim(asserted, observed, verdict_for(asserted, observed), since, reason, (status, *evidence))
+    return Claim(asserted, observed, verdict_for(asserted, observed), since, reason, (status, *evidence), cause)
 
 
 def hm(t: datetime) -> str:

@@ -97,7 +97,7 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
         if progressing.observed is not Observed.TRUE:
             progressing = _add(progressing, f"{progressing.reason}; {note}", lost_ev)
     # --- activity on a stall, when Ray gave none ---
-    if (progressing.observed is Observed.FALSE and progressing.reason.startswith(("STALLED", "HUNG"))
+    if (progressing.observed is Observed.FALSE and progressing.cause in ("stalled", "hung")
             and "GPUs" not in progressing.reason and summary.utilization is not None):
         util = summary.utilization
         watts = ""

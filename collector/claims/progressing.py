@@ -35,7 +35,8 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     now = clock.now
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
-        return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev)
+        return _claim(a.progressing, Observed.FALSE, running.since, f"{cause}: {running.reason}", [], status_ev,
+                      "finished" if a.finished else "not-running")
     if view is None:
         if ev.signals:
             read_at = max(sig.read_at for sig in ev.signals)
@@ -66,11 +67,11 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             since = min((h.at for _, h in hangs if h.at is not None), default=None)
             return _claim(a.progressing, Observed.FALSE, since,
                           f"HUNG: {_hang_text(hangs)}; no progress line after it{_suspect_text(suspects)}",
-                          evidence, status_ev)
+                          evidence, status_ev, "hung")
         if view.skipped_streak >= SKIPPED_STREAK and view.skipped_since is not None:
             return _claim(a.progressing, Observed.FALSE, view.skipped_since.at,
                           f"only skipped steps since {_hm(view.skipped_since.at)} ({view.skipped_streak} reports, "
-                          "fp16 overflow): skipped steps are not progress", evidence, status_ev)
+                          "fp16 overflow): skipped steps are not progress", evidence, status_ev, "skipped-steps")
         if view.undated:
             top = max((smp.step for sig in fresh_signals for smp in sig.scan.samples if smp.step is not None),
                       default=None)
@@ -84,7 +85,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         bad = view.invalid.since
         return _claim(a.progressing, Observed.FALSE, bad.at,
                       f"{view.invalid.why} since step {_step(bad.step)} at {_hm(bad.at)}: steps are not progress",
-                      evidence, status_ev)
+                      evidence, status_ev, "invalid-steps")
     skipped = ""
     if view.skipped_since is not None:
         sk = view.skipped_since
@@ -93,14 +94,14 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             return _claim(a.progressing, Observed.FALSE, sk.at,
                           f"steps skipped since {_hm(sk.at)} ({view.skipped_streak} reports, fp16 overflow: the "
                           f"trainer drops the update); last real step {_step(last.step)} at {_hm(last.at)}: "
-                          "skipped steps are not progress", evidence, status_ev)
+                          "skipped steps are not progress", evidence, status_ev, "skipped-steps")
     n_skipped, of = view.recent_skipped
     if of >= SKIP_RECENT_MIN and 2 * n_skipped > of:
         # fp16 overflow on most steps: the few real updates between skips are not training at pace
         return _claim(a.progressing, Observed.FALSE, view.recent_skipped_since,
                       f"{n_skipped} of the last {of} step reports skipped (fp16 overflow: the trainer drops the "
                       f"update); last real step {_step(last.step)} at {_hm(last.at)}: mostly skipped steps are not "
-                      "progress", evidence, status_ev)
+                      "progress", evidence, status_ev, "skipped-steps")
     rate = ""
     if view.median_step_s is not None:
         rate = f"; median step {view.median_step_s:.3g}s"
@@ -146,7 +147,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             reason += f"; GPUs {util:.0f}% busy{watts} → suspected collective hang"
         elif util <= GPU_IDLE:
             reason += f"; GPUs idle ({util:.0f}%{watts})"
-    return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev)
+    return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev, "stalled")
 
 
 def _xids_after(signals: list[Signal], last: Advance) -> list[tuple[Signal, XidFinding]]:

@@ -141,9 +141,11 @@ def stall_cause(rc: RunClaims) -> str:
         return "gpus-busy"
     if "GPUs idle" in p.reason:
         return "gpus-idle"
-    if p.reason.startswith("loss is"):
-        return "non-finite-loss"
-    if rc.running.observed is Observed.FALSE:
+    if p.cause == "invalid-steps":  # a loss that is NaN, infinite, or stuck at exactly 0.0
+        return "invalid-loss"
+    if p.cause == "skipped-steps":
+        return "skipped-steps"
+    if p.cause in ("not-running", "finished") or rc.running.observed is Observed.FALSE:
         return "not-running"
     return "no-progress"
 

@@ -110,7 +110,7 @@ RUN_SNAPSHOTS = Table(
         _c("BlockedOwner", "string"),
         _c("BlockedSince", "datetime"),
         _c("StallCause", "string", "why progressing is false: nccl-*, crash-loop, gpus-busy, gpus-idle, "
-                                    "non-finite-loss, no-progress; \"\" otherwise"),
+                                    "invalid-loss, skipped-steps, not-running, no-progress; \"\" otherwise"),
         _c("LastStep", "long"),
         _c("ProgressRate", "real", "steps per second since the previous snapshot"),
         _c("QueuedSeconds", "real", "time from creation to allocation (so far, while queued)"),
