@@ -4,6 +4,7 @@ API server's clock (its Date header)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -12,11 +13,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from collector.controller import Controller
 from collector.sources.kube_api import KubeApi, ServerClock, api_client_for
 from kubesim.server import Simulator
+from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
+from tests.faults.streams import claim_rows, sink, stream_problems
 
 
 def _free_port() -> int:
@@ -122,62 +127,83 @@ def _observed(port: int) -> dict[tuple[str, str, str], str]:
     return out
 
 
+class _KillRig:
+    """A `controller` process exporting to one store and spool (started, killed and restarted by the
+    test), beside the uninterrupted reference: an in-process controller on the same cluster, on the
+    API server's clock as the process is, exporting to its own store."""
+
+    CONFIG = ("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
+              "  checkpoint_poll_interval: 0\n  tick: 1s\n")
+
+    def __init__(self, tmp_path: Path, sim: Simulator) -> None:
+        self.tmp_path = tmp_path
+        self.cfg = tmp_path / "config.yaml"
+        self.cfg.write_text(self.CONFIG)
+        self.store = tmp_path / "evidence.duckdb"
+        self.kubeconfig = _kubeconfig(tmp_path, sim.base_url)
+        self.port = _free_port()
+        api = KubeApi(api_client_for(sim.base_url))
+        self.ref_sink = sink(tmp_path / "reference")
+        self.ref = Controller(api, settings(), api.clock.now, sink=self.ref_sink)
+        self.ref.open()
+        self.proc: subprocess.Popen[str] | None = None
+
+    def reference(self) -> dict[tuple[str, str, str], str]:
+        return {(r.ref.namespace, r.ref.name, k): c.observed.value
+                for r in self.ref.claims.values() for k, c in r.claims.items()}
+
+    def agrees(self) -> bool:
+        return bool(_safe(self.port)) and _safe(self.port) == self.reference()
+
+    def spawn(self) -> None:
+        self.proc = _controller(self.kubeconfig, "--config", str(self.cfg), "--metrics-address",
+                                f"127.0.0.1:{self.port}", "--export-store", str(self.store))
+
+    def kill(self, clock: Clock) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        # Time passes while it is dead: on a clock that stood still, both processes would stamp their
+        # rows at the same instant give or take each one's Date offset, and the streams are read in
+        # Timestamp order (the restarted one's transition could sort before the first one's rows).
+        clock.advance(5)
+
+    def close(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Stop the process (its store is read next: let it close) and the reference; the claim
+        transitions each exported."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.ref.close()
+        self.ref_sink.close()
+        return claim_rows(self.store), claim_rows(self.tmp_path / "reference" / "store.duckdb")
+
+
 def test_sigkilled_controller_restarts_to_the_claims_of_an_uninterrupted_one(tmp_path: Path) -> None:
     """Claims and the exported claim transitions (tests/faults/streams.py) after a SIGKILL and a
     restart on the same store and spool equal those of a controller that ran throughout."""
-    from collector.controller import Controller
-    from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
-    from tests.faults.streams import claim_rows, sink, stream_problems
-
     clock = Clock(T0)
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
-                   "  checkpoint_poll_interval: 0\n  tick: 1s\n")
-    store = tmp_path / "evidence.duckdb"
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
         apply_run(s, "llm")
         apply_run(s, "other", ns="team-b")
-        kc = _kubeconfig(tmp_path, s.base_url)
-        port = _free_port()
-        # The uninterrupted reference: an in-process controller on the same cluster, on the API
-        # server's clock as the process is, exporting to its own store.
-        api = KubeApi(api_client_for(s.base_url))
-        ref_sink = sink(tmp_path / "reference")
-        ref = Controller(api, settings(), api.clock.now, sink=ref_sink)
-        ref.open()
-
-        def reference() -> dict[tuple[str, str, str], str]:
-            return {(r.ref.namespace, r.ref.name, k): c.observed.value
-                    for r in ref.claims.values() for k, c in r.claims.items()}
-
-        exported = ("--export-store", str(store))
-        proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}", *exported)
+        rig = _KillRig(tmp_path, s)
         try:
-            wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=60,
-                       what="first process agrees with the reference")
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-            # Time passes while it is dead: on a clock that stood still, both processes would stamp their
-            # rows at the same instant give or take each one's Date offset, and the streams are read in
-            # Timestamp order (the restarted one's transition could sort before the first one's rows).
-            clock.advance(5)
+            rig.spawn()
+            wait_until(rig.agrees, timeout=60, what="first process agrees with the reference")
+            rig.kill(clock)
             apply_run(s, "llm", crash=True)  # the cluster moves on while the controller is dead
-            wait_until(lambda: reference().get(("research", "llm", "running")) == "false", what="reference sees it")
-            proc = _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}", *exported)
-            wait_until(lambda: _safe(port) == reference(), timeout=60, what="restarted process agrees")
-            assert _safe(port)[("research", "llm", "running")] == "false"
+            wait_until(lambda: rig.reference().get(("research", "llm", "running")) == "false",
+                       what="reference sees it")
+            rig.spawn()
+            wait_until(lambda: _safe(rig.port) == rig.reference(), timeout=60, what="restarted process agrees")
+            assert _safe(rig.port)[("research", "llm", "running")] == "false"
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # its store is read below: let it close
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            ref.close()
-            ref_sink.close()
-    rows, want = claim_rows(store), claim_rows(tmp_path / "reference" / "store.duckdb")
+            rows, want = rig.close()
     assert ("llm", "verified", "contradicted") in {(r["Run"], r["PreviousVerdict"], r["Verdict"]) for r in want}
     assert stream_problems(rows, want) == []
 
@@ -192,78 +218,37 @@ def test_sigkilled_at_random_points_restarts_to_the_uninterrupted_stream(tmp_pat
     state that comes and goes while no process runs is seen by none, and is not a lost transition.
     The test clock moves on while a process is dead, as time does: standing still, rows of two
     processes would carry the same instant and their order would be undefined."""
-    import random
-
-    from collector.controller import Controller
-    from tests.controller.test_controller import FAST, T0, Clock, apply_run, settings, wait_until
-    from tests.faults.streams import claim_rows, sink, stream_problems
-
     rng = random.Random(seed)
     clock = Clock(T0)
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text("controller:\n  leader_election: false\n  log_poll_interval: 0\n  ray_poll_interval: 0\n"
-                   "  checkpoint_poll_interval: 0\n  tick: 1s\n")
-    store = tmp_path / "evidence.duckdb"
+    points: list[str] = []
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
         for i in range(6):
             apply_run(s, f"run-{i}", ns=f"team-{i % 2}")
-        kc = _kubeconfig(tmp_path, s.base_url)
-        port = _free_port()
-        api = KubeApi(api_client_for(s.base_url))
-        ref_sink = sink(tmp_path / "reference")
-        ref = Controller(api, settings(), api.clock.now, sink=ref_sink)
-        ref.open()
-
-        def reference() -> dict[tuple[str, str, str], str]:
-            return {(r.ref.namespace, r.ref.name, k): c.observed.value
-                    for r in ref.claims.values() for k, c in r.claims.items()}
-
-        def spawn() -> subprocess.Popen[str]:
-            return _controller(kc, "--config", str(cfg), "--metrics-address", f"127.0.0.1:{port}",
-                               "--export-store", str(store))
-
-        def kill(p: subprocess.Popen[str]) -> None:
-            p.send_signal(signal.SIGKILL)
-            p.wait(timeout=10)
-            clock.advance(5)
-
-        def agreed(what: str) -> None:
-            wait_until(lambda: bool(_safe(port)) and _safe(port) == reference(), timeout=90, what=what)
-
-        points: list[str] = []
-        proc = spawn()
+        rig = _KillRig(tmp_path, s)
         try:
+            rig.spawn()
             for n in range(3):
                 after = rng.uniform(0.0, 4.0)  # start-up, discovery, listing, the first export
                 time.sleep(after)
-                kill(proc)
+                rig.kill(clock)
                 points.append(f"{after:.2f} s after start")
-                proc = spawn()
-                agreed(f"agreement after the kill at {points[-1]}")
+                rig.spawn()
+                wait_until(rig.agrees, timeout=90, what=f"agreement after the kill at {points[-1]}")
                 run = rng.randrange(6)
                 key, crash = (f"team-{run % 2}", f"run-{run}", "running"), n % 2 == 0
                 apply_run(s, f"run-{run}", ns=f"team-{run % 2}", crash=crash)  # the cluster moves
                 want = "false" if crash else "true"
-                wait_until(lambda k=key, w=want: reference().get(k) == w,  # type: ignore[misc]
+                wait_until(lambda k=key, w=want: rig.reference().get(k) == w,  # type: ignore[misc]
                            what="the reference sees the change")
                 after = rng.uniform(0.0, 1.5)  # mid evaluation and export of that change
                 time.sleep(after)
-                kill(proc)
+                rig.kill(clock)
                 points.append(f"{after:.2f} s after a change")
-                proc = spawn()
-            agreed(f"the process killed at {points} agrees with the reference")
+                rig.spawn()
+            wait_until(rig.agrees, timeout=90, what=f"the process killed at {points} agrees with the reference")
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # its store is read below: let it close
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            ref.close()
-            ref_sink.close()
-    rows, want = claim_rows(store), claim_rows(tmp_path / "reference" / "store.duckdb")
+            rows, want = rig.close()
     assert want and rows
     problems = stream_problems(rows, want)
     assert problems == [], f"killed at {points}:\n" + "\n".join(problems)
