@@ -29,7 +29,7 @@ from collector.endpoints import serve as serve_http
 from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
-from collector.kube_pod import PodObject
+from collector.kube_pod import PodObject, normalize_pod
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -473,7 +473,10 @@ class Controller:
 
     def _normalize(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
         try:
-            n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")
+            if type(obj) is PodObject:  # the watch's fast path: `where` is built only for a warning
+                n = normalize_pod(obj, self.settings.taugrid)
+            else:
+                n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")
         except MalformedObject as e:
             self._skip(str(e))
             self.health.error(r.name, ErrorClass.PERMANENT)

@@ -7,7 +7,6 @@ instead of failing, and raises `MalformedObject` only when an object cannot be i
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import sys
@@ -426,10 +425,14 @@ def gpus_of(limits: Any, requests: Any) -> int:
     best = 0
     for section in (limits, requests):
         if type(section) is dict:
-            for k, v in section.items():
+            for k in section:
                 if k.endswith("/gpu"):
-                    with contextlib.suppress(ValueError):
-                        best = max(best, int(str(v)))
+                    try:  # not contextlib.suppress: this runs per container per pod event
+                        n = int(str(section[k]))
+                    except ValueError:
+                        continue
+                    if n > best:
+                        best = n
     return best
 
 

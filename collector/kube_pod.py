@@ -147,7 +147,6 @@ _EMPTY_DETAIL = _Detail()
 _NO_STATE = _State()
 _NO_SPEC = _Spec()
 _NO_STATUS = _Status()
-_STATES = ("waiting", "running", "terminated")
 
 # Timestamps read cleanly before (RFC3339, parsed): a watch repeats the same ones in every update
 # of an object. Bounded by clearing: a refill costs one parse per distinct string.
@@ -173,6 +172,10 @@ def _time(value: str | None | UnsetType) -> datetime | None:
     return t
 
 
+# A timestamp read before, without a call: `_seen(v) or _time(v)` (a datetime is never false).
+_seen = _TIMES.get
+
+
 def _s(value: str | None | UnsetType) -> str:
     return value if type(value) is str else ""
 
@@ -190,18 +193,24 @@ def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetim
     if type(c.allocatedResourcesStatus) is list and c.allocatedResourcesStatus:
         raise _UNCLEAN  # device health: rare, read by normalize
     state = c.state if type(c.state) is _State else _NO_STATE
-    which, detail = "", _EMPTY_DETAIL
-    for k in _STATES:
-        d = getattr(state, k)
+    # The first of waiting, running, terminated present (null counts: it names the state).
+    d = state.waiting
+    if d is not UNSET:
+        which = "waiting"
+    else:
+        d = state.running
         if d is not UNSET:
-            which = k
-            if type(d) is _Detail:
-                detail = d
-            break
+            which = "running"
+        else:
+            d = state.terminated
+            which = "terminated" if d is not UNSET else ""
+    detail = d if type(d) is _Detail else _EMPTY_DETAIL
     last_state = c.lastState if type(c.lastState) is _State else _NO_STATE
     last = last_state.terminated if type(last_state.terminated) is _Detail else _EMPTY_DETAIL
-    since = _time(detail.startedAt or detail.finishedAt)
-    finished = _time(last.finishedAt)
+    v = detail.startedAt or detail.finishedAt
+    since = _seen(v) or _time(v)
+    v = last.finishedAt
+    finished = _seen(v) or _time(v)
     newest = since if finished is None or (since is not None and since > finished) else finished
     exit_code, last_exit = detail.exitCode, last.exitCode
     facts: ContainerFacts = _new(ContainerFacts, (
@@ -260,7 +269,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     ns = meta.namespace or ""
     if "/" in name or ".." in name or "/" in ns or ".." in ns:
         raise _UNCLEAN
-    created = _time(meta.creationTimestamp)
+    v = meta.creationTimestamp
+    created = _seen(v) or _time(v)
     newest = created
     labels_raw = meta.labels or {}
     kept = {k: _intern(v) for k, v in labels_raw.items() if k in kube.KEPT_LABELS}
@@ -288,7 +298,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         cstatus = c.status
         if cstatus not in kube.CONDITION_STATUSES:
             raise _UNCLEAN
-        t = _time(c.lastTransitionTime or c.lastUpdateTime)
+        v = c.lastTransitionTime or c.lastUpdateTime
+        t = _seen(v) or _time(v)
         if t is not None and (newest is None or t > newest):
             newest = t
         assert type(ctype) is str and type(cstatus) is str
@@ -308,7 +319,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         raise _UNCLEAN
     if type(spec.resourceClaims) is list and spec.resourceClaims:
         raise _UNCLEAN  # DRA claim names: rare, read by normalize
-    start = _time(status.startTime)
+    v = status.startTime
+    start = _seen(v) or _time(v)
     if start is not None and (newest is None or start > newest):
         newest = start
     gpus = 0
@@ -348,13 +360,14 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     return record
 
 
-def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *, where: str = "") -> kube.Normalized:
-    """`normalize` for a typed pod: the same record, warnings and errors, without the dict walk."""
+def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *, where: str | None = None) -> kube.Normalized:
+    """`normalize` for a typed pod: the same record, warnings and errors, without the dict walk.
+    `where` (what warnings name) defaults to "Pod namespace/name", built only when one is needed."""
     contract = contract or kube.DEFAULT_CONTRACT
     try:
         return kube.Normalized(_build(p, contract), [])
     except _Unclean:
-        return kube.normalize(msgspec.to_builtins(p), contract, where=where)
+        return kube.normalize(msgspec.to_builtins(p), contract, where=f"Pod {p.name_of()}" if where is None else where)
 
 
 kube.TYPED_NORMALIZERS[PodObject] = normalize_pod

@@ -21,6 +21,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from collector.settings import TauGridContract
+from collector.sources.chunked import FramingError, StreamEnded, chunked_lines
 from collector.sources.decode import FULL, Decoder
 
 JSON = dict[str, Any]
@@ -273,6 +274,10 @@ class KubeApi:
 
     def watch_lines(self, resource: Resource, raw: Any) -> Iterator[list[bytes]]:
         """Raw watch event lines of an opened watch, a read's worth at a time, until the stream ends."""
+        read1 = _chunked_reader(raw)
+        if read1 is not None:
+            yield from self._framed_lines(resource, raw, read1)
+            return
         buf = b""
         try:
             for chunk in raw.stream(65536, decode_content=True):
@@ -288,6 +293,21 @@ class KubeApi:
             raw.release_conn()
         if buf.strip():
             raise RetryableSourceError(f"watch {resource.name}: stream ended mid-event ({len(buf)} bytes dropped)")
+
+    def _framed_lines(self, resource: Resource, raw: Any, read1: Callable[[int], bytes]) -> Iterator[list[bytes]]:
+        """`watch_lines` off the socket: every event that has arrived per read (collector.sources.chunked)."""
+        try:
+            yield from chunked_lines(read1)
+        except StreamEnded as e:
+            raise RetryableSourceError(f"watch {resource.name}: stream cut (connection closed"
+                                       + (", partial event dropped)" if e.partial else ")")) from e
+        except FramingError as e:
+            raise RetryableSourceError(f"watch {resource.name}: bad chunked framing: {e}") from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise RetryableSourceError(f"watch {resource.name}: stream cut ({type(e).__name__})") from e
+        finally:
+            raw.close()  # the body was read past urllib3: never hand this connection back for reuse
+            raw.release_conn()
 
     def discover(self, resources: Sequence[Resource]) -> tuple[list[Resource], list[str]]:
         """Which of `resources` this server serves; optional absent ones are reported, not fatal."""
@@ -435,3 +455,20 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def _chunked_reader(raw: Any) -> Callable[[int], bytes] | None:
+    """The socket's `read1` under an urllib3 response whose body is plain chunked JSON, read by
+    nobody yet; None (read through urllib3's `stream`) for anything else: another transfer or
+    content coding, or a urllib3 without the attributes relied on."""
+    headers = getattr(raw, "headers", None)
+    if headers is None or headers.get("Transfer-Encoding", "").lower() != "chunked":
+        return None
+    if headers.get("Content-Encoding", "identity").lower() != "identity":
+        return None
+    fp = getattr(raw, "_fp", None)  # http.client.HTTPResponse, headers parsed, body untouched
+    sock_file = getattr(fp, "fp", None)
+    if getattr(fp, "chunk_left", None) is not None or not callable(getattr(sock_file, "read1", None)):
+        return None
+    read1: Callable[[int], bytes] = sock_file.read1
+    return read1

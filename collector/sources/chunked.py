@@ -1,0 +1,95 @@
+"""Watch lines straight off an HTTP/1.1 chunked body, as many per read as have arrived.
+
+The API server writes each watch event as its own chunk, and urllib3's `stream()` yields chunk by
+chunk: one event per read, so one hand-off to the controller's loop (a queue put and a thread
+wake-up, the largest single cost of a burst) per event. Reading the socket in large pieces and
+undoing the chunk framing here hands over every event that has arrived at once.
+
+Hostile-input rules: chunk-size lines and lines without a newline are bounded, framing errors
+name what was wrong, and nothing partial is yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+READ_SIZE = 1 << 18  # one read takes what the socket holds, up to this
+MAX_SIZE_LINE = 4096  # "<hex>[;extensions]\r\n": far below this
+MAX_LINE = 64 << 20  # one watch event; etcd refuses objects past ~1.5 MiB, a Kubernetes List far more
+
+
+class FramingError(ValueError):
+    """The body is not valid chunked transfer coding, or a line is past MAX_LINE."""
+
+
+class StreamEnded(Exception):
+    """The connection ended before the last chunk; `partial` bytes of an event were dropped."""
+
+    def __init__(self, partial: int) -> None:
+        super().__init__(f"{partial} bytes of a partial event dropped" if partial else "no partial event")
+        self.partial = partial
+
+
+def chunked_lines(read: Callable[[int], bytes], *, max_line: int = MAX_LINE) -> Iterator[list[bytes]]:
+    """Non-empty lines of a chunked body, a list per read; returns after the last chunk.
+
+    `read(n)` returns what has arrived, at most n bytes, b"" at end of stream (`read1`).
+    """
+    raw = bytearray()  # bytes read and not yet de-framed
+    body = bytearray()  # de-framed bytes after the last complete line
+    left = 0  # payload bytes still to come in the current chunk
+    crlf = False  # the CRLF that ends a chunk's payload is still to come
+    while True:
+        data = read(READ_SIZE)
+        if not data:
+            raise StreamEnded(len(body.strip()))
+        raw += data
+        pos, end, last = 0, len(raw), False
+        while pos < end:
+            if left:
+                take = min(left, end - pos)
+                body += raw[pos:pos + take]
+                pos += take
+                left -= take
+                if not left:
+                    crlf = True
+            elif crlf:
+                if end - pos < 2:
+                    break
+                if raw[pos:pos + 2] != b"\r\n":
+                    raise FramingError("chunk not followed by CRLF")
+                pos += 2
+                crlf = False
+            else:
+                eol = raw.find(b"\r\n", pos, pos + MAX_SIZE_LINE)
+                if eol < 0:
+                    if end - pos >= MAX_SIZE_LINE:
+                        raise FramingError(f"chunk-size line longer than {MAX_SIZE_LINE} bytes")
+                    break
+                size_text = bytes(raw[pos:eol]).split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise FramingError(f"chunk size {size_text[:20]!r} is not hexadecimal") from None
+                if size < 0:
+                    raise FramingError(f"negative chunk size {size_text[:20]!r}")
+                pos = eol + 2
+                if size == 0:
+                    last = True
+                    break
+                left = size
+        del raw[:pos]
+        cut = body.rfind(b"\n")
+        if cut >= 0:
+            lines = [line for line in bytes(body[:cut]).split(b"\n") if line.strip()]
+            del body[:cut + 1]
+            if lines:
+                yield lines
+        if len(body) > max_line:
+            raise FramingError(f"an event longer than {max_line} bytes")
+        if last:
+            # Trailers (none from the API server) and the final CRLF are not read: the caller
+            # closes the connection rather than reuse it.
+            if body.strip():
+                raise StreamEnded(len(body.strip()))
+            return
