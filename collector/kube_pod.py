@@ -173,7 +173,7 @@ def _time(value: str | None | UnsetType) -> datetime | None:
 
 
 # A timestamp read before, without a call: `_seen(v) or _time(v)` (a datetime is never false).
-_seen = _TIMES.get
+_seen: Any = _TIMES.get
 
 
 def _s(value: str | None | UnsetType) -> str:
@@ -360,7 +360,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     return record
 
 
-def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *, where: str | None = None) -> kube.Normalized:
+def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *,
+                  where: str | None = None) -> kube.Normalized:
     """`normalize` for a typed pod: the same record, warnings and errors, without the dict walk.
     `where` (what warnings name) defaults to "Pod namespace/name", built only when one is needed."""
     contract = contract or kube.DEFAULT_CONTRACT

@@ -470,5 +470,5 @@ def _chunked_reader(raw: Any) -> Callable[[int], bytes] | None:
     sock_file = getattr(fp, "fp", None)
     if getattr(fp, "chunk_left", None) is not None or not callable(getattr(sock_file, "read1", None)):
         return None
-    read1: Callable[[int], bytes] = sock_file.read1
+    read1: Callable[[int], bytes] = getattr(sock_file, "read1")  # noqa: B009 (checked callable above)
     return read1
