@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from collector.endpoints import serve as serve_http
 from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
-from collector.kube_pod import PodObject, normalize_pod
+from collector.kube_pod import PodObject, normalize_pod, pod_record
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -83,7 +83,7 @@ class _Change:
     op: str  # "upsert" | "delete" | "replace" | "synced" | "log" | "error" | "restart" | "worker"
     resource: Resource | None
     payload: Any
-    received: float = field(default_factory=time.monotonic)
+    received: float = 0.0  # time.monotonic() when queued (`_put`); 0 inside a batch
 
 
 class Controller:
@@ -277,7 +277,9 @@ class Controller:
     # Watch events are buffered per resource (one reflector thread each) and queued once per read:
     # one queue operation per network read instead of one per event.
     def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
-        rec = self._normalize(resource, obj)
+        rec = pod_record(obj, self.settings.taugrid) if type(obj) is PodObject else None
+        if rec is None:
+            rec = self._normalize(resource, obj)
         if rec is not None:
             if self.capture is not None and isinstance(obj, dict):  # capturing decodes in full: dicts
                 self.capture.observe(rec.ref, obj)
@@ -329,6 +331,7 @@ class Controller:
 
     def _put(self, change: _Change) -> None:
         """Queue a change, waiting while the queue is full, but never past shutdown."""
+        change.received = time.monotonic()
         while not self._stop.is_set():
             try:
                 self._changes.put(change, timeout=0.5)
@@ -473,7 +476,7 @@ class Controller:
 
     def _normalize(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
         try:
-            if type(obj) is PodObject:  # the watch's fast path: `where` is built only for a warning
+            if type(obj) is PodObject:  # `where` is built only for a warning
                 n = normalize_pod(obj, self.settings.taugrid)
             else:
                 n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")

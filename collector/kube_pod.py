@@ -360,6 +360,15 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     return record
 
 
+def pod_record(p: PodObject, contract: TauGridContract) -> ObjectRecord | None:
+    """The record of a clean pod; None where `normalize_pod` must hand it to `normalize` (the
+    watch's hot path: no Normalized, no problem list)."""
+    try:
+        return _build(p, contract)
+    except _Unclean:
+        return None
+
+
 def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *,
                   where: str | None = None) -> kube.Normalized:
     """`normalize` for a typed pod: the same record, warnings and errors, without the dict walk.
