@@ -9,7 +9,7 @@ from kubesim.clock import rfc3339
 from kubesim.engine.controllers import JobControllers
 from kubesim.engine.state import KUEUE_GV, Obj, QueueCount, Ref, RunState
 
-_NONE = QueueCount()
+_NONE = QueueCount()  # a queue no run names yet (read, never written)
 
 
 class Kueue(JobControllers):
