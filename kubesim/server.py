@@ -1,34 +1,37 @@
-"""The simulator's HTTP front: Kubernetes REST paths, discovery, watch streaming, faults, admin API."""
+"""The simulator's HTTP front: the Simulator, its server, and the request handler's routing and
+resource verbs (get, list, create, update, patch, delete).
+
+The handler's other parts live beside it: plumbing (handlerbase.py), discovery and OpenAPI
+(discovery.py), watch and log streams (streaming.py) and the /_sim/ admin API (admin.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import socket
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import orjson
-import yaml
-
-from kubesim.clock import Clock, SystemClock, parse_time
+from kubesim.admin import AdminHandler
+from kubesim.clock import Clock, SystemClock
+from kubesim.discovery import DiscoveryHandler
 from kubesim.errors import ApiError
-from kubesim.faults import Fault, Faults
+from kubesim.faults import Faults
+from kubesim.handlerbase import Dropped, Route, accept_table, log, qs, qs_bool, qs_int, too_large_error
 from kubesim.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import build_selector
-from kubesim.store import Entry, Expired, Obj, Store, StoreSettings, TooLarge
-from kubesim.tables import table_row, to_table
+from kubesim.store import Obj, Store, StoreSettings, TooLarge
+from kubesim.streaming import StreamHandler
+from kubesim.tables import to_table
 
-log = logging.getLogger(__name__)
+__all__ = ["BUILTIN_GROUPS", "Simulator", "SimulatorServer", "SimulatorSettings", "too_large_error"]
 
 BUILTIN_GROUPS = frozenset(
     {
@@ -42,7 +45,6 @@ BUILTIN_GROUPS = frozenset(
         "networking.k8s.io",
     }
 )
-_DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,78 +73,6 @@ class SimulatorSettings:
     # Events are deleted this many scenario seconds after their last write (kube-apiserver
     # --event-ttl, 1 h by default there); None keeps them for ever.
     event_ttl_s: float | None = None
-
-
-def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
-    """What Kubernetes answers for a resourceVersion ahead of its store (storage.NewTooLargeResourceVersionError
-    wrapped in a Timeout StatusError): 504, reason Timeout, a ResourceVersionTooLarge cause. client-go's
-    reflector recognizes it (reason Timeout + that cause) and relists from resourceVersion "".
-    """
-    return ApiError(
-        504,
-        f"Timeout: {exc}",
-        reason="Timeout",
-        details={
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": retry_after_s,
-        },
-        retry_after=retry_after_s,
-    )
-
-
-@dataclass(slots=True)
-class _Route:
-    rt: ResourceType
-    namespace: str
-    name: str
-    subresource: str
-    verb: str
-
-
-def _qs_bool(q: dict[str, list[str]], key: str) -> bool:
-    return q.get(key, [""])[0].lower() in ("true", "1")
-
-
-def _qs(q: dict[str, list[str]], key: str) -> str:
-    return q.get(key, [""])[0]
-
-
-def _qs_int(q: dict[str, list[str]], key: str) -> int | None:
-    raw = _qs(q, key)
-    if raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError.bad_request(f"invalid {key}: {raw!r}") from None
-
-
-def _accept_table(accept: str) -> str | None:
-    """ "v1"/"v1beta1" when the client prefers a meta.k8s.io Table, else None."""
-    for part in accept.split(","):
-        params = dict(p.strip().partition("=")[::2] for p in part.split(";")[1:])
-        media = part.split(";")[0].strip()
-        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io":
-            return params.get("v", "v1")
-        if media in ("application/json", "*/*", "application/*") and "as" not in params:
-            return None
-    return None
-
-
-class _Dropped(Exception):
-    """An injected fault: close the connection without answering."""
-
-
-def _accepts_discovery_v2(accept: str) -> bool:
-    """Whether the client asks for aggregated discovery (apidiscovery.k8s.io/v2) before plain JSON."""
-    for part in accept.split(","):
-        params = dict(p.strip().partition("=")[::2] for p in part.split(";")[1:])
-        if params.get("as") == "APIGroupDiscoveryList" and params.get("g") == "apidiscovery.k8s.io":
-            if params.get("v") == "v2":
-                return True
-            continue
-        return False
-    return False
 
 
 class SimulatorServer(ThreadingHTTPServer):
@@ -174,76 +104,8 @@ class SimulatorServer(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
-    server: SimulatorServer
-
-    # ------------------------------------------------------------------ plumbing
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        log.debug("%s " + format, self.address_string(), *args)
-
-    @property
-    def sim(self) -> Simulator:
-        return self.server.sim
-
-    def date_time_string(self, timestamp: float | None = None) -> str:
-        """The `Date` header (RFC 7231 HTTP-date) on every answer, watch streams included: the scenario
-        clock, not the host's, so a client that evaluates on the server's clock plays on scenario time."""
-        when = self.sim.clock.now().timestamp() if timestamp is None else timestamp
-        return formatdate(when, usegmt=True)
-
-    def _send(
-        self,
-        code: int,
-        body: bytes,
-        content_type: str = "application/json",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-cache, private")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, code: int, obj: Any, content_type: str = "application/json") -> None:
-        self._send(code, orjson.dumps(obj), content_type)
-
-    def _error(self, err: ApiError) -> None:
-        headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
-        self._send(err.code, orjson.dumps(err.status()), headers=headers)
-
-    def _body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
-            while True:
-                size = int(self.rfile.readline().strip().split(b";")[0], 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _json_body(self, yaml_ok: bool = False) -> Any:
-        raw = self._body()
-        if not raw:
-            return None
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            if yaml_ok:
-                try:
-                    return yaml.safe_load(raw)
-                except yaml.YAMLError as exc:
-                    raise ApiError.bad_request(f"invalid YAML body: {exc}") from None
-            raise ApiError.bad_request("the request body is not valid JSON") from None
+class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
+    """One request: routed to discovery, the admin API, or a resource verb."""
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -285,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._serve(route, query)
         except ApiError as err:
             self._error(err)
-        except _Dropped:
+        except Dropped:
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -295,238 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("simulator: %s %s failed", self.command, self.path)
             self._error(ApiError(500, f"simulator internal error: {exc!r}"))
 
-    # ------------------------------------------------------------------ discovery
-    def _discovery(self, path: str) -> bool:
-        reg = self.sim.registry
-        accept = self.headers.get("Accept", "")
-        v2 = self.sim.settings.aggregated_discovery and _accepts_discovery_v2(accept)
-        if path in ("/healthz", "/readyz", "/livez"):
-            self._send(200, b"ok", "text/plain; charset=utf-8")
-            return True
-        if path == "/version":
-            major, minor = self.sim.settings.git_version.lstrip("v").split(".")[:2]
-            self._json(
-                200,
-                {
-                    "major": major,
-                    "minor": minor,
-                    "gitVersion": self.sim.settings.git_version,
-                    "gitCommit": "taugrid-simulator",
-                    "gitTreeState": "clean",
-                    "buildDate": "2026-01-01T00:00:00Z",
-                    "goVersion": "go1.23",
-                    "compiler": "gc",
-                    "platform": "linux/amd64",
-                },
-            )
-            return True
-        if path == "/api":
-            self._maybe_fault("discovery", "", "")
-            if v2:
-                self._json(200, self._aggregated(core=True), _DISCOVERY_V2)
-            else:
-                self._json(
-                    200,
-                    {
-                        "kind": "APIVersions",
-                        "versions": ["v1"],
-                        "serverAddressByClientCIDRs": [
-                            {"clientCIDR": "0.0.0.0/0", "serverAddress": self.headers.get("Host", "")}
-                        ],
-                    },
-                )
-            return True
-        if path == "/apis":
-            self._maybe_fault("discovery", "", "")
-            if v2:
-                self._json(200, self._aggregated(core=False), _DISCOVERY_V2)
-            else:
-                self._json(
-                    200,
-                    {
-                        "kind": "APIGroupList",
-                        "apiVersion": "v1",
-                        "groups": [self._api_group(g, vs) for g, vs in reg.groups().items() if g],
-                    },
-                )
-            return True
-        if path == "/api/v1":
-            self._maybe_fault("discovery", "", "")
-            self._json(200, self._resource_list("", "v1"))
-            return True
-        if path == "/openapi/v3":
-            index = {
-                (f"apis/{g}/{v}" if g else "api/v1"): {
-                    "serverRelativeURL": f"/openapi/v3/{'apis/' + g + '/' + v if g else 'api/v1'}?hash=sim"
-                }
-                for g, vs in reg.groups().items()
-                for v in vs
-            }
-            self._json(200, {"paths": index})
-            return True
-        if path.startswith("/openapi/v3/"):
-            gv = path[len("/openapi/v3/") :]
-            group, version = ("", "v1") if gv == "api/v1" else (gv.split("/")[1:3] + [""])[:2]
-            types = reg.in_group_version(group, version) if gv.count("/") in (1, 2) else []
-            if not types:
-                return False
-            self._json(200, self._openapi_v3(group, version, types))
-            return True
-        parts = path.split("/")
-        if len(parts) == 3 and parts[1] == "apis":
-            versions = reg.groups().get(parts[2])
-            if not versions:
-                return False
-            self._json(200, self._api_group(parts[2], versions))
-            return True
-        if len(parts) == 4 and parts[1] == "apis":
-            if not reg.in_group_version(parts[2], parts[3]):
-                return False
-            self._maybe_fault("discovery", "", "")
-            self._json(200, self._resource_list(parts[2], parts[3]))
-            return True
-        return False
-
-    @staticmethod
-    def _api_group(group: str, versions: list[str]) -> Obj:
-        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-        return {
-            "kind": "APIGroup",
-            "apiVersion": "v1",
-            "name": group,
-            "versions": gvs,
-            "preferredVersion": gvs[0],
-        }
-
-    @staticmethod
-    def _subresources(rt: ResourceType) -> list[tuple[str, list[str]]]:
-        subs: list[tuple[str, list[str]]] = []
-        if rt.status_subresource:
-            subs.append(("status", ["get", "patch", "update"]))
-        if rt.key == "/v1/pods":
-            subs += [("log", ["get"]), ("binding", ["create"])]
-        return subs
-
-    def _resource_list(self, group: str, version: str) -> Obj:
-        resources: list[Obj] = []
-        for rt in self.sim.registry.in_group_version(group, version):
-            entry: Obj = {
-                "name": rt.plural,
-                "singularName": rt.singular,
-                "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": list(rt.verbs),
-            }
-            if rt.short_names:
-                entry["shortNames"] = list(rt.short_names)
-            if rt.categories:
-                entry["categories"] = list(rt.categories)
-            resources.append(entry)
-            for sub, verbs in self._subresources(rt):
-                kind = "Binding" if sub == "binding" else rt.kind
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/{sub}",
-                        "singularName": "",
-                        "namespaced": rt.namespaced,
-                        "kind": kind,
-                        "verbs": verbs,
-                    }
-                )
-        gv = f"{group}/{version}" if group else version
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
-
-    @staticmethod
-    def _openapi_v3(group: str, version: str, types: list[ResourceType]) -> Obj:
-        """A minimal OpenAPI v3 document: write operations per kind, tagged with group/version/kind and
-        declaring the `fieldValidation` parameter, plus one open schema per kind.
-
-        kubectl reads it to learn that the server validates fields itself and needs no client schema.
-        """
-        params = [
-            {"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-            for n in ("dryRun", "fieldManager", "fieldValidation")
-        ]
-        schemas: Obj = {}
-        paths: Obj = {}
-        prefix = f"/apis/{group}/{version}" if group else "/api/v1"
-        for rt in types:
-            gvk = [{"group": group, "version": version, "kind": rt.kind}]
-            name = f"{'.'.join(reversed(group.split('.'))) if group else 'io.k8s.api.core'}.{version}.{rt.kind}"
-            ref = {"$ref": f"#/components/schemas/{name}"}
-            schemas[name] = {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": True,
-                "x-kubernetes-group-version-kind": gvk,
-            }
-
-            def op(action: str, rt: ResourceType = rt, gvk: list[Obj] = gvk, ref: Obj = ref) -> Obj:
-                return {
-                    "operationId": f"{action}{rt.kind}",
-                    "parameters": params,
-                    "responses": {"200": {"content": {"application/json": {"schema": ref}}}},
-                    "x-kubernetes-action": action,
-                    "x-kubernetes-group-version-kind": gvk[0],
-                }
-
-            base = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
-            paths[base] = {"post": op("post"), "get": op("list")}
-            paths[base + "/{name}"] = {
-                "get": op("get"),
-                "put": op("put"),
-                "patch": op("patch"),
-                "delete": op("delete"),
-            }
-        return {
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes (taugrid simulator)", "version": "v1"},
-            "paths": paths,
-            "components": {"schemas": schemas},
-        }
-
-    def _aggregated(self, core: bool) -> Obj:
-        items: list[Obj] = []
-        for group, versions in self.sim.registry.groups().items():
-            if (group == "") != core:
-                continue
-            vers: list[Obj] = []
-            for version in versions:
-                res: list[Obj] = []
-                for rt in self.sim.registry.in_group_version(group, version):
-                    kind = {"group": group, "version": version, "kind": rt.kind}
-                    entry: Obj = {
-                        "resource": rt.plural,
-                        "responseKind": kind,
-                        "scope": "Namespaced" if rt.namespaced else "Cluster",
-                        "singularResource": rt.singular,
-                        "verbs": list(rt.verbs),
-                    }
-                    if rt.short_names:
-                        entry["shortNames"] = list(rt.short_names)
-                    if rt.categories:
-                        entry["categories"] = list(rt.categories)
-                    subs = self._subresources(rt)
-                    if subs:
-                        entry["subresources"] = [
-                            {
-                                "subresource": s,
-                                "verbs": v,
-                                "responseKind": {**kind, "kind": "Binding" if s == "binding" else rt.kind},
-                            }
-                            for s, v in subs
-                        ]
-                    res.append(entry)
-                vers.append({"version": version, "resources": res, "freshness": "Current"})
-            items.append({"metadata": {"name": group, "creationTimestamp": None}, "versions": vers})
-        return {
-            "kind": "APIGroupDiscoveryList",
-            "apiVersion": "apidiscovery.k8s.io/v2",
-            "metadata": {},
-            "items": items,
-        }
-
     # ------------------------------------------------------------------ routing
-    def _route(self, path: str, query: dict[str, list[str]]) -> _Route | None:
+    def _route(self, path: str, query: dict[str, list[str]]) -> Route | None:
         parts = [p for p in path.split("/") if p]
         if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
             group, version, rest = "", "v1", parts[2:]
@@ -564,42 +196,18 @@ class _Handler(BaseHTTPRequestHandler):
             }[method]
             if sub == "log":
                 verb = "logs"
-            if watch_path or (verb == "get" and _qs_bool(query, "watch")):
+            if watch_path or (verb == "get" and qs_bool(query, "watch")):
                 verb = "watch"
         else:
             verb = {"GET": "list", "HEAD": "list", "POST": "create", "DELETE": "deletecollection"}.get(method, "")
             if not verb:
                 raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
-            if verb == "list" and (watch_path or _qs_bool(query, "watch")):
+            if verb == "list" and (watch_path or qs_bool(query, "watch")):
                 verb = "watch"
-        return _Route(rt, namespace, name, sub, verb)
-
-    # ------------------------------------------------------------------ faults
-    def _maybe_fault(self, verb: str, resource: str, namespace: str) -> list[Fault]:
-        fired = self.sim.faults.pick(verb, resource, namespace, self.headers.get("User-Agent", ""))
-        for f in fired:
-            if f.action == "delay":
-                time.sleep(f.delay_s)
-        for f in fired:
-            if f.action == "status":
-                retry = f.retry_after_s if f.status in (429, 503) else None
-                message = {
-                    429: "Too many requests, please try again later.",
-                    503: "the server is currently unable to handle the request",
-                }.get(f.status, "Internal error occurred: injected fault")
-                err = ApiError(
-                    f.status,
-                    message,
-                    retry_after=retry,
-                    details={"retryAfterSeconds": retry} if retry else None,
-                )
-                raise err
-        if verb != "watch" and any(f.action == "drop" for f in fired):
-            raise _Dropped()
-        return [f for f in fired if f.action in ("gone", "drop", "nobookmarks")]
+        return Route(rt, namespace, name, sub, verb)
 
     # ------------------------------------------------------------------ resources
-    def _serve(self, r: _Route, query: dict[str, list[str]]) -> None:
+    def _serve(self, r: Route, query: dict[str, list[str]]) -> None:
         self.sim.count(r.verb, r.rt.plural, query)
         store = self.sim.store
         pending = self._maybe_fault(r.verb, r.rt.plural, r.namespace)
@@ -613,8 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._body()
             raise ApiError.expired("The resourceVersion for the provided list is too old.")
         dry_run = bool(query.get("dryRun"))
-        table = _accept_table(self.headers.get("Accept", ""))
-        include = _qs(query, "includeObject") or "Metadata"
+        table = accept_table(self.headers.get("Accept", ""))
+        include = qs(query, "includeObject") or "Metadata"
         now = self.sim.clock.now()
         rt = r.rt
         if r.verb == "get":
@@ -627,15 +235,15 @@ class _Handler(BaseHTTPRequestHandler):
         elif r.verb == "logs":
             self._logs(r, query)
         elif r.verb == "list":
-            sel = build_selector(_qs(query, "labelSelector"), _qs(query, "fieldSelector"), rt.field_path)
+            sel = build_selector(qs(query, "labelSelector"), qs(query, "fieldSelector"), rt.field_path)
             args = (
                 rt,
                 r.namespace,
                 sel,
-                _qs_int(query, "limit") or 0,
-                _qs(query, "continue"),
-                _qs(query, "resourceVersion"),
-                _qs(query, "resourceVersionMatch"),
+                qs_int(query, "limit") or 0,
+                qs(query, "continue"),
+                qs(query, "resourceVersion"),
+                qs(query, "resourceVersionMatch"),
             )
             try:
                 res = store.list_page(*args)
@@ -697,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif r.verb == "delete":
             opts = self._json_body() or {}
             pre = opts.get("preconditions") or {}
-            policy = _qs(query, "propagationPolicy") or opts.get("propagationPolicy") or "Background"
+            policy = qs(query, "propagationPolicy") or opts.get("propagationPolicy") or "Background"
             obj = store.delete(
                 rt,
                 r.namespace,
@@ -710,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, obj)
         elif r.verb == "deletecollection":
             self._body()
-            sel = build_selector(_qs(query, "labelSelector"), _qs(query, "fieldSelector"), rt.field_path)
+            sel = build_selector(qs(query, "labelSelector"), qs(query, "fieldSelector"), rt.field_path)
             gone_items = store.delete_collection(rt, r.namespace, sel)
             self._json(
                 200,
@@ -724,7 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:  # pragma: no cover - routing only produces the verbs above
             raise ApiError(405, f"verb {r.verb} is not supported")
 
-    def _bind(self, r: _Route, body: Any) -> None:
+    def _bind(self, r: Route, body: Any) -> None:
         target = (body or {}).get("target") or {}
         node = target.get("name")
         if not node:
@@ -742,270 +350,6 @@ class _Handler(BaseHTTPRequestHandler):
 
         store.patch(r.rt, r.namespace, r.name, bind)
         self._json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
-
-    # ------------------------------------------------------------------ logs
-    def _logs(self, r: _Route, query: dict[str, list[str]]) -> None:
-        store = self.sim.store
-        pod = store.get(r.rt, r.namespace, r.name)
-        spec = pod.get("spec") or {}
-        names = [c.get("name") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
-        regular = [c.get("name") for c in spec.get("containers") or []]
-        container = _qs(query, "container")
-        if not container:
-            default = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                "kubectl.kubernetes.io/default-container"
-            )
-            if len(regular) == 1:
-                container = str(regular[0])
-            elif default in names:
-                container = str(default)
-            else:
-                raise ApiError.bad_request(
-                    f"a container name must be specified for pod {r.name}, "
-                    f"choose one of: [{' '.join(map(str, regular))}]"
-                )
-        if container not in names:
-            raise ApiError.bad_request(f"container {container} is not valid for pod {r.name}")
-        previous = _qs_bool(query, "previous")
-        if not spec.get("nodeName"):
-            self._send(200, b"", "text/plain")  # not bound: no kubelet to ask, an empty stream
-            return
-        if not previous and not store.log_lines(r.namespace, r.name, container):
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            state = next((c.get("state") or {} for c in statuses if c.get("name") == container), {})
-            if not state.get("running") and not state.get("terminated"):
-                reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
-                raise ApiError.bad_request(f'container "{container}" in pod "{r.name}" is waiting to start: {reason}')
-        since = None
-        if _qs(query, "sinceTime"):
-            since = parse_time(_qs(query, "sinceTime"))
-        elif _qs_int(query, "sinceSeconds") is not None:
-            from datetime import timedelta
-
-            since = self.sim.clock.now() - timedelta(seconds=_qs_int(query, "sinceSeconds") or 0)
-        kw: dict[str, Any] = {
-            "previous": previous,
-            "tail_lines": _qs_int(query, "tailLines"),
-            "limit_bytes": _qs_int(query, "limitBytes"),
-            "timestamps": _qs_bool(query, "timestamps"),
-            "since": since,
-        }
-        data, total = store.read_log(r.namespace, r.name, container, **kw)
-        if not _qs_bool(query, "follow") or previous:
-            self._send(200, data, "text/plain")
-            return
-        self._start_stream("text/plain")
-        self._chunk(data)
-        sent = total
-        seen_version = store.log_version
-        deadline = time.monotonic() + self.sim.settings.default_watch_timeout_s
-        while not store.closed and time.monotonic() < deadline:
-            with store.cond:
-                if store.log_version == seen_version and not store.closed:
-                    store.cond.wait(timeout=1.0)
-                seen_version = store.log_version
-            try:
-                store.get(r.rt, r.namespace, r.name)
-            except ApiError:
-                break
-            data, total = store.read_log(r.namespace, r.name, container, timestamps=kw["timestamps"])
-            if total > sent:
-                lines = data.splitlines(keepends=True)
-                self._chunk(b"".join(lines[-(total - sent) :]))
-                sent = total
-            elif total < sent:
-                sent = total
-        self._end_stream()
-
-    # ------------------------------------------------------------------ watch
-    def _start_stream(self, content_type: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-cache, private")
-        self.end_headers()
-        self.wfile.flush()
-
-    def _chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-
-    def _end_stream(self) -> None:
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _watch(
-        self, r: _Route, query: dict[str, list[str]], gone: bool, drop: Fault | None, no_marks: bool = False
-    ) -> None:
-        store = self.sim.store
-        settings = self.sim.settings
-        rt = r.rt
-        sel = build_selector(_qs(query, "labelSelector"), _qs(query, "fieldSelector"), rt.field_path)
-        if r.name:
-            sel = build_selector(
-                _qs(query, "labelSelector"),
-                ",".join(filter(None, [_qs(query, "fieldSelector"), f"metadata.name={r.name}"])),
-                rt.field_path,
-            )
-        rv = _qs(query, "resourceVersion")
-        send_initial_raw = _qs(query, "sendInitialEvents").lower()
-        initial = send_initial_raw == "true" or (rv in ("", "0") and send_initial_raw != "false")
-        bookmarks = _qs_bool(query, "allowWatchBookmarks")
-        timeout = _qs_int(query, "timeoutSeconds")
-        deadline = time.monotonic() + (
-            timeout if timeout is not None and timeout > 0 else settings.default_watch_timeout_s
-        )
-        table = _accept_table(self.headers.get("Accept", ""))
-        include = _qs(query, "includeObject") or "Metadata"
-        sent = 0
-
-        def encode(type_: str, item: Entry | Obj) -> bytes:
-            if table:
-                obj = store.to_view(rt, item.obj) if isinstance(item, Entry) else item
-                tbl = to_table(
-                    rt,
-                    [],
-                    self.sim.clock.now(),
-                    {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                    include,
-                    table,
-                )
-                tbl["rows"] = [table_row(rt, obj, self.sim.clock.now(), include)]
-                return orjson.dumps({"type": type_, "object": tbl}) + b"\n"
-            enc = orjson.dumps(store.to_view(rt, item.obj) if isinstance(item, Entry) else item)
-            return b'{"type":"' + type_.encode() + b'","object":' + enc + b"}\n"
-
-        def expired_line(message: str) -> bytes:
-            return orjson.dumps({"type": "ERROR", "object": ApiError.expired(message).status()}) + b"\n"
-
-        def bookmark(pos: int, initial_end: bool = False) -> bytes:
-            meta: Obj = {"resourceVersion": str(pos), "creationTimestamp": None}
-            if initial_end:
-                meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-            return (
-                orjson.dumps(
-                    {
-                        "type": "BOOKMARK",
-                        "object": {"kind": rt.kind, "apiVersion": rt.group_version, "metadata": meta},
-                    }
-                )
-                + b"\n"
-            )
-
-        self._start_stream("application/json")
-        try:
-            if gone:
-                self._chunk(expired_line(f"too old resource version: {rv or 0} ({store.resource_version})"))
-                self._end_stream()
-                return
-            try:
-                try:
-                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
-                except TooLarge as exc:
-                    if not store.wait_for(exc.rv, settings.too_large_wait_s):
-                        # Like the watch cache: the watch is accepted, then one ERROR event says why.
-                        status = too_large_error(exc, settings.too_large_retry_after_s).status()
-                        self.sim.count("too-large", rt.plural)
-                        self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-                        self._end_stream()
-                        return
-                    watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
-            except Expired as exc:
-                self._chunk(expired_line(str(exc)))
-                self._end_stream()
-                return
-            pending = watch.initial or []
-            watch.initial = None
-            lines = [encode("ADDED", o) for o in pending]
-            if send_initial_raw == "true" and bookmarks:
-                lines.append(bookmark(watch.pos, initial_end=True))
-            last_mark = time.monotonic()
-            while not store.closed:
-                if lines:
-                    if drop is not None and sent + len(lines) > drop.after_events:
-                        keep = drop.after_events - sent
-                        cut = lines[keep]
-                        self._chunk(b"".join(lines[:keep]) + cut[: max(1, len(cut) // 2)])
-                        self.close_connection = True
-                        with contextlib.suppress(OSError):
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    sent += len(lines)
-                    self._chunk(b"".join(lines))
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                wait = min(deadline - now, 1.0)
-                if bookmarks and not no_marks:
-                    wait = max(0.0, min(wait, settings.bookmark_interval_s - (now - last_mark)))
-                try:
-                    batch = watch.poll(wait)
-                except Expired as exc:
-                    self._chunk(expired_line(str(exc)))
-                    break
-                lines = [encode(t, item) for t, item in batch]
-                if bookmarks and not no_marks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
-                    lines.append(bookmark(watch.pos))
-                    last_mark = time.monotonic()
-            self._end_stream()
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            self.close_connection = True
-
-    # ------------------------------------------------------------------ admin API
-    def _admin(self, path: str, query: dict[str, list[str]]) -> None:
-        store = self.sim.store
-        parts = [p for p in path.split("/") if p][1:]
-        if parts == ["faults"]:
-            if self.command == "GET":
-                self._json(200, {"faults": [f.to_json() for f in self.sim.faults.rules()]})
-            elif self.command == "POST":
-                body = self._json_body()
-                try:
-                    fault = self.sim.faults.add(Fault.from_json(body or {}))
-                except (ValueError, TypeError) as exc:
-                    raise ApiError.bad_request(str(exc)) from None
-                self._json(201, fault.to_json())
-            elif self.command == "DELETE":
-                self._body()
-                self.sim.faults.clear()
-                self._json(200, {"faults": []})
-            else:
-                raise ApiError(405, "use GET, POST or DELETE")
-            return
-        if len(parts) == 2 and parts[0] == "faults" and self.command == "DELETE":
-            ok = self.sim.faults.remove(int(parts[1]))
-            if not ok:
-                raise ApiError(404, f"no fault {parts[1]}")
-            self._json(200, {"removed": int(parts[1])})
-            return
-        if parts and parts[0] == "logs" and len(parts) in (4, 5) and self.command == "POST":
-            ns, pod, container = parts[1:4]
-            body = self._json_body() or {}
-            if len(parts) == 5:
-                if parts[4] != "rotate":
-                    raise ApiError(404, f"unknown log action {parts[4]}")
-                store.rotate_log(ns, pod, container)
-                self._json(200, {"rotated": True})
-                return
-            lines = body.get("lines")
-            if not isinstance(lines, list):
-                raise ApiError.bad_request('body must be {"lines": [...], "time": RFC3339?}')
-            when = parse_time(body["time"]) if body.get("time") else None
-            kept = store.append_log(ns, pod, container, [str(x) for x in lines], when)
-            self._json(200, {"lines": kept})
-            return
-        if parts == ["state"] and self.command == "GET":
-            self._json(
-                200,
-                {
-                    "resourceVersion": store.resource_version,
-                    "oldestRetained": store.oldest_retained,
-                    "time": self.sim.clock.now().isoformat(),
-                },
-            )
-            return
-        raise ApiError(404, f"unknown admin path {path}")
 
 
 class Simulator:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from kubesim.client import KubeClient
 from kubesim.clock import Clock, ManualClock, ScaledClock, rfc3339, rfc3339_micro
-from kubesim.engine.state import _SUFFIX, NodeState, Obj, PodState, Ref, RunState
+from kubesim.engine.state import _SUFFIX, NodeState, Obj, PodState, QueueTally, Ref, RunState
 from kubesim.errors import ApiError
 from kubesim.registry import Registry
 from kubesim.scenario import Scenario, Step
@@ -53,6 +53,7 @@ class EngineCore:
         self._gpu_node_cache: dict[str, tuple[int, list[NodeState], list[NodeState]]] = {}
         self._events: dict[tuple[str, str, str], tuple[str, int, str]] = {}
         self._queue_status: dict[str, Obj] = {}
+        self._queues = QueueTally()  # the runs' counts per Kueue queue, kept as flags change
         self._taucluster: Ref | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

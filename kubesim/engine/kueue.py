@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from kubesim.clock import rfc3339
 from kubesim.engine.controllers import JobControllers
-from kubesim.engine.state import KUEUE_GV, Obj, Ref, RunState
+from kubesim.engine.state import KUEUE_GV, Obj, QueueCount, Ref, RunState
+
+_NONE = QueueCount()  # a queue no run names yet (read, never written)
 
 
 class Kueue(JobControllers):
@@ -16,13 +18,12 @@ class Kueue(JobControllers):
     def _sync_queues(self) -> None:
         sc = self.scenario
         for cq in sc.cluster_queues:
-            runs = [r for r in self.runs.values() if r.spec.cluster_queue == cq.name and r.submitted and not r.finished]
-            admitted = [r for r in runs if r.admitted]
-            used = sum(r.spec.workers * r.spec.gpus_per_worker for r in admitted)
+            count = self._queues.cluster.get(cq.name, _NONE)
+            used = count.gpus
             status = {
-                "pendingWorkloads": len(runs) - len(admitted),
-                "reservingWorkloads": len(admitted),
-                "admittedWorkloads": len(admitted),
+                "pendingWorkloads": count.active - count.admitted,
+                "reservingWorkloads": count.admitted,
+                "admittedWorkloads": count.admitted,
                 "flavorsReservation": [
                     {"name": cq.flavor, "resources": [{"name": "nvidia.com/gpu", "total": str(used), "borrowed": "0"}]}
                 ],
@@ -41,14 +42,10 @@ class Kueue(JobControllers):
             }
             self._put_queue_status(Ref(KUEUE_GV, "ClusterQueue", "", cq.name), status)
         for lq in sc.local_queues:
-            runs = [
-                r
-                for r in self.runs.values()
-                if r.spec.queue == lq.name and r.spec.namespace == lq.namespace and r.submitted and not r.finished
-            ]
-            n_admitted = sum(1 for r in runs if r.admitted)
+            count = self._queues.local.get((lq.namespace, lq.name), _NONE)
+            n_admitted = count.admitted
             status = {
-                "pendingWorkloads": len(runs) - n_admitted,
+                "pendingWorkloads": count.active - n_admitted,
                 "reservingWorkloads": n_admitted,
                 "admittedWorkloads": n_admitted,
                 "conditions": [

@@ -24,6 +24,7 @@ class Submission(Nodes, Kueue):
         for run in sc.runs:
             state = RunState(run)
             self.runs[(run.namespace, run.name)] = state
+            self._queues.track(state)
             self._at(run.at, functools.partial(self._submit, state))
             for step in run.timeline:
                 self._at(run.at + step.at, functools.partial(self._run_action, state, step))

@@ -3,6 +3,7 @@ and nodes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,65 @@ class RunState:
     skip_ratio: float = 0.0
     dispatched: str = ""
     crash_looping: bool = False  # between crashes a container is briefly up: the run is still not running
+    # Called after `submitted`, `admitted` or `finished` changes (QueueTally.track sets it), so the
+    # queues' counts follow every write of those flags, wherever it happens.
+    on_queue_change: Callable[[RunState], None] | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _QUEUE_FLAGS:
+            hook = getattr(self, "on_queue_change", None)  # not yet set while __init__ runs
+            if hook is not None:
+                hook(self)
+
+
+_QUEUE_FLAGS = frozenset({"submitted", "admitted", "finished"})
+
+
+@dataclass(slots=True)
+class QueueCount:
+    """One Kueue queue's runs that are submitted and not finished, how many are admitted, and the
+    GPUs the admitted ones hold."""
+
+    active: int = 0
+    admitted: int = 0
+    gpus: int = 0
+
+
+class QueueTally:
+    """Every ClusterQueue's and LocalQueue's QueueCount, kept current as runs change, so that a
+    queue status sync (on each submission, admission, preemption and finish) reads counts instead
+    of recounting every run: O(queues) per sync, not O(queues x runs)."""
+
+    def __init__(self) -> None:
+        self.cluster: dict[str, QueueCount] = {}  # by ClusterQueue name
+        self.local: dict[tuple[str, str], QueueCount] = {}  # by (namespace, LocalQueue name)
+        self._counted: dict[tuple[str, str], tuple[bool, bool]] = {}  # run -> (active, admitted) folded in
+
+    def track(self, r: RunState) -> None:
+        """Count `r` as it is now, and from now on as it changes."""
+        r.on_queue_change = self.update
+        self.update(r)
+
+    def update(self, r: RunState) -> None:
+        """Fold a change of `r`'s flags into its queues' counts (nothing when its standing is the same)."""
+        spec = r.spec
+        active = r.submitted and not r.finished
+        admitted = active and r.admitted
+        key = (spec.namespace, spec.name)
+        was_active, was_admitted = self._counted.get(key, (False, False))
+        if active == was_active and admitted == was_admitted:
+            return
+        self._counted[key] = (active, admitted)
+        d_active, d_admitted = int(active) - int(was_active), int(admitted) - int(was_admitted)
+        gpus = spec.workers * spec.gpus_per_worker
+        for count in (
+            self.cluster.setdefault(spec.cluster_queue, QueueCount()),
+            self.local.setdefault((spec.namespace, spec.queue), QueueCount()),
+        ):
+            count.active += d_active
+            count.admitted += d_admitted
+            count.gpus += d_admitted * gpus
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ def play_digest(scenario: Scenario, until: float, step: float = 30.0) -> str:
                     "current": [[when.isoformat(), line] for when, line in log.lines],
                     "previous": [[when.isoformat(), line] for when, line in log.previous or []],
                 }
-                for k, log in sorted(store._logs.items())
+                for k, log in sorted(store.pod_logs.logs.items())
             }
             rv = store.resource_version
         truth = sorted((list(k), repr(v)) for k, v in eng.truth().items())
