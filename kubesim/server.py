@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
@@ -68,26 +68,26 @@ class SimulatorSettings:
     too_large_wait_s: float = 3.0
     # retryAfterSeconds of that answer (the watch cache's resourceVersionTooHighRetrySeconds).
     too_large_retry_after_s: int = 1
+    # The ResourceVersionTooLarge cause of that answer, as API servers of each age send it: "reason"
+    # (1.18.6 on: reason and message), "message" (1.17.0-1.18.5: the message only), "none" (older).
+    too_large_cause: Literal["reason", "message", "none"] = "reason"
     # Events are deleted this many scenario seconds after their last write (kube-apiserver
     # --event-ttl, 1 h by default there); None keeps them for ever.
     event_ttl_s: float | None = None
 
 
-def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
+def too_large_error(exc: TooLarge, retry_after_s: int, cause: str = "reason") -> ApiError:
     """What Kubernetes answers for a resourceVersion ahead of its store (storage.NewTooLargeResourceVersionError
     wrapped in a Timeout StatusError): 504, reason Timeout, a ResourceVersionTooLarge cause. client-go's
     reflector recognizes it (reason Timeout + that cause) and relists from resourceVersion "".
+    `cause` is SimulatorSettings.too_large_cause: older servers sent less of the cause.
     """
-    return ApiError(
-        504,
-        f"Timeout: {exc}",
-        reason="Timeout",
-        details={
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": retry_after_s,
-        },
-        retry_after=retry_after_s,
-    )
+    details: dict[str, Any] = {"retryAfterSeconds": retry_after_s}
+    if cause == "reason":
+        details["causes"] = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    elif cause == "message":
+        details["causes"] = [{"message": "Too large resource version"}]
+    return ApiError(504, f"Timeout: {exc}", reason="Timeout", details=details, retry_after=retry_after_s)
 
 
 @dataclass(slots=True)
@@ -642,7 +642,8 @@ class _Handler(BaseHTTPRequestHandler):
             except TooLarge as exc:
                 if not store.wait_for(exc.rv, self.sim.settings.too_large_wait_s):
                     self.sim.count("too-large", rt.plural)
-                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s) from None
+                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s,
+                                          self.sim.settings.too_large_cause) from None
                 res = store.list_page(*args)
             meta: Obj = {"resourceVersion": str(res.resource_version)}
             if res.continue_token:
@@ -905,7 +906,8 @@ class _Handler(BaseHTTPRequestHandler):
                 except TooLarge as exc:
                     if not store.wait_for(exc.rv, settings.too_large_wait_s):
                         # Like the watch cache: the watch is accepted, then one ERROR event says why.
-                        status = too_large_error(exc, settings.too_large_retry_after_s).status()
+                        status = too_large_error(exc, settings.too_large_retry_after_s,
+                                                 settings.too_large_cause).status()
                         self.sim.count("too-large", rt.plural)
                         self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
                         self._end_stream()

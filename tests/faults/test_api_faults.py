@@ -9,8 +9,9 @@ import urllib.request
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import orjson
 import pytest
 
 from collector.controller import Controller
@@ -338,3 +339,53 @@ def test_bookmark_behind_our_version_means_another_store() -> None:
     with pytest.raises(Expired):
         r._apply({"type": "ERROR", "object": {"kind": "Status", "code": 504, "reason": "Timeout",
                                               "message": "Too large resource version: 900, current: 12"}})
+
+
+@pytest.mark.parametrize("cause", ["reason", "message", "none"])
+def test_too_large_answer_of_every_server_age_means_relist(cause: Literal["reason", "message", "none"]) -> None:
+    """The simulator answers "too large resource version" as API servers of each age did (the cause's
+    reason from 1.18.6, its message only 1.17.0-1.18.5, no cause before); the collector files each
+    under Expired (relist), for a list (an HTTP error) and a watch (an ERROR event after 200)."""
+    from collector.sources.kube_api import Expired
+
+    with Simulator(settings=replace(FAST, too_large_wait_s=0.1, too_large_cause=cause)) as s:
+        s.start()
+        apply_run(s, "llm")
+        ahead = str(s.store.resource_version + 100)
+        kube = KubeApi(api_client_for(s.base_url))
+        with pytest.raises(Expired, match="HTTP 504"):
+            kube.get_json("/api/v1/pods", [("resourceVersion", ahead), ("resourceVersionMatch", "NotOlderThan")])
+        sink_ = _Sink()
+        r = Reflector(kube, Resource("Pod", "", "v1", "pods"), sink_, lambda: T0, watch_timeout_s=5)  # type: ignore[arg-type]
+        r.resource_version = ahead
+        with pytest.raises(Expired, match="Timeout"):
+            r.watch_once()
+        assert s.served("too-large", "pods") == 2
+
+
+def test_too_large_is_read_by_its_cause_first() -> None:
+    """The ResourceVersionTooLarge cause decides, whatever the message says (a server that words it
+    otherwise); without the cause, only a 504 Timeout with those words is one; other 504s are not."""
+    from collector.sources.kube_api import Expired, RetryableSourceError, classify, is_too_large_rv
+
+    cause = {"causes": [{"reason": "ResourceVersionTooLarge", "message": "zu neu"}], "retryAfterSeconds": 1}
+    reworded = {"kind": "Status", "code": 504, "reason": "Timeout", "message": "Timeout: 900 > 12", "details": cause}
+    assert is_too_large_rv(504, reworded)
+    assert isinstance(classify(504, orjson.dumps(reworded), "GET /api/v1/pods"), Expired)
+    sink_ = _Sink()
+    r = Reflector(None, Resource("Pod", "", "v1", "pods"), sink_, lambda: T0)  # type: ignore[arg-type]
+    with pytest.raises(Expired):
+        r._apply({"type": "ERROR", "object": reworded})
+    # Other timeouts are plain retryable errors, not a reason to drop our state and relist.
+    other = {"kind": "Status", "code": 504, "reason": "Timeout", "message": "Timeout: request did not complete"}
+    assert not is_too_large_rv(504, other)
+    err = classify(504, orjson.dumps(other), "GET /api/v1/pods")
+    assert isinstance(err, RetryableSourceError) and not isinstance(err, Expired)
+    with pytest.raises(Exception) as raised:
+        r._apply({"type": "ERROR", "object": other})
+    assert not isinstance(raised.value, Expired)
+    # The words alone count only on a timeout; a cause-less 500 that quotes them is not one.
+    assert not is_too_large_rv(500, {"code": 500, "reason": "InternalError",
+                                     "message": "Too large resource version: 9, current: 1"})
+    assert is_too_large_rv(504, {"code": 504, "message": "Timeout: Too large resource version: 9, current: 1"})
+    assert not is_too_large_rv(504, None)
