@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import socket
 import threading
 import time
@@ -88,6 +89,18 @@ def too_large_error(exc: TooLarge, retry_after_s: int, cause: str = "reason") ->
     elif cause == "message":
         details["causes"] = [{"message": "Too large resource version"}]
     return ApiError(504, f"Timeout: {exc}", reason="Timeout", details=details, retry_after=retry_after_s)
+
+
+ETCD_FUTURE_REVISION = "etcdserver: mvcc: required revision is a future revision"
+
+
+def _exact_lists_from_cache(git_version: str) -> bool:
+    """Whether the reported Kubernetes version serves resourceVersionMatch=Exact lists from its watch
+    cache (1.34 on: ListFromCacheSnapshot, beta and on by default, with an etcd that supports
+    consistent reads): a version ahead of the cache then waits and is answered like NotOlderThan.
+    Older versions send Exact lists to etcd. An unparsable version counts as new."""
+    m = re.match(r"v?(\d+)\.(\d+)", git_version)
+    return m is None or (int(m[1]), int(m[2])) >= (1, 34)
 
 
 @dataclass(slots=True)
@@ -640,6 +653,10 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 res = store.list_page(*args)
             except TooLarge as exc:
+                if args[6] == "Exact" and not _exact_lists_from_cache(self.sim.settings.git_version):
+                    # Before 1.34 an Exact list goes to etcd, which refuses a future revision at once,
+                    # and the apiserver passes that error on unconverted: 500 without a reason.
+                    raise ApiError(500, ETCD_FUTURE_REVISION, reason="") from None
                 if not store.wait_for(exc.rv, self.sim.settings.too_large_wait_s):
                     self.sim.count("too-large", rt.plural)
                     raise too_large_error(exc, self.sim.settings.too_large_retry_after_s,
