@@ -282,6 +282,8 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
         ctl.close()
         if sink is not None:
             sink.close()
+        # Everything is closed and flushed; what follows is the interpreter's own teardown.
+        logging.getLogger("taugrid").info("stopped")
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -134,6 +134,10 @@ class BoundedHTTPServer:
             self.socket.close()
             raise
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        # shutdown() writes a byte here so the selector loop sees the stop at once, not on its next turn.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self._queue: queue.Queue[_Request | None] = queue.Queue(maxsize=options.queue_max)
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
         self._stop = threading.Event()
@@ -149,11 +153,14 @@ class BoundedHTTPServer:
     def serve_forever(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self.socket, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
                 for key, _ in sel.select(timeout=0.2):
                     if key.fileobj is self.socket:
                         self._accept(sel)
+                    elif key.fileobj is self._wake_r:
+                        continue  # shutdown: the loop's condition ends it
                     else:
                         self._readable(sel, key.fd)
                 self._expire(sel)
@@ -257,11 +264,15 @@ class BoundedHTTPServer:
 
     def shutdown(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # full or closed: the loop wakes anyway within 0.2 s
+            self._wake_w.send(b"\0")
         self._stopped.wait(5)
 
     def server_close(self) -> None:
         self._stop.set()
         self.socket.close()
+        self._wake_r.close()
+        self._wake_w.close()
         for _ in self._workers:
             try:
                 self._queue.put_nowait(None)

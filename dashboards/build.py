@@ -280,6 +280,7 @@ def fleet_adx() -> dict[str, Any]:
         kql("goodput_by_queue_team", "Goodput by queue and team", w=12),
         kql("gpu_xids", "GPUs by XID count and code", w=12),
         kql("evidence_freshness", "Collector evidence freshness"),
+        kql("claim_transitions", "Claim transitions by claim and verdict"),
         kql("progress_rate_adxmon", "Progress rate (adx-mon tables)", w=12),
         kql("source_sync_adxmon", "Source sync (adx-mon tables)", w=12),
     ], [], time_from="now-7d")

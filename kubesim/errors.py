@@ -37,7 +37,8 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.reason = reason or _REASONS.get(code, "Unknown")
+        # "" is Kubernetes' StatusReasonUnknown: the Status then has no reason at all.
+        self.reason = reason if reason is not None else _REASONS.get(code, "Unknown")
         self.details = details
         self.retry_after = retry_after
 
@@ -52,6 +53,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del out["reason"]
         if self.details:
             out["details"] = self.details
         return out

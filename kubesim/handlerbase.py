@@ -25,21 +25,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("kubesim.server")
 
 
-def too_large_error(exc: TooLarge, retry_after_s: int) -> ApiError:
+def too_large_error(exc: TooLarge, retry_after_s: int, cause: str = "reason") -> ApiError:
     """What Kubernetes answers for a resourceVersion ahead of its store (storage.NewTooLargeResourceVersionError
     wrapped in a Timeout StatusError): 504, reason Timeout, a ResourceVersionTooLarge cause. client-go's
     reflector recognizes it (reason Timeout + that cause) and relists from resourceVersion "".
+    `cause` is SimulatorSettings.too_large_cause: older servers sent less of the cause.
     """
-    return ApiError(
-        504,
-        f"Timeout: {exc}",
-        reason="Timeout",
-        details={
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": retry_after_s,
-        },
-        retry_after=retry_after_s,
-    )
+    details: dict[str, Any] = {"retryAfterSeconds": retry_after_s}
+    if cause == "reason":
+        details["causes"] = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    elif cause == "message":
+        details["causes"] = [{"message": "Too large resource version"}]
+    return ApiError(504, f"Timeout: {exc}", reason="Timeout", details=details, retry_after=retry_after_s)
 
 
 @dataclass(slots=True)

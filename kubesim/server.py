@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import socket
 import threading
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from kubesim.admin import AdminHandler
@@ -70,9 +71,24 @@ class SimulatorSettings:
     too_large_wait_s: float = 3.0
     # retryAfterSeconds of that answer (the watch cache's resourceVersionTooHighRetrySeconds).
     too_large_retry_after_s: int = 1
+    # The ResourceVersionTooLarge cause of that answer, as API servers of each age send it: "reason"
+    # (1.18.6 on: reason and message), "message" (1.17.0-1.18.5: the message only), "none" (older).
+    too_large_cause: Literal["reason", "message", "none"] = "reason"
     # Events are deleted this many scenario seconds after their last write (kube-apiserver
     # --event-ttl, 1 h by default there); None keeps them for ever.
     event_ttl_s: float | None = None
+
+
+ETCD_FUTURE_REVISION = "etcdserver: mvcc: required revision is a future revision"
+
+
+def _exact_lists_from_cache(git_version: str) -> bool:
+    """Whether the reported Kubernetes version serves resourceVersionMatch=Exact lists from its watch
+    cache (1.34 on: ListFromCacheSnapshot, beta and on by default, with an etcd that supports
+    consistent reads): a version ahead of the cache then waits and is answered like NotOlderThan.
+    Older versions send Exact lists to etcd. An unparsable version counts as new."""
+    m = re.match(r"v?(\d+)\.(\d+)", git_version)
+    return m is None or (int(m[1]), int(m[2])) >= (1, 34)
 
 
 class SimulatorServer(ThreadingHTTPServer):
@@ -248,9 +264,14 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
             try:
                 res = store.list_page(*args)
             except TooLarge as exc:
+                if args[6] == "Exact" and not _exact_lists_from_cache(self.sim.settings.git_version):
+                    # Before 1.34 an Exact list goes to etcd, which refuses a future revision at once,
+                    # and the apiserver passes that error on unconverted: 500 without a reason.
+                    raise ApiError(500, ETCD_FUTURE_REVISION, reason="") from None
                 if not store.wait_for(exc.rv, self.sim.settings.too_large_wait_s):
                     self.sim.count("too-large", rt.plural)
-                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s) from None
+                    raise too_large_error(exc, self.sim.settings.too_large_retry_after_s,
+                                          self.sim.settings.too_large_cause) from None
                 res = store.list_page(*args)
             meta: Obj = {"resourceVersion": str(res.resource_version)}
             if res.continue_token:

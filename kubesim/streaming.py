@@ -166,7 +166,8 @@ class StreamHandler(HandlerBase):
                 except TooLarge as exc:
                     if not store.wait_for(exc.rv, settings.too_large_wait_s):
                         # Like the watch cache: the watch is accepted, then one ERROR event says why.
-                        status = too_large_error(exc, settings.too_large_retry_after_s).status()
+                        status = too_large_error(exc, settings.too_large_retry_after_s,
+                                                 settings.too_large_cause).status()
                         self.sim.count("too-large", rt.plural)
                         self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
                         self._end_stream()

@@ -167,15 +167,39 @@ def api_client_for(host: str) -> k8s_client.ApiClient:
     return k8s_client.ApiClient(configuration)
 
 
+TOO_LARGE_CAUSE = "ResourceVersionTooLarge"  # metav1.CauseTypeResourceVersionTooLarge
+_TOO_LARGE_TEXT = "too large resource version"
+
+
+def is_too_large_rv(code: Any, status: Any) -> bool:
+    """Whether an error Status (`code`, and the decoded Status object or None) says our resourceVersion
+    is ahead of the server's store. Read as client-go's reflector reads it: a `ResourceVersionTooLarge`
+    cause (API servers 1.18.6 on); else, on a 504 Timeout only, a cause or message with the words
+    "Too large resource version" (1.17.0 to 1.18.5 sent the cause without its reason; older ones
+    only the message)."""
+    if not isinstance(status, dict):
+        return False
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    causes = [c for c in causes if isinstance(c, dict)] if isinstance(causes, list) else []
+    if any(c.get("reason") == TOO_LARGE_CAUSE for c in causes):
+        return True
+    if code != 504 and status.get("reason") != "Timeout":
+        return False
+    return any(_TOO_LARGE_TEXT in str(c.get("message") or "").lower() for c in causes) or (
+        _TOO_LARGE_TEXT in str(status.get("message") or "").lower())
+
+
 def classify(status: int, body: bytes, what: str, *, retry_after: str | None = None) -> SourceError:
     message = ""
+    doc: Any = None
     try:
         doc = orjson.loads(body) if body else {}
         message = str(doc.get("message") or "") if isinstance(doc, dict) else ""
     except orjson.JSONDecodeError:
         message = body[:200].decode("utf-8", "replace")
     text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
-    if status == 410 or (status == 504 and "too large resource version" in message.lower()):
+    if status == 410 or is_too_large_rv(status, doc if isinstance(doc, dict) else {"message": message}):
         return Expired(text)
     if status in (429,) or status >= 500:
         err = RetryableSourceError(text)

@@ -19,7 +19,16 @@ from msgspec import UNSET
 
 from collector.kube_pod import PodEvent, PodObject
 from collector.sources.decode import FULL, Decoder
-from collector.sources.kube_api import JSON, Backoff, Expired, KubeApi, Resource, SourceError, Unreachable
+from collector.sources.kube_api import (
+    JSON,
+    Backoff,
+    Expired,
+    KubeApi,
+    Resource,
+    SourceError,
+    Unreachable,
+    is_too_large_rv,
+)
 
 log = logging.getLogger("taugrid.watch")
 
@@ -162,7 +171,7 @@ class Reflector:
         if kind == "ERROR":
             code = obj.get("code")
             msg = f"watch {self.resource.name}: {obj.get('reason')}: {obj.get('message')}"
-            if code == 410 or (code == 504 and "too large resource version" in str(obj.get("message")).lower()):
+            if code == 410 or is_too_large_rv(code, obj):
                 raise Expired(msg)
             raise SourceError(msg)
         meta = obj.get("metadata")

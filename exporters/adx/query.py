@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from exporters.adx.kusto import AdxSettings, connection
+from exporters.adx.schema import function_definitions
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "queries"
 
@@ -61,7 +62,7 @@ def run_embedded(kql: str, store: Path, *, now: datetime | None = None) -> Resul
     except duckdb.Error as e:
         raise QueryError(f"{store}: cannot open the embedded store: {e}") from e
     try:
-        rel = duckdb_kql.query(con, kql, query_now=now)
+        rel = duckdb_kql.query(con, kql, query_now=now, functions=function_definitions())
         return Result(list(rel.columns), [tuple(r) for r in rel.fetchall()])
     except (duckdb_kql.KqlError, duckdb.Error) as e:
         raise QueryError(f"query failed: {e}") from e

@@ -145,7 +145,7 @@ def stall_cause(rc: RunClaims) -> str:
         return "invalid-loss"
     if p.cause == "skipped-steps":
         return "skipped-steps"
-    if p.cause in ("not-running", "finished") or rc.running.observed is Observed.FALSE:
+    if p.cause in ("not-running", "finished"):  # running false always makes progressing one of these
         return "not-running"
     return "no-progress"
 

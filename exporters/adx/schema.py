@@ -233,15 +233,52 @@ ADX_MON_TABLES: tuple[Table, ...] = tuple(
 ALL_TABLES: Mapping[str, Table] = {t.name: t for t in TABLES + ADX_MON_TABLES}
 
 
+@dataclass(frozen=True, slots=True)
+class Function:
+    """A stored function (no parameters) the exporter creates beside the tables."""
+
+    name: str
+    body: str  # a tabular expression over the tables
+    doc: str
+
+    def create(self) -> str:
+        return (f'.create-or-alter function with (folder = "taugrid", docstring = "{self.doc}") '
+                f"{self.name}() {{ {self.body} }}")
+
+
+# ADX is append-only: a standby that takes over writes the transitions it saw again under the old
+# leader's RowIds (docs/adx.md), so a transition can be in RunClaims twice. Each RowId once, as
+# first written (the later copy carries the standby's evaluation time, not when it was first seen).
+RUN_CLAIMS_DEDUPED = Function(
+    "RunClaimsDeduped",
+    "RunClaims | summarize arg_min(Timestamp, *) by RowId",
+    "RunClaims with each RowId once (its first write): count and list claim transitions from here",
+)
+FUNCTIONS: tuple[Function, ...] = (RUN_CLAIMS_DEDUPED,)
+
+
+def function_definitions() -> list[str]:
+    """The stored functions as duckdb-kql takes them (`functions=`, `serve --functions`)."""
+    return [f.create() for f in FUNCTIONS]
+
+
 def management_commands() -> Iterator[str]:
-    """What the exporter runs on a cluster before ingesting: tables, then their JSON mappings."""
+    """What the exporter runs on a cluster before ingesting: tables, their JSON mappings, then the
+    stored functions over them."""
     for t in TABLES:
         yield t.create_merge()
     for t in TABLES:
         yield t.create_mapping()
+    for f in FUNCTIONS:
+        yield f.create()
 
 
 def parser_schema(*, adx_mon: bool = True) -> dict[str, Any]:
     """{table: {column: type}} for the KQL parser check (and anyone else who needs it)."""
     tables = TABLES + (ADX_MON_TABLES if adx_mon else ())
     return {t.name: {c.name: c.type for c in t.columns} for t in tables}
+
+
+def parser_functions() -> dict[str, str]:
+    """{function: body} of the stored functions, for the KQL parser check."""
+    return {f.name: f.body for f in FUNCTIONS}

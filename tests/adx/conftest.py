@@ -36,7 +36,8 @@ def kql_diagnostics(texts: dict[str, str], tables: dict[str, Any] | None = None)
     node = shutil.which("node")
     if node is None or not (PARSER_DIR / "Kusto.Language.Bridge.min.js").is_file():
         pytest.fail(f"Microsoft's KQL parser is not installed: {PARSER_HINT}", pytrace=False)
-    req = {"database": "taugrid", "tables": tables if tables is not None else schema.parser_schema(), "texts": texts}
+    req = {"database": "taugrid", "tables": tables if tables is not None else schema.parser_schema(),
+           "functions": schema.parser_functions() if tables is None else {}, "texts": texts}
     p = subprocess.run([node, str(Path(__file__).with_name("kql_check.js")), str(PARSER_DIR)],
                        input=json.dumps(req).encode(), capture_output=True, timeout=120, check=False)
     assert p.returncode == 0, p.stderr.decode()[-2000:]

@@ -5,7 +5,8 @@ It also accepts (and records) the schema commands the exporter runs on the engin
 The DM endpoint answers the two commands azure-kusto-ingest's QueuedIngestClient asks before it
 uploads (`.get ingestion resources`, `.get kusto identity token`) with Azurite SAS URLs, over
 Kusto's v1 REST shape. `Dm.drain` then does what ADX's DM would: take the queue messages, skip
-blobs whose ingestIfNotExists tag was already ingested, and load the rest (here: into DuckDB).
+blobs whose ingestIfNotExists tag was already ingested, and load the rest (here: into DuckDB,
+appending like ADX: two blobs holding one RowId leave two rows).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 import contextlib
 import gzip
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -23,10 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
-from exporters.adx.embedded import DuckDBTarget
-from exporters.adx.schema import ALL_TABLES
+from exporters.adx.schema import _DUCK_TYPES, ALL_TABLES, Table
 from tests.azurite import ACCOUNT, KEY, PREFIX
 from tests.netutil import free_port, stop_process
 
@@ -138,6 +140,9 @@ class Dm:
                 elif csl.startswith((".create-merge table", ".create-or-alter table")):
                     # The engine's side of the stand-in: the exporter's schema commands, recorded.
                     out = _table([("TableName", "string")], [[csl.split("'")[1]]])
+                elif csl.startswith(".create-or-alter function"):
+                    name = re.search(r"(\w+)\(\)\s*\{", csl)
+                    out = _table([("Name", "string")], [[name[1] if name else ""]])
                 elif csl == ".show version":
                     out = _table([("ServiceType", "string")], [["DataManagement"]])
                 else:
@@ -168,8 +173,9 @@ class Dm:
         from azure.storage.queue import QueueClient
 
         q = QueueClient.from_connection_string(self.azurite.connection_string(), QUEUE)
-        target = DuckDBTarget(store)
-        target.open()
+        con = duckdb.connect(str(store))
+        for t in ALL_TABLES.values():
+            con.execute(t.duckdb_ddl())  # no key on RowId: ADX's tables are append-only
         messages = []
         try:
             while True:
@@ -185,10 +191,20 @@ class Dm:
                         raw = BlobClient.from_blob_url(info["BlobPath"]).download_blob().readall()
                         if info["BlobPath"].split("?")[0].endswith(".gz"):
                             raw = gzip.decompress(raw)
-                        target.ingest(ALL_TABLES[info["TableName"]], raw, tags[0] if tags else info["Id"])
+                        _append(con, ALL_TABLES[info["TableName"]], raw, store.with_suffix(".blob.jsonl"))
                         self.ingested_tags.update(t.removeprefix("ingest-by:")
                                                   for t in json.loads(props.get("tags", "[]")))
                     q.delete_message(m)
         finally:
-            target.close()
+            con.close()
         return messages
+
+
+def _append(con: Any, table: Table, blob: bytes, scratch: Path) -> None:
+    """Every row of a JSON-lines blob appended to its table, as ADX ingests it (no RowId check)."""
+    scratch.write_bytes(blob)
+    cols = ", ".join(f"'{c.name}': '{_DUCK_TYPES[c.type]}'" for c in table.columns)
+    names = ", ".join(f'"{c.name}"' for c in table.columns)
+    con.execute(f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM '
+                f"read_json(?, format='newline_delimited', columns={{{cols}}})", [str(scratch)])
+    scratch.unlink()

@@ -1,5 +1,5 @@
 // Microsoft's KQL parser (npm @kusto/language-service-next) over queries and management commands.
-// stdin: {"database": NAME, "tables": {TABLE: {COLUMN: TYPE}}, "texts": {NAME: KQL}}
+// stdin: {"database": NAME, "tables": {TABLE: {COLUMN: TYPE}}, "functions": {NAME: BODY}, "texts": {NAME: KQL}}
 // stdout: {NAME: [{"severity", "code", "message", "start", "length"}]} — every diagnostic, errors and warnings.
 "use strict";
 const path = require("path");
@@ -16,7 +16,10 @@ process.stdin.on("end", () => {
     const schema = "(" + Object.entries(cols).map(([c, t]) => `['${c}']:${t}`).join(", ") + ")";
     return new K.Symbols.TableSymbol.$ctor7(name, schema, "");
   });
-  const db = new K.Symbols.DatabaseSymbol.ctor(req.database, tables);
+  // Stored functions (no parameters): {NAME: BODY}, resolved against the tables like the cluster does.
+  const functions = Object.entries(req.functions || {}).map(
+    ([name, body]) => new K.Symbols.FunctionSymbol.$ctor16(name, "()", `{ ${body} }`, ""));
+  const db = new K.Symbols.DatabaseSymbol.ctor(req.database, tables.concat(functions));
   const globals = K.GlobalState.Default.WithDatabase(db);
   const out = {};
   for (const [name, text] of Object.entries(req.texts)) {

@@ -30,7 +30,8 @@ NOW = T0 + timedelta(seconds=END_S + 1)
 def run(store: Path, name: str) -> list[dict[str, Any]]:
     con = duckdb.connect(str(store), read_only=True)
     try:
-        rel = duckdb_kql.query(con, next(q for q in QUERIES if q.stem == name).read_text(), query_now=NOW)
+        rel = duckdb_kql.query(con, next(q for q in QUERIES if q.stem == name).read_text(), query_now=NOW,
+                               functions=schema.function_definitions())
         return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
     finally:
         con.close()
@@ -45,6 +46,8 @@ BROKEN = {
     "type": "RunSnapshots | where GoodputRatio > 'high'",
     "command": ".create-merge table ['X'] (['a']:strin)",
     "keyword": "let latest = RunClaims; latest",
+    "function-column": "RunClaimsDeduped() | where Stage == 'x'",
+    "function": "RunClaimsDedup() | count",
 }
 
 
@@ -58,7 +61,7 @@ def parsed() -> dict[str, Any]:
 
 def test_parser_accepts_every_query_and_management_command(parsed: dict[str, Any]) -> None:
     mine = {k: v for k, v in parsed.items() if not k.startswith("broken-")}
-    assert len(mine) == len(QUERIES) + 2 * len(schema.TABLES)
+    assert len(mine) == len(QUERIES) + 2 * len(schema.TABLES) + len(schema.FUNCTIONS)
     assert {k: v["diagnostics"] for k, v in mine.items() if v["diagnostics"]} == {}
     assert {v["kind"] for k, v in mine.items() if k.startswith("cmd")} == {"Command"}
     assert {v["kind"] for k, v in mine.items() if not k.startswith("cmd")} == {"Query"}
@@ -196,8 +199,10 @@ def test_official_client_against_the_rest_endpoint(filled: tuple[Path, dict[str,
     log = (tmp_path / "serve.log").open("wb")
     served = tmp_path / "store.duckdb"  # a copy: the server holds its file's lock
     shutil.copyfile(filled[0], served)
-    proc = subprocess.Popen([sys.executable, "-m", "duckdb_kql", "serve", "-p", str(port), str(served)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    functions = tmp_path / "functions.kql"  # what the exporter creates on ADX, for the endpoint
+    functions.write_text("\n".join(schema.function_definitions()) + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "duckdb_kql", "serve", "-p", str(port), "--functions",
+                             str(functions), str(served)], stdout=log, stderr=subprocess.STDOUT)
     try:
         kcsb = KustoConnectionStringBuilder.with_no_authentication(f"http://127.0.0.1:{port}")
         with KustoClient(kcsb) as client:
@@ -216,7 +221,7 @@ def test_official_client_against_the_rest_endpoint(filled: tuple[Path, dict[str,
             try:
                 for q in QUERIES:
                     kql = _wide(q.read_text())
-                    rel = duckdb_kql.query(con, kql)
+                    rel = duckdb_kql.query(con, kql, functions=schema.function_definitions())
                     local = [tuple(_norm(v) for v in r) for r in rel.fetchall()]
                     table = client.execute_query("store", kql).primary_results[0]
                     remote = [tuple(_norm(v) for v in r) for r in table]
@@ -256,3 +261,18 @@ def _norm(v: Any) -> Any:
     if isinstance(v, float):
         return round(v, 6)
     return v
+
+
+def test_claim_transitions(filled: tuple[Path, dict[str, int]]) -> None:
+    """Every transition the exporter wrote, once (one replica here: no copies to drop)."""
+    rows = run(filled[0], "claim_transitions")
+    con = duckdb.connect(str(filled[0]), read_only=True)
+    try:
+        want = con.execute('SELECT "Cluster", "Claim", "Verdict", count(*), count(DISTINCT ("Namespace", "Run")) '
+                           'FROM "RunClaims" GROUP BY ALL ORDER BY ALL').fetchall()
+    finally:
+        con.close()
+    assert [(r["Cluster"], r["Claim"], r["Verdict"], r["Transitions"], r["Runs"]) for r in rows] == want
+    by = {(r["Claim"], r["Verdict"]): r for r in rows}
+    assert by[("running", "contradicted")]["Runs"] >= 1  # bert-large's crash loop
+    assert by[("progressing", "contradicted")]["Runs"] >= 1  # llm-sft's stall

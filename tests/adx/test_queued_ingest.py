@@ -136,3 +136,77 @@ def test_replay_after_restart_is_dropped_by_its_tag(stack: tuple[AzuriteBlobQueu
     messages = dm.drain(tmp_path / "adx.duckdb")
     assert len(messages) == 2  # two uploads, one ingestion
     assert ids(tmp_path / "adx.duckdb", RUN_CLAIMS.name) == sorted(f"c{i}" for i in range(10))
+
+
+def test_a_transition_written_again_on_failover_counts_once(stack: tuple[AzuriteBlobQueue, Dm],
+                                                            tmp_path: Path) -> None:
+    """Two leaders in turn: the standby that takes over writes the old leader's last transitions
+    again under the same RowIds (and its own, later, Timestamp), through its own spool, so other
+    ingest-by tags: ADX keeps both copies. Queried with the official client, RunClaims counts the
+    copies; RunClaimsDeduped() (the stored function the exporter creates) and the shipped queries
+    built on it count each transition once, at its first write."""
+    import subprocess
+    import sys
+
+    from azure.kusto.data import KustoClient, KustoConnectionStringBuilder
+
+    from exporters.adx.schema import function_definitions
+    from tests.adx.test_queries import _wide
+    from tests.netutil import free_port, stop_process
+
+    def claim(i: int, at: datetime) -> dict[str, object]:
+        return {"Timestamp": at.isoformat().replace("+00:00", "Z"), "RowId": f"t{i}", "Cluster": "c1",
+                "Namespace": "research", "Run": f"run-{i % 3}", "Kind": "TauRun", "Claim": "running",
+                "Verdict": "contradicted" if i % 2 else "verified", "Planes": ["kubernetes"]}
+
+    _, dm = stack
+    old_leader = [claim(i, T0 + timedelta(minutes=i)) for i in range(6)]  # t0..t5
+    standby = [claim(i, T0 + timedelta(minutes=10)) for i in range(3, 6)] + [claim(6, T0 + timedelta(minutes=11))]
+    for name, batch in (("old-leader", old_leader), ("standby", standby)):
+        exp = exporter(tmp_path / name, dm, CollectorRegistry())
+        exp.open()
+        try:
+            exp._write({RUN_CLAIMS.name: batch})
+            exp.flush()
+            wait_empty(exp)
+        finally:
+            exp.close()
+    assert [c for c in dm.commands if c.startswith(".create")] == 2 * list(management_commands())
+    store = tmp_path / "adx.duckdb"
+    dm.drain(store)
+    assert sorted(ids(store, RUN_CLAIMS.name)) == sorted([f"t{i}" for i in range(7)] + ["t3", "t4", "t5"])
+
+    port = free_port()
+    functions = tmp_path / "functions.kql"
+    functions.write_text("\n".join(function_definitions()) + "\n")
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "duckdb_kql", "serve", "-p", str(port), "--functions",
+                             str(functions), str(store)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with KustoClient(KustoConnectionStringBuilder.with_no_authentication(f"http://127.0.0.1:{port}")) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    client.execute_mgmt("adx", ".show tables")
+                    break
+                except Exception:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise
+                    time.sleep(0.2)
+
+            def query(kql: str) -> list[tuple[object, ...]]:
+                return [tuple(r) for r in client.execute_query("adx", kql).primary_results[0]]
+
+            assert query("RunClaims | count") == [(10,)]  # the copies are there
+            assert query("RunClaimsDeduped() | count") == [(7,)]
+            first = query("RunClaimsDeduped() | where RowId == 't4' | project Timestamp")
+            assert [t.replace(tzinfo=None) for (t,) in first] == [(T0 + timedelta(minutes=4)).replace(tzinfo=None)]
+            repo = Path(__file__).resolve().parents[2]
+            rows = query(_wide((repo / "queries" / "claim_transitions.kql").read_text()))
+            # t0, t2, t4, t6 verified; t1, t3, t5 contradicted; over run-0, run-1, run-2.
+            assert rows == [("c1", "running", "contradicted", 3, 3), ("c1", "running", "verified", 4, 3)]
+            rows = query(_wide((repo / "queries" / "contradictions_by_plane.kql").read_text()))
+            assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("c1", "kubernetes", "running", 1)]
+    finally:
+        stop_process(proc, 10)
+        log.close()

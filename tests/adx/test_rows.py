@@ -177,3 +177,17 @@ def test_a_restarted_exporter_carries_on_from_its_store(tmp_path: Path) -> None:
     con.close()
     assert rows == [("progressing", "", "verified"), ("running", "", "verified"), ("scheduled", "", "verified"),
                     ("running", "verified", "contradicted"), ("running", "contradicted", "verified")]
+
+
+def test_stall_cause_reads_the_structured_cause() -> None:
+    """Progressing false says why in `Claim.cause`; the running claim is not consulted for it (the
+    engine makes progressing false with cause not-running or finished whenever running is false:
+    tests/test_claims_properties.py)."""
+    from exporters.adx.rows import stall_cause
+
+    base = run(T0)
+    for cause, want in (("not-running", "not-running"), ("finished", "not-running"), ("stalled", "no-progress"),
+                        ("skipped-steps", "skipped-steps"), ("invalid-steps", "invalid-loss")):
+        p = replace(claim(True, Observed.FALSE, "STALLED 20m: last step 40 at 11:40"), cause=cause)
+        assert stall_cause(replace(base, progressing=p)) == want, cause
+    assert stall_cause(base) == ""

@@ -9,8 +9,9 @@ import urllib.request
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import orjson
 import pytest
 
 from collector.controller import Controller
@@ -169,8 +170,8 @@ def test_api_server_replaced_by_another_store_relists(how: str, tmp_path: Path) 
 
 
 def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
-    """Lists (NotOlderThan, Exact) and watches from a resourceVersion ahead of the store, through the
-    official client: 504 Timeout "Too large resource version: X, current: Y" with a
+    """Lists (NotOlderThan; Exact on 1.34 on) and watches from a resourceVersion ahead of the store,
+    through the official client: 504 Timeout "Too large resource version: X, current: Y" with a
     ResourceVersionTooLarge cause and retryAfterSeconds; a version reached within the wait is served."""
     import json
     import threading
@@ -178,7 +179,7 @@ def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
     from kubernetes import client as k8s
     from kubernetes import watch as k8s_watch
 
-    with Simulator(settings=replace(FAST, too_large_wait_s=0.3)) as s:
+    with Simulator(settings=replace(FAST, too_large_wait_s=0.3, git_version="v1.34.0")) as s:
         s.start()
         apply_run(s, "llm")
         api = k8s.ApiClient(k8s.Configuration(host=s.base_url))
@@ -187,7 +188,9 @@ def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
         ahead = str(current + 100)
         for match in ("NotOlderThan", "Exact"):
             with pytest.raises(k8s.ApiException) as err:
+                t0 = time.monotonic()
                 core.list_pod_for_all_namespaces(resource_version=ahead, resource_version_match=match)
+            assert time.monotonic() - t0 >= 0.3  # the watch cache waited for the version first
             assert err.value.status == 504
             body = json.loads(err.value.body)
             assert body["reason"] == "Timeout" and body["code"] == 504
@@ -213,6 +216,61 @@ def test_too_new_resource_version_is_answered_like_the_api_server() -> None:
         kube = KubeApi(api_client_for(s.base_url))
         with pytest.raises(Expired):
             kube.get_json("/api/v1/pods", [("resourceVersion", ahead), ("resourceVersionMatch", "NotOlderThan")])
+        api.close()
+
+
+@pytest.mark.parametrize("version", ["v1.32.0", "v1.33.4"])
+def test_exact_list_ahead_of_etcd_before_1_34(version: str) -> None:
+    """Before 1.34 an Exact list skips the watch cache: etcd refuses a revision it has not reached
+    at once, and the apiserver passes that error on unconverted, a 500 without a reason (NotOlderThan
+    still waits in the watch cache, then answers 504 too large).
+
+    Upstream, kubernetes/apiserver at tag kubernetes-1.32.0 (9d863059eefcdf943210936d416f3c9af185f8dd):
+    pkg/storage/cacher/cacher.go `shouldDelegateList` (any match but NotOlderThan goes to etcd);
+    pkg/storage/etcd3/store.go `GetList` -> pkg/storage/etcd3/errors.go `interpretListError` (only
+    ErrCompacted is converted); pkg/endpoints/handlers/responsewriters/status.go `ErrorToAPIStatus`
+    (a non-Status error: 500, StatusReasonUnknown, the error's text); the etcd error text as the
+    storage tests of 1.33 quote it. From kubernetes-1.34.0 (8335e368b67ae5489e4369fb2af0dcdd56b1573a)
+    ListFromCacheSnapshot is on by default and `Cacher.shouldDelegateExactRV` keeps a future Exact
+    list in the cache (pkg/storage/cacher/watch_cache.go `waitAndListExactRV` ->
+    `waitUntilFreshLocked`: 3 s, then 504 with retryAfterSeconds 1), as the test above has it; etcd3
+    itself answers 504 too large from commit fdccb8b2dc7b229ce26dc7e0e565577c455f8274 on."""
+    from kubernetes import client as k8s
+
+    wait = 0.5
+    with Simulator(settings=replace(FAST, too_large_wait_s=wait, git_version=version)) as s:
+        s.start()
+        apply_run(s, "llm")
+        api = k8s.ApiClient(k8s.Configuration(host=s.base_url))
+        core = k8s.CoreV1Api(api)
+        current = s.store.resource_version
+        ahead = str(current + 100)
+        t0 = time.monotonic()
+        with pytest.raises(k8s.ApiException) as err:
+            core.list_pod_for_all_namespaces(resource_version=ahead, resource_version_match="Exact", limit=10)
+        assert time.monotonic() - t0 < wait  # no wait for the version
+        assert err.value.status == 500
+        body = orjson.loads(err.value.body)
+        assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": "etcdserver: mvcc: required revision is a future revision", "code": 500}
+        assert "Retry-After" not in err.value.headers
+        assert s.served("too-large", "pods") == 0
+        # The version it has reached is listed exactly; NotOlderThan ahead still waits, then 504.
+        exact = orjson.loads(core.list_pod_for_all_namespaces(
+            resource_version=str(current), resource_version_match="Exact", _preload_content=False).data)
+        assert exact["metadata"]["resourceVersion"] == str(current) and len(exact["items"]) >= 1
+        t0 = time.monotonic()
+        with pytest.raises(k8s.ApiException) as err:
+            core.list_pod_for_all_namespaces(resource_version=ahead, resource_version_match="NotOlderThan")
+        assert err.value.status == 504 and time.monotonic() - t0 >= wait
+        assert s.served("too-large", "pods") == 1
+        # The collector retries a 500 with backoff; it never relists on it.
+        from collector.sources.kube_api import Expired, RetryableSourceError
+
+        with pytest.raises(RetryableSourceError) as raised:
+            KubeApi(api_client_for(s.base_url)).get_json(
+                "/api/v1/pods", [("resourceVersion", ahead), ("resourceVersionMatch", "Exact")])
+        assert not isinstance(raised.value, Expired)
         api.close()
 
 
@@ -338,3 +396,53 @@ def test_bookmark_behind_our_version_means_another_store() -> None:
     with pytest.raises(Expired):
         r._apply({"type": "ERROR", "object": {"kind": "Status", "code": 504, "reason": "Timeout",
                                               "message": "Too large resource version: 900, current: 12"}})
+
+
+@pytest.mark.parametrize("cause", ["reason", "message", "none"])
+def test_too_large_answer_of_every_server_age_means_relist(cause: Literal["reason", "message", "none"]) -> None:
+    """The simulator answers "too large resource version" as API servers of each age did (the cause's
+    reason from 1.18.6, its message only 1.17.0-1.18.5, no cause before); the collector files each
+    under Expired (relist), for a list (an HTTP error) and a watch (an ERROR event after 200)."""
+    from collector.sources.kube_api import Expired
+
+    with Simulator(settings=replace(FAST, too_large_wait_s=0.1, too_large_cause=cause)) as s:
+        s.start()
+        apply_run(s, "llm")
+        ahead = str(s.store.resource_version + 100)
+        kube = KubeApi(api_client_for(s.base_url))
+        with pytest.raises(Expired, match="HTTP 504"):
+            kube.get_json("/api/v1/pods", [("resourceVersion", ahead), ("resourceVersionMatch", "NotOlderThan")])
+        sink_ = _Sink()
+        r = Reflector(kube, Resource("Pod", "", "v1", "pods"), sink_, lambda: T0, watch_timeout_s=5)  # type: ignore[arg-type]
+        r.resource_version = ahead
+        with pytest.raises(Expired, match="Timeout"):
+            r.watch_once()
+        assert s.served("too-large", "pods") == 2
+
+
+def test_too_large_is_read_by_its_cause_first() -> None:
+    """The ResourceVersionTooLarge cause decides, whatever the message says (a server that words it
+    otherwise); without the cause, only a 504 Timeout with those words is one; other 504s are not."""
+    from collector.sources.kube_api import Expired, RetryableSourceError, classify, is_too_large_rv
+
+    cause = {"causes": [{"reason": "ResourceVersionTooLarge", "message": "zu neu"}], "retryAfterSeconds": 1}
+    reworded = {"kind": "Status", "code": 504, "reason": "Timeout", "message": "Timeout: 900 > 12", "details": cause}
+    assert is_too_large_rv(504, reworded)
+    assert isinstance(classify(504, orjson.dumps(reworded), "GET /api/v1/pods"), Expired)
+    sink_ = _Sink()
+    r = Reflector(None, Resource("Pod", "", "v1", "pods"), sink_, lambda: T0)  # type: ignore[arg-type]
+    with pytest.raises(Expired):
+        r._apply({"type": "ERROR", "object": reworded})
+    # Other timeouts are plain retryable errors, not a reason to drop our state and relist.
+    other = {"kind": "Status", "code": 504, "reason": "Timeout", "message": "Timeout: request did not complete"}
+    assert not is_too_large_rv(504, other)
+    err = classify(504, orjson.dumps(other), "GET /api/v1/pods")
+    assert isinstance(err, RetryableSourceError) and not isinstance(err, Expired)
+    with pytest.raises(Exception) as raised:
+        r._apply({"type": "ERROR", "object": other})
+    assert not isinstance(raised.value, Expired)
+    # The words alone count only on a timeout; a cause-less 500 that quotes them is not one.
+    assert not is_too_large_rv(500, {"code": 500, "reason": "InternalError",
+                                     "message": "Too large resource version: 9, current: 1"})
+    assert is_too_large_rv(504, {"code": 504, "message": "Timeout: Too large resource version: 9, current: 1"})
+    assert not is_too_large_rv(504, None)
