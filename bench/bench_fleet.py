@@ -68,6 +68,42 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
+def heap_stats() -> dict[str, float]:
+    """Where the RSS is, in MiB: Python's small-object allocator (blocks in use, free blocks in its
+    arenas) and glibc malloc (in use, free but not returned: fragmentation), from
+    sys._debugmallocstats and mallinfo2."""
+    import ctypes
+    import re
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    m = libc.mallinfo2()
+    r, w = os.pipe()
+    saved = os.dup(2)
+    os.dup2(w, 2)
+    try:
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    text = b"".join(chunks).decode()
+
+    def total(label: str) -> float:
+        found = re.search(r"# bytes in " + label + r"\D*=\s*([\d,]+)", text)
+        return int(found.group(1).replace(",", "")) / 2**20 if found else float("nan")
+    return {"py_used": total("allocated blocks"), "py_free": total("available blocks"),
+            "malloc_used": m.uordblks / 2**20, "malloc_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
+
+
 def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -124,6 +160,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(2)  # let the first ticks pass
     gc.collect()
     steady = rss_bytes()
+    heap = heap_stats()
+    import ctypes
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
+    heap["trimmed"] = rss_bytes() / 2**20
     c0, w0, reads0, read_s0 = cpu_s(), time.monotonic(), *log_reads
     time.sleep(idle_s)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
@@ -151,7 +191,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
-               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out})
+               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any) -> None:
@@ -407,6 +447,11 @@ def main() -> None:
               f"{r['peak'] / mib:>9.0f} {r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} "
               f"{r['idle_core']:>10.3f} {r['tick_s']:>7.1f} {r['late_s']:>7.1f} "
               f"{str(r['rechecked']) + '/' + str(r['rechecked_late']):>15}")
+    for r in results:
+        h = r["heap"]
+        print(f"{r['variant']}: steady heap (MiB): Python objects {h['py_used']:.0f} (+{h['py_free']:.0f} free in "
+              f"its arenas), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
+              f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in results:
         if r["variant"] == "logs":
             per = r["log_read_s"] / max(1, r["log_reads"])
