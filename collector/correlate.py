@@ -220,7 +220,7 @@ class RunIndex:
 
     def upsert(self, rec: ObjectRecord) -> None:
         key = rec.ref.key
-        if not self.all_events and isinstance(rec.facts, EventFacts) and not claims_read(rec.facts):
+        if not self.keeps(rec):
             if key in self._objects:
                 self.delete(rec.ref)
             return
@@ -249,6 +249,11 @@ class RunIndex:
             if short != (key in self._gpu_short):
                 (self._gpu_short.add if short else self._gpu_short.discard)(key)
                 self._gpu_short_view = None
+
+    def keeps(self, rec: ObjectRecord) -> bool:
+        """Whether `upsert` keeps this record (only Events no claim reads are let go). Reads nothing
+        that changes: safe from a reflector thread."""
+        return self.all_events or not isinstance(rec.facts, EventFacts) or claims_read(rec.facts)
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
