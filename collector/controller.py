@@ -299,15 +299,17 @@ class Controller:
     def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
         # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
         recs: list[ObjectRecord] = []
-        # Events no claim reads (most of a fleet's) are not held until the list ends: the index
-        # would let them go anyway; they pass to the loop in batches, to be exported.
+        # Without an exporter, Events no claim reads (most of a fleet's) are not held until the list
+        # ends: the index lets them go anyway. (An exporter gets them at the list's end, as before,
+        # when the objects they regard are more likely indexed, so their rows name their run.)
         passing: list[ObjectRecord] = []
+        pass_through = self.sink is None
         for obj in objs:
             rec = self._normalize(resource, obj)
             if rec is not None:
                 if self.capture is not None:
                     self.capture.observe(rec.ref, obj)
-                if self.index.keeps(rec):
+                if not pass_through or self.index.keeps(rec):
                     recs.append(rec)
                     continue
                 passing.append(rec)

@@ -128,3 +128,74 @@ def test_the_kept_sets_cover_what_the_claims_read() -> None:
     read = blocked.AUTOSCALER_REASONS | blocked.DEVICE_REASONS | {"FailedScheduling"}
     assert read <= CLAIM_EVENT_REASONS
     assert {"Workload", "NodeClaim"} == CLAIM_EVENT_KINDS
+
+
+class _Sink:
+    """An EvidenceSink that records the Events it is handed (as the ADX exporter would row them)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def open(self) -> None: ...
+    def claims(self, runs: Any) -> None: ...
+    def track(self, runs: Any, *, led_until: Any = None) -> None: ...
+    def signal(self, *a: Any) -> None: ...
+    def close(self) -> None: ...
+
+    def event(self, rec: ObjectRecord, run: str) -> None:
+        self.events.append((rec.ref.name, run))
+
+
+def test_the_controller_exports_the_events_it_does_not_keep() -> None:
+    """The index of a live controller holds only the kept Events, with or without an exporter (without
+    one, the relist passes the others to the loop in batches instead of holding them); with one,
+    every Event is exported, and one that arrives by watch names its run."""
+    import time
+    from dataclasses import replace
+
+    from collector.controller import Controller
+    from collector.settings import ControllerSettings, Settings
+    from collector.sources.kube_api import KubeApi, api_client_for
+    from kubesim.clock import ManualClock
+    from kubesim.server import Simulator, SimulatorSettings
+
+    objs, expect = _cluster()
+    kept = {n for n, w in expect.items() if w == "kept"}
+    clock = ManualClock(NOW)
+    cfg = replace(ControllerSettings(), tick=timedelta(seconds=0.2), leader_election=False,
+                  log_poll_interval=timedelta(0), ray_poll_interval=timedelta(0), watch_timeout_s=5)
+
+    def wait(pred: Any, what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not pred():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    with Simulator(clock=clock, settings=SimulatorSettings(bookmark_interval_s=0.5)) as sim:
+        sim.start()
+        sim.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        for o in objs:  # as a client sends them: the server assigns uid and resourceVersion
+            meta = {k: v for k, v in o["metadata"].items() if k not in ("uid", "resourceVersion")}
+            sim.apply({**o, "metadata": meta})
+        for sink in (None, _Sink()):
+            c = Controller(KubeApi(api_client_for(sim.base_url)), Settings(controller=cfg), clock.now, sink=sink)
+            ops: list[str] = []
+            put = c._put
+            c._put = lambda ch, put=put, ops=ops: (ops.append(ch.op), put(ch))[1]  # type: ignore[method-assign]
+            c.open()
+            try:
+                wait(lambda c=c: c.ready.is_set() and len(c.claims) == 1, "controller ready")
+                assert {k[2] for k in c.index.keys_of_kind("Event")} == kept
+                # without an exporter the relist passed the dropped Events on in batches; with one, not
+                assert ("listed" in ops) is (sink is None), ops
+                if sink is None:
+                    continue
+                assert {name for name, _ in sink.events} == set(expect)  # the relist exported every one
+                pulled = next(o for o in objs if o["metadata"]["name"] == "llm-w1.pulled")
+                sim.apply({**pulled, "metadata": {"name": "llm-w1.pulled-again", "namespace": NS}})  # a watch event
+                wait(lambda sink=sink: ("llm-w1.pulled-again", "llm") in sink.events,
+                     f"watched Event not exported: {sink.events}")
+                time.sleep(0.3)
+                assert {k[2] for k in c.index.keys_of_kind("Event")} == kept
+            finally:
+                c.close()
