@@ -24,14 +24,18 @@ Variants, all in the same run:
              when its claims are due to change by the clock (RunClaims.recheck_at)
   tick-only  paged without those per-run re-evaluations: ageing evidence waits for the full pass
              (the path before them, to show what keeping the deadlines costs)
+  logs       paged with container logs polled every 30 s as deployed (the others poll none): what
+             the log poller costs at fleet size (measured only: targets, GETs, seconds per GET)
 
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
-scenario engine, through the simulator's HTTP API like `taugrid-evidence simulator` (TauRuns,
-RayJobs, Workloads, pods bound, pulled, started, Events, log lines), on a manual clock stepped from
-time zero to the last submission plus a minute, ending at the present. It reports how long that
-takes (materialize_s, API writes/s) beside the store-API `populate` of the same number of pods in
-the same run (the baseline: no HTTP, no lifecycle). --scale S multiplies the scenario's run and
-node counts (a quick run: --scale 0.05).
+scenario engine (TauRuns, RayJobs, Workloads, pods bound, pulled, started, Events, log lines) on a
+manual clock stepped from time zero to the last submission plus a minute, ending at the present.
+The engine writes straight into the simulator's store (StoreClient: the handlers' store calls, no
+HTTP; ~20x faster, so the full fleet plays in minutes), or with --http through its HTTP API like
+`taugrid-evidence simulator` (~27 min at full size). The controller then lists and watches that
+store over HTTP as always. It reports how long the play takes (materialize_s, writes/s) beside the
+store-API `populate` of the same number of pods in the same run (no lifecycle). --scale S
+multiplies the scenario's run and node counts (a quick run: --scale 0.05).
 
 --time-lists first times each resource's list alone (no controller): how much of a sync is the API
 server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> | tar -x -C DIR`) is
@@ -64,6 +68,42 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
+def heap_stats() -> dict[str, float]:
+    """Where the RSS is, in MiB: Python's small-object allocator (blocks in use, free blocks in its
+    arenas) and glibc malloc (in use, free but not returned: fragmentation), from
+    sys._debugmallocstats and mallinfo2."""
+    import ctypes
+    import re
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    m = libc.mallinfo2()
+    r, w = os.pipe()
+    saved = os.dup(2)
+    os.dup2(w, 2)
+    try:
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    text = b"".join(chunks).decode()
+
+    def total(label: str) -> float:
+        found = re.search(r"# bytes in " + label + r"\D*=\s*([\d,]+)", text)
+        return int(found.group(1).replace(",", "")) / 2**20 if found else float("nan")
+    return {"py_used": total("allocated blocks"), "py_free": total("available blocks"),
+            "malloc_used": m.uordblks / 2**20, "malloc_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
+
+
 def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -89,10 +129,26 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         from collector.recheck import Rechecks
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
+    logs = variant == "logs"  # paged, with container logs polled as deployed (every 30 s)
     settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
-                                           log_poll_interval=timedelta(0)))
+                                           log_poll_interval=timedelta(seconds=30 if logs else 0)))
+    log_reads = [0, 0.0]  # GETs of a pod log, and seconds spent in them
+
+    def counted(get_text: Any) -> Any:
+        def get(path: str, query: Any = ()) -> bytes:
+            t = time.monotonic()
+            try:
+                out: bytes = get_text(path, query)
+                return out
+            finally:
+                if path.endswith("/log"):
+                    log_reads[0] += 1
+                    log_reads[1] += time.monotonic() - t
+        return get
     shift = [timedelta(0)]  # the controller's clock: wall time, jumped forward for the ageing figure
-    c = ctl.Controller(KubeApi(api_client_for(url)), settings, lambda: datetime.now(UTC) + shift[0])
+    api = KubeApi(api_client_for(url))
+    api.get_text = counted(api.get_text)  # type: ignore[method-assign]
+    c = ctl.Controller(api, settings, lambda: datetime.now(UTC) + shift[0])
     rss0 = rss_bytes()
     t0 = time.monotonic()
     c.open()
@@ -104,9 +160,15 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(2)  # let the first ticks pass
     gc.collect()
     steady = rss_bytes()
-    c0, w0 = cpu_s(), time.monotonic()
+    heap = heap_stats()
+    import ctypes
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
+    heap["trimmed"] = rss_bytes() / 2**20
+    c0, w0, reads0, read_s0 = cpu_s(), time.monotonic(), *log_reads
     time.sleep(idle_s)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
+    logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0,
+                "log_read_s": log_reads[1] - read_s0}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
@@ -129,7 +191,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
-               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late})
+               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any) -> None:
@@ -167,7 +229,66 @@ def time_lists(url: str) -> None:
     print(f"  all lists one after another: {total:.1f} s", flush=True)
 
 
-def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int) -> None:
+class StoreClient:
+    """The scenario engine's client, writing straight into a simulator's store: the handlers' store
+    calls without HTTP (bodies and answers copied through JSON, as over the wire). Only the calls
+    the engine makes; a full-size fleet plays in minutes instead of half an hour."""
+
+    def __init__(self, sim: Any) -> None:
+        import orjson
+
+        from kubesim.clock import parse_time
+        from kubesim.patch import MERGE_PATCH, apply_patch
+
+        self.sim, self._json, self._time = sim, orjson, parse_time
+        self._merge = lambda cur, body: apply_patch(cur, body, MERGE_PATCH)
+
+    def _copy(self, obj: Any) -> Any:
+        return self._json.loads(self._json.dumps(obj))
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        rt = self.sim.resource(obj["apiVersion"], obj["kind"])
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        out: dict[str, Any] = self._copy(self.sim.store.create(rt, ns, self._copy(obj)))
+        return out
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._copy(self.sim.store.get(self.sim.resource(api_version, kind), namespace, name))
+        return out
+
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any],
+              sub: str = "") -> dict[str, Any]:
+        body = self._copy(body)
+        out: dict[str, Any] = self.sim.store.patch(self.sim.resource(api_version, kind), namespace, name,
+                                                   lambda cur: self._merge(cur, body), subresource=sub)
+        return out  # the engine does not read it
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.sim.store.delete(self.sim.resource(api_version, kind), namespace, name,
+                                                    propagation="Background")
+        return out
+
+    def bind(self, namespace: str, pod: str, node: str) -> None:
+        from kubesim.errors import ApiError
+
+        def bind(obj: dict[str, Any]) -> dict[str, Any]:  # as the pods/binding handler does
+            if (obj.get("spec") or {}).get("nodeName"):
+                raise ApiError(409, f"pod {pod} is already assigned", reason="Conflict")
+            return {**obj, "spec": {**(obj.get("spec") or {}), "nodeName": node}}
+        self.sim.store.patch(self.sim.resource("v1", "Pod"), namespace, pod, bind)
+
+    def append_log(self, namespace: str, pod: str, container: str, lines: list[str], when: str = "") -> None:
+        self.sim.store.append_log(namespace, pod, container, [str(x) for x in lines],
+                                  self._time(when) if when else None)
+
+    def rotate_log(self, namespace: str, pod: str, container: str) -> None:
+        self.sim.store.rotate_log(namespace, pod, container)
+
+    def close(self) -> None:
+        pass
+
+
+def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int, http: bool) -> None:
     """The simulator with the scenario engine in one process (as `taugrid-evidence simulator` runs them)."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -188,6 +309,8 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
     sim = Simulator(clock=clock, settings=SimulatorSettings(seed=sc.seed, watch_window=window))
     url = sim.start("127.0.0.1:0")
     engine = ScenarioEngine(sc, url, clock)
+    if not http:
+        engine.client = StoreClient(sim)  # type: ignore[assignment]
     t0, c0 = time.monotonic(), cpu_s()
     engine.step_to(0.0)  # the cluster: nodes, queues, profiles
     setup_s = time.monotonic() - t0
@@ -216,10 +339,11 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
 class ScenarioSim:
     """A simulator process filled by playing a scenario file."""
 
-    def __init__(self, cpu: int | None, path: Path, scale: float, window: int) -> None:
+    def __init__(self, cpu: int | None, path: Path, scale: float, window: int, http: bool = False) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window), daemon=True)
+        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window, http),
+                                daemon=True)
         self.proc.start()
         self.info: dict[str, Any] = self.conn.recv()
         self.url: str = self.info["url"]
@@ -231,13 +355,13 @@ class ScenarioSim:
             self.proc.terminate()
 
 
-def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None) -> ScenarioSim:
+def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, http: bool) -> ScenarioSim:
     """Play the scenario; print its figures beside the store-API populate of as many pods (same run)."""
-    sim = ScenarioSim(cpu, path, scale, 10_000)
+    sim = ScenarioSim(cpu, path, scale, 10_000, http)
     i = sim.info
     print(f"scenario {path} (scale {scale:g}): {i['runs']} runs, {i['nodes']} nodes -> {i['pods']} pods "
           f"({i['running']} Running) in {i['materialize_s']:.0f} s wall, {i['cpu_s']:.0f} CPU-s "
-          f"(nodes and queues {i['setup_s']:.1f} s); {i['writes']} API writes, "
+          f"(nodes and queues {i['setup_s']:.1f} s); {i['writes']} writes {'over HTTP' if http else 'in-process'}, "
           f"{i['writes'] / i['materialize_s']:.0f} writes/s; errors {i['errors'] or 'none'}", flush=True)
     base = SimProcess(cpu, 10_000)
     try:
@@ -281,6 +405,8 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs 0 and 1")
     ap.add_argument("--scenario", type=Path, help="fill the cluster by playing this scenario file (see above)")
     ap.add_argument("--scale", type=float, default=1.0, help="with --scenario: multiply its run and node counts")
+    ap.add_argument("--http", action="store_true", help="with --scenario: play it through the simulator's HTTP API "
+                    "(as `taugrid-evidence simulator` does; ~27 min at full size) instead of into its store directly")
     ap.add_argument("--before-tree", default="", help="variant `before`: paged, with the collector of this source "
                     "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
@@ -293,7 +419,7 @@ def main() -> None:
     nodes = a.nodes or max(1, a.pods // 10)
     sim: SimProcess | ScenarioSim
     if a.scenario is not None:
-        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None)
+        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None, a.http)
     else:
         sim = SimProcess(1 if pin else None, 10_000)
     try:
@@ -321,6 +447,17 @@ def main() -> None:
               f"{r['peak'] / mib:>9.0f} {r['steady'] / mib:>11.0f} {r['peak'] / r['steady']:>12.2f} "
               f"{r['idle_core']:>10.3f} {r['tick_s']:>7.1f} {r['late_s']:>7.1f} "
               f"{str(r['rechecked']) + '/' + str(r['rechecked_late']):>15}")
+    for r in results:
+        h = r["heap"]
+        print(f"{r['variant']}: steady heap (MiB): Python objects {h['py_used']:.0f} (+{h['py_free']:.0f} free in "
+              f"its arenas), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
+              f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
+    for r in results:
+        if r["variant"] == "logs":
+            per = r["log_read_s"] / max(1, r["log_reads"])
+            print(f"logs: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in the idle "
+                  f"{a.idle_s:.0f} s ({r['log_reads'] / a.idle_s:.1f}/s, {1000 * per:.1f} ms each); "
+                  f"a full pass needs {r['log_targets'] * per:.0f} s")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

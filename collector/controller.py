@@ -80,7 +80,7 @@ class _PollTargets:
 
 @dataclass(slots=True)
 class _Change:
-    op: str  # "upsert" | "delete" | "replace" | "synced" | "log" | "error" | "restart" | "worker"
+    op: str  # "upsert" | "delete" | "replace" | "listed" | "synced" | "log" | "error" | "restart" | "worker"
     resource: Resource | None
     payload: Any
     received: float = 0.0  # time.monotonic() when queued (`_put`); 0 inside a batch
@@ -301,12 +301,25 @@ class Controller:
     def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
         # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
         recs: list[ObjectRecord] = []
+        # Without an exporter, Events no claim reads (most of a fleet's) are not held until the list
+        # ends: the index lets them go anyway. (An exporter gets them at the list's end, as before,
+        # when the objects they regard are more likely indexed, so their rows name their run.)
+        passing: list[ObjectRecord] = []
+        pass_through = self.sink is None
         for obj in objs:
             rec = self._normalize(resource, obj)
             if rec is not None:
-                recs.append(rec)
                 if self.capture is not None:
                     self.capture.observe(rec.ref, obj)
+                if not pass_through or self.index.keeps(rec):
+                    recs.append(rec)
+                    continue
+                passing.append(rec)
+                if len(passing) >= 500:
+                    self._put(_Change("listed", resource, passing))
+                    passing = []
+        if passing:
+            self._put(_Change("listed", resource, passing))
         self._put(_Change("replace", resource, recs))
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
@@ -427,6 +440,10 @@ class Controller:
         elif c.op == "replace":
             assert r is not None
             self._replace(r, c.payload)
+        elif c.op == "listed":  # a list's Events that the index does not keep (see replace)
+            assert r is not None
+            for rec in c.payload:
+                self._upsert(r, rec)
         elif c.op == "synced":
             assert r is not None
             self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload

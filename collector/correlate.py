@@ -47,6 +47,25 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
 EVENTS_PER_OBJECT = 32
 MAX_DEPTH = 8
+# What the claims read of Events (collector/claims/blocked.py, evidence() below), so a live index keeps:
+# every Event that is not Normal; Normal ones about a Workload (the queue-admission evidence) or a
+# NodeClaim; the reasons the scheduling and device stages look for, whatever their type; and any whose
+# message names a NodeClaim. The rest (kubelet's Scheduled, Pulling, Pulled, Created, Started, the
+# operators' CreatedWorkerPod, ...) are ~95% of a fleet's Events and no claim reads them: a live
+# index does not keep them (they are exported at upsert all the same). tests/scale checks these sets
+# against the claims'.
+CLAIM_EVENT_REASONS = frozenset({
+    "FailedScheduling",  # the scheduler's word on unbound pods
+    "TriggeredScaleUp", "NotTriggerScaleUp", "Nominated",  # node provisioners (Normal)
+    "UnexpectedAdmissionError", "FailedPrepareDynamicResources", "FailedAllocateResource",  # devices
+})
+CLAIM_EVENT_KINDS = frozenset({"Workload", "NodeClaim"})
+
+
+def claims_read(f: EventFacts) -> bool:
+    """Whether any claim can read this Event (see CLAIM_EVENT_REASONS)."""
+    return (f.type != "Normal" or f.reason in CLAIM_EVENT_REASONS or f.regarding.kind in CLAIM_EVENT_KINDS
+            or "nodeclaim/" in f.message)
 
 
 @dataclass(slots=True)
@@ -173,10 +192,15 @@ def _adopted(rec: ObjectRecord) -> list[Key]:
 
 
 class RunIndex:
-    """Objects by key, parent/child links, logs, and source freshness."""
+    """Objects by key, parent/child links, logs, and source freshness.
 
-    def __init__(self, contract: TauGridContract | None = None) -> None:
+    A live index (the controller's) keeps only the Events a claim can read (`claims_read`); with
+    `all_events` (dumps, through build_index) it keeps every Event, for bundles and explain.
+    """
+
+    def __init__(self, contract: TauGridContract | None = None, *, all_events: bool = False) -> None:
         self.tau_cluster_name = (contract or TauGridContract()).cluster_name
+        self.all_events = all_events
         self._inferred: set[Key] = set()  # roots made up from their pods (see infer_missing_roots)
         self._gpu_short: set[Key] = set()  # nodes whose device plugin advertises fewer GPUs than installed
         self._gpu_short_view: list[Key] | None = None  # the first few, sorted; rebuilt after a change
@@ -196,6 +220,10 @@ class RunIndex:
 
     def upsert(self, rec: ObjectRecord) -> None:
         key = rec.ref.key
+        if not self.keeps(rec):
+            if key in self._objects:
+                self.delete(rec.ref)
+            return
         old = self._objects.get(key)
         self._objects[key] = rec
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
@@ -221,6 +249,11 @@ class RunIndex:
             if short != (key in self._gpu_short):
                 (self._gpu_short.add if short else self._gpu_short.discard)(key)
                 self._gpu_short_view = None
+
+    def keeps(self, rec: ObjectRecord) -> bool:
+        """Whether `upsert` keeps this record (only Events no claim reads are let go). Reads nothing
+        that changes: safe from a reflector thread."""
+        return self.all_events or not isinstance(rec.facts, EventFacts) or claims_read(rec.facts)
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
@@ -526,7 +559,8 @@ def _inferred_root(pod: ObjectRecord, f: PodFacts, objects: Mapping[Key, ObjectR
 
 
 def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | None = None) -> RunIndex:
-    idx = RunIndex(contract)
+    """The index of a dump: every Event kept (a dump is bounded, and bundles and explain show them)."""
+    idx = RunIndex(contract, all_events=True)
     for r in records:
         idx.upsert(r)
     return idx

@@ -10,14 +10,15 @@ from collector.kube import normalize
 from collector.model import EventFacts, Ref
 
 
-def _event(name: str, pod: str, reason: str, at: str, last: str | None = None) -> dict[str, object]:
+def _event(name: str, pod: str, reason: str, at: str, last: str | None = None,
+           type_: str = "Normal") -> dict[str, object]:
     # Decoded from bytes, as a list page is: every string a fresh object.
     raw: dict[str, object] = orjson.loads(orjson.dumps({
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
         "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "7",
                      "creationTimestamp": at},
         "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": "team-a", "name": pod, "uid": f"uid-{pod}"},
-        "note": f"Started container {reason}", "reason": reason, "type": "Normal",
+        "note": f"Started container {reason}", "reason": reason, "type": type_,
         "reportingController": "kubelet", "deprecatedFirstTimestamp": at, "deprecatedLastTimestamp": last or at,
         "eventTime": at,
     }))
@@ -59,7 +60,9 @@ def test_events_still_link_to_their_pod_and_run() -> None:
         "spec": {}, "status": {},
     }))
     idx = RunIndex()
-    for raw in (job, pod, *(_event(f"w0.{i}", "run-1-w0", "Pulled", f"2026-12-01T06:00:0{i}Z") for i in range(5))):
+    # Warnings: a live index does not keep Normal kubelet Events (tests/scale/test_event_keep.py)
+    for raw in (job, pod, *(_event(f"w0.{i}", "run-1-w0", "BackOff", f"2026-12-01T06:00:0{i}Z", type_="Warning")
+                            for i in range(5))):
         n = normalize(raw)
         assert n.record is not None
         idx.upsert(n.record)
@@ -68,7 +71,7 @@ def test_events_still_link_to_their_pod_and_run() -> None:
     assert [e.ref.name for e in ev.events] == [f"w0.{i}" for i in range(5)]
     assert idx.root_of(Ref("Event", "team-a", "w0.3")) == root
     # the links are replaced, not duplicated, when an Event is updated
-    n = normalize(_event("w0.4", "run-1-w0", "Pulled", "2026-12-01T06:00:09Z"))
+    n = normalize(_event("w0.4", "run-1-w0", "BackOff", "2026-12-01T06:00:09Z", type_="Warning"))
     assert n.record is not None
     idx.upsert(n.record)
     assert len(idx.evidence(root).events) == 5
