@@ -63,6 +63,22 @@ KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
 MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 
+def shared_labels(kept: dict[str, str]) -> Mapping[str, str]:
+    """One read-only mapping per distinct set of kept labels: the pods of a group (and a run's
+    other objects) carry the same ones, and a mapping per record was ~0.5 KB each at fleet size.
+    Bounded by clearing; a refill costs one mapping per distinct set."""
+    key = tuple(kept.items())
+    shared = _SHARED_LABELS.get(key)
+    if shared is None:
+        if len(_SHARED_LABELS) >= 1 << 16:
+            _SHARED_LABELS.clear()
+        shared = MappingProxyType({sys.intern(k): v for k, v in key})
+        _SHARED_LABELS[tuple(shared.items())] = shared
+    return shared
+
+
+_SHARED_LABELS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
 KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
                          "ray.io/originated-from-crd", "ray.io/originated-from-cr-name",
                          KUBEFLOW_OPERATOR_LABEL, KARPENTER_NODEPOOL_LABEL, *(k for k, _ in JOB_NAME_LABELS),
@@ -348,7 +364,7 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
         # Only the labels correlation reads: a fleet's pods carry dozens it never looks at.
         kept = {k: sys.intern(str(v)) for k, v in labels_raw.items() if k in KEPT_LABELS}
         if kept:
-            labels = MappingProxyType(kept)
+            labels = shared_labels(kept)
     else:
         r.problem("metadata.labels: expected a mapping")
     owners: list[OwnerRef] = []

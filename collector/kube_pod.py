@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -274,7 +273,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     newest = created
     labels_raw = meta.labels or {}
     kept = {k: _intern(v) for k, v in labels_raw.items() if k in kube.KEPT_LABELS}
-    labels = MappingProxyType(kept) if kept else kube._NO_LABELS
+    labels = kube.shared_labels(kept) if kept else kube._NO_LABELS
     owners = []
     for o in meta.ownerReferences or ():
         if not o.kind or not o.name:
