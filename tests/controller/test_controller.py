@@ -229,7 +229,10 @@ def _diff(a: Any, b: Any, path: str = "") -> list[str]:
 def test_leader_election_exports_from_one_replica(sim: Simulator) -> None:
     clock = Clock(T0)
     apply_run(sim, "llm")
-    kw = dict(leader_election=True, lease_renew=timedelta(seconds=0.2), lease_duration=timedelta(seconds=1),
+    # A Lease of 4 s, not 1 s: expiry is measured on each replica's own clock, and a leader starved of
+    # CPU for a second on a loaded machine lost it mid-test (a standby that exports). Failover below
+    # does not wait for it: close() releases the Lease.
+    kw = dict(leader_election=True, lease_renew=timedelta(seconds=0.2), lease_duration=timedelta(seconds=4),
               lease_namespace="default")
     a = start(sim, clock, **kw)
     b = start(sim, clock, **kw)
