@@ -31,6 +31,7 @@ from exporters.adx.schema import GPU_SAMPLES, GPU_XIDS, KUBE_EVENTS, PROGRESS_SA
 Row = dict[str, Any]
 MAX_EVIDENCE = 8
 MAX_VALUE = 256
+_TICK = timedelta(microseconds=1)  # the finest step every store of the Timestamp keeps
 
 
 def row_id(*parts: object) -> str:
@@ -101,13 +102,13 @@ def _value(v: Any) -> Any:
 
 
 def claim_row(rc: RunClaims, name: str, claim: Claim, previous: str, cluster: str,
-              previous_since: datetime | None = None) -> Row:
+              previous_since: datetime | None = None, at: datetime | None = None) -> Row:
     """A transition's row. Its RowId is made of the transition (from the previous verdict and its
     since to this one), so a claim going the same way again later is a new row, while replicas that
     saw the same transition write it under the same id."""
     ev = claim.evidence[:MAX_EVIDENCE]
     return {
-        "Timestamp": rfc3339(rc.evaluated_at),
+        "Timestamp": rfc3339(at or rc.evaluated_at),
         "RowId": row_id(cluster, _identity(rc), name, previous, rfc3339(previous_since), claim.verdict.value,
                         claim.observed.value, rfc3339(claim.since)),
         **_run_columns(rc, cluster),
@@ -269,6 +270,7 @@ class _ClaimState:
     since: datetime | None  # the claim's `since` as last seen: it moves without a transition too
     row_id: str | None  # the RowId of the transition into this state; None: a standby's first sight (the
     # resume window decides whether it is written on taking over; past it, the leader then wrote it)
+    at: datetime | None = None  # the Timestamp of this state's row
 
 
 class RowBuilder:
@@ -298,10 +300,17 @@ class RowBuilder:
         if st is not None and (st.verdict, st.observed) == (c.verdict.value, c.observed.value):
             st.since = c.since
             return None
+        at = rc.evaluated_at
+        if st is not None and st.at is not None and at <= st.at:
+            # Queries take each claim's latest row by Timestamp, so a claim's rows must not tie: a move
+            # at the instant of its last row (a manual clock, two evaluations between events) is
+            # stamped one microsecond after it. Deferring it instead would hold the final state
+            # back until the clock moved, which a stopped clock or a shutdown never does.
+            at = st.at + _TICK
         previous = st.verdict if st is not None else ""
-        row = claim_row(rc, name, c, previous, self.cluster, st.since if st is not None else None)
+        row = claim_row(rc, name, c, previous, self.cluster, st.since if st is not None else None, at)
         self._claims[key] = _ClaimState(c.verdict.value, c.observed.value, previous, c.since,
-                                        None if st is None and standby else str(row["RowId"]))
+                                        None if st is None and standby else str(row["RowId"]), at)
         return row
 
     def claims(self, runs: Iterable[RunClaims]) -> dict[str, list[Row]]:

@@ -70,6 +70,21 @@ def test_one_snapshot_per_instant() -> None:
     assert snap["BlockedStage"] == "queue-admission" and snap["BlockedOwner"] == "Kueue"
 
 
+def test_a_claims_rows_never_tie_on_timestamp() -> None:
+    """Queries take each claim's latest row by Timestamp: two rows of one claim at one instant (the
+    scenario's manual clock, two evaluations between events) would leave the latest to chance. Each
+    move is still written at once: a stopped clock or a shutdown must not hold the last one back."""
+    b = RowBuilder("c1", timedelta(minutes=1))
+    [first] = [r for r in b.claims([run(T0)])[RUN_CLAIMS.name] if r["Claim"] == "running"]
+    [second] = b.claims([run(T0, Observed.FALSE)])[RUN_CLAIMS.name]
+    [third] = b.claims([run(T0, Observed.UNKNOWN)])[RUN_CLAIMS.name]
+    assert [r["Timestamp"] for r in (first, second, third)] == [
+        "2026-01-10T12:00:00Z", "2026-01-10T12:00:00.000001Z", "2026-01-10T12:00:00.000002Z"]
+    assert (third["PreviousVerdict"], third["Observed"]) == (second["Verdict"], "unknown")
+    [later] = b.claims([run(T0 + timedelta(seconds=1), Observed.TRUE)])[RUN_CLAIMS.name]
+    assert later["Timestamp"] == "2026-01-10T12:00:01Z"  # a clock that moves on is written as it is
+
+
 def event(count: int) -> ObjectRecord:
     facts = EventFacts("Warning", "BackOff", f"Back-off restarting failed container; {SECRET}",
                        Ref("Pod", "research", "llm-0"), "kubelet", T0, T0 + timedelta(minutes=count), count)
