@@ -129,7 +129,8 @@ def test_missing_bookmarks_and_watch_timeouts_resume_without_relisting() -> None
             assert faulted == clean
             assert set(faulted) == {"research/llm", "team-b/fresh", "team-b/gone"}
             assert s.faults.rules()[0].hits > bookmarks0 + len(c.resources)  # the fault held every new watch
-            assert _full_lists(s) - lists0 == 0, f"a reflector relisted: {_reflector_lists(s)[lists0:]}"  # nor did the reference
+            # Nor did the reference.
+            assert _full_lists(s) - lists0 == 0, f"a reflector relisted: {_reflector_lists(s)[lists0:]}"
             assert _relists(c) == relists0
             resumed = [q for verb, _, q in list(s.request_log) if verb == "watch"]
             assert all(q.get("resourceVersion", "") not in ("", "0") for q in resumed[-len(c.resources):])
