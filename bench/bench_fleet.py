@@ -26,6 +26,9 @@ Variants, all in the same run:
              (the path before them, to show what keeping the deadlines costs)
   logs       paged with container logs polled every 30 s as deployed (the others poll none): what
              the log poller costs at fleet size (measured only: targets, GETs, seconds per GET)
+  arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX) before any thread starts
+  mmap       paged, glibc's mmap threshold fixed at 128 KiB (M_MMAP_THRESHOLD)
+  malloc     both
 
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
 scenario engine (TauRuns, RayJobs, Workloads, pods bound, pulled, started, Events, log lines) on a
@@ -108,6 +111,13 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
+    if variant in ("arena2", "malloc", "mmap"):  # paged, with glibc's malloc tuned before any thread starts
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        if variant in ("arena2", "malloc"):
+            libc.mallopt(-8, 2)  # M_ARENA_MAX
+        if variant in ("mmap", "malloc"):
+            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed (no dynamic growth to 32 MiB)
     from collector import controller as ctl
     from collector.settings import ControllerSettings, Settings
     from collector.sources import watch

@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 import orjson
 import yaml
-from kubernetes import config as k8s_config
 
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
@@ -30,6 +29,7 @@ from collector.render import redact_json, render_scan, render_text, safe_text, t
 from collector.safeload import MAX_OBJECT_BYTES
 from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds, resources_for
+from collector.sources.kube_client import ConfigException
 from collector.workers import load_worker_dumps, parse_worker
 from collector.workerwatch import workers_from_specs
 from exporters.prometheus import new_registry
@@ -231,7 +231,7 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
                                token_file=metrics_token_file)
     try:
         api = KubeApi(load_api_client(kubeconfig, context))
-    except (k8s_config.ConfigException, OSError) as e:
+    except (ConfigException, OSError) as e:
         hint = "" if kubeconfig else " (no --kubeconfig given, and not running in a cluster)"
         raise click.ClickException(f"cannot configure the Kubernetes client{hint}: {e}") from e
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as e:
@@ -242,7 +242,7 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
         settings = replace(settings, controller=replace(settings.controller, lease_namespace=_own_namespace()))
     try:
         workers = workers_from_specs(worker_specs, api.clock.now, resources_for(settings.taugrid), settings.taugrid)
-    except (ValueError, k8s_config.ConfigException, OSError, yaml.YAMLError) as e:
+    except (ValueError, ConfigException, OSError, yaml.YAMLError) as e:
         raise click.ClickException(f"--worker: {e}") from e
     registry = new_registry()
     sink = None
@@ -401,7 +401,7 @@ def bundle_create(run: str, dump_dir: Path | None, out: Path | None, at: datetim
         else:
             api = KubeApi(load_api_client(kubeconfig, context))
             where, manifest = bundle_live_cmd(api, run, out, settings)
-    except (ConfigError, CaptureError, SourceError, OSError, k8s_config.ConfigException) as e:
+    except (ConfigError, CaptureError, SourceError, OSError, ConfigException) as e:
         raise click.ClickException(str(e)) from e
     click.echo(where)
     for m in manifest.get("missing") or []:

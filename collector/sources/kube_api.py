@@ -17,12 +17,17 @@ from typing import Any
 
 import orjson
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from collector.settings import TauGridContract
 from collector.sources.chunked import FramingError, StreamEnded, chunked_lines
 from collector.sources.decode import FULL, Decoder
+from collector.sources.kube_client import (
+    ApiClient,
+    ApiException,
+    Configuration,
+    load_incluster_config,
+    load_kube_config,
+)
 
 JSON = dict[str, Any]
 
@@ -141,8 +146,8 @@ def missing_kinds(present: set[str], directory: str) -> dict[str, Any]:
 POOL_SIZE = 64
 
 
-def _configuration() -> k8s_client.Configuration:
-    configuration = k8s_client.Configuration()
+def _configuration() -> Configuration:
+    configuration = Configuration()
     configuration.connection_pool_maxsize = POOL_SIZE
     # No retries inside urllib3: it would sleep out a 429's Retry-After (any length, not
     # interruptible at shutdown, never counted) and hide a dead server behind three silent tries.
@@ -151,20 +156,20 @@ def _configuration() -> k8s_client.Configuration:
     return configuration
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.ApiClient:
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:
     """A client from a kubeconfig file, or the in-cluster service account when none is given."""
     configuration = _configuration()
     if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        load_kube_config(kubeconfig, context, configuration)
     else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    return k8s_client.ApiClient(configuration)
+        load_incluster_config(client_configuration=configuration)
+    return ApiClient(configuration)
 
 
-def api_client_for(host: str) -> k8s_client.ApiClient:
+def api_client_for(host: str) -> ApiClient:
     configuration = _configuration()
     configuration.host = host
-    return k8s_client.ApiClient(configuration)
+    return ApiClient(configuration)
 
 
 TOO_LARGE_CAUSE = "ResourceVersionTooLarge"  # metav1.CauseTypeResourceVersionTooLarge
@@ -211,7 +216,7 @@ def classify(status: int, body: bytes, what: str, *, retry_after: str | None = N
 class KubeApi:
     """GET-only access (plus Lease writes for leader election) returning raw JSON."""
 
-    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 30.0) -> None:
+    def __init__(self, api: ApiClient, *, request_timeout: float = 30.0) -> None:
         self.api = api
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
@@ -234,7 +239,7 @@ class KubeApi:
                                      _request_timeout=(5.0, read_timeout or self.request_timeout))
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise Unreachable(f"{method} {path}: {type(e).__name__}: {e}") from e
-        except k8s_client.ApiException as e:
+        except ApiException as e:
             raise classify(e.status or 0, (e.body or "").encode() if isinstance(e.body, str) else e.body or b"",
                            f"{method} {path}", retry_after=(e.headers or {}).get("Retry-After")) from e
         raw: urllib3.BaseHTTPResponse = resp.response
