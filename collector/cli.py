@@ -22,6 +22,7 @@ from collector.endpoints import HttpOptions
 from collector.environment import check, single_cluster
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
+from collector.malloc import fix_mmap_threshold
 from collector.model import RunClaims
 from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
@@ -222,6 +223,7 @@ def controller(kubeconfig: str | None, context: str | None, config_path: Path | 
                adx_database: str, spool_dir: Path | None, cluster_name: str) -> None:
     """Watch a cluster and keep every run's claims current; serve /metrics, /healthz, /readyz."""
     setup_json_logging(log_level)
+    fix_mmap_threshold()  # before any thread starts
     try:
         settings = load_settings(config_path)
     except ConfigError as e:
