@@ -82,7 +82,7 @@ _POSITIVE = frozenset({
     "claims.evidence_max_age", "claims.taucluster_max_age", "claims.scrape_interval", "claims.stall_multiplier",
     "controller.tick", "controller.batch_max", "controller.queue_max", "controller.watch_timeout_s",
     "controller.lease_duration", "controller.lease_renew", "controller.log_tail_lines",
-    "controller.log_limit_bytes", "controller.agents.port", "bundles.history_versions",
+    "controller.log_limit_bytes", "controller.log_quiet_every", "controller.agents.port", "bundles.history_versions",
 })
 
 

@@ -30,6 +30,7 @@ from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.kube_pod import PodObject, normalize_pod, pod_record
+from collector.logrotation import LogRotation
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -702,16 +703,23 @@ class Controller:
 
     def _poll_logs(self) -> None:
         interval = self.cfg.log_poll_interval.total_seconds()
+        # Quiet containers are read every few passes, and always well inside the evidence's max age.
+        fresh_passes = int(self.settings.claims.evidence_max_age.total_seconds() / 2 // interval)
+        rotation = LogRotation(max(1, min(self.cfg.log_quiet_every, fresh_passes)))
         while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
             targets = list(self._log_targets)
             wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
             for key in [k for k in self._previous_read if k not in wanted]:
                 del self._previous_read[key]
+            rotation.begin_pass(wanted)
             for ref, container, regex, restarts in targets:
                 if self._stop.is_set():
                     return
                 if not regex and (ref.namespace, ref.name) in self._agent_log_pods:
                     continue  # a node agent reads this pod's logs where they are written
+                key = (ref.namespace, ref.name, container)
+                if not rotation.due(key, restarts):
+                    continue
                 try:
                     data = self._previous_log(ref, container, restarts) + self.api.get_text(
                         f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
@@ -719,15 +727,17 @@ class Controller:
                          ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
                     )
                 except SourceError as e:
+                    rotation.failed(key)
                     self._put(_Change("error", None, e))
                     continue
-                self._previous_read[(ref.namespace, ref.name, container)] = restarts
+                self._previous_read[key] = restarts
                 try:
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
                                      custom_regex=regex or None)
                 except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+                rotation.read(key, restarts, progress=bool(scan.samples))
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:

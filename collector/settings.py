@@ -68,6 +68,8 @@ class ControllerSettings:
     log_poll_interval: timedelta = timedelta(seconds=30)
     log_tail_lines: int = 500
     log_limit_bytes: int = 256 * 1024
+    # A container whose last read showed no progress is read every this many passes (collector/logrotation.py)
+    log_quiet_every: int = 4
     leader_election: bool = True
     lease_namespace: str = ""  # "": the controller's own namespace (its service account's)
     lease_name: str = "taugrid-evidence-controller"

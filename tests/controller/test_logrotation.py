@@ -1,0 +1,128 @@
+"""Which container logs a poll pass reads (collector/logrotation.py): progress-carrying containers
+every pass, quiet ones every few passes, a new or restarted one at once; and the live poller
+reading a run that way through the simulator's log endpoint."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from collector.controller import Controller
+from collector.logrotation import LogRotation
+from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.server import Simulator
+from tests.controller.test_controller import T0, Clock, apply_run, settings, wait_until
+
+HEAD, QUIET = ("ns", "run-head", "main"), ("ns", "run-w1", "main")
+
+
+def _passes(rot: LogRotation, passes: int, progress: dict[tuple[str, str, str], bool]) -> list[set[str]]:
+    """The pods read in each pass."""
+    out = []
+    for _ in range(passes):
+        rot.begin_pass(progress)
+        read = set()
+        for key, has_steps in progress.items():
+            if rot.due(key, 0):
+                rot.read(key, 0, has_steps)
+                read.add(key[1])
+        out.append(read)
+    return out
+
+
+def test_progress_every_pass_quiet_ones_every_nth_spread_evenly() -> None:
+    quiet = {("ns", f"run-w{i}", "main"): False for i in range(400)}
+    passes = _passes(LogRotation(4), 13, {HEAD: True, **quiet})
+    assert all("run-head" in p for p in passes)
+    assert len(passes[0]) == 401  # all read once at first
+    for p in passes[1:]:  # then a quarter of the quiet ones each pass, not all of them every fourth
+        assert 70 <= len(p) - 1 <= 130, [len(p) for p in passes]
+    for key in quiet:  # each exactly every 4 passes after its first slot, never more than 4 apart
+        at = [i for i, p in enumerate(passes) if key[1] in p]
+        assert at[0] == 0 and 1 <= at[1] <= 4 and all(b - a == 4 for a, b in zip(at[1:], at[2:], strict=False)), at
+    assert all(len(p) == 401 for p in _passes(LogRotation(1), 3, {HEAD: True, **quiet}))
+
+
+def test_new_restarted_and_failed_reads_are_due_at_once() -> None:
+    rot = LogRotation(10)
+    rot.begin_pass([QUIET])
+    assert rot.due(QUIET, 0)  # never read
+    rot.read(QUIET, 0, progress=False)
+    assert not rot.due(QUIET, 0)  # not twice in a pass
+    assert rot.due(QUIET, 1)  # restarted since: its previous log is read now, not passes later
+    rot.failed(QUIET)
+    assert rot.due(QUIET, 0)
+    rot.read(QUIET, 0, progress=False)
+    rot.begin_pass([])  # no longer polled: forgotten
+    rot.begin_pass([QUIET])
+    assert rot.due(QUIET, 0)
+
+
+def test_a_container_that_starts_printing_steps_is_read_every_pass_from_then() -> None:
+    rot = LogRotation(3)
+    rot.begin_pass([QUIET])
+    rot.read(QUIET, 0, progress=False)
+    gaps = 0
+    while True:
+        rot.begin_pass([QUIET])
+        gaps += 1
+        if rot.due(QUIET, 0):
+            break
+    assert 1 <= gaps <= 3
+    rot.read(QUIET, 0, progress=True)
+    for _ in range(3):
+        rot.begin_pass([QUIET])
+        assert rot.due(QUIET, 0)
+
+
+def test_quiet_every_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="quiet_every must be at least 1"):
+        LogRotation(0)
+
+
+WATCHDOG = ("[rank2]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 2] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, "
+            "Timeout(ms)=600000) ran for 600060 milliseconds before timing out.")
+
+
+def test_live_poller_reads_the_quiet_ranks_less_and_still_sees_their_hang() -> None:
+    """Rank 0 prints steps, ranks 1 and 2 print nothing: rank 0 is read every pass, the others
+    every third; a watchdog timeout that rank 2 prints later still reaches the run's evidence."""
+    clock = Clock(T0)
+    with Simulator(watch_window=50, clock=clock) as sim:
+        sim.start()
+        apply_run(sim, "llm", workers=3)  # profile a100-2x8
+        for i in range(5):
+            at = T0 - timedelta(seconds=50 - 10 * i)
+            sim.store.append_log("research", "llm-w0", "main", [f"[{at:%H:%M:%S}] my-trainer step={i + 1}"], at)
+        api = KubeApi(api_client_for(sim.base_url))
+        reads: Counter[str] = Counter()
+        get_text = api.get_text
+
+        def counted(path: str, query: Any = ()) -> bytes:
+            if path.endswith("/log"):
+                reads[path.split("/")[-2]] += 1
+            out: bytes = get_text(path, query)
+            return out
+        api.get_text = counted  # type: ignore[method-assign]
+        c = Controller(api, settings(log_poll_interval=timedelta(seconds=0.1), log_quiet_every=3,
+                                     log_regex_by_profile={"a100-2x8": r"step=(?P<step>\d+)"}), clock.now)
+        c.open()
+        try:
+            wait_until(lambda: reads["llm-w0"] >= 13, what="13 passes")
+            w0, w1, w2 = reads["llm-w0"], reads["llm-w1"], reads["llm-w2"]
+            assert 3 <= w1 <= w0 / 3 + 2 and 3 <= w2 <= w0 / 3 + 2, reads
+            sim.store.append_log("research", "llm-w2", "main", [WATCHDOG], T0)
+
+            def hang_seen() -> bool:
+                rc = next(r for r in c.claims.values() if r.ref.name == "llm")
+                return any(h.kind == "nccl-watchdog-timeout" for sig in c.index.evidence(rc.ref).signals
+                           if sig.ref.name == "llm-w2" for h in sig.scan.hangs)
+            before = reads["llm-w0"]
+            wait_until(hang_seen, what="rank 2's watchdog timeout in the run's evidence")
+            assert reads["llm-w0"] - before <= 3 + 2  # within one rotation (and a pass in flight)
+        finally:
+            c.close()
