@@ -143,7 +143,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     logs = variant in ("logs", "logs-all")  # paged, with container logs polled as deployed (every 30 s)
     settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
                                            log_poll_interval=timedelta(seconds=30 if logs else 0),
-                                           log_quiet_every=1 if variant == "logs-all" else 4))
+                                           log_quiet_every=1 if variant == "logs-all"
+                                           else ControllerSettings().log_quiet_every))
     log_reads = [0, 0.0]  # GETs of a pod log, and seconds spent in them
 
     def counted(get_text: Any) -> Any:

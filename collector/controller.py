@@ -718,7 +718,7 @@ class Controller:
                 if not regex and (ref.namespace, ref.name) in self._agent_log_pods:
                     continue  # a node agent reads this pod's logs where they are written
                 key = (ref.namespace, ref.name, container)
-                if not rotation.due(key, restarts):
+                if not rotation.due(key, restarted=restarts != self._previous_read.get(key, restarts)):
                     continue
                 try:
                     data = self._previous_log(ref, container, restarts) + self.api.get_text(
@@ -737,7 +737,7 @@ class Controller:
                 except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                rotation.read(key, restarts, progress=bool(scan.samples))
+                rotation.read(key, progress=bool(scan.samples))
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:

@@ -28,7 +28,6 @@ def _slot(key: LogKey) -> int:
 @dataclass(slots=True)
 class _LastRead:
     at_pass: int
-    restarts: int
     progress: bool
 
 
@@ -47,15 +46,16 @@ class LogRotation:
         for key in [k for k in self._last if k not in keep]:
             del self._last[key]
 
-    def due(self, key: LogKey, restarts: int) -> bool:
+    def due(self, key: LogKey, restarted: bool) -> bool:
+        """`restarted`: the container restarted since its last read (the poller reads its previous log)."""
         last = self._last.get(key)
-        if last is None or last.progress or restarts != last.restarts:
+        if last is None or last.progress or restarted:
             return True
         # At most quiet_every passes apart; exactly that once in step with its slot.
         return self.passes > last.at_pass and (self.passes - _slot(key)) % self.quiet_every == 0
 
-    def read(self, key: LogKey, restarts: int, progress: bool) -> None:
-        self._last[key] = _LastRead(self.passes, restarts, progress)
+    def read(self, key: LogKey, progress: bool) -> None:
+        self._last[key] = _LastRead(self.passes, progress)
 
     def failed(self, key: LogKey) -> None:
         """A read that failed: try again next pass (its evidence is ageing)."""

@@ -4,12 +4,12 @@
 `dynamic` (kubernetes_validate, jsonschema, referencing), `config` and its `kube_config`
 (google-auth, oauthlib, requests, cryptography), `stream`, `watch`, `leaderelection`, `informer`.
 The collector uses the `ApiClient` transport, its `Configuration`, `ApiException` and the two
-config loaders; the rest cost about 20 MiB of RSS in every controller and node agent
-(docs/benchmarks.md). So the `kubernetes` and `kubernetes.config` packages are registered with
-their `__init__` deferred: submodules import as usual, and the first attribute asked of either
-package that is not yet there runs its own `__init__`, so code that uses the package whole (tests,
-a user's plugin) sees it exactly as a plain import would have made it. `kube_config` itself is
-imported only when a kubeconfig file is loaded; in a cluster it never is.
+config loaders; the rest cost about 20 MiB of RSS in every controller (docs/benchmarks.md;
+the node agent imports no Kubernetes client at all). So the `kubernetes` and `kubernetes.config`
+packages are registered with their `__init__` deferred: submodules import as usual, and the first
+attribute asked of either package that is not yet there runs its own `__init__`, so code that uses
+the package whole (tests, a user's plugin) sees it exactly as a plain import would have made it.
+`kube_config` itself is imported only when a kubeconfig file is loaded; in a cluster it never is.
 
 Where `kubernetes` was imported before this module, nothing is deferred.
 """

@@ -26,8 +26,8 @@ def _passes(rot: LogRotation, passes: int, progress: dict[tuple[str, str, str], 
         rot.begin_pass(progress)
         read = set()
         for key, has_steps in progress.items():
-            if rot.due(key, 0):
-                rot.read(key, 0, has_steps)
+            if rot.due(key, restarted=False):
+                rot.read(key, has_steps)
                 read.add(key[1])
         out.append(read)
     return out
@@ -49,33 +49,33 @@ def test_progress_every_pass_quiet_ones_every_nth_spread_evenly() -> None:
 def test_new_restarted_and_failed_reads_are_due_at_once() -> None:
     rot = LogRotation(10)
     rot.begin_pass([QUIET])
-    assert rot.due(QUIET, 0)  # never read
-    rot.read(QUIET, 0, progress=False)
-    assert not rot.due(QUIET, 0)  # not twice in a pass
-    assert rot.due(QUIET, 1)  # restarted since: its previous log is read now, not passes later
+    assert rot.due(QUIET, restarted=False)  # never read
+    rot.read(QUIET, progress=False)
+    assert not rot.due(QUIET, restarted=False)  # not twice in a pass
+    assert rot.due(QUIET, restarted=True)  # restarted since: its previous log is read now, not passes later
     rot.failed(QUIET)
-    assert rot.due(QUIET, 0)
-    rot.read(QUIET, 0, progress=False)
+    assert rot.due(QUIET, restarted=False)
+    rot.read(QUIET, progress=False)
     rot.begin_pass([])  # no longer polled: forgotten
     rot.begin_pass([QUIET])
-    assert rot.due(QUIET, 0)
+    assert rot.due(QUIET, restarted=False)
 
 
 def test_a_container_that_starts_printing_steps_is_read_every_pass_from_then() -> None:
     rot = LogRotation(3)
     rot.begin_pass([QUIET])
-    rot.read(QUIET, 0, progress=False)
+    rot.read(QUIET, progress=False)
     gaps = 0
     while True:
         rot.begin_pass([QUIET])
         gaps += 1
-        if rot.due(QUIET, 0):
+        if rot.due(QUIET, restarted=False):
             break
     assert 1 <= gaps <= 3
-    rot.read(QUIET, 0, progress=True)
+    rot.read(QUIET, progress=True)
     for _ in range(3):
         rot.begin_pass([QUIET])
-        assert rot.due(QUIET, 0)
+        assert rot.due(QUIET, restarted=False)
 
 
 def test_quiet_every_must_be_positive() -> None:
