@@ -749,7 +749,7 @@ def decode_paths(lines: list[bytes], initial: list[Obj], baseline_n: int) -> dic
     # (collector.kube_pod), with the reflector's steps for a typed event.
     from msgspec import UNSET
 
-    from collector.kube_pod import PodEvent
+    from collector.kube_pod import PodEvent, normalize_pod, pod_record
     from collector.sources.decode import decoder_for
     typed = decoder_for("v1", "Pod")
     for line in lines[:50]:
@@ -765,7 +765,8 @@ def decode_paths(lines: list[bytes], initial: list[Obj], baseline_n: int) -> dic
                 o.kind = "Pod"
             if o.apiVersion is UNSET:
                 o.apiVersion = "v1"
-            rec = normalize(o, contract, where=f"Pod {o.name_of()}").record
+            # As `Controller.upsert` does: the record of a clean pod, normalize_pod for the rest.
+            rec = pod_record(o, contract) or normalize_pod(o, contract).record
         else:
             o = e["object"]
             o.setdefault("kind", "Pod")

@@ -226,6 +226,8 @@ class RunIndex:
             return
         old = self._objects.get(key)
         self._objects[key] = rec
+        if old is not None and type(rec.facts) is PodFacts and rec.labels is old.labels and rec.owners == old.owners:
+            return  # a pod's update that keeps its links (the watch's usual event): nothing else moves
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         ups = tuple(_parents(rec))
         adopted = tuple(_adopted(rec))

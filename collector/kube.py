@@ -66,13 +66,14 @@ MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 def shared_labels(kept: dict[str, str]) -> Mapping[str, str]:
     """One read-only mapping per distinct set of kept labels: the pods of a group (and a run's
     other objects) carry the same ones, and a mapping per record was ~0.5 KB each at fleet size.
-    Bounded by clearing; a refill costs one mapping per distinct set."""
+    Bounded by clearing; a refill costs one mapping per distinct set. Keys and values are interned
+    here, so callers need not intern what a hit throws away."""
     key = tuple(kept.items())
     shared = _SHARED_LABELS.get(key)
     if shared is None:
         if len(_SHARED_LABELS) >= 1 << 16:
             _SHARED_LABELS.clear()
-        shared = MappingProxyType({sys.intern(k): v for k, v in key})
+        shared = MappingProxyType({sys.intern(k): sys.intern(v) for k, v in key})
         _SHARED_LABELS[tuple(shared.items())] = shared
     return shared
 

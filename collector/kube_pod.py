@@ -36,6 +36,15 @@ class _Owner(Struct, gc=False):
     controller: bool | None | UnsetType = UNSET
 
 
+# Only the labels a record keeps (kube.KEPT_LABELS), one field each under the label's own name: the
+# decode skips the dozens of others a fleet's pods carry instead of building a dict of them, and
+# `msgspec.to_builtins` gives back the kept ones, by name, in one C call.
+_KEPT_NAMES = sorted(kube.KEPT_LABELS)
+_Labels: Any = msgspec.defstruct(
+    "_Labels", [(f"k{i}", str | UnsetType, UNSET) for i in range(len(_KEPT_NAMES))],
+    rename={f"k{i}": name for i, name in enumerate(_KEPT_NAMES)}, gc=False)
+
+
 class _Meta(Struct, gc=False):
     name: str | UnsetType = UNSET
     namespace: _Str = UNSET
@@ -43,7 +52,7 @@ class _Meta(Struct, gc=False):
     generation: _Int = UNSET
     creationTimestamp: _Str = UNSET
     deletionTimestamp: _Str = UNSET
-    labels: dict[str, str] | None | UnsetType = UNSET
+    labels: _Labels | None | UnsetType = UNSET
     ownerReferences: list[_Owner] | None | UnsetType = UNSET
 
 
@@ -53,8 +62,14 @@ class _Resources(Struct, gc=False):
     requests: dict[str, str] | None | UnsetType = UNSET
 
 
+_resources = msgspec.json.Decoder(_Resources | None).decode
+
+
 class _ContainerSpec(Struct, gc=False):
-    resources: _Resources | None | UnsetType = UNSET
+    # Kept as the raw JSON text: a group's pods (and every update of one pod) repeat the same
+    # resources, so their GPU count is looked up by that text (`_gpus_in`) instead of decoding
+    # and scanning two dicts per container per event.
+    resources: msgspec.Raw | UnsetType = UNSET
 
 
 class _Spec(Struct, gc=False):
@@ -180,6 +195,14 @@ def _s(value: str | None | UnsetType) -> str:
 
 
 _intern = sys.intern
+_builtins: Any = msgspec.to_builtins
+
+
+def _raw_json(value: Any) -> Any:
+    """The builtins of a field kept as raw JSON text, for `normalize` (as the dict path decodes it)."""
+    if type(value) is msgspec.Raw:
+        return msgspec.json.decode(value)
+    raise TypeError(f"unexpected {type(value).__name__}")
 
 # The records are NamedTuples: `tuple.__new__` with every field in order builds one at a quarter of
 # the keyword call's cost (a watch builds ~8 per pod event). The asserts keep the field counts honest.
@@ -236,6 +259,30 @@ _ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
 _OWNERS: dict[tuple[str, str, bool], OwnerRef] = {}
 
 
+# GPU count by a container's resources JSON text; -1 where `normalize` must read them (a field of
+# another JSON type). Bounded by clearing: a fleet has few distinct resource sections.
+_GPUS: dict[bytes, int] = {}
+_GPUS_MAX = 1 << 12
+
+
+def _gpus_in(raw: msgspec.Raw) -> int:
+    text = bytes(raw)
+    n = _GPUS.get(text)
+    if n is None:
+        try:
+            r = _resources(text)
+        except msgspec.DecodeError:
+            n = -1
+        else:
+            n = kube.gpus_of(r.limits, r.requests) if r is not None else 0
+        if len(_GPUS) >= _GPUS_MAX:
+            _GPUS.clear()
+        _GPUS[text] = n
+    if n < 0:
+        raise _UNCLEAN
+    return n
+
+
 def _role(contract: TauGridContract, api_version: str) -> str:
     held = _ROLES.get(id(contract))
     if held is None or held[0] is not contract:
@@ -271,8 +318,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     v = meta.creationTimestamp
     created = _seen(v) or _time(v)
     newest = created
-    labels_raw = meta.labels or {}
-    kept = {k: _intern(v) for k, v in labels_raw.items() if k in kube.KEPT_LABELS}
+    kept = _builtins(meta.labels) if type(meta.labels) is _Labels else None
     labels = kube.shared_labels(kept) if kept else kube._NO_LABELS
     owners = []
     for o in meta.ownerReferences or ():
@@ -325,8 +371,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     gpus = 0
     for cspec in spec.containers or ():
         r = cspec.resources
-        if type(r) is _Resources:
-            gpus += kube.gpus_of(r.limits, r.requests)
+        if r is not UNSET:
+            gpus += _gpus_in(r)
     gates = spec.schedulingGates
     facts = _new(PodFacts, (
         _intern(phase),  # phase
@@ -337,7 +383,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         start,  # start_time
         tuple(containers),
         deleting,
-        _intern(labels_raw.get(kube.RAY_NODE_TYPE_LABEL, "")),  # ray_node_type
+        labels.get(kube.RAY_NODE_TYPE_LABEL, ""),  # ray_node_type (shared_labels interned it)
         _s(status.podIP),  # pod_ip
         (),  # claims
         (),  # unhealthy_devices
@@ -376,7 +422,8 @@ def normalize_pod(p: PodObject, contract: TauGridContract | None = None, *,
     try:
         return kube.Normalized(_build(p, contract), [])
     except _Unclean:
-        return kube.normalize(msgspec.to_builtins(p), contract, where=f"Pod {p.name_of()}" if where is None else where)
+        return kube.normalize(_builtins(p, enc_hook=_raw_json), contract,
+                              where=f"Pod {p.name_of()}" if where is None else where)
 
 
 kube.TYPED_NORMALIZERS[PodObject] = normalize_pod

@@ -142,6 +142,7 @@ class _Entry:
     # depend on the clock as bytes; ages as (series name and labels, the time they count from).
     text: dict[str, bytes] = field(default_factory=dict, compare=False)
     ages: dict[str, tuple[tuple[bytes, float], ...]] = field(default_factory=dict, compare=False)
+    keys: dict[str, object] = field(default_factory=dict, compare=False)  # the inputs of each group's lines
 
 
 def _fmt(v: float) -> str:
@@ -180,9 +181,41 @@ def _same_claims(a: RunClaims, b: RunClaims) -> bool:
             and a.progressing == b.progressing and a.blocked == b.blocked and a.finished == b.finished)
 
 
+# The families of one group are prepared together from the same inputs (`_group_keys`): an update
+# reuses a group's lines from the run's previous entry while its inputs stay the same.
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "claims": ("observed", "verdict", "since"),
+    "blocked": ("blocked", "blocked_age"),
+    "evidence_age": ("evidence_age",),
+    "last": ("last_step", "last_progress"),
+}
+
+
+_UNSET = object()
+
+
+def _last_step(rc: RunClaims) -> tuple[float, float] | None:
+    last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
+    if last is not None and isinstance(last.value, int) and last.at is not None:
+        return float(last.value), _seconds(last.at)
+    return None
+
+
+def _group_keys(entry: _Entry) -> dict[str, object]:
+    rc = entry.claims
+    b = rc.blocked
+    return {
+        "claims": tuple((name, c.observed, c.verdict, c.since) for name, c in rc.claims.items()),
+        "blocked": (b.stage, b.since) if b is not None else None,
+        "evidence_age": entry.newest,
+        "last": _last_step(rc),
+    }
+
+
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
-    """Fill `entry.text` and `entry.ages` with what `ClaimsExporter.collect` yields for its run;
-    from `prev` (the same run with the same claims) all but the lines of `_EVERY_TIME`."""
+    """Fill `entry.text` and `entry.ages` with what `ClaimsExporter.collect` yields for its run.
+    With `prev` (the same run's previous entry), a group of families whose inputs did not move
+    keeps its lines; only the `_EVERY_TIME` families and the groups that moved are formatted."""
     rc = entry.claims
     run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
     lines: dict[str, list[str]] = {}
@@ -193,30 +226,35 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         labels = {**run, **{k: _esc(v) for k, v in extra.items()}} if extra else run
         lines.setdefault(fam, []).append(f"{tpl[fam] % labels} {_fmt(value)}\n")
 
+    keys = entry.keys
+    keys.update(_group_keys(entry))
+    moved = set(_GROUPS)
     if prev is not None:
-        entry.text.update({f: t for f, t in prev.text.items() if f not in _EVERY_TIME})
-        entry.ages.update(prev.ages)
-        _prepare_every_time(entry, add)
-        entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
-        return entry
-    for name, claim in rc.claims.items():
-        add("observed", 1.0, claim=name, observed=claim.observed.value)
-        add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
-        if claim.since is not None:
-            add("since", _seconds(claim.since), claim=name)
-    if rc.blocked is not None:
+        for group, fams in _GROUPS.items():
+            if prev.keys.get(group, _UNSET) == keys[group]:
+                moved.discard(group)
+                entry.text.update({f: t for f in fams if (t := prev.text.get(f)) is not None})
+                entry.ages.update({f: a for f in fams if (a := prev.ages.get(f)) is not None})
+    if "claims" in moved:
+        for name, claim in rc.claims.items():
+            add("observed", 1.0, claim=name, observed=claim.observed.value)
+            add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
+            if claim.since is not None:
+                add("since", _seconds(claim.since), claim=name)
+    if "blocked" in moved and rc.blocked is not None:
         stage = rc.blocked.stage
         add("blocked", 1.0, stage=stage.value, owner=stage.owner)
         if rc.blocked.since is not None:
             labels = {**run, "stage": _esc(stage.value), "owner": _esc(stage.owner)}
             ages["blocked_age"] = [((tpl["blocked_age"] % labels).encode(), _seconds(rc.blocked.since))]
-    if entry.newest:
+    if "evidence_age" in moved and entry.newest:
         ages["evidence_age"] = [((tpl["evidence_age"] % {**run, "plane": _esc(plane.value)}).encode(), at)
                                 for plane, at in entry.newest]
-    last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
-    if last is not None and isinstance(last.value, int) and last.at is not None:
-        add("last_step", float(last.value))
-        add("last_progress", _seconds(last.at))
+    last = keys["last"]
+    if "last" in moved and last is not None:
+        assert isinstance(last, tuple)
+        add("last_step", last[0])
+        add("last_progress", last[1])
     _prepare_every_time(entry, add)
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -307,7 +345,7 @@ class ClaimsExporter(Collector):
         if old is not None and _same_claims(old.claims, rc):  # same evidence: the same newest per plane
             self._runs[key] = _prepare(_Entry(rc, old.newest, finished_at), old)
         else:
-            self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at))
+            self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at), old)
 
     def _expire(self, now_s: float) -> None:
         horizon = now_s - self.retention.total_seconds()

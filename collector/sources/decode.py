@@ -111,9 +111,12 @@ _PodStatus.__annotations__["initContainerStatuses"] = list[_ContainerStatus]
 class Decoder:
     """Decodes list pages and watch frames of one kind; `orjson.loads` where no selection exists."""
 
-    def __init__(self, page: Callable[[bytes], Any] | None = None, event: Callable[[bytes], Any] | None = None) -> None:
+    def __init__(self, page: Callable[[bytes], Any] | None = None, event: Callable[[bytes], Any] | None = None,
+                 *, event_falls_back: bool = False) -> None:
         self._page = page
         self._event = event
+        if event is not None and event_falls_back:
+            self.event = event  # type: ignore[method-assign,assignment]  # it falls back itself: one call less per event
 
     @property
     def selective(self) -> bool:
@@ -161,7 +164,7 @@ def _pod_event(line: bytes) -> Any:
 POD_DICTS = Decoder(_pod_page, _pod_event_dicts)
 
 _SELECTIVE: dict[tuple[str, str], Decoder] = {
-    ("v1", "Pod"): Decoder(_pod_page, _pod_event),
+    ("v1", "Pod"): Decoder(_pod_page, _pod_event, event_falls_back=True),
 }
 
 

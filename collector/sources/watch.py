@@ -145,15 +145,19 @@ class Reflector:
         raw = self.api.open_watch(self.resource, self.resource_version, timeout_s=self.watch_timeout_s)
         self.last_ok = time.monotonic()  # the server accepted our resourceVersion: we are in step
         try:
+            decode, apply, apply_typed = self.decoder.event, self._apply, self._apply_typed  # per event: bound once
             for lines in self.api.watch_lines(self.resource, raw):
                 if self._stop.is_set():
                     return
                 for line in lines:
                     try:
-                        event = self.decoder.event(line)
+                        event = decode(line)
                     except orjson.JSONDecodeError as e:
                         raise SourceError(f"watch {self.resource.name}: undecodable event ({e})") from e
-                    self._apply(event)
+                    if type(event) is PodEvent:  # the pod decoder's fast path: only ADDED/MODIFIED come typed
+                        apply_typed(event)
+                    else:
+                        apply(event)
                 self.sink.flush(self.resource)
         finally:
             self.sink.flush(self.resource)  # what arrived intact before a failure still counts

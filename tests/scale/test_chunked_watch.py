@@ -59,6 +59,28 @@ def test_any_chunking_and_read_sizes_give_the_lines(lines: list[bytes], data: An
     assert _flat(chunked_lines(_reader(wire, cuts))) == [line for line in lines if line.strip()]
 
 
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(_line, max_size=12), data=st.data(), ext=st.booleans())
+def test_one_event_per_chunk_as_the_api_server_frames_gives_the_lines(lines: list[bytes], data: Any,
+                                                                      ext: bool) -> None:
+    """The framing the API server uses (each event its own chunk), with some chunks holding two
+    events or half of one, and reads cut anywhere: the same lines, in order."""
+    pieces: list[bytes] = []
+    for line in lines:
+        how = data.draw(st.sampled_from(["own", "own", "joined", "split"]))
+        if how == "joined" and pieces:
+            pieces[-1] += line + b"\n"
+        elif how == "split" and len(line) > 1:
+            pieces.extend([line[:len(line) // 2], line[len(line) // 2:] + b"\n"])
+        else:
+            pieces.append(line + b"\n")
+    wire = _frame(pieces, ext)
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(wire))), max_size=10))
+    batches = list(chunked_lines(_reader(wire, cuts)))
+    assert [line for batch in batches for line in batch] == [line for line in lines if line.strip()]
+    assert all(batches)
+
+
 def test_every_event_that_arrived_comes_in_one_read() -> None:
     lines = [orjson.dumps({"type": "MODIFIED", "n": i}) for i in range(50)]
     batches = list(chunked_lines(_reader(_frame([line + b"\n" for line in lines]), [])))

@@ -154,9 +154,37 @@ def test_fleet_pod_same_record_and_smaller() -> None:
 def test_other_frames_and_kinds_come_as_dicts() -> None:
     for line in (b'{"type":"DELETED","object":{"kind":"Pod","metadata":{"name":"a"}}}',
                  b'{"type":"ADDED","object":{"kind":"Status","metadata":{"name":"a"}}}',
-                 b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","labels":{"x":1}}}}'):
+                 b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","labels":{"taugrid.io/run":1}}}}'):
         assert isinstance(POD.event(line), dict)
     assert type(POD.event(b'{"type":"MODIFIED","object":{"metadata":{"name":"a"}}}')) is PodEvent
+
+
+def test_labels_no_record_keeps_are_skipped_whatever_their_type() -> None:
+    """The typed decode reads only the kept labels: another label of an odd JSON type no longer
+    sends the pod down the dict path, and the record is the one normalize builds."""
+    pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "n", "labels": {
+        "x": 1, "y": [None], "taugrid.io/run": "r1", "ray.io/node-type": "worker", "ray.io/cluster": "c"}}}
+    e = POD.event(orjson.dumps({"type": "ADDED", "object": pod}))
+    assert type(e) is PodEvent
+    rec = kube_pod._build(e.object, kube_pod.kube.DEFAULT_CONTRACT)
+    assert _outcome(copy.deepcopy(pod)) == ("ok", rec, ())
+    assert dict(rec.labels) == {"taugrid.io/run": "r1", "ray.io/node-type": "worker", "ray.io/cluster": "c"}
+    assert rec.facts.ray_node_type == "worker"
+    _both(pod)
+
+
+def test_gpus_read_from_resources_text_match_normalize() -> None:
+    """Resources are looked up by their JSON text: a repeat hits, odd quantities still go to normalize."""
+    def pod(resources: Any) -> dict[str, Any]:
+        return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a"},
+                "spec": {"containers": [{"name": "m", "resources": resources}, {"name": "s"}]}}
+    for res in ({"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "4"}},
+                {"limits": {"amd.com/gpu": "2", "cpu": "1"}}, {"requests": {"x/gpu": "3"}}, {"limits": {"cpu": "1"}},
+                None, {}, {"limits": {"nvidia.com/gpu": 8}}, {"limits": {"nvidia.com/gpu": "eight"}}, "odd", [1]):
+        for _ in range(2):  # the second read of the same text comes from the lookup
+            _both(pod(res))
+    e = POD.event(orjson.dumps({"type": "ADDED", "object": pod({"limits": {"nvidia.com/gpu": "8"}})}))
+    assert kube_pod._build(e.object, kube_pod.kube.DEFAULT_CONTRACT).facts.gpus == 8
 
 
 def test_error_and_bookmark_frames_keep_what_the_reflector_reads() -> None:
@@ -215,6 +243,8 @@ PATHS = [
     ("status", "resourceClaimStatuses"), ("status", "startTime"), ("status", "podIP"),
     # what the typed path reads, part by part
     ("metadata", "labels", "taugrid.io/run"), ("metadata", "labels", "ray.io/node-type"),
+    ("metadata", "labels", "app"), ("spec", "containers", 0, "resources", "requests"),
+    ("spec", "containers", 1, "resources", "limits", "amd.com/gpu"),
     ("metadata", "ownerReferences", 0, "kind"), ("metadata", "ownerReferences", 0, "controller"),
     ("metadata", "resourceVersion"), ("status", "conditions", 0, "type"), ("status", "conditions", 0, "status"),
     ("status", "conditions", 0, "lastTransitionTime"), ("status", "conditions", 0, "reason"),
