@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -40,9 +41,10 @@ class _Owner(Struct, gc=False):
 # decode skips the dozens of others a fleet's pods carry instead of building a dict of them, and
 # `msgspec.to_builtins` gives back the kept ones, by name, in one C call.
 _KEPT_NAMES = sorted(kube.KEPT_LABELS)
+# Frozen, so hashable: a pod's kept labels are looked up as decoded (`_labels_of`).
 _Labels: Any = msgspec.defstruct(
     "_Labels", [(f"k{i}", str | UnsetType, UNSET) for i in range(len(_KEPT_NAMES))],
-    rename={f"k{i}": name for i, name in enumerate(_KEPT_NAMES)}, gc=False)
+    rename={f"k{i}": name for i, name in enumerate(_KEPT_NAMES)}, frozen=True, gc=False)
 
 
 class _Meta(Struct, gc=False):
@@ -283,6 +285,22 @@ def _gpus_in(raw: msgspec.Raw) -> int:
     return n
 
 
+# The shared mapping of each distinct set of kept labels, by the decoded Struct (stored with its
+# strings interned, so a key costs a few pointers). Bounded by clearing, as kube.shared_labels is.
+_BY_LABELS: dict[Any, Mapping[str, str]] = {}
+
+
+def _labels_of(labels: Any) -> Mapping[str, str]:
+    shared = _BY_LABELS.get(labels)
+    if shared is None:
+        kept = _builtins(labels)
+        shared = kube.shared_labels(kept) if kept else kube._NO_LABELS
+        if len(_BY_LABELS) >= _TIMES_MAX:
+            _BY_LABELS.clear()
+        _BY_LABELS[_Labels(*(_intern(v) if type(v) is str else v for v in msgspec.structs.astuple(labels)))] = shared
+    return shared
+
+
 def _role(contract: TauGridContract, api_version: str) -> str:
     held = _ROLES.get(id(contract))
     if held is None or held[0] is not contract:
@@ -318,8 +336,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     v = meta.creationTimestamp
     created = _seen(v) or _time(v)
     newest = created
-    kept = _builtins(meta.labels) if type(meta.labels) is _Labels else None
-    labels = kube.shared_labels(kept) if kept else kube._NO_LABELS
+    labels = _labels_of(meta.labels) if type(meta.labels) is _Labels else kube._NO_LABELS
     owners = []
     for o in meta.ownerReferences or ():
         if not o.kind or not o.name:
