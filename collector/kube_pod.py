@@ -15,8 +15,8 @@ Equivalence with `normalize` is by construction, not by a second reading of ever
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import msgspec
