@@ -163,17 +163,21 @@ def _template(name: str, labels: Sequence[str]) -> str:
 _EVERY_TIME = frozenset({"goodput", "run_time", "finished", "evaluated"})
 
 
-def _prepare_every_time(entry: _Entry, add: Callable[..., None]) -> None:
-    rc = entry.claims
+def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
+    """The `_EVERY_TIME` families' lines, written straight from the run's label text `body` (what
+    `_template` renders for the run labels; checked against it where the templates are built)."""
+    out: dict[str, bytes] = {}
     g = rc.goodput
     if g is not None:
         if g.ratio is not None:
-            add("goodput", g.ratio)
-        add("run_time", g.productive_s, bucket="productive")
-        for cause, secs in g.badput_s.items():
-            add("run_time", secs, bucket=cause)
-    add("finished", 1.0 if rc.finished else 0.0)
-    add("evaluated", _seconds(rc.evaluated_at))
+            out["goodput"] = f"{_GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
+        lines = [f'{_RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
+        lines.extend(f'{_RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
+                     for cause, secs in g.badput_s.items())
+        out["run_time"] = "".join(lines).encode()
+    out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
+    out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
+    return out
 
 
 def _same_claims(a: RunClaims, b: RunClaims) -> bool:
@@ -255,7 +259,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         assert isinstance(last, tuple)
         add("last_step", last[0])
         add("last_progress", last[1])
-    _prepare_every_time(entry, add)
+    entry.text.update(_every_time_text(rc, _RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
     return entry
@@ -507,6 +511,13 @@ class ClaimsExporter(Collector):
 
 _TEMPLATES = {fam: _template(m.name, m._labelnames) for fam, m in ClaimsExporter._families().items()}
 _AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
+# The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
+_RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
+_GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name
+                                              for f in ("goodput", "run_time", "finished", "evaluated"))
+assert [_TEMPLATES[f] for f in ("goodput", "run_time", "finished", "evaluated")] == [
+    f"{_GOODPUT}{{{_RUN_BODY}}}", f'{_RUN_TIME}{{bucket="%(bucket)s",{_RUN_BODY}}}', f"{_FINISHED}{{{_RUN_BODY}}}",
+    f"{_EVALUATED}{{{_RUN_BODY}}}"], "a family's labels changed: update _every_time_text"
 
 
 # --- collector health ---------------------------------------------------------------------------

@@ -84,3 +84,39 @@ def test_reevaluated_runs_reuse_lines_and_still_render_the_same() -> None:
     changed = replace(again[0], running=replace(again[0].running, since=later))
     exp.update([changed], later)
     assert render(registry) == generate_latest(registry)
+
+
+_MOVES = ["same", "since", "evidence", "unblock", "no_goodput", "other_claims", "observed"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(moves=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(_MOVES)), min_size=1, max_size=8))
+def test_any_sequence_of_partial_changes_renders_the_same(moves: list[tuple[int, str]]) -> None:
+    """Each update reuses the groups of lines whose inputs stayed and formats the rest: after any
+    sequence of partial changes the text is still what client_python renders."""
+    from collector.model import Evidence, Observed, Plane
+    registry = new_registry()
+    exp = ClaimsExporter(registry)
+    runs = _runs([("a", "r1"), ("a", "r2"), ("b", "r3")])
+    exp.update(runs, T0)
+    for step, (i, move) in enumerate(moves, 1):
+        t = T0 + timedelta(seconds=7 * step)
+        rc = replace(runs[i], evaluated_at=t)
+        if move == "since":
+            rc = replace(rc, running=replace(rc.running, since=t))
+        elif move == "evidence":
+            extra = Evidence(Plane.GPU, "Node/n1", "gpu.util", step, t)
+            rc = replace(rc, running=replace(rc.running, evidence=(*rc.running.evidence, extra)))
+        elif move == "unblock":
+            rc = replace(rc, blocked=None)
+        elif move == "no_goodput":
+            rc = replace(rc, goodput=None)
+        elif move == "other_claims":
+            other = _runs([("x", "y"), ("x", "z")])[(i + 1) % 2]
+            rc = replace(other, ref=rc.ref, evaluated_at=t)
+        elif move == "observed":
+            flipped = Observed.FALSE if rc.scheduled.observed is not Observed.FALSE else Observed.TRUE
+            rc = replace(rc, scheduled=replace(rc.scheduled, observed=flipped))
+        runs[i] = rc
+        exp.update([rc], t)
+        assert render(registry) == generate_latest(registry), (step, move)
