@@ -114,6 +114,8 @@ class Controller:
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
+        self._roots_memo: dict[Key, Ref | None] = {}  # see _root_of
+        self._roots_shape = -1
         self._roots_changed = True
         self._reflectors: list[Reflector] = []
         self._listed: set[str] = set()  # resources whose first listing the loop has applied (its "synced")
@@ -512,11 +514,26 @@ class Controller:
         del self.skipped[:-100]
 
     def _touch(self, ref: Ref) -> None:
-        root = self.index.root_of(ref)
+        root = self._root_of(ref)
         if root is not None:
             self._dirty.add(root.key)
         if ref.kind in _ROOTISH:
             self._roots_changed = True
+
+    def _root_of(self, ref: Ref) -> Ref | None:
+        """`index.root_of`, remembered while the index's links stay as they were (`RunIndex.shape`):
+        a burst of pod updates finds each pod's run once. Bounded: past the bound, it computes."""
+        memo = self._roots_memo
+        if self._roots_shape != self.index.shape:
+            memo.clear()
+            self._roots_shape = self.index.shape
+        key = ref.key
+        root = memo.get(key, _UNKNOWN_ROOT)
+        if root is _UNKNOWN_ROOT:
+            root = self.index.root_of(ref)
+            if len(memo) < ROOTS_MEMO_MAX:
+                memo[key] = root
+        return root  # type: ignore[return-value]
 
     def _upsert(self, r: Resource, rec: ObjectRecord) -> None:
         old = self.index.get(*rec.ref.key)
@@ -866,6 +883,8 @@ def _profile(ev: RunEvidence) -> str:
 STARTUP_GRACE_S = 60.0
 
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
+ROOTS_MEMO_MAX = 1 << 14  # pods whose run `_root_of` remembers (~2 MiB at most)
+_UNKNOWN_ROOT = object()
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
 # The most of one core, on average, re-evaluating runs whose claims are due to change by the clock
 # (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.

@@ -215,6 +215,9 @@ class RunIndex:
         self._workspaces: dict[str, Key] = {}  # namespace → its TauWorkspace
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
+        # Counts writes that may move a link or a root (all but a pod update that keeps its links):
+        # what a reader caches from the links (e.g. a pod's root) holds while it is unchanged.
+        self.shape = 0
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -228,6 +231,7 @@ class RunIndex:
         self._objects[key] = rec
         if old is not None and type(rec.facts) is PodFacts and rec.labels is old.labels and rec.owners == old.owners:
             return  # a pod's update that keeps its links (the watch's usual event): nothing else moves
+        self.shape += 1
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         ups = tuple(_parents(rec))
         adopted = tuple(_adopted(rec))
@@ -259,6 +263,7 @@ class RunIndex:
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
+        self.shape += 1
         rec = self._objects.pop(key, None)
         self._unlink(key)
         self._up.pop(key, None)
@@ -535,6 +540,7 @@ class RunIndex:
                                newest=None)
             self.upsert(rec)
             self._inferred.add(key)
+            self.shape += 1
             out.append(rec.ref)
         return out
 
