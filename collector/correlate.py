@@ -218,6 +218,8 @@ class RunIndex:
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):
         # what a reader caches from the links (e.g. a pod's root) holds while it is unchanged.
         self.shape = 0
+        self._members_memo: dict[Key, tuple[Key, ...]] = {}  # a run's member keys while `shape` holds
+        self._members_shape = -1
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -410,14 +412,24 @@ class RunIndex:
                 yield rec
                 stack.append(child)
 
+    def _member_keys(self, root: Ref) -> tuple[Key, ...]:
+        """`members` as keys, remembered while no write moved a link or a root (`shape`): between
+        two evaluations of a run under a burst of pod updates, the walk is the same."""
+        if self._members_shape != self.shape:
+            self._members_memo.clear()
+            self._members_shape = self.shape
+        keys = self._members_memo.get(root.key)
+        if keys is None:
+            keys = self._members_memo[root.key] = tuple(m.ref.key for m in self.members(root))
+        return keys
+
     def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]
         ev = RunEvidence(root=rec, synced=self.synced)
         self._file(ev, rec)
-        member_keys: list[Key] = []
-        for m in self.members(root):
-            self._file(ev, m)
-            member_keys.append(m.ref.key)
+        member_keys = self._member_keys(root)
+        for k in member_keys:
+            self._file(ev, self._objects[k])
         # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
         ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
         ev.inferred = root.key in self._inferred

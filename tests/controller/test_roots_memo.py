@@ -56,3 +56,26 @@ def test_roots_are_remembered_while_links_stay_and_recomputed_after() -> None:
     assert c._root_of(w0) == idx.root_of(w0) is None
     upsert(_taurun("r2"))
     assert c._root_of(w0) == idx.root_of(w0) and c._root_of(w0).name == "r2"  # type: ignore[union-attr]
+
+
+def test_run_members_are_remembered_while_links_stay_and_walked_again_after() -> None:
+    from collector.correlate import RunIndex
+    idx = RunIndex()
+
+    def upsert(obj: dict[str, Any]) -> None:
+        rec = normalize(obj).record
+        assert rec is not None
+        idx.upsert(rec)
+
+    r1, r2 = Ref("TauRun", "ns", "r1"), Ref("TauRun", "ns", "r2")
+    upsert(_taurun("r1"))
+    upsert(_taurun("r2"))
+    upsert(_pod("r1"))
+    assert [p.ref.name for p in idx.evidence(r1).pods] == ["w-0"] and not idx.evidence(r2).pods
+    upsert(_pod("r1", restarts=2))  # remembered walk, fresh record
+    ev = idx.evidence(r1)
+    assert ev.pods[0].facts.containers[0].restart_count == 2  # type: ignore[union-attr]
+    upsert(_pod("r2", restarts=2))  # moved to r2: both walks are redone
+    assert not idx.evidence(r1).pods and [p.ref.name for p in idx.evidence(r2).pods] == ["w-0"]
+    idx.delete(Ref("Pod", "ns", "w-0"))
+    assert not idx.evidence(r2).pods
