@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from collector.model import Claim, EventFacts, Evidence, ObjectRecord, Observed, Plane, verdict_for
@@ -57,6 +57,9 @@ class Freshness:
     synced: Mapping[str, datetime]
     clock: Clock
     max_age: timedelta
+    # `ok` by source: one evaluation asks about the same few sources for every pod (same clock,
+    # same answer; the clock has noted the deadline the first time).
+    _ok: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def now(self) -> datetime:
@@ -66,8 +69,11 @@ class Freshness:
         return self.synced.get(source)
 
     def ok(self, source: str) -> bool:
-        t = self.synced.get(source)
-        return t is not None and self.clock.within(t, self.max_age)
+        ok = self._ok.get(source)
+        if ok is None:
+            t = self.synced.get(source)
+            ok = self._ok[source] = t is not None and self.clock.within(t, self.max_age)
+        return ok
 
     def why_not(self, source: str) -> str:
         t = self.synced.get(source)
