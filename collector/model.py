@@ -46,12 +46,15 @@ def verdict_for(asserted: bool | None, observed: Observed) -> Verdict:
     if asserted is None:
         return Verdict.UNASSERTED
     if asserted:
-        return {
-            Observed.TRUE: Verdict.VERIFIED,
-            Observed.FALSE: Verdict.CONTRADICTED,
-            Observed.UNKNOWN: Verdict.UNCONFIRMED,
-        }[observed]
+        return _ASSERTED_VERDICTS[observed]
     return Verdict.AHEAD if observed is Observed.TRUE else Verdict.PENDING
+
+
+_ASSERTED_VERDICTS = {
+    Observed.TRUE: Verdict.VERIFIED,
+    Observed.FALSE: Verdict.CONTRADICTED,
+    Observed.UNKNOWN: Verdict.UNCONFIRMED,
+}
 
 
 class Stage(StrEnum):
