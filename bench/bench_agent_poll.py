@@ -1,0 +1,205 @@
+"""The controller's node-agent poll at fleet size: one pass over every agent's /evidence.
+
+Every `agents.poll_interval` (30 s) the controller's agent poller reads each node agent's
+`/evidence` document (`collector.sources.agents.AgentReader.read_all`, 16 at a time) and parses it
+into GPU and log evidence. At the fleet size of DESIGN.md that is 5,604 agents per pass. This
+measures what one pass costs the controller's process:
+
+  - agents:   one server process (pinned to the other CPU) answers for every agent: each agent has
+              its own address in 127.0.0.0/8 (so the client opens a connection per agent, as it
+              would to 5,604 pods), and its own document (node, pods and containers named after it),
+              built by the agent's own `evidence_document` from a node of the fleet: 8 GPUs each held
+              by one pod, ~9 containers, one of them a run's driver carrying 256 progress samples.
+  - measured: `read_all` over all agents in this process (pinned to CPU 0): CPU seconds (process
+              CPU time: the server is another process), wall seconds, and the share of a core it
+              takes at the poll interval.
+  - baseline: the same GETs, 16 at a time through the same kind of pool, bodies read and dropped
+              (no JSON, no parse): the transport's part of the cost.
+  - discover: the list the poller makes each pass of the agent pods (the DaemonSet), as JSON of the
+              same size decoded and turned into endpoints (`endpoints_from_pods`).
+
+Usage: .venv/bin/python bench/bench_agent_poll.py [--agents 5604] [--passes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import urllib3
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from collector.agent.evidence import Snapshot, evidence_document  # noqa: E402
+from collector.agent.logs import ContainerLog  # noqa: E402
+from collector.agent.nvml import GpuReading, NvmlStatus  # noqa: E402
+from collector.agent.podresources.client import Allocation  # noqa: E402
+from collector.progress.model import LogScan, ProgressSample  # noqa: E402
+from collector.sources.agents import AgentEndpoint, AgentReader, endpoints_from_pods  # noqa: E402
+
+NODE_TOKEN = "NODE0000"  # replaced by each agent's own number, in every name it appears in
+
+
+def node_document(samples: int = 256) -> bytes:
+    """A fleet node's /evidence as the agent renders it (names carry NODE_TOKEN)."""
+    now = time.time()
+    t0 = datetime.now(UTC) - timedelta(hours=2)
+    gpus, allocs, logs = [], [], []
+    for i in range(8):
+        uuid = f"GPU-{NODE_TOKEN}-{i:04d}-4d2a-9c1e-5b7f3a8e{i:04d}"
+        gpus.append(GpuReading(index=i, uuid=uuid, name="NVIDIA H100 80GB HBM3", pci=f"0000:{0x18 + i:02x}:00.0",
+                               at=now, utilization=0.97, sm_active=0.81, power_w=612.0, power_limit_w=700.0,
+                               memory_used_bytes=71 << 30, memory_total_bytes=80 << 30))
+        pod = f"llm-run-{NODE_TOKEN}-raycluster-worker-{i}"
+        allocs.append(Allocation("team-0", pod, "ray-worker", "nvidia.com/gpu", uuid))
+        logs.append(ContainerLog("team-0", pod, f"uid-{NODE_TOKEN}-{i}", "ray-worker",
+                                 LogScan(source="", format=None, samples=(), hangs=(), xids=(), diagnostics=(),
+                                         lines=500), now))
+    progress = tuple(ProgressSample(step=10_000 + k, at=t0 + timedelta(seconds=3 * k), loss=2.1 - k * 1e-4,
+                                    line=2 * k + 1, format="deepspeed") for k in range(samples))
+    logs.append(ContainerLog("team-0", f"llm-run-{NODE_TOKEN}-raycluster-head-0", f"uid-{NODE_TOKEN}-h", "ray-head",
+                             LogScan(source="", format="deepspeed", samples=progress, hangs=(), xids=(),
+                                     diagnostics=(), lines=500), now))
+    snap = Snapshot(node=f"gpu-{NODE_TOKEN}", at=now, nvml=NvmlStatus("ok", "", "550.54.15", 8), gpus=tuple(gpus),
+                    hang_since={}, hang_sustain_s=300.0, allocations=tuple(allocs), podresources_up=True,
+                    podresources_last_success=now, podresources_error="", xids=(), logs=tuple(logs))
+    return orjson.dumps(evidence_document(snap))
+
+
+def address(i: int) -> str:
+    """Agent i's pod IP: its own loopback address (Linux answers all of 127.0.0.0/8 locally)."""
+    assert 0 <= i < 250 * 256
+    return f"127.0.{i // 250}.{i % 250 + 1}"
+
+
+def _serve(conn: Any, cpu: int | None, body: bytes) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    by_ip: dict[str, bytes] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            ip = self.connection.getsockname()[0]
+            doc = by_ip.get(ip)
+            if doc is None:
+                doc = by_ip[ip] = body.replace(NODE_TOKEN.encode(), ("n" + ip.replace(".", "-")).encode())
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(doc)))
+            self.end_headers()
+            self.wfile.write(doc)
+
+    server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    server.daemon_threads = True
+    server.request_queue_size = 256
+    conn.send(server.server_address[1])
+    import threading
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    conn.recv()
+    server.shutdown()
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def plain_get_all(urls: list[str], workers: int) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+    pool = urllib3.PoolManager(num_pools=1024, maxsize=2)
+
+    def one(url: str) -> int:
+        r = pool.request("GET", url, retries=False, preload_content=False, redirect=False)
+        n = len(r.read())
+        r.release_conn()
+        return n
+
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return sum(ex.map(one, urls))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--agents", type=int, default=5604)
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--interval", type=float, default=30.0, help="the poll interval the share of a core is taken at")
+    p.add_argument("--no-pin", action="store_true")
+    a = p.parse_args()
+    cpu = None if a.no_pin or (os.cpu_count() or 1) < 2 else 0
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    body = node_document()
+    ctx = mp.get_context("spawn")
+    conn, child = ctx.Pipe()
+    proc = ctx.Process(target=_serve, args=(child, None if cpu is None else 1, body), daemon=True)
+    proc.start()
+    port = conn.recv()
+    try:
+        endpoints = [AgentEndpoint(f"gpu-{i:04d}", f"agent-{i:04d}", f"http://{address(i)}:{port}")
+                     for i in range(a.agents)]
+        assert len({e.url for e in endpoints}) == a.agents
+        print(f"# agent poll benchmark  {datetime.now(UTC):%Y-%m-%d %H:%MZ}  python {sys.version.split()[0]}  "
+              f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(body):,} B each")
+        reader = AgentReader(lambda: datetime.now(UTC))
+        rows = []
+        for n in range(a.passes):
+            c0, t0 = cpu_s(), time.monotonic()
+            nbytes = plain_get_all([f"{e.url}/evidence" for e in endpoints], 16)
+            base = (cpu_s() - c0, time.monotonic() - t0)
+            c0, t0 = cpu_s(), time.monotonic()
+            reports, errors = reader.read_all(endpoints)
+            read = (cpu_s() - c0, time.monotonic() - t0)
+            assert not errors, errors[:3]
+            samples = sum(len(c.scan.samples) for r in reports for c in r.logs)
+            rows.append((base, read, nbytes, len(reports), samples))
+            print(f"pass {n + 1}: read_all {read[0]:.2f} CPU-s, {read[1]:.2f} s wall ({read[0] / a.agents * 1e3:.2f} ms "
+                  f"CPU per agent; {read[0] / a.interval:.3f} core at {a.interval:.0f} s) | baseline plain GETs "
+                  f"{base[0]:.2f} CPU-s, {base[1]:.2f} s wall | {nbytes / 1e6:.0f} MB, {len(reports):,} reports, "
+                  f"{sum(len(r.gpus) for r in reports):,} pods' GPU evidence, {samples:,} progress samples")
+        # discover: the DaemonSet's pods as the API lists them, decoded and turned into endpoints
+        pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"taugrid-evidence-agent-{i:05x}", "namespace": "taugrid-system", "uid": f"uid-{i}",
+            "labels": {"app.kubernetes.io/name": "taugrid-evidence", "app.kubernetes.io/component": "agent",
+                       "controller-revision-hash": "5d8f7c9b6", "pod-template-generation": "1"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "taugrid-evidence-agent",
+                                 "uid": "ds-uid", "controller": True}]},
+            "spec": {"nodeName": f"gpu-{i:04d}", "containers": [{"name": "agent", "image": "taugrid-evidence:1",
+                                                                 "ports": [{"containerPort": 9402}]}]},
+            "status": {"phase": "Running", "podIP": address(i), "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}
+            for i in range(a.agents)]
+        listing = orjson.dumps({"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": pods})
+        c0 = cpu_s()
+        eps = endpoints_from_pods(orjson.loads(listing)["items"])
+        disc = cpu_s() - c0
+        assert len(eps) == a.agents
+        best = min(rows, key=lambda r: r[1][0])
+        print(f"discover: list of {a.agents:,} agent pods ({len(listing) / 1e6:.1f} MB) decoded into endpoints: "
+              f"{disc * 1e3:.0f} ms CPU")
+        per_pass = best[1][0] + disc
+        print(f"poller per pass (best): {per_pass:.2f} CPU-s = {per_pass / a.interval:.3f} core at a {a.interval:.0f} s "
+              f"interval; of which transport (baseline) {best[0][0]:.2f} CPU-s")
+    finally:
+        conn.send("stop")
+        proc.join(10)
+
+
+if __name__ == "__main__":
+    main()
