@@ -169,8 +169,8 @@ def main() -> None:
             assert not errors, errors[:3]
             samples = sum(len(c.scan.samples) for r in reports for c in r.logs)
             rows.append((base, read, nbytes, len(reports), samples))
-            print(f"pass {n + 1}: read_all {read[0]:.2f} CPU-s, {read[1]:.2f} s wall ({read[0] / a.agents * 1e3:.2f} ms "
-                  f"CPU per agent; {read[0] / a.interval:.3f} core at {a.interval:.0f} s) | baseline plain GETs "
+            print(f"pass {n + 1}: read_all {read[0]:.2f} CPU-s, {read[1]:.2f} s wall "
+                  f"({read[0] / a.agents * 1e3:.2f} ms CPU per agent; {read[0] / a.interval:.3f} core at {a.interval:.0f} s) | baseline plain GETs "
                   f"{base[0]:.2f} CPU-s, {base[1]:.2f} s wall | {nbytes / 1e6:.0f} MB, {len(reports):,} reports, "
                   f"{sum(len(r.gpus) for r in reports):,} pods' GPU evidence, {samples:,} progress samples")
         # discover: the DaemonSet's pods as the API lists them, decoded and turned into endpoints
@@ -194,8 +194,8 @@ def main() -> None:
         print(f"discover: list of {a.agents:,} agent pods ({len(listing) / 1e6:.1f} MB) decoded into endpoints: "
               f"{disc * 1e3:.0f} ms CPU")
         per_pass = best[1][0] + disc
-        print(f"poller per pass (best): {per_pass:.2f} CPU-s = {per_pass / a.interval:.3f} core at a {a.interval:.0f} s "
-              f"interval; of which transport (baseline) {best[0][0]:.2f} CPU-s")
+        print(f"poller per pass (best): {per_pass:.2f} CPU-s = {per_pass / a.interval:.3f} core at a "
+              f"{a.interval:.0f} s interval; of which transport (baseline) {best[0][0]:.2f} CPU-s")
     finally:
         conn.send("stop")
         proc.join(10)
