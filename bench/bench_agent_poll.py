@@ -170,7 +170,8 @@ def main() -> None:
             samples = sum(len(c.scan.samples) for r in reports for c in r.logs)
             rows.append((base, read, nbytes, len(reports), samples))
             print(f"pass {n + 1}: read_all {read[0]:.2f} CPU-s, {read[1]:.2f} s wall "
-                  f"({read[0] / a.agents * 1e3:.2f} ms CPU per agent; {read[0] / a.interval:.3f} core at {a.interval:.0f} s) | baseline plain GETs "
+                  f"({read[0] / a.agents * 1e3:.2f} ms CPU per agent; {read[0] / a.interval:.3f} core at "
+                  f"{a.interval:.0f} s) | baseline plain GETs "
                   f"{base[0]:.2f} CPU-s, {base[1]:.2f} s wall | {nbytes / 1e6:.0f} MB, {len(reports):,} reports, "
                   f"{sum(len(r.gpus) for r in reports):,} pods' GPU evidence, {samples:,} progress samples")
         # discover: the DaemonSet's pods as the API lists them, decoded and turned into endpoints
