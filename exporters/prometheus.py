@@ -142,7 +142,6 @@ class _Entry:
     # depend on the clock as bytes; ages as (series name and labels, the time they count from).
     text: dict[str, bytes] = field(default_factory=dict, compare=False)
     ages: dict[str, tuple[tuple[bytes, float], ...]] = field(default_factory=dict, compare=False)
-    keys: dict[str, object] = field(default_factory=dict, compare=False)  # the inputs of each group's lines
 
 
 def _fmt(v: float) -> str:
@@ -195,9 +194,6 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-_UNSET = object()
-
-
 def _last_step(rc: RunClaims) -> tuple[float, float] | None:
     last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
     if last is not None and isinstance(last.value, int) and last.at is not None:
@@ -230,12 +226,14 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         labels = {**run, **{k: _esc(v) for k, v in extra.items()}} if extra else run
         lines.setdefault(fam, []).append(f"{tpl[fam] % labels} {_fmt(value)}\n")
 
-    keys = entry.keys
-    keys.update(_group_keys(entry))
+    keys = _group_keys(entry)
     moved = set(_GROUPS)
     if prev is not None:
+        # The previous inputs are derived again rather than kept: a few small tuples per run
+        # against ~0.6 KB per run held for the whole fleet.
+        before = _group_keys(prev)
         for group, fams in _GROUPS.items():
-            if prev.keys.get(group, _UNSET) == keys[group]:
+            if before[group] == keys[group]:
                 moved.discard(group)
                 entry.text.update({f: t for f in fams if (t := prev.text.get(f)) is not None})
                 entry.ages.update({f: a for f in fams if (a := prev.ages.get(f)) is not None})
