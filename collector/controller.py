@@ -883,7 +883,7 @@ def _profile(ev: RunEvidence) -> str:
 STARTUP_GRACE_S = 60.0
 
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
-ROOTS_MEMO_MAX = 1 << 14  # pods whose run `_root_of` remembers (~2 MiB at most)
+ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
 # The most of one core, on average, re-evaluating runs whose claims are due to change by the clock

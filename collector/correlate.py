@@ -420,7 +420,9 @@ class RunIndex:
             self._members_shape = self.shape
         keys = self._members_memo.get(root.key)
         if keys is None:
-            keys = self._members_memo[root.key] = tuple(m.ref.key for m in self.members(root))
+            keys = tuple(m.ref.key for m in self.members(root))
+            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # a burst's dirty runs, not a full pass's
+                self._members_memo[root.key] = keys
         return keys
 
     def evidence(self, root: Ref) -> RunEvidence:
@@ -586,4 +588,5 @@ def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | Non
     return idx
 
 
+MEMBERS_MEMO_MAX = 2048  # runs whose member walk `_member_keys` remembers
 _ROOT_KINDS = frozenset({"TauRun", "RayJob", "RayCluster"} | JOB_KINDS)
