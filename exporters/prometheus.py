@@ -157,13 +157,9 @@ def _template(name: str, labels: Sequence[str]) -> str:
     return name + "{" + ",".join(f'{k}="%({k})s"' for k in sorted(labels)) + "}"
 
 
-# Families whose lines change with every evaluation of a running run; the others are reused while
-# the claims themselves stay the same (the common case on an evaluation tick).
-_EVERY_TIME = frozenset({"goodput", "run_time", "finished", "evaluated"})
-
-
 def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
-    """The `_EVERY_TIME` families' lines, written straight from the run's label text `body` (what
+    """The lines of the families that change with every evaluation of a running run (goodput, run
+    time, finished, evaluated), written straight from the run's label text `body` (what
     `_template` renders for the run labels; checked against it where the templates are built)."""
     out: dict[str, bytes] = {}
     g = rc.goodput
@@ -215,7 +211,8 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     """Fill `entry.text` and `entry.ages` with what `ClaimsExporter.collect` yields for its run.
     With `prev` (the same run's previous entry), a group of families whose inputs did not move
-    keeps its lines; only the `_EVERY_TIME` families and the groups that moved are formatted."""
+    keeps its lines; only the every-evaluation families (`_every_time_text`) and the groups that moved
+    are formatted."""
     rc = entry.claims
     run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
     lines: dict[str, list[str]] = {}
