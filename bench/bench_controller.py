@@ -733,29 +733,28 @@ def decode_paths(lines: list[bytes], initial: list[Obj], baseline_n: int) -> dic
         rec = normalize(obj, contract).record
         if rec is not None:
             idx.upsert(rec)
+
+    def dict_record(obj: Obj) -> Any:
+        """A pod decoded as dicts through `normalize`, with the reflector's defaults filled in."""
+        obj.setdefault("kind", "Pod")
+        obj.setdefault("apiVersion", "v1")
+        rec = normalize(obj, contract, where=f"Pod {obj['metadata']['name']}").record
+        assert rec is not None
+        return rec
+
     def orjson_path() -> None:
         for line in lines:
-            ev = orjson.loads(line)
-            obj = ev["object"]
-            obj.setdefault("kind", "Pod")
-            obj.setdefault("apiVersion", "v1")
-            rec = normalize(obj, contract, where=f"Pod {obj['metadata']['name']}").record
-            assert rec is not None
-            idx.upsert(rec)
+            idx.upsert(dict_record(orjson.loads(line)["object"]))
     res["inproc_eps"] = len(lines) / best_of(orjson_path)
 
     # The previous path: msgspec's selective decode into dicts, then the same normalize.
     from collector.sources.decode import POD_DICTS as dec
     for line in lines[:50]:
         dec.event(line)
+
     def selective_path() -> None:
         for line in lines:
-            obj = dec.event(line)["object"]
-            obj.setdefault("kind", "Pod")
-            obj.setdefault("apiVersion", "v1")
-            rec = normalize(obj, contract, where=f"Pod {obj['metadata']['name']}").record
-            assert rec is not None
-            idx.upsert(rec)
+            idx.upsert(dict_record(dec.event(line)["object"]))
     res["selective_eps"] = len(lines) / best_of(selective_path)
 
     def selective_decode() -> None:
@@ -789,10 +788,7 @@ def decode_paths(lines: list[bytes], initial: list[Obj], baseline_n: int) -> dic
                 # As `Controller.upsert` does: the record of a clean pod, normalize_pod for the rest.
                 rec = pod_record(o, contract) or normalize_pod(o, contract).record
             else:
-                o = e["object"]
-                o.setdefault("kind", "Pod")
-                o.setdefault("apiVersion", "v1")
-                rec = normalize(o, contract, where=f"Pod {o['metadata']['name']}").record
+                rec = dict_record(e["object"])
             assert rec is not None
             idx.upsert(rec)
     res["typed_eps"] = len(lines) / best_of(typed_path)
