@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from collector.capture import EvidenceCapture, capture_for
 from collector.claims.gpu import apply_gpu
+from collector.claims.progress import compacted
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
@@ -477,12 +478,15 @@ class Controller:
             if prev is not None:
                 # a poll reads a bounded tail: keep what earlier polls saw (goodput, pre-restart mark)
                 sig = replace(sig, scan=merge_history(prev.scan, sig.scan))
+            read = sig.scan  # every sample read, for the sink; the index keeps the compacted history
+            if c.op == "log":
+                sig = compacted(sig, self.settings.claims)
             self.index.set_signal(sig)
             root = self.index.root_of(sig.ref)
             if root is not None:
                 self._dirty.add(root.key)
                 if self.sink is not None and self.leader:
-                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, sig.scan)
+                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, read)
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)

@@ -51,7 +51,7 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         if b.replay_from is not None and a.at <= b.replay_from <= b.at:
             bad["restarting"] += _secs(b.replay_from - a.at)
             bad["replaying"] += _secs(b.at - b.replay_from)
-        elif gap <= window:
+        elif gap <= window or b.bridged:  # bridged: continuous progress (compacted history)
             productive += _secs(gap)
         elif any(a.at <= r <= b.at for r in restarts):
             bad["restarting"] += _secs(gap)

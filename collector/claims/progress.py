@@ -12,12 +12,13 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, human_age
 from collector.correlate import Signal
 from collector.progress import ProgressSample
+from collector.progress.history import RECENT, compact
 from collector.settings import ClaimSettings
 
 RECENT_INTERVALS = 50  # the stall window is built from this many most recent intervals
@@ -34,6 +35,9 @@ class Advance:
     step: int | None  # None: activity with no step number (Hugging Face loss dicts)
     source: str
     replay_from: datetime | None = None  # steps were being replayed from then until this advance
+    # the log advanced continuously since its signal's sample before this one (a compacted stretch
+    # of history, `ProgressSample.covers`): the gap to the advance before is progress, however long
+    bridged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,35 +117,38 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     last_loss: float | None = None
     bad_since: Advance | None = None
     invalid: Invalid | None = None
-    zero_streak: list[Advance] = []
+    zero_since: Advance | None = None  # the first of the current streak of 0.0 losses ...
+    zero_count = 0  # ... and how many samples it holds
     skipped_since: Advance | None = None
     skipped_streak = 0
     recent: deque[tuple[bool, datetime]] = deque(maxlen=SKIP_RECENT)
     for at, _, smp, src in events:
+        n = smp.covers  # samples this one stands for (compacted history: all of its kind)
         if smp.step is not None and (smp.skipped or src not in high or smp.step > high[src]):
-            recent.append((smp.skipped, at))
+            recent.extend([(smp.skipped, at)] * min(n, SKIP_RECENT))
         if smp.skipped:
-            skipped += 1
+            skipped += n
             skipped_since = skipped_since or Advance(at, smp.step, src)
-            skipped_streak += 1
+            skipped_streak += n
             continue
-        adv = Advance(at, smp.step, src)
+        adv = Advance(at, smp.step, src, bridged=n > 1)
         if smp.loss is not None:
             last_loss = smp.loss
             if not math.isfinite(smp.loss):
                 bad_since = bad_since or adv
                 invalid = invalid if invalid is not None and invalid.why.startswith("loss is") else \
                     Invalid(adv, f"loss is {smp.loss}")
-                zero_streak = []
+                zero_since, zero_count = None, 0
             elif smp.loss == 0.0:
                 bad_since = None
-                zero_streak.append(adv)
-                if len(zero_streak) >= ZERO_LOSS_STREAK and (invalid is None or invalid.since != zero_streak[0]):
-                    invalid = Invalid(zero_streak[0], "loss stuck at exactly 0.0")
+                zero_since = zero_since or adv
+                zero_count += n
+                if zero_count >= ZERO_LOSS_STREAK and (invalid is None or invalid.since != zero_since):
+                    invalid = Invalid(zero_since, "loss stuck at exactly 0.0")
             else:
                 bad_since = None
                 invalid = None
-                zero_streak = []
+                zero_since, zero_count = None, 0
         if smp.step is None:
             if src in last_seen and at <= last_seen[src]:
                 continue
@@ -152,15 +159,16 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
                 # The same step redrawn, or this signal went back: a restart replaying from an older
                 # checkpoint. Not progress until it passes its own high-water mark.
                 if smp.step < h:
-                    replayed += 1
+                    replayed += n
                     replay_from.setdefault(src, at)
                 continue
             high[src] = smp.step
-            adv = Advance(at, smp.step, src, replay_from.pop(src, None))
+            adv = Advance(at, smp.step, src, replay_from.pop(src, None), n > 1)
         if smp.loss is not None and not math.isfinite(smp.loss):
             continue
         before = prev_adv.get(src)
-        if before is not None and adv.replay_from is None:
+        if before is not None and adv.replay_from is None and not adv.bridged:
+            # (a bridged gap spans a compacted stretch: not one step interval)
             steps = (adv.step - before.step) if adv.step is not None and before.step is not None else 0
             intervals.append((at, (at - before.at).total_seconds(), steps))
         prev_adv[src] = adv
@@ -190,6 +198,18 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         recent_skipped=(sum(1 for sk, _ in recent if sk), len(recent)),
         recent_skipped_since=recent[0][1] if recent else None,
     )
+
+
+def compacted(sig: Signal, s: ClaimSettings) -> Signal:
+    """`sig` with its history compacted (`progress.history.compact`), bridging gaps inside the stall
+    window its own recent samples give (at least the stall floor). The window in force when a
+    stretch is compacted decides for good that its gaps were progress."""
+    samples = sig.scan.samples
+    if len(samples) <= RECENT + 2:
+        return sig
+    recent = replace(sig, scan=replace(sig.scan, samples=samples[-RECENT:], summary=None))
+    out = compact(sig.scan, bridge=analyze([recent], s).window)
+    return sig if out is sig.scan else replace(sig, scan=out)
 
 
 def _window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:

@@ -240,7 +240,7 @@ def _streak_start(view: ProgressView) -> datetime:
     """Start of the current run of advances with no gap longer than the stall window."""
     start = view.advances[-1].at
     for prev, cur in zip(reversed(view.advances[:-1]), reversed(view.advances), strict=False):
-        if cur.at - prev.at > view.window:
+        if cur.at - prev.at > view.window and not cur.bridged:
             break
         start = prev.at
     return start

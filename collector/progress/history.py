@@ -3,22 +3,33 @@
 A poll reads a bounded tail (the last 500 lines). Judged alone, everything before that tail is
 `unobserved`, and after a container restart the pre-restart high-water mark is gone. The
 controller keeps, per signal, what it has seen since it started watching: the new tail, led by
-the dated samples and hang findings of earlier polls that are older than the tail's first line.
-Bounded: the carried-over part is thinned to one sample per THIN (and every sample on either side
-of a longer gap, so gaps that matter to goodput and stall windows stay exact; the stall floor is
-60 s, above THIN), at most HISTORY_SAMPLES samples in all (about 34 h at one sample per 30 s), and
-MAX_FINDINGS findings; the high-water mark is kept.
+the dated samples and hang findings of earlier polls that are older than the tail's first line
+(`merge_history`).
+
+Bounded by what it means, not by age (`compact`): the last RECENT samples stay as read (the stall
+window is built from the last 50 intervals, the skipped-step share from the last 20 reports);
+before them, each stretch of samples of one kind (advancing, replaying below the high-water mark,
+skipped, non-finite loss, ...) whose gaps all stay under the bridge (the stall window in force)
+keeps its first and last sample (and the last one that showed a loss), each counting the dropped
+ones before it (`ProgressSample.covers`) and standing for continuous progress since the one kept
+before it. A run training steadily for days keeps
+RECENT samples and a handful more; every gap that could be a stall keeps both its ends, so goodput
+and replay accounting stay what they were. At most HISTORY_SAMPLES samples in all (the oldest go
+first) and MAX_FINDINGS findings; the high-water mark is kept.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from collector.progress.model import LogScan, ProgressSample, SampleSummary, summarize
 from collector.progress.scan import MAX_FINDINGS
 
-THIN = timedelta(seconds=30)
+RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
+BRIDGE = timedelta(seconds=60)  # the default stall floor: a gap under it is inside any stall window
 HISTORY_SAMPLES = 4096
 
 
@@ -29,24 +40,27 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     if cut is None or old.first_at is None or old.first_at >= cut:
         return new
     before = [s for s in old.samples if s.at is not None and s.at < cut]
-    prefix = _thin(before)
     hangs = [h for h in old.hangs if h.at is not None and h.at < cut]
     xids = [x for x in old.xids if x.at is not None and x.at < cut]
     # every line of `old` (kept or not: its high-water sample may be one it no longer keeps) moves
     # before the new tail's first line
-    shift = max([old.lines, *(s.line for s in prefix), *(h.line for h in hangs), *(x.line for x in xids)]) + 1
-    samples = [replace(s, line=s.line - shift) for s in prefix] + list(new.samples)
+    shift = max([old.lines, *(s.line for s in before), *(h.line for h in hangs), *(x.line for x in xids)]) + 1
+    head = list(new.samples)
+    bridged = _bridged_into(old.samples, head, cut) if before else 0
+    if bridged:
+        head[0] = replace(head[0], covers=head[0].covers + bridged)
+    samples = [replace(s, line=s.line - shift) for s in before] + head
     dropped = max(0, len(samples) - keep)
-    samples = samples[dropped:]
+    lost, samples = samples[:dropped], samples[dropped:]
     old_sum, new_sum = old.summary_of(), new.summary_of()
     high = _higher(old_sum.high_water, new_sum.high_water)
     if high is not None and high is not new_sum.high_water:
         high = replace(high, line=high.line - shift)
     kept = summarize(tuple(samples))
     summary = SampleSummary(
-        seen=len(prefix) + new_sum.seen,
-        skipped=sum(1 for x in prefix if x.skipped) + new_sum.skipped,
-        dropped=dropped + len(before) - len(prefix) + old_sum.dropped + new_sum.dropped,
+        seen=old_sum.dropped + sum(s.covers for s in before) + bridged + new_sum.seen,
+        skipped=sum(s.covers for s in before if s.skipped) + new_sum.skipped,
+        dropped=sum(s.covers for s in lost) + old_sum.dropped + new_sum.dropped,
         first=kept.first,
         last=new_sum.last or kept.last,
         high_water=high,
@@ -64,17 +78,102 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     )
 
 
-def _thin(samples: list[ProgressSample]) -> list[ProgressSample]:
-    """At most one sample per THIN, but both ends of every longer gap (skipped samples kept: validity)."""
+def _bridged_into(old: Sequence[ProgressSample], new: Sequence[ProgressSample], cut: datetime) -> int:
+    """How many samples a compacted stretch of `old` dropped before `cut`, when the stretch runs on
+    into the new tail: the new tail's first sample then stands for them (0: none, or not bridged)."""
+    q = next((s for s in old if s.at is not None and s.at >= cut), None)
+    if q is None or q.covers <= 1 or not new or new[0].at is None or q.at is None:
+        return 0
+    again = sum(1 for s in new if s.at is not None and s.at < q.at)  # dropped, but read again now
+    return max(0, q.covers - 1 - again)
+
+
+def compact(scan: LogScan, *, bridge: timedelta = BRIDGE, recent: int = RECENT) -> LogScan:
+    """`scan` with its samples before the last `recent` reduced to the two ends of each stretch.
+
+    A stretch: consecutive dated samples of one kind (`_kind`), each within `bridge` of the one
+    before it (or itself standing for such a stretch). Its last sample gets `covers` = the samples
+    it stands for; counts (seen, skipped, replayed) and every gap of `bridge` or more are kept.
+    `bridge` must not exceed the stall window the claims will judge with (the controller passes
+    the window in force, at least the stall floor), or a stall inside a stretch would count as
+    progress."""
+    samples = scan.samples
+    if len(samples) <= recent + 2:
+        return scan
+    head = samples[:-recent]
+    summary = scan.summary_of()
+    high = summary.high_water
+    kept = _stretches(head, bridge, _seed(head, high))
+    if len(kept) == len(head):
+        return scan
+    if high is not None and high not in kept and high not in samples[-recent:]:
+        # the high-water sample may now stand for dropped ones: point the summary at what is kept
+        high = next((k for k in kept if k.line == high.line and k.step == high.step and k.at == high.at), high)
+    return replace(scan, samples=(*kept, *samples[-recent:]), summary=replace(summary, high_water=high))
+
+
+def _seed(head: Sequence[ProgressSample], high: ProgressSample | None) -> int | None:
+    """The high-water step before `head` begins (a mark whose sample history no longer keeps)."""
+    if high is None or high.step is None or high.at is None or not head or head[0].at is None:
+        return None
+    return high.step if high.at < head[0].at else None
+
+
+def _stretches(samples: Sequence[ProgressSample], bridge: timedelta, high: int | None) -> list[ProgressSample]:
+    """Each stretch's first and last sample, and the last one that showed a loss (the run's last
+    loss may be it); each kept sample after the first counts the ones dropped before it."""
     out: list[ProgressSample] = []
-    for i, smp in enumerate(samples):
-        at = smp.at
-        assert at is not None
-        nxt = samples[i + 1].at if i + 1 < len(samples) else None
-        if (not out or smp.skipped or at - (out[-1].at or at) >= THIN
-                or (nxt is not None and nxt - at >= THIN) or nxt is None):
+    prev: ProgressSample | None = None  # the sample before this one
+    prev_kind: tuple[object, ...] | None = None
+    with_loss: ProgressSample | None = None  # the stretch's last sample with a loss, after its first
+    loss_cov = 0  # samples dropped between the stretch's first and `with_loss`
+    pending: ProgressSample | None = None  # the stretch's latest sample after those
+    pend_cov = 0  # samples dropped between `with_loss` (or the first) and `pending`
+    loss_state = 0
+    for smp in samples:
+        if smp.loss is not None:
+            loss_state = _loss_kind(smp.loss)
+        # a 0.0 loss is counted (a streak of them is not learning): samples without a loss differ there
+        kind = (smp.skipped, smp.step is None, _replay(smp, high), smp.loss is not None and not math.isfinite(smp.loss),
+                loss_state, loss_state == 2 and smp.loss is None)
+        if not smp.skipped and smp.step is not None and (high is None or smp.step > high):
+            high = smp.step
+        joined = (prev is not None and kind == prev_kind and smp.at is not None and prev.at is not None
+                  and (smp.covers > 1 or smp.at - prev.at < bridge))
+        if not joined:
+            _flush(out, with_loss, loss_cov, pending, pend_cov)
             out.append(smp)
+            with_loss, loss_cov, pending, pend_cov = None, 0, None, 0
+        elif smp.loss is not None:
+            loss_cov += (with_loss.covers if with_loss else 0) + pend_cov + (pending.covers if pending else 0)
+            with_loss, pending, pend_cov = smp, None, 0
+        else:
+            pend_cov += pending.covers if pending else 0
+            pending = smp
+        prev, prev_kind = smp, kind
+    _flush(out, with_loss, loss_cov, pending, pend_cov)
     return out
+
+
+def _flush(out: list[ProgressSample], with_loss: ProgressSample | None, loss_cov: int,
+           pending: ProgressSample | None, pend_cov: int) -> None:
+    for smp, cov in ((with_loss, loss_cov), (pending, pend_cov)):
+        if smp is not None:
+            out.append(replace(smp, covers=smp.covers + cov) if cov else smp)
+
+
+def _replay(smp: ProgressSample, high: int | None) -> int:
+    """0: past the high-water mark (or no step); 1: at it (a redraw); 2: below it (a replay)."""
+    if smp.skipped or smp.step is None or high is None or smp.step > high:
+        return 0
+    return 1 if smp.step == high else 2
+
+
+def _loss_kind(loss: float) -> int:
+    """The loss state a sample leaves (a sample without a loss keeps the one before it)."""
+    if not math.isfinite(loss):
+        return 1
+    return 2 if loss == 0.0 else 3
 
 
 def _higher(a: ProgressSample | None, b: ProgressSample | None) -> ProgressSample | None:

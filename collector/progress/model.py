@@ -38,6 +38,11 @@ class ProgressSample:
     (a redrawn progress bar updates the loss of the same step). `step` is None when the line shows
     activity without a step number (Hugging Face loss dicts with no Trainer bar): such samples say
     "the trainer did something then", never how far it got.
+
+    `covers` > 1: the controller's history compacted a stretch (`progress.history.compact`); this
+    sample stands for itself and the `covers - 1` samples of the same kind dropped before it, and
+    the log advanced continuously (no gap past the compaction's bridge) since the sample kept
+    before it.
     """
 
     step: int | None
@@ -47,6 +52,7 @@ class ProgressSample:
     format: str
     skipped: bool = False
     total: int | None = None
+    covers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +103,8 @@ def summarize(samples: tuple[ProgressSample, ...]) -> SampleSummary:
         if high is None or (x.step or 0) > (high.step or 0):
             high = x
     return SampleSummary(
-        seen=len(samples),
-        skipped=len(samples) - len(real),
+        seen=sum(x.covers for x in samples),
+        skipped=sum(x.covers for x in samples if x.skipped),
         dropped=0,
         first=real[0] if real else None,
         last=real[-1] if real else None,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collector.claims.progress import analyze
+from collector.claims.progress import analyze, compacted
 from collector.correlate import Signal
 from collector.model import Ref
-from collector.progress import scan_text
-from collector.progress.history import HISTORY_SAMPLES, merge_history
+from collector.progress import LogScan, scan_text
+from collector.progress.history import HISTORY_SAMPLES, RECENT, merge_history
 from collector.settings import ClaimSettings
 
 T0 = datetime(2026, 1, 10, 10, 0, tzinfo=UTC)
@@ -26,22 +26,50 @@ def _tail(steps: range, every: float = 10.0, tail: int = 50):
     return scan_text("\n".join(lines[-tail:]) + "\n", source="main")
 
 
+def _poll(history: LogScan | None, tail: LogScan) -> LogScan:
+    """What the controller keeps after a poll: merged with the history, then compacted."""
+    merged = tail if history is None else merge_history(history, tail)
+    return compacted(Signal(POD, "main", merged, T0), ClaimSettings()).scan
+
+
 def test_polls_of_a_short_tail_keep_the_history_and_its_high_water_mark() -> None:
     history = _tail(range(1, 101))  # the first poll: steps 51..100
     for end in range(131, 402, 30):  # later polls (every 300 s of steps) each see only the last 50 lines
         history = merge_history(history, _tail(range(1, end)))
     assert history.first_at == T0 + timedelta(seconds=510)  # the first poll's first line: evidence starts there
     steps = [s.step for s in history.samples]
-    assert steps == sorted(steps) and steps[-1] == 400 and steps[0] == 51
-    assert len(steps) < 350  # the carried-over part is thinned (one per 30 s), the tail kept whole
+    assert steps == list(range(51, 401))  # merged whole: compaction is a separate step
     assert all(a.line < b.line for a, b in zip(history.samples, history.samples[1:], strict=False))
     # goodput over the whole watched time, not only the last tail: nothing between polls is "unobserved"
     now = T0 + timedelta(seconds=4010)
-    sig = Signal(POD, "main", history, now)
-    view = analyze([sig], ClaimSettings(), now)
+    view = analyze([Signal(POD, "main", history, now)], ClaimSettings(), now)
     assert view.observed_from == T0 + timedelta(seconds=510)
-    gaps = [(b.at - a.at).total_seconds() for a, b in zip(view.advances, view.advances[1:], strict=False)]
-    assert max(gaps) <= 30 + 10  # thinning never opens a gap the stall window could mistake for a stall
+    assert view.last_step == 400 and len(view.advances) == 350
+
+
+def test_compacted_history_stays_small_for_a_run_training_for_days() -> None:
+    """Steps every 30 s for three days, polled every 5 min with a 100-line tail: the history stays
+    at RECENT samples and the two ends of the one stretch, and says what the whole log says."""
+    every, per_poll = 30, 10
+    history: LogScan | None = None
+    sizes = []
+    for k in range(1, 3 * 24 * 12 + 1):  # every 5 min for 3 days
+        end = k * per_poll
+        history = _poll(history, _tail(range(max(1, end - 99), end + 1), every=every, tail=100))
+        sizes.append(len(history.samples))
+    assert history is not None
+    assert max(sizes) == RECENT + 2 and len(history.samples) == RECENT + 2
+    assert history.samples[1].covers == history.samples[1].step - 1  # it stands for every step after the first
+    now = T0 + timedelta(days=3, seconds=30)
+    n = 3 * 24 * 120
+    whole = _tail(range(1, n + 1), every=every, tail=n)  # the whole log, read at once
+    assert whole.summary_of().dropped == 0
+    full = analyze([Signal(POD, "main", whole, now)], ClaimSettings(), now)
+    kept = analyze([Signal(POD, "main", history, now)], ClaimSettings(), now)
+    assert (kept.last_step, kept.window, kept.replayed, kept.skipped, kept.observed_from) == \
+        (full.last_step, full.window, full.replayed, full.skipped, full.observed_from)
+    assert kept.advances[-1] == full.advances[-1] and kept.advances[0] == full.advances[0]
+    assert [a.bridged for a in kept.advances] == [False, True] + [False] * RECENT
 
 
 def test_a_restart_seen_by_the_controller_keeps_the_pre_restart_mark() -> None:
