@@ -31,7 +31,7 @@ from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.kube_pod import PodObject, normalize_pod, pod_record
-from collector.logrotation import LogRotation
+from collector.logrotation import LogRotation, last_stamp
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -475,7 +475,9 @@ class Controller:
         elif c.op in ("log", "signal"):
             sig: Signal = c.payload
             prev = self.index.signal_of(sig.ref, sig.source) if c.op == "log" else None
-            if prev is not None:
+            if prev is not None and not sig.scan.lines:
+                sig = replace(prev, read_at=sig.read_at)  # no line since the last read: what it saw stands
+            elif prev is not None:
                 # a poll reads a bounded tail: keep what earlier polls saw (goodput, pre-restart mark)
                 sig = replace(sig, scan=merge_history(prev.scan, sig.scan))
             read = sig.scan  # every sample read, for the sink; the index keeps the compacted history
@@ -741,12 +743,14 @@ class Controller:
                 key = (ref.namespace, ref.name, container)
                 if not rotation.due(key, restarted=restarts != self._previous_read.get(key, restarts)):
                     continue
+                query = [("container", container), ("tailLines", self.cfg.log_tail_lines),
+                         ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")]
+                since = rotation.since(key)
+                if since is not None:
+                    query.append(("sinceTime", since))  # the lines since the last read (and its second)
                 try:
                     data = self._previous_log(ref, container, restarts) + self.api.get_text(
-                        f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
-                        [("container", container), ("tailLines", self.cfg.log_tail_lines),
-                         ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
-                    )
+                        f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
                 except SourceError as e:
                     rotation.failed(key)
                     self._put(_Change("error", None, e))
@@ -758,7 +762,7 @@ class Controller:
                 except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                rotation.read(key, progress=bool(scan.samples))
+                rotation.read(key, progress=bool(scan.samples), last_line=last_stamp(data))
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:

@@ -9,6 +9,14 @@ their evidence inside `evidence_max_age` at the defaults (4 × 30 s), each in it
 of its name) so that every pass reads an even share of them rather than all of them at once. A
 container never read, or restarted since its last read, is read at once.
 
+From where: a container read before is asked only for the lines since its last one
+(`sinceTime`, at the API's one-second resolution: the lines of that second come again and the
+history merge lays them over the ones it has), so an unchanged log costs a round trip and the scan
+of a line or two (`since`). One read in RESYNC (in a slot of its own) is whole again (the 500-line
+tail), so a log that went back in time (a pod re-created on a node whose clock is behind) is not
+missed for long. A container that carried progress once is read every pass from then, whether or
+not its latest lines hold a step (a stall shows as none).
+
 Pure: a function of the passes and what the reads found; the poller owns the I/O.
 """
 
@@ -19,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 LogKey = tuple[str, str, str]  # namespace, pod, container
+RESYNC = 16  # one read in this many is of the whole tail, not only the lines since the last
 
 
 def _slot(key: LogKey) -> int:
@@ -29,6 +38,8 @@ def _slot(key: LogKey) -> int:
 class _LastRead:
     at_pass: int
     progress: bool
+    last_line: str | None  # the kubelet timestamp of the last line read (RFC 3339), if any
+    reads: int  # reads since the first
 
 
 class LogRotation:
@@ -54,9 +65,37 @@ class LogRotation:
         # At most quiet_every passes apart; exactly that once in step with its slot.
         return self.passes > last.at_pass and (self.passes - _slot(key)) % self.quiet_every == 0
 
-    def read(self, key: LogKey, progress: bool) -> None:
-        self._last[key] = _LastRead(self.passes, progress)
+    def since(self, key: LogKey) -> str | None:
+        """The `sinceTime` for this pass's read: None for a whole read (never read, nothing dated
+        read yet, or its resync read)."""
+        last = self._last.get(key)
+        if last is None or last.last_line is None or (last.reads + _slot(key)) % RESYNC == 0:
+            return None
+        return last.last_line[:19] + "Z"  # whole seconds: the API passes no finer (metav1.Time)
+
+    def read(self, key: LogKey, progress: bool, last_line: str | None = None) -> None:
+        """`progress`: the read carried progress samples; `last_line`: the timestamp of its last
+        line (None: nothing dated was read, the one before stands)."""
+        last = self._last.get(key)
+        reads = 0
+        if last is not None:
+            progress = progress or last.progress
+            last_line = last_line or last.last_line
+            reads = last.reads + 1
+        self._last[key] = _LastRead(self.passes, progress, last_line, reads)
 
     def failed(self, key: LogKey) -> None:
         """A read that failed: try again next pass (its evidence is ageing)."""
         self._last.pop(key, None)
+
+
+def last_stamp(data: bytes) -> str | None:
+    """The kubelet timestamp (`timestamps=true`: RFC 3339 in UTC, then a space) of the last line
+    of `data`, if it has one."""
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)
+    start = data.rfind(b"\n", 0, end) + 1
+    stamp = data[start:start + 40].split(b" ", 1)[0]
+    if len(stamp) < 20 or stamp[4:5] != b"-" or stamp[10:11] != b"T" or not stamp.endswith(b"Z") \
+            or not stamp[:4].isdigit() or not stamp[11:13].isdigit():
+        return None
+    return stamp.decode("ascii", "replace")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -200,16 +200,53 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     )
 
 
+COMPACT_SLACK = 16  # samples past RECENT a history may hold before it is compacted again
+
+
 def compacted(sig: Signal, s: ClaimSettings) -> Signal:
     """`sig` with its history compacted (`progress.history.compact`), bridging gaps inside the stall
     window its own recent samples give (at least the stall floor). The window in force when a
     stretch is compacted decides for good that its gaps were progress."""
     samples = sig.scan.samples
-    if len(samples) <= RECENT + 2:
-        return sig
-    recent = replace(sig, scan=replace(sig.scan, samples=samples[-RECENT:], summary=None))
-    out = compact(sig.scan, bridge=analyze([recent], s).window)
+    if len(samples) <= RECENT + COMPACT_SLACK:
+        return sig  # (a poll adds a few samples: compact every few polls, not on each)
+    out = compact(sig.scan, bridge=signal_window(samples[-RECENT:], s))
     return sig if out is sig.scan else replace(sig, scan=out)
+
+
+def signal_window(samples: Sequence[ProgressSample], s: ClaimSettings) -> timedelta:
+    """The stall window `analyze` gives one signal's samples, without the rest of its work (the
+    controller asks on every log poll; tests hold the two equal)."""
+    intervals: list[tuple[datetime, float, int]] = []
+    high: int | None = None
+    last_seen: datetime | None = None
+    replaying = False
+    prev: tuple[datetime, int | None] | None = None  # the previous advance
+    for smp in sorted((x for x in samples if x.at is not None and not x.skipped), key=_at):
+        at = _at(smp)
+        after_replay = False
+        if smp.step is None:
+            if last_seen is not None and at <= last_seen:
+                continue
+            last_seen = at
+        else:
+            if high is not None and smp.step <= high:
+                replaying = replaying or smp.step < high
+                continue
+            high = smp.step
+            after_replay, replaying = replaying, False
+        if smp.loss is not None and not math.isfinite(smp.loss):
+            continue
+        if prev is not None and not after_replay and smp.covers <= 1:
+            steps = smp.step - prev[1] if smp.step is not None and prev[1] is not None else 0
+            intervals.append((at, (at - prev[0]).total_seconds(), steps))
+        prev = (at, smp.step)
+    return _window(intervals, s)[0]
+
+
+def _at(smp: ProgressSample) -> datetime:
+    assert smp.at is not None
+    return smp.at
 
 
 def _window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:

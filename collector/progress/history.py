@@ -49,7 +49,7 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     bridged = _bridged_into(old.samples, head, cut) if before else 0
     if bridged:
         head[0] = replace(head[0], covers=head[0].covers + bridged)
-    samples = [replace(s, line=s.line - shift) for s in before] + head
+    samples = [_moved(s, shift) for s in before] + head
     dropped = max(0, len(samples) - keep)
     lost, samples = samples[:dropped], samples[dropped:]
     old_sum, new_sum = old.summary_of(), new.summary_of()
@@ -76,6 +76,11 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
         summary=summary,
         first_at=old.first_at,
     )
+
+
+def _moved(s: ProgressSample, shift: int) -> ProgressSample:
+    """`s` with its line `shift` lines earlier (`replace` costs three times as much, per sample per poll)."""
+    return ProgressSample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)
 
 
 def _bridged_into(old: Sequence[ProgressSample], new: Sequence[ProgressSample], cut: datetime) -> int:

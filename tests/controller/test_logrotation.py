@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from collector.controller import Controller
-from collector.logrotation import LogRotation
+from collector.logrotation import RESYNC, LogRotation, last_stamp
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.server import Simulator
 from tests.controller.test_controller import T0, Clock, apply_run, settings, wait_until
@@ -124,5 +124,88 @@ def test_live_poller_reads_the_quiet_ranks_less_and_still_sees_their_hang() -> N
             before = reads["llm-w0"]
             wait_until(hang_seen, what="rank 2's watchdog timeout in the run's evidence")
             assert reads["llm-w0"] - before <= 3 + 2  # within one rotation (and a pass in flight)
+        finally:
+            c.close()
+
+
+def test_reads_after_the_first_ask_for_the_lines_since_the_last_one() -> None:
+    rot = LogRotation(4)
+    rot.begin_pass([HEAD])
+    assert rot.since(HEAD) is None  # never read: the whole tail
+    rot.read(HEAD, progress=True, last_line="2026-01-10T10:00:09.123456789Z")
+    wholes = 0
+    for _ in range(4 * RESYNC):
+        rot.begin_pass([HEAD])
+        since = rot.since(HEAD)
+        if since is None:
+            wholes += 1
+        else:
+            assert since == "2026-01-10T10:00:09Z"  # whole seconds: that second's lines come again
+        rot.read(HEAD, progress=False)  # nothing new: the last line read stands, so does "progress"
+    assert wholes == 4  # one read in RESYNC is whole again, so a log that went back is not missed
+    rot.begin_pass([HEAD])
+    assert rot.due(HEAD, restarted=False)  # it carried progress once: every pass, steps or not
+    rot.failed(HEAD)
+    assert rot.since(HEAD) is None  # after a failed read, the whole tail again
+
+
+@pytest.mark.parametrize(("data", "stamp"), [
+    (b"2026-01-10T10:00:01.5Z a\n2026-01-10T10:00:09.123456789Z step=3\n", "2026-01-10T10:00:09.123456789Z"),
+    (b"2026-01-10T10:00:09Z no newline at the end", "2026-01-10T10:00:09Z"),
+    (b"2026-01-10T10:00:09.1Z only\n", "2026-01-10T10:00:09.1Z"),
+    (b"", None),
+    (b"\n", None),
+    (b"no timestamps here\n", None),
+    (b"2026-01-10 10:00:09 step=3\n", None),  # not the kubelet's prefix
+    (b"x" * 100_000 + b"\n", None),
+])
+def test_last_stamp_reads_the_kubelet_prefix_of_the_last_line(data: bytes, stamp: str | None) -> None:
+    assert last_stamp(data) == stamp
+
+
+def test_live_poller_reads_only_new_lines_and_keeps_the_whole_history() -> None:
+    """After its first read, the poller asks the simulator's log endpoint for the lines since the
+    last one; polls that find nothing new keep what the signal holds; every step stays counted."""
+    clock = Clock(T0)
+    with Simulator(watch_window=50, clock=clock) as sim:
+        sim.start()
+        apply_run(sim, "llm", workers=1)
+
+        def steps(first: int, n: int, base: int) -> None:
+            for i in range(first, first + n):
+                at = T0 - timedelta(seconds=base - 10 * (i - first))
+                sim.store.append_log("research", "llm-w0", "main", [f"[{at:%H:%M:%S}] my-trainer step={i}"], at)
+        steps(1, 5, 300)
+        api = KubeApi(api_client_for(sim.base_url))
+        queries: list[dict[str, Any]] = []
+        get_text = api.get_text
+
+        def recorded(path: str, query: Any = ()) -> bytes:
+            out: bytes = get_text(path, query)
+            if path.endswith("/llm-w0/log"):
+                queries.append({**dict(query), "lines": out.count(b"\n")})
+            return out
+        api.get_text = recorded  # type: ignore[method-assign]
+        c = Controller(api, settings(log_poll_interval=timedelta(seconds=0.1),
+                                     log_regex_by_profile={"a100-2x8": r"step=(?P<step>\d+)"}), clock.now)
+        c.open()
+        try:
+            wait_until(lambda: len(queries) >= 6, what="six reads")
+            assert "sinceTime" not in queries[0] and queries[0]["lines"] == 5
+            quiet = [q for q in queries[1:6] if "sinceTime" in q]
+            assert quiet and all(q["lines"] == 1 for q in quiet)  # the last line's second, nothing more
+
+            def signal() -> Any:
+                return next(s for s in c.index.evidence(next(iter(c.claims.values())).ref).signals
+                            if s.ref.name == "llm-w0")
+            first_read = signal().read_at
+            steps(6, 5, 200)
+            wait_until(lambda: signal().scan.samples and signal().scan.samples[-1].step == 10, what="step 10")
+            sig = signal()
+            assert [s.step for s in sig.scan.samples] == list(range(1, 11))  # the history and the new lines
+            assert sig.read_at >= first_read
+            since_reads = [q for q in queries if "sinceTime" in q]
+            assert since_reads and max(q["lines"] for q in since_reads) <= 6  # never the whole log again...
+            assert len(since_reads) >= len(queries) * (RESYNC - 2) / RESYNC - 2  # ... but one read in RESYNC
         finally:
             c.close()

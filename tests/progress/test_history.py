@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collector.claims.progress import analyze, compacted
+from collector.claims.progress import COMPACT_SLACK, analyze, compacted
 from collector.correlate import Signal
 from collector.model import Ref
 from collector.progress import LogScan, scan_text
@@ -58,8 +58,10 @@ def test_compacted_history_stays_small_for_a_run_training_for_days() -> None:
         history = _poll(history, _tail(range(max(1, end - 99), end + 1), every=every, tail=100))
         sizes.append(len(history.samples))
     assert history is not None
-    assert max(sizes) == RECENT + 2 and len(history.samples) == RECENT + 2
-    assert history.samples[1].covers == history.samples[1].step - 1  # it stands for every step after the first
+    # compacted every few polls (a poll adds 10 samples): never more than that over the bound
+    assert max(sizes) <= RECENT + COMPACT_SLACK + 2 + per_poll
+    assert history.samples[1].covers > 500  # the stretch's last kept sample stands for the steps before it
+    assert sum(s.covers for s in history.samples) == history.samples[-1].step  # every step counted once
     now = T0 + timedelta(days=3, seconds=30)
     n = 3 * 24 * 120
     whole = _tail(range(1, n + 1), every=every, tail=n)  # the whole log, read at once
@@ -69,7 +71,7 @@ def test_compacted_history_stays_small_for_a_run_training_for_days() -> None:
     assert (kept.last_step, kept.window, kept.replayed, kept.skipped, kept.observed_from) == \
         (full.last_step, full.window, full.replayed, full.skipped, full.observed_from)
     assert kept.advances[-1] == full.advances[-1] and kept.advances[0] == full.advances[0]
-    assert [a.bridged for a in kept.advances] == [False, True] + [False] * RECENT
+    assert [a.bridged for a in kept.advances][:2] == [False, True] and sum(a.bridged for a in kept.advances) == 1
 
 
 def test_a_restart_seen_by_the_controller_keeps_the_pre_restart_mark() -> None:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.claims.goodput import goodput
-from collector.claims.progress import analyze
+from collector.claims.progress import analyze, signal_window
 from collector.correlate import Signal
 from collector.model import Ref
 from collector.progress import LogScan, ProgressSample
@@ -107,3 +107,15 @@ def test_compacted_history_keeps_counts_marks_validity_and_goodput(ops: list, re
         assert math.isclose(g_comp.productive_s, g_full.productive_s, abs_tol=1e-6)
         for cause, secs in g_full.badput_s.items():
             assert math.isclose(g_comp.badput_s[cause], secs, abs_tol=1e-6), cause
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(_op, min_size=1, max_size=30), recent=st.sampled_from([2, 8, 64]))
+def test_the_controllers_bridge_is_the_window_analyze_gives(ops: list, recent: int) -> None:
+    """`signal_window` (asked on every log poll) equals `analyze`'s window for that signal alone,
+    compacted or not."""
+    samples = _samples(ops)
+    if not samples:
+        return
+    for scan in (_scan(samples), compact(_scan(samples), bridge=BRIDGE, recent=recent)):
+        assert signal_window(scan.samples, S) == analyze([Signal(POD, "main", scan, NOW)], S).window
