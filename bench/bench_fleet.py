@@ -43,7 +43,8 @@ multiplies the scenario's run and node counts (a quick run: --scale 0.05).
 
 --time-lists first times each resource's list alone (no controller): how much of a sync is the API
 server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> | tar -x -C DIR`) is
-`paged` run with DIR's collector, against the same cluster in the same run: a change's before/after.
+`paged` run with DIR's collector, against the same cluster in the same run: a change's before/after;
+`before-logs` is `logs` run that way.
 
 Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
        .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
@@ -212,8 +213,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
-def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any) -> None:
-    """`paged`, with the collector of another source tree (`--before-tree`: the code before a change)."""
+def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:
+    """`variant` (paged or logs), with the collector of another source tree (`--before-tree`: the
+    code before a change)."""
     for name in list(sys.modules):  # this process imported the current tree's collector: forget it
         if name.split(".")[0] in ("collector", "exporters", "kubesim"):
             del sys.modules[name]
@@ -222,7 +224,7 @@ def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any
     where = Path(collector.__file__ or "").resolve()
     if not where.is_relative_to(Path(tree).resolve()):
         raise RuntimeError(f"--before-tree {tree}: collector imported from {where}")
-    _measure(url, "paged", idle_s, cpu, conn)
+    _measure(url, variant, idle_s, cpu, conn)
 
 
 def time_lists(url: str) -> None:
@@ -396,8 +398,9 @@ def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, 
 def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_tree: str = "") -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    if variant == "before":
-        proc = ctx.Process(target=_measure_tree, args=(before_tree, url, idle_s, cpu, child), daemon=True)
+    if variant in ("before", "before-logs"):
+        proc = ctx.Process(target=_measure_tree, args=(before_tree, url, idle_s, cpu, child,
+                                                       "logs" if variant == "before-logs" else "paged"), daemon=True)
     else:
         proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
     proc.start()
@@ -429,8 +432,8 @@ def main() -> None:
                     "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
     a = ap.parse_args()
-    if "before" in a.variants.split(",") and not a.before_tree:
-        ap.error("variant `before` needs --before-tree")
+    if {"before", "before-logs"} & set(a.variants.split(",")) and not a.before_tree:
+        ap.error("variants `before` and `before-logs` need --before-tree")
     ncpu = len(os.sched_getaffinity(0))
     pin = not a.no_pin and ncpu >= 2
     runs = a.pods // a.per_run
@@ -471,7 +474,7 @@ def main() -> None:
               f"its arenas), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
               f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in results:
-        if r["variant"] in ("logs", "logs-all"):
+        if r["variant"] in ("logs", "logs-all", "before-logs"):
             per = r["log_read_s"] / max(1, r["log_reads"])
             print(f"{r['variant']}: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in "
                   f"the idle {r['idle_s']:.0f} s after the first pass ({r['log_reads'] / r['idle_s']:.1f}/s, "

@@ -45,7 +45,7 @@ from collector.model import (
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress import scan_text
-from collector.progress.history import merge_history
+from collector.progress.history import extend_history, merge_history
 from collector.recheck import CpuBudget, Rechecks
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
@@ -472,16 +472,23 @@ class Controller:
                 if root is not None:
                     self._dirty.add(root.key)
             self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
-        elif c.op in ("log", "signal"):
-            sig: Signal = c.payload
-            prev = self.index.signal_of(sig.ref, sig.source) if c.op == "log" else None
-            if prev is not None and not sig.scan.lines:
+        elif c.op in ("log", "signal", "agent-log"):
+            after: int | None = None
+            if c.op == "agent-log":
+                sig, after = c.payload
+            else:
+                sig = c.payload
+            prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
+            if prev is not None and after is not None:
+                # a node agent's increment: what it read after the document before
+                sig = replace(sig, scan=extend_history(prev.scan, sig.scan, after))
+            elif prev is not None and not sig.scan.lines and c.op == "log":
                 sig = replace(prev, read_at=sig.read_at)  # no line since the last read: what it saw stands
             elif prev is not None:
                 # a poll reads a bounded tail: keep what earlier polls saw (goodput, pre-restart mark)
                 sig = replace(sig, scan=merge_history(prev.scan, sig.scan))
             read = sig.scan  # every sample read, for the sink; the index keeps the compacted history
-            if c.op == "log":
+            if c.op != "signal":
                 sig = compacted(sig, self.settings.claims)
             self.index.set_signal(sig)
             root = self.index.root_of(sig.ref)
@@ -802,6 +809,7 @@ class Controller:
                 self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                 endpoints = []
             reports, errors = reader.read_all(endpoints)
+            reader.forget(endpoints)
             for err in errors:
                 self.health.error("agents", ErrorClass.RETRYABLE)
                 log.warning("node agent not read", extra={"error": err})
@@ -810,8 +818,8 @@ class Controller:
                 gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
                 log_pods |= rep.log_pods()
                 for c in rep.logs:
-                    self._put(_Change("log", None, Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan,
-                                                          rep.read_at)))
+                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
+                    self._put(_Change("agent-log", None, (sig, c.after)))
             for node, url in sorted(cfg.dcgm.items()):
                 try:
                     scrape = read_dcgm(url)

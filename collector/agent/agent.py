@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -130,15 +131,20 @@ class Agent:
         return gpus
 
     # --- state -----------------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, *, epoch: str = "", poll: int | None = None) -> Snapshot:
+        """`epoch`/`poll`: a reader's cursor (the document it read last): containers carry their line
+        count at that poll, so the document holds only what came after (`evidence_document`)."""
         gpus = self._gpus
         since = {r.uuid: t for r in gpus if (t := self.hangs.since(r.uuid)) is not None}
+        log_poll = self.logs.polls  # before the containers: a poll in flight is sent again, never skipped
+        if epoch != self.logs.epoch:
+            poll = None
         return Snapshot(
             node=self.s.node, at=time.time(), nvml=self.sampler.status, gpus=gpus, hang_since=since,
             hang_sustain_s=self.s.hang.sustain_s, allocations=self.attribution.allocations(),
             podresources_up=self.attribution.up, podresources_last_success=self.attribution.last_success,
             podresources_error=self.attribution.error, xids=tuple(self.xids.recent()),
-            logs=tuple(self.logs.containers()),
+            logs=tuple(self.logs.containers(since=poll)), log_epoch=self.logs.epoch, log_poll=log_poll,
         )
 
     @property
@@ -174,7 +180,7 @@ class Agent:
                 if path == "/metrics":
                     body, ctype, code = generate_latest(agent.registry), "text/plain; version=0.0.4", 200
                 elif path == "/evidence":
-                    doc = evidence_document(agent.snapshot())
+                    doc = evidence_document(agent.snapshot(**_cursor(query)))
                     body, ctype, code = orjson.dumps(doc), "application/json", 200
                 elif path == "/healthz":
                     ok, why = agent.healthy()
@@ -197,6 +203,15 @@ class Agent:
         self._http.daemon_threads = True
         self._spawn(self._http.serve_forever, "agent-http")
         return int(self._http.server_address[1])
+
+
+def _cursor(query: str) -> dict[str, Any]:
+    """`epoch=E&poll=P` → snapshot arguments (anything else: a whole document)."""
+    args = urllib.parse.parse_qs(query, max_num_fields=4)
+    epoch, poll = (args.get("epoch") or [""])[0], (args.get("poll") or [""])[0]
+    if not epoch or not poll.isdigit() or len(poll) > 18:
+        return {}
+    return {"epoch": epoch, "poll": int(poll)}
 
 
 def run_agent(settings: AgentSettings, stop: threading.Event) -> int:

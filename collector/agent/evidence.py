@@ -3,6 +3,14 @@
 Version 1. Parsed evidence only: GPU readings with the pods holding each GPU, device allocations,
 recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No raw
 log lines; the only free text (an XID's kernel message) is redacted where it is read.
+
+Increments: the document names the log poller's `epoch` (this process) and `poll` (polls done).
+A reader that sends them back (`/evidence?epoch=E&poll=P`) gets, for each container whose line
+count at poll P is still known, only what came after: `after` is that count, `samples` are the
+ones on later lines led by the last one before them (its loss may have been redrawn since), and
+`hangs`/`xids` those on later lines. A container without `after` is whole (new to the reader, or
+P is older than its marks); another epoch, or no cursor, gets every container whole. GPU readings
+are always whole.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ class Snapshot:
     podresources_error: str
     xids: tuple[XidEvent, ...]
     logs: tuple[ContainerLog, ...]
+    log_epoch: str = ""
+    log_poll: int = 0  # log polls done when the snapshot was taken (a reader's next cursor)
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -65,14 +75,25 @@ def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) ->
 
 def _log(c: ContainerLog, samples: int) -> dict[str, object]:
     s = c.scan
+    after = c.lines_then
+    kept = s.samples[-samples:]
+    hangs, xids = s.hangs, s.xids
+    if after is not None:
+        # the samples on later lines, led by the last one before them (a redraw may have changed it)
+        first = len(kept)
+        while first > 0 and kept[first - 1].line > after:
+            first -= 1
+        kept = kept[max(0, first - 1):]
+        hangs = tuple(h for h in hangs if h.line > after)
+        xids = tuple(x for x in xids if x.line > after)
     return {
         "namespace": c.namespace, "pod": c.pod, "uid": c.uid, "container": c.container,
-        "read_at": c.read_at, "lines": s.lines, "format": s.format,
+        "read_at": c.read_at, "lines": s.lines, "format": s.format, "after": after,
         # [step, at, loss, skipped, total, line]
-        "samples": [[x.step, _iso(x.at), _loss(x.loss), x.skipped, x.total, x.line] for x in s.samples[-samples:]],
+        "samples": [[x.step, _iso(x.at), _loss(x.loss), x.skipped, x.total, x.line] for x in kept],
         "hangs": [{"kind": h.kind, "line": h.line, "collective": h.collective, "timeout_ms": h.timeout_ms,
-                   "rank": h.rank, "at": _iso(h.at)} for h in s.hangs],
-        "xids": [{"code": x.code, "pci": x.pci, "line": x.line, "at": _iso(x.at)} for x in s.xids],
+                   "rank": h.rank, "at": _iso(h.at)} for h in hangs],
+        "xids": [{"code": x.code, "pci": x.pci, "line": x.line, "at": _iso(x.at)} for x in xids],
         "diagnostics": list(s.diagnostics[-10:]),
     }
 
@@ -85,6 +106,8 @@ def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object
         "version": VERSION,
         "node": snap.node,
         "at": snap.at,
+        "epoch": snap.log_epoch,
+        "poll": snap.log_poll,
         "nvml": {"state": snap.nvml.state, "message": snap.nvml.message, "driver": snap.nvml.driver},
         "podresources": {"up": snap.podresources_up, "last_success": snap.podresources_last_success or None,
                          "error": snap.podresources_error},

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ class ContainerLog:
     container: str
     scan: LogScan
     read_at: float  # unix seconds of the last poll that read this container
+    # the scanner's line count at the poll a reader asked "since" (`containers(since=)`): None when
+    # not asked, or not known (the reader's poll is older than this container's marks: send it whole)
+    lines_then: int | None = None
 
 
 def split_pod_dir(name: str) -> tuple[str, str, str] | None:
@@ -46,8 +50,11 @@ def split_pod_dir(name: str) -> tuple[str, str, str] | None:
     return parts[0], parts[1], parts[2]
 
 
+MARKS = 128  # per container, the polls that added lines (a reader may ask since any of them)
+
+
 class _Followed:
-    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at", "lock")
+    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at", "lock", "marks")
 
     def __init__(self, namespace: str, pod: str, uid: str, container: str, tail: ContainerTail,
                  max_line_bytes: int) -> None:
@@ -60,6 +67,19 @@ class _Followed:
         self.snapshot: LogScan | None = None
         self.read_at = 0.0
         self.lock = threading.Lock()  # the poll thread feeds the scanner; HTTP threads snapshot it
+        self.marks: deque[tuple[int, int]] = deque(maxlen=MARKS)  # (poll, scanner lines after it)
+
+    def lines_at(self, poll: int) -> int | None:
+        """The scanner's line count once `poll` was done; None when that is no longer known."""
+        marks = self.marks
+        if not marks or marks[0][0] > poll:
+            return None
+        out = marks[0][1]
+        for at, lines in marks:  # newest last; at most MARKS
+            if at > poll:
+                break
+            out = lines
+        return out
 
 
 class LogEvidence:
@@ -79,7 +99,8 @@ class LogEvidence:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.problems: Counter[str] = Counter()
-        self.polls = 0
+        self.polls = 0  # polls done; a reader's cursor is (epoch, polls)
+        self.epoch = secrets.token_hex(6)  # this process: line numbers and polls start again with it
         self.lines_total = 0  # CRI records read (whole lines), since start
         self.error = ""
         self.skipped_containers = 0
@@ -166,6 +187,7 @@ class LogEvidence:
                                      read_bytes=self.s.read_bytes_per_poll, max_line_bytes=self.s.max_line_bytes,
                                      problem=self._problem)
                 f = _Followed(ns, pod, uid, container, tail, self.s.max_line_bytes)
+                f.marks.append((self.polls, 0))  # followed from this poll on: nothing read before it
                 with self._lock:
                     self._followed[key] = f
             before = {n: c.committed for n, c in f.tail.cursors.items()}
@@ -177,6 +199,7 @@ class LogEvidence:
                     f.scanner.feed_all(lines)
                     self._trim(f.scanner)
                     f.snapshot = None
+                    f.marks.append((self.polls + 1, f.scanner.lines))
             f.read_at = now
             if before != {n: c.committed for n, c in f.tail.cursors.items()}:
                 changed = True
@@ -197,7 +220,9 @@ class LogEvidence:
             del sc.xids[:-k]
 
     # --- readers ---------------------------------------------------------------------------------
-    def containers(self) -> list[ContainerLog]:
+    def containers(self, since: int | None = None) -> list[ContainerLog]:
+        """Every followed container; `since` (a poll count a reader saw): with the line count each
+        had once that poll was done, where known."""
         with self._lock:
             followed = list(self._followed.values())
         out = []
@@ -206,7 +231,8 @@ class LogEvidence:
                 snap = f.snapshot
                 if snap is None:
                     snap = f.snapshot = f.scanner.finish()
-            out.append(ContainerLog(f.namespace, f.pod, f.uid, f.container, snap, f.read_at))
+                then = f.lines_at(since) if since is not None else None
+            out.append(ContainerLog(f.namespace, f.pod, f.uid, f.container, snap, f.read_at, then))
         return out
 
     @property

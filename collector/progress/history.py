@@ -78,6 +78,23 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     )
 
 
+def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTORY_SAMPLES) -> LogScan:
+    """`old` (what a node agent sent before, on the agent's own line numbers) extended by `new`,
+    what it read after line `after`: `new`'s samples replace `old`'s from the first of them (the
+    agent leads with the last one before `after`, whose loss a redraw may have changed), and the
+    findings after `after` are `new`'s. Summaries are recomputed from the samples kept."""
+    cut = min(new.samples[0].line, after + 1) if new.samples else after + 1
+    samples = [s for s in old.samples if s.line < cut] + list(new.samples)
+    return replace(
+        new,
+        samples=tuple(samples[-keep:]),
+        hangs=tuple([h for h in old.hangs if h.line <= after] + list(new.hangs))[-MAX_FINDINGS:],
+        xids=tuple([x for x in old.xids if x.line <= after] + list(new.xids))[-MAX_FINDINGS:],
+        summary=None,
+        first_at=old.first_at or new.first_at,
+    )
+
+
 def _moved(s: ProgressSample, shift: int) -> ProgressSample:
     """`s` with its line `shift` lines earlier (`replace` costs three times as much, per sample per poll)."""
     return ProgressSample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)

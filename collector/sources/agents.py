@@ -7,6 +7,7 @@ one clock. A document of another version, or fields of the wrong type, are named
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class ContainerLogEvidence:
     pod: str
     container: str
     scan: LogScan
+    after: int | None = None  # an increment: what the agent read after this line (None: whole)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class AgentReport:
     gpus: tuple[PodGpuEvidence, ...]
     logs: tuple[ContainerLogEvidence, ...]
     problems: tuple[str, ...] = ()
+    cursor: tuple[str, int] | None = None  # (epoch, poll): ask for what comes after this document
 
     def log_pods(self) -> set[tuple[str, str]]:
         """(namespace, pod) whose logs this agent reads: the controller need not poll their logs."""
@@ -176,9 +179,12 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
         if not isinstance(c, dict) or not c.get("pod") or not c.get("container"):
             continue
         ns, pod, container = str(c.get("namespace") or ""), str(c["pod"]), str(c["container"])
-        logs.append(ContainerLogEvidence(ns, pod, container, _scan(c, f"agent:{node}:{ns}/{pod}/{container}")))
+        logs.append(ContainerLogEvidence(ns, pod, container, _scan(c, f"agent:{node}:{ns}/{pod}/{container}"),
+                                         _i(c.get("after"))))
+    epoch, poll = doc.get("epoch"), _i(doc.get("poll"))
+    cursor = (epoch, poll) if isinstance(epoch, str) and epoch and poll is not None and poll >= 0 else None
     return AgentReport(endpoint, read_at, str(nv.get("state") or ""), pr.get("up") is True, gpu_ev, tuple(logs),
-                       tuple(problems))
+                       tuple(problems), cursor)
 
 
 class AgentReader:
@@ -190,9 +196,15 @@ class AgentReader:
         self.timeout = urllib3.Timeout(connect=min(2.0, timeout_s), read=timeout_s)
         self.max_body = max_body
         self.pool = pool or urllib3.PoolManager(num_pools=1024, maxsize=2)
+        # per agent (its URL), the cursor of the last document read: the next asks only for what came
+        # after it (log increments; docs/agent.md). An agent that restarted answers whole.
+        self._cursors: dict[str, tuple[str, int]] = {}
 
     def read(self, endpoint: AgentEndpoint) -> AgentReport:
         url = f"{endpoint.url}/evidence"
+        cursor = self._cursors.get(endpoint.url)
+        if cursor is not None:
+            url += "?" + urllib.parse.urlencode({"epoch": cursor[0], "poll": cursor[1]})
         try:
             resp = self.pool.request("GET", url, timeout=self.timeout, retries=False, preload_content=False,
                                      redirect=False)
@@ -212,7 +224,18 @@ class AgentReader:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise AgentReadError(f"{url}: not JSON ({e})") from e
-        return parse_evidence(doc, endpoint, self.now())
+        report = parse_evidence(doc, endpoint, self.now())
+        if report.cursor is not None:
+            self._cursors[endpoint.url] = report.cursor
+        else:
+            self._cursors.pop(endpoint.url, None)
+        return report
+
+    def forget(self, keep: Iterable[AgentEndpoint]) -> None:
+        """Drop the cursors of agents no longer listed."""
+        urls = {ep.url for ep in keep}
+        for url in [u for u in self._cursors if u not in urls]:
+            del self._cursors[url]
 
     def read_all(self, endpoints: Iterable[AgentEndpoint], *, workers: int = 16) -> tuple[list[AgentReport], list[str]]:
         """Every agent, `workers` at a time (a fleet of nodes must fit in one poll interval); one that

@@ -6,10 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from collector.agent import Agent
 from collector.controller import Controller
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
+from collector.sources import agents
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.server import Simulator
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
@@ -30,7 +34,7 @@ def _agent_pod(port_node: str) -> dict[str, object]:
             "status": {"phase": "Running", "podIP": "127.0.0.1"}}
 
 
-def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path) -> None:
+def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the run's container log, written on the node as the kubelet does (steps every 10 s up to T0)
     d = tmp_path / "pods" / "research_llm-w0_0b5e8c1a-0000-4000-8000-000000000001" / "main"
     d.mkdir(parents=True)
@@ -69,5 +73,27 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path) -> N
             wait_until(lambda: "8/8 GPUs allocated" in claims().get("scheduled", ("", ""))[1], timeout=10,
                        what="allocation from pod-resources")
             assert c._agent_log_pods == frozenset({("research", "llm-w0")})
+            # later reads ask for what came after the last document (increments), and the history
+            # the controller keeps from them is the whole log's
+            afters: list[int | None] = []
+            parse = agents.parse_evidence
+
+            def recorded(doc: Any, endpoint: Any, read_at: Any) -> Any:
+                afters.extend(x.get("after") for x in doc.get("logs") or [] if x.get("container") == "main")
+                return parse(doc, endpoint, read_at)
+            monkeypatch.setattr(agents, "parse_evidence", recorded)
+            more = []
+            for step in range(31, 41):
+                at = T0 + timedelta(seconds=10 * (step - 30) - 5)
+                more.append(f"{at.strftime('%Y-%m-%dT%H:%M:%S.000000000Z')} stdout F {megatron(step)}\n")
+            with open(d / "0.log", "a") as f:
+                f.write("".join(more))
+            clock.advance(100)
+            wait_until(lambda: "step 40" in claims().get("progressing", ("", ""))[1], timeout=20,
+                       what="step 40 from an increment")
+            assert afters and all(a is not None and a >= 30 for a in afters), afters
+            sig = next(s for s in c.index.evidence(next(r.ref for r in c.claims.values() if r.ref.name == "llm"))
+                       .signals if s.source == "main")
+            assert [x.step for x in sig.scan.samples] == list(range(1, 41))
         finally:
             c.close()

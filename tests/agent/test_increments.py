@@ -1,0 +1,91 @@
+"""Node-agent log increments: a reader that sends back the document's cursor (epoch, poll) gets only
+what each container's log added since, and the controller's history built from increments is the
+one whole documents give."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from collector.agent.evidence import Snapshot, evidence_document
+from collector.agent.logs import MARKS, LogEvidence
+from collector.agent.nvml import NvmlStatus
+from collector.progress.history import extend_history
+from collector.sources.agents import AgentEndpoint, parse_evidence
+from tests.agent.test_logs import Node, evidence
+
+WATCHDOG = ("[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, "
+            "Timeout(ms)=600000) ran for 600060 milliseconds before timing out.")
+EP = AgentEndpoint("gpu-0", "agent-x", "http://127.0.0.1:9402")
+READ_AT = datetime(2026, 1, 10, 11, 0, tzinfo=UTC)
+
+
+def _doc(ev: LogEvidence, since: int | None) -> dict[str, object]:
+    snap = Snapshot(node="gpu-0", at=0.0, nvml=NvmlStatus("ok", "ok"), gpus=(), hang_since={}, hang_sustain_s=60.0,
+                    allocations=(), podresources_up=True, podresources_last_success=0.0, podresources_error="",
+                    xids=(), logs=tuple(ev.containers(since=since)), log_epoch=ev.epoch, log_poll=ev.polls)
+    return evidence_document(snap)
+
+
+def _trainer(doc: dict[str, object]) -> dict[str, object]:
+    (c,) = [c for c in doc["logs"] if c["container"] == "trainer"]  # type: ignore[attr-defined]
+    return c  # type: ignore[no-any-return]
+
+
+def test_an_increment_carries_only_what_came_after_and_extends_to_the_whole(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.write(*node.steps(1, 10))
+    ev = evidence(tmp_path)
+    ev.poll()
+    first = _doc(ev, None)
+    assert first["epoch"] == ev.epoch and first["poll"] == 1 and _trainer(first)["after"] is None
+    node.write(*node.steps(11, 15), node.line(WATCHDOG))
+    ev.poll()
+    node.write(*node.steps(16, 18))
+    ev.poll()
+    inc = _doc(ev, 1)
+    c = _trainer(inc)
+    assert c["after"] == 10  # lines the agent had read once poll 1 was done
+    assert [row[0] for row in c["samples"]] == list(range(10, 19))  # led by the last one before
+    assert [h["kind"] for h in c["hangs"]] == ["nccl-watchdog-timeout"]
+    whole = parse_evidence(_doc(ev, None), EP, READ_AT).logs[0]
+    base = parse_evidence(first, EP, READ_AT).logs[0]
+    step = parse_evidence(inc, EP, READ_AT).logs[0]
+    assert step.after == 10 and base.after is None
+    merged = extend_history(base.scan, step.scan, 10)
+    assert merged.samples == whole.scan.samples and merged.hangs == whole.scan.hangs
+    again = extend_history(merged, step.scan, 10)  # the same increment twice (a retried read): no duplicate
+    assert again.samples == whole.scan.samples and again.hangs == whole.scan.hangs
+    assert parse_evidence(inc, EP, READ_AT).cursor == (ev.epoch, 3)
+
+
+def test_a_container_new_since_the_cursor_or_older_than_its_marks_comes_whole(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.write(*node.steps(1, 3))
+    ev = evidence(tmp_path)
+    ev.poll()
+    node.write(*node.steps(1, 2), container="sidecar")
+    for k in range(MARKS + 5):  # more polls with new lines than a container keeps marks of
+        node.write(node.line(f"noise {k}"))
+        ev.poll()
+    doc = _doc(ev, 1)
+    by = {c["container"]: c for c in doc["logs"]}  # type: ignore[attr-defined]
+    assert by["trainer"]["after"] is None and [r[0] for r in by["trainer"]["samples"]] == [1, 2, 3]
+    # followed since poll 1 and quiet since: its marks still reach back, so it comes from line 0
+    assert by["sidecar"]["after"] == 0 and [r[0] for r in by["sidecar"]["samples"]] == [1, 2]
+    recent = _doc(ev, ev.polls - 1)
+    by = {c["container"]: c for c in recent["logs"]}  # type: ignore[attr-defined]
+    assert by["trainer"]["after"] is not None and [r[0] for r in by["trainer"]["samples"]] == [3]
+    assert by["sidecar"]["after"] is not None
+
+
+def test_a_container_followed_after_the_cursor_is_sent_from_its_first_line(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.write(*node.steps(1, 3))
+    ev = evidence(tmp_path)
+    ev.poll()
+    node.write(*node.steps(1, 4), container="second")
+    ev.poll()
+    second = {c["container"]: c for c in _doc(ev, 1)["logs"]}["second"]  # type: ignore[attr-defined]
+    assert second["after"] == 0 and [r[0] for r in second["samples"]] == [1, 2, 3, 4]
