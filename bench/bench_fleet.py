@@ -184,7 +184,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             time.sleep(0.5)
         idle_s = max(idle_s, 5 * 30.0)
     c0, w0, reads0, read_s0 = cpu_s(), time.monotonic(), *log_reads
+    spy = None
+    if os.environ.get("BENCH_PYSPY"):  # a profile of the idle window: py-spy's collapsed stacks
+        import subprocess
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(os.getpid()),
+                                "--duration", str(int(idle_s)), "--format", "raw", "--nonblocking",
+                                "-o", f"{os.environ['BENCH_PYSPY']}-{variant}-{os.getpid()}.txt"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(idle_s)
+    if spy is not None:
+        spy.wait(60)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
                 "log_read_s": log_reads[1] - read_s0}
@@ -308,7 +317,8 @@ class StoreClient:
         pass
 
 
-def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int, http: bool) -> None:
+def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int, http: bool,
+                   train_every: str = "") -> None:
     """The simulator with the scenario engine in one process (as `taugrid-evidence simulator` runs them)."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -323,6 +333,11 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
         for entry in [*doc["cluster"].get("nodes", []), *doc.get("runs", [])]:
             if "count" in entry:
                 entry["count"] = max(1, round(entry["count"] * scale))
+    if train_every:  # every template trains at this cadence: longer logs (full 500-line tails at 1s)
+        for tpl in (doc.get("templates") or {}).values():
+            for step in tpl.get("timeline") or []:
+                if isinstance(step.get("train"), dict):
+                    step["train"]["every"] = train_every
     sc = scenario_from_dict(doc, path)
     horizon = max((r.at for r in sc.runs), default=0.0) + 60.0  # the last run started: admitted, bound, Running
     clock = ManualClock(datetime.now(UTC) - timedelta(seconds=horizon))
@@ -359,10 +374,11 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
 class ScenarioSim:
     """A simulator process filled by playing a scenario file."""
 
-    def __init__(self, cpu: int | None, path: Path, scale: float, window: int, http: bool = False) -> None:
+    def __init__(self, cpu: int | None, path: Path, scale: float, window: int, http: bool = False,
+                 train_every: str = "") -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window, http),
+        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window, http, train_every),
                                 daemon=True)
         self.proc.start()
         self.info: dict[str, Any] = self.conn.recv()
@@ -375,9 +391,10 @@ class ScenarioSim:
             self.proc.terminate()
 
 
-def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, http: bool) -> ScenarioSim:
+def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, http: bool,
+                       train_every: str = "") -> ScenarioSim:
     """Play the scenario; print its figures beside the store-API populate of as many pods (same run)."""
-    sim = ScenarioSim(cpu, path, scale, 10_000, http)
+    sim = ScenarioSim(cpu, path, scale, 10_000, http, train_every)
     i = sim.info
     print(f"scenario {path} (scale {scale:g}): {i['runs']} runs, {i['nodes']} nodes -> {i['pods']} pods "
           f"({i['running']} Running) in {i['materialize_s']:.0f} s wall, {i['cpu_s']:.0f} CPU-s "
@@ -430,6 +447,8 @@ def main() -> None:
                     "(as `taugrid-evidence simulator` does; ~27 min at full size) instead of into its store directly")
     ap.add_argument("--before-tree", default="", help="variant `before`: paged, with the collector of this source "
                     "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
+    ap.add_argument("--train-every", default="", help="with --scenario: every template's `train` at this cadence "
+                    "(e.g. 1s: heads' logs fill the 500-line tail the poller reads, as long runs' do)")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
     a = ap.parse_args()
     if {"before", "before-logs"} & set(a.variants.split(",")) and not a.before_tree:
@@ -440,7 +459,7 @@ def main() -> None:
     nodes = a.nodes or max(1, a.pods // 10)
     sim: SimProcess | ScenarioSim
     if a.scenario is not None:
-        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None, a.http)
+        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None, a.http, a.train_every)
     else:
         sim = SimProcess(1 if pin else None, 10_000)
     try:

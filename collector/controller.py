@@ -472,6 +472,17 @@ class Controller:
                 if root is not None:
                     self._dirty.add(root.key)
             self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
+        elif c.op == "log-fresh":
+            ref, container, read_at = c.payload
+            prev = self.index.signal_of(ref, container)
+            if prev is not None:
+                self.index.set_signal(replace(prev, read_at=read_at))
+                # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked
+                # then (`Clock.within`): re-evaluate now only if that is near or past.
+                if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
+                    root = self.index.root_of(ref)
+                    if root is not None:
+                        self._dirty.add(root.key)
         elif c.op in ("log", "signal", "agent-log"):
             after: int | None = None
             if c.op == "agent-log":
@@ -756,20 +767,27 @@ class Controller:
                 if since is not None:
                     query.append(("sinceTime", since))  # the lines since the last read (and its second)
                 try:
-                    data = self._previous_log(ref, container, restarts) + self.api.get_text(
+                    previous = self._previous_log(ref, container, restarts)
+                    data = previous + self.api.get_text(
                         f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
                 except SourceError as e:
                     rotation.failed(key)
                     self._put(_Change("error", None, e))
                     continue
                 self._previous_read[key] = restarts
+                if not previous and rotation.unchanged(key, since, data):
+                    # no line after the last one read: what the signal holds stands, read now
+                    rotation.read(key, progress=False, since=since, data=data)
+                    self._put(_Change("log-fresh", None, (ref, container, self.now())))
+                    continue
                 try:
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
                                      custom_regex=regex or None)
                 except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
                     self._skip(f"log regex for {ref}: {e}")
                     scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                rotation.read(key, progress=bool(scan.samples), last_line=last_stamp(data))
+                rotation.read(key, progress=bool(scan.samples), last_line=last_stamp(data), since=since,
+                              data=None if previous else data)
                 self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
 
     def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:

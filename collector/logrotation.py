@@ -15,7 +15,10 @@ history merge lays them over the ones it has), so an unchanged log costs a round
 of a line or two (`since`). One read in RESYNC (in a slot of its own) is whole again (the 500-line
 tail), so a log that went back in time (a pod re-created on a node whose clock is behind) is not
 missed for long. A container that carried progress once is read every pass from then, whether or
-not its latest lines hold a step (a stall shows as none).
+not its latest lines hold a step (a stall shows as none). A read answered exactly as the one
+before it to the same question (the same `sinceTime`, or the whole tail of a log that is still
+empty or quiet) added nothing (`unchanged`): the poller then only refreshes the signal's read time,
+without a scan or a re-evaluation.
 
 Pure: a function of the passes and what the reads found; the poller owns the I/O.
 """
@@ -40,6 +43,7 @@ class _LastRead:
     progress: bool
     last_line: str | None  # the kubelet timestamp of the last line read (RFC 3339), if any
     reads: int  # reads since the first
+    answer: tuple[str, int, int] | None  # the last read: (sinceTime or "", bytes, CRC-32 of them)
 
 
 class LogRotation:
@@ -73,16 +77,26 @@ class LogRotation:
             return None
         return last.last_line[:19] + "Z"  # whole seconds: the API passes no finer (metav1.Time)
 
-    def read(self, key: LogKey, progress: bool, last_line: str | None = None) -> None:
+    def read(self, key: LogKey, progress: bool, last_line: str | None = None, *, since: str | None = None,
+             data: bytes | None = None) -> None:
         """`progress`: the read carried progress samples; `last_line`: the timestamp of its last
-        line (None: nothing dated was read, the one before stands)."""
+        line (None: nothing dated was read, the one before stands); `since`/`data`: what it asked
+        and got (for `unchanged`; None: not comparable with a later read, e.g. a previous log with it)."""
         last = self._last.get(key)
         reads = 0
         if last is not None:
             progress = progress or last.progress
             last_line = last_line or last.last_line
             reads = last.reads + 1
-        self._last[key] = _LastRead(self.passes, progress, last_line, reads)
+        answer = (since or "", len(data), zlib.crc32(data)) if data is not None else None
+        self._last[key] = _LastRead(self.passes, progress, last_line, reads, answer)
+
+    def unchanged(self, key: LogKey, since: str | None, data: bytes) -> bool:
+        """The read got exactly what the read before it got for the same question (`sinceTime`, or
+        the whole tail): with every line stamped, the log has nothing after the last one read (the
+        evidence stands; only its read time moves)."""
+        last = self._last.get(key)
+        return last is not None and last.answer == (since or "", len(data), zlib.crc32(data))
 
     def failed(self, key: LogKey) -> None:
         """A read that failed: try again next pass (its evidence is ageing)."""

@@ -149,6 +149,23 @@ def test_reads_after_the_first_ask_for_the_lines_since_the_last_one() -> None:
     assert rot.since(HEAD) is None  # after a failed read, the whole tail again
 
 
+def test_an_answer_like_the_one_before_is_unchanged() -> None:
+    rot = LogRotation(4)
+    rot.begin_pass([HEAD])
+    body = b"2026-01-10T10:00:09.1Z step=3\n"
+    rot.read(HEAD, progress=True, last_line="2026-01-10T10:00:09.1Z", data=body)  # a whole read
+    assert not rot.unchanged(HEAD, "2026-01-10T10:00:09Z", body)  # another question than the read before
+    assert rot.unchanged(HEAD, None, body)  # the same whole tail again: nothing new
+    rot.read(HEAD, progress=False, since="2026-01-10T10:00:09Z", data=body)
+    assert rot.unchanged(HEAD, "2026-01-10T10:00:09Z", body)
+    assert not rot.unchanged(HEAD, "2026-01-10T10:00:09Z", body + b"2026-01-10T10:00:09.2Z step=4\n")
+    assert not rot.unchanged(HEAD, "2026-01-10T10:00:10Z", body)  # another since: another question
+    rot.read(HEAD, progress=False, since="2026-01-10T10:00:09Z", data=None)  # a previous log came with it
+    assert not rot.unchanged(HEAD, "2026-01-10T10:00:09Z", body)
+    rot.read(QUIET, progress=False, data=b"")  # a log with no line yet
+    assert rot.unchanged(QUIET, None, b"") and not rot.unchanged(QUIET, None, body)
+
+
 @pytest.mark.parametrize(("data", "stamp"), [
     (b"2026-01-10T10:00:01.5Z a\n2026-01-10T10:00:09.123456789Z step=3\n", "2026-01-10T10:00:09.123456789Z"),
     (b"2026-01-10T10:00:09Z no newline at the end", "2026-01-10T10:00:09Z"),
@@ -199,6 +216,12 @@ def test_live_poller_reads_only_new_lines_and_keeps_the_whole_history() -> None:
                 return next(s for s in c.index.evidence(next(iter(c.claims.values())).ref).signals
                             if s.ref.name == "llm-w0")
             first_read = signal().read_at
+            # reads that find nothing new (the same answer as the read before) move only the read time
+            held = signal().scan
+            clock.advance(1)
+            n = len(queries)
+            wait_until(lambda: len(queries) >= n + 2 and signal().read_at > first_read, what="a fresher read")
+            assert signal().scan is held
             steps(6, 5, 200)
             wait_until(lambda: signal().scan.samples and signal().scan.samples[-1].step == 10, what="step 10")
             sig = signal()
