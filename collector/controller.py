@@ -775,8 +775,10 @@ class Controller:
                     self._put(_Change("error", None, e))
                     continue
                 self._previous_read[key] = restarts
-                if not previous and rotation.unchanged(key, since, data):
-                    # no line after the last one read: what the signal holds stands, read now
+                if not previous and rotation.unchanged(key, since, data) \
+                        and self.index.signal_of(ref, container) is not None:
+                    # no line after the last one read: what the signal holds stands, read now (a
+                    # signal the index no longer holds is read in full again)
                     rotation.read(key, progress=False, since=since, data=data)
                     self._put(_Change("log-fresh", None, (ref, container, self.now())))
                     continue
