@@ -195,8 +195,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if spy is not None:
         spy.wait(60)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
+    gc.collect()
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
-                "log_read_s": log_reads[1] - read_s0}
+                "log_read_s": log_reads[1] - read_s0,
+                "after_idle": rss_bytes()}  # `steady` is taken before the first log pass: this is after it
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
@@ -497,7 +499,8 @@ def main() -> None:
             per = r["log_read_s"] / max(1, r["log_reads"])
             print(f"{r['variant']}: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in "
                   f"the idle {r['idle_s']:.0f} s after the first pass ({r['log_reads'] / r['idle_s']:.1f}/s, "
-                  f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core")
+                  f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
+                  f"{r['after_idle'] / mib:.0f} MiB")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

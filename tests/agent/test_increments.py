@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from collector.agent.evidence import Snapshot, evidence_document
 from collector.agent.logs import MARKS, LogEvidence
@@ -60,32 +61,37 @@ def test_an_increment_carries_only_what_came_after_and_extends_to_the_whole(tmp_
     assert parse_evidence(inc, EP, READ_AT).cursor == (ev.epoch, 3)
 
 
-def test_a_container_new_since_the_cursor_or_older_than_its_marks_comes_whole(tmp_path: Path) -> None:
-    node = Node(tmp_path)
+def _polled_once(root: Path) -> tuple[Node, LogEvidence]:
+    """A node whose trainer printed steps 1-3, read by one poll."""
+    node = Node(root)
     node.write(*node.steps(1, 3))
-    ev = evidence(tmp_path)
+    ev = evidence(root)
     ev.poll()
+    return node, ev
+
+
+def _by_container(doc: dict[str, object]) -> dict[str, Any]:
+    return {c["container"]: c for c in doc["logs"]}  # type: ignore[attr-defined]
+
+
+def test_a_container_new_since_the_cursor_or_older_than_its_marks_comes_whole(tmp_path: Path) -> None:
+    node, ev = _polled_once(tmp_path)
     node.write(*node.steps(1, 2), container="sidecar")
     for k in range(MARKS + 5):  # more polls with new lines than a container keeps marks of
         node.write(node.line(f"noise {k}"))
         ev.poll()
-    doc = _doc(ev, 1)
-    by = {c["container"]: c for c in doc["logs"]}  # type: ignore[attr-defined]
+    by = _by_container(_doc(ev, 1))
     assert by["trainer"]["after"] is None and [r[0] for r in by["trainer"]["samples"]] == [1, 2, 3]
     # followed since poll 1 and quiet since: its marks still reach back, so it comes from line 0
     assert by["sidecar"]["after"] == 0 and [r[0] for r in by["sidecar"]["samples"]] == [1, 2]
-    recent = _doc(ev, ev.polls - 1)
-    by = {c["container"]: c for c in recent["logs"]}  # type: ignore[attr-defined]
+    by = _by_container(_doc(ev, ev.polls - 1))
     assert by["trainer"]["after"] is not None and [r[0] for r in by["trainer"]["samples"]] == [3]
     assert by["sidecar"]["after"] is not None
 
 
 def test_a_container_followed_after_the_cursor_is_sent_from_its_first_line(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    node.write(*node.steps(1, 3))
-    ev = evidence(tmp_path)
-    ev.poll()
+    node, ev = _polled_once(tmp_path)
     node.write(*node.steps(1, 4), container="second")
     ev.poll()
-    second = {c["container"]: c for c in _doc(ev, 1)["logs"]}["second"]  # type: ignore[attr-defined]
+    second = _by_container(_doc(ev, 1))["second"]
     assert second["after"] == 0 and [r[0] for r in second["samples"]] == [1, 2, 3, 4]
