@@ -113,7 +113,7 @@ def _bridged_into(old: Sequence[ProgressSample], new: Sequence[ProgressSample], 
 def compact(scan: LogScan, *, bridge: timedelta = BRIDGE, recent: int = RECENT) -> LogScan:
     """`scan` with its samples before the last `recent` reduced to the two ends of each stretch.
 
-    A stretch: consecutive dated samples of one kind (`_kind`), each within `bridge` of the one
+    A stretch: consecutive dated samples of one kind (`_stretches`), each within `bridge` of the one
     before it (or itself standing for such a stretch). Its last sample gets `covers` = the samples
     it stands for; counts (seen, skipped, replayed) and every gap of `bridge` or more are kept.
     `bridge` must not exceed the stall window the claims will judge with (the controller passes
