@@ -79,13 +79,17 @@ def _log(c: ContainerLog, samples: int) -> dict[str, object]:
     kept = s.samples[-samples:]
     hangs, xids = s.hangs, s.xids
     if after is not None:
-        # the samples on later lines, led by the last one before them (a redraw may have changed it)
-        first = len(kept)
-        while first > 0 and kept[first - 1].line > after:
+        # the samples on later lines, led by the last one before them (a redraw may have changed
+        # it); all of them (the agent keeps a bounded number), so the reader's history has no hole
+        first = len(s.samples)
+        while first > 0 and s.samples[first - 1].line > after:
             first -= 1
-        kept = kept[max(0, first - 1):]
-        hangs = tuple(h for h in hangs if h.line > after)
-        xids = tuple(x for x in xids if x.line > after)
+        if first == 0 and s.summary is not None and s.summary.dropped:
+            after = None  # samples after the cursor may be gone already: whole, not a false gap
+        else:
+            kept = s.samples[max(0, first - 1):]
+            hangs = tuple(h for h in hangs if h.line > after)
+            xids = tuple(x for x in xids if x.line > after)
     return {
         "namespace": c.namespace, "pod": c.pod, "uid": c.uid, "container": c.container,
         "read_at": c.read_at, "lines": s.lines, "format": s.format, "after": after,

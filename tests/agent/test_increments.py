@@ -95,3 +95,24 @@ def test_a_container_followed_after_the_cursor_is_sent_from_its_first_line(tmp_p
     ev.poll()
     second = _by_container(_doc(ev, 1))["second"]
     assert second["after"] == 0 and [r[0] for r in second["samples"]] == [1, 2, 3, 4]
+
+
+def test_an_increment_is_never_cut_into_a_hole(tmp_path: Path) -> None:
+    """More new samples than a whole document carries: the increment carries them all; more than
+    the agent keeps: the container comes whole (a hole would read as a stall in goodput)."""
+    node, ev = _polled_once(tmp_path)
+    node.write(*node.steps(4, 20))
+    ev.poll()
+    snap = Snapshot(node="gpu-0", at=0.0, nvml=NvmlStatus("ok", "ok"), gpus=(), hang_since={}, hang_sustain_s=60.0,
+                    allocations=(), podresources_up=True, podresources_last_success=0.0, podresources_error="",
+                    xids=(), logs=tuple(ev.containers(since=1)), log_epoch=ev.epoch, log_poll=ev.polls)
+    c = _by_container(evidence_document(snap, samples=5))["trainer"]
+    assert c["after"] == 3 and [r[0] for r in c["samples"]] == list(range(3, 21))
+    small = evidence(tmp_path / "other", samples_kept=4)
+    node2 = Node(tmp_path / "other")
+    node2.write(*node2.steps(1, 3))
+    small.poll()
+    node2.write(*node2.steps(4, 20))
+    small.poll()
+    c = _by_container(_doc(small, 1))["trainer"]
+    assert c["after"] is None and [r[0] for r in c["samples"]][-1] == 20
