@@ -12,10 +12,10 @@ before them, each stretch of samples of one kind (advancing, replaying below the
 skipped, non-finite loss, ...) whose gaps all stay under the bridge (the stall window in force)
 keeps its first and last sample (and the last one that showed a loss), each counting the dropped
 ones before it (`ProgressSample.covers`) and standing for continuous progress since the one kept
-before it. A run training steadily for days keeps
-RECENT samples and a handful more; every gap that could be a stall keeps both its ends, so goodput
-and replay accounting stay what they were. At most HISTORY_SAMPLES samples in all (the oldest go
-first) and MAX_FINDINGS findings; the high-water mark is kept.
+before it. A run training steadily for days keeps RECENT samples and a handful more; every gap
+that could be a stall keeps both its ends, so goodput and replay accounting stay what they were.
+At most HISTORY_SAMPLES samples in all (the oldest go first) and MAX_FINDINGS findings; the
+high-water mark is kept.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def _pods() -> list:
         ("research", "llm-worker-0", [("trainer", "nvidia.com/gpu", [G0, G1]), ("sidecar", "cpu", [])]),
         ("research", "small-0", [("main", "nvidia.com/mig-1g.10gb", [MIG])]),
         ("infra", "nic-user", [("app", "rdma/hca", ["mlx5_0"])]),  # not a GPU
-        ("shared", "ts-0", [("a", "nvidia.com/gpu", [f"{G1}::1"])]),  # time-slicing replica of G1
+        ("timeslice", "ts-0", [("a", "nvidia.com/gpu", [f"{G1}::1"])]),  # time-slicing replica of G1
     ]
 
 
