@@ -22,6 +22,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
+	MYPYPATH=bench $(BIN)/mypy --strict --explicit-package-bases bench/*.py  # the benchmarks import each other by name
 
 layers: setup
 	$(BIN)/lint-imports

@@ -392,7 +392,7 @@ def render(rep: Report, stale: Report | None = None, throughout: Report | None =
         "all three (it runs on the worker), so `unknown` there is coverage, not an error.",
         "",
     ]
-    rows = [[cls, DESCRIPTIONS.get(cls, "")] for cls in CLASSES]
+    rows: list[list[object]] = [[cls, DESCRIPTIONS.get(cls, "")] for cls in CLASSES]
     lines += ["## Classes", ""] + _table(["class", "what the simulator plays"], rows) + [""]
     lines += _section(rep, "##")
     if throughout is not None:
@@ -447,10 +447,10 @@ def _section(rep: Report, h: str) -> list[str]:
         rows = []
         for source in ("controller", "explain"):
             for want in (True, False):
-                rows.append([source, f"truth {str(want).lower()}"]
-                            + [rep.observed[(claim, source, want, o)] for o in ("true", "false", "unknown")]
-                            + [", ".join(f"{v} {n}" for (c, s, t, v), n in sorted(rep.verdicts.items())
-                                         if c == claim and s == source and t == want and n)])
+                rows.append([source, f"truth {str(want).lower()}",
+                             *(rep.observed[(claim, source, want, o)] for o in ("true", "false", "unknown")),
+                             ", ".join(f"{v} {n}" for (c, s, t, v), n in sorted(rep.verdicts.items())
+                                       if c == claim and s == source and t == want and n)])
         lines += _table(["source", "truth", "observed true", "observed false", "unknown", "verdicts"], rows)
         lines.append("")
     lines += [f"{h} Blocked stage (truth × named)", ""]

@@ -71,13 +71,19 @@ def role_agent(args: argparse.Namespace) -> None:
         sys.stdin.readline()  # until the parent closes stdin
 
 
+def _stop_at_stdin_close(stop: threading.Event) -> None:
+    """Set `stop` once the parent closes stdin (readline returns at EOF)."""
+    sys.stdin.readline()
+    stop.set()
+
+
 def role_sampler(args: argparse.Namespace) -> None:
     from collector.agent.nvml import NvmlSampler
     s = NvmlSampler(_fake_nvml())
     s.open()
     print(json.dumps({"port": 0}), flush=True)
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    threading.Thread(target=_stop_at_stdin_close, args=(stop,), daemon=True).start()
     next_at = time.monotonic()
     while not stop.is_set():
         s.sample()
@@ -91,7 +97,7 @@ def role_iterate(args: argparse.Namespace) -> None:
     offsets: dict[str, int] = {}
     print(json.dumps({"port": 0}), flush=True)
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    threading.Thread(target=_stop_at_stdin_close, args=(stop,), daemon=True).start()
     n = 0
     while not stop.is_set():
         for p in root.glob("*/*/0.log"):

@@ -16,10 +16,13 @@ measures what one pass costs the controller's process:
   - passes:   the first reads whole documents; the reader then holds each agent's cursor and the
               later passes read increments (`?epoch=&poll=`: the driver's last 10 samples and the one
               before them, as the agent renders them for a reader 30 s behind; docs/agent.md).
-  - baseline: the same GETs, 16 at a time through the same kind of pool, bodies read and dropped
-              (no JSON, no parse): the transport's part of the cost.
+  - baseline: the same GETs (`fetch`), 16 at a time, bodies read and dropped (no JSON, no parse):
+              the transport's part of the cost; and the same through urllib3's PoolManager (the
+              reader's transport before). `--before-tree DIR`: each pass read again with the
+              AgentReader of another source tree, which must give the same reports.
   - loop:     what the controller's loop then does with each container's log evidence: extend its
-              history with the increment (`extend_history`) or take the whole, then compact it.
+              history with the increment (`extend_history`) or take the whole, then compact it; an
+              increment that adds nothing only moves the read time (`controller._adds_nothing`).
   - discover: the list the poller makes each pass of the agent pods (the DaemonSet), as JSON of the
               same size decoded and turned into endpoints (`endpoints_from_pods`).
 
@@ -51,12 +54,13 @@ from collector.agent.logs import ContainerLog  # noqa: E402
 from collector.agent.nvml import GpuReading, NvmlStatus  # noqa: E402
 from collector.agent.podresources.client import Allocation  # noqa: E402
 from collector.claims.progress import compacted  # noqa: E402
+from collector.controller import _adds_nothing  # noqa: E402
 from collector.correlate import Signal  # noqa: E402
 from collector.model import Ref  # noqa: E402
 from collector.progress.history import extend_history  # noqa: E402
 from collector.progress.model import LogScan, ProgressSample  # noqa: E402
 from collector.settings import ClaimSettings  # noqa: E402
-from collector.sources.agents import AgentEndpoint, AgentReader, endpoints_from_pods  # noqa: E402
+from collector.sources.agents import AgentEndpoint, AgentReader, AgentReadError, endpoints_from_pods, fetch  # noqa: E402
 
 CLAIMS = ClaimSettings()
 INCREMENT = 10  # driver samples a 30 s poll adds (a step every 3 s)
@@ -107,7 +111,7 @@ def _serve(conn: Any, cpu: int | None, body: bytes, inc_body: bytes) -> None:
     by_ip: dict[tuple[str, bool], bytes] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.0"  # as the agent's own server (collector.endpoints): a connection per read
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -141,6 +145,22 @@ def cpu_s() -> float:
 
 
 def plain_get_all(urls: list[str], workers: int) -> int:
+    """The baseline: the same GETs as `fetch` makes them, 16 at a time, bodies dropped."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(url: str) -> int:
+        try:
+            return len(fetch(url, connect_s=2.0, read_s=5.0, max_body=32 << 20))
+        except AgentReadError as e:
+            print(f"  baseline GET failed: {e}", file=sys.stderr)
+            return 0
+
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return sum(ex.map(one, urls))
+
+
+def urllib3_get_all(urls: list[str], workers: int) -> int:
+    """The transport before (urllib3's PoolManager, as `AgentReader` used it), bodies dropped."""
     from concurrent.futures import ThreadPoolExecutor
     pool = urllib3.PoolManager(num_pools=1024, maxsize=2)
 
@@ -154,7 +174,43 @@ def plain_get_all(urls: list[str], workers: int) -> int:
         with ThreadPoolExecutor(max_workers=workers) as ex:
             return sum(ex.map(one, urls))
     finally:
-        pool.clear()  # close its connections: each open one holds a thread of the agents' server
+        pool.clear()
+
+
+def _loop(reports: list[Any], signals: dict[tuple[str, str, str], Signal], *, skip_empty: bool) -> float:
+    """The controller loop's part (`Controller._apply`, "agent-log") for one pass: CPU seconds."""
+    c0 = cpu_s()
+    for r in reports:
+        for c in r.logs:
+            key = (c.namespace, c.pod, c.container)
+            prev = signals.get(key)
+            if skip_empty and prev is not None and c.after is not None and _adds_nothing(prev.scan, c.scan, c.after):
+                signals[key] = replace(prev, read_at=r.read_at)  # nothing new: only read now
+                continue
+            sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, r.read_at)
+            if prev is not None and c.after is not None:
+                sig = replace(sig, scan=extend_history(prev.scan, c.scan, c.after))
+            signals[key] = compacted(sig, CLAIMS)
+    return cpu_s() - c0
+
+
+def _gist(r: Any) -> tuple[Any, ...]:
+    """What a report says (its classes may come from another tree)."""
+    return (r.endpoint.url, r.nvml_state, r.podresources_up, [replace(g, read_at=None) for g in r.gpus],
+            r.problems, r.cursor, [(c.namespace, c.pod, c.container, c.scan, c.after) for c in r.logs])
+
+
+def _reader_of(tree: str) -> Any:
+    """The AgentReader of another source tree (its module loaded under another name; what it imports
+    comes from this tree)."""
+    import importlib.util
+    path = Path(tree) / "collector" / "sources" / "agents.py"
+    spec = importlib.util.spec_from_file_location("before_agents", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["before_agents"] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module.AgentReader(lambda: datetime.now(UTC))
 
 
 def main() -> None:
@@ -163,6 +219,8 @@ def main() -> None:
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--interval", type=float, default=30.0, help="the poll interval the share of a core is taken at")
     p.add_argument("--no-pin", action="store_true")
+    p.add_argument("--before-tree", default="", help="also read each pass with the AgentReader of this source tree "
+                   "(`git archive <rev> | tar -x -C DIR`): the reader before a change, in the same run")
     a = p.parse_args()
     cpu = None if a.no_pin or (os.cpu_count() or 1) < 2 else 0
     if cpu is not None:
@@ -180,37 +238,45 @@ def main() -> None:
         print(f"# agent poll benchmark  {datetime.now(UTC):%Y-%m-%d %H:%MZ}  python {sys.version.split()[0]}  "
               f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(body):,} B each")
         reader = AgentReader(lambda: datetime.now(UTC))
+        old_reader = _reader_of(a.before_tree) if a.before_tree else None
         rows = []
         signals: dict[tuple[str, str, str], Signal] = {}
+        signals_before: dict[tuple[str, str, str], Signal] = {}  # the loop as before: every increment extended
         for n in range(a.passes):
             c0, t0 = cpu_s(), time.monotonic()
             query = "" if n == 0 else "?epoch=bench&poll=1"
             nbytes = plain_get_all([f"{e.url}/evidence{query}" for e in endpoints], 16)
             base = (cpu_s() - c0, time.monotonic() - t0)
+            c0 = cpu_s()
+            urllib3_get_all([f"{e.url}/evidence{query}" for e in endpoints], 16)
+            before = cpu_s() - c0
             c0, t0 = cpu_s(), time.monotonic()
             reports, errors = reader.read_all(endpoints)
             read = (cpu_s() - c0, time.monotonic() - t0)
+            old = ""
+            if old_reader is not None:
+                c0 = cpu_s()
+                old_reports, old_errors = old_reader.read_all(endpoints)
+                assert not old_errors and [_gist(r) for r in old_reports] == [_gist(r) for r in reports], \
+                    "not the same reports"
+                old = f" (the reader of {a.before_tree}: {cpu_s() - c0:.2f} CPU-s, the same reports)"
             assert not errors, errors[:3]
             samples = sum(len(c.scan.samples) for r in reports for c in r.logs)
-            c0 = cpu_s()
-            for r in reports:  # the loop's part (Controller._apply, "agent-log")
-                for c in r.logs:
-                    key = (c.namespace, c.pod, c.container)
-                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, r.read_at)
-                    prev = signals.get(key)
-                    if prev is not None and c.after is not None:
-                        sig = replace(sig, scan=extend_history(prev.scan, c.scan, c.after))
-                    signals[key] = compacted(sig, CLAIMS)
-            loop = cpu_s() - c0
+            loop_before = _loop(reports, signals_before, skip_empty=False)
+            loop = _loop(reports, signals, skip_empty=True)
+            assert {k: s.scan.samples for k, s in signals.items()} == \
+                {k: s.scan.samples for k, s in signals_before.items()}, "the loop's histories differ"
             held = sum(len(x.scan.samples) for x in signals.values())
             rows.append((base, read, nbytes, len(reports), samples, loop))
             print(f"pass {n + 1} ({'whole' if n == 0 else 'increments'}): read_all {read[0]:.2f} CPU-s, "
                   f"{read[1]:.2f} s wall "
                   f"({read[0] / a.agents * 1e3:.2f} ms CPU per agent; {read[0] / a.interval:.3f} core at "
-                  f"{a.interval:.0f} s) | baseline plain GETs "
-                  f"{base[0]:.2f} CPU-s, {base[1]:.2f} s wall | {nbytes / 1e6:.0f} MB, {len(reports):,} reports, "
+                  f"{a.interval:.0f} s){old} | baseline plain GETs "
+                  f"{base[0]:.2f} CPU-s, {base[1]:.2f} s wall (urllib3's pool, as before: {before:.2f} CPU-s) | "
+                  f"{nbytes / 1e6:.0f} MB, {len(reports):,} reports, "
                   f"{sum(len(r.gpus) for r in reports):,} pods' GPU evidence, {samples:,} progress samples | loop "
-                  f"(extend, compact) {loop:.2f} CPU-s, {held:,} samples held")
+                  f"(extend, compact) {loop:.2f} CPU-s (every increment extended, as before: {loop_before:.2f}), "
+                  f"{held:,} samples held")
         # discover: the DaemonSet's pods as the API lists them, decoded and turned into endpoints
         pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": f"taugrid-evidence-agent-{i:05x}", "namespace": "taugrid-system", "uid": f"uid-{i}",

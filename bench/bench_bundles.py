@@ -19,10 +19,15 @@ import time
 import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
 
-from bench.bench_controller import realistic_pod  # noqa: E402
+from bench_controller import realistic_pod  # noqa: E402
+
 from collector.capture import bundle_from_dump  # noqa: E402
 from collector.kube import normalize  # noqa: E402
 from collector.settings import Settings  # noqa: E402
@@ -35,7 +40,7 @@ T = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 
 def bench_hook(events: int) -> None:
     base = realistic_pod("research", "run-0", 0, T, "gpu-0001")
-    objs = []
+    objs: list[dict[str, Any]] = []
     for i in range(events):
         o = copy.deepcopy(base) if i < 50 else objs[i % 50]
         o["metadata"] = {**o["metadata"], "resourceVersion": str(1000 + i)}

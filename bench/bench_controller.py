@@ -607,23 +607,25 @@ def phase_stream(a: argparse.Namespace, cpu: int | None) -> dict[str, Any]:
             return POD_DICTS if (api_version, kind) == ("v1", "Pod") and not full else decoder_for(
                 api_version, kind, full=full)
 
-        controller_mod.decoder_for = previous  # bench-only: the controller as it was before the typed path
+        # bench-only: the controller as it was before the typed path. collector.controller imported the name,
+        # so it is swapped in that module's namespace (where the controller looks it up at call time).
+        vars(controller_mod)["decoder_for"] = previous
         try:
             c = open_controller(sim.url, a.tick)
             wait_until(lambda: c.ready.is_set() and len(c.claims) == a.runs, 120, "ready (previous path)")
             out["burst_prev"] = burst(sim, c, a.burst)
         finally:
-            controller_mod.decoder_for = decoder_for
+            vars(controller_mod)["decoder_for"] = decoder_for
         c.close()
         c = None
         b = out["burst"]
         out["serve_eps"] = serve_rate(sim.url, b["rv0"], a.burst)
         out["replay"] = replay_burst(a, cpu, sim.url, b["rv0"])
-        controller_mod.decoder_for = previous
+        vars(controller_mod)["decoder_for"] = previous
         try:
             out["replay_prev"] = replay_burst(a, cpu, sim.url, b["rv0"])
         finally:
-            controller_mod.decoder_for = decoder_for
+            vars(controller_mod)["decoder_for"] = decoder_for
         # bench-only: the typed path, but watch lines read through urllib3's chunk-by-chunk stream
         # (one hand-off to the loop per event) instead of off the socket (collector.sources.chunked)
         import collector.sources.kube_api as kube_api_mod

@@ -86,8 +86,9 @@ def main() -> None:
     eng = ScenarioEngine(sc, "http://127.0.0.1:1")  # no request is made: the state is filled in directly
     for spec in sc.nodes:
         eng.nodes[spec.name] = NodeState(spec, Ref("v1", "Node", "", spec.name))
-    for k, spec in enumerate(sc.runs):  # mid-fleet: every run submitted, most admitted, nodes half used
-        state = eng.runs[(spec.namespace, spec.name)] = RunState(spec, submitted=True, admitted=k % 50 != 0)
+    for k, run_spec in enumerate(sc.runs):  # mid-fleet: every run submitted, most admitted, nodes half used
+        state = eng.runs[(run_spec.namespace, run_spec.name)] = RunState(run_spec, submitted=True,
+                                                                         admitted=k % 50 != 0)
         eng._queues.track(state)
     for k, node in enumerate(eng.nodes.values()):
         node.gpus_used = (k * 7) % 5 if node.spec.gpus else 0

@@ -135,7 +135,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             self._mark_synced(self.last_ok)
             self.synced_once.set()
         watch.Reflector.relist = relist  # type: ignore[method-assign]
-        ctl.decoder_for = lambda *a, **k: FULL  # type: ignore[assignment]
+        vars(ctl)["decoder_for"] = lambda *a, **k: FULL  # swapped where the controller looks it up
         ctl.FULL_PASS_SHARE = float("inf")  # the fixed tick: every full pass at `tick`, whatever it costs
     if variant in ("baseline", "tick-only"):
         from collector.recheck import Rechecks
@@ -178,6 +178,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     import ctypes
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
     heap["trimmed"] = rss_bytes() / 2**20
+    traced = os.environ.get("BENCH_TRACEMALLOC")  # what the log passes keep: allocations from the first log pass on
+    if traced:
+        import tracemalloc
+        tracemalloc.start(8)
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
         while log_reads[0] < len(c._log_targets) and time.monotonic() < deadline:
@@ -196,6 +200,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         spy.wait(60)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
     gc.collect()
+    if traced:
+        snap = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        with open(f"{traced}-{variant}-{os.getpid()}.txt", "w") as out:
+            for key in ("lineno", "traceback"):
+                stats = snap.statistics(key)
+                out.write(f"# by {key}: {sum(s.size for s in stats) / 2**20:.1f} MiB in all\n")
+                for st in stats[:40]:
+                    out.write(f"{st.size / 2**20:8.2f} MiB {st.count:9d}\n")
+                    out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
                 "log_read_s": log_reads[1] - read_s0,
                 "after_idle": rss_bytes()}  # `steady` is taken before the first log pass: this is after it
@@ -272,7 +286,10 @@ class StoreClient:
         from kubesim.patch import MERGE_PATCH, apply_patch
 
         self.sim, self._json, self._time = sim, orjson, parse_time
-        self._merge = lambda cur, body: apply_patch(cur, body, MERGE_PATCH)
+        def merge(cur: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+            return apply_patch(cur, body, MERGE_PATCH)
+
+        self._merge = merge
 
     def _copy(self, obj: Any) -> Any:
         return self._json.loads(self._json.dumps(obj))
@@ -361,12 +378,12 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
             print(f"    scenario t={t:.0f}/{horizon:.0f} s after {last_print - t0:.0f} s: "
                   f"{sim.store.resource_version} writes", flush=True)
     materialize_s = time.monotonic() - t0
-    cpu = cpu_s() - c0
+    cpu_used = cpu_s() - c0
     clock.set(datetime.now(UTC))  # the fleet is current: its last writes were moments ago
     pods = sim.store.list_page(sim.resource("v1", "Pod"), "").items
     conn.send({"url": url, "nodes": len(sc.nodes), "runs": len(sc.runs), "pods": len(pods),
                "running": sum(1 for p in pods if p["status"].get("phase") == "Running"),
-               "setup_s": setup_s, "materialize_s": materialize_s, "cpu_s": cpu, "rv_setup": rv_setup,
+               "setup_s": setup_s, "materialize_s": materialize_s, "cpu_s": cpu_used, "rv_setup": rv_setup,
                "writes": sim.store.resource_version, "errors": engine.errors[:3], "horizon": horizon})
     engine.stop()
     conn.recv()  # close

@@ -26,7 +26,7 @@ from collector.agent import Agent, AgentSettings, LogSettings  # noqa: E402
 
 def _matmul(stop: threading.Event) -> str:
     try:
-        import torch
+        import torch  # type: ignore[import-not-found, unused-ignore]  # only on a GPU machine
     except ImportError:
         return "torch not installed: no load generated"
     if not torch.cuda.is_available():
@@ -88,7 +88,7 @@ def main() -> int:
         sample_ms = agent.sample_seconds * 1e3
 
     def mean(phase: str, key: str) -> float | None:
-        xs = [float(s[key]) for s in series if s["phase"] == phase and isinstance(s[key], int | float)]
+        xs = [float(v) for s in series if s["phase"] == phase and isinstance(v := s[key], int | float)]
         return round(sum(xs) / len(xs), 3) if xs else None
 
     summary = {

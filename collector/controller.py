@@ -46,6 +46,7 @@ from collector.model import (
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress import scan_text
 from collector.progress.history import extend_history, merge_history
+from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, discover_agents
@@ -476,13 +477,7 @@ class Controller:
             ref, container, read_at = c.payload
             prev = self.index.signal_of(ref, container)
             if prev is not None:
-                self.index.set_signal(replace(prev, read_at=read_at))
-                # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked
-                # then (`Clock.within`): re-evaluate now only if that is near or past.
-                if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
-                    root = self.index.root_of(ref)
-                    if root is not None:
-                        self._dirty.add(root.key)
+                self._refresh(prev, read_at)
         elif c.op in ("log", "signal", "agent-log"):
             after: int | None = None
             if c.op == "agent-log":
@@ -490,7 +485,9 @@ class Controller:
             else:
                 sig = c.payload
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
-            if prev is not None and after is not None:
+            if prev is not None and after is not None and _adds_nothing(prev.scan, sig.scan, after):
+                self._refresh(prev, sig.read_at)  # an agent's increment with nothing new: read now, as it was
+            elif prev is not None and after is not None:
                 # a node agent's increment: what it read after the document before
                 sig = replace(sig, scan=extend_history(prev.scan, sig.scan, after))
             elif prev is not None and not sig.scan.lines and c.op == "log":
@@ -517,6 +514,16 @@ class Controller:
             self.health.watch_restarted(r.name)
             if c.payload:
                 self.health.relisted(r.name)
+
+    def _refresh(self, prev: Signal, read_at: datetime) -> None:
+        """`prev` read again at `read_at` with nothing new: only its read time moves."""
+        self.index.set_signal(replace(prev, read_at=read_at))
+        # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
+        # (`Clock.within`): re-evaluate now only if that is near or past.
+        if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
+            root = self.index.root_of(prev.ref)
+            if root is not None:
+                self._dirty.add(root.key)
 
     def _normalize(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
         try:
@@ -928,6 +935,16 @@ RECHECK_SHARE = 0.05
 RECHECK_BURST_S = 1.0
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
+
+
+def _adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
+    """A node agent's increment (what it read after line `after`) that `extend_history` would add
+    nothing to `held` with: no finding, no sample but the lead one the history already holds as it
+    is, and the same line count and notes."""
+    return (not inc.hangs and not inc.xids and inc.lines == held.lines and inc.format == held.format
+            and inc.diagnostics == held.diagnostics and len(inc.samples) <= 1
+            and (not inc.samples or (inc.samples[0].line <= after and bool(held.samples)
+                                     and inc.samples[0] == held.samples[-1])))
 
 
 def _same_evidence(a: ObjectRecord, b: ObjectRecord) -> bool:

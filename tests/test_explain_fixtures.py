@@ -6,7 +6,7 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
@@ -30,11 +30,11 @@ from tests.dumpkit import (
 def explain(dump: Path, *args: str, expect_exit: int = 0) -> dict[str, Any]:
     result = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--output", "json", *args])
     assert result.exit_code == expect_exit, result.output + result.stderr
-    return json.loads(result.stdout)
+    return cast(dict[str, Any], json.loads(result.stdout))
 
 
 def only_run(out: dict[str, Any], name: str) -> dict[str, Any]:
-    runs = [r for r in out["runs"] if r["name"] == name]
+    runs: list[dict[str, Any]] = [r for r in out["runs"] if r["name"] == name]
     assert len(runs) == 1, [r["name"] for r in out["runs"]]
     return runs[0]
 

@@ -4,6 +4,7 @@ one whole documents give."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 from collector.agent.evidence import Snapshot, evidence_document
 from collector.agent.logs import MARKS, LogEvidence
 from collector.agent.nvml import NvmlStatus
+from collector.controller import _adds_nothing
 from collector.progress.history import extend_history
+from collector.progress.model import HangFinding, XidFinding
 from collector.sources.agents import AgentEndpoint, parse_evidence
 from tests.agent.test_logs import Node, evidence
 
@@ -116,3 +119,46 @@ def test_an_increment_is_never_cut_into_a_hole(tmp_path: Path) -> None:
     small.poll()
     c = _by_container(_doc(small, 1))["trainer"]
     assert c["after"] is None and [r[0] for r in c["samples"]][-1] == 20
+
+
+def test_an_increment_with_nothing_new_only_refreshes(tmp_path: Path) -> None:
+    """The controller skips extending (and re-evaluating) for an increment that adds nothing; each
+    thing a poll can add makes it one that does."""
+    node, ev = _polled_once(tmp_path)
+    held = parse_evidence(_doc(ev, None), EP, READ_AT).logs[0].scan
+    cursor = ev.polls
+
+    def increment() -> tuple[Any, int]:
+        ev.poll()
+        got = parse_evidence(_doc(ev, cursor), EP, READ_AT).logs[0]
+        assert got.after is not None
+        return got.scan, got.after
+
+    inc, after = increment()  # no new line
+    assert [s.step for s in inc.samples] == [3]  # the lead sample only
+    assert _adds_nothing(held, inc, after)
+    same = extend_history(held, inc, after)
+    assert (same.samples, same.hangs, same.xids, same.lines, same.diagnostics) == \
+        (held.samples, held.hangs, held.xids, held.lines, held.diagnostics)
+    assert not _adds_nothing(held, replace(inc, samples=(replace(inc.samples[0], loss=0.5),)), after)  # a redraw
+    node.write(node.line("a line with no step"))
+    inc, after = increment()
+    assert not _adds_nothing(held, inc, after) and extend_history(held, inc, after).lines != held.lines
+    held = extend_history(held, inc, after)
+    cursor = ev.polls
+    node.write(*node.steps(4, 4))
+    inc, after = increment()
+    assert not _adds_nothing(held, inc, after)
+    held, cursor = extend_history(held, inc, after), ev.polls
+    inc, after = increment()
+    assert _adds_nothing(held, inc, after)
+    # each part on its own (a real poll that adds one also adds lines)
+    later = replace(inc.samples[0], line=after + 1, step=5)
+    for changed in (replace(inc, samples=(*inc.samples, later)), replace(inc, samples=(later,)),
+                    replace(inc, hangs=(HangFinding("nccl-error", after + 1, None, None, 0, None),)),
+                    replace(inc, xids=(XidFinding(79, "0000:18:00.0", after + 1, "", "", None),)),
+                    replace(inc, diagnostics=("line 9: a note",)), replace(inc, format="deepspeed")):
+        assert not _adds_nothing(held, changed, after), changed
+    node.write(node.line(WATCHDOG))
+    inc, after = increment()
+    assert not _adds_nothing(held, inc, after) and extend_history(held, inc, after).hangs

@@ -38,9 +38,9 @@ def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "con
 
 
 def settings(*, storage: StorageSettings | None = None, **kw: Any) -> Settings:
-    base = dict(tick=timedelta(seconds=0.2), leader_election=False, log_poll_interval=timedelta(0),
-                ray_poll_interval=timedelta(0),
-                watch_timeout_s=5)
+    base: dict[str, Any] = dict(tick=timedelta(seconds=0.2), leader_election=False, log_poll_interval=timedelta(0),
+                                ray_poll_interval=timedelta(0),
+                                watch_timeout_s=5)
     base.update(kw)
     return Settings(controller=replace(ControllerSettings(), **base), storage=storage or StorageSettings())
 
@@ -181,7 +181,10 @@ def test_faults_recover_to_the_claims_of_an_uninterrupted_run(tmp_path: Path) ->
             c.open()
             wait_until(c.ready.is_set, what="controller ready")
             try:
-                wait_until(lambda c=c: observed(c, "gone").get("running") == "true")
+                def gone_running(c: Controller = c) -> bool:
+                    return observed(c, "gone").get("running") == "true"
+
+                wait_until(gone_running)
                 if faulty:
                     # Watches cut mid-object, then the API refuses lists and watches while the
                     # history moves on past the retained window (so resuming must relist and diff).

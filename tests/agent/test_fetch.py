@@ -1,0 +1,141 @@
+"""`collector.sources.agents.fetch`: the controller's plain GET of an agent's /evidence.
+
+Against the agent's own HTTP server (`collector.endpoints.serve`) and against a raw socket server
+that answers the odd ways a broken or hostile peer might: each ends in one AgentReadError naming
+the URL, within the time bound, never a hang or an unbounded read.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from collector.endpoints import serve
+from collector.sources.agents import HEAD_MAX, AgentReadError, fetch
+
+
+@contextmanager
+def agent_server(body: bytes) -> Iterator[int]:
+    server = serve("127.0.0.1", 0, {"/evidence": lambda: (200, "application/json", body)})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def raw_server(answer: Callable[[socket.socket], None], requests: list[bytes] | None = None) -> Iterator[int]:
+    """Accepts connections and hands each, once its request is read (into `requests`), to `answer`."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    requests = [] if requests is None else requests
+
+    def loop() -> None:
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                requests.append(data)
+                answer(conn)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield int(lsock.getsockname()[1])
+    finally:
+        stop.set()
+        t.join(2)
+        lsock.close()
+
+
+def get(port: int, path: str = "/evidence", *, read_s: float = 2.0, max_body: int = 1 << 20) -> bytes:
+    return fetch(f"http://127.0.0.1:{port}{path}", connect_s=1.0, read_s=read_s, max_body=max_body)
+
+
+def test_reads_the_agent_servers_answer_whole() -> None:
+    body = b'{"version": 1, "pad": "' + b"x" * 300_000 + b'"}'  # several reads' worth
+    with agent_server(body) as port:
+        assert get(port) == body
+        assert get(port, "/evidence?epoch=e-1&poll=7") == body  # the query travels (the server ignores it)
+        with pytest.raises(AgentReadError, match=rf"127\.0\.0\.1:{port}/nothing: HTTP 404"):
+            get(port, "/nothing")
+        with pytest.raises(AgentReadError, match="byte limit"):
+            get(port, max_body=1000)  # announced longer than allowed: refused before the body is read
+
+
+def test_sends_one_plain_request() -> None:
+    seen: list[bytes] = []
+    with raw_server(lambda conn: conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}"), seen) as port:
+        assert get(port, "/evidence?epoch=a&poll=1") == b"{}"
+        with pytest.raises(AgentReadError, match="not a URL to request"):
+            get(port, "/evidence?x=1\r\nX-Injected: 1")  # never written onto the wire
+    (request,) = seen  # one request: the refused URL sent nothing
+    assert request == (f"GET /evidence?epoch=a&poll=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                       "Accept: application/json\r\nConnection: close\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"version\"", "body cut at 10 of 100 bytes"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{}{}{\r\n0\r\n\r\n", "Transfer-Encoding"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "Content-Length"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", "HTTP 503"),
+    (b"", "closed before an answer"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"y" * HEAD_MAX + b"\r\n\r\n{}", "header over"),
+])
+def test_odd_answers_are_one_clear_error(answer: bytes, message: str) -> None:
+    with raw_server(lambda conn: conn.sendall(answer)) as port, pytest.raises(AgentReadError, match=message) as err:
+        get(port)
+    assert f"127.0.0.1:{port}/evidence" in str(err.value)
+
+
+def test_without_a_length_the_body_runs_to_the_close_and_is_bounded() -> None:
+    with raw_server(lambda conn: conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + b"z" * 5000)) as port:
+        assert get(port) == b"z" * 5000
+        with pytest.raises(AgentReadError, match="byte limit"):
+            get(port, max_body=4096)
+
+
+def test_a_peer_that_never_finishes_is_cut_at_the_time_bound() -> None:
+    def drip(conn: socket.socket) -> None:  # a byte every 0.1 s: no single read ever times out
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        for _ in range(40):
+            try:
+                conn.sendall(b"x")
+            except OSError:
+                return
+            time.sleep(0.1)
+
+    with raw_server(drip) as port:
+        t0 = time.monotonic()
+        with pytest.raises(AgentReadError, match="no whole answer within"):
+            get(port, read_s=0.5)
+        assert time.monotonic() - t0 < 2.5  # connect_s + read_s, not 40 drips
+
+
+def test_refused_and_bad_urls_name_the_url() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+    with pytest.raises(AgentReadError, match=rf"http://127\.0\.0\.1:{port}/evidence: ConnectionRefusedError"):
+        get(port)
+    for url in ("https://10.0.0.1:9402/evidence", "http://10.0.0.1:99999/evidence", "http:///evidence"):
+        with pytest.raises(AgentReadError, match="URL|[Pp]ort"):
+            fetch(url, connect_s=0.2, read_s=0.2, max_body=100)
