@@ -24,7 +24,7 @@ Variants, all in the same run:
              when its claims are due to change by the clock (RunClaims.recheck_at)
   tick-only  paged without those per-run re-evaluations: ageing evidence waits for the full pass
              (the path before them, to show what keeping the deadlines costs)
-  logs       paged with container logs polled every 30 s as deployed (the others poll none): what
+  logs       mmap with container logs polled every 30 s as deployed (the others poll none): what
              the log poller costs at fleet size, measured over 150 s (a rotation and more) after its first pass
   logs-all   the same, every container read every pass (log_quiet_every: 1, the path before rotation)
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
@@ -113,7 +113,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
-    if variant in ("arena2", "mmap"):  # paged, with glibc's malloc tuned before any thread starts
+    if variant in ("arena2", "mmap", "logs", "logs-all"):  # glibc's malloc tuned before any thread starts
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)

@@ -38,12 +38,13 @@ def _slot(key: LogKey) -> int:
 
 
 @dataclass(slots=True)
-class _LastRead:
+class _LastRead:  # one per polled container (48,680 at fleet size): small
     at_pass: int
     progress: bool
-    last_line: str | None  # the kubelet timestamp of the last line read (RFC 3339), if any
+    last_second: str | None  # the whole second of the last line read (`sinceTime`), if any was dated
     reads: int  # reads since the first
-    answer: tuple[str, int, int] | None  # the last read: (sinceTime or "", bytes, CRC-32 of them)
+    asked: str | None  # the last read's sinceTime (None: whole)
+    answer: int | None  # what it got: bytes << 32 | CRC-32 of them (None: not comparable)
 
 
 class LogRotation:
@@ -73,9 +74,9 @@ class LogRotation:
         """The `sinceTime` for this pass's read: None for a whole read (never read, nothing dated
         read yet, or its resync read)."""
         last = self._last.get(key)
-        if last is None or last.last_line is None or (last.reads + _slot(key)) % RESYNC == 0:
+        if last is None or last.last_second is None or (last.reads + _slot(key)) % RESYNC == 0:
             return None
-        return last.last_line[:19] + "Z"  # whole seconds: the API passes no finer (metav1.Time)
+        return last.last_second
 
     def read(self, key: LogKey, progress: bool, last_line: str | None = None, *, since: str | None = None,
              data: bytes | None = None) -> None:
@@ -84,23 +85,30 @@ class LogRotation:
         and got (for `unchanged`; None: not comparable with a later read, e.g. a previous log with it)."""
         last = self._last.get(key)
         reads = 0
+        # whole seconds: the API passes no finer (metav1.Time)
+        second = last_line[:19] + "Z" if last_line else None
         if last is not None:
             progress = progress or last.progress
-            last_line = last_line or last.last_line
+            if second is None or second == last.last_second:
+                second = last.last_second  # (the same string object: `since` hands it out again)
             reads = last.reads + 1
-        answer = (since or "", len(data), zlib.crc32(data)) if data is not None else None
-        self._last[key] = _LastRead(self.passes, progress, last_line, reads, answer)
+        self._last[key] = _LastRead(self.passes, progress, second, reads, since,
+                                    _answer(data) if data is not None else None)
 
     def unchanged(self, key: LogKey, since: str | None, data: bytes) -> bool:
         """The read got exactly what the read before it got for the same question (`sinceTime`, or
         the whole tail): with every line stamped, the log has nothing after the last one read (the
         evidence stands; only its read time moves)."""
         last = self._last.get(key)
-        return last is not None and last.answer == (since or "", len(data), zlib.crc32(data))
+        return last is not None and last.answer is not None and last.asked == since and last.answer == _answer(data)
 
     def failed(self, key: LogKey) -> None:
         """A read that failed: try again next pass (its evidence is ageing)."""
         self._last.pop(key, None)
+
+
+def _answer(data: bytes) -> int:
+    return len(data) << 32 | zlib.crc32(data)
 
 
 def last_stamp(data: bytes) -> str | None:

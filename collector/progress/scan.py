@@ -476,6 +476,8 @@ class LineScanner:
             if len(samples) == samples.maxlen:
                 st.note_once("bounded", f"line {n}: more than {samples.maxlen} samples; the oldest are summarized only")
             st.commit(last)
+            if total is not None and total == last.total:
+                total = last.total  # one int object for the run's total, not one per sample kept
         samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
 
     # -- result -----------------------------------------------------------------------------------

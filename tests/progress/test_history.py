@@ -119,3 +119,12 @@ def test_goodput_counts_the_watched_history_not_only_the_last_tail() -> None:
     assert g_hist.badput_s["unobserved"] < g_tail.badput_s["unobserved"] - 2500
     assert abs(g_hist.productive_s + sum(g_hist.badput_s.values()) - g_hist.badput_s["queued"]
                - g_hist.allocated_s) < 1e-6
+
+
+def test_samples_of_one_read_share_the_runs_total() -> None:
+    """One int object for the total a read's samples repeat (tens of bytes a sample kept, at fleet
+    size megabytes), the value unchanged."""
+    scan = _tail(range(1, 40))
+    totals = [s.total for s in scan.samples]
+    assert totals[0] is not None and len(set(totals)) == 1
+    assert len({id(t) for t in totals}) == 1
