@@ -27,6 +27,9 @@ Variants, all in the same run:
   logs       mmap with container logs polled every 30 s as deployed (the others poll none): what
              the log poller costs at fleet size, measured over 150 s (a rotation and more) after its first pass
   logs-all   the same, every container read every pass (log_quiet_every: 1, the path before rotation)
+  logs-gpu   logs, and every 30 s the GPU evidence node agents would hand the loop: each running
+             GPU pod's devices with new utilization and power readings (what re-evaluating runs on
+             GPU readings costs; the feed's own CPU is the same in every variant that has it)
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -44,7 +47,7 @@ multiplies the scenario's run and node counts (a quick run: --scale 0.05).
 --time-lists first times each resource's list alone (no controller): how much of a sync is the API
 server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> | tar -x -C DIR`) is
 `paged` run with DIR's collector, against the same cluster in the same run: a change's before/after;
-`before-logs` is `logs` run that way.
+`before-logs` and `before-logs-gpu` are `logs` and `logs-gpu` run that way.
 
 Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
        .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
@@ -59,6 +62,7 @@ import multiprocessing as mp
 import os
 import resource
 import sys
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -113,7 +117,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
-    if variant in ("arena2", "mmap", "logs", "logs-all"):  # glibc's malloc tuned before any thread starts
+    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu"):  # glibc's malloc tuned before any thread starts
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -141,7 +145,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         from collector.recheck import Rechecks
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
-    logs = variant in ("logs", "logs-all")  # paged, with container logs polled as deployed (every 30 s)
+    logs = variant in ("logs", "logs-all", "logs-gpu")  # container logs polled as deployed (every 30 s)
     settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
                                            log_poll_interval=timedelta(seconds=30 if logs else 0),
                                            log_quiet_every=1 if variant == "logs-all"
@@ -182,12 +186,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if traced:
         import tracemalloc
         tracemalloc.start(8)
+    gpu_stop = threading.Event()
+    if variant == "logs-gpu":  # node agents' GPU evidence for every GPU pod, new readings every 30 s
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop), daemon=True).start()
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
         while log_reads[0] < len(c._log_targets) and time.monotonic() < deadline:
             time.sleep(0.5)
         idle_s = max(idle_s, 5 * 30.0)
     c0, w0, reads0, read_s0 = cpu_s(), time.monotonic(), *log_reads
+    evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     spy = None
     if os.environ.get("BENCH_PYSPY"):  # a profile of the idle window: py-spy's collapsed stacks
         import subprocess
@@ -199,6 +207,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if spy is not None:
         spy.wait(60)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
+    evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
+    gpu_stop.set()
     gc.collect()
     if traced:
         snap = tracemalloc.take_snapshot()
@@ -212,7 +222,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
                 "log_read_s": log_reads[1] - read_s0,
-                "after_idle": rss_bytes()}  # `steady` is taken before the first log pass: this is after it
+                # `steady` is taken before the first log pass: this is after it
+                "after_idle": rss_bytes(), "evaluated": evaluated}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
@@ -236,6 +247,35 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
+
+
+def _gpu_feed(c: Any, ctl: Any, stop: threading.Event) -> None:
+    """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
+    their utilization and power new each time, every node read now."""
+    import random
+
+    from collector.gpu import GpuDevice, PodGpuEvidence
+    rng = random.Random(7)
+    wait = 0.0
+    while not stop.wait(wait):
+        wait = 30.0
+        now = c.now()
+        gpus, nodes = {}, {}
+        try:
+            keys = c.index.keys_of_kind("Pod")
+        except RuntimeError:  # changed while read (the loop's thread): next pass
+            continue
+        for _, ns, name in keys:
+            rec = c.index.get("Pod", ns, name)
+            f = getattr(rec, "facts", None)
+            if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
+                continue
+            devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
+                                   sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
+                                   power_limit_w=700.0) for i in range(f.gpus))
+            gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
+            nodes[f.node_name] = now
+        c._put(ctl._Change("gpu", None, (gpus, nodes, frozenset())))
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:
@@ -434,9 +474,10 @@ def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, 
 def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_tree: str = "") -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    if variant in ("before", "before-logs"):
+    if variant.startswith("before"):
         proc = ctx.Process(target=_measure_tree, args=(before_tree, url, idle_s, cpu, child,
-                                                       "logs" if variant == "before-logs" else "paged"), daemon=True)
+                                                       variant.removeprefix("before-") if "-" in variant else "paged"),
+                           daemon=True)
     else:
         proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
     proc.start()
@@ -470,8 +511,8 @@ def main() -> None:
                     "(e.g. 1s: heads' logs fill the 500-line tail the poller reads, as long runs' do)")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
     a = ap.parse_args()
-    if {"before", "before-logs"} & set(a.variants.split(",")) and not a.before_tree:
-        ap.error("variants `before` and `before-logs` need --before-tree")
+    if any(v.startswith("before") for v in a.variants.split(",")) and not a.before_tree:
+        ap.error("variants `before`, `before-logs` and `before-logs-gpu` need --before-tree")
     ncpu = len(os.sched_getaffinity(0))
     pin = not a.no_pin and ncpu >= 2
     runs = a.pods // a.per_run
@@ -512,12 +553,12 @@ def main() -> None:
               f"its arenas), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
               f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in results:
-        if r["variant"] in ("logs", "logs-all", "before-logs"):
+        if "logs" in r["variant"]:
             per = r["log_read_s"] / max(1, r["log_reads"])
             print(f"{r['variant']}: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in "
                   f"the idle {r['idle_s']:.0f} s after the first pass ({r['log_reads'] / r['idle_s']:.1f}/s, "
                   f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
-                  f"{r['after_idle'] / mib:.0f} MiB")
+                  f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

@@ -132,7 +132,8 @@ class Controller:
         self._targets_by_run: dict[Key, _PollTargets] = {}
         self._targets_changed = False
         self._latencies: list[float] = []
-        self.evaluations = 0
+        self.evaluations = 0  # evaluation passes
+        self.runs_evaluated = 0  # runs evaluated in them
         # Resources whose API server does not answer: since when, and the error (for claim reasons).
         self._outage: dict[str, tuple[datetime, str]] = {}
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
@@ -470,8 +471,16 @@ class Controller:
             gpus, nodes, log_pods = c.payload
             for ns, pod in set(self._gpus) | set(gpus):
                 root = self.index.root_of(Ref("Pod", ns, pod))
-                if root is not None:
-                    self._dirty.add(root.key)
+                if root is None or root.key in self._dirty:
+                    continue
+                old, new = self._gpus.get((ns, pod)), gpus.get((ns, pod))
+                rc = self.claims.get(root.key)
+                if old is not None and new is not None and _same_devices(old, new) and rc is not None \
+                        and rc.progressing.observed is Observed.TRUE:
+                    # only readings moved (utilization, power), which a progressing run's claims do not
+                    # say: it is re-evaluated when its evidence would age out (`Clock.within`)
+                    continue
+                self._dirty.add(root.key)
             self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload
@@ -487,7 +496,8 @@ class Controller:
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
             if prev is not None and after is not None and _adds_nothing(prev.scan, sig.scan, after):
                 self._refresh(prev, sig.read_at)  # an agent's increment with nothing new: read now, as it was
-            elif prev is not None and after is not None:
+                return
+            if prev is not None and after is not None:
                 # a node agent's increment: what it read after the document before
                 sig = replace(sig, scan=extend_history(prev.scan, sig.scan, after))
             elif prev is not None and not sig.scan.lines and c.op == "log":
@@ -645,6 +655,7 @@ class Controller:
                     self._targets_by_run[ref.key] = polled
                     self._targets_changed = True
         self.evaluations += 1
+        self.runs_evaluated += len(targets)
         self.health.set_runs_tracked(len(self.claims))
         leader = self.leader and self.view_complete
         if leader:
@@ -935,6 +946,16 @@ RECHECK_SHARE = 0.05
 RECHECK_BURST_S = 1.0
 
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
+
+
+def _same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
+    """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
+    hint, XIDs; readings (utilization, power) and the read time aside."""
+    return (a.node == b.node and a.source == b.source and a.containers == b.containers
+            and len(a.devices) == len(b.devices)
+            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile)
+                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile)
+                    for x, y in zip(a.devices, b.devices, strict=True)))
 
 
 def _adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:

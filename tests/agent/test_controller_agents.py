@@ -3,7 +3,10 @@ HTTP; its log evidence drives progressing and its GPU allocation joins scheduled
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,8 @@ from typing import Any
 import pytest
 
 from collector.agent import Agent
-from collector.controller import Controller
+from collector.controller import Controller, _same_devices
+from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
 from collector.sources import agents
 from collector.sources.kube_api import KubeApi, api_client_for
@@ -34,8 +38,11 @@ def _agent_pod(port_node: str) -> dict[str, object]:
             "status": {"phase": "Running", "podIP": "127.0.0.1"}}
 
 
-def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the run's container log, written on the node as the kubelet does (steps every 10 s up to T0)
+@contextmanager
+def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2)) -> Iterator[_Live]:
+    """A run `llm` whose pod's log (steps 1-30, every 10 s up to T0) and 8 GPUs a node agent reads,
+    and a live controller polling that agent every 0.3 s."""
+    # the run's container log, written on the node as the kubelet does
     d = tmp_path / "pods" / "research_llm-w0_0b5e8c1a-0000-4000-8000-000000000001" / "main"
     d.mkdir(parents=True)
     lines = []
@@ -43,8 +50,9 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         at = T0 - timedelta(seconds=10 * (30 - step) + 5)
         lines.append(f"{at.strftime('%Y-%m-%dT%H:%M:%S.000000000Z')} stdout F {megatron(step)}\n")
     (d / "0.log").write_text("".join(lines))
-    nv = FakeNvml([FakeDevice(uuid=u, pci=f"00000000:{0x10 + i:02X}:00.0", util=97, power_mw=550_000)
-                   for i, u in enumerate(UUIDS)])
+    devs = [FakeDevice(uuid=u, pci=f"00000000:{0x10 + i:02X}:00.0", util=97, power_mw=550_000)
+            for i, u in enumerate(UUIDS)]
+    nv = FakeNvml(devs)
     pods = [("research", "llm-w0", [("main", "nvidia.com/gpu", UUIDS)])]
     clock = Clock(T0)
     with PodResourcesServer(pods) as kubelet, Agent(agent_settings(tmp_path, kubelet.socket), nv=nv) as agent, \
@@ -54,7 +62,7 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         apply_run(sim, "llm")
         ensure_namespaces(sim, "default")
         sim.apply(server_side(_agent_pod("gpu-0")))
-        cfg = replace(ControllerSettings(), tick=timedelta(seconds=0.2), leader_election=False,
+        cfg = replace(ControllerSettings(), tick=tick, leader_election=False,
                       log_poll_interval=timedelta(0), ray_poll_interval=timedelta(0), watch_timeout_s=5,
                       agents=AgentSourceSettings(poll_interval=timedelta(seconds=0.3), namespace="default",
                                                  port=port))
@@ -62,38 +70,94 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         c.open()
         try:
             wait_until(c.ready.is_set, what="controller ready")
-
-            def claims() -> dict[str, tuple[str, str]]:
-                rc = next((r for r in c.claims.values() if r.ref.name == "llm"), None)
-                return {k: (v.observed.value, v.reason) for k, v in rc.claims.items()} if rc else {}
-
-            wait_until(lambda: claims().get("progressing", ("",))[0] == "true", timeout=20,
-                       what="progressing from the agent's log evidence")
-            assert "step 30" in claims()["progressing"][1]
-            wait_until(lambda: "8/8 GPUs allocated" in claims().get("scheduled", ("", ""))[1], timeout=10,
-                       what="allocation from pod-resources")
-            assert c._agent_log_pods == frozenset({("research", "llm-w0")})
-            # later reads ask for what came after the last document (increments), and the history
-            # the controller keeps from them is the whole log's
-            afters: list[int | None] = []
-            parse = agents.parse_evidence
-
-            def recorded(doc: Any, endpoint: Any, read_at: Any) -> Any:
-                afters.extend(x.get("after") for x in doc.get("logs") or [] if x.get("container") == "main")
-                return parse(doc, endpoint, read_at)
-            monkeypatch.setattr(agents, "parse_evidence", recorded)
-            more = []
-            for step in range(31, 41):
-                at = T0 + timedelta(seconds=10 * (step - 30) - 5)
-                more.append(f"{at.strftime('%Y-%m-%dT%H:%M:%S.000000000Z')} stdout F {megatron(step)}\n")
-            with open(d / "0.log", "a") as f:
-                f.write("".join(more))
-            clock.advance(100)
-            wait_until(lambda: "step 40" in claims().get("progressing", ("", ""))[1], timeout=20,
-                       what="step 40 from an increment")
-            assert afters and all(a is not None and a >= 30 for a in afters), afters
-            sig = next(s for s in c.index.evidence(next(r.ref for r in c.claims.values() if r.ref.name == "llm"))
-                       .signals if s.source == "main")
-            assert [x.step for x in sig.scan.samples] == list(range(1, 41))
+            yield _Live(c, devs, clock, d)
         finally:
             c.close()
+
+
+@dataclass
+class _Live:
+    c: Controller
+    devs: list[FakeDevice]
+    clock: Clock
+    log_dir: Path
+
+    def claims(self) -> dict[str, tuple[str, str]]:
+        rc = next((r for r in self.c.claims.values() if r.ref.name == "llm"), None)
+        return {k: (v.observed.value, v.reason) for k, v in rc.claims.items()} if rc else {}
+
+
+def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _run_with_agent(tmp_path) as live:
+        c, claims, d, clock = live.c, live.claims, live.log_dir, live.clock
+        wait_until(lambda: claims().get("progressing", ("",))[0] == "true", timeout=20,
+                   what="progressing from the agent's log evidence")
+        assert "step 30" in claims()["progressing"][1]
+        wait_until(lambda: "8/8 GPUs allocated" in claims().get("scheduled", ("", ""))[1], timeout=10,
+                   what="allocation from pod-resources")
+        assert c._agent_log_pods == frozenset({("research", "llm-w0")})
+        # later reads ask for what came after the last document (increments), and the history
+        # the controller keeps from them is the whole log's
+        afters: list[int | None] = []
+        parse = agents.parse_evidence
+
+        def recorded(doc: Any, endpoint: Any, read_at: Any) -> Any:
+            afters.extend(x.get("after") for x in doc.get("logs") or [] if x.get("container") == "main")
+            return parse(doc, endpoint, read_at)
+        monkeypatch.setattr(agents, "parse_evidence", recorded)
+        more = []
+        for step in range(31, 41):
+            at = T0 + timedelta(seconds=10 * (step - 30) - 5)
+            more.append(f"{at.strftime('%Y-%m-%dT%H:%M:%S.000000000Z')} stdout F {megatron(step)}\n")
+        with open(d / "0.log", "a") as f:
+            f.write("".join(more))
+        clock.advance(100)
+        wait_until(lambda: "step 40" in claims().get("progressing", ("", ""))[1], timeout=20,
+                   what="step 40 from an increment")
+        assert afters and all(a is not None and a >= 30 for a in afters), afters
+        sig = next(s for s in c.index.evidence(next(r.ref for r in c.claims.values() if r.ref.name == "llm"))
+                   .signals if s.source == "main")
+        assert [x.step for x in sig.scan.samples] == list(range(1, 41))
+
+
+def test_gpu_readings_alone_do_not_reevaluate_a_progressing_run(tmp_path: Path) -> None:
+    """Every agent read replaces every pod's GPU evidence: a run whose readings moved (utilization,
+    power) but whose devices did not is not re-evaluated for it while it progresses (at fleet size
+    that was every GPU run every pass); a lost GPU is taken at once."""
+    with _run_with_agent(tmp_path, tick=timedelta(hours=1)) as live:  # no full pass in the test's time
+        c = live.c
+        wait_until(lambda: "8/8 GPUs allocated" in live.claims().get("scheduled", ("", ""))[1]
+                   and live.claims().get("progressing", ("",))[0] == "true", timeout=20, what="claims with GPUs")
+        key = next(k for k, r in c.claims.items() if r.ref.name == "llm")
+        reads = c.evaluations
+        time.sleep(1.0)  # three agent reads, nothing new: increments add nothing, readings the same
+        settled = c.claims[key]
+        time.sleep(1.2)
+        assert c.claims[key] is settled, "re-evaluated with nothing new"
+        (sig,) = [s for s in c.index.evidence(settled.ref).signals if s.source == "main"]
+        assert [x.step for x in sig.scan.samples] == list(range(1, 31)), "increments that add nothing keep it"
+        for dev in live.devs:
+            dev.util, dev.power_mw = 41, 301_000  # readings only
+        time.sleep(1.2)
+        assert c.claims[key] is settled, "re-evaluated for readings alone"
+        assert all(d.utilization == 0.41 for g in c._gpus.values() for d in g.devices), "the readings were taken"
+        live.devs[3].lost = True
+        wait_until(lambda: "GPU(s) lost" in live.claims()["running"][1], timeout=5, what="a lost GPU, at once")
+        assert c.evaluations > reads
+
+
+def test_same_devices_tells_readings_from_what_claims_say() -> None:
+    dev = GpuDevice(uuid=UUIDS[0], index=0, utilization=0.97, sm_active=0.8, power_w=550.0, power_limit_w=700.0)
+    ev = PodGpuEvidence("research", "llm-w0", "gpu-0", "agent", T0, (dev, replace(dev, uuid=UUIDS[1], index=1)),
+                        ("main",))
+    readings = replace(ev, read_at=T0 + timedelta(seconds=30),
+                       devices=tuple(replace(d, utilization=0.4, sm_active=0.1, power_w=300.0) for d in ev.devices))
+    assert _same_devices(ev, readings)
+    first, second = ev.devices
+    for changed in (replace(ev, devices=(replace(first, lost=True), second)),
+                    replace(ev, devices=(replace(first, hang_hint=True), second)),
+                    replace(ev, devices=(replace(first, xids=(79,)), second)),
+                    replace(ev, devices=(replace(first, uuid=UUIDS[2]), second)),
+                    replace(ev, devices=(first,)), replace(ev, containers=("main", "sidecar")),
+                    replace(ev, node="gpu-1"), replace(ev, source="dcgm")):
+        assert not _same_devices(ev, changed), changed
