@@ -208,6 +208,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         spy.wait(60)
     idle = (cpu_s() - c0) / (time.monotonic() - w0)
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
+    progressing: dict[str, int] = {}
+    for rc in list(c.claims.values()):
+        progressing[rc.progressing.observed.value] = progressing.get(rc.progressing.observed.value, 0) + 1
     gpu_stop.set()
     gc.collect()
     if traced:
@@ -223,7 +226,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
-                "after_idle": rss_bytes(), "evaluated": evaluated}
+                "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
@@ -558,7 +561,8 @@ def main() -> None:
             print(f"{r['variant']}: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in "
                   f"the idle {r['idle_s']:.0f} s after the first pass ({r['log_reads'] / r['idle_s']:.1f}/s, "
                   f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
-                  f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it")
+                  f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it; progressing "
+                  f"{r.get('progressing')}")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 
