@@ -14,9 +14,11 @@ parse.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -335,8 +337,16 @@ class AgentReader:
 
         reports: list[AgentReport] = []
         errors: list[str] = []
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(eps))), thread_name_prefix="agent-read") as pool:
-            for ep, url, got in zip(eps, urls, pool.map(one, urls), strict=True):
+        n = max(1, min(workers, len(eps)))
+        todo = iter(zip(eps, urls, strict=True))
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-read") as pool:
+            # a bounded window of fetches ahead of the parse: bodies waiting are at most 4 per thread
+            ahead = deque((ep, url, pool.submit(one, url)) for ep, url in itertools.islice(todo, 4 * n))
+            while ahead:
+                ep, url, fetching = ahead.popleft()
+                for nxt, nxt_url in itertools.islice(todo, 1):
+                    ahead.append((nxt, nxt_url, pool.submit(one, nxt_url)))
+                got = fetching.result()
                 if isinstance(got, str):
                     errors.append(got)
                     continue

@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import pytest
 
 from collector.endpoints import serve
-from collector.sources.agents import HEAD_MAX, AgentReadError, fetch
+from collector.sources.agents import HEAD_MAX, AgentEndpoint, AgentReader, AgentReadError, fetch
 
 
 @contextmanager
@@ -139,3 +140,16 @@ def test_refused_and_bad_urls_name_the_url() -> None:
     for url in ("https://10.0.0.1:9402/evidence", "http://10.0.0.1:99999/evidence", "http:///evidence"):
         with pytest.raises(AgentReadError, match="URL|[Pp]ort"):
             fetch(url, connect_s=0.2, read_s=0.2, max_body=100)
+
+
+def test_read_all_reads_every_agent_in_order_through_a_bounded_window() -> None:
+    doc = b'{"version": 1, "node": "n", "epoch": "e1", "poll": 3, "gpus": [], "logs": []}'
+    with agent_server(doc) as port, socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        eps = [AgentEndpoint(f"node-{i}", f"agent-{i}",
+                             f"http://127.0.0.1:{port if i % 7 else closed.getsockname()[1]}") for i in range(60)]
+        reader = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC))
+        reports, errors = reader.read_all(eps, workers=2)  # 8 fetches ahead of the parse, 60 agents
+        assert [r.endpoint.node for r in reports] == [e.node for e in eps if int(e.node[5:]) % 7]
+        assert len(errors) == 9 and all("ConnectionRefusedError" in e for e in errors)
+        assert all(r.cursor == ("e1", 3) for r in reports)
