@@ -18,9 +18,8 @@ import itertools
 import socket
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -335,23 +334,30 @@ class AgentReader:
             except AgentReadError as e:
                 return str(e)
 
-        reports: list[AgentReport] = []
-        errors: list[str] = []
+        done: list[tuple[int, AgentReport | str]] = []
         n = max(1, min(workers, len(eps)))
-        todo = iter(zip(eps, urls, strict=True))
+        todo = iter(enumerate(zip(eps, urls, strict=True)))
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-read") as pool:
-            # a bounded window of fetches ahead of the parse: bodies waiting are at most 4 per thread
-            ahead = deque((ep, url, pool.submit(one, url)) for ep, url in itertools.islice(todo, 4 * n))
-            while ahead:
-                ep, url, fetching = ahead.popleft()
-                for nxt, nxt_url in itertools.islice(todo, 1):
-                    ahead.append((nxt, nxt_url, pool.submit(one, nxt_url)))
-                got = fetching.result()
-                if isinstance(got, str):
-                    errors.append(got)
-                    continue
-                try:
-                    reports.append(self._parse(ep, url, got))
-                except AgentReadError as e:
-                    errors.append(str(e))
+            # At most 4 fetches a thread in flight or waiting to be parsed (not a whole pass's bodies),
+            # parsed as they complete: a slow or dead agent holds one thread, never the others.
+            in_flight: dict[Future[bytes | str], tuple[int, AgentEndpoint, str]] = {}
+            while True:
+                for i, (ep, url) in itertools.islice(todo, 4 * n - len(in_flight)):
+                    in_flight[pool.submit(one, url)] = (i, ep, url)
+                if not in_flight:
+                    break
+                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    i, ep, url = in_flight.pop(fut)
+                    body = fut.result()
+                    result: AgentReport | str = body if isinstance(body, str) else ""
+                    if isinstance(body, bytes):
+                        try:
+                            result = self._parse(ep, url, body)
+                        except AgentReadError as e:
+                            result = str(e)
+                    done.append((i, result))
+        done.sort(key=lambda x: x[0])  # the endpoints' order: a pod two agents name gets the later one's
+        reports = [r for _, r in done if isinstance(r, AgentReport)]
+        errors = [r for _, r in done if isinstance(r, str)]
         return reports, errors

@@ -153,3 +153,34 @@ def test_read_all_reads_every_agent_in_order_through_a_bounded_window() -> None:
         assert [r.endpoint.node for r in reports] == [e.node for e in eps if int(e.node[5:]) % 7]
         assert len(errors) == 9 and all("ConnectionRefusedError" in e for e in errors)
         assert all(r.cursor == ("e1", 3) for r in reports)
+
+
+def test_a_slow_agent_holds_one_thread_not_the_pass() -> None:
+    """The first agent answers only once 50 others have been read: a reader that parsed in the
+    order it asked would wait on it with its window full, and those 50 would never come."""
+    doc = b'{"version": 1, "node": "n", "gpus": [], "logs": []}'
+    served = [0]
+    server = serve("127.0.0.1", 0, {"/evidence": lambda: (served.__setitem__(0, served[0] + 1)
+                                                         or (200, "application/json", doc))})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    seen_when_answered: list[int] = []
+
+    def slow(conn: socket.socket) -> None:
+        deadline = time.monotonic() + 5
+        while served[0] < 50 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen_when_answered.append(served[0])
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(doc) + doc)
+
+    try:
+        with raw_server(slow) as slow_port:
+            port = server.server_address[1]
+            eps = [AgentEndpoint(f"node-{i}", f"agent-{i}", f"http://127.0.0.1:{slow_port if i == 0 else port}")
+                   for i in range(60)]
+            reports, errors = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC), timeout_s=10).read_all(
+                eps, workers=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not errors and [r.endpoint.node for r in reports] == [e.node for e in eps]
+    assert seen_when_answered and seen_when_answered[0] >= 50
