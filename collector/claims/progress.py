@@ -131,17 +131,19 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             skipped_since = skipped_since or Advance(at, smp.step, src)
             skipped_streak += n
             continue
-        adv = Advance(at, smp.step, src, bridged=n > 1)
+        adv: Advance | None = None  # built when first needed (most samples need one, not two)
         if smp.loss is not None:
             last_loss = smp.loss
             if not math.isfinite(smp.loss):
+                adv = Advance(at, smp.step, src, bridged=n > 1)
                 bad_since = bad_since or adv
                 invalid = invalid if invalid is not None and invalid.why.startswith("loss is") else \
                     Invalid(adv, f"loss is {smp.loss}")
                 zero_since, zero_count = None, 0
             elif smp.loss == 0.0:
                 bad_since = None
-                zero_since = zero_since or adv
+                if zero_since is None:
+                    zero_since = adv = Advance(at, smp.step, src, bridged=n > 1)
                 zero_count += n
                 if zero_count >= ZERO_LOSS_STREAK and (invalid is None or invalid.since != zero_since):
                     invalid = Invalid(zero_since, "loss stuck at exactly 0.0")
@@ -153,6 +155,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             if src in last_seen and at <= last_seen[src]:
                 continue
             last_seen[src] = at
+            adv = adv or Advance(at, None, src, bridged=n > 1)
         else:
             h = high.get(src)
             if h is not None and smp.step <= h:
