@@ -85,9 +85,14 @@ PATTERNS = _patterns()
 
 
 def _cpu(fn: Callable[[], object]) -> float:
-    t0 = time.process_time()  # CPU time: other jobs on a shared machine do not count
-    fn()
-    return time.process_time() - t0
+    """The best of three runs' CPU time on this thread: other jobs on a shared machine, and threads
+    earlier tests left running in this process (servers, pollers), do not count."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best
 
 
 def test_the_pattern_list_is_complete() -> None:
@@ -104,14 +109,14 @@ def test_the_pattern_list_is_complete() -> None:
 @pytest.mark.parametrize(("name", "rx"), PATTERNS, ids=[n for n, _ in PATTERNS])
 def test_every_pattern_is_linear_on_known_shapes(name: str, rx: re.Pattern[str]) -> None:
     for shape, line in SHAPES.items():
-        spent = min(_cpu(lambda: rx.search(line)) for _ in range(2))  # noqa: B023
+        spent = _cpu(lambda: rx.search(line))  # noqa: B023
         assert spent < BUDGET_S, f"{name} took {spent * 1000:.0f} ms on a 64 KB line of {shape}"
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_scanner_is_bounded_on_known_shapes(shape: str) -> None:
     line = SHAPES[shape]
-    spent = min(_cpu(lambda: scan_lines([line], source="t")) for _ in range(2))
+    spent = _cpu(lambda: scan_lines([line], source="t"))
     assert spent < SCANNER_BUDGET_S, f"scanner took {spent * 1000:.0f} ms on a 64 KB line of {shape}"
     # the helpers that take rank tags and lagging ranks, directly on the full line
     spent = _cpu(lambda: (hangs.match_hang(line), hangs._rank(line), hangs._lagging_rank(line)))
