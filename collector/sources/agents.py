@@ -350,13 +350,13 @@ class AgentReader:
                 for fut in finished:
                     i, ep, url = in_flight.pop(fut)
                     body = fut.result()
-                    result: AgentReport | str = body if isinstance(body, str) else ""
-                    if isinstance(body, bytes):
-                        try:
-                            result = self._parse(ep, url, body)
-                        except AgentReadError as e:
-                            result = str(e)
-                    done.append((i, result))
+                    if isinstance(body, str):  # the fetch's error
+                        done.append((i, body))
+                        continue
+                    try:
+                        done.append((i, self._parse(ep, url, body)))
+                    except AgentReadError as e:
+                        done.append((i, str(e)))
         done.sort(key=lambda x: x[0])  # the endpoints' order: a pod two agents name gets the later one's
         reports = [r for _, r in done if isinstance(r, AgentReport)]
         errors = [r for _, r in done if isinstance(r, str)]
