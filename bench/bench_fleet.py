@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -150,7 +151,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                                            log_poll_interval=timedelta(seconds=30 if logs else 0),
                                            log_quiet_every=1 if variant == "logs-all"
                                            else ControllerSettings().log_quiet_every))
-    log_reads = [0, 0.0]  # GETs of a pod log, and seconds spent in them
+    log_reads = [0, 0.0]  # GETs of a pod log, and seconds spent in them (summed over the reads in flight)
+    counting = threading.Lock()  # reads complete on several threads
 
     def counted(get_text: Any) -> Any:
         def get(path: str, query: Any = ()) -> bytes:
@@ -160,13 +162,23 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 return out
             finally:
                 if path.endswith("/log"):
-                    log_reads[0] += 1
-                    log_reads[1] += time.monotonic() - t
+                    with counting:
+                        log_reads[0] += 1
+                        log_reads[1] += time.monotonic() - t
         return get
     shift = [timedelta(0)]  # the controller's clock: wall time, jumped forward for the ageing figure
     api = KubeApi(api_client_for(url))
     api.get_text = counted(api.get_text)  # type: ignore[method-assign]
     c = ctl.Controller(api, settings, lambda: datetime.now(UTC) + shift[0])
+    passes: list[tuple[float, float]] = []  # (when it ended, monotonic; seconds) of each log pass
+    if hasattr(c.health, "poll_pass"):  # (a `before` tree may not time its passes)
+        timed = c.health.poll_pass
+
+        def poll_pass(source: str, seconds: float) -> None:
+            if source == "logs":
+                passes.append((time.monotonic(), seconds))
+            timed(source, seconds)
+        c.health.poll_pass = poll_pass  # type: ignore[method-assign]
     rss0 = rss_bytes()
     t0 = time.monotonic()
     c.open()
@@ -223,7 +235,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 for st in stats[:40]:
                     out.write(f"{st.size / 2**20:8.2f} MiB {st.count:9d}\n")
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
+    in_window = sorted(took for end, took in passes if end >= w0)
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
+                "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing}
@@ -512,6 +526,8 @@ def main() -> None:
                     "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
     ap.add_argument("--train-every", default="", help="with --scenario: every template's `train` at this cadence "
                     "(e.g. 1s: heads' logs fill the 500-line tail the poller reads, as long runs' do)")
+    ap.add_argument("--log-latency", type=float, default=0.0, help="seconds the simulator waits before answering "
+                    "each log GET (a kubelet-proxied read's round trip; 0: the simulator's own speed)")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
     a = ap.parse_args()
     if any(v.startswith("before") for v in a.variants.split(",")) and not a.before_tree:
@@ -533,6 +549,12 @@ def main() -> None:
             size = sum(info["sizes"]) / max(1, len(info["sizes"]))
             print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
                   f"filled in {fill_s:.0f} s", flush=True)
+        if a.log_latency > 0:  # the simulator's fault rule: every log GET waits this long first
+            import urllib.request
+            urllib.request.urlopen(urllib.request.Request(
+                f"{sim.url}/_sim/faults", method="POST", headers={"Content-Type": "application/json"},
+                data=json.dumps({"action": "delay", "delay_s": a.log_latency, "verbs": ["logs"]}).encode()), timeout=10)
+            print(f"log GETs answered after {1000 * a.log_latency:.0f} ms", flush=True)
         if a.time_lists:
             time_lists(sim.url)
         results = []
@@ -563,6 +585,10 @@ def main() -> None:
                   f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
                   f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it; progressing "
                   f"{r.get('progressing')}")
+            if r.get("passes"):
+                n, median, longest = r["passes"]
+                print(f"{r['variant']}: {n} log passes ended in the idle window, median {median:.1f} s, "
+                      f"longest {longest:.1f} s (interval 30 s)")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
 
 

@@ -82,7 +82,8 @@ _POSITIVE = frozenset({
     "claims.evidence_max_age", "claims.taucluster_max_age", "claims.scrape_interval", "claims.stall_multiplier",
     "controller.tick", "controller.batch_max", "controller.queue_max", "controller.watch_timeout_s",
     "controller.lease_duration", "controller.lease_renew", "controller.log_tail_lines",
-    "controller.log_limit_bytes", "controller.log_quiet_every", "controller.agents.port", "bundles.history_versions",
+    "controller.log_limit_bytes", "controller.log_quiet_every", "controller.log_poll_concurrency",
+    "controller.agents.port", "bundles.history_versions",
 })
 
 
@@ -158,6 +159,7 @@ def _build(cls: Any, data: Any, where: str) -> Any:
 
 
 MAX_CONFIG_BYTES = 1 << 20
+MAX_LOG_READS = 32  # API log reads in flight; the client keeps POOL_SIZE (64) connections in all
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -204,6 +206,9 @@ def _validate(s: Settings) -> None:
     if c.lease_renew >= c.lease_duration:
         raise ConfigError(f"config.controller.lease_renew: must be shorter than config.controller.lease_duration "
                           f"({c.lease_renew.total_seconds():g}s >= {c.lease_duration.total_seconds():g}s)")
+    if c.log_poll_concurrency > MAX_LOG_READS:  # beside the watches, within the client's connection pool
+        raise ConfigError(f"config.controller.log_poll_concurrency: at most {MAX_LOG_READS}, "
+                          f"got {c.log_poll_concurrency}")
     for profile, regex in s.controller.log_regex_by_profile.items():
         try:
             re.compile(regex)

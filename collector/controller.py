@@ -31,7 +31,6 @@ from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
 from collector.kube import MalformedObject, normalize
 from collector.kube_pod import PodObject, normalize_pod, pod_record
-from collector.logrotation import LogRotation, last_stamp
 from collector.model import (
     Claim,
     ObjectRecord,
@@ -44,7 +43,6 @@ from collector.model import (
     TauRunFacts,
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
-from collector.progress import scan_text
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
@@ -63,6 +61,7 @@ from collector.sources.kube_api import (
     resources_for,
 )
 from collector.sources.lease import LeaseElector
+from collector.sources.logs import ApiLogPoller, BadRegex, LogFresh, LogSettings
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
@@ -126,7 +125,6 @@ class Controller:
         self._log_targets: list[tuple[Ref, str, str, int]] = []
         # The previous instance's log of each restarted container, read once per restart: it holds the
         # pre-restart high-water mark, without which replayed steps would read as progress.
-        self._previous_read: dict[tuple[str, str, str], int] = {}  # container → restart count read
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
@@ -761,83 +759,48 @@ class Controller:
                 self._put(_Change("ray", None, (root, cluster, runtime, sig)))
 
     def _poll_logs(self) -> None:
+        """Container logs through the API, one pass every `log_poll_interval` from the start of the
+        one before (a pass that outlasts it is followed at once; its length is in /metrics)."""
         interval = self.cfg.log_poll_interval.total_seconds()
         # Quiet containers are read every few passes, and always well inside the evidence's max age.
         fresh_passes = int(self.settings.claims.evidence_max_age.total_seconds() / 2 // interval)
-        rotation = LogRotation(max(1, min(self.cfg.log_quiet_every, fresh_passes)))
-        while not self._stop.wait(interval if self._log_targets else min(interval, 1.0)):
-            targets = list(self._log_targets)
-            wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
-            for key in [k for k in self._previous_read if k not in wanted]:
-                del self._previous_read[key]
-            rotation.begin_pass(wanted)
-            for ref, container, regex, restarts in targets:
-                if self._stop.is_set():
-                    return
-                if not regex and (ref.namespace, ref.name) in self._agent_log_pods:
-                    continue  # a node agent reads this pod's logs where they are written
-                key = (ref.namespace, ref.name, container)
-                if not rotation.due(key, restarted=restarts != self._previous_read.get(key, restarts)):
-                    continue
-                query = [("container", container), ("tailLines", self.cfg.log_tail_lines),
-                         ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")]
-                since = rotation.since(key)
-                if since is not None:
-                    query.append(("sinceTime", since))  # the lines since the last read (and its second)
-                try:
-                    previous = self._previous_log(ref, container, restarts)
-                    data = previous + self.api.get_text(
-                        f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
-                except SourceError as e:
-                    rotation.failed(key)
-                    self._put(_Change("error", None, e))
-                    continue
-                self._previous_read[key] = restarts
-                if not previous and rotation.unchanged(key, since, data) \
-                        and self.index.signal_of(ref, container) is not None:
-                    # no line after the last one read: what the signal holds stands, read now (a
-                    # signal the index no longer holds is read in full again)
-                    rotation.read(key, progress=False, since=since, data=data)
-                    self._put(_Change("log-fresh", None, (ref, container, self.now())))
-                    continue
-                try:
-                    scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}",
-                                     custom_regex=regex or None)
-                except ValueError as e:  # a bad profile regex: say so, read with the built-in parsers
-                    self._skip(f"log regex for {ref}: {e}")
-                    scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-                rotation.read(key, progress=bool(scan.samples), last_line=last_stamp(data), since=since,
-                              data=None if previous else data)
-                self._put(_Change("log", None, Signal(ref, container, scan, self.now())))
-
-    def _previous_log(self, ref: Ref, container: str, restarts: int) -> bytes:
-        """The previous log of a container that restarted since its log was last read (bounded like
-        the current one); empty otherwise.
-
-        Read once per restart, before the current log and scanned with it as one signal, so a step
-        going back below the pre-restart high-water mark is seen as replay; later polls keep those
-        samples through the signal's history (`merge_history`), so they are not read again.
-        """
-        if restarts <= self._previous_read.get((ref.namespace, ref.name, container), 0):
-            return b""
+        poller = ApiLogPoller(self.api, LogSettings(
+            tail_lines=self.cfg.log_tail_lines, limit_bytes=self.cfg.log_limit_bytes,
+            quiet_every=max(1, min(self.cfg.log_quiet_every, fresh_passes)),
+            concurrency=self.cfg.log_poll_concurrency), self.now)
+        poller.open()
+        wait = interval
         try:
-            text = self.api.get_text(
-                f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log",
-                [("container", container), ("previous", "true"), ("tailLines", self.cfg.log_tail_lines),
-                 ("limitBytes", self.cfg.log_limit_bytes), ("timestamps", "true")],
-            )
-        except SourceError as e:
-            if e.retryable:
-                raise
-            text = b""  # kubelet kept no previous log (rotated, or the pod was recreated): nothing to add
-        return text if not text or text.endswith(b"\n") else text + b"\n"
+            while not self._stop.wait(wait if self._log_targets else min(interval, 1.0)):
+                started = time.monotonic()
+                for out in poller.run_pass(list(self._log_targets), agent_pods=self._agent_log_pods,
+                                           held=self._holds_signal, stop=self._stop):
+                    if isinstance(out, Signal):
+                        self._put(_Change("log", None, out))
+                    elif isinstance(out, LogFresh):
+                        self._put(_Change("log-fresh", None, (out.ref, out.container, out.at)))
+                    elif isinstance(out, BadRegex):
+                        self._skip(out.message)
+                    else:
+                        self._put(_Change("error", None, out))
+                took = time.monotonic() - started
+                self.health.poll_pass("logs", took)
+                wait = max(0.0, interval - took)
+        finally:
+            poller.close()
+
+    def _holds_signal(self, ref: Ref, container: str) -> bool:
+        return self.index.signal_of(ref, container) is not None
 
     def _poll_agents(self) -> None:
         """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
         cfg = self.cfg.agents
         reader = AgentReader(self.now)
         namespace = cfg.namespace or self.cfg.lease_namespace or "default"
-        while not self._stop.wait(cfg.poll_interval.total_seconds()):
+        interval = cfg.poll_interval.total_seconds()
+        wait = interval
+        while not self._stop.wait(wait):
+            started = time.monotonic()
             gpus: dict[tuple[str, str], PodGpuEvidence] = {}
             nodes: dict[str, datetime] = {}
             log_pods: set[tuple[str, str]] = set()
@@ -870,6 +833,9 @@ class Controller:
                 for g in pod_evidence(scrape, node=node, read_at=at):
                     gpus.setdefault((g.namespace, g.pod), g)  # the agent's answer wins where both exist
             self._put(_Change("gpu", None, (gpus, nodes, frozenset(log_pods))))
+            took = time.monotonic() - started
+            self.health.poll_pass("agents", took)
+            wait = max(0.0, interval - took)  # from the start of the pass before
 
     def _poll_checkpoints(self) -> None:
         """List each running run's checkpoint location: durable progress from Expstore."""

@@ -70,6 +70,7 @@ class ControllerSettings:
     log_limit_bytes: int = 256 * 1024
     # A container whose last read showed no progress is read every this many passes (collector/logrotation.py)
     log_quiet_every: int = 4
+    log_poll_concurrency: int = 16  # API log reads in flight (each a kubelet-proxied round trip)
     leader_election: bool = True
     lease_namespace: str = ""  # "": the controller's own namespace (its service account's)
     lease_name: str = "taugrid-evidence-controller"

@@ -611,6 +611,13 @@ class HealthMetrics:
             ["identity"],
             registry=None,
         )
+        self._poll_pass = Gauge(
+            "taugrid_collector_poll_pass_seconds",
+            "How long the last pass of a polled source took (logs, agents), seconds; past the source's "
+            "poll interval, the source is read less often than configured.",
+            ["source"],
+            registry=None,
+        )
         self._build = Gauge(
             "taugrid_collector_build_info",
             "Always 1; the collector's version in a label.",
@@ -636,6 +643,7 @@ class HealthMetrics:
                     self._runs,
                     self._evaluation,
                     self._leader,
+                    self._poll_pass,
                     self._build,
                 ]
             )
@@ -660,6 +668,9 @@ class HealthMetrics:
     def set_leader(self, identity: str, leader: bool) -> None:
         """This replica's leadership ("" identity: leader election off, always the exporter)."""
         self._leader.labels(identity).set(1 if leader else 0)
+
+    def poll_pass(self, source: str, seconds: float) -> None:
+        self._poll_pass.labels(source).set(seconds)
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)

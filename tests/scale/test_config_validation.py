@@ -37,6 +37,8 @@ def _load(tmp_path: Path, text: str) -> Settings:
     ("claims: {stall_floor: 5 parsecs}", "config.claims.stall_floor: not a duration: '5 parsecs'"),
     ("controller: {lease_renew: 30s}",
      "config.controller.lease_renew: must be shorter than config.controller.lease_duration"),
+    ("controller: {log_poll_concurrency: 0}", "config.controller.log_poll_concurrency: must be positive, got 0"),
+    ("controller: {log_poll_concurrency: 100}", "config.controller.log_poll_concurrency: at most 32, got 100"),
     ("controller: {ray_dashboards: [a]}", "config.controller.ray_dashboards: expected a mapping"),
     ("controller: {agents: {port: http}}", "config.controller.agents.port: expected a number, got 'http'"),
     ("claims: {evidence_max_age: 100000000000000}", "config.claims.evidence_max_age: not a usable duration"),
