@@ -241,6 +241,10 @@ def collector() -> dict[str, Any]:
                 "[$__rate_interval])))", "p50"),
                ("histogram_quantile(0.99, sum by (le) (rate(taugrid_collector_evaluation_duration_seconds_bucket"
                 "[$__rate_interval])))", "p99"), unit="s"),
+        series("Poll pass length", ("max by (source) (taugrid_collector_poll_pass_seconds)", "{{source}}"), unit="s",
+               description="How long the last pass over polled sources took (logs: API log reads; agents: node "
+                           "agents). Past the poll interval (30 s by default) the source is read less often "
+                           "than configured and its evidence ages towards unknown."),
         series("Node agents up", (f"sum(up{{{AGENT_JOB}}})", "up"), (f"count(up{{{AGENT_JOB}}})", "targets")),
         stat("Environment supported", "min(taugrid_environment_supported)", w=6,
              description="1: the manager and every worker satisfy the supported-environment contract "
