@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +26,7 @@ from collector.model import Ref
 from collector.progress import scan_text
 from collector.sources.kube_api import SourceError
 
+HOLD_MAX_S = 30.0  # the longest a Retry-After holds the poller (one default interval)
 LogTarget = tuple[Ref, str, str, int]  # the pod, container, profile regex ("": built-in parsers), restarts
 
 
@@ -113,6 +115,7 @@ class ApiLogPoller:
         self.rotation = LogRotation(settings.quiet_every)
         self._previous_read: dict[LogKey, int] = {}  # restart count at the last read
         self._readers: _Readers | None = None
+        self._hold_until = 0.0  # monotonic: no new read before (the server's Retry-After)
         self.reads = 0  # GETs of current logs answered, all passes
 
     def open(self) -> None:
@@ -142,19 +145,32 @@ class ApiLogPoller:
         window = 2 * self.settings.concurrency  # asked ahead, so a reader never waits for the scan
         todo = iter(targets)
         in_flight = 0
+        exhausted = False
         while True:
-            while in_flight < window and (ask := self._next_ask(todo, agent_pods)) is not None:
-                readers.submit(ask)
-                in_flight += 1
-            if in_flight == 0 or stop.is_set():
+            hold = self._hold_until - time.monotonic()
+            while hold <= 0 and not exhausted and in_flight < window:
+                ask = self._next_ask(todo, agent_pods)
+                if ask is None:
+                    exhausted = True
+                else:
+                    readers.submit(ask)
+                    in_flight += 1
+            if stop.is_set() or (in_flight == 0 and exhausted):
                 return  # (on stop, the answers still out are dropped when they come)
+            if in_flight == 0:  # the server asked us to wait
+                stop.wait(min(hold, 0.25))
+                continue
             try:
-                ask, out = readers.done.get(timeout=0.25)
+                ask, out = readers.done.get(timeout=min(hold, 0.25) if hold > 0 else 0.25)
             except queue.Empty:
                 continue
             if ask.pass_no != self.rotation.passes:
                 continue  # from a pass that ended early
             in_flight -= 1
+            if isinstance(out, SourceError) and out.retry_after:
+                # 429/503 with Retry-After (API priority and fairness): no new read until then,
+                # at most HOLD_MAX_S; the reads already asked finish, the failed one is due next pass
+                self._hold_until = max(self._hold_until, time.monotonic() + min(out.retry_after, HOLD_MAX_S))
             yield from self._answered(ask, out, held)
 
     def _next_ask(self, todo: Iterator[LogTarget], agent_pods: Collection[tuple[str, str]]) -> _Ask | None:

@@ -135,6 +135,34 @@ def test_stop_ends_a_pass_whose_reads_hang_and_the_next_pass_ignores_their_answe
         sim.faults.remove(fault.id)
 
 
+def test_a_429_with_retry_after_holds_new_reads_until_then(sim: Simulator) -> None:
+    """API priority and fairness throttles the controller: the poller asks nothing new for the
+    Retry-After (1 s here); the read already asked finishes, the throttled one is due next pass."""
+    fault = sim.faults.fail(429, count=1, verbs=("logs",), retry_after_s=1)
+    api = KubeApi(api_client_for(sim.base_url))
+    starts: list[float] = []
+    get_text = api.get_text
+
+    def timed(path: str, query: Sequence[tuple[str, object]] = ()) -> bytes:
+        starts.append(time.monotonic())
+        return get_text(path, query)
+    api.get_text = timed  # type: ignore[method-assign]
+    poller = _poller(api, 1)
+    try:
+        first = _one_pass(poller, _targets())
+        throttled_at = starts[0]  # the first read is the one the fault answers
+        second = _one_pass(poller, _targets())
+    finally:
+        poller.close()
+        sim.faults.remove(fault.id)
+    errors = [r for r in first if not isinstance(r, Signal)]
+    assert len(errors) == 1 and "429" in str(errors[0]) and errors[0].retry_after == 1
+    gaps = [t - throttled_at for t in starts[1:PODS]]
+    assert sum(g < 0.5 for g in gaps) <= 2  # asked before the 429 came back (concurrency 1: a window of 2)
+    assert sum(g >= 0.95 for g in gaps) >= PODS - 3  # the rest waited out the Retry-After
+    assert len(first) == PODS and len(second) == PODS  # the pass still read everything else; then every one
+
+
 def test_a_failed_read_is_handed_on_and_due_again() -> None:
     class Refusing:
         calls = 0
