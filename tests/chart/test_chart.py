@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from collector.agent.command import agent as agent_command
 from collector.cli import controller as cli_controller
 from collector.config import load_settings
 from collector.sources.environment import ENVIRONMENT_READS
@@ -76,6 +77,7 @@ def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], lis
     ({"controller": {"config": {"claims": {"evidence_max_age": "soon"}}}}, "evidence_max_age"),
     ({"controller": {"config": {"controller": {"no_such_setting": 1}}}}, "no_such_setting"),
     ({"agent": {"podResourcesPath": "relative/dir"}}, "podResourcesPath"),
+    ({"agent": {"logScope": "heads"}}, "logScope"),
     ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
 ])
 def test_the_schema_refuses_bad_values_naming_them(bad: dict[str, Any], where: str) -> None:
@@ -142,6 +144,11 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     path.write_text(cm["data"]["config.yaml"])
     settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
     assert settings.controller.lease_namespace == "observability"
+    # the controller polls the agents on the port the DaemonSet serves (the chart's, not the command's default)
+    [ds] = by_kind(objs, "DaemonSet") or [None]
+    if ds is not None:
+        [agent] = ds["spec"]["template"]["spec"]["containers"]
+        assert settings.controller.agents.port == agent["ports"][0]["containerPort"]
     if name == "custom":
         assert settings.claims.evidence_max_age.total_seconds() == 180
         assert settings.controller.ray_counter_by_profile == {"llm": "ray_llm_steps_total"}
@@ -168,7 +175,14 @@ def test_agent_daemonset_reads_the_node_read_only() -> None:
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     [c] = pod["containers"]
-    assert c["command"] == ["taugrid-evidence", "agent", "--metrics-address=$(POD_IP):9465"]
+    assert c["command"] == ["taugrid-evidence", "agent", "--address=$(POD_IP):9465", "--node=$(NODE_NAME)",
+                            "--log-scope=gpu"]
+    # The agent's own CLI parses what the DaemonSet runs (the env references as the kubelet expands them).
+    ctx = agent_command.make_context("agent", [a.replace("$(POD_IP)", "10.0.0.7").replace("$(NODE_NAME)", "n1")
+                                               for a in c["command"][2:]])
+    assert ctx.params["address"] == "10.0.0.7:9465" and ctx.params["node"] == "n1"
+    assert {e["name"] for e in c["env"]} >= {"POD_IP", "NODE_NAME"}
+    assert {p["containerPort"] for p in c["ports"]} == {9465}
     assert c["image"].endswith("-agent")
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     for path in ("/var/lib/kubelet/pod-resources", "/var/log/pods", "/dev/kmsg"):
@@ -183,6 +197,11 @@ def test_agent_daemonset_reads_the_node_read_only() -> None:
     [c] = ds["spec"]["template"]["spec"]["containers"]
     assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # Every pod's logs (the Ray heads' too), a flag the agent command accepts.
+    [ds] = by_kind(render({**REQUIRED, "agent": {"logScope": "all"}}), "DaemonSet")
+    [c] = ds["spec"]["template"]["spec"]["containers"]
+    assert c["command"][-1] == "--log-scope=all"
+    assert agent_command.make_context("agent", c["command"][2:]).params["log_scope"] == "all"
 
 
 def test_workload_identity_and_adx_mon_annotations() -> None:
