@@ -196,6 +196,7 @@ def test_agent_daemonset_reads_the_node_read_only() -> None:
     [ds] = by_kind(render({**REQUIRED, "agent": {"kmsg": False}}), "DaemonSet")
     [c] = ds["spec"]["template"]["spec"]["containers"]
     assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
+    assert agent_command.make_context("agent", c["command"][2:]).params["kmsg"] == ""  # not followed either
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     # Every pod's logs (the Ray heads' too), a flag the agent command accepts.
     [ds] = by_kind(render({**REQUIRED, "agent": {"logScope": "all"}}), "DaemonSet")
