@@ -30,6 +30,10 @@ Variants, all in the same run:
   logs-gpu   logs, and every 30 s the GPU evidence node agents would hand the loop: each running
              GPU pod's devices with new utilization and power readings (what re-evaluating runs on
              GPU readings costs; the feed's own CPU is the same in every variant that has it)
+  logs-gpu-ungated  logs-gpu with every run re-evaluated on each GPU pass (`_same_devices` never true)
+  agents     logs-gpu as deployed with the node agent: the GPU pods' logs are the agents' (the API
+             poller skips them), so the API reads only the Ray heads (no GPU: outside the agents'
+             default scope); the agents' own HTTP poll is bench_agent_poll.py's figure
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -118,7 +122,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
-    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu"):  # glibc's malloc tuned before any thread starts
+    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents"):  # before threads
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -146,11 +150,18 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         from collector.recheck import Rechecks
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
-    logs = variant in ("logs", "logs-all", "logs-gpu")  # container logs polled as deployed (every 30 s)
-    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
+    logs = variant in ("logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents")  # polled as deployed (30 s)
+    base = ControllerSettings()
+    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents")  # `_gpu_feed` stands in for the agent poller
+    if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
+        ctl._same_devices = lambda a, b: False
+    settings = Settings(controller=replace(base, leader_election=False,
                                            log_poll_interval=timedelta(seconds=30 if logs else 0),
-                                           log_quiet_every=1 if variant == "logs-all"
-                                           else ControllerSettings().log_quiet_every))
+                                           log_quiet_every=1 if variant == "logs-all" else base.log_quiet_every,
+                                           # (the poller finds no agent here, and would replace what the
+                                           # feed handed the loop by nothing every 30 s)
+                                           agents=replace(base.agents, poll_interval=timedelta(0)) if fed
+                                           else base.agents))
     log_reads = [0, 0.0]  # GETs of a pod log, and seconds spent in them (summed over the reads in flight)
     counting = threading.Lock()  # reads complete on several threads
 
@@ -199,14 +210,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         import tracemalloc
         tracemalloc.start(8)
     gpu_stop = threading.Event()
-    if variant == "logs-gpu":  # node agents' GPU evidence for every GPU pod, new readings every 30 s
-        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop), daemon=True).start()
+    feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
+    if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, variant == "agents", feed_cpu), daemon=True).start()
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
-        while log_reads[0] < len(c._log_targets) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not passes \
+                and log_reads[0] < len(c._log_targets) - len(getattr(c, "_agent_log_pods", ())):
             time.sleep(0.5)
         idle_s = max(idle_s, 5 * 30.0)
-    c0, w0, reads0, read_s0 = cpu_s(), time.monotonic(), *log_reads
+    c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     spy = None
     if os.environ.get("BENCH_PYSPY"):  # a profile of the idle window: py-spy's collapsed stacks
@@ -218,7 +231,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(idle_s)
     if spy is not None:
         spy.wait(60)
-    idle = (cpu_s() - c0) / (time.monotonic() - w0)
+    idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     progressing: dict[str, int] = {}
     for rc in list(c.claims.values()):
@@ -237,6 +250,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
     in_window = sorted(took for end, took in passes if end >= w0)
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
+                "agent_log_pods": len(getattr(c, "_agent_log_pods", ())),
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
@@ -266,9 +280,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
-def _gpu_feed(c: Any, ctl: Any, stop: threading.Event) -> None:
+def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: bool = False, used: list[float] | None = None) -> None:
     """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
-    their utilization and power new each time, every node read now."""
+    their utilization and power new each time, every node read now; with `log_pods`, also that the
+    agents read those pods' logs (so the API poller reads only the others: the Ray heads, which
+    hold no GPU and so are outside the agents' default scope). `used`: the feed's CPU seconds."""
     import random
 
     from collector.gpu import GpuDevice, PodGpuEvidence
@@ -276,23 +292,30 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event) -> None:
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
-        now = c.now()
-        gpus, nodes = {}, {}
-        try:
-            keys = c.index.keys_of_kind("Pod")
-        except RuntimeError:  # changed while read (the loop's thread): next pass
+        t = time.thread_time()
+        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence)
+        if used is not None:
+            used[0] += time.thread_time() - t
+
+
+def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: bool, GpuDevice: Any, PodGpuEvidence: Any) -> None:
+    now = c.now()
+    gpus, nodes = {}, {}
+    try:
+        keys = c.index.keys_of_kind("Pod")
+    except RuntimeError:  # changed while read (the loop's thread): next pass
+        return
+    for _, ns, name in keys:
+        rec = c.index.get("Pod", ns, name)
+        f = getattr(rec, "facts", None)
+        if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
             continue
-        for _, ns, name in keys:
-            rec = c.index.get("Pod", ns, name)
-            f = getattr(rec, "facts", None)
-            if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
-                continue
-            devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
-                                   sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
-                                   power_limit_w=700.0) for i in range(f.gpus))
-            gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
-            nodes[f.node_name] = now
-        c._put(ctl._Change("gpu", None, (gpus, nodes, frozenset())))
+        devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
+                               sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
+                               power_limit_w=700.0) for i in range(f.gpus))
+        gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
+        nodes[f.node_name] = now
+    c._put(ctl._Change("gpu", None, (gpus, nodes, frozenset(gpus) if log_pods else frozenset())))
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:
@@ -394,7 +417,7 @@ class StoreClient:
 
 
 def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: int, http: bool,
-                   train_every: str = "") -> None:
+                   train_every: str = "", live: bool = False) -> None:
     """The simulator with the scenario engine in one process (as `taugrid-evidence simulator` runs them)."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -442,6 +465,11 @@ def _scenario_main(conn: Any, cpu: int | None, path: str, scale: float, window: 
                "running": sum(1 for p in pods if p["status"].get("phase") == "Running"),
                "setup_s": setup_s, "materialize_s": materialize_s, "cpu_s": cpu_used, "rv_setup": rv_setup,
                "writes": sim.store.resource_version, "errors": engine.errors[:3], "horizon": horizon})
+    if live:  # the fleet keeps training on wall time (heads print their steps) until the bench closes it
+        engine._origin = datetime.now(UTC) - timedelta(seconds=horizon)  # scenario time `horizon` is now
+        t_live = time.monotonic()
+        while not conn.poll(0.5):
+            engine.step_to(horizon + time.monotonic() - t_live)
     engine.stop()
     conn.recv()  # close
     sim.close()
@@ -451,10 +479,11 @@ class ScenarioSim:
     """A simulator process filled by playing a scenario file."""
 
     def __init__(self, cpu: int | None, path: Path, scale: float, window: int, http: bool = False,
-                 train_every: str = "") -> None:
+                 train_every: str = "", live: bool = False) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_scenario_main, args=(child, cpu, str(path), scale, window, http, train_every),
+        self.proc = ctx.Process(target=_scenario_main,
+                                args=(child, cpu, str(path), scale, window, http, train_every, live),
                                 daemon=True)
         self.proc.start()
         self.info: dict[str, Any] = self.conn.recv()
@@ -468,9 +497,9 @@ class ScenarioSim:
 
 
 def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, http: bool,
-                       train_every: str = "") -> ScenarioSim:
+                       train_every: str = "", live: bool = False) -> ScenarioSim:
     """Play the scenario; print its figures beside the store-API populate of as many pods (same run)."""
-    sim = ScenarioSim(cpu, path, scale, 10_000, http, train_every)
+    sim = ScenarioSim(cpu, path, scale, 10_000, http, train_every, live)
     i = sim.info
     print(f"scenario {path} (scale {scale:g}): {i['runs']} runs, {i['nodes']} nodes -> {i['pods']} pods "
           f"({i['running']} Running) in {i['materialize_s']:.0f} s wall, {i['cpu_s']:.0f} CPU-s "
@@ -526,6 +555,9 @@ def main() -> None:
                     "tree (e.g. `git archive HEAD~1 | tar -x -C DIR`), against the same cluster in the same run")
     ap.add_argument("--train-every", default="", help="with --scenario: every template's `train` at this cadence "
                     "(e.g. 1s: heads' logs fill the 500-line tail the poller reads, as long runs' do)")
+    ap.add_argument("--live", action="store_true", help="with --scenario: after the play the fleet keeps training "
+                    "on wall time (heads print a step at their cadence) while the variants run; otherwise logs "
+                    "stop growing when the play ends, and every run is stalled by the end of a variant's idle window")
     ap.add_argument("--log-latency", type=float, default=0.0, help="seconds the simulator waits before answering "
                     "each log GET (a kubelet-proxied read's round trip; 0: the simulator's own speed)")
     ap.add_argument("--time-lists", action="store_true", help="first time each resource's list alone (no controller)")
@@ -538,7 +570,7 @@ def main() -> None:
     nodes = a.nodes or max(1, a.pods // 10)
     sim: SimProcess | ScenarioSim
     if a.scenario is not None:
-        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None, a.http, a.train_every)
+        sim = fill_from_scenario(a.scenario, a.scale, a.per_run, 1 if pin else None, a.http, a.train_every, a.live)
     else:
         sim = SimProcess(1 if pin else None, 10_000)
     try:

@@ -61,7 +61,7 @@ from collector.sources.kube_api import (
     resources_for,
 )
 from collector.sources.lease import LeaseElector
-from collector.sources.logs import ApiLogPoller, BadRegex, LogFresh, LogSettings
+from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
 from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
 from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
@@ -764,7 +764,7 @@ class Controller:
         interval = self.cfg.log_poll_interval.total_seconds()
         # Quiet containers are read every few passes, and always well inside the evidence's max age.
         fresh_passes = int(self.settings.claims.evidence_max_age.total_seconds() / 2 // interval)
-        poller = ApiLogPoller(self.api, LogSettings(
+        poller = ApiLogPoller(self.api, ApiLogSettings(
             tail_lines=self.cfg.log_tail_lines, limit_bytes=self.cfg.log_limit_bytes,
             quiet_every=max(1, min(self.cfg.log_quiet_every, fresh_passes)),
             concurrency=self.cfg.log_poll_concurrency), self.now)

@@ -35,7 +35,7 @@ class LogApi(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class LogSettings:
+class ApiLogSettings:
     tail_lines: int = 500
     limit_bytes: int = 256 * 1024
     quiet_every: int = 4  # passes between reads of a container whose last read showed no progress
@@ -106,7 +106,7 @@ class _Readers:
 class ApiLogPoller:
     """One pass at a time over the containers to read; `open` before the first, `close` after."""
 
-    def __init__(self, api: LogApi, settings: LogSettings, now: Callable[[], datetime]) -> None:
+    def __init__(self, api: LogApi, settings: ApiLogSettings, now: Callable[[], datetime]) -> None:
         if settings.concurrency < 1:
             raise ValueError(f"log read concurrency must be at least 1, not {settings.concurrency}")
         self.api = api

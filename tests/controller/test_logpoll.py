@@ -16,7 +16,7 @@ from collector.correlate import Signal
 from collector.logrotation import RESYNC, _slot
 from collector.model import Ref
 from collector.sources.kube_api import KubeApi, PermanentSourceError, api_client_for
-from collector.sources.logs import ApiLogPoller, LogFresh, LogSettings, LogTarget
+from collector.sources.logs import ApiLogPoller, ApiLogSettings, LogFresh, LogTarget
 from kubesim.server import Simulator
 from tests.controller.test_controller import T0, apply_run
 
@@ -69,7 +69,7 @@ def _one_pass(poller: ApiLogPoller, targets: list[LogTarget], held: bool = False
 
 
 def _poller(api: Any, concurrency: int) -> ApiLogPoller:
-    p = ApiLogPoller(api, LogSettings(concurrency=concurrency, quiet_every=1), lambda: T0)
+    p = ApiLogPoller(api, ApiLogSettings(concurrency=concurrency, quiet_every=1), lambda: T0)
     p.open()
     return p
 
@@ -197,4 +197,4 @@ def test_a_bug_in_a_read_is_raised_on_the_polling_thread() -> None:
 
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        ApiLogPoller(KubeApi(api_client_for("http://127.0.0.1:9")), LogSettings(concurrency=0), lambda: T0)
+        ApiLogPoller(KubeApi(api_client_for("http://127.0.0.1:9")), ApiLogSettings(concurrency=0), lambda: T0)
