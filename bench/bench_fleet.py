@@ -34,6 +34,8 @@ Variants, all in the same run:
   agents     logs-gpu as deployed with the node agent: the GPU pods' logs are the agents' (the API
              poller skips them), so the API reads only the Ray heads (no GPU: outside the agents'
              default scope); the agents' own HTTP poll is bench_agent_poll.py's figure
+  agents-all agents with `--log-scope all`: every pod's logs read by the agents and handed to the loop
+             as increments (`_log_feed`, its own CPU not counted), no API log read at all
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -122,7 +124,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
-    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents"):  # before threads
+    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all"):
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -150,9 +152,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         from collector.recheck import Rechecks
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
-    logs = variant in ("logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents")  # polled as deployed (30 s)
+    # container logs polled as deployed (every 30 s)
+    logs = variant in ("logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all")
     base = ControllerSettings()
-    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents")  # `_gpu_feed` stands in for the agent poller
+    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all")  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
         ctl._same_devices = lambda a, b: False
     settings = Settings(controller=replace(base, leader_election=False,
@@ -181,13 +184,13 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     api = KubeApi(api_client_for(url))
     api.get_text = counted(api.get_text)  # type: ignore[method-assign]
     c = ctl.Controller(api, settings, lambda: datetime.now(UTC) + shift[0])
-    passes: list[tuple[float, float]] = []  # (when it ended, monotonic; seconds) of each log pass
+    passes: list[tuple[float, float, int]] = []  # (when it ended, monotonic; seconds; log GETs by then) a log pass
     if hasattr(c.health, "poll_pass"):  # (a `before` tree may not time its passes)
         timed = c.health.poll_pass
 
         def poll_pass(source: str, seconds: float) -> None:
             if source == "logs":
-                passes.append((time.monotonic(), seconds))
+                passes.append((time.monotonic(), seconds, int(log_reads[0])))
             timed(source, seconds)
         c.health.poll_pass = poll_pass  # type: ignore[method-assign]
     rss0 = rss_bytes()
@@ -212,11 +215,18 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     gpu_stop = threading.Event()
     feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
-        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, variant == "agents", feed_cpu), daemon=True).start()
+        scope = {"agents": "gpu", "agents-all": "all"}.get(variant, "")
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu), daemon=True).start()
+        if scope == "all":
+            time.sleep(2)  # the GPU pods known first: their logs are quiet (read once, then nothing new)
+            fed_once = threading.Event()
+            threading.Thread(target=_log_feed, args=(c, ctl, url, gpu_stop, feed_cpu, fed_once), daemon=True).start()
+            fed_once.wait(1800)  # every container's whole log handed on once, as the agents' first documents
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
+        has_timing = hasattr(c.health, "poll_pass")  # else (a `before` tree) the first pass is as many reads as targets
         while time.monotonic() < deadline and not passes \
-                and log_reads[0] < len(c._log_targets) - len(getattr(c, "_agent_log_pods", ())):
+                and (has_timing or log_reads[0] < len(c._log_targets) - len(getattr(c, "_agent_log_pods", ()))):
             time.sleep(0.5)
         idle_s = max(idle_s, 5 * 30.0)
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
@@ -248,9 +258,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 for st in stats[:40]:
                     out.write(f"{st.size / 2**20:8.2f} MiB {st.count:9d}\n")
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
-    in_window = sorted(took for end, took in passes if end >= w0)
+    in_window = sorted(took for end, took, _ in passes if end >= w0)
+    reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
     logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
-                "agent_log_pods": len(getattr(c, "_agent_log_pods", ())),
+                "agent_log_pods": len(getattr(c, "_agent_log_pods", ())), "reads_by_pass": reads_by_pass,
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
@@ -280,11 +291,12 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
-def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: bool = False, used: list[float] | None = None) -> None:
+def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None) -> None:
     """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
-    their utilization and power new each time, every node read now; with `log_pods`, also that the
-    agents read those pods' logs (so the API poller reads only the others: the Ray heads, which
-    hold no GPU and so are outside the agents' default scope). `used`: the feed's CPU seconds."""
+    their utilization and power new each time, every node read now; with `log_pods` "gpu", also
+    that the agents read those pods' logs (so the API poller reads only the others: the Ray heads,
+    which hold no GPU and so are outside the agents' default scope); "all": every running pod's
+    (`--log-scope all`; `_log_feed` hands their logs on). `used`: the feed's CPU seconds."""
     import random
 
     from collector.gpu import GpuDevice, PodGpuEvidence
@@ -298,16 +310,76 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: bool = False, u
             used[0] += time.thread_time() - t
 
 
-def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: bool, GpuDevice: Any, PodGpuEvidence: Any) -> None:
+def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[float],
+              first_pass: threading.Event) -> None:
+    """What node agents reading every pod's logs (`--log-scope all`) hand the loop each pass:
+    per container, the lines read since the document before (`"agent-log"`, after the last line
+    number sent), or the whole log the first time. The agent's own work (reading, parsing) is this
+    thread's, counted in `used`; the loop's (extending histories, evaluating) is the controller's.
+    Log reads go around the simulator's fault rules (the engine's user agent), so `--log-latency`
+    slows only the controller's own reads."""
+    from dataclasses import replace as _replace
+
+    from collector.correlate import Signal
+    from collector.logrotation import last_stamp
+    from collector.model import Ref
+    from collector.progress import scan_text
+    from collector.sources.kube_api import KubeApi, SourceError, api_client_for
+    from kubesim.faults import ENGINE_USER_AGENT
+    client = api_client_for(url)
+    client.user_agent = ENGINE_USER_AGENT
+    api = KubeApi(client)
+    seen: dict[tuple[str, str, str], tuple[int, str, str | None]] = {}  # container -> lines sent, last stamp, format
+    wait = 0.0
+    while not stop.wait(wait):
+        wait = 30.0
+        t = time.thread_time()
+        gpu_pods = set(c._gpus)
+        for ref, container, _, _ in list(c._log_targets):
+            key = (ref.namespace, ref.name, container)
+            first = key not in seen
+            sent, stamp, fmt = seen.get(key, (0, "", None))
+            if not first and (ref.namespace, ref.name) in gpu_pods:
+                data = b""  # a quiet worker: read on the node, nothing new (not asked here)
+            else:
+                query: list[tuple[str, Any]] = [("container", container), ("tailLines", 500), ("timestamps", "true")]
+                if stamp:
+                    query.append(("sinceTime", stamp[:19] + "Z"))
+                try:
+                    data = api.get_text(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
+                except SourceError:
+                    continue
+                if stamp:  # the agent's cursor: the lines after the last one sent (fixed-width stamps compare as text)
+                    data = b"".join(line for line in data.splitlines(keepends=True)
+                                    if line.split(b" ", 1)[0].decode("ascii", "replace") > stamp)
+            scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+            n = scan.lines
+            fmt = scan.format or fmt  # the agent's document says the format found so far
+            if not first:
+                scan = _replace(scan, samples=tuple(_replace(x, line=x.line + sent) for x in scan.samples),
+                                hangs=tuple(_replace(h, line=h.line + sent) for h in scan.hangs),
+                                xids=tuple(_replace(x, line=x.line + sent) for x in scan.xids),
+                                summary=None, lines=sent + n, format=fmt)
+            seen[key] = (sent + n, (last_stamp(data) or stamp) if data else stamp, fmt)
+            sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, c.now())
+            c._put(ctl._Change("agent-log", None, (sig, None if first else sent)))
+        used[0] += time.thread_time() - t
+        first_pass.set()
+
+
+def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any) -> None:
     now = c.now()
     gpus, nodes = {}, {}
     try:
         keys = c.index.keys_of_kind("Pod")
     except RuntimeError:  # changed while read (the loop's thread): next pass
         return
+    running: set[tuple[str, str]] = set()
     for _, ns, name in keys:
         rec = c.index.get("Pod", ns, name)
         f = getattr(rec, "facts", None)
+        if f is not None and getattr(f, "phase", "") == "Running":
+            running.add((ns, name))
         if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
             continue
         devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
@@ -315,7 +387,8 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: bool, GpuDevice: Any, PodGpu
                                power_limit_w=700.0) for i in range(f.gpus))
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
-    c._put(ctl._Change("gpu", None, (gpus, nodes, frozenset(gpus) if log_pods else frozenset())))
+    read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
+    c._put(ctl._Change("gpu", None, (gpus, nodes, read)))
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:
