@@ -225,8 +225,13 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
         has_timing = hasattr(c.health, "poll_pass")  # else (a `before` tree) the first pass is as many reads as targets
-        while time.monotonic() < deadline and not passes \
-                and (has_timing or log_reads[0] < len(c._log_targets) - len(getattr(c, "_agent_log_pods", ()))):
+
+        def first_pass_done() -> bool:
+            if not has_timing:
+                return log_reads[0] >= len(c._log_targets) - len(getattr(c, "_agent_log_pods", ()))
+            # (passes before the first targets read nothing; with every log the agents', none reads)
+            return any(p[2] > 0 for p in passes) or (variant == "agents-all" and len(passes) >= 2)
+        while time.monotonic() < deadline and not first_pass_done():
             time.sleep(0.5)
         idle_s = max(idle_s, 5 * 30.0)
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]

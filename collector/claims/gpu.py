@@ -43,11 +43,16 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     last read (a node absent here has no agent, or none read recently)."""
     if rc.finished:
         return rc
-    fresh_nodes = {n for n, at in nodes.items() if now - at <= s.evidence_max_age}
+    max_age = s.evidence_max_age
+
+    def fresh(node: str) -> bool:  # (per node asked: `nodes` is every agent's node, 5,600 at fleet size)
+        at = nodes.get(node)
+        return at is not None and now - at <= max_age
+
     live = [p for p in ev.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
     keys = [(p.ref.namespace, p.ref.name) for p in live]
-    summary = gpu_summary([g for k in keys if (g := gpus.get(k)) is not None], keys, now, s.evidence_max_age)
-    if summary.pods == 0 and not fresh_nodes:
+    summary = gpu_summary([g for k in keys if (g := gpus.get(k)) is not None], keys, now, max_age)
+    if summary.pods == 0 and not any(now - at <= max_age for at in nodes.values()):
         return rc  # nothing fresh (stale stays stale): no change now or later
     # What this run reads ages out at read time + bound: its pods' GPU readings and their nodes' agents.
     clock = Clock(now)
@@ -66,7 +71,7 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     for p in live:
         f = p.facts
         assert isinstance(f, PodFacts)
-        if not f.node_name or f.gpus <= 0 or f.node_name not in fresh_nodes:
+        if not f.node_name or f.gpus <= 0 or not fresh(f.node_name):
             continue
         g = gpus.get((p.ref.namespace, p.ref.name))
         have = len(g.devices) if g is not None and now - g.read_at <= s.evidence_max_age else 0
