@@ -152,6 +152,12 @@ class Controller:
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
         self._agent_log_pods: frozenset[tuple[str, str]] = frozenset()
+        # Set once the loop holds the agents' first pass (at once without agents): the API log
+        # poller waits for it, so that it does not read every pod's log through the API server at
+        # start (48,680 kubelet-proxied GETs at fleet size) only to leave most of them to the agents.
+        self._agents_first = threading.Event()
+        if self.cfg.agents.poll_interval.total_seconds() <= 0:
+            self._agents_first.set()
         # The supported-environment check (issue 14), on its own thread and interval.
         # MultiKueue workers, configured explicitly (collector/multicluster.py joins dispatched runs).
         self.workers = workers
@@ -480,6 +486,7 @@ class Controller:
                     continue
                 self._dirty.add(root.key)
             self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
+            self._agents_first.set()
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload
             prev = self.index.signal_of(ref, container)
@@ -770,8 +777,12 @@ class Controller:
             concurrency=self.cfg.log_poll_concurrency), self.now)
         poller.open()
         wait = interval
+        agents_by = time.monotonic() + interval  # agents that do not answer hold the API reads one interval at most
         try:
             while not self._stop.wait(wait if self._log_targets else min(interval, 1.0)):
+                if not self._agents_first.is_set() and time.monotonic() < agents_by:
+                    wait = min(interval, 0.1)
+                    continue
                 started = time.monotonic()
                 for out in poller.run_pass(list(self._log_targets), agent_pods=self._agent_log_pods,
                                            held=self._holds_signal, stop=self._stop):
@@ -798,7 +809,7 @@ class Controller:
         reader = AgentReader(self.now)
         namespace = cfg.namespace or self.cfg.lease_namespace or "default"
         interval = cfg.poll_interval.total_seconds()
-        wait = interval
+        wait = 0.0  # the first pass at once: the API log poller waits for it
         while not self._stop.wait(wait):
             started = time.monotonic()
             gpus: dict[tuple[str, str], PodGpuEvidence] = {}

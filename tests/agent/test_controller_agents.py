@@ -3,7 +3,9 @@ HTTP; its log evidence drives progressing and its GPU allocation joins scheduled
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -39,7 +41,9 @@ def _agent_pod(port_node: str) -> dict[str, object]:
 
 
 @contextmanager
-def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2)) -> Iterator[_Live]:
+def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2), *,
+                    log_poll: timedelta = timedelta(0), agent_poll: timedelta = timedelta(seconds=0.3),
+                    api_reads: list[str] | None = None) -> Iterator[_Live]:
     """A run `llm` whose pod's log (steps 1-30, every 10 s up to T0) and 8 GPUs a node agent reads,
     and a live controller polling that agent every 0.3 s."""
     # the run's container log, written on the node as the kubelet does
@@ -58,15 +62,29 @@ def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2)) ->
     with PodResourcesServer(pods) as kubelet, Agent(agent_settings(tmp_path, kubelet.socket), nv=nv) as agent, \
             Simulator(settings=FAST, watch_window=50) as sim:
         port = agent.serve("127.0.0.1", 0)
+
+        def agent_has_the_log() -> bool:  # as a running DaemonSet's agent has when a controller starts
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/evidence", timeout=5) as r:
+                return any(x.get("pod") == "llm-w0" for x in json.loads(r.read()).get("logs") or [])
+        wait_until(agent_has_the_log, timeout=10, what="the agent reading the pod's log")
         sim.start()
         apply_run(sim, "llm")
         ensure_namespaces(sim, "default")
         sim.apply(server_side(_agent_pod("gpu-0")))
         cfg = replace(ControllerSettings(), tick=tick, leader_election=False,
-                      log_poll_interval=timedelta(0), ray_poll_interval=timedelta(0), watch_timeout_s=5,
-                      agents=AgentSourceSettings(poll_interval=timedelta(seconds=0.3), namespace="default",
-                                                 port=port))
-        c = Controller(KubeApi(api_client_for(sim.base_url)), Settings(controller=cfg), clock.now)
+                      log_poll_interval=log_poll, ray_poll_interval=timedelta(0), watch_timeout_s=5,
+                      agents=AgentSourceSettings(poll_interval=agent_poll, namespace="default", port=port))
+        api = KubeApi(api_client_for(sim.base_url))
+        if api_reads is not None:  # the log GETs the controller sends the API server
+            get_text = api.get_text
+
+            def recorded(path: str, query: Any = ()) -> bytes:
+                if path.endswith("/log"):
+                    api_reads.append(path)
+                out: bytes = get_text(path, query)
+                return out
+            api.get_text = recorded  # type: ignore[method-assign]
+        c = Controller(api, Settings(controller=cfg), clock.now)
         c.open()
         try:
             wait_until(c.ready.is_set, what="controller ready")
@@ -118,6 +136,22 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         sig = next(s for s in c.index.evidence(next(r.ref for r in c.claims.values() if r.ref.name == "llm"))
                    .signals if s.source == "main")
         assert [x.step for x in sig.scan.samples] == list(range(1, 41))
+
+
+def test_the_api_log_poller_leaves_the_agents_pods_from_its_first_pass(tmp_path: Path) -> None:
+    """With API log polling on (every 0.2 s) and an agent polled every 2 s, the controller reads the
+    agent first (at once) and the API poller waits for that: the pod's log is never read through
+    the API server, not even in the first pass (it used to be, 48,680 GETs at fleet size)."""
+    reads: list[str] = []
+    with _run_with_agent(tmp_path, log_poll=timedelta(seconds=0.2), agent_poll=timedelta(seconds=2),
+                         api_reads=reads) as live:
+        wait_until(lambda: live.claims().get("progressing", ("",))[0] == "true", timeout=20,
+                   what="progressing from the agent's log evidence")
+        passes = live.c.health._poll_pass.labels("logs")._value.get()  # a pass has run (its length)
+        time.sleep(1.0)  # five more API log passes
+        assert live.c._agent_log_pods == frozenset({("research", "llm-w0")})
+        assert reads == [], reads
+        assert passes is not None
 
 
 def test_gpu_readings_alone_do_not_reevaluate_a_progressing_run(tmp_path: Path) -> None:
