@@ -97,9 +97,11 @@ ENVIRONMENT_RESOURCES = {CRDS.plural, DEPLOYMENTS.plural}
 def _reflector_lists(sim: Simulator) -> list[tuple[str, dict[str, str]]]:
     """Lists that read a watched resource: not the reflector's one-item store probe before resuming,
     nor the supported-environment check's reads (its own thread and interval: its first pass may
-    come after the controller is ready)."""
+    come after the controller is ready), nor the agent poller's discovery of node agents by label
+    (its first pass runs at open; a reflector lists its whole resource, never by label)."""
     return [(res, q) for verb, res, q in list(sim.request_log)
-            if verb == "list" and q.get("limit") != "1" and res not in ENVIRONMENT_RESOURCES]
+            if verb == "list" and q.get("limit") != "1" and res not in ENVIRONMENT_RESOURCES
+            and "labelSelector" not in q]
 
 
 def _full_lists(sim: Simulator) -> int:
