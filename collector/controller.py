@@ -123,8 +123,6 @@ class Controller:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._log_targets: list[tuple[Ref, str, str, int]] = []
-        # The previous instance's log of each restarted container, read once per restart: it holds the
-        # pre-restart high-water mark, without which replayed steps would read as progress.
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
