@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 import yaml
@@ -40,7 +40,7 @@ from collector.model import (
 )
 from collector.settings import BundleSettings, Settings
 from collector.sources.dump import load_dump
-from collector.sources.kube_api import SourceError
+from collector.sources.kube_api import LogApi, SourceError
 from exporters.bundles.history import Key, ObjectHistory
 from exporters.bundles.model import (
     Artifact,
@@ -258,10 +258,6 @@ def save(inp: BundleInput, cfg: BundleSettings, store: BundleStore | None, stagi
 # --- the live hook ------------------------------------------------------------------------------
 
 
-class LogReader(Protocol):
-    def get_text(self, path: str, query: Any = ()) -> bytes: ...
-
-
 @dataclass(slots=True)
 class _RunState:
     verdicts: dict[str, str] = field(default_factory=dict)
@@ -300,7 +296,7 @@ def _failed(ev: RunEvidence, rc: RunClaims) -> bool:
 class EvidenceCapture:
     """The controller's evidence hook: raw history in, bundles out when evidence is about to matter or vanish."""
 
-    def __init__(self, cfg: BundleSettings, api: LogReader | None, now: Callable[[], datetime], *,
+    def __init__(self, cfg: BundleSettings, api: LogApi | None, now: Callable[[], datetime], *,
                  store: BundleStore | None = None, tracer: Any = None) -> None:
         self.cfg = cfg
         self.api = api
@@ -535,7 +531,7 @@ class EvidenceCapture:
                            history=job.history, nodes=_pod_nodes(ev), missing=tuple(missing), trace_id=trace_id)
 
 
-def capture_for(settings: Settings, api: LogReader | None, now: Callable[[], datetime]) -> EvidenceCapture | None:
+def capture_for(settings: Settings, api: LogApi | None, now: Callable[[], datetime]) -> EvidenceCapture | None:
     """The controller's capture hook when bundles are configured (a directory or a blob account), else None."""
     cfg = settings.bundles
     if not (cfg.directory or cfg.blob_account_url or cfg.otlp_endpoint):

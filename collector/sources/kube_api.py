@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import urllib3
@@ -211,6 +211,12 @@ def classify(status: int, body: bytes, what: str, *, retry_after: str | None = N
         err.retry_after = retry_after_s(retry_after)
         return err
     return PermanentSourceError(text)
+
+
+class LogApi(Protocol):
+    """What reads a pod's log (`GET .../pods/NAME/log`): `KubeApi`, or a test's double."""
+
+    def get_text(self, path: str, query: Sequence[tuple[str, Any]] = ()) -> bytes: ...
 
 
 class KubeApi:

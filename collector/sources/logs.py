@@ -18,20 +18,15 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 from collector.correlate import Signal
 from collector.logrotation import LogKey, LogRotation, last_stamp
 from collector.model import Ref
 from collector.progress import scan_text
-from collector.sources.kube_api import SourceError
+from collector.sources.kube_api import LogApi, SourceError
 
 HOLD_MAX_S = 30.0  # the longest a Retry-After holds the poller (one default interval)
 LogTarget = tuple[Ref, str, str, int]  # the pod, container, profile regex ("": built-in parsers), restarts
-
-
-class LogApi(Protocol):
-    def get_text(self, path: str, query: Sequence[tuple[str, object]] = ()) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
