@@ -40,7 +40,7 @@ from collector.model import (
 )
 from collector.settings import BundleSettings, Settings
 from collector.sources.dump import load_dump
-from collector.sources.kube_api import LogApi, SourceError
+from collector.sources.kube_api import LogApi, SourceError, pod_log_path
 from exporters.bundles.history import Key, ObjectHistory
 from exporters.bundles.model import (
     Artifact,
@@ -468,15 +468,16 @@ class EvidenceCapture:
                                         ("timestamps", "true")]
         if previous:
             query.append(("previous", "true"))
+        path = pod_log_path(ns, pod)
         try:
-            data = self.api.get_text(f"/api/v1/namespaces/{ns}/pods/{pod}/log", query)
+            data = self.api.get_text(path, query)
         except SourceError as e:
             return LogTail(pod, container, previous, None, problem=f"not readable: {str(e)[:300]}")
         if len(data) > self.cfg.log_tail_bytes:
             # limitBytes keeps the head; the tail is what explains the end, so ask for lines from the end.
             try:
-                data = self.api.get_text(f"/api/v1/namespaces/{ns}/pods/{pod}/log",
-                                         [*query[:1], ("tailLines", 20_000), *query[2:]])[-self.cfg.log_tail_bytes:]
+                tail = [*query[:1], ("tailLines", 20_000), *query[2:]]
+                data = self.api.get_text(path, tail)[-self.cfg.log_tail_bytes:]
             except SourceError:
                 data = data[: self.cfg.log_tail_bytes]
             return LogTail(pod, container, previous, data, total_bytes=self.cfg.log_tail_bytes + 1)

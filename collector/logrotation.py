@@ -54,6 +54,12 @@ class LogRotation:
         self.quiet_every = quiet_every
         self.passes = 0
         self._last: dict[LogKey, _LastRead] = {}
+        self._answered: tuple[bytes, int] = (b"", _answer(b""))  # `unchanged`, then `read`, of one answer: one CRC
+
+    def _answer(self, data: bytes) -> int:
+        if data is not self._answered[0]:
+            self._answered = (data, _answer(data))
+        return self._answered[1]
 
     def begin_pass(self, wanted: Iterable[LogKey]) -> None:
         """A new pass over these containers: forget the ones no longer polled."""
@@ -93,14 +99,15 @@ class LogRotation:
                 second = last.last_second  # (the same string object: `since` hands it out again)
             reads = last.reads + 1
         self._last[key] = _LastRead(self.passes, progress, second, reads, since,
-                                    _answer(data) if data is not None else None)
+                                    self._answer(data) if data is not None else None)
 
     def unchanged(self, key: LogKey, since: str | None, data: bytes) -> bool:
         """The read got exactly what the read before it got for the same question (`sinceTime`, or
         the whole tail): with every line stamped, the log has nothing after the last one read (the
         evidence stands; only its read time moves)."""
         last = self._last.get(key)
-        return last is not None and last.answer is not None and last.asked == since and last.answer == _answer(data)
+        return (last is not None and last.answer is not None and last.asked == since
+                and last.answer == self._answer(data))
 
     def failed(self, key: LogKey) -> None:
         """A read that failed: try again next pass (its evidence is ageing)."""

@@ -214,9 +214,14 @@ def classify(status: int, body: bytes, what: str, *, retry_after: str | None = N
 
 
 class LogApi(Protocol):
-    """What reads a pod's log (`GET .../pods/NAME/log`): `KubeApi`, or a test's double."""
+    """What reads a pod's log (`GET pod_log_path(...)`): `KubeApi`, or a test's double."""
 
     def get_text(self, path: str, query: Sequence[tuple[str, Any]] = ()) -> bytes: ...
+
+
+def pod_log_path(namespace: str, pod: str) -> str:
+    """The API path of a pod's log (the kubelet's, proxied by the API server)."""
+    return f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
 
 
 class KubeApi:

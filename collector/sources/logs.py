@@ -23,7 +23,7 @@ from collector.correlate import Signal
 from collector.logrotation import LogKey, LogRotation, last_stamp
 from collector.model import Ref
 from collector.progress import scan_text
-from collector.sources.kube_api import LogApi, SourceError
+from collector.sources.kube_api import LogApi, SourceError, pod_log_path
 
 HOLD_MAX_S = 30.0  # the longest a Retry-After holds the poller (one default interval)
 LogTarget = tuple[Ref, str, str, int]  # the pod, container, profile regex ("": built-in parsers), restarts
@@ -187,7 +187,7 @@ class ApiLogPoller:
 
     def _fetch(self, ask: _Ask) -> bytes:
         """On a reader thread: the GETs only."""
-        path = f"/api/v1/namespaces/{ask.ref.namespace}/pods/{ask.ref.name}/log"
+        path = pod_log_path(ask.ref.namespace, ask.ref.name)
         previous = self._previous_log(path, ask) if ask.previous else b""
         return previous + self.api.get_text(path, ask.query)
 
