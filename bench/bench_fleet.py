@@ -271,6 +271,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing}
+    if logs:  # where that is: the log evidence held, or memory freed and not handed back
+        heap_after = heap_stats()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        heap_after["trimmed"] = rss_bytes() / 2**20
+        logs_out["heap_after"] = heap_after
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the whole life so far
     tick_s = c.tick_s
     pods = len(c.index.keys_of_kind("Pod"))
@@ -367,7 +372,11 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
                                 summary=None, lines=sent + n, format=fmt)
             seen[key] = (sent + n, (last_stamp(data) or stamp) if data else stamp, fmt)
             sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, c.now())
-            c._put(ctl._Change("agent-log", None, (sig, None if first else sent)))
+            change = ctl._Change("agent-log", None, (sig, None if first else sent))
+            if hasattr(c, "_put_log"):  # within the backlog of log evidence, as the agent poller queues
+                c._put_log(change, sig.scan)
+            else:  # (a `before` tree)
+                c._put(change)
         used[0] += time.thread_time() - t
         first_pass.set()
 

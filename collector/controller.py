@@ -21,6 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
 from collector.claims.gpu import apply_gpu
 from collector.claims.progress import compacted
@@ -47,7 +48,7 @@ from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
 from collector.settings import ControllerSettings, Settings
-from collector.sources.agents import AgentReader, discover_agents
+from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.decode import decoder_for
@@ -86,6 +87,7 @@ class _Change:
     resource: Resource | None
     payload: Any
     received: float = 0.0  # time.monotonic() when queued (`_put`); 0 inside a batch
+    weight: int = 0  # log evidence: what it took from the backlog (`_put_log`), given back once applied
 
 
 class Controller:
@@ -113,6 +115,7 @@ class Controller:
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
+        self._log_backlog = Backlog(LOG_BACKLOG)  # ... and log evidence by its weight (collector/backlog.py)
         self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
         self._roots_memo: dict[Key, Ref | None] = {}  # see _root_of
@@ -360,6 +363,13 @@ class Controller:
             except queue.Full:
                 continue
 
+    def _put_log(self, change: _Change, scan: LogScan) -> None:
+        """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
+        weight = len(scan.samples) + len(scan.hangs) + len(scan.xids) + 2  # (+ the signal and scan themselves)
+        if self._log_backlog.take(weight, self._stop):
+            change.weight = weight
+            self._put(change)
+
     # --- the loop --------------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -432,6 +442,10 @@ class Controller:
             except Exception:  # keep the loop alive; what failed is in the log and the error counter
                 log.exception("controller loop error")
                 self.health.error("controller", ErrorClass.PERMANENT)
+            finally:
+                for change in batch:  # applied (or lost to an error above): the producers may go on
+                    if change.weight:
+                        self._log_backlog.give(change.weight)
 
     def _apply(self, c: _Change) -> None:
         r = c.resource
@@ -785,7 +799,7 @@ class Controller:
                 for out in poller.run_pass(list(self._log_targets), agent_pods=self._agent_log_pods,
                                            held=self._holds_signal, stop=self._stop):
                     if isinstance(out, Signal):
-                        self._put(_Change("log", None, out))
+                        self._put_log(_Change("log", None, out), out.scan)
                     elif isinstance(out, LogFresh):
                         self._put(_Change("log-fresh", None, (out.ref, out.container, out.at)))
                     elif isinstance(out, BadRegex):
@@ -818,18 +832,24 @@ class Controller:
             except SourceError as e:
                 self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                 endpoints = []
-            reports, errors = reader.read_all(endpoints)
-            reader.forget(endpoints)
-            for err in errors:
-                self.health.error("agents", ErrorClass.RETRYABLE)
-                log.warning("node agent not read", extra={"error": err})
-            for rep in reports:
-                nodes[rep.endpoint.node] = rep.read_at
-                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
-                log_pods |= rep.log_pods()
+            # Each agent's logs are handed on as its document is read (a first pass carries every
+            # container's log: held whole, it was the process's peak); its GPUs in the endpoints'
+            # order afterwards, so that a pod two agents name gets the later one's.
+            by_endpoint: list[tuple[int, AgentReport]] = []
+            for i, rep in reader.read_each(endpoints):
+                if isinstance(rep, str):
+                    self.health.error("agents", ErrorClass.RETRYABLE)
+                    log.warning("node agent not read", extra={"error": rep})
+                    continue
                 for c in rep.logs:
                     sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
-                    self._put(_Change("agent-log", None, (sig, c.after)))
+                    self._put_log(_Change("agent-log", None, (sig, c.after)), sig.scan)
+                log_pods |= rep.log_pods()
+                by_endpoint.append((i, replace(rep, logs=())))
+            reader.forget(endpoints)
+            for _, rep in sorted(by_endpoint, key=lambda x: x[0]):
+                nodes[rep.endpoint.node] = rep.read_at
+                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
             for node, url in sorted(cfg.dcgm.items()):
                 try:
                     scrape = read_dcgm(url)
@@ -911,10 +931,12 @@ def _profile(ev: RunEvidence) -> str:
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
 
-# The most of one core the periodic full re-evaluation may take between events (issue 9).
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()
+# The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
+# Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 20 MiB; collector/backlog.py).
+LOG_BACKLOG = 100_000
 # The most of one core, on average, re-evaluating runs whose claims are due to change by the clock
 # (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.
 RECHECK_SHARE = 0.05

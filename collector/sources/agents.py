@@ -18,7 +18,7 @@ import itertools
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
@@ -323,8 +323,19 @@ class AgentReader:
             del self._cursors[url]
 
     def read_all(self, endpoints: Iterable[AgentEndpoint], *, workers: int = 16) -> tuple[list[AgentReport], list[str]]:
+        """Every agent (`read_each`), in the endpoints' order: a pod two agents name gets the later one's."""
+        done = sorted(self.read_each(endpoints, workers=workers), key=lambda x: x[0])
+        reports = [r for _, r in done if isinstance(r, AgentReport)]
+        errors = [r for _, r in done if isinstance(r, str)]
+        return reports, errors
+
+    def read_each(self, endpoints: Iterable[AgentEndpoint], *,
+                  workers: int = 16) -> Iterator[tuple[int, AgentReport | str]]:
         """Every agent, `workers` fetching at a time (a fleet of nodes must fit in one poll interval)
-        and this thread parsing; one that cannot be read is an error string, never a stop."""
+        and this thread parsing, yielded as each is read: (its index in `endpoints`, the report or
+        an error string). One that cannot be read is an error, never a stop; a caller that hands each
+        report on as it comes never holds a whole pass's documents (a first pass carries every
+        container's log)."""
         eps = list(endpoints)
         urls = [self._url(ep) for ep in eps]
 
@@ -334,7 +345,6 @@ class AgentReader:
             except AgentReadError as e:
                 return str(e)
 
-        done: list[tuple[int, AgentReport | str]] = []
         n = max(1, min(workers, len(eps)))
         todo = iter(enumerate(zip(eps, urls, strict=True)))
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-read") as pool:
@@ -351,13 +361,11 @@ class AgentReader:
                     i, ep, url = in_flight.pop(fut)
                     body = fut.result()
                     if isinstance(body, str):  # the fetch's error
-                        done.append((i, body))
+                        yield i, body
                         continue
                     try:
-                        done.append((i, self._parse(ep, url, body)))
+                        report: AgentReport | str = self._parse(ep, url, body)
                     except AgentReadError as e:
-                        done.append((i, str(e)))
-        done.sort(key=lambda x: x[0])  # the endpoints' order: a pod two agents name gets the later one's
-        reports = [r for _, r in done if isinstance(r, AgentReport)]
-        errors = [r for _, r in done if isinstance(r, str)]
-        return reports, errors
+                        report = str(e)
+                    del body
+                    yield i, report

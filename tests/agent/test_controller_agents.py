@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from collector import controller as controller_module
 from collector.agent import Agent
+from collector.backlog import Backlog
 from collector.controller import Controller, _same_devices
 from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
@@ -106,6 +108,12 @@ class _Live:
 
 
 def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # log evidence waits for the loop within a backlog of 3 samples: the first document (30 samples)
+    # passes alone, and every later one only once the loop has given that back
+    monkeypatch.setattr(controller_module, "LOG_BACKLOG", 3)
+    taken: list[int] = []
+    take = Backlog.take
+    monkeypatch.setattr(Backlog, "take", lambda self, weight, stop: taken.append(weight) or take(self, weight, stop))
     with _run_with_agent(tmp_path) as live:
         c, claims, d, clock = live.c, live.claims, live.log_dir, live.clock
         wait_until(lambda: claims().get("progressing", ("",))[0] == "true", timeout=20,
@@ -136,6 +144,8 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         sig = next(s for s in c.index.evidence(next(r.ref for r in c.claims.values() if r.ref.name == "llm"))
                    .signals if s.source == "main")
         assert [x.step for x in sig.scan.samples] == list(range(1, 41))
+        assert taken[0] >= 30 and len(taken) >= 2, taken
+        wait_until(lambda: c._log_backlog.held == 0, timeout=5, what="the backlog given back")
 
 
 def test_the_api_log_poller_leaves_the_agents_pods_from_its_first_pass(tmp_path: Path) -> None:
