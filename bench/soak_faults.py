@@ -84,13 +84,17 @@ def main() -> None:
                     s.faults.fail(500, count=rng.randint(1, 10), verbs=("list", "watch"))
                 else:
                     s.faults.delay(rng.uniform(0.1, 1.5), count=rng.randint(1, 5))
+                # The cluster's clock moves a second a round and what the runs do is dated by it: a run
+                # that crashes again crashes later (on a stopped clock every crash and recovery had the
+                # same times, so a repeat transition was the earlier one again: the same RowId).
+                clock.advance(1)
                 for _ in range(rng.randint(1, 6)):
                     i = rng.randrange(a.runs)
                     if rng.random() < 0.1:
                         with contextlib.suppress(ApiError):  # already gone
                             s.store.delete(s.resource("taugrid.io/v1alpha1", "TauRun"), f"team-{i % 3}", f"run-{i}")
                     else:
-                        apply_run(s, f"run-{i}", ns=f"team-{i % 3}", crash=rng.random() < 0.4)
+                        apply_run(s, f"run-{i}", ns=f"team-{i % 3}", crash=rng.random() < 0.4, at=clock.now())
                 time.sleep(rng.uniform(0.5, 3))
                 s.faults.clear()
             faulted = settle(c, since=time.monotonic())

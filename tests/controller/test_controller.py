@@ -78,17 +78,19 @@ def ensure_namespaces(sim: Simulator, *names: str) -> None:
         sim.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
 
-def apply_run(sim: Simulator, name: str, ns: str = "research", *, crash: bool = False, workers: int = 1) -> None:
+def apply_run(sim: Simulator, name: str, ns: str = "research", *, crash: bool = False, workers: int = 1,
+              at: datetime = T0) -> None:
+    """`at`: the objects' times are an hour (the crash a minute) before it."""
     ensure_namespaces(sim, ns)
-    sim.apply(server_side(taurun(name, ns, "Running", T0 - timedelta(hours=1), workers=workers)))
+    sim.apply(server_side(taurun(name, ns, "Running", at - timedelta(hours=1), workers=workers)))
     for i in range(workers):
         containers = None
         if crash:
             containers = [{"name": "main", "ready": False, "restartCount": 4,
                            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                            "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137,
-                                                        "finishedAt": ts(T0 - timedelta(minutes=1))}}}]
-        sim.apply(server_side(pod(f"{name}-w{i}", ns, T0 - timedelta(hours=1), node=f"gpu-{i}", gpus=8,
+                                                        "finishedAt": ts(at - timedelta(minutes=1))}}}]
+        sim.apply(server_side(pod(f"{name}-w{i}", ns, at - timedelta(hours=1), node=f"gpu-{i}", gpus=8,
                                   ready=not crash, labels={"taugrid.io/run": name}, containers=containers)))
 
 
