@@ -42,7 +42,10 @@ def parse_iso(text: str) -> datetime | None:
         return None
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
+    try:
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
+    except OverflowError:  # a zone that takes it past year 1 or 9999
+        return None
 
 
 def find_time(text: str) -> datetime | None:

@@ -121,28 +121,38 @@ def _i(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _entries(v: object) -> list[Any]:
+    """A list field of the document: anything else (an agent of another build, a hostile peer)
+    holds no entries."""
+    return v if isinstance(v, list) else []
+
+
+def _s(v: object) -> str | None:
+    return v[:256] if isinstance(v, str) else None
+
+
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
     samples = []
-    for row in c.get("samples") or []:
+    fmt = _s(c.get("format"))
+    for row in _entries(c.get("samples")):
         if not isinstance(row, list) or len(row) < 6 or _i(row[0]) is None:
             continue
         samples.append(ProgressSample(step=int(row[0]), at=_at(row[1]), loss=_loss(row[2]), line=_i(row[5]) or 0,
-                                      format=str(c.get("format") or "regex"), skipped=bool(row[3]),
-                                      total=_i(row[4])))
-    hangs = tuple(HangFinding(str(h.get("kind")), _i(h.get("line")) or 0, h.get("collective"),
+                                      format=fmt or "regex", skipped=row[3] is True, total=_i(row[4])))
+    hangs = tuple(HangFinding(str(h.get("kind"))[:64], _i(h.get("line")) or 0, _s(h.get("collective")),
                               _i(h.get("timeout_ms")), _i(h.get("rank")), _at(h.get("at")))
-                  for h in c.get("hangs") or [] if isinstance(h, dict) and h.get("kind"))
+                  for h in _entries(c.get("hangs")) if isinstance(h, dict) and h.get("kind"))
     xids = []
-    for x in c.get("xids") or []:
+    for x in _entries(c.get("xids")):
         code = _i(x.get("code")) if isinstance(x, dict) else None
         if code is not None:
             meaning, action = describe(code)
-            xids.append(XidFinding(code, str(x.get("pci") or ""), _i(x.get("line")) or 0, meaning, action,
+            xids.append(XidFinding(code, _s(x.get("pci")) or "", _i(x.get("line")) or 0, meaning, action,
                                    _at(x.get("at"))))
-    fmt = c.get("format")
-    return LogScan(source=source, format=fmt if isinstance(fmt, str) else None, samples=tuple(samples),
+    return LogScan(source=source, format=fmt, samples=tuple(samples),
                    hangs=hangs, xids=tuple(xids),
-                   diagnostics=tuple(str(d) for d in c.get("diagnostics") or [])[:10], lines=_i(c.get("lines")) or 0)
+                   diagnostics=tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]),
+                   lines=_i(c.get("lines")) or 0)
 
 
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:
@@ -157,12 +167,11 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
     pr: dict[str, Any] = pr_doc if isinstance(pr_doc, dict) else {}
     xids_by_uuid: dict[str, set[int]] = {}
-    for x in doc.get("xids") or []:
+    for x in _entries(doc.get("xids")):
         if isinstance(x, dict) and isinstance(x.get("uuid"), str) and _i(x.get("code")) is not None:
             xids_by_uuid.setdefault(x["uuid"], set()).add(x["code"])
     pods: dict[tuple[str, str], tuple[list[GpuDevice], set[str]]] = {}
-    gpus = doc.get("gpus") or []
-    for g in gpus if isinstance(gpus, list) else []:
+    for g in _entries(doc.get("gpus")):
         if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
             problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid skipped")
             continue
@@ -170,14 +179,14 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                         sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
                         power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
                         hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))))
-        for p in g.get("pods") or []:
+        for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))
                 devs.append(dev)
                 containers.add(str(p.get("container") or ""))
     # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held.
     listed = {d.uuid for devs, _ in pods.values() for d in devs}
-    for a in doc.get("allocations") or []:
+    for a in _entries(doc.get("allocations")):
         if isinstance(a, dict) and a.get("pod") and isinstance(a.get("device"), str) and a["device"] not in listed:
             devs, containers = pods.setdefault((str(a.get("namespace") or ""), str(a["pod"])), ([], set()))
             devs.append(GpuDevice(uuid=a["device"], lost=nv.get("state") == "ok"))
@@ -185,7 +194,7 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     gpu_ev = tuple(PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(devs), tuple(sorted(c for c in cs if c)))
                    for (ns, pod), (devs, cs) in sorted(pods.items()))
     logs = []
-    for c in doc.get("logs") or []:
+    for c in _entries(doc.get("logs")):
         if not isinstance(c, dict) or not c.get("pod") or not c.get("container"):
             continue
         ns, pod, container = str(c.get("namespace") or ""), str(c["pod"]), str(c["container"])
@@ -367,5 +376,7 @@ class AgentReader:
                         report: AgentReport | str = self._parse(ep, url, body)
                     except AgentReadError as e:
                         report = str(e)
+                    except Exception as e:  # a document this reader did not foresee: that agent's error, not the pass's
+                        report = f"{url}: unreadable document ({type(e).__name__}: {str(e)[:200]})"
                     del body
                     yield i, report

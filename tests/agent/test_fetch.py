@@ -215,3 +215,24 @@ def test_read_each_hands_each_report_on_while_a_slow_agent_is_still_out() -> Non
         server.shutdown()
         server.server_close()
     assert sorted(handed_on[:59]) == list(range(1, 60)) and handed_on[59] == 0
+
+
+def test_a_document_the_parser_trips_on_is_that_agents_error_not_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever one agent's document does to the parser, the others are read and the pass goes on
+    (the agent poller's thread used to end on a TypeError)."""
+    from collector.sources import agents
+
+    doc = b'{"version": 1, "node": "n", "gpus": [], "logs": []}'
+    parse = agents.parse_evidence
+
+    def tripping(d: object, endpoint: AgentEndpoint, read_at: datetime) -> agents.AgentReport:
+        if endpoint.node == "node-1":
+            raise TypeError("'int' object is not iterable")
+        return parse(d, endpoint, read_at)
+    monkeypatch.setattr(agents, "parse_evidence", tripping)
+    with agent_server(doc) as port:
+        eps = [AgentEndpoint(f"node-{i}", f"agent-{i}", f"http://127.0.0.1:{port}") for i in range(3)]
+        reports, errors = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC)).read_all(eps)
+    assert [r.endpoint.node for r in reports] == ["node-0", "node-2"]
+    assert errors == [f"http://127.0.0.1:{port}/evidence: unreadable document "
+                      "(TypeError: 'int' object is not iterable)"]
