@@ -218,7 +218,23 @@ class Controller:
             self.capture.open()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        t = threading.Thread(target=target, name=name, daemon=True)
+        """`target` on a thread of its own; if it fails (a bug, or input nobody foresaw), the failure
+        is logged and counted and it starts again after a back-off: one source that trips must
+        not stop for good while the rest of the collector looks healthy."""
+        source = _THREAD_SOURCES.get(name, "controller")
+
+        def supervised() -> None:
+            backoff = Backoff(base=1.0, cap=60.0)
+            while not self._stop.is_set():
+                try:
+                    target()
+                    return
+                except Exception:
+                    log.exception("thread failed; starting it again", extra={"thread_name": name})
+                    self.health.error(source, ErrorClass.PERMANENT)
+                    self._stop.wait(backoff.next())
+
+        t = threading.Thread(target=supervised, name=name, daemon=True)
         self._threads.append(t)
         t.start()
 
@@ -927,6 +943,10 @@ def _profile(ev: RunEvidence) -> str:
     t = ev.taurun.facts if ev.taurun is not None else None
     return t.profile if isinstance(t, TauRunFacts) else ""
 
+
+# The source a thread's failures are counted under (taugrid_collector_errors_total{source}).
+_THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-poller": "ray",
+                   "agent-poller": "agents", "environment-check": "environment"}
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
