@@ -12,10 +12,10 @@ import pytest
 from collector import controller as controller_module
 from collector.settings import AgentSourceSettings
 from kubesim.server import Simulator
-from tests.controller.test_controller import T0, Clock, sim, start, wait_until  # noqa: F401  (sim: the fixture)
+from tests.controller.test_controller import FAST, T0, Clock, start, wait_until
 
 
-def test_a_poller_that_raises_is_logged_counted_and_started_again(sim: Simulator, monkeypatch: pytest.MonkeyPatch,
+def test_a_poller_that_raises_is_logged_counted_and_started_again(monkeypatch: pytest.MonkeyPatch,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     calls: list[int] = []
     discover = controller_module.discover_agents
@@ -27,14 +27,16 @@ def test_a_poller_that_raises_is_logged_counted_and_started_again(sim: Simulator
         return discover(*a, **k)
     monkeypatch.setattr(controller_module, "discover_agents", tripping)
     caplog.set_level(logging.ERROR, logger="taugrid.controller")
-    c = start(sim, Clock(T0), agents=AgentSourceSettings(poll_interval=timedelta(seconds=0.2), namespace="default"))
-    try:
-        wait_until(lambda: len(calls) >= 3, timeout=10, what="the agent poller running again after its failure")
-        errors = c.registry.get_sample_value("taugrid_collector_errors_total",
-                                             {"source": "agents", "class": "permanent"})
-        assert errors == 1
-        failed = [r for r in caplog.records if r.getMessage() == "thread failed; starting it again"]
-        assert len(failed) == 1 and getattr(failed[0], "thread_name", "") == "agent-poller"
-        assert failed[0].exc_info is not None and "not iterable" in str(failed[0].exc_info[1])
-    finally:
-        c.close()
+    with Simulator(settings=FAST, watch_window=50) as sim:
+        sim.start()
+        c = start(sim, Clock(T0), agents=AgentSourceSettings(poll_interval=timedelta(seconds=0.2), namespace="default"))
+        try:
+            wait_until(lambda: len(calls) >= 3, timeout=10, what="the agent poller running again after its failure")
+            errors = c.registry.get_sample_value("taugrid_collector_errors_total",
+                                                 {"source": "agents", "class": "permanent"})
+            assert errors == 1
+            failed = [r for r in caplog.records if r.getMessage() == "thread failed; starting it again"]
+            assert len(failed) == 1 and getattr(failed[0], "thread_name", "") == "agent-poller"
+            assert failed[0].exc_info is not None and "not iterable" in str(failed[0].exc_info[1])
+        finally:
+            c.close()
