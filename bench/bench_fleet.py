@@ -272,6 +272,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
+        held = [sig for by_source in list(c.index._signals.values()) for sig in list(by_source.values())]
+        logs_out["signals_held"] = (len(held), sum(len(sig.scan.samples) for sig in held),
+                                    sum(1 for sig in held if sig.scan.samples))  # (signals, samples, with samples)
+        logs_out["queued"] = (c._changes.qsize(), getattr(getattr(c, "_log_backlog", None), "held", None))
         heap_after = heap_stats()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         heap_after["trimmed"] = rss_bytes() / 2**20

@@ -2,12 +2,12 @@
 
 The change queue is bounded by count (`queue_max`), which bounds watch events well: each is one
 object. A log change is not: a container's first read (an API read of its whole tail, or a node
-agent's first document) carries up to 500 samples, and at fleet size a first pass hands on 48,500
-of them faster than the loop applies them. Queued by count, 20,000 such changes held every sample
-of the pass until the loop got to it, and the process kept that peak (CPython's allocator does not
-hand it back). So producers of log evidence also take its weight (samples and findings) from a
-shared budget, and wait while it is spent; the loop gives the weight back once it has applied the
-change (and compacted its history).
+agent's first document) carries up to 500 samples, so 20,000 queued log changes could hold ten
+million of them while the loop catches up with a first pass. So producers of log evidence also
+take its weight (samples and findings) from a shared budget and wait while it is spent; the loop
+gives the weight back once it has applied the change (and compacted its history). At fleet size it
+took 17 MiB off the peak (docs/benchmarks.md): what stays after a first pass is the evidence the
+index keeps, not the queue.
 """
 
 from __future__ import annotations

@@ -849,7 +849,7 @@ class Controller:
                 self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                 endpoints = []
             # Each agent's logs are handed on as its document is read (a first pass carries every
-            # container's log: held whole, it was the process's peak); its GPUs in the endpoints'
+            # container's log, which need not all be held at once); its GPUs in the endpoints'
             # order afterwards, so that a pod two agents name gets the later one's.
             by_endpoint: list[tuple[int, AgentReport]] = []
             for i, rep in reader.read_each(endpoints):
