@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from collector.sources.agents import AgentEndpoint, AgentReadError, parse_evidence
 from collector.sources.dcgm import parse_dcgm
-from collector.sources.ray import RayProgress, RaySourceError, gpu_activity, parse_metrics
+from collector.sources.ray import RayJobInfo, RayProgress, RaySourceError, count_alive, gpu_activity, parse_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 DCGM = (FIXTURES / "dcgm_datadog_fixture_metrics.txt").read_text()
@@ -143,3 +143,26 @@ def test_an_agent_document_is_a_report_or_one_clear_error(doc: Any) -> None:
                    and (s.loss is None or isinstance(s.loss, float)) for s in c.scan.samples)
         assert all(h.collective is None or isinstance(h.collective, str) for h in c.scan.hangs)
         assert len(c.scan.diagnostics) <= 10
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=_JSON | st.fixed_dictionaries({"result": _JSON, "data": _JSON | st.fixed_dictionaries(
+    {"result": _JSON | st.fixed_dictionaries({"result": _JSON, "num_after_truncation": _JSON,
+                                             "num_filtered": _JSON})})}))
+def test_a_ray_state_answer_is_a_count_or_one_error(doc: Any) -> None:
+    try:
+        alive = count_alive(doc)
+    except RaySourceError as e:
+        assert str(e).startswith("state API")
+        return
+    assert isinstance(alive, int) and alive >= 0
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.dictionaries(st.sampled_from(["submission_id", "job_id", "type", "status", "message", "entrypoint",
+                                            "start_time", "end_time", "error_type", "driver_exit_code"]), _JSON))
+def test_a_ray_job_entry_of_any_types_is_read_as_strings_times_and_codes(doc: dict[str, Any]) -> None:
+    job = RayJobInfo.from_json(doc)
+    assert all(isinstance(v, str) for v in (job.submission_id, job.job_id, job.type, job.status, job.message))
+    assert job.start_time is None or job.start_time.tzinfo is not None
+    assert job.driver_exit_code is None or type(job.driver_exit_code) is int
