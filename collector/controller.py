@@ -853,6 +853,8 @@ class Controller:
             # order afterwards, so that a pod two agents name gets the later one's.
             by_endpoint: list[tuple[int, AgentReport]] = []
             for i, rep in reader.read_each(endpoints):
+                if self._stop.is_set():
+                    break  # (the reads still out end on their own)
                 if isinstance(rep, str):
                     self.health.error("agents", ErrorClass.RETRYABLE)
                     log.warning("node agent not read", extra={"error": rep})

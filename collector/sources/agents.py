@@ -356,7 +356,8 @@ class AgentReader:
 
         n = max(1, min(workers, len(eps)))
         todo = iter(enumerate(zip(eps, urls, strict=True)))
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-read") as pool:
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="agent-read")
+        try:
             # At most 4 fetches a thread in flight or waiting to be parsed (not a whole pass's bodies),
             # parsed as they complete: a slow or dead agent holds one thread, never the others.
             in_flight: dict[Future[bytes | str], tuple[int, AgentEndpoint, str]] = {}
@@ -380,3 +381,7 @@ class AgentReader:
                         report = f"{url}: unreadable document ({type(e).__name__}: {str(e)[:200]})"
                     del body
                     yield i, report
+        finally:
+            # A caller that stops early (shutdown) does not wait for the fetches still out: each
+            # ends within its own time bound on its thread.
+            pool.shutdown(wait=False, cancel_futures=True)

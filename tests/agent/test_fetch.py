@@ -236,3 +236,28 @@ def test_a_document_the_parser_trips_on_is_that_agents_error_not_the_pass(monkey
     assert [r.endpoint.node for r in reports] == ["node-0", "node-2"]
     assert errors == [f"http://127.0.0.1:{port}/evidence: unreadable document "
                       "(TypeError: 'int' object is not iterable)"]
+
+
+def test_a_caller_that_stops_early_does_not_wait_for_the_reads_still_out() -> None:
+    """A controller shutting down mid-pass leaves read_each at once: the agents that have not
+    answered end on their own threads, within their time bounds."""
+    doc = b'{"version": 1, "node": "n", "gpus": [], "logs": []}'
+    release = threading.Event()
+
+    def slow(conn: socket.socket) -> None:
+        release.wait(5)
+
+    try:
+        with agent_server(doc) as port, raw_server(slow) as slow_port:
+            eps = [AgentEndpoint("fast", "agent-0", f"http://127.0.0.1:{port}"),
+                   AgentEndpoint("slow", "agent-1", f"http://127.0.0.1:{slow_port}")]
+            reader = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC), timeout_s=10)
+            each = reader.read_each(eps, workers=2)
+            first = next(each)
+            t = time.monotonic()
+            each.close()  # what a `break` out of the loop does
+            closed_in = time.monotonic() - t
+    finally:
+        release.set()
+    assert first[0] == 0 and not isinstance(first[1], str)
+    assert closed_in < 0.5, closed_in
