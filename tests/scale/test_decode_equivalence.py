@@ -25,6 +25,7 @@ from collector.kube import MalformedObject, normalize
 from collector.kube_pod import PodEvent, PodObject
 from collector.sources.decode import FULL, POD_DICTS, decoder_for
 from tests.dumpkit import pod as kit_pod
+from tests.scale.mutate import set_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 POD = decoder_for("v1", "Pod")
@@ -258,27 +259,6 @@ PATHS = [
 ]
 
 
-def _set(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
-    if not path:
-        return value
-    parent = obj
-    for k in path[:-1]:
-        try:
-            parent = parent[k]
-        except (KeyError, IndexError, TypeError):
-            return obj
-    if isinstance(parent, dict) != isinstance(path[-1], str):
-        return obj  # JSON keys are strings, list indexes ints
-    try:
-        if delete:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = value
-    except (KeyError, IndexError, TypeError):
-        pass
-    return obj
-
-
 BASES = [_fleet_pod(), _clean_pod(), *RECORDED]
 
 
@@ -288,7 +268,7 @@ BASES = [_fleet_pod(), _clean_pod(), *RECORDED]
 def test_broken_pods_same_outcome(base: int, edits: list[tuple[tuple[Any, ...], Any, bool]]) -> None:
     obj: Any = copy.deepcopy(BASES[base])
     for path, value, delete in edits:
-        obj = _set(obj, path, value, delete)
+        obj = set_path(obj, path, value, delete)
     _both(obj)
 
 

@@ -25,6 +25,7 @@ from kubesim.clock import ManualClock
 from kubesim.engine import ScenarioEngine
 from kubesim.scenario import load_scenario
 from kubesim.server import Simulator, SimulatorSettings
+from tests.scale.mutate import set_path
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 PLAYED_S = 900  # the default scenario's runs submitted, admitted, started, some failed or stalled
@@ -63,22 +64,6 @@ def _paths(obj: Any, prefix: tuple[Any, ...] = (), depth: int = 0) -> list[tuple
     return out
 
 
-def _set(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> None:
-    parent = obj
-    for k in path[:-1]:
-        try:
-            parent = parent[k]
-        except (KeyError, IndexError, TypeError):
-            return
-    try:
-        if delete:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = value
-    except (KeyError, IndexError, TypeError):
-        pass
-
-
 _scalar = (st.none() | st.booleans() | st.integers(-2**63, 2**64) | st.floats()
            | st.text(max_size=12) | st.sampled_from(["", "True", "Running", "2026-01-10T12:00:00Z", "1e999", "-1"]))
 _json = st.recursive(_scalar, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids,
@@ -93,7 +78,7 @@ def _broken(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
     obj = copy.deepcopy(objs[i])
     paths = _paths(obj)
     for _ in range(draw(st.integers(1, 4))):
-        _set(obj, draw(st.sampled_from(paths)), draw(_json), draw(st.booleans()))
+        obj = set_path(obj, draw(st.sampled_from(paths)), draw(_json), draw(st.booleans()))
     return obj, i
 
 
