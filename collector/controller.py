@@ -232,6 +232,7 @@ class Controller:
                 except Exception:
                     log.exception("thread failed; starting it again", extra={"thread_name": name})
                     self.health.error(source, ErrorClass.PERMANENT)
+                    self.health.thread_restarted(name)
                     self._stop.wait(backoff.next())
 
         t = threading.Thread(target=supervised, name=name, daemon=True)

@@ -236,6 +236,10 @@ def collector() -> dict[str, Any]:
                ("sum by (resource) (increase(taugrid_collector_relists_total[1h]))", "relists {{resource}}")),
         series("Errors by source and class (1h)",
                ("sum by (source, class) (increase(taugrid_collector_errors_total[1h]))", "{{source}} {{class}}")),
+        series("Threads started again (1h)",
+               ("max by (thread) (increase(taugrid_collector_thread_restarts_total[1h]))", "{{thread}}"),
+               description="A controller thread that raised is logged with its traceback and started again "
+                           "after a back-off; its source's evidence is missing while it is down."),
         series("Claim evaluation time",
                ("histogram_quantile(0.5, sum by (le) (rate(taugrid_collector_evaluation_duration_seconds_bucket"
                 "[$__rate_interval])))", "p50"),

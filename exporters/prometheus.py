@@ -51,6 +51,10 @@ DEFAULT_RETENTION = timedelta(minutes=15)
 
 # Claim evaluation is pure code over in-memory data: sub-millisecond per run, seconds only
 # for a whole fleet. The buckets span both.
+# The controller's threads, each started again if it raises (taugrid_collector_thread_restarts_total):
+# their series exist from the start, so that `increase()` sees the first restart.
+THREADS: tuple[str, ...] = ("controller-loop", "log-poller", "checkpoint-poller", "ray-poller", "agent-poller",
+                            "environment-check", "http")
 EVALUATION_BUCKETS: tuple[float, ...] = (
     0.0001,
     0.0005,
@@ -618,6 +622,12 @@ class HealthMetrics:
             ["source"],
             registry=None,
         )
+        self._thread_restarts = Counter(
+            "taugrid_collector_thread_restarts",
+            "Collector threads (the loop, pollers, checks) that raised and were started again, by thread.",
+            ["thread"],
+            registry=None,
+        )
         self._build = Gauge(
             "taugrid_collector_build_info",
             "Always 1; the collector's version in a label.",
@@ -632,6 +642,8 @@ class HealthMetrics:
         for s in sources:
             for c in ErrorClass:
                 self._errors.labels(s, c.value)
+        for t in THREADS:
+            self._thread_restarts.labels(t)
         registry.register(
             _NoCreated(
                 [
@@ -644,6 +656,7 @@ class HealthMetrics:
                     self._evaluation,
                     self._leader,
                     self._poll_pass,
+                    self._thread_restarts,
                     self._build,
                 ]
             )
@@ -671,6 +684,9 @@ class HealthMetrics:
 
     def poll_pass(self, source: str, seconds: float) -> None:
         self._poll_pass.labels(source).set(seconds)
+
+    def thread_restarted(self, thread: str) -> None:
+        self._thread_restarts.labels(thread).inc()
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)

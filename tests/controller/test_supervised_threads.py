@@ -35,6 +35,10 @@ def test_a_poller_that_raises_is_logged_counted_and_started_again(monkeypatch: p
             errors = c.registry.get_sample_value("taugrid_collector_errors_total",
                                                  {"source": "agents", "class": "permanent"})
             assert errors == 1
+            restarts = c.registry.get_sample_value("taugrid_collector_thread_restarts_total",
+                                                   {"thread": "agent-poller"})
+            assert restarts == 1
+            assert c.registry.get_sample_value("taugrid_collector_thread_restarts_total", {"thread": "log-poller"}) == 0
             failed = [r for r in caplog.records if r.getMessage() == "thread failed; starting it again"]
             assert len(failed) == 1 and getattr(failed[0], "thread_name", "") == "agent-poller"
             assert failed[0].exc_info is not None and "not iterable" in str(failed[0].exc_info[1])
