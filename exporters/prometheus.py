@@ -49,12 +49,12 @@ __all__ = [
 # Prometheus keeps the history after the series go.
 DEFAULT_RETENTION = timedelta(minutes=15)
 
-# Claim evaluation is pure code over in-memory data: sub-millisecond per run, seconds only
-# for a whole fleet. The buckets span both.
 # The controller's threads, each started again if it raises (taugrid_collector_thread_restarts_total):
 # their series exist from the start, so that `increase()` sees the first restart.
 THREADS: tuple[str, ...] = ("controller-loop", "log-poller", "checkpoint-poller", "ray-poller", "agent-poller",
                             "environment-check", "http")
+# Claim evaluation is pure code over in-memory data: sub-millisecond per run, seconds only
+# for a whole fleet. The buckets span both.
 EVALUATION_BUCKETS: tuple[float, ...] = (
     0.0001,
     0.0005,

@@ -190,8 +190,6 @@ def test_read_each_hands_each_report_on_while_a_slow_agent_is_still_out() -> Non
     """The controller queues each agent's logs as its document is read: the reports of 59 agents
     come out before the first agent has answered (it answers only once the caller holds them)."""
     doc = b'{"version": 1, "node": "n", "gpus": [], "logs": []}'
-    server = serve("127.0.0.1", 0, {"/evidence": lambda: (200, "application/json", doc)})
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     handed_on: list[int] = []
     release = threading.Event()
 
@@ -200,8 +198,7 @@ def test_read_each_hands_each_report_on_while_a_slow_agent_is_still_out() -> Non
         conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(doc) + doc)
 
     try:
-        with raw_server(slow) as slow_port:
-            port = server.server_address[1]
+        with agent_server(doc) as port, raw_server(slow) as slow_port:
             eps = [AgentEndpoint(f"node-{i}", f"agent-{i}", f"http://127.0.0.1:{slow_port if i == 0 else port}")
                    for i in range(60)]
             reader = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC), timeout_s=10)
@@ -212,8 +209,6 @@ def test_read_each_hands_each_report_on_while_a_slow_agent_is_still_out() -> Non
                     release.set()
     finally:
         release.set()
-        server.shutdown()
-        server.server_close()
     assert sorted(handed_on[:59]) == list(range(1, 60)) and handed_on[59] == 0
 
 

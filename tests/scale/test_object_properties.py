@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -34,8 +35,6 @@ PLAYED_S = 900  # the default scenario's runs submitted, admitted, started, some
 @functools.lru_cache(maxsize=1)
 def _played() -> tuple[tuple[dict[str, Any], ...], datetime]:
     """Every object in the store after the default scenario played for PLAYED_S seconds."""
-    from pathlib import Path
-
     sc = load_scenario(Path(__file__).resolve().parents[2] / "kubesim" / "scenarios" / "default.yaml")
     clock = ManualClock(T0)
     sim = Simulator(clock=clock, settings=SimulatorSettings(seed=sc.seed))
