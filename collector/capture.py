@@ -61,8 +61,6 @@ ARTIFACT_NAMES = re.compile(r"^(nccl_trace_rank_\d+(\.json|\.pkl)?|.*\.pt\.trace
                             r".*\.(json|txt|log))$")
 MAX_ARTIFACT_BYTES = 32 << 20
 MAX_ARTIFACTS = 256
-DUMP_SNAPSHOT_SOURCES = ("Pod", "Node", "Event", "Workload", "LocalQueue", "ClusterQueue", "RayJob", "RayCluster",
-                         "Job", "TauRun", "TauCluster", "TauWorkspace")
 
 
 class CaptureError(RuntimeError):
@@ -155,16 +153,18 @@ def bundle_from_dump(dump_dir: Path, run: str, settings: Settings, *, at: dateti
     """Everything a dump holds about one run, as a BundleInput; raises CaptureError for a bad run name."""
     cfg = settings.bundles
     dump = load_dump(dump_dir, settings.taugrid)
-    now = at or dump.newest()
+    clock = dump.clock()
+    now = at or clock.at
     if now is None:
-        raise CaptureError(f"{dump_dir}: no timestamps in the dump; pass --at")
+        raise CaptureError(f"{dump_dir}: no control-plane timestamps in the dump; pass --at")
     index = build_index(dump.records)
-    taken = dump.captured_at() or now
-    index.synced.update(dict.fromkeys(DUMP_SNAPSHOT_SOURCES, taken))
+    taken = clock.taken(at) or now
+    index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
     evidence = {ev.root.ref.key: ev for ev in index.all_evidence()}
-    rc = _select([evaluate(ev, now, settings.claims) for ev in evidence.values()], run)
+    slack = timedelta(0) if at is not None else clock.slack
+    rc = _select([evaluate(ev, now, settings.claims, slack=slack) for ev in evidence.values()], run)
     ev = evidence[rc.ref.key]
     keys = member_keys(ev)
     raw: dict[Key, list[tuple[datetime | None, str, bytes]]] = {}

@@ -8,7 +8,7 @@ import stat
 import sys
 import threading
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -74,9 +74,10 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
 @main.command()
 @click.option("--from-dump", "dump_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               required=True, help="Directory written by `kubectl cluster-info dump --output-directory`.")
-@click.option("--at", "at", callback=_parse_at, help="Evaluation time (RFC3339). Default: newest time in the dump.")
+@click.option("--at", "at", callback=_parse_at,
+              help="Evaluation time (RFC3339). Default: the capture time its control-plane stamps give.")
 @click.option("--captured-at", "captured", callback=_parse_at,
-              help="When the dump was taken (RFC3339). Default: the newest of its file times and contents.")
+              help="When the dump was taken (RFC3339). Default: bounded by its node Leases and heartbeats.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML settings, the controller's file (claims windows, taugrid contract, per-profile regexes).")
 @click.option("--max-file-bytes", type=click.IntRange(min=1), default=MAX_OBJECT_BYTES, show_default=True,
@@ -101,29 +102,32 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         raise click.ClickException(safe_text(str(e))) from e
     dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
                      log_regex_by_profile=settings.controller.log_regex_by_profile)
-    newest = dump.newest(captured)  # judges the dump's clock first: its warnings are printed below
+    clock = dump.clock(captured)  # judged first: its warnings are printed below
     for p in dump.problems:
         click.echo(safe_text(f"{'skipped' if p.skipped else 'warning'}: {p}"), err=True)
-    now = at or newest
+    now = at or clock.at
     if now is None:
-        click.echo(safe_text(f"error: {dump_dir}: no timestamps in the dump; pass --at"), err=True)
+        click.echo(safe_text(f"error: {dump_dir}: no control-plane timestamps in the dump (node heartbeats, "
+                             "node Leases, Events, pod status); pass --at"), err=True)
         sys.exit(2)
+    # --at fixes the instant; otherwise the capture is known to lie in [clock.at, clock.at + slack].
+    slack = timedelta(0) if at is not None else clock.slack
     index = build_index(dump.records, settings.taugrid)
     inferred = index.infer_missing_roots()
-    taken = captured or dump.captured_at(captured) or now
+    taken = clock.taken(at) or now
     # One snapshot: every kind it holds was read at capture time.
-    index.synced.update(dict.fromkeys((*SNAPSHOT_SOURCES, *{r.ref.kind for r in dump.records}), taken))
+    index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
     try:
         worker_dirs = dict(parse_worker(w) for w in worker_dumps)
     except ValueError as e:
         raise click.ClickException(safe_text(str(e))) from e
-    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes,
-                                snapshot_kinds=SNAPSHOT_SOURCES)
+    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes)
     for problem in workers.problems:
         click.echo(safe_text(problem), err=True)
-    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims) for ev in index.all_evidence()]
+    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack)
+              for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
@@ -153,10 +157,6 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         sys.exit(EXIT_SKIPPED)
 
 
-SNAPSHOT_SOURCES = (
-    "Pod", "Node", "Event", "Workload", "LocalQueue", "ClusterQueue", "RayJob", "RayCluster",
-    "Job", "TauRun", "TauCluster", "TauWorkspace",
-)
 
 
 @main.command()

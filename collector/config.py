@@ -80,6 +80,7 @@ _ADAPTERS: dict[str, TypeAdapter[Any]] = {
 # stale. Durations elsewhere may be 0 where documented ("0 turns the source off").
 _POSITIVE = frozenset({
     "claims.evidence_max_age", "claims.taucluster_max_age", "claims.scrape_interval", "claims.stall_multiplier",
+    "claims.stall_ceiling_multiplier", "claims.stall_window_max",
     "controller.tick", "controller.batch_max", "controller.queue_max", "controller.watch_timeout_s",
     "controller.lease_duration", "controller.lease_renew", "controller.log_tail_lines",
     "controller.log_limit_bytes", "controller.log_quiet_every", "controller.log_poll_concurrency",
@@ -184,9 +185,23 @@ def load_settings(path: Path | None) -> Settings:
     try:
         settings: Settings = _build(Settings, data, "config")
         _validate(settings)
+        settings = _with_durations(settings)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
     return settings
+
+
+def _with_durations(s: Settings) -> Settings:
+    """Mappings whose values are durations ("20m"), read as such (the mapping adapter keeps strings)."""
+    by_profile = s.claims.stall_ceiling_by_profile
+    if not by_profile:
+        return s
+    where = "config.claims.stall_ceiling_by_profile"
+    parsed = {k: parse_duration(v, f"{where}[{k[:100]!r}]") for k, v in by_profile.items()}
+    for k, v in parsed.items():
+        if v <= timedelta(0):
+            raise ConfigError(f"{where}[{k[:100]!r}]: must be positive")
+    return dataclasses.replace(s, claims=dataclasses.replace(s.claims, stall_ceiling_by_profile=parsed))
 
 
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")

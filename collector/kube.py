@@ -80,10 +80,57 @@ def shared_labels(kept: dict[str, str]) -> Mapping[str, str]:
 
 _SHARED_LABELS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
+_JOB_NAME_KEYS = frozenset(k for k, _ in JOB_NAME_LABELS)
 KEPT_LABELS = frozenset({RUN_LABEL, KUEUE_QUEUE_LABEL, RAY_CLUSTER_LABEL, RAY_NODE_TYPE_LABEL,
                          "ray.io/originated-from-crd", "ray.io/originated-from-cr-name",
                          KUBEFLOW_OPERATOR_LABEL, KARPENTER_NODEPOOL_LABEL, *(k for k, _ in JOB_NAME_LABELS),
                          "kueue.x-k8s.io/multikueue-origin"})  # MultiKueue worker copies (collector/multicluster.py)
+# Labels that say which member of its run a pod is (`pod_identity`); read, not kept on the record (a
+# rank is per pod, and kept labels are shared by the pods that carry the same ones).
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+RAY_GROUP_LABEL = "ray.io/group"
+POD_IDENTITY_LABELS = frozenset({JOBSET_REPLICATED_JOB, JOBSET_JOB_INDEX, JOBSET_RESTART_ATTEMPT,
+                                 JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_TYPE, KUBEFLOW_REPLICA_INDEX,
+                                 RAY_GROUP_LABEL})
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def pod_identity(role_labels: tuple[tuple[str, str], ...]) -> tuple[str, str, int]:
+    """(role, rank, restart attempt) of a pod in its run, from the labels of `POD_IDENTITY_LABELS`,
+    the job-name labels and `ray.io/node-type` (sorted (key, value) pairs). A role names the pods
+    that do one part of the run (a JobSet's replicated job, a training operator's replica type, a
+    Ray worker group, a Job); the rank, which one of them (a completion or replica index), when the
+    controller numbers them. ("", "", 0): nothing says (the pod is its own signal)."""
+    get = dict(role_labels).get
+    attempt_s = get(JOBSET_RESTART_ATTEMPT, "")
+    attempt = int(attempt_s) if attempt_s.isdigit() and len(attempt_s) < 7 else 0
+    index = get(JOB_COMPLETION_INDEX, "")
+    if (rj := get(JOBSET_REPLICATED_JOB)):
+        return sys.intern(f"jobset/{rj}"), sys.intern(f"{get(JOBSET_JOB_INDEX, '')}/{index}"), attempt
+    if (rt := get(KUBEFLOW_REPLICA_TYPE)):
+        return sys.intern(f"replica/{rt.lower()}"), sys.intern(get(KUBEFLOW_REPLICA_INDEX, "")), attempt
+    node_type = get(RAY_NODE_TYPE_LABEL, "")
+    if node_type == "head":
+        return "ray/head", "0", attempt  # one head per Ray cluster
+    if node_type or get(RAY_GROUP_LABEL):
+        return sys.intern(f"ray/{get(RAY_GROUP_LABEL, '')}"), "", attempt
+    job = next((v for k, _ in JOB_NAME_LABELS if (v := get(k))), "")
+    if job:
+        return sys.intern(f"job/{job}"), sys.intern(index), attempt
+    return "", "", attempt
+
+
+def identity_of(labels: Mapping[str, Any]) -> tuple[str, str, int]:
+    """`pod_identity` of a pod's labels as decoded (values that are not strings say nothing)."""
+    return pod_identity(tuple(sorted((k, v) for k, v in labels.items() if type(v) is str and (
+        k in POD_IDENTITY_LABELS or k == RAY_NODE_TYPE_LABEL or k in _JOB_NAME_KEYS))))
+
+
 NO_UID_KINDS = frozenset({"Pod", "Event", "Node"})
 # Pod conditions the claims read; the rest (Initialized, ContainersReady, ...) are not kept.
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready"})
@@ -515,7 +562,10 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
     known = type(phase) is str and phase in POD_PHASES  # a list or mapping here is not hashable
     phase_s = str(phase) if known else (r.enum(phase, "status.phase", POD_PHASES) if phase is not None else "")
     specs = spec.get("containers")
-    gpus = sum(_gpus(c.get("resources")) for c in specs if type(c) is dict) if type(specs) is list else 0
+    per = [(c.get("name"), _gpus(c.get("resources"))) for c in specs if type(c) is dict] if type(specs) is list else []
+    gpus = sum(g for _, g in per)
+    helpers = tuple(sys.intern(n) for n, g in per if not g and type(n) is str) if gpus else ()
+    role, rank, attempt = identity_of(_sub(_sub(raw, "metadata"), "labels"))
     return PodFacts(
         phase=sys.intern(phase_s),
         reason=_text(r, status.get("reason"), "status", "reason", intern=True),
@@ -531,6 +581,10 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         unhealthy_devices=unhealthy,
         scheduling_gates=tuple(str(_get(g, "name")) for g in gates if type(g) is dict)
         if type(gates := spec.get("schedulingGates")) is list else (),
+        role=role,
+        rank=rank,
+        attempt=attempt,
+        helpers=helpers,
     )
 
 
@@ -733,6 +787,9 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
         ready_message=r.str_(ready.get("message"), "status.conditions[Ready].message")[:300],
         ready_since=r.time(ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"),
         unschedulable=_get(raw, "spec.unschedulable") is True,
+        heartbeat=max((t for i, c in enumerate(_list(raw, "status.conditions")) if type(c) is dict
+                       and (t := r.fast_time(c.get("lastHeartbeatTime"), "status.conditions", i)) is not None),
+                      default=None),
     )
 
 

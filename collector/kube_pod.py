@@ -40,7 +40,7 @@ class _Owner(Struct, gc=False):
 # Only the labels a record keeps (kube.KEPT_LABELS), one field each under the label's own name: the
 # decode skips the dozens of others a fleet's pods carry instead of building a dict of them, and
 # `msgspec.to_builtins` gives back the kept ones, by name, in one C call.
-_KEPT_NAMES = sorted(kube.KEPT_LABELS)
+_KEPT_NAMES = sorted(kube.KEPT_LABELS | kube.POD_IDENTITY_LABELS)  # identity labels: read, not kept
 # Frozen, so hashable: a pod's kept labels are looked up as decoded (`_labels_of`).
 _Labels: Any = msgspec.defstruct(
     "_Labels", [(f"k{i}", str | UnsetType, UNSET) for i in range(len(_KEPT_NAMES))],
@@ -72,6 +72,7 @@ class _ContainerSpec(Struct, gc=False):
     # resources, so their GPU count is looked up by that text (`_gpus_in`) instead of decoding
     # and scanning two dicts per container per event.
     resources: msgspec.Raw | UnsetType = UNSET
+    name: _Str = UNSET
 
 
 class _Spec(Struct, gc=False):
@@ -210,7 +211,7 @@ def _raw_json(value: Any) -> Any:
 # the keyword call's cost (a watch builds ~8 per pod event). The asserts keep the field counts honest.
 _new: Any = tuple.__new__
 assert (len(ContainerFacts._fields), len(PodFacts._fields), len(ObjectRecord._fields), len(Condition._fields),
-        len(Ref._fields)) == (12, 13, 10, 5, 4), "a record changed: update the tuples built below"
+        len(Ref._fields)) == (12, 17, 10, 5, 4), "a record changed: update the tuples built below"
 
 
 def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
@@ -287,18 +288,21 @@ def _gpus_in(raw: msgspec.Raw) -> int:
 
 # The shared mapping of each distinct set of kept labels, by the decoded Struct (stored with its
 # strings interned, so a key costs a few pointers). Bounded by clearing, as kube.shared_labels is.
-_BY_LABELS: dict[Any, Mapping[str, str]] = {}
+_BY_LABELS: dict[Any, tuple[Mapping[str, str], tuple[str, str, int]]] = {}
+_NO_IDENTITY = ("", "", 0)
 
 
-def _labels_of(labels: Any) -> Mapping[str, str]:
-    shared = _BY_LABELS.get(labels)
-    if shared is None:
-        kept = _builtins(labels)
-        shared = kube.shared_labels(kept) if kept else kube._NO_LABELS
+def _labels_of(labels: Any) -> tuple[Mapping[str, str], tuple[str, str, int]]:
+    """The kept labels (shared) and the pod's identity in its run (`kube.pod_identity`)."""
+    found = _BY_LABELS.get(labels)
+    if found is None:
+        decoded = _builtins(labels)
+        kept = {k: v for k, v in decoded.items() if k in kube.KEPT_LABELS}
+        found = (kube.shared_labels(kept) if kept else kube._NO_LABELS, kube.identity_of(decoded))
         if len(_BY_LABELS) >= _TIMES_MAX:
             _BY_LABELS.clear()
-        _BY_LABELS[_Labels(*(_intern(v) if type(v) is str else v for v in msgspec.structs.astuple(labels)))] = shared
-    return shared
+        _BY_LABELS[_Labels(*(_intern(v) if type(v) is str else v for v in msgspec.structs.astuple(labels)))] = found
+    return found
 
 
 def _role(contract: TauGridContract, api_version: str) -> str:
@@ -336,7 +340,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     v = meta.creationTimestamp
     created = _seen(v) or _time(v)
     newest = created
-    labels = _labels_of(meta.labels) if type(meta.labels) is _Labels else kube._NO_LABELS
+    labels, identity = _labels_of(meta.labels) if type(meta.labels) is _Labels else (kube._NO_LABELS, _NO_IDENTITY)
     owners = []
     for o in meta.ownerReferences or ():
         if not o.kind or not o.name:
@@ -386,10 +390,13 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     if start is not None and (newest is None or start > newest):
         newest = start
     gpus = 0
+    without: list[str] = []  # app containers that request no GPU: helpers where another does
     for cspec in spec.containers or ():
         r = cspec.resources
-        if r is not UNSET:
-            gpus += _gpus_in(r)
+        g = _gpus_in(r) if r is not UNSET else 0
+        gpus += g
+        if not g and type(cspec.name) is str:
+            without.append(_intern(cspec.name))
     gates = spec.schedulingGates
     facts = _new(PodFacts, (
         _intern(phase),  # phase
@@ -405,6 +412,8 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         (),  # claims
         (),  # unhealthy_devices
         tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),  # scheduling_gates
+        *identity,  # role, rank, attempt
+        tuple(without) if gpus and without else (),  # helpers
     ))
     generation = meta.generation
     record: ObjectRecord = _new(ObjectRecord, (

@@ -161,6 +161,15 @@ class PodFacts(NamedTuple):
     # "resource name: device id".
     unhealthy_devices: tuple[str, ...] = ()
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names (e.g. kueue.x-k8s.io/topology)
+    # Its place in the run, from the labels its controller sets (`kube.pod_identity`): a replacement pod
+    # (Job restartPolicy Never, JobSet, PyTorchJob, Ray worker recreation) takes its predecessor's role
+    # and rank, so its progress continues that rank's signal. rank "": the role's members are alike.
+    role: str = ""
+    rank: str = ""
+    attempt: int = 0  # JobSet's restart attempt (jobset.sigs.k8s.io/restart-attempt)
+    # App containers that request no GPU in a pod where another does (log shippers, metrics sidecars):
+    # whatever they print is not the trainer's progress.
+    helpers: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -293,6 +302,9 @@ class NodeFacts:
     ready_message: str = ""
     ready_since: datetime | None = None
     unschedulable: bool = False  # cordoned (spec.unschedulable): bundles capture before a drain
+    # The newest lastHeartbeatTime of its conditions: the kubelet posts status at least every
+    # nodeStatusReportFrequency (5 min) while it lives, so it bounds a dump's capture time.
+    heartbeat: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,8 +403,8 @@ class Claim:
     reason: str
     evidence: tuple[Evidence, ...] = ()
     # Why, as a fixed word for programs (alerts, ADX, the GPU notes): the reason is for people and
-    # its wording may change. Progressing false: stalled | hung | skipped-steps | invalid-steps |
-    # not-running | finished; "" otherwise.
+    # its wording may change. Progressing false: stalled | hung | replaying | skipped-steps |
+    # invalid-steps | not-running | finished; "" otherwise.
     cause: str = ""
 
     def to_json(self) -> dict[str, Any]:

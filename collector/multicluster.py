@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from collector.claims import evaluate
 from collector.correlate import RunEvidence
@@ -157,18 +157,19 @@ def _dispatch_blocked(ev: RunEvidence, worker: str, copy: RunEvidence | None, ma
 
 
 def evaluate_multicluster(ev: RunEvidence, workers: Mapping[str, Sequence[RunEvidence]], now: datetime,
-                          s: ClaimSettings, *, manager: str = "manager") -> RunClaims:
+                          s: ClaimSettings, *, manager: str = "manager",
+                          slack: timedelta | None = timedelta(0)) -> RunClaims:
     """Claims of one manager run, joined with its worker's evidence when MultiKueue dispatched it.
 
     `workers` maps each configured worker cluster to its runs. Single-cluster runs, and every run
     when no worker is configured, are evaluated exactly as `evaluate` does."""
     found = _multikueue_workload(ev) if workers else None
     if found is None:
-        return evaluate(ev, now, s)
+        return evaluate(ev, now, s, slack=slack)
     namespace, workload, worker = found
     copy = find_copy(workers.get(worker, ()), namespace, workload) if worker else None
     joined = join(ev, copy) if copy is not None else ev
-    rc = evaluate(joined, now, s)
+    rc = evaluate(joined, now, s, slack=slack)
     refs = _worker_refs(copy) if copy is not None else frozenset()
     rc = _tag_claims(rc, worker, manager, refs)
     extra = dict(rc.extra)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 
@@ -47,12 +48,26 @@ class ClaimSettings:
     taucluster_max_age: timedelta = timedelta(minutes=30)
     # A container restart within this window means the run is not (stably) running.
     restart_window: timedelta = timedelta(minutes=10)
-    # Progress stall window: max(stall_multiplier × p99 step interval, stall_floor) + one scrape.
+    # Progress stall window, per signal: max(stall_multiplier × p99 step interval, stall_floor) + one
+    # scrape, where recurring pauses may widen it but never past the ceiling
+    # max(stall_floor, min(stall_ceiling_multiplier × median step interval, stall_window_max)).
     stall_floor: timedelta = timedelta(seconds=60)
     stall_multiplier: float = 3.0
+    stall_ceiling_multiplier: float = 10.0
+    stall_window_max: timedelta = timedelta(minutes=30)
+    # Per workload profile (TauRun spec.profile), the ceiling itself: a profile whose runs pause for
+    # long evaluations by design says how long a pause may be before it is a stall.
+    stall_ceiling_by_profile: Mapping[str, timedelta] = field(default_factory=dict)
     scrape_interval: timedelta = timedelta(seconds=15)
     # Events older than this are history, not a reason for the current wait.
     event_horizon: timedelta = timedelta(hours=1)
+
+    def for_profile(self, profile: str) -> ClaimSettings:
+        """These settings for the runs of one profile (its stall ceiling, where it has one)."""
+        ceiling = self.stall_ceiling_by_profile.get(profile) if profile else None
+        if ceiling is None:
+            return self
+        return replace(self, stall_window_max=ceiling, stall_ceiling_multiplier=math.inf)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,24 +35,24 @@ def parse_worker(value: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _snapshot_runs(dump: Dump, settings: Settings, taken: datetime, kinds: tuple[str, ...]) -> list[RunEvidence]:
+def _snapshot_runs(dump: Dump, settings: Settings, taken: datetime) -> list[RunEvidence]:
     index = build_index(dump.records, settings.taugrid)
     index.infer_missing_roots()
-    index.synced.update(dict.fromkeys((*kinds, *{r.ref.kind for r in dump.records}), taken))
+    index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
     for sig in dump.signals(taken):
         index.set_signal(sig)
     return index.all_evidence()
 
 
 def load_worker_dumps(workers: Mapping[str, Path], settings: Settings, taken: datetime, *,
-                      max_object_bytes: int, snapshot_kinds: tuple[str, ...]) -> WorkerDumps:
+                      max_object_bytes: int) -> WorkerDumps:
     out = WorkerDumps()
     for name, root in workers.items():
         dump = load_dump(root, settings.taugrid, max_object_bytes=max_object_bytes,
                          log_regex_by_profile=settings.controller.log_regex_by_profile)
         out.problems += [f"{name}: {'skipped' if p.skipped else 'warning'}: {p}" for p in dump.problems]
         out.skipped = out.skipped or dump.skipped
-        out.runs[name] = _snapshot_runs(dump, settings, dump.captured_at() or taken, snapshot_kinds)
+        out.runs[name] = _snapshot_runs(dump, settings, dump.clock().at or taken)
         if dump.version is not None or dump.environment_objects:
             out.inventories.append(inventory(name, dump.version, dump.environment_objects))
     return out

@@ -153,16 +153,85 @@ def event(name: str, ns: str, regarding: dict[str, Any], reason: str, message: s
     }
 
 
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
+
+
+def _stamps(value: Any, key: str = "") -> list[datetime]:
+    """RFC3339 stamps anywhere in an object, deadlines (deletionTimestamp) aside."""
+    if isinstance(value, dict):
+        return [t for k, v in value.items() if k != "deletionTimestamp" for t in _stamps(v, k)]
+    if isinstance(value, list):
+        return [t for v in value for t in _stamps(v)]
+    if isinstance(value, str) and _STAMP.fullmatch(value):
+        return [datetime.fromisoformat(value[:19]).replace(tzinfo=UTC)]
+    return []
+
+
+def captured_at(objects: list[dict[str, Any]], logs: dict[tuple[str, str], str] | None = None) -> datetime:
+    """When a test's dump is taken unless it says: right after the newest thing in it (a year past 2100
+    is a forgery some tests plant, not a capture time)."""
+    found = [t for o in objects for t in _stamps(o)]
+    for text in (logs or {}).values():
+        found += [datetime.fromisoformat(m.group(0)[:19]).replace(tzinfo=UTC) for m in _STAMP.finditer(text)]
+    real = [t for t in found if t.year <= 2100]
+    if not real:
+        raise ValueError("no timestamp to take the dump at; pass captured=")
+    return max(real)
+
+
+def node(name: str, at: datetime, *, ready: str = "True", gpus: int = 8, heartbeat: datetime | None = None,
+         labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node as the kubelet reports it, its Ready condition's heartbeat at `heartbeat` (default `at`)."""
+    cond = {"type": "Ready", "status": ready, "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
+            "message": "kubelet is posting ready status", "lastHeartbeatTime": ts(heartbeat or at),
+            "lastTransitionTime": ts(at - timedelta(days=3))}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": ts(at - timedelta(days=30)),
+                         "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "spec": {},
+            "status": {"conditions": [cond], "capacity": {"nvidia.com/gpu": str(gpus)},
+                       "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def node_lease(name: str, renewed: datetime) -> dict[str, Any]:
+    """A kubelet's node Lease (`kubectl get leases -n kube-node-lease -o json`)."""
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease", "uid": f"lease-{name}"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                     "renewTime": renewed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
 def write_dump(root: Path, objects: list[dict[str, Any]], *, logs: dict[tuple[str, str], str] | None = None,
-               extra_files: dict[str, str] | None = None) -> Path:
-    """Write objects as kubectl cluster-info dump lays them out (+ CRDs in crds.json)."""
+               extra_files: dict[str, str] | None = None, captured: datetime | None = None,
+               nodes: bool = True, leases: bool = True) -> Path:
+    """Write objects as kubectl cluster-info dump lays them out (+ CRDs in crds.json).
+
+    Like a real cluster's dump, it holds a Ready Node (heartbeat at the capture time) for each node a
+    pod names (`nodes`), and the nodes' Leases renewed then (`leases`: the README's procedure adds
+    them). `captured`: default, right after the newest stamp of the objects and logs."""
     root.mkdir(parents=True, exist_ok=True)
-    by_file: dict[Path, list[dict[str, Any]]] = {}
+    objects = list(objects)
+    if nodes or leases:
+        at = captured or captured_at(objects, logs)
+        have = {o["metadata"]["name"] for o in objects if o["kind"] == "Node"}
+        named = sorted({o["spec"]["nodeName"] for o in objects
+                        if o["kind"] == "Pod" and o.get("spec", {}).get("nodeName")})
+        if nodes:
+            objects += [node(n, at) for n in named if n not in have]
+        if leases:
+            objects += [node_lease(n, at) for n in sorted(set(named) | have)]
+    # kubectl writes nodes.json and each namespace's pods.json and events.json, empty or not.
+    by_file: dict[Path, list[dict[str, Any]]] = {root / "nodes.json": []}
+    for ns in sorted({o["metadata"].get("namespace") for o in objects} - {None, "", "kube-node-lease"}):
+        by_file[root / ns / "pods.json"] = []
+        by_file[root / ns / "events.json"] = []
     for obj in objects:
         kind = obj["kind"]
         ns = obj["metadata"].get("namespace", "")
         if kind == "Node":
             path = root / "nodes.json"
+        elif kind == "Lease":
+            path = root / "leases.json"
         elif kind in ("Pod", "Event") and ns:
             path = root / ns / f"{kind.lower()}s.json"
         else:
@@ -170,8 +239,8 @@ def write_dump(root: Path, objects: list[dict[str, Any]], *, logs: dict[tuple[st
         by_file.setdefault(path, []).append(obj)
     for path, items in by_file.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.name in ("pods.json", "events.json", "nodes.json"):
-            kind = items[0]["kind"]
+        if path.name in ("pods.json", "events.json", "nodes.json", "leases.json"):
+            kind = {"pods.json": "Pod", "events.json": "Event", "nodes.json": "Node", "leases.json": "Lease"}[path.name]
             stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
             doc: dict[str, Any] = {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": stripped}
         else:

@@ -38,7 +38,7 @@ def profile_run(tmp_path: Path, tc: dict[str, Any] | None) -> dict[str, Any]:
     tr = taurun("llm", "research", "Running", NOW - timedelta(hours=1), profile="a100-8x8")
     del tr["spec"]["workers"]
     p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
-    return only_run(explain(write_dump(tmp_path / "d", [tr, p, *([tc] if tc else [])]), "--at", ts(NOW)), "llm")
+    return only_run(explain(write_dump(tmp_path / "d", [tr, p, *([tc] if tc else [])], captured=NOW), "--at", ts(NOW)), "llm")
 
 
 # --- fail closed -------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_kuberay_submitter_pod_never_makes_a_pending_gpu_worker_look_scheduled(t
                      "status": {"active": 1, "ready": 1}}
     submitter = pod(f"{rj['metadata']['name']}-abcde", ns, t, node="w1", owner=owner_of(submitter_job),
                     labels={"batch.kubernetes.io/job-name": rj["metadata"]["name"]})
-    out = explain(write_dump(tmp_path / "d", [rj, head, worker, submitter_job, submitter]), "--at", ts(NOW))
+    out = explain(write_dump(tmp_path / "d", [rj, head, worker, submitter_job, submitter], captured=NOW), "--at", ts(NOW))
     run = only_run(out, rj["metadata"]["name"])
     assert claim(run, "scheduled") == (True, "false", "contradicted")
     assert "1/2 pods bound" in run["claims"]["scheduled"]["reason"]  # head + 1 worker; submitter not counted
@@ -106,7 +106,7 @@ def test_job_active_counts_pending_pods_and_helper_jobs_do_not_count(tmp_path: P
                  labels={"taugrid.io/run": "ft"})
     worker = pod("ft-main-y", "research", NOW - timedelta(minutes=50), node=None, phase="Pending", gpus=8,
                  owner=owner_of(main_job), labels={"taugrid.io/run": "ft"})
-    run = only_run(explain(write_dump(tmp_path / "d", [tr, main_job, wl, init_job, helper, worker]),
+    run = only_run(explain(write_dump(tmp_path / "d", [tr, main_job, wl, init_job, helper, worker], captured=NOW),
                            "--at", ts(NOW)), "ft")
     assert claim(run, "scheduled") == (True, "false", "contradicted")
     assert "0/1 pods bound" in run["claims"]["scheduled"]["reason"]
@@ -114,7 +114,7 @@ def test_job_active_counts_pending_pods_and_helper_jobs_do_not_count(tmp_path: P
     job_run = kueue_job("solo", "team-a", NOW - timedelta(minutes=5))
     p = pod("solo-1", "team-a", NOW - timedelta(minutes=5), node=None, phase="Pending", gpus=1,
             owner=owner_of(job_run))
-    solo = only_run(explain(write_dump(tmp_path / "solo", [job_run, p]), "--at", ts(NOW)), "solo")
+    solo = only_run(explain(write_dump(tmp_path / "solo", [job_run, p], captured=NOW), "--at", ts(NOW)), "solo")
     assert claim(solo, "scheduled") == (None, "false", "unasserted")
 
 
@@ -127,7 +127,7 @@ def pending(job: dict[str, Any], name: str, **kw: Any) -> dict[str, Any]:
 
 
 def blocked(objs: list[dict[str, Any]], tmp_path: Path, name: str = "train") -> dict[str, Any]:
-    run = only_run(explain(write_dump(tmp_path / "d", objs), "--at", ts(NOW)), name)
+    run = only_run(explain(write_dump(tmp_path / "d", objs, captured=NOW), "--at", ts(NOW)), name)
     assert run["claims"]["scheduled"]["observed"] == "false"
     b = run["blocked"]
     assert b is not None
@@ -177,7 +177,7 @@ def test_unhealthy_allocated_device_is_named(tmp_path: Path) -> None:
     p = pod("train-0", "team-a", NOW - timedelta(minutes=30), node="gpu-1", gpus=8, owner=owner_of(job),
             containers=[{"name": "main", "ready": True, "restartCount": 0, "allocatedResourcesStatus": health,
                          "state": {"running": {"startedAt": ts(NOW - timedelta(minutes=29))}}}])
-    run = only_run(explain(write_dump(tmp_path / "run", [job, wl, p]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "run", [job, wl, p], captured=NOW), "--at", ts(NOW)), "train")
     assert run["claims"]["running"]["observed"] == "false"
     assert "Unhealthy" in run["claims"]["running"]["reason"] and "GPU-5d1e7c1a" in run["claims"]["running"]["reason"]
     # The same device health on a pod that never started: the device, not the scheduler, holds the run.
@@ -280,7 +280,7 @@ def test_node_not_ready_under_a_pod_is_why_running_is_false(tmp_path: Path) -> N
                 {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
                  "message": "Kubelet stopped posting node status.",
                  "lastTransitionTime": ts(NOW - timedelta(minutes=3))}]}}
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, node]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, node], captured=NOW), "--at", ts(NOW)), "train")
     r = run["claims"]["running"]
     assert r["observed"] == "false"
     assert "node gpu-7 under pod train-0 is Unknown (NodeStatusUnknown)" in r["reason"]
@@ -324,7 +324,7 @@ def test_multikueue_dispatched_run_is_not_contradicted(tmp_path: Path) -> None:
                                   "lastTransitionTime": ts(NOW - timedelta(minutes=19))}]
     wl = workload_for(job, status)
     ac = admission_check("sample-multikueue", "kueue.x-k8s.io/multikueue")
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, ac]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, ac], captured=NOW), "--at", ts(NOW)), "train")
     for c in ("scheduled", "running"):
         assert claim(run, c) == (True, "unknown", "unconfirmed"), c
         assert "worker cluster worker-eu-1" in run["claims"][c]["reason"]
@@ -346,7 +346,7 @@ def test_bare_cluster_info_dump_infers_runs_and_names_what_is_missing(tmp_path: 
               labels={"batch.kubernetes.io/job-name": "sft", "kueue.x-k8s.io/queue-name": "team-a"})
     cron = pod("backup-29h", "ml", t, node="cpu-1", owner={**job, "name": "backup"},
                labels={"batch.kubernetes.io/job-name": "backup"})
-    dump = write_dump(tmp_path / "d", [head, worker, sft, cron])
+    dump = write_dump(tmp_path / "d", [head, worker, sft, cron], captured=NOW)
     out = explain(dump, "--at", ts(NOW))
     runs = {r["name"]: r for r in out["runs"]}
     assert set(runs) == {"llm-raycluster", "sft"}  # a CPU Job nobody queued is not a training run
@@ -393,7 +393,7 @@ def test_multikueue_cluster_name_alone_is_enough(tmp_path: Path) -> None:
     status = fixture_status("kueue/workload_admitted_kueue_docs.yaml")
     status["clusterName"] = "worker-eu-1"  # the AdmissionCheck and the Job's managedBy are not in this dump
     wl = workload_for(job, status)
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl], captured=NOW), "--at", ts(NOW)), "train")
     assert run["claims"]["scheduled"]["observed"] == "unknown"
     assert run["claims"]["scheduled"]["verdict"] != "contradicted"
     assert "worker-eu-1" in run["claims"]["scheduled"]["reason"]

@@ -228,7 +228,7 @@ def test_failed_scheduling_gpu_then_triggered_scale_up_is_node_scaling(tmp_path:
     # The dump is taken before the node arrived: drop what happened in the last two minutes.
     evs = [e for e in evs if e["lastTimestamp"] <= ts(NOW - timedelta(seconds=130))]
     assert [e["reason"] for e in evs] == ["NotTriggerScaleUp", "TriggeredScaleUp", "FailedScheduling"]
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs], captured=NOW), "--at", ts(NOW)), "train")
     assert claim(run, "scheduled") == (None, "false", "unasserted")  # status.active asserts nothing
     b = run["blocked"]
     assert b["stage"] == "node-scaling" and b["owner"] == "Cluster infrastructure"
@@ -243,7 +243,7 @@ def test_not_trigger_scale_up_for_gpu_is_node_scaling(tmp_path: Path) -> None:
         "events/describe_pod_vllm_aks_notriggerscaleup_triggeredscaleup_failedscheduling_gpu_llm_inference.txt",
         pod_name="vllm-1", ns="team-a", now=NOW)
     evs = [e for e in evs if e["reason"] in ("NotTriggerScaleUp", "FailedScheduling")][:2]
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs], captured=NOW), "--at", ts(NOW)), "train")
     assert run["blocked"]["stage"] == "node-scaling"
     assert "cannot add a matching node" in run["blocked"]["reason"]
     assert "max node group size reached" in run["blocked"]["reason"]
@@ -254,7 +254,7 @@ def test_affinity_mismatch_with_no_scale_up_is_pod_scheduling(tmp_path: Path) ->
     p = pending_gpu_pod(job, "train-x")
     evs = describe_events("events/describe_pod_failedscheduling_nottriggerscaleup_kueue_docs.txt",
                           pod_name="train-x", ns="team-a", now=NOW)
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs], captured=NOW), "--at", ts(NOW)), "train")
     b = run["blocked"]
     assert b["stage"] == "pod-scheduling" and b["owner"] == "Kubernetes"
     assert "didn't match Pod's node affinity/selector" in b["reason"]
@@ -268,7 +268,7 @@ def test_insufficient_gpu_without_autoscaler_is_pod_scheduling(tmp_path: Path) -
         "events/describe_pod_event_failedscheduling_insufficient_gpu_unschedulable_device_plugin_119.txt",
         pod_name="train-y", ns="team-a", now=NOW)
     assert evs[0]["count"] == 2
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs], captured=NOW), "--at", ts(NOW)), "train")
     b = run["blocked"]
     assert b["stage"] == "pod-scheduling"
     assert "1 Insufficient nvidia.com/gpu" in b["reason"] and "no node scale-up observed" in b["reason"]
@@ -282,7 +282,7 @@ def test_karpenter_nominated_ray_worker_is_node_scaling(tmp_path: Path) -> None:
         "events/describe_pod_ray_gpu_worker_failedscheduling_karpenter_nominated_data_on_eks.txt",
         pod_name="worker-gpu-85d22", ns="team-a", now=NOW)
     evs = [e for e in evs if e["reason"] in ("FailedScheduling", "Nominated")]
-    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs]), "--at", ts(NOW)), "train")
+    run = only_run(explain(write_dump(tmp_path / "d", [job, wl, p, *evs], captured=NOW), "--at", ts(NOW)), "train")
     assert run["blocked"]["stage"] == "node-scaling"
     assert "nodeclaim/gpu-ljvhl" in run["blocked"]["reason"]
 
@@ -304,7 +304,7 @@ def test_crash_loop_oomkilled_contradicts_running(tmp_path: Path) -> None:
                                         "message": "back-off 5m0s restarting failed container"}},
                   "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137,
                                                "finishedAt": ts(NOW - timedelta(minutes=3))}}}])
-    run = only_run(explain(write_dump(tmp_path / "d", [run_obj, ok]), "--at", ts(NOW)), "llm-pretrain")
+    run = only_run(explain(write_dump(tmp_path / "d", [run_obj, ok], captured=NOW), "--at", ts(NOW)), "llm-pretrain")
     assert run["kind"] == "TauRun"
     assert claim(run, "scheduled") == (True, "true", "verified")
     assert claim(run, "running") == (True, "false", "contradicted")
@@ -364,7 +364,7 @@ def taucluster(*, generation: int, observed: int, ready: str = "True", resolved:
 )
 def test_target_resolution_fails_closed(tmp_path: Path, tc: dict[str, Any], needle: str) -> None:
     tr = taurun("llm", "research", "Pending", NOW - timedelta(minutes=5))
-    run = only_run(explain(write_dump(tmp_path / "d", [tr, tc]), "--at", ts(NOW)), "llm")
+    run = only_run(explain(write_dump(tmp_path / "d", [tr, tc], captured=NOW), "--at", ts(NOW)), "llm")
     assert claim(run, "scheduled") == (False, "false", "pending")
     assert run["blocked"]["stage"] == "target-resolution" and run["blocked"]["owner"] == "TauGrid"
     assert needle in run["blocked"]["reason"]
@@ -388,11 +388,11 @@ def megatron_log(start: datetime, interval_s: float = 87.0) -> tuple[str, dateti
     return "\n".join(out) + "\n", last
 
 
-def healthy_taurun(tmp_path: Path, log: str) -> Path:
+def healthy_taurun(tmp_path: Path, log: str, captured: datetime | None = None) -> Path:
     tr = taurun("llm", "research", "Running", NOW - timedelta(hours=1), workers=1)
     p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8,
             labels={"taugrid.io/run": "llm"})
-    return write_dump(tmp_path / "d", [tr, p], logs={("research", "llm-w0"): log})
+    return write_dump(tmp_path / "d", [tr, p], logs={("research", "llm-w0"): log}, captured=captured)
 
 
 def test_megatron_progress_verified_then_stalled(tmp_path: Path) -> None:
@@ -468,7 +468,7 @@ def test_nan_loss_is_not_progress(tmp_path: Path) -> None:
 
 def test_untimestamped_progress_is_unknown(tmp_path: Path) -> None:
     lines = fixture_path("training_logs/megatron_iteration_log_lines_epfllm_megatron_llm_11_truncated.txt")
-    run = only_run(explain(healthy_taurun(tmp_path, lines.read_text()), "--at", ts(NOW)), "llm")
+    run = only_run(explain(healthy_taurun(tmp_path, lines.read_text(), captured=NOW), "--at", ts(NOW)), "llm")
     assert claim(run, "progressing") == (True, "unknown", "unconfirmed")
     assert "no timestamps (last step 125)" in run["claims"]["progressing"]["reason"]
 
@@ -505,8 +505,8 @@ def test_select_runs_and_unknown_run(tmp_path: Path) -> None:
 
 def test_text_output_reads_like_the_design(tmp_path: Path) -> None:
     log, last = megatron_log(NOW - timedelta(minutes=10))
-    dump = healthy_taurun(tmp_path, log)
-    result = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", ts(last + timedelta(minutes=6))])
+    dump = healthy_taurun(tmp_path, log, captured=last + timedelta(minutes=6))
+    result = CliRunner().invoke(main, ["explain", "--from-dump", str(dump)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("research/llm") and "TauRun" in lines[0] and "1 workers × 8 GPUs" in lines[0]

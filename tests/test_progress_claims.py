@@ -26,7 +26,9 @@ def scan(samples: list[tuple[int, datetime]], fmt: str = "megatron", loss: float
                    samples=tuple(ProgressSample(step, at, loss, i + 1, fmt) for i, (step, at) in enumerate(samples)))
 
 
-def run_with(*signals: Signal, restarted_at: datetime | None = None) -> tuple[object, object]:
+def run_with(*signals: Signal, restarted_at: datetime | None = None,
+             sidecars: tuple[str, ...] = ()) -> tuple[object, object]:
+    """One running TauRun whose one pod runs `main` (8 GPUs) and `sidecars` (none) on a Ready node."""
     created = NOW - timedelta(hours=3)
     objs = [
         {"apiVersion": "taugrid.io/v1alpha1", "kind": "TauRun",
@@ -35,7 +37,9 @@ def run_with(*signals: Signal, restarted_at: datetime | None = None) -> tuple[ob
         {"apiVersion": "v1", "kind": "Pod",
          "metadata": {"name": "r-0", "namespace": "ns", "uid": "p", "labels": {"taugrid.io/run": "r"},
                       "creationTimestamp": ts(created)},
-         "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+         "spec": {"nodeName": "n", "containers": [
+             {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
+             *({"name": c} for c in sidecars)]},
          "status": {"phase": "Running", "conditions": [
              {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(created + timedelta(minutes=1))},
              {"type": "Ready", "status": "True", "lastTransitionTime": ts(created + timedelta(minutes=2))}],
@@ -43,10 +47,14 @@ def run_with(*signals: Signal, restarted_at: datetime | None = None) -> tuple[ob
                                     "state": {"running": {}},
                                     "lastState": {"terminated": {"reason": "Error", "exitCode": 1,
                                                                  "finishedAt": ts(restarted_at)}}
-                                    if restarted_at else {}}]}},
+                                    if restarted_at else {}},
+                                   *({"name": c, "ready": True, "restartCount": 0, "state": {"running": {}}}
+                                     for c in sidecars)]}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "creationTimestamp": ts(created)},
+         "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": ts(NOW)}]}},
     ]
     index = build_index(n.record for n in map(normalize, objs) if n.record is not None)
-    index.synced.update(dict.fromkeys(("Pod", "TauRun"), NOW))
+    index.synced.update(dict.fromkeys(("Pod", "TauRun", "Node"), NOW))
     for sig in signals:
         index.set_signal(sig)
     ev = index.evidence(Ref("TauRun", "ns", "r"))
@@ -150,9 +158,11 @@ def test_gpu_activity_names_the_kind_of_stall(util: float, power: float, needle:
          "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                     "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0,
                                            "state": {"running": {}}}]}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
     ]
     index = build_index(n.record for n in map(normalize, objs) if n.record is not None)
-    index.synced.update(dict.fromkeys(("Pod", "TauRun", "RayCluster"), NOW))
+    index.synced.update(dict.fromkeys(("Pod", "TauRun", "RayCluster", "Node"), NOW))
     index.set_signal(logs)
     index.set_ray(Ref("RayCluster", "ns", "rc"), RayRuntime(1, "RUNNING", "", NOW, **gpu))
     rc = evaluate(index.evidence(ROOT), NOW, S)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from collector.claims import evaluate
 from collector.correlate import Signal
 from collector.model import Observed, Plane, Ref
 from collector.progress import scan_text
 from tests.progress.conftest import FIXTURES
-from tests.test_progress_claims import NOW, POD, ROOT, run_with
+from tests.test_progress_claims import NOW, POD, ROOT, S, run_with
 
 TRAINING = FIXTURES / "training_logs"
 
@@ -66,7 +68,7 @@ def test_one_past_checkpoint_pause_does_not_keep_two_silent_hours_verified() -> 
         p.reason
 
 
-def test_recurring_pauses_are_the_runs_cadence() -> None:
+def test_recurring_pauses_widen_the_window_up_to_the_ceiling() -> None:
     # every 10 steps a 10-minute evaluation: twice in the recent intervals, so not an outlier
     t = NOW - timedelta(hours=1)
     lines = []
@@ -74,10 +76,36 @@ def test_recurring_pauses_are_the_runs_cadence() -> None:
         lines.append((t, megatron(100 + i)))
         t += timedelta(minutes=10) if i % 10 == 9 else timedelta(seconds=30)
     last = lines[-1][0]
-    shifted = [(x + (NOW - last) - timedelta(minutes=12), text) for x, text in lines]
-    p, _ = claim(log(shifted))
-    assert p.observed is Observed.TRUE, p.reason  # 12 min silent < 3 × 10 min
+
+    def silent(minutes: float) -> list[tuple[datetime, str]]:
+        return [(x + (NOW - last) - timedelta(minutes=minutes), text) for x, text in lines]
+
+    # The pauses widen the window past the 30 s steps' own (3 × 30 s, floor 1 min) ...
+    p, _ = claim(log(silent(4)))
+    assert p.observed is Observed.TRUE, p.reason
     assert "outlier clipped" not in p.reason
+    # ... but never past the ceiling: max(floor, min(10 × the 30 s median step, 30 min)) = 5 min,
+    # not 3 × 10 min: twelve silent minutes are a stall, whatever the run did before.
+    p, _ = claim(log(silent(12)))
+    assert p.observed is Observed.FALSE and "ceiling 5m00s" in p.reason, p.reason
+    # A profile whose runs pause for long evaluations by design sets its own ceiling.
+    _, ev = run_with(log(silent(12)))
+    long_evals = replace(S, stall_ceiling_by_profile={"p": timedelta(minutes=35)})
+    p = evaluate(ev, NOW, long_evals).progressing  # type: ignore[arg-type]
+    assert p.observed is Observed.TRUE, p.reason
+    assert "window 30m: 3 × 10m" in p.reason, p.reason  # 3 × the pauses, under the 35 min ceiling
+
+
+def test_a_sidecar_that_prints_never_widens_or_stands_for_the_trainer() -> None:
+    """A log shipper beside the trainer prints its own counter every 5 minutes; the trainer (the GPU
+    container) steps every 10 s and stopped 3 minutes ago: stalled on its own window, and the
+    sidecar's lines are not the run's progress."""
+    trainer = [(NOW - timedelta(minutes=13) + timedelta(seconds=10 * i), megatron(100 + i)) for i in range(60)]
+    shipper = [(NOW - timedelta(minutes=60) + timedelta(minutes=5 * i), megatron(1000 + i)) for i in range(13)]
+    rc, _ = run_with(log(trainer, "main"), log(shipper, "shipper"), sidecars=("shipper",))
+    p = rc.progressing  # type: ignore[attr-defined]
+    assert p.observed is Observed.FALSE and p.reason.startswith("STALLED 3m"), p.reason
+    assert "window 1m15s" in p.reason, p.reason  # the trainer's own: floor 1 min + a scrape
 
 
 # --- 2. validity ---------------------------------------------------------------------------------------

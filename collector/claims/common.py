@@ -4,32 +4,79 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from collector.model import Claim, EventFacts, Evidence, ObjectRecord, Observed, Plane, verdict_for
+
+# A stamp later than the clock by more than this is not from a skewed clock but forged (or from a
+# clock too wrong to trust): it is no evidence of freshness. Matches the dump's capture bound.
+FUTURE_SKEW = timedelta(minutes=5)
+_END_OF_TIME = datetime.max.replace(tzinfo=UTC)
 
 
 class Clock:
     """The instant claims are evaluated at, and the earliest later instant at which they could change
     by the clock alone (`recheck_at`): every comparison of evidence time against `now` goes through
-    `within` or `reached`, which note when their answer will flip.
+    `within`, `recent` or `reached`, which note when their answer will flip.
 
     So the live controller can re-evaluate a run exactly when its evidence ages past a bound, instead
     of waiting for a periodic full pass.
+
+    `slack`: how much later than `now` the evidence may really have been captured. The live controller
+    reads the API server's clock (0); a dump's capture time is known only from control-plane stamps
+    that trail it (`sources.dump`), so a claim that holds only while a window is open must hold up to
+    `now + slack` (`within_latest`). None: no upper bound is known at all.
     """
 
-    __slots__ = ("now", "recheck_at")
+    __slots__ = ("now", "slack", "recheck_at")
 
-    def __init__(self, now: datetime) -> None:
+    def __init__(self, now: datetime, slack: timedelta | None = timedelta(0)) -> None:
         self.now = now
+        self.slack = slack
         self.recheck_at: datetime | None = None
 
+    @property
+    def latest(self) -> datetime | None:
+        """The latest instant the evidence can have been captured at (None: unknown)."""
+        return None if self.slack is None else self.now + self.slack
+
+    @property
+    def horizon(self) -> datetime:
+        """Evidence stamped up to here can be real; later is skew or forgery (not known yet). With no
+        upper bound on the capture time, any stamp can be real (and no window can be shown open)."""
+        latest = self.latest
+        return latest if latest is not None else _END_OF_TIME
+
     def within(self, t: datetime, bound: timedelta) -> bool:
-        """`now - t <= bound`: evidence stamped `t` is still inside `bound`. While it is, `t + bound`
-        (after which it is not) is a deadline."""
+        """`now - bound <= t <= now + FUTURE_SKEW`: evidence stamped `t` is still inside `bound`, and
+        not from the future. While it is, `t + bound` (after which it is not) is a deadline. A stamp
+        past the skew allowance is untrusted (a year-9999 stamp is not "fresh forever")."""
+        if t > self.now + FUTURE_SKEW:
+            return False
+        end = t + bound  # no overflow: t is at most now + skew, and bounds are hours
+        if self.now > end:
+            return False
+        self.expires(end)
+        return True
+
+    def within_latest(self, t: datetime, bound: timedelta) -> bool:
+        """`latest - bound <= t`: still inside `bound` at the latest instant the evidence can have been
+        captured (so at every instant it can have been); never when that instant is unknown."""
+        latest = self.latest
+        if latest is None or t > latest + FUTURE_SKEW:
+            return False
+        end = t + bound
+        if latest > end:
+            return False
+        self.expires(end - (self.slack or timedelta(0)))
+        return True
+
+    def recent(self, t: datetime, bound: timedelta) -> bool:
+        """`now - bound <= t`, a stamp in the future included: for problems (a restart), which count
+        as recent when in doubt."""
         try:
             end = t + bound
-        except OverflowError:  # stamped near the end of time (forged): inside any bound, forever
+        except OverflowError:
             return True
         if self.now > end:
             return False
@@ -37,9 +84,9 @@ class Clock:
         return True
 
     def reached(self, t: datetime) -> bool:
-        """`t <= now`: evidence stamped `t` (ahead of this clock: skew) is known by now. While it is
+        """`t <= horizon`: evidence stamped `t` (ahead of this clock: skew) is known by now. While it is
         not, `t` is a deadline."""
-        if t <= self.now:
+        if t <= self.horizon:
             return True
         self.expires(t)
         return False

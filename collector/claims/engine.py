@@ -6,7 +6,8 @@ lets `explain --from-dump` and the live controller agree.
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
@@ -14,11 +15,12 @@ from collector.claims.common import Clock, Freshness, human_age, latest
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
+from collector.claims.lineage import Lineage, lineages, replaced_pods
 from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
 from collector.claims.progressing import progressing_claim
-from collector.correlate import RunEvidence
+from collector.correlate import Key, RunEvidence
 from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
     AdmissionCheckFacts,
@@ -102,10 +104,16 @@ def _root_assertion(ev: RunEvidence, fresh: Freshness) -> Assertion:
     return a
 
 
-def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
+def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
+             slack: timedelta | None = timedelta(0)) -> RunClaims:
     """The run's claims at `now`. `recheck_at` on the result is the earliest later instant at which
-    they could change with no new evidence (a bound passed, a window closed); None: never."""
-    clock = Clock(now)
+    they could change with no new evidence (a bound passed, a window closed); None: never.
+
+    `slack`: the evidence may have been captured up to this much after `now` (a dump's capture time
+    is bounded by control-plane stamps, `sources.dump.CaptureClock`); None: no upper bound known."""
+    clock = Clock(now, slack)
+    if ev.taurun is not None and isinstance(ev.taurun.facts, TauRunFacts):
+        s = s.for_profile(ev.taurun.facts.profile)
     fresh = Freshness(ev.synced, clock, s.evidence_max_age)
     a = _root_assertion(ev, fresh)
     status_ev = Evidence(_root_plane(ev.root), str(ev.root.ref), a.source, a.value or None, ev.root.newest)
@@ -118,9 +126,12 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
     fresh_signals = [sig for sig in ev.signals if clock.within(sig.read_at, s.evidence_max_age)]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
-    rate = [sig for sig in fresh_signals if not sig.durable]
+    # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
+    helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers}
+    rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers]
     durable = [sig for sig in fresh_signals if sig.durable]
-    view = analyze(rate or durable, s, now, clock=clock) if fresh_signals else None
+    lineage = lineages(ev) if rate else None
+    view = analyze(rate or durable, s, now, clock=clock, lineage=lineage) if fresh_signals else None
     durable_view = analyze(durable, s, now, clock=clock) if durable and rate else None
     if worker and not live:
         why = (f"MultiKueue dispatched the run to worker cluster {worker}; its pods run there and are not"
@@ -129,7 +140,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings) -> RunClaims:
         running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
     else:
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
-        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, _advanced_at(view, clock))
+        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock))
     progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
@@ -263,25 +274,34 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 # --- running -------------------------------------------------------------------------------------
 
 
-def _advanced_at(view: ProgressView | None, clock: Clock) -> tuple[datetime, datetime] | None:
-    """(when the run's steps last moved past their high-water marks, when its evidence starts), if
-    that advance was inside the window.
+class Recovery:
+    """Whether a container that restarted (or a pod that replaced another) has recovered: its own
+    stream advanced past its pre-restart high-water mark since, inside the stall window. Only the
+    same rank's steps say so: another log that started earlier proves nothing about this one."""
 
-    Advances exclude replayed steps, so an advance after a restart, judged on evidence that starts
-    before the restart (the previous container log), means the run got past where it was before
-    the restart: the restart is recovered from, not a reason to call the run down.
-    """
-    if view is None or not view.advances or view.invalid is not None or view.nonfinite_since is not None:
-        return None
-    last = view.advances[-1].at
-    if view.observed_from is None or not clock.within(last, view.window):
-        return None
-    return last, view.observed_from
+    def __init__(self, view: ProgressView | None, lineage: Mapping[tuple[Key, str], Lineage] | None,
+                 clock: Clock) -> None:
+        ok = view is not None and view.invalid is None and view.nonfinite_since is None
+        self._last: dict[str, datetime] = {}
+        if ok and view is not None:
+            for v in view.streams:
+                if clock.within(v.last.at, v.window):
+                    self._last[v.last.stream] = v.last.at
+        self._lineage = lineage or {}
+
+    def since(self, pod: ObjectRecord, container: str, at: datetime) -> bool:
+        lin = self._lineage.get((pod.ref.key, container))
+        last = self._last.get(lin.stream if lin is not None else f"{pod.ref.name}/{container}")
+        return last is not None and last > at
+
+    def pod_since(self, pod: ObjectRecord, at: datetime) -> bool:
+        f = pod.facts
+        return isinstance(f, PodFacts) and any(self.since(pod, c.name, at) for c in f.containers if not c.init)
 
 
 def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
              scheduled: Claim, fresh: Freshness, clock: Clock, s: ClaimSettings,
-             recovery: tuple[datetime, datetime] | None = None) -> Claim:
+             recovery: Recovery | None = None) -> Claim:
     now = clock.now
     want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
@@ -312,6 +332,9 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 problems.append(f"RayCluster {cf.ready_workers}/{cf.desired_workers} workers ready")
     ready = 0
     restarts = 0
+    unseen: list[tuple[str, str]] = []  # (pod, node) on a node not in the evidence: health unknown
+    # Pods that replaced an earlier incarnation of their rank are restarts too (a new pod, not a count).
+    replaced = {p.ref.key: why for p, why in replaced_pods(ev)}
     for p in live:
         f = p.facts
         assert isinstance(f, PodFacts)
@@ -335,12 +358,12 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 since = latest((since, c.last_finished, c.state_since))
                 pod_ready = False
             elif (c.last_finished is not None and not c.init and c.state == "running" and pod_ready
-                  and recovery is not None and recovery[1] < c.last_finished < recovery[0]
-                  and clock.within(c.last_finished, s.restart_window)):
+                  and recovery is not None and recovery.since(p, c.name, c.last_finished)
+                  and clock.recent(c.last_finished, s.restart_window)):
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), f"containerStatuses[{c.name}].lastState",
                                          f"terminated: {c.last_reason} ({c.last_exit_code}); recovered: steps"
                                          " advanced past the pre-restart high-water mark since", c.last_finished))
-            elif c.last_finished is not None and not c.init and clock.within(c.last_finished, s.restart_window):
+            elif c.last_finished is not None and not c.init and clock.recent(c.last_finished, s.restart_window):
                 problems.append(f"pod {p.ref.name} container {c.name} restarted {human_age(now - c.last_finished)}"
                                 f" ago ({c.last_reason or 'exit'}"
                                 + (f" {c.last_exit_code}" if c.last_exit_code is not None else "") + ")")
@@ -363,6 +386,19 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
         for d in f.unhealthy_devices[:2]:
             problems.append(f"pod {p.ref.name} device unhealthy ({d})")
             pod_ready = False
+        replacement = replaced.get(p.ref.key)
+        if replacement and p.created is not None and pod_ready and clock.recent(p.created, s.restart_window):
+            if recovery is not None and recovery.pod_since(p, p.created):
+                evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "metadata.creationTimestamp",
+                                         f"replacement ({replacement}); recovered: steps advanced past the"
+                                         " pre-restart high-water mark since", p.created))
+            else:
+                problems.append(f"{replacement} {human_age(now - p.created)} ago")
+                evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "metadata.creationTimestamp",
+                                         f"replacement: {replacement}", p.created))
+                since = latest((since, p.created))
+        if pod_ready and f.node_name and not isinstance(nf, NodeFacts):
+            unseen.append((p.ref.name, f.node_name))
         if pod_ready:
             ready += 1
         else:
@@ -373,16 +409,27 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 problems.append(f"pod {p.ref.name} not Ready ({rc_.reason or rc_.status})")
             since = latest((since, rc_.last_transition if rc_ else None))
     of = str(want) if want is not None else "?"
+    n_replaced = sum(1 for p in live if p.ref.key in replaced)
+    counted = f"{restarts} restarts" + (f", {n_replaced} pod(s) replaced" if n_replaced else "")
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "status.conditions[Ready]",
-                             f"{ready}/{of} Running and Ready, {restarts} restarts", fresh.at("Pod")))
+                             f"{ready}/{of} Running and Ready, {counted}", fresh.at("Pod")))
     if scheduled.observed is Observed.UNKNOWN and not problems:
         return _claim(a.running, Observed.UNKNOWN, None, "scheduled is unknown: " + scheduled.reason,
                       evidence, status_ev)
+    if want is not None and ready >= want and not problems and scheduled.observed is Observed.TRUE and unseen:
+        # Absent evidence is not healthy evidence: a node nobody sees may be down with its pods' last
+        # status (Ready) still in place.
+        pod_name, node_name = unseen[0]
+        why = ("the evidence holds no Nodes" if not fresh.ok("Node") else f"node {node_name} is not in the evidence")
+        more = f" (+{len(unseen) - 1} more pods)" if len(unseen) > 1 else ""
+        return _claim(a.running, Observed.UNKNOWN, None,
+                      f"{ready}/{want} pods Running and Ready, but pod {pod_name} runs on {node_name}{more} and {why}: "
+                      "its health is unknown", evidence, status_ev)
     if want is not None and ready >= want and not problems and scheduled.observed is Observed.TRUE:
         ready_since = latest(c.last_transition for p in live for c in p.conditions if c.type == "Ready")
         return _claim(a.running, Observed.TRUE, ready_since,
-                      f"{ready}/{want} pods Running and Ready, {restarts} restarts"
-                      + (", none recent" if restarts else ""), evidence, status_ev)
+                      f"{ready}/{want} pods Running and Ready, {counted}"
+                      + (", none recent" if restarts or n_replaced else ""), evidence, status_ev)
     if not problems:
         problems.append(f"{ready}/{of} pods Running and Ready")
         if scheduled.observed is Observed.FALSE:

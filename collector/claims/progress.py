@@ -1,22 +1,29 @@
 """Progress analysis over parsed log samples: rate, replay and validity (DESIGN.md §3).
 
-High-water marks are kept per signal (one container's log, one Ray counter, one checkpoint
-listing): a rank whose log lags another's is not a replay, and a counter on another scale is not
-a restart. A replay is the same signal going back below its own high-water mark (the process
-restarted from an older checkpoint); it is not progress until it passes that mark again.
+High-water marks are kept per stream: one rank's container log across its pod incarnations
+(`claims.lineage`), one Ray counter, one checkpoint listing. A rank whose log lags another's is not
+a replay, and a counter on another scale is not a restart. A replay is a stream going back below
+its own high-water mark (the process started over from an older checkpoint: in place, in a new
+pod, or inside one process); it is not progress until it passes that mark again. A stream that
+started over where its mark cannot be seen (no pre-restart log, no other rank of its role to
+stand for it) is *blind*: its steps may be replays, so they prove nothing until a known mark is
+passed. Each stream is judged on its own step intervals (a helper's cadence never widens the
+trainer's window).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, human_age
-from collector.correlate import Signal
+from collector.claims.lineage import Lineage, Restart
+from collector.correlate import Key, Signal
 from collector.progress import ProgressSample
 from collector.progress.history import RECENT, compact
 from collector.settings import ClaimSettings
@@ -33,11 +40,12 @@ ZERO_LOSS_STREAK = 3  # this many consecutive losses of exactly 0.0: the loss is
 class Advance:
     at: datetime
     step: int | None  # None: activity with no step number (Hugging Face loss dicts)
-    source: str
+    source: str  # pod/container (or the signal) the sample was read from
     replay_from: datetime | None = None  # steps were being replayed from then until this advance
     # the log advanced continuously since its signal's sample before this one (a compacted stretch
     # of history, `ProgressSample.covers`): the gap to the advance before is progress, however long
     bridged: bool = False
+    stream: str = ""  # the high-water mark it passed is this stream's ("": its source's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +57,46 @@ class Invalid:
 
 
 @dataclass(frozen=True, slots=True)
+class Replaying:
+    """A stream below its own high-water mark since a restart, not past it yet."""
+
+    since: datetime  # its first replayed step
+    last: Advance  # its newest replayed step
+    mark: int  # the high-water mark it must pass
+    restart: Restart | None  # the restart it follows, when one is known (else: inside one log)
+
+
+@dataclass(frozen=True, slots=True)
+class Blind:
+    """Steps of a stream that started over where its pre-restart mark cannot be seen."""
+
+    restart: Restart
+    last: Advance  # its newest step since
+
+
+@dataclass(frozen=True, slots=True)
+class StreamView:
+    """One stream's last advance and its own stall window."""
+
+    last: Advance
+    window: timedelta
+    basis: str
+    median_step_s: float | None
+    mad_step_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressView:
     """What a run's progress signals say, before it becomes a claim."""
 
-    advances: tuple[Advance, ...]  # samples that moved their signal's high-water mark forward, by time
+    advances: tuple[Advance, ...]  # samples that moved their stream's high-water mark forward, by time
     undated: int  # samples with no timestamp (cannot be placed in time)
-    replayed: int  # samples below their signal's high-water mark (after a restart)
+    replayed: int  # samples below their stream's high-water mark (after a restart)
     skipped: int  # steps the trainer itself skipped (fp16 overflow)
     last_step: int | None
     last_loss: float | None
     nonfinite_since: Advance | None  # first sample of the current non-finite-loss streak
-    window: timedelta  # stall window adapted to this run's cadence
+    window: timedelta  # stall window of the current stream (`last`): its own cadence
     median_step_s: float | None
     mad_step_s: float | None
     window_basis: str = ""  # what the window was built from, for the reason
@@ -67,10 +104,15 @@ class ProgressView:
     observed_from: datetime | None = None  # the first timestamp any signal holds: evidence starts there
     skipped_since: Advance | None = None  # the first skipped step after the last real one (fp16 overflow)
     skipped_streak: int = 0  # skipped samples since the last real step
-    high_water: dict[str, int] | None = None  # per signal
+    high_water: dict[str, int] | None = None  # per stream
     # (skipped, of) over the last SKIP_RECENT step reports: most skipped is overflow, not training
     recent_skipped: tuple[int, int] = (0, 0)
     recent_skipped_since: datetime | None = None  # the oldest report of those
+    # The advance whose stream's window closes last (the run progresses while any stream's is open).
+    last: Advance | None = None
+    replaying: Replaying | None = None  # the newest stream replaying below its mark now
+    blind: Blind | None = None  # the newest stream whose steps since a restart prove nothing
+    streams: tuple[StreamView, ...] = ()
 
 
 def _samples(sig: Signal) -> list[ProgressSample]:
@@ -82,36 +124,72 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
+class _Marks:
+    """The running high-water mark of a role over time (from anchored advances): when one of its
+    ranks starts over with its own mark out of view, the role's before that instant stands for it
+    (ranks of a job restart together and replay from one checkpoint)."""
+
+    __slots__ = ("at", "high")
+
+    def __init__(self) -> None:
+        self.at: list[datetime] = []
+        self.high: list[int] = []
+
+    def add(self, at: datetime, step: int) -> None:
+        self.at.append(at)
+        self.high.append(max(step, self.high[-1]) if self.high else step)
+
+    def before(self, t: datetime) -> int | None:
+        i = bisect.bisect_left(self.at, t)
+        return self.high[i - 1] if i else None
+
+
 def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None, *,
-            clock: Clock | None = None) -> ProgressView:
-    """Advances, replays, validity and the stall window; samples stamped after `now` are not known yet
-    (`clock`, when given, is the `now` and notes when the first of them will be)."""
-    if clock is not None:
-        now = clock.now
-    events: list[tuple[datetime, int, ProgressSample, str]] = []
+            clock: Clock | None = None, lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> ProgressView:
+    """Advances, replays, validity and the stall windows; samples stamped after `now` are not known yet
+    (`clock`, when given, is the `now` and notes when the first of them will be). `lineage`: which
+    stream each pod signal continues, and where it started over (`claims.lineage.lineages`)."""
+    # Samples stamped past the horizon are not known yet (skew) or forged; a dump's capture time may
+    # trail its newest real stamps by the clock's slack, so the horizon is the latest capture instant.
+    horizon = clock.horizon if clock is not None else now
+    # (at, order, sample or restart, source, stream, role): restarts sort after samples of their instant
+    events: list[tuple[datetime, int, ProgressSample | Restart, str, str, str]] = []
     undated = 0
     observed_from: datetime | None = None
+    n = 0
     for sig in signals:
         src = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
+        lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
+        stream, role = (lin.stream, lin.role) if lin is not None else (src, "")
         first = sig.scan.first_at
         for smp in _samples(sig):
             if smp.at is None:
                 undated += 1
-            elif now is None or smp.at <= now:
-                events.append((smp.at, len(events), smp, src))
+            elif horizon is None or smp.at <= horizon:
+                events.append((smp.at, 2 * n, smp, src, stream, role))
+                n += 1
                 first = smp.at if first is None else min(first, smp.at)
             elif clock is not None:
                 clock.expires(smp.at)  # stamped ahead of the clock (skew): it counts once reached
-        if first is not None and (now is None or first <= now):
+        if first is not None and (horizon is None or first <= horizon):
             observed_from = first if observed_from is None else min(observed_from, first)
         elif first is not None and clock is not None:
             clock.expires(first)
-    events.sort(key=lambda x: (x[0], x[1]))
+        for r in lin.restarts if lin is not None else ():
+            if horizon is None or r.at <= horizon:
+                events.append((r.at, 2 * n + 1, r, src, stream, role))
+                n += 1
+    events.sort(key=lambda x: (x[0], x[1] & 1, x[1]))
     advances: list[Advance] = []
     high: dict[str, int] = {}
+    marks: dict[str, _Marks] = {}
     last_seen: dict[str, datetime] = {}  # stepless signals: the last activity
     replay_from: dict[str, datetime] = {}
-    intervals: list[tuple[datetime, float, int]] = []  # (end, seconds, steps) per signal, by time
+    replay_last: dict[str, Advance] = {}
+    restart_of: dict[str, Restart] = {}  # the restart a stream's current replay follows
+    blind: dict[str, Restart] = {}  # streams that started over with no mark in view
+    blind_last: dict[str, Advance] = {}
+    intervals: dict[str, list[tuple[datetime, float, int]]] = {}  # (end, seconds, steps) per stream
     prev_adv: dict[str, Advance] = {}
     replayed = skipped = 0
     last_loss: float | None = None
@@ -122,20 +200,32 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     skipped_since: Advance | None = None
     skipped_streak = 0
     recent: deque[tuple[bool, datetime]] = deque(maxlen=SKIP_RECENT)
-    for at, _, smp, src in events:
+    for at, _, item, src, stream, role in events:
+        if isinstance(item, Restart):
+            mark = high.get(stream)
+            if mark is None and role in marks:
+                mark = marks[role].before(item.at)
+            if mark is None:
+                blind[stream] = item
+            else:
+                high[stream] = mark
+                blind.pop(stream, None)
+                restart_of[stream] = item
+            continue
+        smp = item
         n = smp.covers  # samples this one stands for (compacted history: all of its kind)
-        if smp.step is not None and (smp.skipped or src not in high or smp.step > high[src]):
+        if smp.step is not None and (smp.skipped or stream not in high or smp.step > high[stream]):
             recent.extend([(smp.skipped, at)] * min(n, SKIP_RECENT))
         if smp.skipped:
             skipped += n
-            skipped_since = skipped_since or Advance(at, smp.step, src)
+            skipped_since = skipped_since or Advance(at, smp.step, src, stream=stream)
             skipped_streak += n
             continue
         adv: Advance | None = None  # built when first needed (most samples need one, not two)
         if smp.loss is not None:
             last_loss = smp.loss
             if not math.isfinite(smp.loss):
-                adv = Advance(at, smp.step, src, bridged=n > 1)
+                adv = Advance(at, smp.step, src, bridged=n > 1, stream=stream)
                 bad_since = bad_since or adv
                 invalid = invalid if invalid is not None and invalid.why.startswith("loss is") else \
                     Invalid(adv, f"loss is {smp.loss}")
@@ -143,7 +233,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             elif smp.loss == 0.0:
                 bad_since = None
                 if zero_since is None:
-                    zero_since = adv = Advance(at, smp.step, src, bridged=n > 1)
+                    zero_since = adv = Advance(at, smp.step, src, bridged=n > 1, stream=stream)
                 zero_count += n
                 if zero_count >= ZERO_LOSS_STREAK and (invalid is None or invalid.since != zero_since):
                     invalid = Invalid(zero_since, "loss stuck at exactly 0.0")
@@ -151,36 +241,56 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
                 bad_since = None
                 invalid = None
                 zero_since, zero_count = None, 0
+        if stream in blind:
+            # Started over with no mark in view: replay or progress, nobody can tell.
+            blind_last[stream] = Advance(at, smp.step, src, stream=stream)
+            continue
         if smp.step is None:
-            if src in last_seen and at <= last_seen[src]:
+            if stream in last_seen and at <= last_seen[stream]:
                 continue
-            last_seen[src] = at
-            adv = adv or Advance(at, None, src, bridged=n > 1)
+            last_seen[stream] = at
+            adv = adv or Advance(at, None, src, bridged=n > 1, stream=stream)
         else:
-            h = high.get(src)
+            h = high.get(stream)
             if h is not None and smp.step <= h:
-                # The same step redrawn, or this signal went back: a restart replaying from an older
+                # The same step redrawn, or this stream went back: a restart replaying from an older
                 # checkpoint. Not progress until it passes its own high-water mark.
                 if smp.step < h:
                     replayed += n
-                    replay_from.setdefault(src, at)
+                    replay_from.setdefault(stream, at)
+                    replay_last[stream] = Advance(at, smp.step, src, stream=stream)
                 continue
-            high[src] = smp.step
-            adv = Advance(at, smp.step, src, replay_from.pop(src, None), n > 1)
+            high[stream] = smp.step
+            if role:
+                marks.setdefault(role, _Marks()).add(at, smp.step)
+            replay_last.pop(stream, None)
+            restart_of.pop(stream, None)
+            adv = Advance(at, smp.step, src, replay_from.pop(stream, None), n > 1, stream)
         if smp.loss is not None and not math.isfinite(smp.loss):
             continue
-        before = prev_adv.get(src)
+        before = prev_adv.get(stream)
         if before is not None and adv.replay_from is None and not adv.bridged:
             # (a bridged gap spans a compacted stretch: not one step interval)
             steps = (adv.step - before.step) if adv.step is not None and before.step is not None else 0
-            intervals.append((at, (at - before.at).total_seconds(), steps))
-        prev_adv[src] = adv
+            intervals.setdefault(stream, []).append((at, (at - before.at).total_seconds(), steps))
+        prev_adv[stream] = adv
         advances.append(adv)
         skipped_since, skipped_streak = None, 0
-    window, basis = _window(intervals, s)
-    step_times = [secs / steps for _, secs, steps in intervals[-RECENT_INTERVALS:] if steps > 0]
-    median = statistics.median(step_times) if step_times else None
-    mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
+    streams = []
+    for stream, last in prev_adv.items():
+        ivs = intervals.get(stream, [])
+        window, basis = _window(ivs, s)
+        step_times = [secs / k for _, secs, k in ivs[-RECENT_INTERVALS:] if k > 0]
+        median = statistics.median(step_times) if step_times else None
+        mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
+        streams.append(StreamView(last, window, basis, median, mad))
+    # The run's current stream: the one whose window closes last (ties: the newest advance).
+    current = max(streams, key=lambda v: (v.last.at + v.window, v.last.at), default=None)
+    replaying = max((Replaying(replay_from[k], a, high[k], restart_of.get(k)) for k, a in replay_last.items()
+                     if k in replay_from), key=lambda r: r.last.at, default=None)
+    blind_view = max((Blind(blind[k], a) for k, a in blind_last.items() if k in blind),
+                     key=lambda b: b.last.at, default=None)
+    floor_window, floor_basis = _window([], s)
     return ProgressView(
         advances=tuple(advances),
         undated=undated,
@@ -189,10 +299,10 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         last_step=max(high.values()) if high else None,
         last_loss=last_loss,
         nonfinite_since=bad_since,
-        window=window,
-        median_step_s=median,
-        mad_step_s=mad,
-        window_basis=basis,
+        window=current.window if current else floor_window,
+        median_step_s=current.median_step_s if current else None,
+        mad_step_s=current.mad_step_s if current else None,
+        window_basis=current.basis if current else floor_basis,
         invalid=invalid,
         observed_from=observed_from,
         high_water=high,
@@ -200,7 +310,16 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         skipped_streak=skipped_streak,
         recent_skipped=(sum(1 for sk, _ in recent if sk), len(recent)),
         recent_skipped_since=recent[0][1] if recent else None,
+        last=current.last if current else None,
+        replaying=replaying,
+        blind=blind_view,
+        streams=tuple(streams),
     )
+
+
+def window_of(view: ProgressView, stream: str, s: ClaimSettings) -> timedelta:
+    """The stall window of one stream (the floor when it has not advanced yet: no cadence of its own)."""
+    return next((v.window for v in view.streams if v.last.stream == stream), None) or _window([], s)[0]
 
 
 COMPACT_SLACK = 16  # samples past RECENT a history may hold before it is compacted again
@@ -277,6 +396,13 @@ def _window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> t
     scaled = timedelta(seconds=s.stall_multiplier * est)
     if scaled < s.stall_floor:
         return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
+    # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped.
+    by_cadence = s.stall_ceiling_multiplier * med  # seconds; infinite where a profile sets the ceiling itself
+    ceiling = max(s.stall_floor, s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
+                  else timedelta(seconds=by_cadence))
+    if scaled > ceiling:
+        return ceiling + s.scrape_interval, (f"ceiling {human_age(ceiling)} ({s.stall_multiplier:g} × "
+                                             f"{human_age(timedelta(seconds=est))} from {what} is wider)")
     return scaled + s.scrape_interval, f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}"
 
 

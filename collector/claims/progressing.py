@@ -13,7 +13,7 @@ from collector.claims.asserted import Assertion
 from collector.claims.common import Clock, human_age
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
-from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView
+from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView, window_of
 from collector.correlate import RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane
 from collector.progress import HangFinding, XidFinding
@@ -54,7 +54,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         durability = f"; last checkpoint step {_step(ck.step)} {human_age(now - ck.at)} ago"
     window = f"window {human_age(view.window)}: {view.window_basis}" if view.window_basis else \
         f"window {human_age(view.window)}"
-    last = view.advances[-1] if view.advances else None
+    last = view.last
     after = _findings_after(fresh_signals, last, clock)
     hangs = [(sig, h) for sig, h in after if h.kind in HANG_NOW]
     suspects = _suspects(after) if hangs else []
@@ -68,6 +68,9 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             return _claim(a.progressing, Observed.FALSE, since,
                           f"HUNG: {_hang_text(hangs)}; no progress line after it{_suspect_text(suspects)}",
                           evidence, status_ev, "hung")
+        restarted = _after_restart(view, clock, s, a, status_ev, evidence, None)
+        if restarted is not None:
+            return restarted
         if view.skipped_streak >= SKIPPED_STREAK and view.skipped_since is not None:
             return _claim(a.progressing, Observed.FALSE, view.skipped_since.at,
                           f"only skipped steps since {_hm(view.skipped_since.at)} ({view.skipped_streak} reports, "
@@ -108,7 +111,13 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     what = f"step {_step(last.step)}" if last.step is not None else "activity (loss dict, no step number)"
     # A collective that timed out after the last step is a hang now, even inside the window: the
     # STALLED reason below names it.
-    in_window = clock.within(last.at, view.window)  # the stall window closes at last.at + window
+    # The stall window closes at last.at + window. A dump's capture instant is known only to lie in
+    # [now, now + slack]: inside the window at its start is not stalled; true needs it at its end too.
+    in_window = clock.recent(last.at, view.window)
+    if in_window and not hangs and not clock.within_latest(last.at, view.window):
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"{what} at {_hm(last.at)}, inside its {window}; {_uncertain(clock)}: the window may"
+                      " have closed by then", evidence, status_ev)
     if in_window and not hangs and running.observed is not Observed.TRUE:
         # Progress implies running; with running unknown, claim no more than it.
         return _claim(a.progressing, Observed.UNKNOWN, None,
@@ -123,6 +132,10 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         return _claim(a.progressing, Observed.TRUE, _streak_start(view),
                       f"{what} at {_hm(last.at)} ({human_age(age)} ago){rate}{slow}; {window}{durability}",
                       evidence, status_ev)
+    if not hangs:
+        restarted = _after_restart(view, clock, s, a, status_ev, evidence, last)
+        if restarted is not None:
+            return restarted
     reason = f"STALLED {human_age(age)}: last {what} at {_hm(last.at)} ({window}){skipped}{durability}"
     if after:
         reason += f"; {_hang_text(after)}"
@@ -148,6 +161,43 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         elif util <= GPU_IDLE:
             reason += f"; GPUs idle ({util:.0f}%{watts})"
     return _claim(a.progressing, Observed.FALSE, last.at, reason, evidence, status_ev, "stalled")
+
+
+def _after_restart(view: ProgressView, clock: Clock, s: ClaimSettings, a: Assertion, status_ev: Evidence,
+                   evidence: list[Evidence], last: Advance | None) -> Claim | None:
+    """The claim when the newest steps inside their window came after a restart and have not passed the
+    pre-restart mark: unknown where that mark is out of view (blind), replaying where it is below it.
+    None: no such steps (the run is stalled, or progressing on another stream)."""
+    blind, replay = view.blind, view.replaying
+    if blind is not None and (last is None or blind.last.at > last.at) \
+            and clock.recent(blind.last.at, window_of(view, blind.last.stream, s)):
+        b = blind.last
+        evidence.append(Evidence(Plane.LOGS, b.source, "unverified_step", b.step, b.at))
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"{'step ' + _step(b.step) if b.step is not None else 'activity'} at {_hm(b.at)} in {b.source},"
+                      f" but {blind.restart.why} at {_hm(blind.restart.at)} and its steps before then are not in view:"
+                      " they may be replays of steps it had made; unknown until a step passes a known mark (its"
+                      " previous log: kubectl logs --previous, or the replaced pod's)", evidence, status_ev)
+    if replay is not None and (last is None or replay.last.at > last.at) \
+            and clock.recent(replay.last.at, window_of(view, replay.last.stream, s)):
+        r = replay.last
+        why = (f"before {replay.restart.why} at {_hm(replay.restart.at)}" if replay.restart is not None
+               else "before its step went back inside the same log (an in-process restart)")
+        evidence.append(Evidence(Plane.LOGS, r.source, "replaying_below", replay.mark, r.at))
+        return _claim(a.progressing, Observed.FALSE, replay.since,
+                      f"REPLAYING since {_hm(replay.since)}: step {_step(r.step)} at {_hm(r.at)} in {r.source} is "
+                      f"below the high-water mark {_step(replay.mark)} it reached {why}; replayed steps are not "
+                      "progress", evidence, status_ev, "replaying")
+    return None
+
+
+def _uncertain(clock: Clock) -> str:
+    """Why the capture instant is not known precisely enough (a dump's clock)."""
+    if clock.slack is None:
+        return ("but no control-plane stamp bounds the dump's capture time (node heartbeats, node Leases; pass"
+                " --at or add the node Leases)")
+    return (f"but the dump was captured between {_hm(clock.now)} and {_hm(clock.now + clock.slack)} (known only"
+            f" to within {human_age(clock.slack)})")
 
 
 def _xids_after(signals: list[Signal], last: Advance) -> list[tuple[Signal, XidFinding]]:
@@ -249,14 +299,14 @@ def _streak_start(view: ProgressView) -> datetime:
 def _progress_evidence(ev: RunEvidence, signals: list[Signal], view: ProgressView,
                        read_at: datetime) -> list[Evidence]:
     out = []
-    if view.advances:
-        last = view.advances[-1]
+    if view.last is not None:
+        last = view.last
         # null when the last progress is activity without a step number (HF loss dicts)
         out.append(Evidence(Plane.LOGS, last.source, "last_step", last.step, last.at))
     if view.last_loss is not None:
-        out.append(Evidence(Plane.LOGS, view.advances[-1].source if view.advances else "", "last_loss",
+        out.append(Evidence(Plane.LOGS, view.last.source if view.last else "", "last_loss",
                             view.last_loss if view.last_loss == view.last_loss and abs(view.last_loss) != float("inf")
-                            else str(view.last_loss), view.advances[-1].at if view.advances else None))
+                            else str(view.last_loss), view.last.at if view.last else None))
     if view.replayed:
         out.append(Evidence(Plane.LOGS, str(ev.root.ref), "replayed_steps", view.replayed, read_at))
     if view.skipped:

@@ -47,6 +47,7 @@ class _Meta(TypedDict, total=False):
 
 
 class _ContainerSpec(TypedDict, total=False):
+    name: Any  # a container without GPUs beside one with them is a helper (PodFacts.helpers)
     resources: Any
 
 

@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
+from collector.claims.common import FUTURE_SKEW
 from collector.correlate import Signal, build_index
-from collector.kube import MalformedObject, normalize
-from collector.model import ObjectRecord, Ref, TauRunFacts
+from collector.kube import MalformedObject, normalize, parse_time
+from collector.model import EventFacts, NodeFacts, ObjectRecord, PodFacts, Ref, TauRunFacts
 from collector.progress import LogScan, scan_text
 from collector.safeload import MAX_OBJECT_BYTES, UnsafeInput, check_size, json_loads, yaml_documents
 from collector.settings import TauGridContract
@@ -36,11 +37,44 @@ LOG_NAMES = ("logs.txt",)
 ENVIRONMENT_KINDS = ("CustomResourceDefinition", "Deployment")
 _BANNER = re.compile(r"^==== (START|END) logs for container (\S+) of pod (\S+)/(\S+) ====$")
 MAX_LOG_BYTES = 64 << 20  # read at most the tail this big of one log file
-# Content timestamps later than the capture time plus this are forged or from a skewed clock.
-CLOCK_SKEW = timedelta(minutes=5)
+# Content timestamps later than the capture bound plus this are forged or from a skewed clock.
+CLOCK_SKEW = FUTURE_SKEW
 # The newest timestamp of a dump, this far ahead of every other source, is one forged value: a real
-# dump's node heartbeats and kubelet events keep its sources within minutes of each other.
+# dump's node heartbeats and kubelet events keep its sources within minutes of each other. (Only
+# where no periodic stamp bounds the capture time.)
 OUTLIER_GAP = timedelta(hours=1)
+# How often a live kubelet refreshes what bounds the capture time from above: its node Lease (renewed
+# every 10 s; `leaseDurationSeconds` when the Lease says) and its node status heartbeat (posted at least
+# every nodeStatusReportFrequency, 5 min, when nothing changed; a minute of margin).
+NODE_LEASE_PERIOD = timedelta(seconds=40)
+NODE_HEARTBEAT_PERIOD = timedelta(minutes=6)
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+CLOCK_EXAMPLES = 3  # ignored stamps named in the one clock warning
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureClock:
+    """When a dump was captured, from control-plane stamps (DESIGN.md §8).
+
+    `at` is the newest trustworthy control-plane stamp (node heartbeats and Leases, Event times, the
+    kubelet's pod status, creation times): the capture cannot be earlier. `slack`: it cannot be later
+    than `at + slack`, because live kubelets renew their node Lease and heartbeat periodically (None:
+    nothing periodic bounds it). Tenant-written lines (logs, custom resources' status) and future
+    deadlines (`deletionTimestamp`) never count.
+    """
+
+    at: datetime | None
+    slack: timedelta | None
+    basis: str
+
+    def taken(self, at: datetime | None = None) -> datetime | None:
+        """When the sources count as read: the capture time, or, for an evaluation `--at` a given
+        instant, the latest capture time consistent with both (the user knows when they took it;
+        the stamps still say it was not later than their bound)."""
+        if at is None or self.at is None:
+            return self.at or at
+        latest = at if self.slack is None else min(at, self.at + self.slack)
+        return max(self.at, latest)
 
 
 @dataclass(slots=True)
@@ -66,63 +100,130 @@ class Dump:
     # CustomResourceDefinitions and Deployments the dump holds.
     version: dict[str, Any] | None = None
     environment_objects: list[dict[str, Any]] = field(default_factory=list)
-    _clock: tuple[datetime | None, datetime | None] | None = None
+    leases: list[tuple[str, datetime, timedelta]] = field(default_factory=list)  # node Leases: holder, renew, period
+    listed: set[str] = field(default_factory=set)  # kinds read as a typed List (NodeList, PodList): even if empty
+    _clock: CaptureClock | None = None
     _clock_for: datetime | None = None
-
-    def captured_at(self, captured: datetime | None = None) -> datetime | None:
-        """When the snapshot was taken: files cannot be older than what they hold."""
-        return self._times(captured)[0]
 
     @property
     def skipped(self) -> bool:
         return any(p.skipped for p in self.problems)
 
-    def newest(self, captured: datetime | None = None) -> datetime | None:
-        """The default evaluation clock: the newest trustworthy timestamp in the dump."""
-        return self._times(captured)[1]
+    def snapshot_kinds(self) -> set[str]:
+        """The kinds this snapshot holds: those read as a typed List (an empty NodeList says "no
+        nodes"), and any kind it has an object of. A kind not in it was not captured: its source is
+        not synced, and claims that need it are unknown (a dump without Nodes has no node health)."""
+        return self.listed | {r.ref.kind for r in self.records}
 
-    def _times(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:
-        if self._clock is None or self._clock_for != captured:  # judged once: its warnings are added once
+    def clock(self, captured: datetime | None = None) -> CaptureClock:
+        """The capture clock (`captured`: the user says when it was taken). Judged once: its warnings
+        are added once."""
+        if self._clock is None or self._clock_for != captured:
             self._clock, self._clock_for = self._judge(captured), captured
         return self._clock
 
-    def _judge(self, captured: datetime | None) -> tuple[datetime | None, datetime | None]:
-        """(capture time, evaluation clock), warning about the timestamps they leave out.
-
-        A timestamp past the capture time (`captured`, else the newest file time) plus
-        CLOCK_SKEW is ignored. Of the rest, the newest must be corroborated: when it stands more
-        than OUTLIER_GAP ahead of every other source's, it is one forged or skewed value and
-        is left out of the clock (only one: two agreeing sources are evidence).
-        """
-        stamps: list[tuple[datetime, str]] = [(r.newest, f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}")
-                                              for r in self.records if r.newest is not None]
-        for (_, _, scan), rel in zip(self.logs, self.log_paths, strict=False):
-            times = [x.at for x in scan.samples if x.at is not None]
-            times.extend(h.at for h in scan.hangs if h.at is not None)
-            t = max(times, default=None)
+    def _stamps(self) -> list[tuple[datetime, str]]:
+        """Control-plane stamps: what the API server, kubelets and controllers wrote, never a log
+        line, a custom resource's status (tenants may write it) or a deadline."""
+        out: list[tuple[datetime, str]] = []
+        for r in self.records:
+            what = f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}" if r.ref.namespace else f"{r.ref.kind} {r.ref.name}"
+            times: list[datetime | None] = [r.created]
+            f = r.facts
+            if isinstance(f, NodeFacts):
+                times += [f.heartbeat, f.ready_since]
+            elif isinstance(f, EventFacts):
+                times += [f.first, f.last]
+            elif isinstance(f, PodFacts):
+                times.append(f.start_time)
+                times += [c.last_transition for c in r.conditions]
+                for c in f.containers:
+                    times += [c.state_since, c.last_finished]
+            t = max((x for x in times if x is not None), default=None)
             if t is not None:
-                stamps.append((t, f"log {rel}"))
-        bound_base = captured or self.written
+                out.append((t, what))
+        out += [(renew, f"Lease {NODE_LEASE_NAMESPACE}/{holder}") for holder, renew, _ in self.leases]
+        return out
+
+    def _upper(self) -> tuple[datetime | None, str]:
+        """The latest the capture can be: the newest node Lease renewal or heartbeat of a Ready node,
+        plus how often a live kubelet refreshes it."""
+        ready = {r.ref.name for r in self.records if isinstance(r.facts, NodeFacts) and r.facts.ready == "True"}
+        nodes = any(isinstance(r.facts, NodeFacts) for r in self.records)
+        bounds: list[tuple[datetime, str]] = []
+        leases = [(renew + period, holder, renew) for holder, renew, period in self.leases
+                  if not nodes or holder in ready]
+        if leases:
+            t, holder, renew = max(leases)
+            bounds.append((t, f"node Lease of {holder} renewed {renew.isoformat()}"))
+        beats = [(r.facts.heartbeat, r.ref.name) for r in self.records
+                 if isinstance(r.facts, NodeFacts) and r.facts.heartbeat is not None and r.ref.name in ready]
+        if beats:
+            t, node = max(beats)
+            bounds.append((t + NODE_HEARTBEAT_PERIOD, f"node {node} heartbeat {t.isoformat()}"))
+        if not bounds:
+            return None, ""
+        return min(bounds)
+
+    def _judge(self, captured: datetime | None) -> CaptureClock:
+        """The capture clock, warning (once, summarised) about the stamps it leaves out.
+
+        A stamp later than the upper bound (or, with none, the newest file time) plus CLOCK_SKEW is
+        ignored. With no upper bound, the newest stamp must also be corroborated: when it stands more
+        than OUTLIER_GAP ahead of every other one, it is one forged or skewed value and is left out
+        (only one: two agreeing sources are evidence).
+        """
+        stamps = self._stamps()
+        upper: datetime | None
+        if captured is not None:
+            upper, upper_basis = captured, "--captured-at"
+        else:
+            upper, upper_basis = self._upper()
+        bound_base = upper if upper is not None else self.written
+        late: list[tuple[datetime, str]] = []
         if bound_base is not None:
             bound = bound_base + CLOCK_SKEW
-            late = [(t, w) for t, w in stamps if t > bound]
-            for t, w in late[:20]:
-                self.problems.append(Problem(w, f"timestamp {t.isoformat()} is later than the capture time "
-                                                f"{bound_base.isoformat()}; ignored for the clock", False))
-            stamps = [(t, w) for t, w in stamps if t <= bound]
+            late = [x for x in stamps if x[0] > bound]
+            stamps = [x for x in stamps if x[0] <= bound]
+            # Log lines never set the clock (tenants write them), but one stamped past the bound is
+            # named with the rest: its steps are not read as progress.
+            late += [(t, f"log {rel}") for (_, _, scan), rel in zip(self.logs, self.log_paths, strict=False)
+                     if (t := _newest_line(scan)) is not None and t > bound]
+            late.sort(reverse=True)
         stamps.sort(reverse=True)
-        if len(stamps) >= 2 and stamps[0][0] - stamps[1][0] > OUTLIER_GAP:
+        if upper is None and len(stamps) >= 2 and stamps[0][0] - stamps[1][0] > OUTLIER_GAP:
             (t, w), (t2, w2) = stamps[0], stamps[1]
             self.problems.append(Problem(w, f"timestamp {t.isoformat()} stands alone, {t - t2} ahead of every "
                                             f"other source (next: {w2} at {t2.isoformat()}); ignored for the clock",
                                          False))
             stamps.pop(0)
-        newest = stamps[0][0] if stamps else None
-        taken = captured or max((t for t in (self.written, newest) if t is not None), default=None)
-        return taken, newest
+        if late:
+            named = "; ".join(f"{w} at {t.isoformat()}" for t, w in late[:CLOCK_EXAMPLES])
+            more = f" and {len(late) - CLOCK_EXAMPLES} more" if len(late) > CLOCK_EXAMPLES else ""
+            what = (f"the capture bound ({upper_basis})" if upper is not None
+                    else f"the capture time {bound_base.isoformat() if bound_base else ''} (file times)")
+            self.problems.append(Problem(late[0][1], f"{len(late)} timestamp(s) later than {what}; ignored for "
+                                                     f"the clock: {named}{more}", False))
+        if captured is not None:
+            return CaptureClock(captured, timedelta(0), "--captured-at")
+        at = stamps[0][0] if stamps else None
+        if at is None:
+            return CaptureClock(None, None, "no control-plane timestamp in the dump")
+        if upper is None:
+            self.problems.append(Problem(str(self.root.name), "no node Lease or heartbeat of a Ready node bounds the "
+                                         "capture time: claims that need a recent step are unknown (add node Leases: "
+                                         "kubectl get leases -n kube-node-lease -o json, or pass --at)", False))
+            return CaptureClock(at, None, f"newest stamp: {stamps[0][1]}")
+        return CaptureClock(at, max(upper, at) - at, f"newest stamp: {stamps[0][1]}; at most {upper_basis}")
 
     def signals(self, read_at: datetime) -> list[Signal]:
         return [Signal(ref=ref, source=c, scan=scan, read_at=read_at) for ref, c, scan in self.logs]
+
+
+def _newest_line(scan: LogScan) -> datetime | None:
+    times = [x.at for x in scan.samples if x.at is not None]
+    times += [h.at for h in scan.hangs if h.at is not None]
+    return max(times, default=None)
 
 
 def load_dump(root: Path, contract: TauGridContract | None = None, *,
@@ -240,6 +341,9 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
             if isinstance(obj, dict) and obj.get("kind") in ENVIRONMENT_KINDS:
                 dump.environment_objects.append(obj)
                 continue
+            if isinstance(obj, dict) and obj.get("kind") == "Lease":
+                _node_lease(dump, obj, item_where)
+                continue
             try:
                 n = normalize(obj, contract, where=item_where)
             except MalformedObject as e:
@@ -248,6 +352,25 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
             dump.problems.extend(Problem(rel, p, False) for p in n.problems)
             if n.record is not None:
                 dump.records.append(n.record)
+
+
+def _node_lease(dump: Dump, obj: dict[str, Any], where: str) -> None:
+    """A kubelet's node Lease (kube-node-lease): its renewals bound the capture time. Other Leases
+    (leader election, a tenant's own) say nothing about it."""
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict) or meta.get("namespace") != NODE_LEASE_NAMESPACE:
+        return
+    try:
+        renew = parse_time(spec.get("renewTime"))
+    except ValueError:
+        dump.problems.append(Problem(where, f"Lease spec.renewTime {spec.get('renewTime')!r} is unreadable", False))
+        return
+    holder = spec.get("holderIdentity") or meta.get("name")
+    duration = spec.get("leaseDurationSeconds")
+    if renew is None or not isinstance(holder, str):
+        return
+    period = timedelta(seconds=duration) if type(duration) is int and 0 < duration <= 3600 else NODE_LEASE_PERIOD
+    dump.leases.append((holder, renew, period))
 
 
 def _documents(dump: Dump, data: bytes, rel: str, suffix: str) -> Iterator[tuple[str, Any]]:
@@ -310,6 +433,8 @@ def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
     kind = doc.get("kind")
     if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
         item_kind = kind[: -len("List")] if kind != "List" else None
+        if item_kind:
+            dump.listed.add(item_kind)
         api_version = doc.get("apiVersion")
         for j, item in enumerate(doc["items"]):
             # The API omits kind/apiVersion on list items; kubectl's dump keeps them omitted.

@@ -144,8 +144,8 @@ def stall_cause(rc: RunClaims) -> str:
         return "gpus-idle"
     if p.cause == "invalid-steps":  # a loss that is NaN, infinite, or stuck at exactly 0.0
         return "invalid-loss"
-    if p.cause == "skipped-steps":
-        return "skipped-steps"
+    if p.cause in ("skipped-steps", "replaying"):  # replaying: below the pre-restart mark, not past it yet
+        return p.cause
     if p.cause in ("not-running", "finished"):  # running false always makes progressing one of these
         return "not-running"
     return "no-progress"

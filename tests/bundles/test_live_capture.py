@@ -205,6 +205,10 @@ def test_pod_deleted_outright_is_captured_from_history(sim: Simulator, tmp_path:
     ensure_namespaces(sim, NS)
     for o in objects(workers=2):
         sim.apply(server_side(o))
+    for i in range(2):  # the pods' nodes, Ready (a pod on a node nobody sees is not known to run)
+        sim.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-node-{i}"},
+                   "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                          "capacity": {"nvidia.com/gpu": "8"}}})
     s = settings(tmp_path)
     cap = EvidenceCapture(s.bundles, None, clock.now, store=LocalStore(tmp_path / "bundles"))
     c = Controller(KubeApi(api_client_for(sim.base_url)), s, clock.now, capture=cap)

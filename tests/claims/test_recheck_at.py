@@ -98,6 +98,11 @@ def steps(*ages_s: float, first: int = 100, hang_at: float | None = None) -> str
 
 def evidence(objs: list[dict[str, Any]], *, synced: dict[str, datetime] | None = None, log: str = "",
              read_at: datetime = NOW) -> RunEvidence:
+    # every bound pod's node, Ready (a pod on a node the evidence does not hold has unknown health)
+    nodes = {o["spec"]["nodeName"] for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")}
+    have = {o["metadata"]["name"] for o in objs if o["kind"] == "Node"}
+    objs = objs + [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for n in sorted(nodes - have)]
     records = [n.record for n in map(normalize, objs) if n.record is not None]
     index = build_index(records)
     index.synced.update(dict.fromkeys(KINDS, NOW))
@@ -237,7 +242,10 @@ def test_nothing_ageing_reports_no_instant() -> None:
 def test_clock_never_reports_an_instant_before_now_and_survives_the_end_of_time() -> None:
     c = Clock(NOW)
     assert not c.within(NOW - timedelta(minutes=10), timedelta(minutes=5)) and c.recheck_at is None
-    assert c.within(datetime.max.replace(tzinfo=UTC), timedelta(minutes=5)) and c.recheck_at is None
+    # a stamp from the end of time is not fresh forever: past the skew allowance it is untrusted
+    assert not c.within(datetime.max.replace(tzinfo=UTC), timedelta(minutes=5)) and c.recheck_at is None
+    assert not c.within(NOW + timedelta(minutes=6), timedelta(hours=1)) and c.recheck_at is None
+    assert c.recent(datetime.max.replace(tzinfo=UTC), timedelta(minutes=5)) and c.recheck_at is None
     assert c.within(NOW, timedelta(0)) and c.recheck_at == NOW  # holds at the bound itself, not after
     assert c.reached(NOW) and not c.reached(NOW + timedelta(seconds=3))
     c.expires(NOW - timedelta(seconds=1))

@@ -1,4 +1,11 @@
-"""Forged timestamps must not move `explain`'s evaluation clock (issue 8; DESIGN.md §8)."""
+"""A dump's clock comes from control-plane stamps, never from tenant lines or deadlines (DESIGN.md §8).
+
+`explain` without `--at` evaluates a dump at its capture time: the newest stamp the API server,
+kubelets and controllers wrote (node heartbeats and Leases, Events, pod status, creation times),
+bounded from above by what live kubelets renew periodically (node Leases every 10 s, heartbeats at
+least every 5 minutes). Forged stamps past that bound are ignored (said once, summarised); a claim
+that holds only while a window is open must hold at the latest possible capture instant.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from tests.dumpkit import pod, ts, write_dump
+from tests.dumpkit import event, node, pod, ts, write_dump
 from tests.test_explain_fixtures import NOW, megatron_log, taurun
 
 
@@ -23,17 +30,69 @@ def run_explain(dump: Path, *args: str) -> tuple[int, dict[str, Any] | None, str
 
 
 def healthy(tmp_path: Path, name: str, extra: list[dict[str, Any]] | None = None,
-            extra_logs: dict[tuple[str, str], str] | None = None) -> tuple[Path, datetime]:
-    log, last = megatron_log(NOW - timedelta(minutes=10))
+            extra_logs: dict[tuple[str, str], str] | None = None, *, captured: datetime | None = None,
+            start: datetime | None = None, **kw: Any) -> tuple[Path, datetime]:
+    """A one-worker run printing Megatron steps every 87 s; captured (heartbeats, Leases) a minute after
+    its last step unless `captured` says otherwise."""
+    log, last = megatron_log(start or NOW - timedelta(minutes=10))
     tr = taurun("llm", "research", "Running", NOW - timedelta(hours=1), workers=1)
     p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
     logs = {("research", "llm-w0"): log, **(extra_logs or {})}
-    return write_dump(tmp_path / name, [tr, p, *(extra or [])], logs=logs), last
+    return write_dump(tmp_path / name, [tr, p, *(extra or [])], logs=logs,
+                      captured=captured or last + timedelta(minutes=1), **kw), last
 
 
 def claim_of(out: dict[str, Any], run: str, name: str) -> dict[str, Any]:
     c: dict[str, Any] = next(r for r in out["runs"] if r["name"] == run)["claims"][name]
     return c
+
+
+def test_the_clock_is_the_capture_time_not_the_newest_log_line(tmp_path: Path) -> None:
+    """A silently stalled run whose newest stamp is the trainer's own last line: judged at that line,
+    the stall was invisible. The node Leases say when the dump was really taken."""
+    _, last = megatron_log(NOW - timedelta(minutes=10))
+    captured = last + timedelta(minutes=20)
+    dump, _ = healthy(tmp_path, "d", captured=captured)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)
+    p = claim_of(out, "llm", "progressing")
+    assert p["observed"] == "false" and p["reason"].startswith("STALLED 20m"), p["reason"]
+
+
+def test_a_newer_real_event_is_the_clock_not_a_forged_outlier(tmp_path: Path) -> None:
+    """Heartbeats, Leases and a kubelet Event two hours after the trainer's last line all agree: the
+    Event is evidence of when the dump was taken, not "one value standing alone"."""
+    _, last = megatron_log(NOW - timedelta(minutes=10))
+    captured = last + timedelta(hours=2)
+    p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
+    ev = event("llm-w0.1", "research", p, "Unhealthy", "Liveness probe failed", captured - timedelta(seconds=20),
+               type_="Warning")
+    dump, _ = healthy(tmp_path, "d", [ev], captured=captured)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)
+    assert "stands alone" not in err and "ignored for the clock" not in err
+    assert claim_of(out, "llm", "progressing")["reason"].startswith("STALLED 2h"), claim_of(out, "llm", "progressing")
+
+
+def test_a_terminating_pods_deadline_does_not_move_the_clock(tmp_path: Path) -> None:
+    """`deletionTimestamp` is a deadline in the future (now + grace period): it says nothing about when
+    the dump was taken. A copied dump (file times of the copy) must not let it through either."""
+    _, last = megatron_log(NOW - timedelta(minutes=10))
+    captured = last + timedelta(minutes=1)
+    leaving = pod("old-w0", "research", NOW - timedelta(hours=2), node="gpu-2", gpus=8)
+    leaving["metadata"]["deletionTimestamp"] = ts(captured + timedelta(minutes=30))
+    leaving["metadata"]["deletionGracePeriodSeconds"] = 1800
+    dump, _ = healthy(tmp_path, "d", [leaving], captured=captured)
+    later = (captured + timedelta(hours=5)).timestamp()  # copied hours later: file times say nothing
+    for top, _, names in os.walk(dump):
+        for n in names:
+            os.utime(os.path.join(top, n), (later, later))
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)
+    assert claim_of(out, "llm", "progressing")["verdict"] == "verified"
 
 
 def test_one_year_9999_creation_timestamp_does_not_move_the_clock(tmp_path: Path) -> None:
@@ -44,15 +103,14 @@ def test_one_year_9999_creation_timestamp_does_not_move_the_clock(tmp_path: Path
     code0, base, _ = run_explain(clean)
     code, out, err = run_explain(forged)
     assert code0 == 0 and code == 0 and base is not None and out is not None, err
-    assert out["evaluated_at"] == base["evaluated_at"]
-    assert out["evaluated_at"].startswith(last.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert out["evaluated_at"] == base["evaluated_at"] == ts(last + timedelta(minutes=1))
     assert claim_of(out, "llm", "progressing")["verdict"] == "verified"
     assert "Pod research/evil" in err and "9999-12-31" in err and "ignored for the clock" in err
     text = CliRunner().invoke(main, ["explain", "--from-dump", str(forged)]).stdout
     assert "days" not in text  # not "STALLED 2,912,433 days"
 
 
-def test_a_forged_log_line_cannot_make_its_run_verified_0s_ago(tmp_path: Path) -> None:
+def test_a_forged_log_line_cannot_move_the_clock_or_make_its_run_progress(tmp_path: Path) -> None:
     # The forger's run has no real progress; one line claims a step hours after everything else.
     _, last = megatron_log(NOW - timedelta(minutes=10))
     forged_at = last + timedelta(hours=3)
@@ -71,26 +129,90 @@ def test_a_forged_log_line_cannot_make_its_run_verified_0s_ago(tmp_path: Path) -
     assert out["evaluated_at"] == base["evaluated_at"]  # the clock did not follow the forged line
     assert claim_of(out, "forger", "progressing")["observed"] != "true"
     assert claim_of(out, "llm", "progressing")["verdict"] == "verified"  # the honest run is not made stale
-    assert "research/forger-w0/logs.txt" in err and "stands alone" in err
+    assert "log research/forger-w0/logs.txt" in err and "ignored for the clock" in err
 
 
-def test_timestamps_past_the_capture_time_are_ignored(tmp_path: Path) -> None:
-    """With file times that say when the dump was taken, anything later than that is ignored."""
+def test_agreeing_forged_stamps_past_the_lease_bound_are_ignored(tmp_path: Path) -> None:
+    """Two forged objects agree with each other (an outlier rule alone would keep them); the node
+    Leases bound the capture time, and both lie past it."""
     _, last = megatron_log(NOW - timedelta(minutes=10))
     evil = pod("evil", "research", NOW - timedelta(hours=1), node="gpu-2")
-    # Two forged objects agree with each other: the outlier rule alone would not drop them.
     evil["metadata"]["creationTimestamp"] = ts(last + timedelta(hours=2))
     evil2 = pod("evil2", "research", NOW - timedelta(hours=1), node="gpu-2")
     evil2["metadata"]["creationTimestamp"] = ts(last + timedelta(hours=2, seconds=5))
     dump, _ = healthy(tmp_path, "d", [evil, evil2])
-    captured = (last + timedelta(seconds=30)).timestamp()
-    for top, _, names in os.walk(dump):
-        for n in names:
-            os.utime(os.path.join(top, n), (captured, captured))
     code, out, err = run_explain(dump)
     assert code == 0 and out is not None, err
-    assert out["evaluated_at"].startswith(last.strftime("%Y-%m-%dT%H:%M:%S"))
-    assert "later than the capture time" in err and "Pod research/evil2" in err
+    assert out["evaluated_at"] == ts(last + timedelta(minutes=1))
+    assert "2 timestamp(s) later than the capture bound" in err and "Pod research/evil2" in err
+
+
+def test_clock_warnings_are_summarised_not_one_line_per_object(tmp_path: Path) -> None:
+    forged = []
+    for i in range(40):
+        p = pod(f"evil-{i}", "research", NOW - timedelta(hours=1), node="gpu-2")
+        p["metadata"]["creationTimestamp"] = ts(NOW + timedelta(days=i + 1))
+        forged.append(p)
+    dump, _ = healthy(tmp_path, "d", forged)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    clock_lines = [line for line in err.splitlines() if "ignored for the clock" in line]
+    assert len(clock_lines) == 1, err
+    assert "40 timestamp(s)" in clock_lines[0] and "and 37 more" in clock_lines[0]
+
+
+def test_heartbeats_alone_leave_a_fast_runs_progress_unknown(tmp_path: Path) -> None:
+    """Without node Leases the kubelet's heartbeat may be 5 minutes old when the dump is taken: a step
+    inside a 4-minute window at the newest heartbeat may be outside it at the capture instant."""
+    _, last = megatron_log(NOW - timedelta(minutes=10))
+    dump, _ = healthy(tmp_path, "d", leases=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    p = claim_of(out, "llm", "progressing")
+    assert p["observed"] == "unknown" and "known only to within 6m" in p["reason"], p["reason"]
+    # the README's procedure adds the node Leases: the same dump is then verified
+    dump, _ = healthy(tmp_path, "with-leases")
+    _, out, _ = run_explain(dump)
+    assert out is not None and claim_of(out, "llm", "progressing")["verdict"] == "verified"
+
+
+def test_a_dump_without_node_stamps_says_so_and_progress_is_unknown(tmp_path: Path) -> None:
+    dump, _ = healthy(tmp_path, "d", nodes=False, leases=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert "no node Lease or heartbeat of a Ready node bounds the capture time" in err
+    p = claim_of(out, "llm", "progressing")
+    assert p["observed"] == "unknown" and "no control-plane stamp bounds the dump's capture time" in p["reason"]
+    r = claim_of(out, "llm", "running")
+    assert r["observed"] == "unknown" and "node gpu-1 is not in the evidence" in r["reason"], r["reason"]
+    (dump / "nodes.json").unlink()  # not even an empty NodeList: Nodes were not captured at all
+    _, out, err = run_explain(dump)
+    assert out is not None, err
+    r = claim_of(out, "llm", "running")
+    assert r["observed"] == "unknown" and "the evidence holds no Nodes" in r["reason"], r["reason"]
+
+
+def test_a_node_missing_from_the_dump_leaves_running_unknown(tmp_path: Path) -> None:
+    """A pod bound to a node the dump does not hold runs on a node of unknown health."""
+    _, last = megatron_log(NOW - timedelta(minutes=10))
+    other = node("gpu-9", last + timedelta(minutes=1))  # nodes.json holds a node, not the pod's
+    dump, _ = healthy(tmp_path, "d", [other], nodes=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    r = claim_of(out, "llm", "running")
+    assert r["observed"] == "unknown" and "node gpu-1 is not in the evidence" in r["reason"], r["reason"]
+    assert claim_of(out, "llm", "progressing")["observed"] == "unknown"
+
+
+def test_a_future_last_resolved_time_is_not_fresh_forever(tmp_path: Path) -> None:
+    from tests.test_claim_owners import profile_run, taucluster
+
+    for when in ("9999-12-31T23:59:59Z", ts(NOW + timedelta(hours=6))):
+        tc = taucluster()
+        tc["status"]["lastResolvedTime"] = when
+        run = profile_run(tmp_path / when[:4], tc)
+        for c in ("scheduled", "running"):
+            assert run["claims"][c]["observed"] == "unknown", (when, c, run["claims"][c])
 
 
 @pytest.mark.parametrize("flag", ["--at", "--captured-at"])

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from collector.claims import evaluate
-from collector.cli import SNAPSHOT_SOURCES, main
+from collector.cli import main
 from collector.correlate import build_index
 from collector.model import RunClaims
 from collector.settings import Settings
@@ -51,7 +51,7 @@ def hostile_dump(tmp_path: Path) -> Path:
 def claims_of(dump: Path) -> list[RunClaims]:
     d = load_dump(dump)
     index = build_index(d.records)
-    index.synced.update(dict.fromkeys(SNAPSHOT_SOURCES, NOW))
+    index.synced.update(dict.fromkeys(d.snapshot_kinds(), NOW))
     return [evaluate(ev, NOW, Settings().claims) for ev in index.all_evidence()]
 
 

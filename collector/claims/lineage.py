@@ -1,0 +1,151 @@
+"""Which progress signals are one rank's across pod incarnations, and where each started over.
+
+A rank restarts in place (the kubelet restarts its container), by replacement (a Job with
+`restartPolicy: Never`, JobSet, a training operator or KubeRay creates a new pod), or inside one
+process (torchrun elastic: the step drops within one log, `claims.progress`). After a restart the
+trainer resumes from a checkpoint and replays steps it had already made: they are not progress
+until they pass the rank's pre-restart high-water mark. So a signal is a role and rank of the run
+(DESIGN.md §3), continued by the pod that replaces its predecessor, and each instant it started
+over is a `Restart` whose mark must be known before a later step can count as progress.
+
+Replacement is told from what the cluster shows, never assumed away:
+- an earlier pod of the same role and rank (any state), or of the same role that failed or is
+  being deleted;
+- JobSet's restart attempt label; a Workload evicted (preempted) before the pod was created; a
+  training job's Restarting condition or failed pods counted before it;
+- a pod created well after the first pod of its run (`LATE`): a recreated Ray worker, a pod a
+  controller brought back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from collector.claims.common import human_age
+from collector.correlate import Key, RunEvidence
+from collector.model import JobFacts, ObjectRecord, PodFacts
+
+# The pods of one incarnation of a run are created within seconds of each other (a gang, a Ray
+# cluster's head and workers); one created this much later than the run's first replaced another
+# (or joined later, which is no better evidence of where the run was).
+LATE = timedelta(minutes=5)
+# A training operator's condition while it recreates failed replicas (kubeflow training-operator).
+RESTARTING_CONDITIONS = frozenset({"Restarting"})
+EVICTION_CONDITIONS = frozenset({"Evicted", "Preempted"})  # a Workload's, present only after an eviction
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """An instant a signal's process started over, and what shows it."""
+
+    at: datetime
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """One container signal's place in its run."""
+
+    stream: str  # signals of one role, rank and container across pod incarnations (or this pod's own)
+    role: str  # the role ("" for none): its ranks restart together, so their marks stand for each other
+    restarts: tuple[Restart, ...] = ()  # when this signal started over, oldest first
+
+
+def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
+    """(pod key, container) → lineage, for every container of the run's pods that has a signal."""
+    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+    first = min((p.created for p in pods if p.created is not None), default=None)
+    by_role: dict[str, list[ObjectRecord]] = {}
+    for p in pods:
+        assert isinstance(p.facts, PodFacts)
+        if p.facts.role:
+            by_role.setdefault(_scope(p) + p.facts.role, []).append(p)
+    out: dict[tuple[Key, str], Lineage] = {}
+    for sig in ev.signals:
+        pod = _pod_of(pods, sig.ref.key)
+        if pod is None:
+            continue
+        f = pod.facts
+        assert isinstance(f, PodFacts)
+        role = _scope(pod) + f.role if f.role else ""
+        stream = f"{role}#{f.rank}/{sig.source}" if role and f.rank else f"{pod.ref.name}/{sig.source}"
+        restarts: list[Restart] = []
+        replaced = _replacement(ev, pod, f, by_role.get(role, ()), first)
+        if replaced and pod.created is not None:
+            restarts.append(Restart(pod.created, replaced))
+        c = next((c for c in f.containers if c.name == sig.source and not c.init), None)
+        if c is not None and c.restart_count > 0:
+            # When it last started over; not known: as early as it can be (the pod's start), so no
+            # step of the pre-restart process is taken for a mark it does not hold.
+            at = c.last_finished or f.start_time or pod.created
+            if at is not None:
+                restarts.append(Restart(at, f"container {c.name} of pod {pod.ref.name} restarted "
+                                            f"({c.restart_count} restart{'s' if c.restart_count != 1 else ''}"
+                                            + (f", last exit {c.last_reason}" if c.last_reason else "") + ")"))
+        out[(pod.ref.key, sig.source)] = Lineage(stream, role, tuple(sorted(restarts, key=lambda r: r.at)))
+    return out
+
+
+def replaced_pods(ev: RunEvidence) -> list[tuple[ObjectRecord, str]]:
+    """The run's pods that replace an earlier incarnation, with what shows it (running's restart count)."""
+    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+    first = min((p.created for p in pods if p.created is not None), default=None)
+    by_role: dict[str, list[ObjectRecord]] = {}
+    for p in pods:
+        assert isinstance(p.facts, PodFacts)
+        if p.facts.role:
+            by_role.setdefault(_scope(p) + p.facts.role, []).append(p)
+    out = []
+    for p in pods:
+        assert isinstance(p.facts, PodFacts)
+        why = _replacement(ev, p, p.facts, by_role.get(_scope(p) + p.facts.role, ()) if p.facts.role else (), first)
+        if why:
+            out.append((p, why))
+    return out
+
+
+def _scope(pod: ObjectRecord) -> str:
+    """What a role is a role of: the pod's controller (a RayCluster, a Job, a JobSet's child Job)."""
+    o = pod.controller
+    return f"{o.kind}/{o.name}:" if o is not None else ""
+
+
+def _pod_of(pods: list[ObjectRecord], key: Key) -> ObjectRecord | None:
+    return next((p for p in pods if p.ref.key == key), None)
+
+
+def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],
+                 first: datetime | None) -> str:
+    """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does."""
+    born = pod.created
+    if born is None:
+        return ""
+    for q in role_pods:
+        qf = q.facts
+        if q is pod or not isinstance(qf, PodFacts) or q.created is None or q.created >= born:
+            continue
+        if f.rank and qf.rank == f.rank:
+            return f"pod {pod.ref.name} replaces pod {q.ref.name} ({f.role} rank {f.rank})"
+        if not f.rank and (qf.phase == "Failed" or qf.deleting):
+            return f"pod {pod.ref.name} was created after pod {q.ref.name} of {f.role} " \
+                   f"{'failed' if qf.phase == 'Failed' else 'was deleted'}"
+    if f.attempt > 0:
+        return f"pod {pod.ref.name} is JobSet restart attempt {f.attempt}"
+    for wl in ev.workloads:
+        for c in wl.conditions:
+            # Kueue sets these only once it evicts, and keeps them after re-admission (False, "Previously: ...")
+            if c.type in EVICTION_CONDITIONS and c.last_transition is not None and c.last_transition < born:
+                return (f"Workload {wl.ref.name} was evicted ({c.reason or c.type}) before pod {pod.ref.name}"
+                        " was created")
+    for j in ev.jobs:
+        for c in j.conditions:
+            if c.type in RESTARTING_CONDITIONS and c.last_transition is not None and c.last_transition < born:
+                return f"{j.ref.kind} {j.ref.name} restarted replicas ({c.reason or c.type}) before pod " \
+                       f"{pod.ref.name} was created"
+        jf = j.facts
+        if isinstance(jf, JobFacts) and (jf.failed or 0) > 0 and first is not None and born - first > LATE:
+            return f"{j.ref.kind} {j.ref.name} counts {jf.failed} failed pod(s) and pod {pod.ref.name} came later"
+    if first is not None and born - first > LATE:
+        return f"pod {pod.ref.name} was created {human_age(born - first)} after the run's first pod"
+    return ""
