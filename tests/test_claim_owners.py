@@ -38,7 +38,8 @@ def profile_run(tmp_path: Path, tc: dict[str, Any] | None) -> dict[str, Any]:
     tr = taurun("llm", "research", "Running", NOW - timedelta(hours=1), profile="a100-8x8")
     del tr["spec"]["workers"]
     p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
-    return only_run(explain(write_dump(tmp_path / "d", [tr, p, *([tc] if tc else [])], captured=NOW), "--at", ts(NOW)), "llm")
+    dump = write_dump(tmp_path / "d", [tr, p, *([tc] if tc else [])], captured=NOW)
+    return only_run(explain(dump, "--at", ts(NOW)), "llm")
 
 
 # --- fail closed -------------------------------------------------------------------------------------
@@ -84,7 +85,8 @@ def test_kuberay_submitter_pod_never_makes_a_pending_gpu_worker_look_scheduled(t
                      "status": {"active": 1, "ready": 1}}
     submitter = pod(f"{rj['metadata']['name']}-abcde", ns, t, node="w1", owner=owner_of(submitter_job),
                     labels={"batch.kubernetes.io/job-name": rj["metadata"]["name"]})
-    out = explain(write_dump(tmp_path / "d", [rj, head, worker, submitter_job, submitter], captured=NOW), "--at", ts(NOW))
+    out = explain(write_dump(tmp_path / "d", [rj, head, worker, submitter_job, submitter], captured=NOW),
+                  "--at", ts(NOW))
     run = only_run(out, rj["metadata"]["name"])
     assert claim(run, "scheduled") == (True, "false", "contradicted")
     assert "1/2 pods bound" in run["claims"]["scheduled"]["reason"]  # head + 1 worker; submitter not counted

@@ -161,8 +161,8 @@ def test_claim_invariants(run: tuple[list[dict[str, Any]], str], sync_age: int, 
         assert out.running.observed is Observed.TRUE
     # Progressing false always says why (ADX's StallCause reads only this, not the running claim).
     if out.progressing.observed is Observed.FALSE:
-        assert out.progressing.cause in ("stalled", "hung", "replaying", "skipped-steps", "invalid-steps", "not-running",
-                                         "finished")
+        assert out.progressing.cause in ("stalled", "hung", "replaying", "skipped-steps", "invalid-steps",
+                                         "not-running", "finished")
     else:
         assert out.progressing.cause == ""
     if out.running.observed is Observed.FALSE:

@@ -57,9 +57,19 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
             bad["restarting"] += _secs(gap)
         else:
             bad["stalled"] += _secs(gap)
-    tail = now - advances[-1].at
+    last = advances[-1].at
+    tail = now - last
+    # Started over since the last advance and not past the mark yet: restarting until the replay
+    # began, replaying since (a blind restart: restarting throughout, it proved nothing since).
+    replay = view.replaying if view.replaying is not None and view.replaying.since > last else None
+    blind = view.blind if view.blind is not None and view.blind.restart.at > last else None
+    if replay is not None:
+        bad["restarting"] += _secs(replay.since - last)
+        bad["replaying"] += _secs(now - replay.since)
+    elif blind is not None:
+        bad["restarting"] += _secs(tail)
     # stalled_now: the claim says not progressing even inside the window (a hang after the last step)
-    if tail <= window and not stalled_now:
+    elif tail <= window and not stalled_now:
         productive += _secs(tail)
     elif crash_looping:
         bad["restarting"] += _secs(tail)

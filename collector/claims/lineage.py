@@ -48,30 +48,54 @@ class Lineage:
     """One container signal's place in its run."""
 
     stream: str  # signals of one role, rank and container across pod incarnations (or this pod's own)
-    role: str  # the role ("" for none): its ranks restart together, so their marks stand for each other
     restarts: tuple[Restart, ...] = ()  # when this signal started over, oldest first
+
+
+class _Run:
+    """A run's pods grouped by role (within the controller that owns them), and its first pod's birth."""
+
+    def __init__(self, ev: RunEvidence) -> None:
+        self.ev = ev
+        self.pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+        self.first = min((p.created for p in self.pods if p.created is not None), default=None)
+        self.by_role: dict[str, list[ObjectRecord]] = {}
+        for p in self.pods:
+            if (role := self.role_of(p)):
+                self.by_role.setdefault(role, []).append(p)
+
+    @staticmethod
+    def role_of(pod: ObjectRecord) -> str:
+        """The pod's role within what its controller runs (a RayCluster's group, a JobSet's child Job's)."""
+        f = pod.facts
+        if not isinstance(f, PodFacts) or not f.role:
+            return ""
+        o = pod.controller
+        return f"{o.kind}/{o.name}:{f.role}" if o is not None else f.role
+
+    def replacement(self, pod: ObjectRecord) -> str:
+        f = pod.facts
+        assert isinstance(f, PodFacts)
+        return _replacement(self.ev, pod, f, self.by_role.get(self.role_of(pod), ()), self.first)
 
 
 def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
     """(pod key, container) → lineage, for every container of the run's pods that has a signal."""
-    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
-    first = min((p.created for p in pods if p.created is not None), default=None)
-    by_role: dict[str, list[ObjectRecord]] = {}
-    for p in pods:
-        assert isinstance(p.facts, PodFacts)
-        if p.facts.role:
-            by_role.setdefault(_scope(p) + p.facts.role, []).append(p)
+    run = _Run(ev)
+    by_key = {p.ref.key: p for p in run.pods}
     out: dict[tuple[Key, str], Lineage] = {}
     for sig in ev.signals:
-        pod = _pod_of(pods, sig.ref.key)
+        pod = by_key.get(sig.ref.key)
         if pod is None:
             continue
         f = pod.facts
         assert isinstance(f, PodFacts)
-        role = _scope(pod) + f.role if f.role else ""
-        stream = f"{role}#{f.rank}/{sig.source}" if role and f.rank else f"{pod.ref.name}/{sig.source}"
+        role = run.role_of(pod)
+        # A rank is one member of its role across incarnations; a role without ranks is one lineage
+        # only while one pod of it lives at a time (a one-pod Job's successive pods).
+        rank = f.rank or ("solo" if role and _alone(run.by_role.get(role, ())) else "")
+        stream = f"{role}#{rank}/{sig.source}" if role and rank else f"{pod.ref.name}/{sig.source}"
         restarts: list[Restart] = []
-        replaced = _replacement(ev, pod, f, by_role.get(role, ()), first)
+        replaced = run.replacement(pod)
         if replaced and pod.created is not None:
             restarts.append(Restart(pod.created, replaced))
         c = next((c for c in f.containers if c.name == sig.source and not c.init), None)
@@ -83,36 +107,19 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
                 restarts.append(Restart(at, f"container {c.name} of pod {pod.ref.name} restarted "
                                             f"({c.restart_count} restart{'s' if c.restart_count != 1 else ''}"
                                             + (f", last exit {c.last_reason}" if c.last_reason else "") + ")"))
-        out[(pod.ref.key, sig.source)] = Lineage(stream, role, tuple(sorted(restarts, key=lambda r: r.at)))
+        out[(pod.ref.key, sig.source)] = Lineage(stream, tuple(sorted(restarts, key=lambda r: r.at)))
     return out
 
 
 def replaced_pods(ev: RunEvidence) -> list[tuple[ObjectRecord, str]]:
     """The run's pods that replace an earlier incarnation, with what shows it (running's restart count)."""
-    pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
-    first = min((p.created for p in pods if p.created is not None), default=None)
-    by_role: dict[str, list[ObjectRecord]] = {}
-    for p in pods:
-        assert isinstance(p.facts, PodFacts)
-        if p.facts.role:
-            by_role.setdefault(_scope(p) + p.facts.role, []).append(p)
-    out = []
-    for p in pods:
-        assert isinstance(p.facts, PodFacts)
-        why = _replacement(ev, p, p.facts, by_role.get(_scope(p) + p.facts.role, ()) if p.facts.role else (), first)
-        if why:
-            out.append((p, why))
-    return out
+    run = _Run(ev)
+    return [(p, why) for p in run.pods if (why := run.replacement(p))]
 
 
-def _scope(pod: ObjectRecord) -> str:
-    """What a role is a role of: the pod's controller (a RayCluster, a Job, a JobSet's child Job)."""
-    o = pod.controller
-    return f"{o.kind}/{o.name}:" if o is not None else ""
-
-
-def _pod_of(pods: list[ObjectRecord], key: Key) -> ObjectRecord | None:
-    return next((p for p in pods if p.ref.key == key), None)
+def _alone(pods: list[ObjectRecord] | tuple[()]) -> bool:
+    """At most one of these pods is alive (not finished, not being deleted)."""
+    return sum(1 for p in pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting) <= 1
 
 
 def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],

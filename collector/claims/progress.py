@@ -5,15 +5,14 @@ High-water marks are kept per stream: one rank's container log across its pod in
 a replay, and a counter on another scale is not a restart. A replay is a stream going back below
 its own high-water mark (the process started over from an older checkpoint: in place, in a new
 pod, or inside one process); it is not progress until it passes that mark again. A stream that
-started over where its mark cannot be seen (no pre-restart log, no other rank of its role to
-stand for it) is *blind*: its steps may be replays, so they prove nothing until a known mark is
-passed. Each stream is judged on its own step intervals (a helper's cadence never widens the
-trainer's window).
+started over where its own mark cannot be seen (no pre-restart log) is *blind*: its steps may be
+replays, so they prove nothing (another rank's mark does not stand for it: ranks lag each other,
+and not every run's ranks move in lockstep). Each stream is judged on its own step intervals (a
+helper's cadence never widens the trainer's window).
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from collections import deque
@@ -124,26 +123,6 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
-class _Marks:
-    """The running high-water mark of a role over time (from anchored advances): when one of its
-    ranks starts over with its own mark out of view, the role's before that instant stands for it
-    (ranks of a job restart together and replay from one checkpoint)."""
-
-    __slots__ = ("at", "high")
-
-    def __init__(self) -> None:
-        self.at: list[datetime] = []
-        self.high: list[int] = []
-
-    def add(self, at: datetime, step: int) -> None:
-        self.at.append(at)
-        self.high.append(max(step, self.high[-1]) if self.high else step)
-
-    def before(self, t: datetime) -> int | None:
-        i = bisect.bisect_left(self.at, t)
-        return self.high[i - 1] if i else None
-
-
 def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None, *,
             clock: Clock | None = None, lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> ProgressView:
     """Advances, replays, validity and the stall windows; samples stamped after `now` are not known yet
@@ -152,21 +131,21 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     # Samples stamped past the horizon are not known yet (skew) or forged; a dump's capture time may
     # trail its newest real stamps by the clock's slack, so the horizon is the latest capture instant.
     horizon = clock.horizon if clock is not None else now
-    # (at, order, sample or restart, source, stream, role): restarts sort after samples of their instant
-    events: list[tuple[datetime, int, ProgressSample | Restart, str, str, str]] = []
+    # (at, order, sample or restart, source, stream): restarts sort after samples of their instant
+    events: list[tuple[datetime, int, ProgressSample | Restart, str, str]] = []
     undated = 0
     observed_from: datetime | None = None
     n = 0
     for sig in signals:
         src = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
         lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
-        stream, role = (lin.stream, lin.role) if lin is not None else (src, "")
+        stream = lin.stream if lin is not None else src
         first = sig.scan.first_at
         for smp in _samples(sig):
             if smp.at is None:
                 undated += 1
             elif horizon is None or smp.at <= horizon:
-                events.append((smp.at, 2 * n, smp, src, stream, role))
+                events.append((smp.at, 2 * n, smp, src, stream))
                 n += 1
                 first = smp.at if first is None else min(first, smp.at)
             elif clock is not None:
@@ -177,12 +156,11 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             clock.expires(first)
         for r in lin.restarts if lin is not None else ():
             if horizon is None or r.at <= horizon:
-                events.append((r.at, 2 * n + 1, r, src, stream, role))
+                events.append((r.at, 2 * n + 1, r, src, stream))
                 n += 1
     events.sort(key=lambda x: (x[0], x[1] & 1, x[1]))
     advances: list[Advance] = []
     high: dict[str, int] = {}
-    marks: dict[str, _Marks] = {}
     last_seen: dict[str, datetime] = {}  # stepless signals: the last activity
     replay_from: dict[str, datetime] = {}
     replay_last: dict[str, Advance] = {}
@@ -200,17 +178,15 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     skipped_since: Advance | None = None
     skipped_streak = 0
     recent: deque[tuple[bool, datetime]] = deque(maxlen=SKIP_RECENT)
-    for at, _, item, src, stream, role in events:
+    for at, _, item, src, stream in events:
         if isinstance(item, Restart):
-            mark = high.get(stream)
-            if mark is None and role in marks:
-                mark = marks[role].before(item.at)
-            if mark is None:
-                blind[stream] = item
-            else:
-                high[stream] = mark
+            # Its own mark is the only one that counts: another rank's says nothing sure about where
+            # this one was (ranks lag each other, and some runs' ranks are not in lockstep at all).
+            if stream in high:
                 blind.pop(stream, None)
                 restart_of[stream] = item
+            else:
+                blind[stream] = item
             continue
         smp = item
         n = smp.covers  # samples this one stands for (compacted history: all of its kind)
@@ -261,8 +237,6 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
                     replay_last[stream] = Advance(at, smp.step, src, stream=stream)
                 continue
             high[stream] = smp.step
-            if role:
-                marks.setdefault(role, _Marks()).add(at, smp.step)
             replay_last.pop(stream, None)
             restart_of.pop(stream, None)
             adv = Advance(at, smp.step, src, replay_from.pop(stream, None), n > 1, stream)

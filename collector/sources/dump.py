@@ -448,10 +448,15 @@ def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
 
 
 def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str], str],
-              previous_of: Mapping[tuple[str, str, str], bytes] | None = None) -> set[tuple[str, str, str]]:
+              previous_of: Mapping[tuple[str, str, str], bytes] | None = None,
+              containers_of: Mapping[tuple[str, str], list[str]] | None = None) -> set[tuple[str, str, str]]:
     """One pod's log file; a container's previous log (`<container>-previous.txt`, from `kubectl logs
     --previous`), when the dump has one, is read before its current log as one signal, so steps that
-    go back below the pre-restart high-water mark are replay, not progress."""
+    go back below the pre-restart high-water mark are replay, not progress.
+
+    A log without kubectl's banners (a single container's `kubectl logs`, saved as logs.txt) is that
+    container's: the pod's only app container, or, with no status to say, the one container whose
+    previous log the dump holds."""
     used: set[tuple[str, str, str]] = set()
     parts = Path(rel).parts
     if len(parts) < 3:
@@ -461,7 +466,15 @@ def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str
     data = _log_bytes(dump, path, rel)
     if data is None:
         return used
-    for container, chunk in _split_containers(data, ""):
+    names = (containers_of or {}).get((ns, pod), [])
+    previous = sorted(c for (n, q, c) in (previous_of or {}) if (n, q) == (ns, pod))
+    default = names[0] if len(names) == 1 else previous[0] if not names and len(previous) == 1 else ""
+    if not default and previous and not data.startswith(b"==== START logs for container "):
+        dump.problems.append(Problem(rel, f"no kubectl banners say whose log this is and pod {ns}/{pod} has "
+                                          f"{len(names) or 'no known'} container(s): "
+                                          f"{', '.join(c + '-previous.txt' for c in previous)} not joined with it",
+                                     False))
+    for container, chunk in _split_containers(data, default):
         prev = (previous_of or {}).get((ns, pod, container), b"")
         if prev:
             used.add((ns, pod, container))
@@ -512,9 +525,13 @@ def _read_logs(dump: Dump, logs: list[tuple[Path, str]], regex_of: Mapping[tuple
         if data is not None:
             for container, chunk in _split_containers(data, path.name[: -len("-previous.txt")]):
                 previous_of[(parts[-3], parts[-2], container)] = chunk
+    containers_of: dict[tuple[str, str], list[str]] = {}
+    for r in dump.records:
+        if isinstance(r.facts, PodFacts):
+            containers_of[(r.ref.namespace, r.ref.name)] = [c.name for c in r.facts.containers if not c.init]
     used: set[tuple[str, str, str]] = set()
     for path, rel in current:
-        used |= _read_log(dump, path, rel, regex_of, previous_of)
+        used |= _read_log(dump, path, rel, regex_of, previous_of, containers_of)
     # A previous log whose container has no current log (it is waiting to restart): on its own.
     for (ns, pod, container), chunk in sorted(previous_of.items()):
         if (ns, pod, container) not in used:

@@ -1,0 +1,264 @@
+"""Restarts of every kind, judged on what a dump really holds (issue: claims fail closed by construction).
+
+A rank restarts in place (the kubelet), by replacement (a Job with `restartPolicy: Never`, JobSet,
+a recreated Ray worker: a new pod), or inside one process (torchrun elastic). After it, the trainer
+replays steps from a checkpoint: not progress until it passes its pre-restart high-water mark, and
+not "stalled" either. Where that mark cannot be seen, progress is `unknown`, never `true`.
+
+Lines are the real Megatron iteration format (tests/fixtures/training_logs) and the real torchelastic
+agent's restart lines, stamped as `kubectl logs --timestamps` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from collector.cli import main
+from tests.dumpkit import fixture_path, meta, owner_of, pod, ts, write_dump
+from tests.test_explain_fixtures import NOW
+
+T0 = NOW - timedelta(hours=2)
+NS = "research"
+
+
+def stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+
+
+def megatron(step: int) -> str:
+    return (f" iteration {step:>8}/  250000 | consumed samples: {step * 1024:>12} | elapsed time per iteration (ms): "
+            f"10012.2 | learning rate: 9.150E-06 | global batch size:  1024 | lm loss: 2.504220E+00 | loss scale: 1.0 |"
+            " number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def steps(first: int, last: int, start: datetime, every_s: float = 10.0) -> list[tuple[datetime, str]]:
+    return [(start + timedelta(seconds=every_s * i), megatron(s)) for i, s in enumerate(range(first, last + 1))]
+
+
+def text(lines: list[tuple[datetime, str]]) -> str:
+    return "".join(f"{stamp(t)} {line}\n" for t, line in lines)
+
+
+def explain(dump: Path) -> dict[str, Any]:
+    r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "-o", "json"])
+    assert r.exit_code in (0, 3), r.output
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def run_of(out: dict[str, Any], name: str) -> dict[str, Any]:
+    run: dict[str, Any] = next(r for r in out["runs"] if r["name"] == name)
+    return run
+
+
+def indexed_job(name: str, created: datetime, *, failed: int = 0) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {**meta(name, NS, f"uid-{name}", created),
+                         "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {"parallelism": 1, "completions": 1, "completionMode": "Indexed", "backoffLimit": 4,
+                     "template": {"spec": {"restartPolicy": "Never"}}},
+            "status": {"active": 1, "ready": 1, "failed": failed, "startTime": ts(created)}}
+
+
+def job_pod(job: dict[str, Any], name: str, created: datetime, *, phase: str = "Running",
+            index: str = "0") -> dict[str, Any]:
+    labels = {"batch.kubernetes.io/job-name": job["metadata"]["name"], "job-name": job["metadata"]["name"],
+              "batch.kubernetes.io/job-completion-index": index, "kueue.x-k8s.io/queue-name": "team-a"}
+    if phase == "Failed":
+        containers = [{"name": "main", "ready": False, "restartCount": 0,
+                       "state": {"terminated": {"reason": "Error", "exitCode": 1,
+                                                "finishedAt": ts(created + timedelta(minutes=40))}}}]
+        return pod(name, NS, created, node="gpu-1", phase="Failed", ready=False, gpus=8, labels=labels,
+                   owner=owner_of(job), containers=containers)
+    return pod(name, NS, created, node="gpu-2", gpus=8, labels=labels, owner=owner_of(job))
+
+
+# --- in-process restart: the step drops inside one log ---------------------------------------------
+
+
+def test_an_in_process_restart_is_replaying_not_stalled(tmp_path: Path) -> None:
+    """torchrun elastic restarts its worker group: the same container's log goes back to the
+    checkpoint's step. Replaying, not progress, and not a stall either (no stall page per restart)."""
+    job = indexed_job("train", T0)
+    p = job_pod(job, "train-0-x7k2p", T0)
+    restart_at = NOW - timedelta(minutes=3)
+    before = steps(100, 217, restart_at - timedelta(seconds=10 * 118))
+    elastic = [(restart_at + timedelta(seconds=i), line)
+               for i, line in enumerate(fixture_path("training_logs/torchelastic_worker_group_restart_doc2edag_24.txt")
+                                        .read_text().splitlines()) if line.strip()]
+    after = steps(180, 196, restart_at + timedelta(seconds=20))  # resumed from the step-180 checkpoint
+    captured = after[-1][0] + timedelta(seconds=5)
+    dump = write_dump(tmp_path / "d", [job, p], logs={(NS, p["metadata"]["name"]): text(before + elastic + after)},
+                      captured=captured)
+    run = run_of(explain(dump), "train")
+    prog = run["claims"]["progressing"]
+    assert prog["observed"] == "false" and prog["cause"] == "replaying", prog
+    assert prog["reason"].startswith("REPLAYING") and "high-water mark 217" in prog["reason"], prog["reason"]
+    assert "in-process restart" in prog["reason"]
+    assert run["goodput"]["badput_seconds"]["replaying"] > 0
+    # past the mark, it progresses again
+    done = steps(197, 225, after[-1][0] + timedelta(seconds=10))
+    dump = write_dump(tmp_path / "e", [job, p],
+                      logs={(NS, p["metadata"]["name"]): text(before + elastic + after + done)},
+                      captured=done[-1][0] + timedelta(seconds=5))
+    assert run_of(explain(dump), "train")["claims"]["progressing"]["observed"] == "true"
+
+
+# --- replacement: a new pod for the same rank ------------------------------------------------------
+
+
+def replaced(tmp_path: Path, name: str, *, old_log: bool, new_steps: tuple[int, int]) -> dict[str, Any]:
+    """The replacement came 20 minutes before capture: past the restart window, so running is true and
+    the progress claim says what its steps are."""
+    job = indexed_job("train", T0, failed=1)
+    old = job_pod(job, "train-0-x7k2p", T0, phase="Failed")
+    born = NOW - timedelta(minutes=20)
+    new = job_pod(job, "train-0-9qzmd", born)
+    logs = {(NS, "train-0-9qzmd"): text(steps(*new_steps, born + timedelta(minutes=1)))}
+    if old_log:
+        logs[(NS, "train-0-x7k2p")] = text(steps(100, 339, T0 + timedelta(seconds=60)))
+    return run_of(explain(write_dump(tmp_path / name, [job, old, new], logs=logs, captured=NOW)), "train")
+
+
+def test_a_replacement_pod_replaying_its_predecessors_steps_is_replaying(tmp_path: Path) -> None:
+    """restartPolicy Never: the failed pod stays, a new pod takes its completion index and resumes from
+    a checkpoint. Its steps below the failed pod's last one are replays, however they advance."""
+    run = replaced(tmp_path, "d", old_log=True, new_steps=(220, 330))
+    assert run["claims"]["running"]["observed"] == "true", run["claims"]["running"]
+    prog = run["claims"]["progressing"]
+    assert prog["observed"] == "false" and prog["cause"] == "replaying", prog
+    assert "high-water mark 339" in prog["reason"] and "replaces pod train-0-x7k2p" in prog["reason"]
+    assert "1 pod(s) replaced" in run["claims"]["running"]["reason"]
+    # once past the failed pod's mark: progress
+    run = replaced(tmp_path, "e", old_log=True, new_steps=(250, 364))
+    assert run["claims"]["progressing"]["observed"] == "true", run["claims"]["progressing"]
+
+
+def test_a_replacement_whose_predecessors_log_is_gone_is_unknown(tmp_path: Path) -> None:
+    """The failed pod's log is not in the dump: nothing says where the rank was before. Its steps may
+    be replays: unknown, never true."""
+    run = replaced(tmp_path, "d", old_log=False, new_steps=(250, 360))
+    prog = run["claims"]["progressing"]
+    assert prog["observed"] == "unknown", prog
+    assert "replaces pod train-0-x7k2p" in prog["reason"] and "may be replays" in prog["reason"]
+
+
+def test_a_jobset_restart_leaves_progress_unknown_without_the_old_logs(tmp_path: Path) -> None:
+    """JobSet recreates every child Job on a restart; the old pods are gone, the new ones carry
+    jobset.sigs.k8s.io/restart-attempt. From step 300 on, nothing says the run was not at 400."""
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {**meta("pretrain", NS, "uid-js", T0), "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+          "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2,
+                                       "template": {"spec": {"parallelism": 1, "completions": 1}}}]},
+          "status": {"restarts": 1}}
+    objs: list[dict[str, Any]] = [js]
+    logs = {}
+    born = NOW - timedelta(minutes=20)
+    for i in range(2):
+        child = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            **meta(f"pretrain-workers-{i}", NS, f"uid-j{i}", born, owner=owner_of(js)),
+            "labels": {"jobset.sigs.k8s.io/jobset-name": "pretrain"}},
+            "spec": {"parallelism": 1, "completions": 1}, "status": {"active": 1, "ready": 1}}
+        labels = {"jobset.sigs.k8s.io/jobset-name": "pretrain", "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                  "jobset.sigs.k8s.io/job-index": str(i), "jobset.sigs.k8s.io/restart-attempt": "1",
+                  "batch.kubernetes.io/job-name": f"pretrain-workers-{i}",
+                  "batch.kubernetes.io/job-completion-index": "0"}
+        p = pod(f"pretrain-workers-{i}-0-abcde", NS, born, node=f"gpu-{i}", gpus=8, labels=labels,
+                owner=owner_of(child))
+        objs += [child, p]
+        logs[(NS, p["metadata"]["name"])] = text(steps(300, 410, born + timedelta(minutes=1)))
+    out = explain(write_dump(tmp_path / "d", objs, logs=logs, captured=NOW))
+    prog = run_of(out, "pretrain")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "JobSet restart attempt 1" in prog["reason"], prog
+
+
+def test_a_recreated_ray_worker_is_not_a_fresh_start(tmp_path: Path) -> None:
+    """KubeRay recreates a lost worker under a new name, 40 minutes after the cluster came up: its
+    steps resume from a checkpoint. With its group's other worker still in view (lockstep, 4,000
+    steps in), the recreated one may replay: its own mark is not in view."""
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {**meta("llm-raycluster", NS, "uid-rc", T0), "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+          "spec": {"workerGroupSpecs": [{"groupName": "gpu", "replicas": 2}]},
+          "status": {"state": "ready", "readyWorkerReplicas": 2, "desiredWorkerReplicas": 2}}
+    owner = owner_of(rc)
+
+    def ray_pod(name: str, kind: str, created: datetime, node: str) -> dict[str, Any]:
+        labels = {"ray.io/cluster": "llm-raycluster", "ray.io/node-type": kind, "ray.io/group": "gpu"
+                  if kind == "worker" else "headgroup"}
+        return pod(name, NS, created, node=node, gpus=8 if kind == "worker" else 0, labels=labels, owner=owner)
+
+    head = ray_pod("llm-raycluster-head-x2x9q", "head", T0, "cpu-1")
+    w0 = ray_pod("llm-raycluster-gpu-worker-a1b2c", "worker", T0, "gpu-1")
+    born = T0 + timedelta(minutes=40)
+    w1 = ray_pod("llm-raycluster-gpu-worker-z9y8x", "worker", born, "gpu-2")
+    # w0 reached 1,239 when its peer was lost; Ray Train restarted both workers from the step-1,150
+    # checkpoint: w0 inside its pod (its step drops), w1 in the recreated pod.
+    w1_steps = steps(1150, 1230, born + timedelta(minutes=1))  # 13 minutes, still below 1,239
+    w0_steps = steps(1000, 1239, born - timedelta(seconds=60 + 10 * 239)) + w1_steps
+    captured = w1_steps[-1][0] + timedelta(seconds=5)
+    out = explain(write_dump(tmp_path / "d", [rc, head, w0, w1], captured=captured,
+                             logs={(NS, w0["metadata"]["name"]): text(w0_steps),
+                                   (NS, w1["metadata"]["name"]): text(w1_steps)}))
+    run = run_of(out, "llm-raycluster")
+    prog = run["claims"]["progressing"]
+    # w0 replays below its own 1,239; w1's own mark is out of view (another worker's does not stand
+    # for it): nothing says the run is past where it was.
+    assert prog["observed"] == "unknown", prog
+    assert "created 40m after the run's first pod" in prog["reason"], prog["reason"]
+    assert "1 pod(s) replaced" in run["claims"]["running"]["reason"]
+
+
+# --- in place: the kubelet restarted the container ----------------------------------------------------
+
+
+def restarted_in_place(tmp_path: Path, name: str, *, previous: bool) -> dict[str, Any]:
+    job = indexed_job("train", T0)
+    died = NOW - timedelta(minutes=15)  # past the restart window: running is true again
+    p = job_pod(job, "train-0-x7k2p", T0)
+    p["status"]["containerStatuses"] = [{
+        "name": "main", "ready": True, "restartCount": 1,
+        "state": {"running": {"startedAt": ts(died + timedelta(seconds=30))}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "finishedAt": ts(died)}}}]
+    now_steps = steps(200, 280, died + timedelta(minutes=1))
+    extra = {}
+    if previous:  # `kubectl logs --previous --timestamps`, as the README asks for
+        extra[f"{NS}/train-0-x7k2p/main-previous.txt"] = text(steps(100, 300, died - timedelta(seconds=2010)))
+    dump = write_dump(tmp_path / name, [job, p], logs={(NS, "train-0-x7k2p"): text(now_steps)}, extra_files=extra,
+                      captured=NOW)
+    return run_of(explain(dump), "train")
+
+
+def test_an_in_place_restart_without_its_previous_log_is_unknown(tmp_path: Path) -> None:
+    run = restarted_in_place(tmp_path, "d", previous=False)
+    prog = run["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "container main of pod train-0-x7k2p restarted" in prog["reason"], prog
+    assert "kubectl logs --previous" in prog["reason"]
+    with_previous = restarted_in_place(tmp_path, "e", previous=True)["claims"]["progressing"]
+    assert with_previous["observed"] == "false" and with_previous["cause"] == "replaying", with_previous
+    assert "high-water mark 300" in with_previous["reason"]
+
+
+def test_another_logs_earlier_start_does_not_prove_a_restarted_rank_recovered(tmp_path: Path) -> None:
+    """Rank 1 restarted in place 4 minutes ago and its previous log is gone; rank 0's log reaches back
+    an hour and advanced since. That says nothing about rank 1: its restart is still recent."""
+    job = indexed_job("train", T0)
+    job["spec"].update(parallelism=2, completions=2)
+    r0 = job_pod(job, "train-0-aaaaa", T0, index="0")
+    r1 = job_pod(job, "train-1-bbbbb", T0, index="1")
+    died = NOW - timedelta(minutes=4)
+    r1["status"]["containerStatuses"] = [{
+        "name": "main", "ready": True, "restartCount": 1,
+        "state": {"running": {"startedAt": ts(died + timedelta(seconds=30))}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 1, "finishedAt": ts(died)}}}]
+    r0_steps = steps(100, 460, NOW - timedelta(hours=1))
+    r1_steps = steps(440, 462, died + timedelta(minutes=1))
+    captured = max(r0_steps[-1][0], r1_steps[-1][0]) + timedelta(seconds=5)
+    out = explain(write_dump(tmp_path / "d", [job, r0, r1], captured=captured,
+                             logs={(NS, "train-0-aaaaa"): text(r0_steps), (NS, "train-1-bbbbb"): text(r1_steps)}))
+    running = run_of(out, "train")["claims"]["running"]
+    assert running["observed"] == "false" and "train-1-bbbbb container main restarted" in running["reason"], running
