@@ -436,7 +436,7 @@ class RunIndex:
         ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
         ev.inferred = root.key in self._inferred
         if self._gpu_short_view is None:
-            self._gpu_short_view = sorted(self._gpu_short)[:8]
+            self._gpu_short_view = sorted(self._gpu_short)[:GPU_SHORT_VIEW]
         ev.gpu_short_nodes = [self._objects[k] for k in self._gpu_short_view]
         ns = root.namespace
         for wl in ev.workloads:
@@ -589,4 +589,5 @@ def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | Non
 
 
 MEMBERS_MEMO_MAX = 2048  # runs whose member walk `_member_keys` remembers
+GPU_SHORT_VIEW = 64  # short nodes handed to a run's evidence (those its pods could use are named)
 _ROOT_KINDS = frozenset({"TauRun", "RayJob", "RayCluster"} | JOB_KINDS)

@@ -28,6 +28,7 @@ from collector.model import (
     NodeFacts,
     ObjectRecord,
     OwnerRef,
+    Placement,
     PodFacts,
     QueueFacts,
     RayClusterFacts,
@@ -566,11 +567,12 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
     gpus = sum(g for _, g in per)
     helpers = tuple(sys.intern(n) for n, g in per if not g and type(n) is str) if gpus else ()
     role, rank, attempt = identity_of(_sub(_sub(raw, "metadata"), "labels"))
+    node_name = _text(r, spec.get("nodeName"), "spec", "nodeName", intern=True)
     return PodFacts(
         phase=sys.intern(phase_s),
         reason=_text(r, status.get("reason"), "status", "reason", intern=True),
         message=_text(r, status.get("message"), "status", "message")[:500],
-        node_name=_text(r, spec.get("nodeName"), "spec", "nodeName", intern=True),
+        node_name=node_name,
         gpus=gpus,
         start_time=r.fast_time(status.get("startTime"), "status", "startTime"),
         containers=tuple(containers),
@@ -585,7 +587,29 @@ def _pod(r: _Reader, raw: RawObject) -> Facts:
         rank=rank,
         attempt=attempt,
         helpers=helpers,
+        placement=None if node_name else _placement(spec),
     )
+
+
+_MAX_PLACEMENT = 64  # entries of each kind kept (a hostile spec is bounded)
+
+
+def _placement(spec: Mapping[str, Any]) -> Placement | None:
+    """An unbound pod's nodeSelector, required node affinity and tolerations (None: it names none)."""
+    selector = tuple((str(k), str(v)) for k, v in list(_sub(spec, "nodeSelector").items())[:_MAX_PLACEMENT])
+    terms = []
+    required = _sub(_sub(_sub(spec, "affinity"), "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution")
+    for term in _list(required, "nodeSelectorTerms")[:_MAX_PLACEMENT]:
+        exprs = tuple((str(e.get("key") or ""), str(e.get("operator") or ""),
+                       tuple(str(v) for v in e.get("values") or () if type(v) is str)[:_MAX_PLACEMENT])
+                      for e in _list(term, "matchExpressions")[:_MAX_PLACEMENT] if type(e) is dict)
+        terms.append(exprs)
+    tolerations = tuple((str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                         str(t.get("effect") or ""))
+                        for t in _list(spec, "tolerations")[:_MAX_PLACEMENT] if type(t) is dict)
+    if not (selector or terms or tolerations):
+        return None
+    return Placement(selector, tuple(terms), tolerations)
 
 
 def _pod_claims(r: _Reader, spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
@@ -779,10 +803,18 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
     for c in _list(raw, "status.conditions"):
         if _get(c, "type") == "Ready" and type(c) is dict:
             ready = c
+    capacity = _gpus({"limits": _map(raw, "status.capacity")})
+    allocatable = _gpus({"limits": _map(raw, "status.allocatable")})
+    labels: Mapping[str, str] = {}
+    taints: tuple[tuple[str, str, str], ...] = ()
+    if allocatable < capacity:  # a short node: whether a waiting pod could use it at all
+        labels = {str(k): str(v) for k, v in _map(raw, "metadata.labels").items() if type(v) is str}
+        taints = tuple((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                       for t in _list(raw, "spec.taints")[:64] if type(t) is dict)
     return NodeFacts(
         ready=str(ready.get("status") or ""),
-        gpu_capacity=_gpus({"limits": _map(raw, "status.capacity")}),
-        gpu_allocatable=_gpus({"limits": _map(raw, "status.allocatable")}),
+        gpu_capacity=capacity,
+        gpu_allocatable=allocatable,
         ready_reason=r.str_(ready.get("reason"), "status.conditions[Ready].reason"),
         ready_message=r.str_(ready.get("message"), "status.conditions[Ready].message")[:300],
         ready_since=r.time(ready.get("lastTransitionTime"), "status.conditions[Ready].lastTransitionTime"),
@@ -790,6 +822,8 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
         heartbeat=max((t for i, c in enumerate(_list(raw, "status.conditions")) if type(c) is dict
                        and (t := r.fast_time(c.get("lastHeartbeatTime"), "status.conditions", i)) is not None),
                       default=None),
+        labels=labels,
+        taints=taints,
     )
 
 

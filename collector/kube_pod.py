@@ -80,6 +80,10 @@ class _Spec(Struct, gc=False):
     containers: list[_ContainerSpec] | None | UnsetType = UNSET
     schedulingGates: Any = UNSET
     resourceClaims: Any = UNSET
+    # Read only for an unbound pod (rare: normalize reads it); raw, so a bound pod's cost nothing.
+    nodeSelector: msgspec.Raw | UnsetType = UNSET
+    affinity: msgspec.Raw | UnsetType = UNSET
+    tolerations: msgspec.Raw | UnsetType = UNSET
 
 
 class _Condition(Struct, gc=False):
@@ -211,7 +215,7 @@ def _raw_json(value: Any) -> Any:
 # the keyword call's cost (a watch builds ~8 per pod event). The asserts keep the field counts honest.
 _new: Any = tuple.__new__
 assert (len(ContainerFacts._fields), len(PodFacts._fields), len(ObjectRecord._fields), len(Condition._fields),
-        len(Ref._fields)) == (12, 17, 10, 5, 4), "a record changed: update the tuples built below"
+        len(Ref._fields)) == (12, 18, 10, 5, 4), "a record changed: update the tuples built below"
 
 
 def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
@@ -385,6 +389,9 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         raise _UNCLEAN
     if type(spec.resourceClaims) is list and spec.resourceClaims:
         raise _UNCLEAN  # DRA claim names: rare, read by normalize
+    if not spec.nodeName and (spec.nodeSelector is not UNSET or spec.affinity is not UNSET
+                              or spec.tolerations is not UNSET):
+        raise _UNCLEAN  # an unbound pod's placement: read by normalize
     v = status.startTime
     start = _seen(v) or _time(v)
     if start is not None and (newest is None or start > newest):
@@ -414,6 +421,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),  # scheduling_gates
         *identity,  # role, rank, attempt
         tuple(without) if gpus and without else (),  # helpers
+        None,  # placement (an unbound pod with one takes normalize's path)
     ))
     generation = meta.generation
     record: ObjectRecord = _new(ObjectRecord, (

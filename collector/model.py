@@ -144,6 +144,17 @@ class ContainerFacts(NamedTuple):
     last_finished: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an unbound pod may run: its nodeSelector, required node affinity and tolerations (kept
+    for unbound pods only: whose wait a short node explains depends on it)."""
+
+    selector: tuple[tuple[str, str], ...] = ()
+    # requiredDuringScheduling nodeSelectorTerms: any term, all of its (key, operator, values)
+    terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
+
+
 class PodFacts(NamedTuple):
     phase: str
     reason: str
@@ -170,6 +181,7 @@ class PodFacts(NamedTuple):
     # App containers that request no GPU in a pod where another does (log shippers, metrics sidecars):
     # whatever they print is not the trainer's progress.
     helpers: tuple[str, ...] = ()
+    placement: Placement | None = None  # unbound pods only
 
     @property
     def terminal(self) -> bool:
@@ -305,6 +317,10 @@ class NodeFacts:
     # The newest lastHeartbeatTime of its conditions: the kubelet posts status at least every
     # nodeStatusReportFrequency (5 min) while it lives, so it bounds a dump's capture time.
     heartbeat: datetime | None = None
+    # Kept only for a node advertising fewer GPUs than installed (the one question they answer: could
+    # the pod waiting for GPUs run here at all?).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 
 from collector.claims.common import Clock, Freshness, event_evidence, latest
@@ -18,6 +19,7 @@ from collector.model import (
     NodeClaimFacts,
     NodeFacts,
     ObjectRecord,
+    Placement,
     Plane,
     PodFacts,
     QueueFacts,
@@ -169,6 +171,11 @@ def _queue_admission(
             if active is not None and not active.is_true:
                 evidence.append(Evidence(Plane.KUEUE, str(q.ref), "status.conditions[Active]",
                                          f"{active.status}: {active.reason}", active.last_transition))
+    if evicted is not None and evicted.is_true and reserved is not None and reserved.is_true:
+        # Kueue evicted it and waits for its integration to suspend the job and release the quota.
+        reason = f"evicted ({evicted.reason})" + (f": {evicted.message}" if evicted.message else "")
+        return Blocked(Stage.QUEUE_ADMISSION, reason + "; its quota is released once the job is suspended",
+                       evicted.last_transition, tuple(evidence))
     if reserved is not None and reserved.is_true:
         pending = [a for a in f.admission_checks if a.state not in ("Ready",)]
         if admitted is not None and admitted.is_true or (admitted is None and not pending):
@@ -417,7 +424,10 @@ def _scheduling(ev: RunEvidence, unbound: list[ObjectRecord], events: list[Objec
             reason += f" (scheduler: {_short(message)})"
         return Blocked(Stage.NODE_SCALING, reason, since, tuple([*scheduler_ev, *event_evidence(scaler[-2:])]))
     if message is not None and _GPU_SHORT.search(message):
-        short = [n for n in ev.gpu_short_nodes if isinstance(n.facts, NodeFacts)]
+        # The device plugin owns the wait only on nodes the pods could use: a short node their
+        # selector, affinity or tolerations exclude says nothing about them.
+        short = [n for n in ev.gpu_short_nodes
+                 if any(could_run(p.facts.placement, n) for p in unbound if isinstance(p.facts, PodFacts))]
         if short:
             nf = short[0].facts
             assert isinstance(nf, NodeFacts)
@@ -442,6 +452,52 @@ def _scheduling(ev: RunEvidence, unbound: list[ObjectRecord], events: list[Objec
     return Blocked(Stage.POD_SCHEDULING, f"{count}; no scheduler events or PodScheduled message observed", since,
                    tuple(Evidence(Plane.KUBERNETES, str(p.ref), "spec.nodeName", None, p.created)
                          for p in unbound[:3]))
+
+
+def could_run(placement: Placement | None, node: ObjectRecord) -> bool:
+    """Whether a pod with this placement could be scheduled on `node` at all (its nodeSelector, its
+    required node affinity, the node's NoSchedule/NoExecute taints), capacity aside."""
+    nf = node.facts
+    if not isinstance(nf, NodeFacts):
+        return False
+    pl = placement or Placement()
+    labels = nf.labels
+    if any(labels.get(k) != v for k, v in pl.selector):
+        return False
+    if pl.terms and not any(term and all(_matches(labels, e) for e in term) for term in pl.terms):
+        return False
+    return all(effect not in ("NoSchedule", "NoExecute") or any(_tolerates(t, key, value, effect)
+                                                                for t in pl.tolerations)
+               for key, value, effect in nf.taints)
+
+
+def _matches(labels: Mapping[str, str], expr: tuple[str, str, tuple[str, ...]]) -> bool:
+    key, op, values = expr
+    v = labels.get(key)
+    if op == "In":
+        return v is not None and v in values
+    if op == "NotIn":
+        return v is None or v not in values
+    if op == "Exists":
+        return v is not None
+    if op == "DoesNotExist":
+        return v is None
+    if op in ("Gt", "Lt") and v is not None and len(values) == 1:
+        try:
+            a, b = int(v), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _tolerates(t: tuple[str, str, str, str], key: str, value: str, effect: str) -> bool:
+    tkey, op, tvalue, teffect = t
+    if teffect and teffect != effect:
+        return False
+    if op == "Exists":
+        return not tkey or tkey == key
+    return tkey == key and tvalue == value
 
 
 def _short(message: str, limit: int = 160) -> str:

@@ -25,6 +25,7 @@ from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
     AdmissionCheckFacts,
     Claim,
+    EventFacts,
     Evidence,
     JobFacts,
     NodeFacts,
@@ -202,8 +203,12 @@ def _admission(ev: RunEvidence) -> tuple[bool | None, datetime | None, list[Evid
     for wl in ev.workloads:
         qr, adm, evc, fin = (wl.condition(t) for t in ("QuotaReserved", "Admitted", "Evicted", "Finished"))
         ok = qr is not None and qr.is_true and (adm is None or adm.is_true)
-        if evc is not None and evc.is_true and (adm is None or not adm.is_true):
+        if evc is not None and evc.is_true:
+            # Evicted (preempted) while the quota is still reserved and Admitted still True: Kueue is
+            # taking the run back (KubeRay suspends it); it is not scheduled, whatever the pods say.
             ok = False
+            evidence.append(Evidence(Plane.KUEUE, str(wl.ref), "status.conditions[Evicted]",
+                                     f"True: {evc.reason}", evc.last_transition))
         if fin is not None and fin.is_true:
             ok = False
             holds = " while still holding its quota reservation" if qr is not None and qr.is_true else ""
@@ -225,9 +230,11 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
     admitted, admitted_at, evidence = _admission(ev)
     if admitted is not None and not fresh.ok("Workload"):
         return _claim(a.scheduled, Observed.UNKNOWN, None, fresh.why_not("Workload"), evidence, status_ev)
-    # Bound to a node but its allocated devices unhealthy before it ever started: not allocated.
+    # Bound to a node but its allocated devices unhealthy before it ever started, or the kubelet could
+    # not prepare its DRA devices (driver not registered, NodePrepareResources failed): not allocated.
+    unprepared = _unprepared(ev, live)
     bound = [p for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
-             and not (p.facts.phase == "Pending" and p.facts.unhealthy_devices)]
+             and not (p.facts.phase == "Pending" and p.facts.unhealthy_devices) and p.ref.name not in unprepared]
     unbound = len(live) - len(bound)
     gpus = sum(p.facts.gpus for p in bound if isinstance(p.facts, PodFacts))
     pod_at = fresh.at("Pod")
@@ -240,8 +247,11 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
         c.last_transition for p in bound for c in p.conditions if c.type == "PodScheduled" and c.is_true
     )
     if admitted is False:
-        return _claim(a.scheduled, Observed.FALSE, admitted_at, "Kueue has not admitted the workload"
-                      if not a.finished else "run finished; Kueue no longer admits it", evidence, status_ev)
+        evicted = next((c for wl in ev.workloads if (c := wl.condition("Evicted")) is not None and c.is_true), None)
+        why = ("run finished; Kueue no longer admits it" if a.finished else
+               f"Kueue evicted the workload ({evicted.reason})" if evicted is not None else
+               "Kueue has not admitted the workload")
+        return _claim(a.scheduled, Observed.FALSE, admitted_at, why, evidence, status_ev)
     if a.finished and not live:
         return _claim(a.scheduled, Observed.FALSE, ev.root.newest, "run finished; no pod holds resources",
                       evidence, status_ev)
@@ -264,11 +274,28 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
         return _claim(a.scheduled, Observed.UNKNOWN, None, f"{len(bound)} pods bound; {exp.why_unknown}",
                       evidence, status_ev)
     reason = f"{len(bound)}/{of} pods bound"
+    if unprepared:
+        name, why = next(iter(unprepared.items()))
+        reason += f"; pod {name} is on its node but its devices are not prepared ({why[:200]})"
     if want is not None and unbound and len(bound) >= want:
         reason += f", {unbound} more unbound"
     if want is None:
         reason += f" ({unbound} unbound; {exp.why_unknown})" if unbound else f"; {exp.why_unknown}"
     return _claim(a.scheduled, Observed.FALSE, bound_since or ev.root.created, reason, evidence, status_ev)
+
+
+def _unprepared(ev: RunEvidence, live: list[ObjectRecord]) -> dict[str, str]:
+    """Bound pods that have not started because the kubelet could not prepare their DRA devices
+    (FailedPrepareDynamicResources), by name, with the kubelet's message."""
+    waiting = {p.ref.name for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
+               and p.facts.phase == "Pending" and not any(c.state == "running" for c in p.facts.containers)}
+    out: dict[str, str] = {}
+    for e in ev.events:
+        f = e.facts
+        if isinstance(f, EventFacts) and f.reason == "FailedPrepareDynamicResources" and f.regarding.kind == "Pod" \
+                and f.regarding.name in waiting:
+            out[f.regarding.name] = f.message
+    return out
 
 
 # --- running -------------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ class _PodSpec(TypedDict, total=False):
     containers: list[_ContainerSpec | Any]
     schedulingGates: Any
     resourceClaims: Any
+    # where an unbound pod may run (PodFacts.placement)
+    nodeSelector: Any
+    affinity: Any
+    tolerations: Any
 
 
 class _ContainerStatus(TypedDict, total=False):
