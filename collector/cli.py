@@ -126,15 +126,16 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
     workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes)
     for problem in workers.problems:
         click.echo(safe_text(problem), err=True)
-    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack)
-              for ev in index.all_evidence()]
+    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack,
+                                    origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
     selected = _select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
                              f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
-    environment = single_cluster("manager", dump.version, dump.environment_objects)
+    environment = single_cluster("manager", dump.version, dump.environment_objects,
+                                 settings.controller.environment_namespaces)
     if workers.inventories:
         environment = check([*environment.clusters, *workers.inventories])
     if output == "json":

@@ -669,7 +669,8 @@ class Controller:
             worker_runs = {w.name: w.runs() for w in self.workers}
             for ref in targets:
                 ev = self.index.evidence(ref)
-                rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
+                rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims,
+                                           origin=self.settings.controller.multikueue_origin)
                 if self.workers:
                     if target := dispatch_target(ev):
                         self._dispatched[ref.key] = target

@@ -351,6 +351,8 @@ class RunIndex:
             return False
         if rec.ref.kind == "TauRun" or key in self._inferred:
             return True
+        if rec.owners and self.orphaned(rec):
+            return False  # left over from a run that is gone (its owner's name now has a new object)
         if self._owning_run(key, 0) is not None:
             return False
         if rec.ref.kind == "RayJob" or rec.ref.kind in TRAINING_JOB_KINDS:
@@ -371,7 +373,22 @@ class RunIndex:
                 return found
         return None
 
+    def orphaned(self, rec: ObjectRecord) -> bool:
+        """Whether an owner the record names is present under another uid: its owner was deleted and a
+        new object took the name (a run submitted again). Such a record belongs to the run that is
+        gone, not to the new one, whatever its labels say."""
+        ns = rec.ref.namespace
+        for o in rec.owners:
+            if o.uid:
+                cur = self._objects.get((o.kind, "" if o.kind in CLUSTER_SCOPED_KINDS else ns, o.name))
+                if cur is not None and cur.ref.uid and cur.ref.uid != o.uid:
+                    return True
+        return False
+
     def _parents_of(self, key: Key) -> list[Key]:
+        rec = self._objects.get(key)
+        if rec is not None and rec.owners and self.orphaned(rec):
+            return []
         # A parent that is absent but adopted by a present object (a RayCluster missing from a
         # dump, named by its RayJob's status) still links its children through to the adopter.
         out = [p for p in self._up.get(key, ()) if p in self._objects or p in self._adopters]
@@ -407,7 +424,7 @@ class RunIndex:
                 if rec is None:
                     stack.append(child)  # an absent link (see _parents_of): walk through it
                     continue
-                if self._is_root(child):
+                if self._is_root(child) or rec.owners and self.orphaned(rec):
                     continue
                 yield rec
                 stack.append(child)
@@ -539,10 +556,10 @@ class RunIndex:
         found: dict[Key, list[ObjectRecord]] = {}
         for rec in list(self._objects.values()):
             f = rec.facts
-            if not isinstance(f, PodFacts) or self.root_of(rec.ref) is not None:
+            if not isinstance(f, PodFacts) or self.root_of(rec.ref) is not None or self.orphaned(rec):
                 continue
             key = _inferred_root(rec, f, self._objects)
-            if key is not None:
+            if key is not None and key not in self._objects:
                 found.setdefault(key, []).append(rec)
         out: list[Ref] = []
         for key, pods in sorted(found.items()):

@@ -12,7 +12,7 @@ claimed only when every row is seen to hold.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -191,10 +191,13 @@ def _list(x: Any) -> list[Any]:
 
 
 def inventory(
-    cluster: str, version_doc: Mapping[str, Any] | None, objects: Iterable[Mapping[str, Any]]
+    cluster: str, version_doc: Mapping[str, Any] | None, objects: Iterable[Mapping[str, Any]],
+    namespaces: Collection[str],
 ) -> ClusterInventory:
     """Build one cluster's inventory from `/version` (or `kubectl version -o json`) and raw
-    CustomResourceDefinition and Deployment objects; other kinds are ignored."""
+    CustomResourceDefinition and Deployment objects; other kinds are ignored, and so are Deployments
+    outside the controllers' `namespaces` (`ControllerSettings.environment_namespaces`): a tenant's
+    Deployment with Kueue's image is not Kueue."""
     doc = _dict(version_doc)
     doc = _dict(doc.get("serverVersion")) or doc
     git = doc.get("gitVersion")
@@ -216,7 +219,7 @@ def inventory(
             )
             storage = next((str(v.get("name")) for v in _list(spec.get("versions")) if _dict(v).get("storage")), None)
             crds[name] = CrdVersions(served, storage)
-        elif kind == "Deployment":
+        elif kind == "Deployment" and meta.get("namespace") in namespaces:
             pod = _dict(_dict(_dict(obj.get("spec")).get("template")).get("spec"))
             found = False
             for c in _list(pod.get("containers")):
@@ -337,9 +340,10 @@ def check(clusters: Sequence[ClusterInventory]) -> EnvironmentReport:
 
 
 def single_cluster(
-    cluster: str, version_doc: Mapping[str, Any] | None, objects: Sequence[Mapping[str, Any]]
+    cluster: str, version_doc: Mapping[str, Any] | None, objects: Sequence[Mapping[str, Any]],
+    namespaces: Collection[str],
 ) -> EnvironmentReport:
     """One cluster's check (a dump); no clusters at all when nothing version-bearing was read."""
     if version_doc is None and not objects:
         return check([])
-    return check([inventory(cluster, version_doc, objects)])
+    return check([inventory(cluster, version_doc, objects, namespaces)])

@@ -161,6 +161,15 @@ IRRELEVANT_KINDS = frozenset(
         "ResourceFlavor",
         "Lease",
         "Secret",  # never read: recognized only so it is dropped without a trace
+        # Kueue's configuration kinds: how queues and MultiKueue workers are set up, not a run's state
+        # (a MultiKueue manager's dump holds them: they are no input error).
+        "MultiKueueConfig",
+        "MultiKueueCluster",
+        "Cohort",
+        "Topology",
+        "WorkloadPriorityClass",
+        "ProvisioningRequestConfig",
+        "PriorityClass",
         "CronJob",
         # DRA and Karpenter kinds whose content the claims do not need (ResourceClaims and
         # NodeClaims are read; slices, classes, templates and pools describe supply, not a wait).
@@ -425,9 +434,10 @@ def normalize(raw: Any, contract: TauGridContract | None = None, *, where: str =
         if not isinstance(o, dict) or not o.get("kind") or not o.get("name"):
             r.problem(f"metadata.ownerReferences[{i}]: incomplete, ignored")
             continue
+        uid = o.get("uid")
         owners.append(
-            OwnerRef(kind=sys.intern(str(o["kind"])), name=sys.intern(str(o["name"])), uid="",
-                     controller=bool(o.get("controller")))
+            OwnerRef(kind=sys.intern(str(o["kind"])), name=sys.intern(str(o["name"])),
+                     uid=sys.intern(uid[:64]) if type(uid) is str else "", controller=bool(o.get("controller")))
         )
     if meta.get("deletionTimestamp"):
         r.time(meta.get("deletionTimestamp"), "metadata.deletionTimestamp")

@@ -34,6 +34,7 @@ _Int = int | None | UnsetType
 class _Owner(Struct, gc=False):
     kind: _Str = UNSET
     name: _Str = UNSET
+    uid: _Str = UNSET
     controller: bool | None | UnsetType = UNSET
 
 
@@ -263,7 +264,7 @@ def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetim
 # than the rest of the lookup); the contract is kept as the value so that its id stays its own.
 _ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
 # OwnerRefs are frozen and shared: every pod of a RayCluster or Job names the same one.
-_OWNERS: dict[tuple[str, str, bool], OwnerRef] = {}
+_OWNERS: dict[tuple[str, str, str, bool], OwnerRef] = {}
 
 
 # GPU count by a container's resources JSON text; -1 where `normalize` must read them (a field of
@@ -319,13 +320,14 @@ def _role(contract: TauGridContract, api_version: str) -> str:
     return role
 
 
-def _owner(kind: str, name: str, controller: bool) -> OwnerRef:
-    key = (kind, name, controller)
+def _owner(kind: str, name: str, uid: str, controller: bool) -> OwnerRef:
+    key = (kind, name, uid, controller)
     o = _OWNERS.get(key)
     if o is None:
         if len(_OWNERS) >= _TIMES_MAX:
             _OWNERS.clear()
-        o = _OWNERS[key] = OwnerRef(kind=_intern(kind), name=_intern(name), uid="", controller=controller)
+        o = _OWNERS[key] = OwnerRef(kind=_intern(kind), name=_intern(name), uid=_intern(uid[:64]),
+                                    controller=controller)
     return o
 
 
@@ -350,7 +352,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         if not o.kind or not o.name:
             raise _UNCLEAN
         assert type(o.kind) is str and type(o.name) is str
-        owners.append(_owner(o.kind, o.name, bool(o.controller)))
+        owners.append(_owner(o.kind, o.name, o.uid if type(o.uid) is str else "", bool(o.controller)))
     deleting = bool(meta.deletionTimestamp)
     if deleting:
         t = _time(meta.deletionTimestamp)

@@ -38,6 +38,7 @@ from collector.settings import ClaimSettings
 __all__ = ["ORIGIN_LABEL", "dispatch_target", "evaluate_multicluster", "find_copy", "join"]
 
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+DEFAULT_ORIGIN = "multikueue"  # Kueue's multiKueue.origin default
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 _REF_END = re.compile(r"[A-Za-z0-9._-]")
 
@@ -62,11 +63,14 @@ def dispatch_target(ev: RunEvidence) -> str:
     return found[2] if found else ""
 
 
-def find_copy(worker_runs: Iterable[RunEvidence], namespace: str, workload: str) -> RunEvidence | None:
-    """The worker's run holding MultiKueue's copy of `namespace/workload`."""
+def find_copy(worker_runs: Iterable[RunEvidence], namespace: str, workload: str,
+              origin: str = DEFAULT_ORIGIN) -> RunEvidence | None:
+    """The worker's run holding this manager's MultiKueue copy of `namespace/workload`: the origin
+    label must name this manager's origin (a worker may serve several managers, whose Workloads can
+    share a namespace and name)."""
     for ev in worker_runs:
         for wl in ev.workloads:
-            if wl.ref.namespace == namespace and wl.ref.name == workload and ORIGIN_LABEL in wl.labels:
+            if wl.ref.namespace == namespace and wl.ref.name == workload and wl.labels.get(ORIGIN_LABEL) == origin:
                 return ev
     return None
 
@@ -158,7 +162,7 @@ def _dispatch_blocked(ev: RunEvidence, worker: str, copy: RunEvidence | None, ma
 
 def evaluate_multicluster(ev: RunEvidence, workers: Mapping[str, Sequence[RunEvidence]], now: datetime,
                           s: ClaimSettings, *, manager: str = "manager",
-                          slack: timedelta | None = timedelta(0)) -> RunClaims:
+                          slack: timedelta | None = timedelta(0), origin: str = DEFAULT_ORIGIN) -> RunClaims:
     """Claims of one manager run, joined with its worker's evidence when MultiKueue dispatched it.
 
     `workers` maps each configured worker cluster to its runs. Single-cluster runs, and every run
@@ -167,7 +171,7 @@ def evaluate_multicluster(ev: RunEvidence, workers: Mapping[str, Sequence[RunEvi
     if found is None:
         return evaluate(ev, now, s, slack=slack)
     namespace, workload, worker = found
-    copy = find_copy(workers.get(worker, ()), namespace, workload) if worker else None
+    copy = find_copy(workers.get(worker, ()), namespace, workload, origin) if worker else None
     joined = join(ev, copy) if copy is not None else ev
     rc = evaluate(joined, now, s, slack=slack)
     refs = _worker_refs(copy) if copy is not None else frozenset()

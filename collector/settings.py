@@ -103,6 +103,13 @@ class ControllerSettings:
     ray_dashboards: Mapping[str, str] = field(default_factory=dict)
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
+    # Namespaces where Kueue, KubeRay and TauGrid's controllers run: the environment check reads their
+    # Deployments only there (a tenant's Deployment with Kueue's image is not Kueue).
+    environment_namespaces: frozenset[str] = frozenset({"kueue-system", "ray-system", "kuberay-system",
+                                                        "kuberay-operator", "taugrid-system"})
+    # MultiKueue's origin (Kueue's multiKueue.origin): a worker's copy of a Workload is this manager's
+    # only when its kueue.x-k8s.io/multikueue-origin label says so (a worker may serve several managers).
+    multikueue_origin: str = "multikueue"
     ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
     agents: AgentSourceSettings = field(default_factory=lambda: AgentSourceSettings())  # node agents, dcgm
 

@@ -54,6 +54,7 @@ def load_worker_dumps(workers: Mapping[str, Path], settings: Settings, taken: da
         out.skipped = out.skipped or dump.skipped
         out.runs[name] = _snapshot_runs(dump, settings, dump.clock().at or taken)
         if dump.version is not None or dump.environment_objects:
-            out.inventories.append(inventory(name, dump.version, dump.environment_objects))
+            out.inventories.append(inventory(name, dump.version, dump.environment_objects,
+                                             settings.controller.environment_namespaces))
     return out
 

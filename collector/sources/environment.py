@@ -7,10 +7,11 @@ empty, which the check reports as `unknown`: never a guess.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from collector.environment import ClusterInventory, EnvironmentReport, check, inventory
+from collector.settings import ControllerSettings
 from collector.sources.kube_api import JSON, KubeApi, Resource, SourceError
 
 __all__ = ["CRDS", "DEPLOYMENTS", "ENVIRONMENT_READS", "ClusterRead", "read_cluster", "read_environment"]
@@ -35,7 +36,8 @@ class ClusterRead:
     errors: tuple[str, ...]
 
 
-def read_cluster(name: str, api: KubeApi) -> ClusterRead:
+def read_cluster(name: str, api: KubeApi,
+                 namespaces: Collection[str] = ControllerSettings().environment_namespaces) -> ClusterRead:
     errors: list[str] = []
     version: JSON | None = None
     try:
@@ -48,7 +50,7 @@ def read_cluster(name: str, api: KubeApi) -> ClusterRead:
             objects += api.list_pages(res)[0]
         except SourceError as e:
             errors.append(f"{name}: {res.name}: {e}")
-    return ClusterRead(inventory(name, version, objects), tuple(errors))
+    return ClusterRead(inventory(name, version, objects, namespaces), tuple(errors))
 
 
 def read_environment(clusters: Sequence[tuple[str, KubeApi]]) -> tuple[EnvironmentReport, tuple[str, ...]]:

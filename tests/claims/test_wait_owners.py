@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.dumpkit import event, fixture_path, fixture_status, node, owner_of, pod, ts, write_dump
-from tests.test_explain_fixtures import NOW, admitted_job, claim, explain, only_run, workload_for
+from tests.test_explain_fixtures import NOW, admitted_job, claim, explain, only_run
 
 # The scheduler's message when one node is short of GPUs and the other does not match the selector.
 FAILED_SCHEDULING = ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node "

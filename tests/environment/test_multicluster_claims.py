@@ -12,7 +12,7 @@ import pytest
 from collector.correlate import RunEvidence, build_index
 from collector.kube import normalize
 from collector.model import ObjectRecord, Observed, RunClaims, Stage
-from collector.multicluster import dispatch_target, evaluate_multicluster, find_copy
+from collector.multicluster import ORIGIN_LABEL, dispatch_target, evaluate_multicluster, find_copy
 from collector.settings import ClaimSettings
 from collector.sources.kube_api import DEFAULT_RESOURCES, KubeApi, api_client_for
 from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
@@ -108,5 +108,22 @@ def test_a_same_named_workload_without_the_origin_label_is_not_the_copy(mc: Mult
     assert find_copy(stripped, "ml", wl) is None
     [ev] = [e for e in _runs(mc.urls["manager"], now) if e.root.ref.name == "dispatched"]
     rc = evaluate_multicluster(ev, {"worker-1": stripped}, now, S)
+    assert rc.running.observed is not Observed.TRUE
+    assert rc.extra["clusters"]["worker_copy_seen"] is False
+
+
+def test_another_managers_copy_on_a_shared_worker_is_not_ours(mc: MultiClusterSimulation) -> None:
+    """A worker serving two managers holds both managers' Workload copies; one with the same namespace
+    and name but another origin label value is the other manager's run."""
+    mc.step_to(60)
+    now = mc.clock.now()
+    worker = _runs(mc.urls["worker-1"], now)
+    wl = mc.workload_name(next(r for r in mc.scenario.runs if r.name == "dispatched"))
+    theirs = [replace(ev, workloads=[w._replace(labels={**w.labels, ORIGIN_LABEL: "manager-b"})
+                                     for w in ev.workloads]) for ev in worker]
+    assert find_copy(theirs, "ml", wl) is None
+    assert find_copy(theirs, "ml", wl, origin="manager-b") is not None  # that manager's own view
+    [ev] = [e for e in _runs(mc.urls["manager"], now) if e.root.ref.name == "dispatched"]
+    rc = evaluate_multicluster(ev, {"worker-1": theirs}, now, S)
     assert rc.running.observed is not Observed.TRUE
     assert rc.extra["clusters"]["worker_copy_seen"] is False
