@@ -9,7 +9,9 @@ Rules that keep look-alikes out of the progress signal:
 - skipped steps (DeepSpeed overflow; DeepSpeed/Megatron reports whose interval was mostly skipped)
   are samples with skipped=True, never progress;
 - Hugging Face loss dicts with no Trainer bar carry no step: their samples have step None;
-- every `\r` frame of a line is read on its own (a bar, then an NCCL error or a loss dict).
+- every `\r` frame of a line is read on its own (a bar, then an NCCL error or a loss dict);
+- a number past what any trainer prints (`numbers`: steps < 2^53, ranks < 2^20, ...) voids its line,
+  never the scan: the first such line is named in a diagnostic, the rest counted.
 Bounded by design: each pattern sees at most MAX_PATTERN_TEXT characters of a frame, each stream
 keeps its last MAX_SAMPLES samples (plus running aggregates: model.SampleSummary), and at most
 MAX_STREAMS rank streams are tracked.
@@ -27,7 +29,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collector.progress import hangs, trainers, xid
-from collector.progress.model import HangFinding, LogScan, ProgressSample, SampleSummary, XidFinding
+from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, SampleSummary, XidFinding
+from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
 from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
 
 MAX_DIAGNOSTICS = 100
@@ -164,6 +167,9 @@ class LineScanner:
         self.ignored_ranks: set[int] = set()
         self.first_at: datetime | None = None
         self.capped = False
+        self.resumes: list[ResumeFinding] = []
+        self.dropped_resumes = 0
+        self.out_of_range = 0  # lines voided by a number out of range
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -216,13 +222,30 @@ class LineScanner:
                 or "NCCL o" in s
                 or "nccl" in s
                 or "Timed out waiting" in s
+                or "nqueued" in s
+                or "step:" in s
+                or "| loss " in s
+                or "checkpoint" in s
+                or "Continuing training" in s
                 or "\x1b" in s
             ):
                 self.feed(n, s)
         self.lines = n
 
     def feed(self, n: int, s: str) -> None:
-        """One decoded line without its terminator: each `\r` frame is read on its own."""
+        """One decoded line without its terminator: each `\r` frame is read on its own.
+
+        A number out of range ends the line there: what it would have said is not kept (the frames
+        before it on the same line are), and the scan goes on.
+        """
+        try:
+            self._feed(n, s)
+        except OutOfRange as e:
+            self.out_of_range += 1
+            if self.out_of_range == 1:
+                self.diag(f"line {n}: {e}; such a line yields nothing")
+
+    def _feed(self, n: int, s: str) -> None:
         ts = ""
         cut = is_rfc3339_prefix(s)
         if cut:
@@ -262,7 +285,7 @@ class LineScanner:
             bar = trainers.parse_bar(f)
             if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
                 break
-            self._frame_one(st, n, ts, f[: bar.end])
+            self._frame_one(st, n, ts, f[: bar.end], rank)
             f = f[bar.end :]
         self._frame_one(st, n, ts, f, rank)
 
@@ -273,9 +296,14 @@ class LineScanner:
                 self._xid(n, ts, f, *found)
                 return
         if hangs.may_be_hang(f):
-            h = hangs.match_hang(f)
+            h = hangs.match_hang(f, rank)
             if h is not None:
-                self._hang(n, ts, f, h if h.rank is not None or rank is None else h._replace(rank=rank))
+                self._hang(n, ts, f, h)
+        if ("checkpoint" in f or "Continuing training" in f) and rank in (None, 0):
+            # the other ranks echo rank 0's resume; their lines add nothing
+            r = trainers.parse_resume(f)
+            if r is not None:
+                self._resume(n, ts, f, r)
         if st is not None and (
             self.custom is not None
             or "%|" in f
@@ -285,6 +313,8 @@ class LineScanner:
             or '"loss"' in f
             or "eval_loss" in f
             or "kipping step" in f
+            or "step:" in f
+            or "| loss " in f
         ):
             self._frame(st, n, ts, f)
 
@@ -304,7 +334,15 @@ class LineScanner:
         if len(self.hangs) >= MAX_FINDINGS:
             self.dropped_hangs += 1
             return
-        self.hangs.append(HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s), h.seq))
+        self.hangs.append(
+            HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s), h.seq, h.completed, h.pg)
+        )
+
+    def _resume(self, n: int, ts: str, s: str, r: trainers.Resume) -> None:
+        if len(self.resumes) >= MAX_FINDINGS:
+            self.dropped_resumes += 1
+            return
+        self.resumes.append(ResumeFinding(n, self._time(ts, s), r.step, r.format))
 
     # -- progress ---------------------------------------------------------------------------------
     def _stream_for(self, s: str) -> tuple[_Stream | None, str, int | None]:
@@ -313,12 +351,12 @@ class LineScanner:
         if s.startswith("[rank") or s.startswith("[default"):
             m = _RANK_PREFIX.match(s)
             if m:
-                rank = int(m.group(1))
+                rank = bounded(m.group(1), RANK_MAX, "rank")
                 s = s[m.end() :]
         elif "rank=" in s:
             r = _RANK_EQ.search(s)
             if r:
-                rank = int(r.group(1))
+                rank = bounded(r.group(1), RANK_MAX, "rank")
         if rank is not None and rank != 0 and self.rank0_locked:
             self.ignored_ranks.add(rank)
             return None, s, rank
@@ -339,6 +377,17 @@ class LineScanner:
             elif got is not None:
                 self._emit(st, n, ts, f, got.step, got.loss, "regex", False, got.total)
             return
+        if "Training epoch" in f:
+            nemo = trainers.parse_nemo(f)
+            if nemo is not None:
+                if nemo.step is None:
+                    st.note_once(
+                        "nemo-nostep",
+                        f"line {n}: NeMo progress lines without global_step past the first epoch carry no step; "
+                        "they count as activity with an unknown step",
+                    )
+                self._emit(st, n, ts, f, nemo.step, nemo.loss, "nemo", False, nemo.total)
+                return
         if "iteration" in f:
             meg = trainers.parse_megatron(f)
             if meg is not None:
@@ -351,7 +400,7 @@ class LineScanner:
                 return
         if "kipping step" in f and trainers.is_deepspeed_overflow(f):
             prev_step = st.samples[-1].step if st.samples else None
-            step = (prev_step or 0) + 1
+            step = check((prev_step or 0) + 1, COUNT_MAX, "derived step")
             st.note_once(
                 "ds-overflow",
                 f"line {n}: DeepSpeed overflow lines carry no step; their step is the previous "
@@ -371,6 +420,16 @@ class LineScanner:
                     skipped = advanced > 0 and 2 * (ds.skipped_total - (prev[1] or 0)) > advanced
                 st.ds_prev = (ds.step, ds.skipped_total)
                 self._emit(st, n, ts, f, ds.step, ds.loss, "deepspeed", skipped, None)
+                return
+        if "step:" in f:
+            titan = trainers.parse_torchtitan(f)
+            if titan is not None:
+                self._emit(st, n, ts, f, titan.step, titan.loss, "torchtitan", False, None)
+                return
+        if "| loss " in f:
+            auto = trainers.parse_automodel(f)
+            if auto is not None:
+                self._emit(st, n, ts, f, auto.step, auto.loss, "automodel", False, None)
                 return
         rest = f
         if "%|" in f:
@@ -429,7 +488,7 @@ class LineScanner:
         assert bar.epoch is not None
         if bar.total is not None:
             # stable whichever window of the log is read (tail-only reads)
-            step = bar.epoch * bar.total + bar.n
+            step = check(bar.epoch * bar.total + bar.n, COUNT_MAX, "epoch × total + position")
         else:
             if st.lt_epoch is not None and bar.epoch != st.lt_epoch:
                 if bar.epoch > st.lt_epoch:
@@ -439,7 +498,7 @@ class LineScanner:
                 st.lt_maxn = 0
             st.lt_epoch = bar.epoch
             st.lt_maxn = max(st.lt_maxn, bar.n)
-            step = st.lt_offset + bar.n
+            step = check(st.lt_offset + bar.n, COUNT_MAX, "derived step")
         self._emit(st, n, ts, f, step, bar.loss, "lightning", False, None)
 
     def _emit(
@@ -512,6 +571,10 @@ class LineScanner:
             diagnostics.append(f"{self.dropped_hangs} further hang findings not kept (limit {MAX_FINDINGS})")
         if self.dropped_xids:
             diagnostics.append(f"{self.dropped_xids} further XID findings not kept (limit {MAX_FINDINGS})")
+        if self.dropped_resumes:
+            diagnostics.append(f"{self.dropped_resumes} further resume findings not kept (limit {MAX_FINDINGS})")
+        if self.out_of_range > 1:
+            diagnostics.append(f"{self.out_of_range - 1} more lines with a number out of range yielded nothing")
         if self.lines == 0:
             diagnostics.append("empty input")
         return LogScan(
@@ -524,6 +587,7 @@ class LineScanner:
             lines=self.lines,
             summary=summary,
             first_at=self.first_at,
+            resumes=tuple(self.resumes),
         )
 
 
