@@ -19,9 +19,8 @@ MAX_STREAMS rank streams are tracked.
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
@@ -31,10 +30,10 @@ from typing import BinaryIO
 from collector.progress import hangs, trainers, xid
 from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, SampleSummary, XidFinding
 from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
+from collector.progress.streams import MAX_DIAGNOSTICS, Stream
 from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
 
-MAX_DIAGNOSTICS = 100
-MAX_FINDINGS = 1000  # per list (hangs, xids): a crash-looping job can log thousands
+MAX_FINDINGS = 1000  # per list (hangs, xids, resumes): a crash-looping job can log thousands
 MAX_SAMPLES = 10_000  # per stream: the stall window needs the last 50 intervals, goodput a few hours
 MAX_STREAMS = 64  # rank streams tracked before rank 0 speaks
 # Ranks other than 0 are kept only until rank 0 speaks (and one is chosen only when it never
@@ -47,102 +46,6 @@ MAX_PATTERN_TEXT = 16_384
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
 _RANK_EQ = re.compile(r"\brank=(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-class _Stream:
-    """Progress state of one rank's output (None: untagged lines)."""
-
-    __slots__ = (
-        "samples",
-        "last",
-        "seen",
-        "n_skipped",
-        "first",
-        "last_real",
-        "high",
-        "last_loss",
-        "first_bad",
-        "total",
-        "notes",
-        "hf_total",
-        "hf_pending",
-        "hf_last_n",
-        "hf_eval",
-        "ds_prev",
-        "meg_prev",
-        "lt_epoch",
-        "lt_offset",
-        "lt_maxn",
-        "noted",
-        "more_notes",
-    )
-
-    def __init__(self, max_samples: int) -> None:
-        self.samples: deque[ProgressSample] = deque(maxlen=max_samples)
-        # running aggregates over every sample, committed when a sample stops being the last one
-        # (the last one can still be updated by a redrawn frame)
-        self.seen = self.n_skipped = 0
-        self.first: ProgressSample | None = None
-        self.last_real: ProgressSample | None = None
-        self.high: ProgressSample | None = None
-        self.last_loss: ProgressSample | None = None
-        self.first_bad: ProgressSample | None = None
-        self.total: int | None = None
-        self.notes: list[str] = []
-        self.noted: set[str] = set()
-        self.more_notes = 0
-        self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
-        self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
-        self.hf_last_n: int | None = None
-        self.hf_eval = False  # an evaluation bar of the training bar's length is being drawn
-        self.ds_prev: tuple[int, int | None] | None = None
-        self.meg_prev: int | None = None
-        self.lt_epoch: int | None = None
-        self.lt_offset = 0
-        self.lt_maxn = 0
-
-    def note(self, text: str) -> None:
-        if len(self.notes) < MAX_DIAGNOSTICS:
-            self.notes.append(text)
-        else:
-            self.more_notes += 1
-
-    def note_once(self, key: str, text: str) -> None:
-        if key not in self.noted:
-            self.noted.add(key)
-            self.note(text)
-
-    def commit(self, x: ProgressSample) -> None:
-        self.seen += 1
-        if x.total is not None:
-            self.total = x.total
-        if x.skipped:
-            self.n_skipped += 1
-            return
-        if self.first is None:
-            self.first = x
-        self.last_real = x
-        if x.step is not None and (self.high is None or self.high.step is None or x.step > self.high.step):
-            self.high = x
-        if x.loss is not None:
-            self.last_loss = x
-            if self.first_bad is None and not math.isfinite(x.loss):
-                self.first_bad = x
-
-    def summary(self) -> SampleSummary:
-        if self.samples:
-            self.commit(self.samples[-1])
-        return SampleSummary(
-            seen=self.seen,
-            skipped=self.n_skipped,
-            dropped=self.seen - len(self.samples),
-            first=self.first,
-            last=self.last_real,
-            high_water=self.high,
-            last_with_loss=self.last_loss,
-            first_nonfinite=self.first_bad,
-            total=self.total,
-        )
 
 
 class LineScanner:
@@ -162,7 +65,7 @@ class LineScanner:
         self.xids: list[XidFinding] = []
         self.dropped_hangs = 0
         self.dropped_xids = 0
-        self.streams: dict[int | None, _Stream] = {}
+        self.streams: dict[int | None, Stream] = {}
         self.rank0_locked = False
         self.ignored_ranks: set[int] = set()
         self.first_at: datetime | None = None
@@ -273,7 +176,7 @@ class LineScanner:
             for key in [k for k in self.streams if k is not None and k != 0]:
                 del self.streams[key]
 
-    def _frame_any(self, st: _Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
+    def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
             if not self.capped:
                 self.capped = True
@@ -289,7 +192,7 @@ class LineScanner:
             f = f[bar.end :]
         self._frame_one(st, n, ts, f, rank)
 
-    def _frame_one(self, st: _Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
+    def _frame_one(self, st: Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
         if "Xid" in f:
             found = xid.match_xid(f)
             if found is not None:
@@ -345,7 +248,7 @@ class LineScanner:
         self.resumes.append(ResumeFinding(n, self._time(ts, s), r.step, r.format))
 
     # -- progress ---------------------------------------------------------------------------------
-    def _stream_for(self, s: str) -> tuple[_Stream | None, str, int | None]:
+    def _stream_for(self, s: str) -> tuple[Stream | None, str, int | None]:
         """The stream this line belongs to (None: ignored rank), the line without a rank prefix, the rank."""
         rank: int | None = None
         if s.startswith("[rank") or s.startswith("[default"):
@@ -366,10 +269,10 @@ class LineScanner:
                 if rank is not None and len(self.ignored_ranks) < MAX_STREAMS:
                     self.ignored_ranks.add(rank)
                 return None, s, rank
-            st = self.streams[rank] = _Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
+            st = self.streams[rank] = Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
         return st, s, rank
 
-    def _frame(self, st: _Stream, n: int, ts: str, f: str) -> None:
+    def _frame(self, st: Stream, n: int, ts: str, f: str) -> None:
         if self.custom is not None:
             got = trainers.parse_custom(self.custom, f)
             if isinstance(got, str):
@@ -447,7 +350,7 @@ class LineScanner:
             if hf is not None:
                 self._hf_dict(st, n, ts, rest, hf)
 
-    def _hf_dict(self, st: _Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
+    def _hf_dict(self, st: Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
         st.hf_eval = False
         step: int | None
         if hf.step is not None:
@@ -470,7 +373,7 @@ class LineScanner:
             )
         self._emit(st, n, ts, f, step, hf.loss, "hf-trainer", False, st.hf_total)
 
-    def _hf_bar(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+    def _hf_bar(self, st: Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         if st.hf_total is None:
             if bar.n > 0:
                 st.hf_pending = bar  # not yet known to be the training bar (could be eval)
@@ -484,7 +387,7 @@ class LineScanner:
             st.hf_last_n = bar.n
             self._emit(st, n, ts, f, bar.n, None, "hf-trainer", False, bar.total)
 
-    def _lightning(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+    def _lightning(self, st: Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         assert bar.epoch is not None
         if bar.total is not None:
             # stable whichever window of the log is read (tail-only reads)
@@ -503,7 +406,7 @@ class LineScanner:
 
     def _emit(
         self,
-        st: _Stream,
+        st: Stream,
         n: int,
         ts: str,
         text: str,

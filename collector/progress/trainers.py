@@ -202,9 +202,9 @@ def parse_bar(frame: str) -> Bar | None:
         if m is None:
             return None
         lo = _BAR_LOSS.search(m.group(4))
-        epoch = bounded(m.group(1), COUNT_MAX, "epoch")
-        n = bounded(m.group(2), COUNT_MAX, "bar position")
-        return Bar(True, epoch, n, _bar_total(m.group(3)), _num(lo.group(1)) if lo else None, m.end())
+        at_epoch = bounded(m.group(1), COUNT_MAX, "epoch")
+        at_n = bounded(m.group(2), COUNT_MAX, "bar position")
+        return Bar(True, at_epoch, at_n, _bar_total(m.group(3)), _num(lo.group(1)) if lo else None, m.end())
     i = j
     while i > 0 and i > j - 3 and frame[i - 1].isdigit():  # tqdm's percentage: 1 to 3 digits
         i -= 1
