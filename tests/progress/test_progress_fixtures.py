@@ -96,6 +96,8 @@ def test_nccl_watchdog_torch2x_format(fixtures: Path) -> None:
         "rank": 0,
         "at": None,
         "seq": 1580,
+        "completed": None,  # the watchdog line says neither; the PG-status line after it does
+        "pg": None,
     }
 
 
