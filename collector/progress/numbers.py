@@ -30,17 +30,20 @@ class OutOfRange(ValueError):
 
 
 def bounded(text: str, hi: int, what: str, lo: int = 0) -> int:
-    """The integer `text` (optionally signed digits, as a parser's group captured it) if lo <= it <= hi.
+    """The integer `text` (the digits a parser's group captured, maybe signed) if lo <= it <= hi.
 
-    Raises OutOfRange otherwise, and for text that is not an integer at all.
+    Raises OutOfRange otherwise, and for text that is not an integer at all. Runs on every parsed
+    number: the length check keeps int() off long digit runs, the rest is int() itself.
     """
-    digits = text[1:] if text[:1] in "+-" else text
-    if not digits or len(digits) > _MAX_DIGITS or not digits.isascii() or not digits.isdigit():
+    if len(text) > _MAX_DIGITS:
         raise OutOfRange(what, text)
-    value = int(text)
-    if not lo <= value <= hi:
-        raise OutOfRange(what, text)
-    return value
+    try:
+        value = int(text)
+    except ValueError:
+        raise OutOfRange(what, text) from None
+    if lo <= value <= hi:
+        return value
+    raise OutOfRange(what, text)
 
 
 def check(value: int, hi: int, what: str, lo: int = 0) -> int:

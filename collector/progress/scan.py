@@ -128,7 +128,8 @@ class LineScanner:
                 or "nqueued" in s
                 or "step:" in s
                 or "| loss " in s
-                or "checkpoint" in s
+                or "loaded checkpoint" in s
+                or "checkpoint at step" in s
                 or "Continuing training" in s
                 or "\x1b" in s
             ):
@@ -202,7 +203,7 @@ class LineScanner:
             h = hangs.match_hang(f, rank)
             if h is not None:
                 self._hang(n, ts, f, h)
-        if ("checkpoint" in f or "Continuing training" in f) and rank in (None, 0):
+        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f) and rank in (None, 0):
             # the other ranks echo rank 0's resume; their lines add nothing
             r = trainers.parse_resume(f)
             if r is not None:

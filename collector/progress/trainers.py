@@ -69,7 +69,7 @@ def parse_megatron(s: str) -> MegatronLine | None:
     if m is None:
         return None
     head = s[max(0, m.start() - 64) : m.start()]
-    if any(w in head for w in _NOT_TRAINING):
+    if "alidation" in head or "valuat" in head or "esting" in head or "anity" in head:  # _NOT_TRAINING
         return None
     step = bounded(m.group(1), COUNT_MAX, "iteration")
     total = bounded(m.group(2), COUNT_MAX, "total iterations")
@@ -78,10 +78,9 @@ def parse_megatron(s: str) -> MegatronLine | None:
     # iteration of the interval was skipped (fp16 overflow), or the average was NaN.
     all_skipped = False
     skipped = _count(_MEG_SKIPPED, s, "skipped iterations")
-    nan = _count(_MEG_NAN, s, "nan iterations")
     if loss is None:
         all_skipped = skipped > 0
-        if nan > 0:
+        if _count(_MEG_NAN, s, "nan iterations") > 0:
             loss = float("nan")
     return MegatronLine(step, total, loss, all_skipped, skipped)
 
