@@ -25,8 +25,9 @@ _COMPLETED = re.compile(r"last completed (?:\w{1,16} )?work: (-?\d+)")
 # The heartbeat monitor's dump on a collective timeout (torch >= 2.2), on every rank, the one behind
 # included: "[PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective
 # timeout from rank 13 and we will try our best to dump the debug info. Last enqueued NCCL work:
-# 1261, last completed NCCL work: 1259." (2.2/2.3: "Received a timeout signal from this local rank
-# and will start to dump the debug info. Last enqueued NCCL work: ...")
+# 1261, last completed NCCL work: 1259." (the older wording, as vendor forks of ProcessGroupNCCL still
+# print it: "Received a timeout signal from this local rank and will start to dump the debug info.
+# Last enqueued NCCL work: ...")
 _DUMP = re.compile(r"Last enqueued (?:\w{1,16} )?work: (-?\d+), last completed (?:\w{1,16} )?work: (-?\d+)")
 # The process group a message is about: `[PG ID 3 PG GUID d03b...fbfb Rank 1]` (torch >= 2.5: the GUID
 # is the same on every rank), `[PG 1 Rank 0]` / `[PG 0 (default_pg) Rank 3]` (2.3/2.4: the uid)
@@ -117,7 +118,7 @@ HANG_TRIGGERS: tuple[str, ...] = (
     "NCCL o",  # Some NCCL operations have failed
     "nccl",  # libnccl segfaults, ncclSystemError & co
     "Timed out waiting",
-    "nqueued",  # the heartbeat monitor's dump lines (torch 2.2/2.3 say "timeout", not "collective")
+    "nqueued",  # the heartbeat monitor's dump lines (the older wording says "timeout", not "collective")
 )
 
 
