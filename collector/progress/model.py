@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 # Progress formats a sample can carry.
-FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "hf-trainer", "lightning", "regex", "ray-metric", "checkpoint")
+FORMATS: tuple[str, ...] = (
+    "megatron",
+    "deepspeed",
+    "hf-trainer",
+    "lightning",
+    "regex",
+    "ray-metric",
+    "checkpoint",
+    "torchtitan",
+    "nemo",
+    "automodel",
+)
 
 # Hang vocabulary (HangFinding.kind):
 #   nccl-watchdog-timeout     ProcessGroupNCCL watchdog caught a collective past its timeout
@@ -18,6 +29,9 @@ FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "hf-trainer", "lightning", 
 #   nccl-error                an NCCL call failed (ncclSystemError, "NCCL error in: ...", ...)
 #   nccl-segfault             a process segfaulted inside libnccl (kernel log)
 #   collective-timeout        a non-NCCL collective (gloo) timed out
+#   nccl-timeout-dump         a rank's collective counters as the dump on a collective timeout runs (torch >=
+#                             2.2 heartbeat monitor: "Received a dump signal ... Last enqueued NCCL work: N, last
+#                             completed NCCL work: M"); every rank prints it, the one behind often nothing else
 HANG_KINDS: tuple[str, ...] = (
     "nccl-watchdog-timeout",
     "nccl-watchdog-exception",
@@ -27,6 +41,7 @@ HANG_KINDS: tuple[str, ...] = (
     "nccl-error",
     "nccl-segfault",
     "collective-timeout",
+    "nccl-timeout-dump",
 )
 
 
@@ -64,6 +79,11 @@ class HangFinding:
     rank: int | None
     at: datetime | None
     seq: int | None = None  # WorkNCCL SeqNum on that rank (watchdog lines): the lowest rank is behind
+    # The last collective this rank completed, where the line says (dump and PG-status lines).
+    completed: int | None = None
+    # The process group the counters belong to (its GUID, else its ID; "0" is the default group), where
+    # the line names it. Sequence numbers count per group: only numbers of one group compare.
+    pg: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +94,17 @@ class XidFinding:
     meaning: str
     action: str
     at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeFinding:
+    """A trainer's own word that it resumed from a checkpoint: `step` is where it says it resumed
+    (None when the line names none). Evidence of a restart; the claims decide what it means."""
+
+    line: int
+    at: datetime | None
+    step: int | None
+    format: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +157,7 @@ class LogScan:
     lines: int
     summary: SampleSummary | None = None  # None: summarize(samples) (nothing was dropped)
     first_at: datetime | None = None  # the first timestamp in the input: evidence starts there
+    resumes: tuple[ResumeFinding, ...] = ()  # checkpoint-resume lines (bounded like hangs)
 
     def summary_of(self) -> SampleSummary:
         return self.summary if self.summary is not None else summarize(self.samples)

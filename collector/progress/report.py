@@ -22,7 +22,9 @@ def scan_report(scan: LogScan) -> dict[str, object]:
     real step's loss was NaN/inf (`first_nonfinite_step` says where). Every figure covers the whole
     input although only the last MAX_SAMPLES samples are kept (`kept_samples`). Added fields:
     skipped, max_step, total, last_line, last_at, first_nonfinite_step, kept_samples; hang/xid
-    entries add rank/at (hangs also seq, the NCCL SeqNum); lines, diagnostics.
+    entries add rank/at (hangs also seq, the NCCL SeqNum or last enqueued collective, completed, the
+    last completed one, and pg, the process group they count in); resume (checkpoint-resume lines:
+    line, at, step, format); lines, diagnostics.
     """
     progress: dict[str, object] | None = None
     if scan.samples:
@@ -59,9 +61,12 @@ def scan_report(scan: LogScan) -> dict[str, object]:
                 "rank": h.rank,
                 "at": _iso(h.at),
                 "seq": h.seq,
+                "completed": h.completed,
+                "pg": h.pg,
             }
             for h in scan.hangs
         ],
+        "resume": [{"line": r.line, "at": _iso(r.at), "step": r.step, "format": r.format} for r in scan.resumes],
         "xid": [
             {
                 "code": x.code,

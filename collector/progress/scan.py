@@ -9,7 +9,9 @@ Rules that keep look-alikes out of the progress signal:
 - skipped steps (DeepSpeed overflow; DeepSpeed/Megatron reports whose interval was mostly skipped)
   are samples with skipped=True, never progress;
 - Hugging Face loss dicts with no Trainer bar carry no step: their samples have step None;
-- every `\r` frame of a line is read on its own (a bar, then an NCCL error or a loss dict).
+- every `\r` frame of a line is read on its own (a bar, then an NCCL error or a loss dict);
+- a number past what any trainer prints (`numbers`: steps < 2^53, ranks < 2^20, ...) voids its line,
+  never the scan: the first such line is named in a diagnostic, the rest counted.
 Bounded by design: each pattern sees at most MAX_PATTERN_TEXT characters of a frame, each stream
 keeps its last MAX_SAMPLES samples (plus running aggregates: model.SampleSummary), and at most
 MAX_STREAMS rank streams are tracked.
@@ -17,9 +19,8 @@ MAX_STREAMS rank streams are tracked.
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
@@ -27,11 +28,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collector.progress import hangs, trainers, xid
-from collector.progress.model import HangFinding, LogScan, ProgressSample, SampleSummary, XidFinding
+from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, SampleSummary, XidFinding
+from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
+from collector.progress.streams import MAX_DIAGNOSTICS, Stream
 from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
 
-MAX_DIAGNOSTICS = 100
-MAX_FINDINGS = 1000  # per list (hangs, xids): a crash-looping job can log thousands
+MAX_FINDINGS = 1000  # per list (hangs, xids, resumes): a crash-looping job can log thousands
 MAX_SAMPLES = 10_000  # per stream: the stall window needs the last 50 intervals, goodput a few hours
 MAX_STREAMS = 64  # rank streams tracked before rank 0 speaks
 # Ranks other than 0 are kept only until rank 0 speaks (and one is chosen only when it never
@@ -44,102 +46,6 @@ MAX_PATTERN_TEXT = 16_384
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
 _RANK_EQ = re.compile(r"\brank=(\d+)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-class _Stream:
-    """Progress state of one rank's output (None: untagged lines)."""
-
-    __slots__ = (
-        "samples",
-        "last",
-        "seen",
-        "n_skipped",
-        "first",
-        "last_real",
-        "high",
-        "last_loss",
-        "first_bad",
-        "total",
-        "notes",
-        "hf_total",
-        "hf_pending",
-        "hf_last_n",
-        "hf_eval",
-        "ds_prev",
-        "meg_prev",
-        "lt_epoch",
-        "lt_offset",
-        "lt_maxn",
-        "noted",
-        "more_notes",
-    )
-
-    def __init__(self, max_samples: int) -> None:
-        self.samples: deque[ProgressSample] = deque(maxlen=max_samples)
-        # running aggregates over every sample, committed when a sample stops being the last one
-        # (the last one can still be updated by a redrawn frame)
-        self.seen = self.n_skipped = 0
-        self.first: ProgressSample | None = None
-        self.last_real: ProgressSample | None = None
-        self.high: ProgressSample | None = None
-        self.last_loss: ProgressSample | None = None
-        self.first_bad: ProgressSample | None = None
-        self.total: int | None = None
-        self.notes: list[str] = []
-        self.noted: set[str] = set()
-        self.more_notes = 0
-        self.hf_total: int | None = None  # the Trainer's training-bar total, once a loss dict confirmed it
-        self.hf_pending: trainers.Bar | None = None  # last desc-less bar frame before confirmation
-        self.hf_last_n: int | None = None
-        self.hf_eval = False  # an evaluation bar of the training bar's length is being drawn
-        self.ds_prev: tuple[int, int | None] | None = None
-        self.meg_prev: int | None = None
-        self.lt_epoch: int | None = None
-        self.lt_offset = 0
-        self.lt_maxn = 0
-
-    def note(self, text: str) -> None:
-        if len(self.notes) < MAX_DIAGNOSTICS:
-            self.notes.append(text)
-        else:
-            self.more_notes += 1
-
-    def note_once(self, key: str, text: str) -> None:
-        if key not in self.noted:
-            self.noted.add(key)
-            self.note(text)
-
-    def commit(self, x: ProgressSample) -> None:
-        self.seen += 1
-        if x.total is not None:
-            self.total = x.total
-        if x.skipped:
-            self.n_skipped += 1
-            return
-        if self.first is None:
-            self.first = x
-        self.last_real = x
-        if x.step is not None and (self.high is None or self.high.step is None or x.step > self.high.step):
-            self.high = x
-        if x.loss is not None:
-            self.last_loss = x
-            if self.first_bad is None and not math.isfinite(x.loss):
-                self.first_bad = x
-
-    def summary(self) -> SampleSummary:
-        if self.samples:
-            self.commit(self.samples[-1])
-        return SampleSummary(
-            seen=self.seen,
-            skipped=self.n_skipped,
-            dropped=self.seen - len(self.samples),
-            first=self.first,
-            last=self.last_real,
-            high_water=self.high,
-            last_with_loss=self.last_loss,
-            first_nonfinite=self.first_bad,
-            total=self.total,
-        )
 
 
 class LineScanner:
@@ -159,11 +65,14 @@ class LineScanner:
         self.xids: list[XidFinding] = []
         self.dropped_hangs = 0
         self.dropped_xids = 0
-        self.streams: dict[int | None, _Stream] = {}
+        self.streams: dict[int | None, Stream] = {}
         self.rank0_locked = False
         self.ignored_ranks: set[int] = set()
         self.first_at: datetime | None = None
         self.capped = False
+        self.resumes: list[ResumeFinding] = []
+        self.dropped_resumes = 0
+        self.out_of_range = 0  # lines voided by a number out of range
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -216,13 +125,31 @@ class LineScanner:
                 or "NCCL o" in s
                 or "nccl" in s
                 or "Timed out waiting" in s
+                or "nqueued" in s
+                or "step:" in s
+                or "| loss " in s
+                or "loaded checkpoint" in s
+                or "checkpoint at step" in s
+                or "Continuing training" in s
                 or "\x1b" in s
             ):
                 self.feed(n, s)
         self.lines = n
 
     def feed(self, n: int, s: str) -> None:
-        """One decoded line without its terminator: each `\r` frame is read on its own."""
+        """One decoded line without its terminator: each `\r` frame is read on its own.
+
+        A number out of range ends the line there: what it would have said is not kept (the frames
+        before it on the same line are), and the scan goes on.
+        """
+        try:
+            self._feed(n, s)
+        except OutOfRange as e:
+            self.out_of_range += 1
+            if self.out_of_range == 1:
+                self.diag(f"line {n}: {e}; such a line yields nothing")
+
+    def _feed(self, n: int, s: str) -> None:
         ts = ""
         cut = is_rfc3339_prefix(s)
         if cut:
@@ -250,7 +177,7 @@ class LineScanner:
             for key in [k for k in self.streams if k is not None and k != 0]:
                 del self.streams[key]
 
-    def _frame_any(self, st: _Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
+    def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
             if not self.capped:
                 self.capped = True
@@ -262,20 +189,25 @@ class LineScanner:
             bar = trainers.parse_bar(f)
             if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
                 break
-            self._frame_one(st, n, ts, f[: bar.end])
+            self._frame_one(st, n, ts, f[: bar.end], rank)
             f = f[bar.end :]
         self._frame_one(st, n, ts, f, rank)
 
-    def _frame_one(self, st: _Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
+    def _frame_one(self, st: Stream | None, n: int, ts: str, f: str, rank: int | None = None) -> None:
         if "Xid" in f:
             found = xid.match_xid(f)
             if found is not None:
                 self._xid(n, ts, f, *found)
                 return
         if hangs.may_be_hang(f):
-            h = hangs.match_hang(f)
+            h = hangs.match_hang(f, rank)
             if h is not None:
-                self._hang(n, ts, f, h if h.rank is not None or rank is None else h._replace(rank=rank))
+                self._hang(n, ts, f, h)
+        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f) and rank in (None, 0):
+            # the other ranks echo rank 0's resume; their lines add nothing
+            r = trainers.parse_resume(f)
+            if r is not None:
+                self._resume(n, ts, f, r)
         if st is not None and (
             self.custom is not None
             or "%|" in f
@@ -285,6 +217,8 @@ class LineScanner:
             or '"loss"' in f
             or "eval_loss" in f
             or "kipping step" in f
+            or "step:" in f
+            or "| loss " in f
         ):
             self._frame(st, n, ts, f)
 
@@ -304,21 +238,29 @@ class LineScanner:
         if len(self.hangs) >= MAX_FINDINGS:
             self.dropped_hangs += 1
             return
-        self.hangs.append(HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s), h.seq))
+        self.hangs.append(
+            HangFinding(h.kind, n, h.collective, h.timeout_ms, h.rank, self._time(ts, s), h.seq, h.completed, h.pg)
+        )
+
+    def _resume(self, n: int, ts: str, s: str, r: trainers.Resume) -> None:
+        if len(self.resumes) >= MAX_FINDINGS:
+            self.dropped_resumes += 1
+            return
+        self.resumes.append(ResumeFinding(n, self._time(ts, s), r.step, r.format))
 
     # -- progress ---------------------------------------------------------------------------------
-    def _stream_for(self, s: str) -> tuple[_Stream | None, str, int | None]:
+    def _stream_for(self, s: str) -> tuple[Stream | None, str, int | None]:
         """The stream this line belongs to (None: ignored rank), the line without a rank prefix, the rank."""
         rank: int | None = None
         if s.startswith("[rank") or s.startswith("[default"):
             m = _RANK_PREFIX.match(s)
             if m:
-                rank = int(m.group(1))
+                rank = bounded(m.group(1), RANK_MAX, "rank")
                 s = s[m.end() :]
         elif "rank=" in s:
             r = _RANK_EQ.search(s)
             if r:
-                rank = int(r.group(1))
+                rank = bounded(r.group(1), RANK_MAX, "rank")
         if rank is not None and rank != 0 and self.rank0_locked:
             self.ignored_ranks.add(rank)
             return None, s, rank
@@ -328,10 +270,10 @@ class LineScanner:
                 if rank is not None and len(self.ignored_ranks) < MAX_STREAMS:
                     self.ignored_ranks.add(rank)
                 return None, s, rank
-            st = self.streams[rank] = _Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
+            st = self.streams[rank] = Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
         return st, s, rank
 
-    def _frame(self, st: _Stream, n: int, ts: str, f: str) -> None:
+    def _frame(self, st: Stream, n: int, ts: str, f: str) -> None:
         if self.custom is not None:
             got = trainers.parse_custom(self.custom, f)
             if isinstance(got, str):
@@ -339,6 +281,17 @@ class LineScanner:
             elif got is not None:
                 self._emit(st, n, ts, f, got.step, got.loss, "regex", False, got.total)
             return
+        if "Training epoch" in f:
+            nemo = trainers.parse_nemo(f)
+            if nemo is not None:
+                if nemo.step is None:
+                    st.note_once(
+                        "nemo-nostep",
+                        f"line {n}: NeMo progress lines without global_step past the first epoch carry no step; "
+                        "they count as activity with an unknown step",
+                    )
+                self._emit(st, n, ts, f, nemo.step, nemo.loss, "nemo", False, nemo.total)
+                return
         if "iteration" in f:
             meg = trainers.parse_megatron(f)
             if meg is not None:
@@ -351,7 +304,7 @@ class LineScanner:
                 return
         if "kipping step" in f and trainers.is_deepspeed_overflow(f):
             prev_step = st.samples[-1].step if st.samples else None
-            step = (prev_step or 0) + 1
+            step = check((prev_step or 0) + 1, COUNT_MAX, "derived step")
             st.note_once(
                 "ds-overflow",
                 f"line {n}: DeepSpeed overflow lines carry no step; their step is the previous "
@@ -372,6 +325,16 @@ class LineScanner:
                 st.ds_prev = (ds.step, ds.skipped_total)
                 self._emit(st, n, ts, f, ds.step, ds.loss, "deepspeed", skipped, None)
                 return
+        if "step:" in f:
+            titan = trainers.parse_torchtitan(f)
+            if titan is not None:
+                self._emit(st, n, ts, f, titan.step, titan.loss, "torchtitan", False, None)
+                return
+        if "| loss " in f:
+            auto = trainers.parse_automodel(f)
+            if auto is not None:
+                self._emit(st, n, ts, f, auto.step, auto.loss, "automodel", False, None)
+                return
         rest = f
         if "%|" in f:
             bar = trainers.parse_bar(f)
@@ -388,7 +351,7 @@ class LineScanner:
             if hf is not None:
                 self._hf_dict(st, n, ts, rest, hf)
 
-    def _hf_dict(self, st: _Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
+    def _hf_dict(self, st: Stream, n: int, ts: str, f: str, hf: trainers.HfDict) -> None:
         st.hf_eval = False
         step: int | None
         if hf.step is not None:
@@ -411,7 +374,7 @@ class LineScanner:
             )
         self._emit(st, n, ts, f, step, hf.loss, "hf-trainer", False, st.hf_total)
 
-    def _hf_bar(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+    def _hf_bar(self, st: Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         if st.hf_total is None:
             if bar.n > 0:
                 st.hf_pending = bar  # not yet known to be the training bar (could be eval)
@@ -425,11 +388,11 @@ class LineScanner:
             st.hf_last_n = bar.n
             self._emit(st, n, ts, f, bar.n, None, "hf-trainer", False, bar.total)
 
-    def _lightning(self, st: _Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
+    def _lightning(self, st: Stream, n: int, ts: str, f: str, bar: trainers.Bar) -> None:
         assert bar.epoch is not None
         if bar.total is not None:
             # stable whichever window of the log is read (tail-only reads)
-            step = bar.epoch * bar.total + bar.n
+            step = check(bar.epoch * bar.total + bar.n, COUNT_MAX, "epoch × total + position")
         else:
             if st.lt_epoch is not None and bar.epoch != st.lt_epoch:
                 if bar.epoch > st.lt_epoch:
@@ -439,12 +402,12 @@ class LineScanner:
                 st.lt_maxn = 0
             st.lt_epoch = bar.epoch
             st.lt_maxn = max(st.lt_maxn, bar.n)
-            step = st.lt_offset + bar.n
+            step = check(st.lt_offset + bar.n, COUNT_MAX, "derived step")
         self._emit(st, n, ts, f, step, bar.loss, "lightning", False, None)
 
     def _emit(
         self,
-        st: _Stream,
+        st: Stream,
         n: int,
         ts: str,
         text: str,
@@ -512,6 +475,10 @@ class LineScanner:
             diagnostics.append(f"{self.dropped_hangs} further hang findings not kept (limit {MAX_FINDINGS})")
         if self.dropped_xids:
             diagnostics.append(f"{self.dropped_xids} further XID findings not kept (limit {MAX_FINDINGS})")
+        if self.dropped_resumes:
+            diagnostics.append(f"{self.dropped_resumes} further resume findings not kept (limit {MAX_FINDINGS})")
+        if self.out_of_range > 1:
+            diagnostics.append(f"{self.out_of_range - 1} more lines with a number out of range yielded nothing")
         if self.lines == 0:
             diagnostics.append("empty input")
         return LogScan(
@@ -524,6 +491,7 @@ class LineScanner:
             lines=self.lines,
             summary=summary,
             first_at=self.first_at,
+            resumes=tuple(self.resumes),
         )
 
 

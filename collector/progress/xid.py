@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from collector.progress.numbers import XID_MAX, OutOfRange, bounded
+
 UNKNOWN_MEANING = "unknown XID"
 UNKNOWN_ACTION = "consult NVIDIA XID catalogue"
 
@@ -108,8 +110,13 @@ def describe(code: int) -> tuple[str, str]:
 
 
 def match_xid(line: str) -> tuple[int, str] | None:
-    """(code, pci) when `line` is an XID event."""
+    """(code, pci) when `line` is an XID event; None too when the code is past any real XID (a
+    forged line cannot carry a number no exporter can write)."""
     m = _XID.search(line)
     if m is None:
         return None
-    return int(m.group(2)), m.group(1).lower()
+    try:
+        code = bounded(m.group(2), XID_MAX, "XID code")
+    except OutOfRange:
+        return None
+    return code, m.group(1).lower()

@@ -83,6 +83,7 @@ def test_empty_input() -> None:
             "progress": None,
             "hang": [],
             "xid": [],
+            "resume": [],
             "lines": 0,
             "diagnostics": ["empty input"],
         }

@@ -83,8 +83,9 @@ def test_nccl_watchdog_torch2x_format(fixtures: Path) -> None:
     assert scan.hangs == (
         HangFinding("nccl-watchdog-timeout", 1, "ALLREDUCE", 600000, 0, None, seq=1580),
         HangFinding("nccl-watchdog-timeout", 2, "ALLREDUCE", 600000, 4, None, seq=1580),
-        HangFinding("nccl-watchdog-exception", 3, None, None, 0, None, seq=1580),
-        HangFinding("nccl-watchdog-exception", 4, None, None, 3, None, seq=1580),
+        # "[PG 1 Rank 0] Exception ... at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579."
+        HangFinding("nccl-watchdog-exception", 3, None, None, 0, None, seq=1580, completed=1579, pg="1"),
+        HangFinding("nccl-watchdog-exception", 4, None, None, 3, None, seq=1580, completed=1579, pg="1"),
     )
     report = scan_report(scan)
     assert report["hang"][0] == {  # type: ignore[index]
@@ -95,6 +96,8 @@ def test_nccl_watchdog_torch2x_format(fixtures: Path) -> None:
         "rank": 0,
         "at": None,
         "seq": 1580,
+        "completed": None,  # the watchdog line says neither; the PG-status line after it does
+        "pg": None,
     }
 
 
