@@ -42,6 +42,7 @@ from collector.model import (
     Ref,
     RunClaims,
     TauRunFacts,
+    verdict_for,
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress.history import extend_history, merge_history
@@ -113,6 +114,7 @@ class Controller:
         self.index = RunIndex(settings.taugrid)
         self.claims: dict[Key, RunClaims] = {}
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
+        self._failure_logged: dict[str, float] = {}  # see _failed
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._log_backlog = Backlog(LOG_BACKLOG)  # ... and log evidence by its weight (collector/backlog.py)
@@ -418,7 +420,12 @@ class Controller:
                 counts: dict[str, int] = {}
                 for change in batch:
                     for c in change.payload if change.op == "batch" else (change,):
-                        self._apply(c)
+                        try:
+                            self._apply(c)
+                        except Exception:  # one change that trips (hostile input nobody foresaw) costs only itself
+                            self._failed("change not applied; the rest of the batch goes on", c.op,
+                                         _describe(c))
+                            continue
                         if c.op in ("upsert", "delete") and c.resource is not None:
                             counts[c.resource.name] = counts.get(c.resource.name, 0) + 1
                             waiting.append(change.received)
@@ -547,7 +554,9 @@ class Controller:
             if root is not None:
                 self._dirty.add(root.key)
                 if self.sink is not None and self.leader:
-                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, read)
+                    source = f"{sig.ref.name}/{sig.source}"
+                    self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,
+                                 read)
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
@@ -588,6 +597,26 @@ class Controller:
         self.skipped.append(what)
         del self.skipped[:-100]
 
+    def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:
+        """An exception inside the loop, contained to the one change, run or export it hit: counted
+        (errors_total{source}), and logged with its traceback once a minute per kind (a tenant who
+        keeps tripping it must not flood the log)."""
+        self.health.error(source, ErrorClass.PERMANENT)
+        now = time.monotonic()
+        if now - self._failure_logged.get(kind, -FAILURE_LOG_S) >= FAILURE_LOG_S:
+            self._failure_logged[kind] = now
+            log.exception(message, extra={"kind": kind, "what": what[:300]})
+        else:
+            log.debug(message, extra={"kind": kind, "what": what[:300]})
+
+    def _export(self, what: str, call: Callable[..., object], *args: Any, **kw: Any) -> None:
+        """A call into the record sink (ADX, embedded) or the evidence capture: a failure there costs
+        only these records."""
+        try:
+            call(*args, **kw)
+        except Exception:
+            self._failed("export failed; the evidence stays in the index", "export", what, source="export")
+
     def _touch(self, ref: Ref) -> None:
         root = self._root_of(ref)
         if root is not None:
@@ -623,10 +652,13 @@ class Controller:
         self._export_event(rec)
 
     def _export_event(self, rec: ObjectRecord) -> None:
+        """Events regarding a run's objects only: tenants create Events at will, and the rest (most
+        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md)."""
         if self.sink is not None and rec.ref.kind == "Event" and self.leader:
             regarding = getattr(rec.facts, "regarding", None)  # EventFacts
             root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
-            self.sink.event(rec, root.name if root is not None else "")
+            if root is not None:
+                self._export(str(rec.ref), self.sink.event, rec, root.name)
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
@@ -668,23 +700,29 @@ class Controller:
             out = []
             worker_runs = {w.name: w.runs() for w in self.workers}
             for ref in targets:
-                ev = self.index.evidence(ref)
-                rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
-                if self.workers:
-                    if target := dispatch_target(ev):
-                        self._dispatched[ref.key] = target
-                    else:
-                        self._dispatched.pop(ref.key, None)
-                if self._agent_nodes or self._gpus:
-                    rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
-                if self._outage:
-                    rc = self._with_outage(rc)
+                try:
+                    ev = self.index.evidence(ref)
+                    rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
+                    if self.workers:
+                        if target := dispatch_target(ev):
+                            self._dispatched[ref.key] = target
+                        else:
+                            self._dispatched.pop(ref.key, None)
+                    if self._agent_nodes or self._gpus:
+                        rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
+                    if self._outage:
+                        rc = self._with_outage(rc)
+                    polled = self._poll_targets(ev, rc)
+                except Exception:  # one run's evidence that trips the evaluation costs only that run
+                    self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
+                    rc = unknown_claims(ref, self.claims.get(ref.key), now,
+                                        "claims could not be evaluated (an internal error, in the collector's log)")
+                    ev, polled = None, _PollTargets((), (), ())
                 self.claims[ref.key] = rc
                 self._rechecks.set(ref.key, rc.recheck_at, now)
                 out.append(rc)
-                if self.capture is not None and self.leader:
-                    self.capture.evaluated(ev, rc, now)
-                polled = self._poll_targets(ev, rc)
+                if self.capture is not None and self.leader and ev is not None:
+                    self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
                 if self._targets_by_run.get(ref.key) != polled:
                     self._targets_by_run[ref.key] = polled
                     self._targets_changed = True
@@ -697,13 +735,13 @@ class Controller:
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
             if self.sink is not None:
                 if not self._was_leader and self.elector is not None:  # taking over: until when the other led
-                    self.sink.track((), led_until=self.elector.led_until)
-                self.sink.claims(out if self._was_leader else self.claims.values())
+                    self._export("takeover", self.sink.track, (), led_until=self.elector.led_until)
+                self._export("claims", self.sink.claims, out if self._was_leader else list(self.claims.values()))
         elif self._was_leader:
             self.exporter.update([], now, replace=True)
         if not leader and self.sink is not None and self.elector is not None and self.view_complete:
             # A standby follows the claim transitions, to take over without gaps or repeats.
-            self.sink.track(out, led_until=self.elector.led_until)
+            self._export("track", self.sink.track, out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:
@@ -942,6 +980,31 @@ class Controller:
         return int(self._http.server_address[1])
 
 
+def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str) -> RunClaims:
+    """Every claim of a run unknown with `reason` (fail closed): what it asserted, its context and its
+    evidence kept from `prev` when there is one, so that ages keep growing where people look."""
+    def claim(c: Claim | None) -> Claim:
+        asserted = c.asserted if c is not None else None
+        return Claim(asserted, Observed.UNKNOWN, verdict_for(asserted, Observed.UNKNOWN),
+                     c.since if c is not None and c.observed is Observed.UNKNOWN else None, reason,
+                     c.evidence if c is not None else ())
+
+    if prev is None:
+        return RunClaims(ref, claim(None), claim(None), claim(None), None, now)
+    return replace(prev, scheduled=claim(prev.scheduled), running=claim(prev.running),
+                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None)
+
+
+def _describe(c: _Change) -> str:
+    """A change in a few words for the log: its operation, resource and object (no payload)."""
+    p = c.payload
+    ref = p.ref if isinstance(p, ObjectRecord | Signal) else p if isinstance(p, Ref) else None
+    if ref is None and isinstance(p, tuple) and p and isinstance(p[0], Ref | Signal):
+        ref = p[0] if isinstance(p[0], Ref) else p[0].ref
+    where = f" {ref.kind} {ref.namespace}/{ref.name}" if ref is not None else ""
+    return f"{c.op}{' ' + c.resource.name if c.resource else ''}{where}"
+
+
 def _profile(ev: RunEvidence) -> str:
     t = ev.taurun.facts if ev.taurun is not None else None
     return t.profile if isinstance(t, TauRunFacts) else ""
@@ -953,6 +1016,7 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
+FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()
