@@ -107,7 +107,8 @@ class Controller:
         self.registry = registry or new_registry()
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"]
+                                    sources=[r.name for r in resources]
+                                    + ["logs", "lease", "expstore", "ray", "controller", "export"]
                                     + [f"worker:{w.name}" for w in workers])
         self.wanted = resources
         self.resources: list[Resource] = []
@@ -653,12 +654,14 @@ class Controller:
 
     def _export_event(self, rec: ObjectRecord) -> None:
         """Events regarding a run's objects only: tenants create Events at will, and the rest (most
-        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md)."""
+        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md).
+        Until every resource has listed once, an Event whose object is not indexed yet may still
+        regard a run: it is exported as before (the first listing bounds those)."""
         if self.sink is not None and rec.ref.kind == "Event" and self.leader:
             regarding = getattr(rec.facts, "regarding", None)  # EventFacts
             root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
-            if root is not None:
-                self._export(str(rec.ref), self.sink.event, rec, root.name)
+            if root is not None or not self.synced:
+                self._export(str(rec.ref), self.sink.event, rec, root.name if root is not None else "")
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
