@@ -105,7 +105,12 @@ class StorageSettings:
     accounts: frozenset[str] = frozenset()
     account_namespaces: Mapping[str, str] = field(default_factory=dict)  # account → "ns1,ns2"
     # Directories a local checkpoint path may lie under (a CSI or blobfuse mount); empty: none.
+    # Below a root, no link is followed (checked on every read).
     local_roots: frozenset[str] = frozenset()
+    # One run's checkpoint listing: at most this many entries, and this long (walks included);
+    # past either the listing fails and that run's checkpoint evidence ages out to unknown.
+    checkpoint_max_entries: int = 10_000
+    checkpoint_list_budget: timedelta = timedelta(seconds=10)
     # Loopback emulator account URLs (Azurite: http://127.0.0.1:10000/devstoreaccount1); tests only.
     emulator_urls: frozenset[str] = frozenset()
 
