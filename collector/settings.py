@@ -64,6 +64,10 @@ class ControllerSettings:
     queue_max: int = 20_000  # changes waiting for the loop; reflectors wait when it is full
     min_eval_interval: timedelta = timedelta(milliseconds=50)  # batch changes this long before re-evaluating
     tune_gc: bool = True  # raise the cycle collector's thresholds and freeze the synced index
+    # Runs tracked at most, in all and per namespace (0: no cap). Each costs ~16 series (~4.9 KB of
+    # /metrics) and its evaluations; runs past a cap are not tracked, and counted by namespace.
+    max_runs: int = 10_000
+    max_runs_per_namespace: int = 2_000
     watch_timeout_s: int = 300
     log_poll_interval: timedelta = timedelta(seconds=30)
     log_tail_lines: int = 500

@@ -624,6 +624,14 @@ class HealthMetrics:
             "Runs in the collector's run index, finished ones included.",
             registry=None,
         )
+        self._untracked = Gauge(
+            "taugrid_collector_runs_untracked",
+            "Runs not tracked because a cap on tracked runs was reached (max_runs, max_runs_per_namespace), "
+            "by namespace; absent for a namespace with none.",
+            ["namespace"],
+            registry=None,
+        )
+        self._untracked_ns: set[str] = set()
         self._evaluation = Histogram(
             "taugrid_collector_evaluation_duration_seconds",
             "Time to evaluate claims in one pass (one run or a whole tick), seconds.",
@@ -674,6 +682,7 @@ class HealthMetrics:
                     self._errors,
                     self._last_sync,
                     self._runs,
+                    self._untracked,
                     self._evaluation,
                     self._leader,
                     self._poll_pass,
@@ -711,6 +720,14 @@ class HealthMetrics:
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)
+
+    def set_runs_untracked(self, by_namespace: dict[str, int]) -> None:
+        """Runs a cap kept out, by namespace (a namespace back to none loses its series)."""
+        for ns in self._untracked_ns - by_namespace.keys():
+            self._untracked.remove(ns)
+        for ns, n in by_namespace.items():
+            self._untracked.labels(ns).set(n)
+        self._untracked_ns = set(by_namespace)
 
     def observe_evaluation(self, seconds: float) -> None:
         self._evaluation.observe(seconds)
