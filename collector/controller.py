@@ -142,6 +142,9 @@ class Controller:
         self.runs_evaluated = 0  # runs evaluated in them
         # Resources whose API server does not answer: since when, and the error (for claim reasons).
         self._outage: dict[str, tuple[datetime, str]] = {}
+        # ... and, on the monotonic clock, when each first failed and last failed (see failing_sources).
+        self._failed_m: dict[str, tuple[float, float]] = {}
+        self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
         # those re-evaluations may take; `rechecked` counts the runs re-evaluated that way.
@@ -501,6 +504,7 @@ class Controller:
             self.health.synced(r.name, c.payload)
             self._listed.add(r.name)
             self._outage.pop(r.name, None)
+            self._failed_m.pop(r.name, None)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -567,6 +571,8 @@ class Controller:
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
             if r is not None and err.retryable:  # a watched resource failing: until it syncs again, an outage
                 self._outage.setdefault(r.name, (self.now(), str(err)))
+                first, _ = self._failed_m.get(r.name, (c.received, 0.0))
+                self._failed_m[r.name] = (first, c.received)
         elif c.op == "restart":
             assert r is not None
             self.health.watch_restarted(r.name)
@@ -747,15 +753,28 @@ class Controller:
         self.health.set_runs_tracked(len(self.claims))
         self.health.set_runs_untracked({ns: len(keys) for ns, keys in self._untracked.items()})
         leader = self.leader and self.view_complete
+        lease_outage = self._lease_outage() if not leader else None
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
+            self._outage_led = False
             if self.sink is not None:
                 if not self._was_leader and self.elector is not None:  # taking over: until when the other led
                     self._export("takeover", self.sink.track, (), led_until=self.elector.led_until)
                 self._export("claims", self.sink.claims, out if self._was_leader else list(self.claims.values()))
-        elif self._was_leader:
+        elif lease_outage is not None and (self._was_leader or self._outage_led):
+            # The leader lost its Lease to an API outage, and no replica can renew one: rather than
+            # withdrawing every run (dashboards blank), each stays exported as unknown with the cause.
+            # An unknown cannot double-count should another replica lead meanwhile; no ADX rows are
+            # written without the Lease (the transitions resume when it is held again).
+            moved = out if self._outage_led else self.claims.values()  # all at first, then what moved
+            self.exporter.update([unknown_claims(rc.ref, rc, now, lease_outage) for rc in moved], now,
+                                 replace=not self._outage_led)
+            self._outage_led = True
+        elif self._was_leader or self._outage_led:
             self.exporter.update([], now, replace=True)
+            self._outage_led = False
+        self.health.set_failing({name: since for name, since, _ in self.failing_sources(grace_s=0.0)})
         if not leader and self.sink is not None and self.elector is not None and self.view_complete:
             # A standby follows the claim transitions, to take over without gaps or repeats.
             self._export("track", self.sink.track, out, led_until=self.elector.led_until)
@@ -835,6 +854,35 @@ class Controller:
     def _back_under_cap(self, ns: str) -> None:
         del self._untracked[ns]
         log.info("every run tracked again", extra={"namespace": ns})
+
+    def _lease_outage(self) -> str | None:
+        """The reason every run is unknown while the Lease cannot be renewed (API unreachable), or None."""
+        e = self.elector
+        since = e.failing_since if e is not None else None
+        if e is None or since is None:
+            return None
+        return (f"unknown: the Kubernetes API has not answered since {since:%Y-%m-%dT%H:%M:%SZ} "
+                f"(the Lease could not be renewed: {e.failure[:200]}); claims resume when it answers")
+
+    def failing_sources(self, *, grace_s: float | None = None) -> list[tuple[str, datetime, str]]:
+        """Sources failing now for longer than `grace_s`: each watched resource whose last attempt
+        failed with no intact answer since, and the Lease while it cannot be renewed. (name, since on
+        the API server's clock, the error). Read from the HTTP thread: copies, never iteration."""
+        grace_s = SOURCE_FAIL_GRACE_S if grace_s is None else grace_s
+        now_m = time.monotonic()
+        failed, outage = dict(self._failed_m), dict(self._outage)
+        out = []
+        for r in list(self._reflectors):
+            name = r.resource.name
+            if name in failed and name in outage:
+                first, last = failed[name]
+                if r.last_ok < last and now_m - first >= grace_s:
+                    out.append((name, *outage[name]))
+        e = self.elector
+        since = e.failing_since if e is not None else None
+        if e is not None and since is not None and now_m - e.failing_since_m >= grace_s:
+            out.append(("lease", since, e.failure))
+        return out
 
     def _with_outage(self, rc: RunClaims) -> RunClaims:
         """Unknown claims during an API outage say so: the cause, not only the evidence's age."""
@@ -1049,6 +1097,12 @@ class Controller:
             stale = self.stale_sources()
             if stale:
                 return 503, "text/plain", f"stale: {', '.join(stale)}\n".encode()
+            failing = self.failing_sources()
+            if failing:
+                # Not only past the evidence bound: an API server that stopped answering shows at once.
+                lines = "".join(f"  {name} since {since:%Y-%m-%dT%H:%M:%SZ}: {error[:200]}\n"
+                                for name, since, error in failing)
+                return 503, "text/plain", f"sources failing:\n{lines}".encode()
             return 200, "text/plain", b"ok\n"
 
         self._http = serve_http(host, port, {
@@ -1095,6 +1149,8 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
+# A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
+SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)

@@ -632,6 +632,14 @@ class HealthMetrics:
             registry=None,
         )
         self._untracked_ns: set[str] = set()
+        self._failing = Gauge(
+            "taugrid_collector_source_failing_since_timestamp_seconds",
+            "When a source started failing with no answer since (a watched resource, or `lease`: the "
+            "Lease cannot be renewed), unix seconds on the API server's clock; absent while it answers.",
+            ["source"],
+            registry=None,
+        )
+        self._failing_sources: set[str] = set()
         self._evaluation = Histogram(
             "taugrid_collector_evaluation_duration_seconds",
             "Time to evaluate claims in one pass (one run or a whole tick), seconds.",
@@ -683,6 +691,7 @@ class HealthMetrics:
                     self._last_sync,
                     self._runs,
                     self._untracked,
+                    self._failing,
                     self._evaluation,
                     self._leader,
                     self._poll_pass,
@@ -720,6 +729,14 @@ class HealthMetrics:
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)
+
+    def set_failing(self, since: dict[str, datetime]) -> None:
+        """Sources failing now and since when (a source that answers again loses its series)."""
+        for source in self._failing_sources - since.keys():
+            self._failing.remove(source)
+        for source, at in since.items():
+            self._failing.labels(source).set(_seconds(at))
+        self._failing_sources = set(since)
 
     def set_runs_untracked(self, by_namespace: dict[str, int]) -> None:
         """Runs a cap kept out, by namespace (a namespace back to none loses its series)."""
