@@ -106,6 +106,42 @@ def test_a_change_that_raises_costs_only_itself_not_the_batch(tmp_path: Path) ->
     assert _metric(registry, "taugrid_adx_rows_dropped_total", table=PROGRESS_SAMPLES.name, reason="invalid") == 1
 
 
+def test_a_huge_step_in_one_tenants_log_costs_the_controller_nothing_else(tmp_path: Path) -> None:
+    """The full path (API log read → parser → index → claims → ADX rows and /metrics): whether the
+    parser keeps team-a's 2^64 line or refuses it, team-b's run is evaluated, progressing and
+    exported, its progress rows stored, and the controller ready."""
+    clock = Clock(T0)
+    exporter = AdxExporter(ExportSettings(spool_dir=tmp_path / "spool"), DuckDBTarget(tmp_path / "store.duckdb"))
+    exporter.open()
+    with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
+        s.start()
+        for ns, name, last in (("team-a", "llm", HUGE), ("team-b", "other", 40)):
+            apply_run(s, name, ns=ns)
+            for i, step in enumerate((37, 38, 39, last)):
+                at = T0 - timedelta(seconds=40 - 10 * i)
+                s.store.append_log(ns, f"{name}-w0", "main", [megatron(step)], at)
+        c = Controller(KubeApi(api_client_for(s.base_url)), settings(log_poll_interval=timedelta(seconds=0.2)),
+                       clock.now, sink=exporter)
+        c.open()
+        try:
+            wait_until(lambda: observed(c, "other").get("progressing") == "true", what="team-b progressing")
+            wait_until(c.ready.is_set, what="ready")
+            wait_until(lambda: {r.name for r in c.exporter.runs()} == {"llm", "other"}, what="both exported")
+            # Nothing raised on the way: the bad value was refused where it stood (or by the parser).
+            assert _metric(c.registry, "taugrid_collector_errors_total", source="controller",
+                           **{"class": "permanent"}) == 0
+        finally:
+            c.close()
+            exporter.close()
+    assert _stored_steps(tmp_path / "store.duckdb").get("team-b") == [37, 38, 39, 40]
+    con = duckdb.connect(str(tmp_path / "store.duckdb"), read_only=True)
+    try:
+        runs = {r[0] for r in con.execute('SELECT "Run" FROM "RunClaims"').fetchall()}
+    finally:
+        con.close()
+    assert runs == {"llm", "other"}  # both runs' claim transitions written
+
+
 def test_a_run_whose_evaluation_raises_is_unknown_and_the_others_evaluated(monkeypatch: Any) -> None:
     """The evaluation pass goes on past one run that trips it: that run fails closed (unknown, the
     reason says why) and stays exported; the other tenants' runs are evaluated and exported."""
