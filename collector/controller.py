@@ -48,6 +48,7 @@ from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
+from collector.runcaps import RunCaps
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -114,10 +115,7 @@ class Controller:
         self.resources: list[Resource] = []
         self.index = RunIndex(settings.taugrid)
         self.claims: dict[Key, RunClaims] = {}
-        # Caps on tracked runs (settings.controller.max_runs, max_runs_per_namespace): runs tracked per
-        # namespace, and the runs over a cap that are not tracked, by namespace (see _admit).
-        self._tracked_per_ns: dict[str, int] = {}
-        self._untracked: dict[str, set[Key]] = {}
+        self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         self._failure_logged: dict[str, float] = {}  # see _failed
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
@@ -696,7 +694,7 @@ class Controller:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
-                    self._release(rc.ref)
+                    self._dirty.update(self.caps.release(rc.ref))  # runs a cap kept out may fit now
                     self._dispatched.pop(gone, None)
                     self._rechecks.forget(gone)
                     self.exporter.forget(rc.ref)
@@ -705,10 +703,7 @@ class Controller:
                     self._targets_by_run.pop(gone, None)
                     self._targets_changed = True
                 self._roots_changed = False
-                for ns in list(self._untracked):  # untracked runs that are gone
-                    self._untracked[ns] &= roots.keys()
-                    if not self._untracked[ns]:
-                        self._back_under_cap(ns)
+                self.caps.prune(roots.keys())
                 targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
             else:
                 targets = [self.claims[k].ref for k in self._dirty if k in self.claims]
@@ -717,11 +712,11 @@ class Controller:
             self._dirty.clear()
             out = []
             worker_runs = {w.name: w.runs() for w in self.workers}
-            if self._untracked or len(self.claims) + len(targets) > self._cap_floor:
-                targets = self._admission_order(targets)
+            if len(self.claims) + len(targets) > self.caps.floor:
+                targets = self.caps.order(targets, self.claims, self._created)
             for ref in targets:
-                if ref.key not in self.claims and not self._admit(ref):
-                    continue
+                if ref.key not in self.claims and not self.caps.admit(ref):
+                    continue  # not tracked: a cap is reached (counted and logged by namespace)
                 try:
                     ev = self.index.evidence(ref)
                     rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims)
@@ -751,7 +746,7 @@ class Controller:
         self.evaluations += 1
         self.runs_evaluated += len(targets)
         self.health.set_runs_tracked(len(self.claims))
-        self.health.set_runs_untracked({ns: len(keys) for ns, keys in self._untracked.items()})
+        self.health.set_runs_untracked(self.caps.untracked())
         leader = self.leader and self.view_complete
         lease_outage = self._lease_outage() if not leader else None
         if leader:
@@ -793,67 +788,9 @@ class Controller:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
 
-    # --- caps on tracked runs (each costs ~16 series, ~4.9 KB of /metrics, and its evaluations) -------
-
-    @property
-    def _cap_floor(self) -> int:
-        """Below this many runs no cap can bind (ordering targets for admission is then skipped)."""
-        caps = [c for c in (self.cfg.max_runs, self.cfg.max_runs_per_namespace) if c > 0]
-        return min(caps) if caps else 1 << 62
-
-    def _admission_order(self, targets: list[Ref]) -> list[Ref]:
-        """Tracked runs first, then new ones oldest first: a burst of new runs never displaces a run
-        already tracked, and which of them fit under a cap does not depend on listing order."""
-        old = [r for r in targets if r.key in self.claims]
-        new = [r for r in targets if r.key not in self.claims]
-
-        def created(r: Ref) -> tuple[str, str, str, str]:
-            rec = self.index.get(*r.key)
-            at = rec.created.isoformat() if rec is not None and rec.created is not None else "~"
-            return (at, *r.key)
-
-        return old + sorted(new, key=created)
-
-    def _admit(self, ref: Ref) -> bool:
-        """Start tracking a run unless a cap is reached; a run over a cap is counted under its namespace
-        (taugrid_collector_runs_untracked) and logged once per namespace, not once per run."""
-        ns, cfg = ref.namespace, self.cfg
-        in_ns = self._tracked_per_ns.get(ns, 0)
-        if cfg.max_runs_per_namespace > 0 and in_ns >= cfg.max_runs_per_namespace:
-            cap = f"max_runs_per_namespace ({cfg.max_runs_per_namespace:,})"
-        elif cfg.max_runs > 0 and len(self.claims) >= cfg.max_runs:
-            cap = f"max_runs ({cfg.max_runs:,}, all namespaces)"
-        else:
-            self._tracked_per_ns[ns] = in_ns + 1
-            over = self._untracked.get(ns)
-            if over is not None:
-                over.discard(ref.key)
-                if not over:
-                    self._back_under_cap(ns)
-            return True
-        over = self._untracked.setdefault(ns, set())
-        if not over:
-            log.warning("runs over a cap are not tracked", extra={"namespace": ns, "cap": cap, "tracked": in_ns})
-        over.add(ref.key)
-        return False
-
-    def _release(self, ref: Ref) -> None:
-        """A tracked run is gone: its slot frees, and runs a cap kept out are tried again."""
-        ns = ref.namespace
-        n = self._tracked_per_ns.get(ns, 0) - 1
-        if n > 0:
-            self._tracked_per_ns[ns] = n
-        else:
-            self._tracked_per_ns.pop(ns, None)
-        if ns in self._untracked:
-            self._dirty.update(self._untracked[ns])
-        if self.cfg.max_runs > 0 and len(self.claims) + 1 >= self.cfg.max_runs:
-            for keys in self._untracked.values():
-                self._dirty.update(keys)
-
-    def _back_under_cap(self, ns: str) -> None:
-        del self._untracked[ns]
-        log.info("every run tracked again", extra={"namespace": ns})
+    def _created(self, ref: Ref) -> datetime | None:
+        rec = self.index.get(*ref.key)
+        return rec.created if rec is not None else None
 
     def _lease_outage(self) -> str | None:
         """The reason every run is unknown while the Lease cannot be renewed (API unreachable), or None."""
