@@ -436,12 +436,26 @@ class Spool:
             if totals[ns] < floor:
                 break
             if ns in evictable:
-                self._evict_rows_of(evictable[ns][0], ns)
-                return True
+                return self._evict_from(ns, evictable[ns], totals)
         if BULK in self._active and any(totals[n] >= floor for n in self._active_ns):
             self._seal_class(BULK)  # the rows to evict are in the open segment: sealed, they can go
             return True
         return False
+
+    def _evict_from(self, ns: str, segments: list[Segment], totals: dict[str, int]) -> bool:
+        """Evict `ns`'s oldest rows: from the oldest segment where they are at least an eighth of it
+        (a rewrite then frees at least an eighth of what it writes), else from the segment where
+        they are most. When no namespace holds a quarter of the spool and `ns`'s rows are thin in
+        every segment, the oldest whole segment goes instead: among near-equal producers that is as
+        fair, and it does not rewrite a segment to free a few rows."""
+        held = {g.seq: self._ns_of(g).get(ns, 0) for g in segments}
+        best = next((g for g in segments if held[g.seq] * 8 >= g.size), None)
+        if best is None:
+            best = max(segments, key=lambda g: held[g.seq])
+            if totals[ns] * 4 < sum(totals.values()) and self._evict_one(BULK):
+                return True
+        self._evict_rows_of(best, ns)
+        return True
 
     def _evict_rows_of(self, seg: Segment, ns: str) -> None:
         """Rewrite `seg` without the rows of namespace `ns` (the same header: the same ingest tags)."""

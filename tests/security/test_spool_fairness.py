@@ -191,3 +191,24 @@ def test_spool_files_are_private(tmp_path: Path) -> None:
     for p in files:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     spool.close()
+
+
+def test_many_equal_namespaces_share_the_evictions(tmp_path: Path) -> None:
+    """Fifty tenants writing alike into a full spool: each keeps about the same share (no rewrite
+    storm: with no dominant producer, whole oldest segments go)."""
+    registry = CollectorRegistry()
+    spool = Spool(tmp_path / "s", SMALL, events=ExportMetrics(registry))
+    spool.open()
+    for i in range(3000):
+        spool.append(KUBE_EVENTS.name, [{"Timestamp": "2026-01-10T10:00:00Z", "RowId": f"e{i}",
+                                         "Namespace": f"team-{i % 50}", "Message": "m" * 100}])
+        assert spool.total_bytes <= SMALL.max_bytes
+    spool.seal()
+    kept: dict[str, int] = {}
+    for seg in spool.sealed():
+        for row in spool.read(seg).rows[KUBE_EVENTS.name]:
+            ns = row.split(b'"Namespace":"')[1].split(b'"')[0].decode()
+            kept[ns] = kept.get(ns, 0) + 1
+    assert len(kept) == 50 and max(kept.values()) - min(kept.values()) <= 2
+    evicted = _metric(registry, "taugrid_adx_rows_dropped_total", table=KUBE_EVENTS.name, reason="evicted")
+    assert evicted + sum(kept.values()) == 3000
