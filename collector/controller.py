@@ -42,11 +42,13 @@ from collector.model import (
     Ref,
     RunClaims,
     TauRunFacts,
+    verdict_for,
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
+from collector.runcaps import RunCaps
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -106,13 +108,16 @@ class Controller:
         self.registry = registry or new_registry()
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources] + ["logs", "lease", "expstore", "ray"]
+                                    sources=[r.name for r in resources]
+                                    + ["logs", "lease", "expstore", "ray", "controller", "export"]
                                     + [f"worker:{w.name}" for w in workers])
         self.wanted = resources
         self.resources: list[Resource] = []
         self.index = RunIndex(settings.taugrid)
         self.claims: dict[Key, RunClaims] = {}
+        self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
+        self._failure_logged: dict[str, float] = {}  # see _failed
         # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
         self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._log_backlog = Backlog(LOG_BACKLOG)  # ... and log evidence by its weight (collector/backlog.py)
@@ -135,6 +140,9 @@ class Controller:
         self.runs_evaluated = 0  # runs evaluated in them
         # Resources whose API server does not answer: since when, and the error (for claim reasons).
         self._outage: dict[str, tuple[datetime, str]] = {}
+        # ... and, on the monotonic clock, when each first failed and last failed (see failing_sources).
+        self._failed_m: dict[str, tuple[float, float]] = {}
+        self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
         # those re-evaluations may take; `rechecked` counts the runs re-evaluated that way.
@@ -418,7 +426,12 @@ class Controller:
                 counts: dict[str, int] = {}
                 for change in batch:
                     for c in change.payload if change.op == "batch" else (change,):
-                        self._apply(c)
+                        try:
+                            self._apply(c)
+                        except Exception:  # one change that trips (hostile input nobody foresaw) costs only itself
+                            self._failed("change not applied; the rest of the batch goes on", c.op,
+                                         _describe(c))
+                            continue
                         if c.op in ("upsert", "delete") and c.resource is not None:
                             counts[c.resource.name] = counts.get(c.resource.name, 0) + 1
                             waiting.append(change.received)
@@ -489,6 +502,7 @@ class Controller:
             self.health.synced(r.name, c.payload)
             self._listed.add(r.name)
             self._outage.pop(r.name, None)
+            self._failed_m.pop(r.name, None)
         elif c.op == "ray":
             root_ref, cluster, runtime, ray_sig = c.payload
             self.index.set_ray(cluster, runtime)
@@ -547,12 +561,16 @@ class Controller:
             if root is not None:
                 self._dirty.add(root.key)
                 if self.sink is not None and self.leader:
-                    self.sink.signal(root, f"{sig.ref.name}/{sig.source}", sig.plane.value, sig.durable, read)
+                    source = f"{sig.ref.name}/{sig.source}"
+                    self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,
+                                 read)
         elif c.op == "error":
             err: SourceError = c.payload
             self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
             if r is not None and err.retryable:  # a watched resource failing: until it syncs again, an outage
                 self._outage.setdefault(r.name, (self.now(), str(err)))
+                first, _ = self._failed_m.get(r.name, (c.received, 0.0))
+                self._failed_m[r.name] = (first, c.received)
         elif c.op == "restart":
             assert r is not None
             self.health.watch_restarted(r.name)
@@ -587,6 +605,26 @@ class Controller:
         log.warning("skipped", extra={"problem": what})
         self.skipped.append(what)
         del self.skipped[:-100]
+
+    def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:
+        """An exception inside the loop, contained to the one change, run or export it hit: counted
+        (errors_total{source}), and logged with its traceback once a minute per kind (a tenant who
+        keeps tripping it must not flood the log)."""
+        self.health.error(source, ErrorClass.PERMANENT)
+        now = time.monotonic()
+        if now - self._failure_logged.get(kind, -FAILURE_LOG_S) >= FAILURE_LOG_S:
+            self._failure_logged[kind] = now
+            log.exception(message, extra={"kind": kind, "what": what[:300]})
+        else:
+            log.debug(message, extra={"kind": kind, "what": what[:300]})
+
+    def _export(self, what: str, call: Callable[..., object], *args: Any, **kw: Any) -> None:
+        """A call into the record sink (ADX, embedded) or the evidence capture: a failure there costs
+        only these records."""
+        try:
+            call(*args, **kw)
+        except Exception:
+            self._failed("export failed; the evidence stays in the index", "export", what, source="export")
 
     def _touch(self, ref: Ref) -> None:
         root = self._root_of(ref)
@@ -623,10 +661,15 @@ class Controller:
         self._export_event(rec)
 
     def _export_event(self, rec: ObjectRecord) -> None:
+        """Events regarding a run's objects only: tenants create Events at will, and the rest (most
+        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md).
+        Until every resource has listed once, an Event whose object is not indexed yet may still
+        regard a run: it is exported as before (the first listing bounds those)."""
         if self.sink is not None and rec.ref.kind == "Event" and self.leader:
             regarding = getattr(rec.facts, "regarding", None)  # EventFacts
             root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
-            self.sink.event(rec, root.name if root is not None else "")
+            if root is not None or not self.synced:
+                self._export(str(rec.ref), self.sink.event, rec, root.name if root is not None else "")
 
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
@@ -651,6 +694,7 @@ class Controller:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
+                    self._dirty.update(self.caps.release(rc.ref))  # runs a cap kept out may fit now
                     self._dispatched.pop(gone, None)
                     self._rechecks.forget(gone)
                     self.exporter.forget(rc.ref)
@@ -659,6 +703,7 @@ class Controller:
                     self._targets_by_run.pop(gone, None)
                     self._targets_changed = True
                 self._roots_changed = False
+                self.caps.prune(roots.keys())
                 targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
             else:
                 targets = [self.claims[k].ref for k in self._dirty if k in self.claims]
@@ -667,44 +712,68 @@ class Controller:
             self._dirty.clear()
             out = []
             worker_runs = {w.name: w.runs() for w in self.workers}
+            if len(self.claims) + len(targets) > self.caps.floor:
+                targets = self.caps.order(targets, self.claims, self._created)
             for ref in targets:
-                ev = self.index.evidence(ref)
-                rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims,
-                                           origin=self.settings.controller.multikueue_origin)
-                if self.workers:
-                    if target := dispatch_target(ev):
-                        self._dispatched[ref.key] = target
-                    else:
-                        self._dispatched.pop(ref.key, None)
-                if self._agent_nodes or self._gpus:
-                    rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
-                if self._outage:
-                    rc = self._with_outage(rc)
+                if ref.key not in self.claims and not self.caps.admit(ref):
+                    continue  # not tracked: a cap is reached (counted and logged by namespace)
+                try:
+                    ev = self.index.evidence(ref)
+                    rc = evaluate_multicluster(ev, worker_runs, now, self.settings.claims,
+                                               origin=self.settings.controller.multikueue_origin)
+                    if self.workers:
+                        if target := dispatch_target(ev):
+                            self._dispatched[ref.key] = target
+                        else:
+                            self._dispatched.pop(ref.key, None)
+                    if self._agent_nodes or self._gpus:
+                        rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
+                    if self._outage:
+                        rc = self._with_outage(rc)
+                    polled = self._poll_targets(ev, rc)
+                except Exception:  # one run's evidence that trips the evaluation costs only that run
+                    self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
+                    rc = unknown_claims(ref, self.claims.get(ref.key), now,
+                                        "claims could not be evaluated (an internal error, in the collector's log)")
+                    ev, polled = None, _PollTargets((), (), ())
                 self.claims[ref.key] = rc
                 self._rechecks.set(ref.key, rc.recheck_at, now)
                 out.append(rc)
-                if self.capture is not None and self.leader:
-                    self.capture.evaluated(ev, rc, now)
-                polled = self._poll_targets(ev, rc)
+                if self.capture is not None and self.leader and ev is not None:
+                    self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
                 if self._targets_by_run.get(ref.key) != polled:
                     self._targets_by_run[ref.key] = polled
                     self._targets_changed = True
         self.evaluations += 1
         self.runs_evaluated += len(targets)
         self.health.set_runs_tracked(len(self.claims))
+        self.health.set_runs_untracked(self.caps.untracked())
         leader = self.leader and self.view_complete
+        lease_outage = self._lease_outage() if not leader else None
         if leader:
             # A new leader publishes every run, not just the ones that changed.
             self.exporter.update(out if self._was_leader else self.claims.values(), now)
+            self._outage_led = False
             if self.sink is not None:
                 if not self._was_leader and self.elector is not None:  # taking over: until when the other led
-                    self.sink.track((), led_until=self.elector.led_until)
-                self.sink.claims(out if self._was_leader else self.claims.values())
-        elif self._was_leader:
+                    self._export("takeover", self.sink.track, (), led_until=self.elector.led_until)
+                self._export("claims", self.sink.claims, out if self._was_leader else list(self.claims.values()))
+        elif lease_outage is not None and (self._was_leader or self._outage_led):
+            # The leader lost its Lease to an API outage, and no replica can renew one: rather than
+            # withdrawing every run (dashboards blank), each stays exported as unknown with the cause.
+            # An unknown cannot double-count should another replica lead meanwhile; no ADX rows are
+            # written without the Lease (the transitions resume when it is held again).
+            moved = out if self._outage_led else self.claims.values()  # all at first, then what moved
+            self.exporter.update([unknown_claims(rc.ref, rc, now, lease_outage) for rc in moved], now,
+                                 replace=not self._outage_led)
+            self._outage_led = True
+        elif self._was_leader or self._outage_led:
             self.exporter.update([], now, replace=True)
+            self._outage_led = False
+        self.health.set_failing({name: since for name, since, _ in self.failing_sources(grace_s=0.0)})
         if not leader and self.sink is not None and self.elector is not None and self.view_complete:
             # A standby follows the claim transitions, to take over without gaps or repeats.
-            self.sink.track(out, led_until=self.elector.led_until)
+            self._export("track", self.sink.track, out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self._targets_changed:
@@ -718,6 +787,39 @@ class Controller:
             self.ready.set()
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
+        return out
+
+    def _created(self, ref: Ref) -> datetime | None:
+        rec = self.index.get(*ref.key)
+        return rec.created if rec is not None else None
+
+    def _lease_outage(self) -> str | None:
+        """The reason every run is unknown while the Lease cannot be renewed (API unreachable), or None."""
+        e = self.elector
+        since = e.failing_since if e is not None else None
+        if e is None or since is None:
+            return None
+        return (f"unknown: the Kubernetes API has not answered since {since:%Y-%m-%dT%H:%M:%SZ} "
+                f"(the Lease could not be renewed: {e.failure[:200]}); claims resume when it answers")
+
+    def failing_sources(self, *, grace_s: float | None = None) -> list[tuple[str, datetime, str]]:
+        """Sources failing now for longer than `grace_s`: each watched resource whose last attempt
+        failed with no intact answer since, and the Lease while it cannot be renewed. (name, since on
+        the API server's clock, the error). Read from the HTTP thread: copies, never iteration."""
+        grace_s = SOURCE_FAIL_GRACE_S if grace_s is None else grace_s
+        now_m = time.monotonic()
+        failed, outage = dict(self._failed_m), dict(self._outage)
+        out = []
+        for r in list(self._reflectors):
+            name = r.resource.name
+            if name in failed and name in outage:
+                first, last = failed[name]
+                if r.last_ok < last and now_m - first >= grace_s:
+                    out.append((name, *outage[name]))
+        e = self.elector
+        since = e.failing_since if e is not None else None
+        if e is not None and since is not None and now_m - e.failing_since_m >= grace_s:
+            out.append(("lease", since, e.failure))
         return out
 
     def _with_outage(self, rc: RunClaims) -> RunClaims:
@@ -933,6 +1035,12 @@ class Controller:
             stale = self.stale_sources()
             if stale:
                 return 503, "text/plain", f"stale: {', '.join(stale)}\n".encode()
+            failing = self.failing_sources()
+            if failing:
+                # Not only past the evidence bound: an API server that stopped answering shows at once.
+                lines = "".join(f"  {name} since {since:%Y-%m-%dT%H:%M:%SZ}: {error[:200]}\n"
+                                for name, since, error in failing)
+                return 503, "text/plain", f"sources failing:\n{lines}".encode()
             return 200, "text/plain", b"ok\n"
 
         self._http = serve_http(host, port, {
@@ -941,6 +1049,31 @@ class Controller:
         }, options)
         self._spawn(self._http.serve_forever, "http")
         return int(self._http.server_address[1])
+
+
+def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str) -> RunClaims:
+    """Every claim of a run unknown with `reason` (fail closed): what it asserted, its context and its
+    evidence kept from `prev` when there is one, so that ages keep growing where people look."""
+    def claim(c: Claim | None) -> Claim:
+        asserted = c.asserted if c is not None else None
+        return Claim(asserted, Observed.UNKNOWN, verdict_for(asserted, Observed.UNKNOWN),
+                     c.since if c is not None and c.observed is Observed.UNKNOWN else None, reason,
+                     c.evidence if c is not None else ())
+
+    if prev is None:
+        return RunClaims(ref, claim(None), claim(None), claim(None), None, now)
+    return replace(prev, scheduled=claim(prev.scheduled), running=claim(prev.running),
+                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None)
+
+
+def _describe(c: _Change) -> str:
+    """A change in a few words for the log: its operation, resource and object (no payload)."""
+    p = c.payload
+    ref = p.ref if isinstance(p, ObjectRecord | Signal) else p if isinstance(p, Ref) else None
+    if ref is None and isinstance(p, tuple) and p and isinstance(p[0], Ref | Signal):
+        ref = p[0] if isinstance(p[0], Ref) else p[0].ref
+    where = f" {ref.kind} {ref.namespace}/{ref.name}" if ref is not None else ""
+    return f"{c.op}{' ' + c.resource.name if c.resource else ''}{where}"
 
 
 def _profile(ev: RunEvidence) -> str:
@@ -954,6 +1087,9 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
+# A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
+SOURCE_FAIL_GRACE_S = 10.0
+FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from collector.claims.common import human_age
 from collector.model import Claim, Observed, RunClaims, rfc3339
 from collector.redact import redact
@@ -51,7 +53,19 @@ def redact_json(value: Any) -> Any:
 
 
 def to_json(claims: Iterable[RunClaims], evaluated_at: datetime) -> dict[str, Any]:
-    return {"evaluated_at": rfc3339(evaluated_at), "runs": [redact_json(c.to_json()) for c in claims]}
+    return {"evaluated_at": rfc3339(evaluated_at), "runs": [_run_json(c) for c in claims]}
+
+
+def _run_json(rc: RunClaims) -> dict[str, Any]:
+    """One run's entry; a run whose entry JSON cannot hold (a step past 64 bits in a tenant's log)
+    is an error entry naming it, and the rest of the document stands."""
+    try:
+        doc = redact_json(rc.to_json())
+        orjson.dumps(doc)
+    except (TypeError, ValueError) as e:  # orjson.JSONEncodeError is a TypeError
+        return {"namespace": rc.ref.namespace, "name": rc.ref.name, "kind": rc.ref.kind, "uid": rc.ref.uid,
+                "error": redact(f"this run's claims could not be written as JSON: {str(e)[:200]}")}
+    return doc  # type: ignore[no-any-return]
 
 
 def _headline(rc: RunClaims) -> str:

@@ -79,6 +79,10 @@ class ControllerSettings:
     queue_max: int = 20_000  # changes waiting for the loop; reflectors wait when it is full
     min_eval_interval: timedelta = timedelta(milliseconds=50)  # batch changes this long before re-evaluating
     tune_gc: bool = True  # raise the cycle collector's thresholds and freeze the synced index
+    # Runs tracked at most, in all and per namespace (0: no cap). Each costs ~16 series (~4.9 KB of
+    # /metrics) and its evaluations; runs past a cap are not tracked, and counted by namespace.
+    max_runs: int = 10_000
+    max_runs_per_namespace: int = 2_000
     watch_timeout_s: int = 300
     log_poll_interval: timedelta = timedelta(seconds=30)
     log_tail_lines: int = 500
@@ -127,7 +131,12 @@ class StorageSettings:
     accounts: frozenset[str] = frozenset()
     account_namespaces: Mapping[str, str] = field(default_factory=dict)  # account → "ns1,ns2"
     # Directories a local checkpoint path may lie under (a CSI or blobfuse mount); empty: none.
+    # Below a root, no link is followed (checked on every read).
     local_roots: frozenset[str] = frozenset()
+    # One run's checkpoint listing: at most this many entries, and this long (walks included);
+    # past either the listing fails and that run's checkpoint evidence ages out to unknown.
+    checkpoint_max_entries: int = 10_000
+    checkpoint_list_budget: timedelta = timedelta(seconds=10)
     # Loopback emulator account URLs (Azurite: http://127.0.0.1:10000/devstoreaccount1); tests only.
     emulator_urls: frozenset[str] = frozenset()
 

@@ -9,6 +9,8 @@ messages or uids.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -32,6 +34,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from collector.model import Plane, Ref, RunClaims
+
+log = logging.getLogger("taugrid.prometheus")
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -194,10 +198,21 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _step_value(value: object) -> float | None:
+    """A step as a sample value; None for what is not a finite number (an int past a float's range)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _last_step(rc: RunClaims) -> tuple[float, float] | None:
     last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
-    if last is not None and isinstance(last.value, int) and last.at is not None:
-        return float(last.value), _seconds(last.at)
+    if last is not None and last.at is not None and (step := _step_value(last.value)) is not None:
+        return step, _seconds(last.at)
     return None
 
 
@@ -302,6 +317,7 @@ class ClaimsExporter(Collector):
         # Keys of exported runs that finished, so retention scans only those, not every run.
         self._finished: set[tuple[str, str, str]] = set()
         self._now: float | None = None
+        self.failed = 0  # runs whose claims could not be rendered (logged; the run is left out)
         # The claims families as exposition text, rebuilt on the first scrape after a change.
         self._text: bytes | None = None
         if registry is not None:
@@ -322,7 +338,13 @@ class ClaimsExporter(Collector):
                 self._retired = {k: v for k, v in self._retired.items() if k in keep}
                 self._finished &= keep
             for rc in batch:
-                self._upsert(rc)
+                try:
+                    self._upsert(rc)
+                except Exception:  # one run's claims that cannot be rendered cost only that run
+                    self.failed += 1
+                    log.exception("run not exported", extra={"run": f"{rc.ref.namespace}/{rc.ref.name}"})
+                    self._runs.pop(rc.ref.key, None)  # never its older (stale) series instead
+                    self._finished.discard(rc.ref.key)
             self._expire(now_s)
             self._text = None
 
@@ -426,10 +448,9 @@ class ClaimsExporter(Collector):
                 for plane, at in entry.newest:
                     # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
                     fam["evidence_age"].add_metric([*run, plane.value], max(0.0, now_s - at))
-            last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
-            if last is not None and isinstance(last.value, int) and last.at is not None:
-                fam["last_step"].add_metric(list(run), float(last.value))
-                fam["last_progress"].add_metric(list(run), _seconds(last.at))
+            if (last := _last_step(rc)) is not None:
+                fam["last_step"].add_metric(list(run), last[0])
+                fam["last_progress"].add_metric(list(run), last[1])
             g = rc.goodput
             if g is not None:
                 if g.ratio is not None:
@@ -603,6 +624,22 @@ class HealthMetrics:
             "Runs in the collector's run index, finished ones included.",
             registry=None,
         )
+        self._untracked = Gauge(
+            "taugrid_collector_runs_untracked",
+            "Runs not tracked because a cap on tracked runs was reached (max_runs, max_runs_per_namespace), "
+            "by namespace; absent for a namespace with none.",
+            ["namespace"],
+            registry=None,
+        )
+        self._untracked_ns: set[str] = set()
+        self._failing = Gauge(
+            "taugrid_collector_source_failing_since_timestamp_seconds",
+            "When a source started failing with no answer since (a watched resource, or `lease`: the "
+            "Lease cannot be renewed), unix seconds on the API server's clock; absent while it answers.",
+            ["source"],
+            registry=None,
+        )
+        self._failing_sources: set[str] = set()
         self._evaluation = Histogram(
             "taugrid_collector_evaluation_duration_seconds",
             "Time to evaluate claims in one pass (one run or a whole tick), seconds.",
@@ -653,6 +690,8 @@ class HealthMetrics:
                     self._errors,
                     self._last_sync,
                     self._runs,
+                    self._untracked,
+                    self._failing,
                     self._evaluation,
                     self._leader,
                     self._poll_pass,
@@ -690,6 +729,22 @@ class HealthMetrics:
 
     def set_runs_tracked(self, count: int) -> None:
         self._runs.set(count)
+
+    def set_failing(self, since: dict[str, datetime]) -> None:
+        """Sources failing now and since when (a source that answers again loses its series)."""
+        for source in self._failing_sources - since.keys():
+            self._failing.remove(source)
+        for source, at in since.items():
+            self._failing.labels(source).set(_seconds(at))
+        self._failing_sources = set(since)
+
+    def set_runs_untracked(self, by_namespace: dict[str, int]) -> None:
+        """Runs a cap kept out, by namespace (a namespace back to none loses its series)."""
+        for ns in self._untracked_ns - by_namespace.keys():
+            self._untracked.remove(ns)
+        for ns, n in by_namespace.items():
+            self._untracked.labels(ns).set(n)
+        self._untracked_ns = set(by_namespace)
 
     def observe_evaluation(self, seconds: float) -> None:
         self._evaluation.observe(seconds)

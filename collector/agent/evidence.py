@@ -11,13 +11,21 @@ ones on later lines led by the last one before them (its loss may have been redr
 `hangs`/`xids` those on later lines. A container without `after` is whole (new to the reader, or
 P is older than its marks); another epoch, or no cursor, gets every container whole. GPU readings
 are always whole.
+
+One bad entry costs only itself: a container (or GPU, or XID) whose entry JSON cannot hold (a step
+number past 64 bits in a tenant's log) is left out and named under `errors`, and the rest of the
+node's document is served.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
+
+import orjson
 
 from collector.agent.logs import ContainerLog
 from collector.agent.nvml import GpuReading, NvmlStatus
@@ -25,6 +33,7 @@ from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
 
 VERSION = 1
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +111,30 @@ def _log(c: ContainerLog, samples: int) -> dict[str, object]:
     }
 
 
+def _each(items: Iterable[_T], render: Callable[[_T], dict[str, object]], name: Callable[[_T], dict[str, object]],
+          errors: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each item's entry, checked to serialize; one that does not is named in `errors` instead."""
+    out = []
+    for item in items:
+        try:
+            entry = render(item)
+            orjson.dumps(entry)
+        except (TypeError, ValueError) as e:  # orjson.JSONEncodeError is a TypeError
+            errors.append({**name(item), "error": f"left out: {str(e)[:200]}"})
+            continue
+        out.append(entry)
+    return out
+
+
 def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object]:
     holders: dict[str, list[Allocation]] = {}
     for a in snap.allocations:
         holders.setdefault(a.device, []).append(a)
+    errors: list[dict[str, object]] = []
+    gpus = _each(snap.gpus, lambda r: _gpu(r, snap, holders), lambda r: {"gpu": r.uuid}, errors)
+    xids = _each(snap.xids, _xid, lambda x: {"xid": x.code, "pci": str(x.pci)}, errors)
+    logs = _each(snap.logs, lambda c: _log(c, samples),
+                 lambda c: {"namespace": c.namespace, "pod": c.pod, "container": c.container}, errors)
     return {
         "version": VERSION,
         "node": snap.node,
@@ -115,10 +144,15 @@ def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object
         "nvml": {"state": snap.nvml.state, "message": snap.nvml.message, "driver": snap.nvml.driver},
         "podresources": {"up": snap.podresources_up, "last_success": snap.podresources_last_success or None,
                          "error": snap.podresources_error},
-        "gpus": [_gpu(r, snap, holders) for r in snap.gpus],
+        "gpus": gpus,
         "allocations": [{"namespace": a.namespace, "pod": a.pod, "container": a.container,
                          "resource": a.resource, "device": a.device} for a in snap.allocations],
-        "xids": [{"code": x.code, "uuid": x.uuid, "pci": x.pci, "origin": x.origin, "at": x.at,
-                  "meaning": x.meaning, "action": x.action, "message": x.message} for x in snap.xids],
-        "logs": [_log(c, samples) for c in snap.logs],
+        "xids": xids,
+        "logs": logs,
+        "errors": errors,
     }
+
+
+def _xid(x: XidEvent) -> dict[str, object]:
+    return {"code": x.code, "uuid": x.uuid, "pci": x.pci, "origin": x.origin, "at": x.at,
+            "meaning": x.meaning, "action": x.action, "message": x.message}

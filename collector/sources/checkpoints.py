@@ -28,6 +28,7 @@ import ipaddress
 import os
 import re
 import stat
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -267,13 +268,29 @@ def _os_error(err: OSError, what: str) -> CheckpointSourceError:
 class LocalCheckpointStore:
     """Checkpoints in a directory (a local disk, NFS, a blobfuse or CSI mount).
 
-    A directory entry's time is the newest file found under it (walked without following links,
-    at most `walk_limit` entries per checkpoint; past that, size is None).
+    `base` is the configured root (`storage.local_roots`; the store's own directory when not
+    given). Every `list` opens the path from `base` one component at a time without following
+    links (`O_NOFOLLOW | O_DIRECTORY` under the directory before), and lists and walks by file
+    descriptor: a tenant who swaps a directory for a link after the location was accepted gets a
+    refusal, never another directory's listing. Links inside a listing are skipped, not followed.
+
+    A directory entry's time is the newest file found under it (at most `walk_limit` entries per
+    checkpoint; past that, size is None). One listing reads at most `max_entries` entries and
+    takes at most `budget_s` seconds (walks included): past either it fails, and the run's
+    checkpoint evidence ages out to unknown rather than holding up every other run's.
     """
 
-    def __init__(self, root: Path, *, walk_limit: int = 1000) -> None:
+    def __init__(self, root: Path, *, walk_limit: int = 1000, base: Path | None = None,
+                 max_entries: int = 10_000, budget_s: float = 10.0) -> None:
         self.root = Path(root)
+        self.base = Path(base) if base is not None else self.root
         self.walk_limit = walk_limit
+        self.max_entries = max_entries
+        self.budget_s = budget_s
+        below = Path(os.path.relpath(os.path.abspath(self.root), os.path.abspath(self.base))).parts
+        if ".." in below:
+            raise ValueError(f"checkpoint directory {self.root} is not below {self.base}")
+        self._below = [p for p in below if p != "."]
 
     def __repr__(self) -> str:
         return f"LocalCheckpointStore({str(self.root)!r})"
@@ -291,80 +308,150 @@ class LocalCheckpointStore:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def _dir(self, prefix: str) -> Path:
+    def _parts(self, prefix: str) -> list[str]:
         parts = [p for p in prefix.replace("\\", "/").split("/") if p not in ("", ".")]
         if ".." in parts:
             raise ValueError(f"checkpoint prefix {prefix!r} leaves the store root {self.root}")
-        return self.root.joinpath(*parts)
+        return self._below + parts
 
-    def list(self, prefix: str = "") -> Entries:
-        where = self._dir(prefix)
+    def _open_beneath(self, parts: list[str], where: Path) -> int | None:
+        """A descriptor of base/parts opened without following a link below base; None: missing."""
         try:
-            it = os.scandir(where)
+            fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return []
+            return None
         except OSError as err:
             raise _os_error(err, f"listing checkpoints in {where}") from err
-        out: Entries = []
-        with it:
+        for i, part in enumerate(parts):
             try:
-                for de in it:
-                    entry = self._entry(de)
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.close(fd)
+                return None
+            except OSError as err:
+                os.close(fd)
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                    at = self.base.joinpath(*parts[:i + 1])
+                    raise PermanentCheckpointError(
+                        f"listing checkpoints in {where}: {at} is a symbolic link or not a directory; "
+                        "nothing below the configured root is reached through a link") from err
+                raise _os_error(err, f"listing checkpoints in {where}") from err
+            os.close(fd)
+            fd = nxt
+        return fd
+
+    def list(self, prefix: str = "") -> Entries:
+        parts = self._parts(prefix)
+        where = self.base.joinpath(*parts)
+        deadline = time.monotonic() + self.budget_s
+        fd = self._open_beneath(parts, where)
+        if fd is None:
+            return []
+        out: Entries = []
+        try:
+            with os.scandir(fd) as it:
+                for n, de in enumerate(it, 1):
+                    if n > self.max_entries:
+                        raise PermanentCheckpointError(
+                            f"listing checkpoints in {where}: more than {self.max_entries:,} entries; not read "
+                            "(storage.checkpoint_max_entries)")
+                    if time.monotonic() > deadline:
+                        raise RetryableCheckpointError(
+                            f"listing checkpoints in {where}: not done within {self.budget_s:g} s "
+                            "(storage.checkpoint_list_budget)")
+                    entry = self._entry(fd, de, deadline)
                     if entry is not None:
                         out.append(entry)
-            except OSError as err:
-                raise _os_error(err, f"listing checkpoints in {where}") from err
+        except OSError as err:
+            raise _os_error(err, f"listing checkpoints in {where}") from err
+        finally:
+            os.close(fd)
         out.sort(key=lambda e: e.name)
         return out
 
-    def _entry(self, de: os.DirEntry[str]) -> CheckpointEntry | None:
+    def _entry(self, dir_fd: int, de: os.DirEntry[str], deadline: float) -> CheckpointEntry | None:
         try:
-            st = de.stat()  # follows a link (Lightning's last.ckpt may be one)
+            st = de.stat(follow_symlinks=False)
         except FileNotFoundError:
-            return None  # removed meanwhile (checkpoint rotation) or a dangling link
+            return None  # removed meanwhile (checkpoint rotation)
         if stat.S_ISDIR(st.st_mode):
-            newest, size = self._walk(de.path, st.st_mtime)
+            newest, size = self._walk(dir_fd, de.name, st.st_mtime, deadline)
             return CheckpointEntry(de.name, _utc(newest), size)
         if not stat.S_ISREG(st.st_mode):
-            return None
+            return None  # links (never followed below the root), FIFOs, devices, sockets
         marker = None
         if de.name in MARKER_NAMES and st.st_size <= MARKER_MAX_BYTES:
             # Never through a link: a tenant's `latest -> /var/run/secrets/...` would echo a token.
             try:
-                fd = os.open(de.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+                fd = os.open(de.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
             except FileNotFoundError:
                 return None
             except OSError:
-                marker = ""  # a link (ELOOP) or unreadable: a marker naming no step
+                marker = ""  # swapped for a link meanwhile (ELOOP), or unreadable: a marker naming no step
             else:
                 with os.fdopen(fd, "rb") as f:
                     marker = f.read(MARKER_MAX_BYTES).decode("utf-8", "replace")
         return CheckpointEntry(de.name, _utc(st.st_mtime), st.st_size, marker)
 
-    def _walk(self, top: str, newest: float) -> tuple[float, int | None]:
+    def _walk(self, dir_fd: int, name: str, newest: float, deadline: float) -> tuple[float, int | None]:
+        """Newest mtime and total size under `name` in `dir_fd`, by descriptor, links not followed.
+        Each directory is opened again from `dir_fd` component by component, so that only a few
+        descriptors are open at once however wide the tree."""
         size = 0
         seen = 0
-        stack = [top]
+        stack: list[tuple[str, ...]] = [(name,)]
         while stack:
+            path = stack.pop()
+            fd = _open_path(dir_fd, path)
+            if fd is None:
+                continue  # removed, or swapped for a file or a link meanwhile
             try:
-                it = os.scandir(stack.pop())
-            except FileNotFoundError:
-                continue
-            with it:
-                for de in it:
-                    seen += 1
-                    if seen > self.walk_limit:
-                        return newest, None
-                    try:
-                        st = de.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    newest = max(newest, st.st_mtime)
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(de.path)
-                    elif stat.S_ISREG(st.st_mode):
-                        size += st.st_size
+                with os.scandir(fd) as it:
+                    for de in it:
+                        seen += 1
+                        if seen > self.walk_limit or time.monotonic() > deadline:
+                            return newest, None
+                        try:
+                            st = de.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        newest = max(newest, st.st_mtime)
+                        if stat.S_ISDIR(st.st_mode):
+                            stack.append((*path, de.name))
+                        elif stat.S_ISREG(st.st_mode):
+                            size += st.st_size
+            finally:
+                os.close(fd)
         return newest, size
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_path(dir_fd: int, path: tuple[str, ...]) -> int | None:
+    """`path` under `dir_fd` opened one directory at a time without following links; None when a
+    component is gone, a link or not a directory."""
+    if not path:
+        return None
+    fd = dir_fd
+    try:
+        for part in path:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as err:
+                if err.errno == errno.ELOOP:
+                    return None
+                raise
+            if fd != dir_fd:
+                os.close(fd)
+            fd = nxt
+        out, fd = fd, dir_fd  # handed over: not closed below
+        return out
+    finally:
+        if fd != dir_fd:
+            os.close(fd)
 
 
 # --- Azure Blob ---------------------------------------------------------------------------------
@@ -425,6 +512,8 @@ class BlobCheckpointStore:
         timeout_s: float = 20.0,
         dir_blob_limit: int = 5000,
         settle_s: float = 600.0,
+        max_entries: int = 10_000,
+        budget_s: float = 10.0,
     ) -> None:
         self.account_url = account_url.rstrip("/")
         self.container = container
@@ -434,6 +523,8 @@ class BlobCheckpointStore:
         self.timeout_s = timeout_s
         self.dir_blob_limit = dir_blob_limit
         self.settle_s = settle_s
+        self.max_entries = max_entries  # entries directly under the prefix, per listing
+        self.budget_s = budget_s  # one listing's time, the directories' own listings included
         self._client: ContainerClient | None = None
         self._dirs: dict[str, _DirInfo] = {}
 
@@ -506,16 +597,20 @@ class BlobCheckpointStore:
         from azure.core.exceptions import AzureError
 
         try:
-            return self._list(client, base)
+            return self._list(client, base, where, time.monotonic() + self.budget_s)
         except AzureError as err:
             raise _blob_error(err, f"listing checkpoints in {where}") from err
 
-    def _list(self, client: ContainerClient, base: str) -> Entries:
+    def _list(self, client: ContainerClient, base: str, where: str, deadline: float) -> Entries:
         from azure.storage.blob import BlobPrefix
 
         files: dict[str, CheckpointEntry] = {}
         dirs: list[str] = []
-        for item in client.walk_blobs(name_starts_with=base or None, delimiter="/"):
+        for n, item in enumerate(client.walk_blobs(name_starts_with=base or None, delimiter="/"), 1):
+            if n > self.max_entries:
+                raise PermanentCheckpointError(f"listing checkpoints in {where}: more than {self.max_entries:,} "
+                                               "entries; not read (storage.checkpoint_max_entries)")
+            _in_time(deadline, where, self.budget_s)
             if isinstance(item, BlobPrefix):
                 name = item.name[len(base) :].rstrip("/")
                 if name:
@@ -542,6 +637,7 @@ class BlobCheckpointStore:
             live.add(key)
             info = self._dirs.get(key)
             if info is None or not info.final:
+                _in_time(deadline, where, self.budget_s)
                 info = self._dir_info(client, key + "/")
                 if info is None:
                     continue
@@ -580,6 +676,12 @@ class BlobCheckpointStore:
             return None  # emptied meanwhile
         final = (datetime.now(UTC) - newest).total_seconds() > self.settle_s
         return _DirInfo(newest, size, final)
+
+
+def _in_time(deadline: float, where: str, budget_s: float) -> None:
+    if time.monotonic() > deadline:
+        raise RetryableCheckpointError(f"listing checkpoints in {where}: not done within {budget_s:g} s "
+                                       "(storage.checkpoint_list_budget)")
 
 
 def _aware(t: datetime) -> datetime:
@@ -644,15 +746,26 @@ def _check_account(uri: str, account: str, namespace: str, policy: StorageSettin
         )
 
 
-def _check_local(uri: str, path: Path, policy: StorageSettings) -> None:
-    roots = [os.path.realpath(r) for r in policy.local_roots]
-    real = os.path.realpath(path)
-    if not any(os.path.commonpath([root, real]) == root for root in roots):
-        where = f"under {', '.join(sorted(policy.local_roots))}" if roots else "configured (storage.local_roots)"
-        raise RefusedLocation(
-            f"checkpoint location {uri!r}: a local path outside the directories checkpoints may be read from "
-            f"({where}); refused, nothing read"
-        )
+def _check_local(uri: str, path: Path, policy: StorageSettings) -> Path:
+    """The configured root `path` lies under, as written (no `..`, no link followed: the store opens
+    every component below the root without following links, on every read)."""
+    if ".." not in path.parts:
+        here = os.path.abspath(path)
+        for r in sorted(policy.local_roots):
+            for root in dict.fromkeys((os.path.abspath(r), os.path.realpath(r))):  # as written, or resolved
+                if os.path.commonpath([root, here]) == root:
+                    return Path(root)
+    where = f"under {', '.join(sorted(policy.local_roots))}" if policy.local_roots \
+        else "configured (storage.local_roots)"
+    raise RefusedLocation(
+        f"checkpoint location {uri!r}: a local path outside the directories checkpoints may be read from "
+        f"({where}); refused, nothing read"
+    )
+
+
+def _local_store(path: Path, base: Path, policy: StorageSettings) -> LocalCheckpointStore:
+    return LocalCheckpointStore(path, base=base, max_entries=policy.checkpoint_max_entries,
+                                budget_s=policy.checkpoint_list_budget.total_seconds())
 
 
 def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
@@ -679,8 +792,7 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
     scheme = parsed.scheme.lower()
     if scheme == "" or (len(scheme) == 1 and text[1:2] == ":"):  # a plain path
         local = Path(text).expanduser()
-        _check_local(uri, local, policy)
-        return LocalCheckpointStore(local), ""
+        return _local_store(local, _check_local(uri, local, policy), policy), ""
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise ValueError(f"checkpoint location {uri!r}: file URI names a remote host {parsed.netloc!r}")
@@ -689,8 +801,7 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
         path = urllib.parse.unquote(parsed.path)
         if not path.startswith("/"):
             raise ValueError(f"checkpoint location {uri!r}: a file URI needs an absolute path")
-        _check_local(uri, Path(path), policy)
-        return LocalCheckpointStore(Path(path)), ""
+        return _local_store(Path(path), _check_local(uri, Path(path), policy), policy), ""
     if scheme not in ("https", "http", "abfs", "abfss"):
         raise ValueError(
             f"checkpoint location {uri!r}: unsupported scheme {parsed.scheme!r} "
@@ -775,7 +886,9 @@ def store_for(uri: str, policy: StorageSettings, *, namespace: str = "",
             f"checkpoint location {uri!r}: an http (Azurite) endpoint needs an explicit credential; "
             "workload identity tokens are only sent over https"
         )
-    store = BlobCheckpointStore(account_url, container, credential=credential)
+    store = BlobCheckpointStore(account_url, container, credential=credential,
+                                max_entries=policy.checkpoint_max_entries,
+                                budget_s=policy.checkpoint_list_budget.total_seconds())
     return store, prefix.strip("/")
 
 

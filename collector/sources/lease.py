@@ -46,6 +46,12 @@ class LeaseElector:
         # its renewTime with a clock, which another replica's skew (or a sped-up server) would move.
         self._observed: tuple[object, ...] | None = None
         self._observed_at = 0.0
+        # Since when (API clock, and our monotonic clock) reading or writing the Lease has failed, and
+        # the last error; None while the API server answers. The controller keeps exporting its runs as
+        # unknown through such an outage instead of withdrawing them (docs/security.md).
+        self.failing_since: datetime | None = None
+        self.failing_since_m = 0.0
+        self.failure = ""
 
     @property
     def is_leader(self) -> bool:
@@ -85,9 +91,14 @@ class LeaseElector:
         while not self._stop.is_set():
             try:
                 held = self.try_acquire_or_renew()
+                self.failing_since = None
             except SourceError as e:
                 log.warning("lease update failed", extra={"error": str(e)})
                 held = False
+                self.failure = str(e)[:300]
+                if self.failing_since is None:
+                    self.failing_since_m = self.monotonic()
+                    self.failing_since = self.now()
             if held != self._leader.is_set():
                 log.info("leadership changed", extra={"leader": held, "identity": self.identity})
             (self._leader.set if held else self._leader.clear)()

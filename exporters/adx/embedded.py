@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from exporters.adx.exporter import PermanentIngestError
 from exporters.adx.schema import _DUCK_TYPES, ADX_MON_TABLES, TABLES, Table
 
 TAGS_TABLE = "_IngestTags"
@@ -101,8 +102,13 @@ class DuckDBTarget:
                 con.execute(f'INSERT INTO "{TAGS_TABLE}" VALUES (?, ?)', [tag, blob.count(b"\n")])
                 con.execute("COMMIT")
                 return True
-            except Exception:
+            except Exception as e:
                 con.execute("ROLLBACK")
+                import duckdb
+
+                if isinstance(e, duckdb.InvalidInputException | duckdb.ConversionException):
+                    # a value its column cannot hold: sending the same blob again cannot help
+                    raise PermanentIngestError(f"{table.name}: {str(e).splitlines()[0][:300]}") from e
                 raise
             finally:
                 con.close()

@@ -10,19 +10,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collector.model import ObjectRecord, Ref, RunClaims
 from collector.progress.model import LogScan
 from exporters.adx.adxmon import scrape
 from exporters.adx.rows import GpuSample, GpuXid, Row, RowBuilder
-from exporters.adx.schema import ALL_TABLES, RUN_CLAIMS, Table
+from exporters.adx.schema import ALL_TABLES, KUBE_EVENTS, RUN_CLAIMS, Table, row_problem
 from exporters.adx.spool import Segment, Spool, SpoolSettings
 
 log = logging.getLogger("taugrid.adx")
@@ -40,8 +41,14 @@ class EvidenceSink(Protocol):
     def close(self) -> None: ...
 
 
+class PermanentIngestError(Exception):
+    """The target will never take this blob as it is (a value its column cannot hold): sending it
+    again cannot help. Anything else an IngestTarget raises is taken as the target being away."""
+
+
 class IngestTarget(Protocol):
-    """Where sealed segments go: one blob per table, tagged; True accepted, False a known replay."""
+    """Where sealed segments go: one blob per table, tagged; True accepted, False a known replay.
+    Raises PermanentIngestError for a blob it refuses for its content."""
 
     def open(self) -> None: ...
     def ingest(self, table: Table, blob: bytes, tag: str) -> bool: ...
@@ -60,6 +67,9 @@ class ExportSettings:
     # On taking over, a new leader writes again the claim transitions it saw as a standby this far back
     # (same RowIds): the old leader may have died before writing them. Longer than a lease's duration.
     resume_window: timedelta = timedelta(minutes=1)
+    # Kubernetes Event rows each namespace may spool per minute (a token bucket of that size):
+    # tenants can create Events at will, and a flood must not crowd out everyone's rows. 0: no budget.
+    event_rows_per_namespace: int = 3000
 
 
 class ExportMetrics:
@@ -100,6 +110,14 @@ class ExportMetrics:
     def recovered(self, state: str, n: int) -> None:
         self.segments_recovered.labels(state).inc(n)
 
+    def refused(self, table: str, problem: str) -> None:
+        """A row refused for what it holds (counted as dropped, reason "invalid"), the problem logged."""
+        self.rows_dropped.labels(table, "invalid").inc()
+        now = time.monotonic()
+        if now - self._logged.get((table, "invalid"), -60.0) >= 60:
+            self._logged[(table, "invalid")] = now
+            log.warning("row refused", extra={"table": table, "problem": problem[:300]})
+
     def size(self, total_bytes: int, segments: int) -> None:
         self.spool_bytes.set(total_bytes)
         self.spool_segments.set(segments)
@@ -124,11 +142,21 @@ class Shipper:
             self.spool.end()
 
     def _ship(self, seg: Segment) -> None:
-        contents = self.spool.read(seg)
+        try:
+            contents = self.spool.read(seg)
+        except FileNotFoundError:
+            return  # gone meanwhile (evicted)
+        except OSError as e:
+            # An unreadable segment is set aside: it must not hold back every segment after it.
+            log.warning("spool segment unreadable; quarantined", extra={"segment": seg.path.name, "error": str(e)})
+            self.metrics.recovered("unreadable", 1)
+            self.spool.done(seg, quarantine=True)
+            return
         if contents.corrupt:
             self.metrics.recovered("corrupt", 1)
             self.metrics.dropped("?", contents.corrupt, "corrupt")
         acked = self.spool.acked_tables(seg)
+        quarantine = contents.corrupt > 0
         for table, rows in sorted(contents.rows.items(), key=lambda kv: kv[0] != RUN_CLAIMS.name):
             if table in acked:
                 continue
@@ -137,13 +165,43 @@ class Shipper:
                 self.metrics.dropped(table, len(rows), "unknown_table")
                 continue
             tag = seg.tag(table)
-            accepted = self.target.ingest(t, b"\n".join(rows) + b"\n", tag)
+            try:
+                accepted = self._ingest(t, rows, tag)
+            except PermanentIngestError as e:
+                # Refused for its content even row by row: set aside, the rest of the spool goes on.
+                log.warning("blob refused by the target; segment quarantined",
+                            extra={"table": table, "segment": seg.path.name, "error": str(e)[:500]})
+                self.metrics.dropped(table, len(rows), "rejected")
+                quarantine = True
+                self.spool.ack(seg, table)
+                continue
             self.metrics.blobs.labels("accepted" if accepted else "duplicate").inc()
             if accepted:
                 self.metrics.rows_delivered.labels(table).inc(len(rows))
             self.metrics.last_delivery.set(time.time())
             self.spool.ack(seg, table)
-        self.spool.done(seg, quarantine=contents.corrupt > 0)
+        self.spool.done(seg, quarantine=quarantine)
+
+    def _ingest(self, t: Table, rows: list[bytes], tag: str) -> bool:
+        """Send one table's rows; a blob the target refuses for its content is sent again without
+        the rows that cannot be stored (spooled by an older version, or by a bug), those counted."""
+        try:
+            return self.target.ingest(t, b"\n".join(rows) + b"\n", tag)
+        except PermanentIngestError:
+            good = []
+            for raw in rows:
+                try:
+                    problem = row_problem(t.name, orjson.loads(raw))
+                except orjson.JSONDecodeError as e:
+                    problem = f"not JSON: {e}"
+                if problem is None:
+                    good.append(raw)
+                else:
+                    self.metrics.refused(t.name, problem)
+            if len(good) == len(rows):
+                raise
+            rows[:] = good
+            return self.target.ingest(t, b"\n".join(good) + b"\n", tag) if good else True
 
     def drain(self) -> int:
         """Ship every sealed segment now; returns how many were delivered (stops at the first error)."""
@@ -168,6 +226,7 @@ class AdxExporter:
         self.target = target
         self.shipper = Shipper(self.spool, target, self.metrics)
         self.rows = RowBuilder(settings.cluster, settings.snapshot_interval, resume_window=settings.resume_window)
+        self._event_budget = _Budget(settings.event_rows_per_namespace, 60.0)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -241,7 +300,11 @@ class AdxExporter:
         self.rows.track(runs, led_until=led_until)
 
     def event(self, rec: ObjectRecord, run: str) -> None:
-        self._write(self.rows.event(rec, run))
+        tables = self.rows.event(rec, run)
+        if tables and not self._event_budget.take(rec.ref.namespace):
+            self.metrics.dropped(KUBE_EVENTS.name, 1, "namespace_budget")
+            return
+        self._write(tables)
 
     def signal(self, run: Ref, source: str, plane: str, durable: bool, scan: LogScan) -> None:
         self._write(self.rows.signal(run, source, plane, durable, scan))
@@ -256,8 +319,17 @@ class AdxExporter:
         with self._lock:
             critical = False
             for table, rows in tables.items():
-                if rows:
-                    self.spool.append(table, rows)
+                # A row its table cannot hold (an integer past a long) is refused alone: in a blob
+                # it would fail the whole blob's ingestion, everyone's rows with it.
+                ok = []
+                for r in rows:
+                    problem = row_problem(table, r)
+                    if problem is None:
+                        ok.append(r)
+                    else:
+                        self.metrics.refused(table, problem)
+                if ok:
+                    self.spool.append(table, ok)
                     critical = critical or table == RUN_CLAIMS.name
             # Claim transitions are acknowledged at once; bulk rows by the shipper thread, at least
             # every seal_interval (so the caller's thread pays no fsync for them).
@@ -294,3 +366,26 @@ class AdxExporter:
                 log.warning("delivery failed; retrying", extra={"error": str(e)[:500], "retry_s": delay})
                 self._stop.wait(delay)
                 delay = min(delay * 2, self.settings.retry_max.total_seconds())
+
+
+class _Budget:
+    """A token bucket per key (a namespace): `rate` takes per `per` seconds, as a burst too. Bounded:
+    keys past 10,000 restart full (the bucket is a budget against floods, not an account)."""
+
+    def __init__(self, rate: int, per: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.per, self.clock = rate, per, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key → (tokens, when)
+
+    def take(self, key: str) -> bool:
+        if self.rate <= 0:
+            return True
+        now = self.clock()
+        tokens, when = self._buckets.get(key, (float(self.rate), now))
+        tokens = min(float(self.rate), tokens + (now - when) * self.rate / self.per)
+        if len(self._buckets) > 10_000:
+            self._buckets.clear()
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True

@@ -93,9 +93,14 @@ def _identity(rc: RunClaims) -> str:
     return rc.ref.uid or f"{rc.ref.kind}/{rc.ref.namespace}/{rc.ref.name}"
 
 
+_LONG = 1 << 63
+
+
 def _value(v: Any) -> Any:
     if isinstance(v, str):
         return _text(v, MAX_VALUE)
+    if isinstance(v, int) and not -_LONG <= v < _LONG:
+        return f"{v.bit_length()}-bit integer"  # evidence of a value no column or JSON reader holds
     if isinstance(v, int | float | bool) or v is None:
         return v
     return _text(str(v), MAX_VALUE)

@@ -232,6 +232,28 @@ ADX_MON_TABLES: tuple[Table, ...] = tuple(
 
 ALL_TABLES: Mapping[str, Table] = {t.name: t for t in TABLES + ADX_MON_TABLES}
 
+# The integer ranges of Kusto's `long` and `int` (DuckDB's BIGINT and INTEGER are the same).
+_INT_RANGES: Mapping[str, tuple[int, int]] = {"long": (-(1 << 63), (1 << 63) - 1), "int": (-(1 << 31), (1 << 31) - 1)}
+_INT_COLUMNS: dict[str, tuple[tuple[str, str, int, int], ...]] = {
+    t.name: tuple((c.name, c.type, *_INT_RANGES[c.type]) for c in t.columns if c.type in _INT_RANGES)
+    for t in ALL_TABLES.values()
+}
+
+
+def row_problem(table: str, row: Mapping[str, Any]) -> str | None:
+    """Why `row` cannot be stored in `table` as typed, or None. Integer columns only: a value out of a
+    `long`'s range (a step number of 2^64 in a tenant's log) fails the whole blob it is ingested in,
+    in ADX as in DuckDB, so it is refused alone before it reaches the spool."""
+    for name, kind, lo, hi in _INT_COLUMNS.get(table, ()):
+        v = row.get(name)
+        if v is None:
+            continue
+        if type(v) is not int:
+            return f"{table}.{name}: expected a {kind}, got {type(v).__name__}"
+        if not lo <= v <= hi:
+            return f"{table}.{name}: a {v.bit_length()}-bit integer does not fit a Kusto {kind}"
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Function:

@@ -16,19 +16,27 @@ and the directory fsynced). A segment is deleted only after the ingest client ac
 in it; acceptance is noted per table in `.acks`, so a crash between two tables re-sends only what
 was not accepted, under the same ingest-by tag.
 
-Bounded: appends that would take the spool past `max_bytes` first evict the oldest sealed *bulk*
-segment (snapshots, events, samples); claim transitions (class `critical`) are evicted only when
-no bulk segment is left, oldest first, and a bulk row that does not fit is refused. Every row
-that does not make it is counted with its reason.
+Bounded and fair: appends that would take the spool past `max_bytes` first evict *bulk* rows
+(snapshots, events, samples) of the namespace that holds the most of the spool, its oldest first
+(a segment is rewritten without them); a namespace never loses rows to make room for one that holds
+less than it does (that append is refused instead), so one tenant's flood while ADX is slow costs
+its own rows, not everyone's. Claim transitions (class `critical`) are evicted only when no bulk
+row is left, oldest first. Every row that does not make it is counted with its reason.
+
+Damage stays local: a record whose length is broken is skipped up to the next header that frames
+a record with a valid checksum; a row that cannot be serialized is refused alone. Files are 0600
+and directories 0700 (rows hold tenants' names, reasons and messages).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import struct
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -38,6 +46,8 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
+log = logging.getLogger("taugrid.adx")
+
 MAGIC = b"TGS1"
 NONCE = 16  # random bytes after MAGIC: the segment's identity in ingest-by tags, unique across restarts
 HEADER = len(MAGIC) + NONCE
@@ -46,6 +56,9 @@ CRITICAL = "critical"
 BULK = "bulk"
 CLASSES = (CRITICAL, BULK)
 MAX_RECORD = 16 * 1024 * 1024  # a length past this is corruption, not a row
+_START = b'{"t":"'  # every record's payload starts so: what a resync looks for
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
 
 class SpoolEvents(Protocol):
@@ -104,7 +117,8 @@ class Contents:
 
 
 def _open_append(path: Path) -> BinaryIO:
-    return open(path, "ab", buffering=0)  # noqa: SIM115 — held open across appends
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    return os.fdopen(fd, "ab", buffering=0)  # held open across appends
 
 
 _R = b',"r":'
@@ -118,7 +132,10 @@ def frame(table: str, row: dict[str, Any] | bytes) -> bytes:
 
 
 def read_records(data: bytes) -> tuple[list[tuple[str, bytes]], int, int]:
-    """(records, end of the last good record, corrupt records) from a segment's bytes."""
+    """(records, end of the last good record, corrupt stretches) from a segment's bytes.
+
+    A broken length does not end the segment: reading resumes at the next header that frames a
+    record whose checksum holds (only a torn tail, with no such header after it, ends it)."""
     out: list[tuple[str, bytes]] = []
     if len(data) < HEADER or not data.startswith(MAGIC):
         return [], 0, 1 if data else 0
@@ -131,20 +148,56 @@ def read_records(data: bytes) -> tuple[list[tuple[str, bytes]], int, int]:
     while pos + _HEAD.size <= n:
         length, crc = unpack(data, pos)
         start = pos + _HEAD.size
-        if length > MAX_RECORD or start + length > n:
-            corrupt += 1  # torn tail or a broken length: nothing after it can be framed
-            break
-        payload = data[start:start + length]
-        pos = start + length
-        split = payload.find(_R)
-        if crc32(payload) != crc or not payload.startswith(b'{"t":"') or split < 0 or payload[-1:] != b"}":
-            corrupt += 1
+        if length > MAX_RECORD or start + length > n or not data.startswith(_START, start):
+            corrupt += 1  # a broken header: nothing can be framed from it
+            pos = _resync(data, pos + 1)
+            if pos < 0:
+                return out, good_end, corrupt
             continue
+        payload = data[start:start + length]
+        split = payload.find(_R)
+        if crc32(payload) != crc or split < 0 or payload[-1:] != b"}":
+            corrupt += 1
+            nxt = _resync(data, pos + 1)  # the length may be what broke: look for the next record
+            if nxt < 0:
+                return out, good_end, corrupt
+            pos = nxt
+            continue
+        pos = start + length
         out.append((payload[6:split - 1].decode(), payload[split + len(_R):-1]))
         good_end = pos
-    if pos < n and pos + _HEAD.size > n:
+    if pos < n:
         corrupt += 1  # a few stray bytes of a header
     return out, good_end, corrupt
+
+
+def _resync(data: bytes, after: int) -> int:
+    """The offset of the next record header at or after `after` whose record checks out, or -1.
+    Candidates are the places a payload starts; each is checked by its checksum, so a scan costs
+    about one pass over the rest of the segment."""
+    n = len(data)
+    at = data.find(_START, after + _HEAD.size)
+    while at >= 0:
+        pos = at - _HEAD.size
+        length, crc = _HEAD.unpack_from(data, pos)
+        if length <= MAX_RECORD and at + length <= n and zlib.crc32(data[at:at + length]) == crc:
+            return pos
+        at = data.find(_START, at + 1)
+    return -1
+
+
+def _record_size(table: str, row: bytes) -> int:
+    return _HEAD.size + len(_START) + len(table) + 1 + len(_R) + len(row) + 1
+
+
+def _namespace_of(row: dict[str, Any] | bytes) -> str:
+    if isinstance(row, bytes):
+        try:
+            row = orjson.loads(row)
+        except orjson.JSONDecodeError:
+            return ""
+    ns = row.get("Namespace") if isinstance(row, dict) else None
+    return ns if isinstance(ns, str) else ""
 
 
 class Spool:
@@ -164,6 +217,11 @@ class Spool:
         self._active: dict[str, tuple[Segment, BinaryIO]] = {}
         self._seq = 0
         self._in_flight: int | None = None  # the segment the shipper is delivering: not evicted under it
+        # Bytes of bulk rows per namespace: in each sealed bulk segment (None until read; segments
+        # found at start are read only when room must be made) and in the open bulk segment.
+        self._ns: dict[int, dict[str, int] | None] = {}
+        self._active_ns: dict[str, int] = {}
+        self._evict_logged: dict[str, float] = {}
         self.id = ""
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -171,8 +229,9 @@ class Spool:
     def open(self) -> None:
         """Create or reopen the directory; recover segments a crash left open (valid prefix kept)."""
         with self._lock:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "quarantine").mkdir(exist_ok=True)
+            self.dir.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+            (self.dir / "quarantine").mkdir(exist_ok=True, mode=DIR_MODE)
+            _private(self.dir)
             id_path = self.dir / "ID"
             if not id_path.exists():
                 _atomic_write(id_path, uuid.uuid4().hex.encode())
@@ -188,6 +247,7 @@ class Spool:
                 seg = _parse(p)
                 if seg is not None:
                     self._sealed[seg.seq] = seg
+                    self._ns[seg.seq] = None
                     self._seq = max(self._seq, seg.seq)
             self._report()
 
@@ -227,34 +287,55 @@ class Spool:
     def append(self, table: str, rows: list[dict[str, Any]]) -> int:
         """Append rows of one table; returns how many were taken (the rest are counted as dropped).
 
-        Taken is not acknowledged: call `seal()` for that.
+        Taken is not acknowledged: call `seal()` for that. A row that cannot be serialized (an
+        integer past 64 bits) is refused alone; the others are taken.
         """
         if not rows:
             return 0
         if not table.isidentifier():
             raise ValueError(f"spool: table name {table!r} is not an identifier")
         cls = self.class_of(table)
-        data = b"".join(frame(table, r) for r in rows)
-        with self._lock:
-            if not self._make_room(len(data), cls):
-                self.events.dropped(table, len(rows), "spool_full")
-                return 0
-            seg, f = self._active_segment(cls)
+        groups: dict[str, list[bytes]] = {}
+        bad, problem = 0, ""
+        for r in rows:
             try:
-                f.write(data)
-            except OSError as e:
-                # Cut back to the last whole record so the segment stays readable, then make room
-                # by evicting bulk segments and try once more; otherwise the rows are refused.
-                self._truncate(seg, f)
-                if e.errno != errno.ENOSPC or not self._evict_one(BULK) or not self._retry(seg, f, data):
-                    self.events.dropped(table, len(rows), "disk_full" if e.errno == errno.ENOSPC else "io_error")
-                    return 0
-            self._active[cls] = (Segment(cls, seg.seq, seg.path, seg.size + len(data)), f)
-            self.events.spooled(table, len(rows))
-            if seg.size + len(data) >= self.settings.segment_bytes:
-                self._seal_class(cls)
+                data = frame(table, r)
+            except TypeError as e:  # orjson.JSONEncodeError: what JSON cannot hold
+                bad += 1
+                problem = str(e)
+                continue
+            groups.setdefault(_namespace_of(r) if cls == BULK else "", []).append(data)
+        if bad:
+            self.events.dropped(table, bad, "unserializable")
+            log.warning("rows not spooled", extra={"table": table, "rows": bad, "error": problem[:200]})
+        taken = 0
+        with self._lock:
+            for ns, framed in groups.items():
+                taken += self._append(table, cls, ns, b"".join(framed), len(framed))
             self._report()
-            return len(rows)
+        return taken
+
+    def _append(self, table: str, cls: str, ns: str, data: bytes, count: int) -> int:
+        if not self._make_room(len(data), cls, ns):
+            self.events.dropped(table, count, "spool_full")
+            return 0
+        seg, f = self._active_segment(cls)
+        try:
+            f.write(data)
+        except OSError as e:
+            # Cut back to the last whole record so the segment stays readable, then make room
+            # by evicting bulk segments and try once more; otherwise the rows are refused.
+            self._truncate(seg, f)
+            if e.errno != errno.ENOSPC or not self._evict_one(BULK) or not self._retry(seg, f, data):
+                self.events.dropped(table, count, "disk_full" if e.errno == errno.ENOSPC else "io_error")
+                return 0
+        self._active[cls] = (Segment(cls, seg.seq, seg.path, seg.size + len(data)), f)
+        if cls == BULK:
+            self._active_ns[ns] = self._active_ns.get(ns, 0) + len(data)
+        self.events.spooled(table, count)
+        if seg.size + len(data) >= self.settings.segment_bytes:
+            self._seal_class(cls)
+        return count
 
     def _retry(self, seg: Segment, f: BinaryIO, data: bytes) -> bool:
         try:
@@ -282,6 +363,8 @@ class Spool:
             raise
         seg = Segment(cls, self._seq, path, HEADER)
         self._active[cls] = (seg, f)
+        if cls == BULK:
+            self._active_ns = {}
         return seg, f
 
     def seal(self) -> None:
@@ -301,6 +384,8 @@ class Spool:
         os.replace(seg.path, sealed)
         _fsync_dir(self.dir)
         self._sealed[seg.seq] = Segment(cls, seg.seq, sealed, seg.size)
+        if cls == BULK:
+            self._ns[seg.seq], self._active_ns = self._active_ns, {}
 
     # --- the bound -------------------------------------------------------------------------------
 
@@ -309,15 +394,103 @@ class Spool:
         with self._lock:
             return sum(s.size for s in self._sealed.values()) + sum(s.size for s, _ in self._active.values())
 
-    def _make_room(self, need: int, cls: str) -> bool:
+    def _make_room(self, need: int, cls: str, ns: str = "") -> bool:
         limit = self.settings.max_bytes
         while self.total_bytes + need + HEADER > limit:
-            if self._evict_one(BULK):
+            if self._evict_fair(need, ns if cls == BULK else None):
                 continue
             if cls == CRITICAL and self._evict_one(CRITICAL):
                 continue
             return False
         return True
+
+    def _ns_of(self, seg: Segment) -> dict[str, int]:
+        got = self._ns.get(seg.seq)
+        if got is None:
+            got = {}
+            for table, row in read_records(seg.path.read_bytes())[0]:
+                ns = _namespace_of(row)
+                got[ns] = got.get(ns, 0) + _record_size(table, row)
+            self._ns[seg.seq] = got
+        return got
+
+    def _evict_fair(self, need: int, appender: str | None) -> bool:
+        """Make some room from bulk rows, fairly: the oldest rows of the namespace holding the most
+        of the spool go first. A bulk append (`appender`, its `need` counted) never takes room from a
+        namespace holding less than it would: False then, and the append is refused."""
+        totals: dict[str, int] = dict(self._active_ns) if BULK in self._active else {}
+        evictable: dict[str, list[Segment]] = {}
+        for seq in sorted(self._sealed):
+            seg = self._sealed[seq]
+            if seg.cls != BULK:
+                continue
+            for ns, size in self._ns_of(seg).items():
+                totals[ns] = totals.get(ns, 0) + size
+                if seq != self._in_flight:
+                    evictable.setdefault(ns, []).append(seg)
+        floor = 0
+        if appender is not None:
+            totals[appender] = floor = totals.get(appender, 0) + need
+        # Largest first; on a tie the appender's own rows go (a newcomer does not displace an equal).
+        for ns in sorted(totals, key=lambda n: (-totals[n], n != appender)):
+            if totals[ns] < floor:
+                break
+            if ns in evictable:
+                return self._evict_from(ns, evictable[ns], totals)
+        if BULK in self._active and any(totals[n] >= floor for n in self._active_ns):
+            self._seal_class(BULK)  # the rows to evict are in the open segment: sealed, they can go
+            return True
+        return False
+
+    def _evict_from(self, ns: str, segments: list[Segment], totals: dict[str, int]) -> bool:
+        """Evict `ns`'s oldest rows: from the oldest segment where they are at least an eighth of it
+        (a rewrite then frees at least an eighth of what it writes), else from the segment where
+        they are most. When no namespace holds a quarter of the spool and `ns`'s rows are thin in
+        every segment, the oldest whole segment goes instead: among near-equal producers that is as
+        fair, and it does not rewrite a segment to free a few rows."""
+        held = {g.seq: self._ns_of(g).get(ns, 0) for g in segments}
+        best = next((g for g in segments if held[g.seq] * 8 >= g.size), None)
+        if best is None:
+            best = max(segments, key=lambda g: held[g.seq])
+            if totals[ns] * 4 < sum(totals.values()) and self._evict_one(BULK):
+                return True
+        self._evict_rows_of(best, ns)
+        return True
+
+    def _evict_rows_of(self, seg: Segment, ns: str) -> None:
+        """Rewrite `seg` without the rows of namespace `ns` (the same header: the same ingest tags)."""
+        data = seg.path.read_bytes()
+        records, _, corrupt = read_records(data)
+        keep: list[bytes] = []
+        dropped: dict[str, int] = {}
+        for table, row in records:
+            if _namespace_of(row) == ns:
+                dropped[table] = dropped.get(table, 0) + 1
+            else:
+                keep.append(frame(table, row))
+        for table, n in dropped.items():
+            self.events.dropped(table, n, "evicted")
+        if corrupt:
+            self.events.dropped("?", corrupt, "corrupt")
+        self._log_eviction(ns, sum(dropped.values()))
+        if not keep:
+            self._remove(seg)
+            return
+        body = data[:HEADER] + b"".join(keep)
+        _atomic_write(seg.path, body)
+        self._sealed[seg.seq] = Segment(seg.cls, seg.seq, seg.path, len(body))
+        ns_map = dict(self._ns.get(seg.seq) or {})
+        ns_map.pop(ns, None)
+        self._ns[seg.seq] = ns_map
+
+    def _log_eviction(self, ns: str, rows: int) -> None:
+        now = time.monotonic()
+        if now - self._evict_logged.get(ns, -60.0) >= 60:  # the counter has every row; the log one line a minute
+            self._evict_logged[ns] = now
+            if len(self._evict_logged) > 10_000:
+                self._evict_logged.clear()
+            log.warning("spool full: the oldest rows of the namespace holding most of it evicted",
+                        extra={"namespace": ns, "rows": rows})
 
     def _evict_one(self, cls: str) -> bool:
         for seq in sorted(self._sealed):
@@ -367,7 +540,8 @@ class Spool:
     def ack(self, seg: Segment, table: str) -> None:
         """The ingest client accepted this table's rows of `seg`: never send them again."""
         p = seg.path.with_suffix(".acks")
-        with open(p, "a") as f:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "a") as f:
             f.write(table + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -379,10 +553,14 @@ class Spool:
             if seg.seq not in self._sealed:
                 return
             if quarantine:
-                os.replace(seg.path, self.dir / "quarantine" / seg.path.name)
                 self._sealed.pop(seg.seq, None)
-                seg.path.with_suffix(".acks").unlink(missing_ok=True)
-                _fsync_dir(self.dir)
+                self._ns.pop(seg.seq, None)
+                try:
+                    os.replace(seg.path, self.dir / "quarantine" / seg.path.name)
+                    seg.path.with_suffix(".acks").unlink(missing_ok=True)
+                    _fsync_dir(self.dir)
+                except OSError as e:  # forgotten by this process either way: it never blocks the rest
+                    log.warning("segment not moved to quarantine", extra={"segment": seg.path.name, "error": str(e)})
             else:
                 self._remove(seg)
             self._report()
@@ -393,6 +571,7 @@ class Spool:
         seg.path.with_suffix(".acks").unlink(missing_ok=True)
         seg.path.unlink(missing_ok=True)
         self._sealed.pop(seg.seq, None)
+        self._ns.pop(seg.seq, None)
         _fsync_dir(self.dir)
 
     def _report(self) -> None:
@@ -411,12 +590,24 @@ def _parse(path: Path) -> Segment | None:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def _private(d: Path) -> None:
+    """Directories 0700 and files 0600, also for a spool an older version left readable."""
+    for p in (d, d / "quarantine"):
+        with contextlib.suppress(OSError):
+            os.chmod(p, DIR_MODE)
+    for p in d.iterdir():
+        if p.is_file() and not p.is_symlink():
+            with contextlib.suppress(OSError):
+                os.chmod(p, FILE_MODE)
 
 
 def _fsync_dir(d: Path) -> None:

@@ -71,6 +71,8 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     health.error("ray", "retryable")
     health.synced("pods", T0)
     health.set_runs_tracked(3)
+    health.set_runs_untracked({"team-a": 2})
+    health.set_failing({"pods": T0})
     health.set_leader("collector-0-abc123", True)
     health.observe_evaluation(0.01)
     health.poll_pass("logs", 2.5)
