@@ -63,7 +63,14 @@ from collector.sources.kube_api import (
 )
 from collector.sources.lease import LeaseElector
 from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
-from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
+from collector.sources.ray import (
+    RayPoller,
+    RayTarget,
+    dashboard_url_for,
+    metrics_url_for,
+    owned_by,
+    worker_metrics_url,
+)
 from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
@@ -771,12 +778,12 @@ class Controller:
             metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
                                       metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
             counter = self.cfg.ray_counter_by_profile.get(_profile(ev), self.cfg.ray_progress_counter)
-            port = info.get("mport") or "8080"
             workers = tuple(
-                f"http://{pf.pod_ip}:{port}/metrics" for pod in ev.pods
+                url for pod in ev.pods
                 if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
                 and pf.phase == "Running" and name in cluster_uids  # owned, not just labelled: labels are tenant's
                 and owned_by(pod.owners, "RayCluster", name, cluster_uids[name])
+                and (url := worker_metrics_url(pf.pod_ip, info.get("mport") or None))  # validated parts only
             ) if self.cfg.ray_scrape_workers else ()
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
                                counter=counter, worker_metrics_urls=workers)
@@ -790,7 +797,7 @@ class Controller:
         while not self._stop.wait(interval if self._ray_targets else min(interval, 1.0)):
             pairs = list(self._ray_targets)
             roots = {t.cluster.key: root for root, t in pairs}
-            for cluster, runtime, sig in poller.poll([t for _, t in pairs], self.now()):
+            for cluster, runtime, sig in poller.poll_each([t for _, t in pairs], self.now()):  # each as it is read
                 root = roots[cluster.key]
                 self._put(_Change("ray", None, (root, cluster, runtime, sig)))
 

@@ -18,26 +18,29 @@ dependency of the collector, and the node agent never imports this module.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import random
 import re
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import orjson
-import urllib3
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.correlate import RayRuntime, Signal
 from collector.model import OwnerRef, Plane, Ref
 from collector.progress import HangFinding, LogScan, ProgressSample, scan_text
+from collector.render import safe_text
+from collector.sources import httpget
 
 DEFAULT_COUNTER = "ray_train_steps_total"  # ray.util.metrics.Counter("train_steps")
 DEFAULT_LOSS = "ray_train_loss"  # ray.util.metrics.Gauge("train_loss")
@@ -49,6 +52,7 @@ DEFAULT_METRICS_PORT = 8080  # KubeRay exposes the head's metrics export port as
 JOB_STATUSES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 TERMINAL_JOB_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 NODES_LIMIT = 10_000  # the state API's own maximum (RAY_MAX_LIMIT_FROM_API_SERVER)
+SNIPPET = 64  # characters of a tenant's answer a diagnostic may quote (redacted, controls escaped)
 _NOTES = 16  # lasting notes (counter resets) kept per cluster
 
 JSON = dict[str, Any]
@@ -63,9 +67,10 @@ class RaySourceError(Exception):
     (undecodable JSON after retries, an unexpected shape), a metrics endpoint that is not
     Prometheus text, a body over the size limit."""
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, timed_out: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.timed_out = timed_out
 
 
 def _permanent(message: str) -> RaySourceError:
@@ -87,6 +92,15 @@ def _ms(value: object) -> datetime | None:
 
 def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+def snippet(data: bytes | str) -> str:
+    """At most SNIPPET characters of what a tenant's endpoint answered, redacted and escaped: enough
+    to tell HTML or an error page from metrics, never a page of someone's answer (docs/security.md)."""
+    text = data[:1024].decode("utf-8", "replace") if isinstance(data, bytes) else data[:1024]
+    text = " ".join(text.split())
+    out = safe_text(text[:4 * SNIPPET])
+    return out if len(out) <= SNIPPET else out[:SNIPPET - 3] + "..."
 
 
 def normalize_url(url: str) -> str:
@@ -153,7 +167,7 @@ def count_alive(doc: object) -> int:
     if not isinstance(doc, dict):
         raise _permanent("state API: expected a JSON object")
     if doc.get("result") is False:
-        raise RaySourceError(f"state API refused: {_str(doc.get('msg')) or 'no message'}")
+        raise RaySourceError(f"state API refused: {snippet(_str(doc.get('msg'))) or 'no message'}")
     data = doc.get("data")
     inner = data.get("result") if isinstance(data, dict) else None
     rows = inner.get("result") if isinstance(inner, dict) else inner
@@ -173,83 +187,76 @@ def parse_metrics(text: str) -> list[Metric]:
     try:
         return list(text_string_to_metric_families(text))
     except Exception as e:  # the parser raises ValueError, IndexError, ... on garbage
-        first = text.lstrip()[:80].splitlines()[0] if text.strip() else ""
-        raise _permanent(f"metrics: not Prometheus text ({type(e).__name__}: {str(e)[:120]}); "
-                         f"body starts {first!r}") from e
+        # The parser's message quotes the offending line: only its type is kept, and a snippet.
+        raise _permanent(f"metrics: not Prometheus text ({type(e).__name__}); "
+                         f"body starts \"{snippet(text.lstrip())}\"") from e
 
 
 # --- one head -------------------------------------------------------------------------------------
 
 
-def default_pool(maxsize: int = 16) -> urllib3.PoolManager:
-    return urllib3.PoolManager(num_pools=64, maxsize=maxsize, block=False)
-
-
-def default_retries() -> urllib3.Retry:
-    # Idempotent GETs only; connection errors and 502/503/504 are retried twice, quickly.
-    return urllib3.Retry(total=2, connect=2, read=1, status=2, redirect=0, backoff_factor=0.1,
-                         backoff_max=1.0, status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET"}),
-                         raise_on_status=False, raise_on_redirect=False)
+RETRY_STATUSES = frozenset({502, 503, 504})
 
 
 class RayHead:
-    """HTTP client for one Ray head's dashboard (port 8265) and, optionally, its metrics endpoint."""
+    """HTTP client for one Ray head's dashboard (port 8265) and, optionally, its metrics endpoint.
+
+    Every request is bounded in all (`collector.sources.httpget`): connecting within
+    `connect_timeout`, the whole answer within `connect_timeout + read_timeout`, and nothing past
+    `deadline` (a monotonic time: the poller's budget for this cluster). A head that trickles its
+    answer a byte at a time is cut there. Connection failures and 502/503/504 are retried twice,
+    quickly, while time is left."""
 
     def __init__(
         self,
         dashboard_url: str,
         metrics_url: str | None = None,
         *,
-        pool: urllib3.PoolManager | None = None,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
         max_body: int = 32 * 1024 * 1024,
         json_attempts: int = 2,
+        deadline: float | None = None,
+        attempts: int = 3,
     ) -> None:
         self.base = normalize_url(dashboard_url)
         self.metrics_url = metrics_url
-        self.pool = pool or default_pool()
-        self.timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
-        self.retries = default_retries()
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
         self.max_body = max_body
         self.json_attempts = max(1, json_attempts)
+        self.deadline = deadline
+        self.attempts = max(1, attempts)
 
     def _fetch(self, url: str, accept: str, what: str) -> tuple[str, bytes]:
-        """GET → (Content-Type, body); raises RaySourceError for transport errors and HTTP ≥ 400."""
-        try:
-            resp = self.pool.request("GET", url, headers={"Accept": accept}, timeout=self.timeout,
-                                     retries=self.retries, redirect=False, preload_content=False)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RaySourceError(f"{what}: {type(e).__name__}: {e}") from e
-        done = False
-        try:
-            length = resp.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) > self.max_body:
-                raise _permanent(f"{what}: body of {int(length):,} bytes is over the {self.max_body:,} limit")
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in resp.stream(1 << 16):
-                size += len(chunk)
-                if size > self.max_body:
-                    raise _permanent(f"{what}: body over the {self.max_body:,} byte limit")
-                chunks.append(chunk)
-            done = True
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RaySourceError(f"{what}: body cut: {type(e).__name__}: {e}") from e
-        finally:
-            if done:
-                resp.release_conn()
-            else:
-                resp.close()  # a half-read connection must not go back to the pool
-        body = b"".join(chunks)
-        status = resp.status
+        """GET → (Content-Type, body); raises RaySourceError for transport errors and HTTP ≥ 300."""
+        answer: httpget.Answer | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                pause = 0.1 * 2 ** (attempt - 1)
+                if self.deadline is not None and time.monotonic() + pause >= self.deadline:
+                    break
+                time.sleep(pause)
+            try:
+                answer = httpget.get(url, connect_s=self.connect_timeout,
+                                     total_s=self.connect_timeout + self.read_timeout, max_body=self.max_body,
+                                     accept=accept, deadline=self.deadline, chunked=True)
+            except httpget.HttpGetError as e:
+                if not e.connected and e.retryable and attempt + 1 < self.attempts:
+                    continue  # refused or unreachable: nothing was asked yet, ask again
+                raise RaySourceError(f"{what}: {e.detail}", retryable=e.retryable, timed_out=e.timed_out) from e
+            if answer.status not in RETRY_STATUSES:
+                break
+        assert answer is not None
+        status, body = answer.status, answer.body
         if status >= 400:
-            snippet = body[:200].decode("utf-8", "replace").strip()
-            text = f"{what}: HTTP {status}" + (f": {snippet}" if snippet else "")
+            quoted = snippet(body)
+            text = f"{what}: HTTP {status}" + (f": {quoted}" if quoted else "")
             raise RaySourceError(text, retryable=status == 429 or status >= 500)
         if status >= 300:
-            raise _permanent(f"{what}: HTTP {status} redirect to {resp.headers.get('Location', '?')}")
-        return resp.headers.get("Content-Type", ""), body
+            raise _permanent(f"{what}: HTTP {status} redirect to {snippet(answer.headers.get('location', '?'))} "
+                             "(not followed)")
+        return answer.headers.get("content-type", ""), body
 
     def _json(self, path: str, what: str) -> Any:
         last: Exception | None = None
@@ -456,14 +463,19 @@ class RayPoller:
     A head that fails is retried after a capped, jittered backoff (no waiting on a dead head every
     tick); until then its runtime carries the last error. Job logs are read at most every
     `log_interval` (and once more when the job ends) and scanned for hang findings only.
+
+    Fairness between tenants: each request has a total time bound and each cluster's whole read a
+    `cluster_budget`, so a head that trickles its answers holds one worker for that long at most
+    (and, timed out, is backed off like a dead one); `poll_each` hands each cluster's result on as
+    it is read, never after the slowest of the pass.
     """
 
     def __init__(
         self,
         *,
-        pool: urllib3.PoolManager | None = None,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
+        cluster_budget: timedelta = timedelta(seconds=20),
         log_interval: timedelta = timedelta(seconds=30),
         log_tail_bytes: int = 256 * 1024,
         max_body: int = 32 * 1024 * 1024,
@@ -474,7 +486,7 @@ class RayPoller:
         retention: timedelta = timedelta(minutes=15),
         rng: random.Random | None = None,
     ) -> None:
-        self.pool = pool or default_pool(maxsize=max(4, max_workers))
+        self.cluster_budget = cluster_budget
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.log_interval = log_interval
@@ -507,22 +519,33 @@ class RayPoller:
             return st
 
     def poll(self, targets: Sequence[RayTarget], now: datetime) -> list[tuple[Ref, RayRuntime, Signal | None]]:
+        """Every target's result, in the targets' order, once all are read (`poll_each`)."""
+        by_key = {cluster.key: (runtime, sig) for cluster, runtime, sig in self.poll_each(targets, now)}
+        return [(t.cluster, *by_key[t.cluster.key]) for t in targets]
+
+    def poll_each(self, targets: Sequence[RayTarget], now: datetime) -> Iterator[tuple[Ref, RayRuntime, Signal | None]]:
+        """Each cluster's result as soon as it is read (one per cluster, in the order they finish):
+        a slow head delays only its own."""
         unique: dict[tuple[str, str, str], RayTarget] = {}
         for t in targets:
             unique.setdefault(t.cluster.key, t)
         work = list(unique.values())
         if len(work) > 1 and self.max_workers > 1:
-            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(work)),
-                                    thread_name_prefix="ray-poll") as ex:
-                results = list(ex.map(lambda t: self._poll_one(t, now), work))
+            pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(work)), thread_name_prefix="ray-poll")
+            try:
+                futures = {pool.submit(self._poll_one, t, now): t for t in work}
+                for fut in as_completed(futures):
+                    yield futures[fut].cluster, *fut.result()
+            finally:
+                # A caller that stops early does not wait: each read ends within its own budget.
+                pool.shutdown(wait=False, cancel_futures=True)
         else:
-            results = [self._poll_one(t, now) for t in work]
-        by_key = {t.cluster.key: r for t, r in zip(work, results, strict=True)}
+            for t in work:
+                yield t.cluster, *self._poll_one(t, now)
         with self._lock:
             for key in [k for k, st in self._states.items()
-                        if k not in by_key and now - st.last_seen > self.retention]:
+                        if k not in unique and now - st.last_seen > self.retention]:
                 del self._states[key]
-        return [(t.cluster, *by_key[t.cluster.key]) for t in targets]
 
     def _poll_one(self, t: RayTarget, now: datetime) -> tuple[RayRuntime, Signal | None]:
         st = self._state(t, now)
@@ -536,18 +559,14 @@ class RayPoller:
         if st.retry_at is not None and now < st.retry_at:
             wait = (st.retry_at - now).total_seconds()
             return RayRuntime(None, "", "", now, error=f"{st.last_error} (next try in {wait:.0f}s)"), None
-        head = RayHead(t.dashboard_url, t.metrics_url, pool=self.pool, connect_timeout=self.connect_timeout,
-                       read_timeout=self.read_timeout, max_body=self.max_body)
+        head = RayHead(t.dashboard_url, t.metrics_url, connect_timeout=self.connect_timeout,
+                       read_timeout=self.read_timeout, max_body=self.max_body,
+                       deadline=time.monotonic() + self.cluster_budget.total_seconds())
         try:
             jobs = head.jobs()
             alive = head.alive_nodes()
         except RaySourceError as e:
-            st.failures += 1
-            delay = min(self.backoff_cap.total_seconds(),
-                        self.backoff_base.total_seconds() * 2 ** min(st.failures - 1, 20))
-            if not e.retryable:
-                delay = self.backoff_cap.total_seconds()
-            st.retry_at = now + timedelta(seconds=self._rng.uniform(delay / 2, delay))
+            self._back_off(st, now, e)
             st.last_error = f"{head.base}: {e}"
             return RayRuntime(None, "", "", now, error=st.last_error), None
         st.failures, st.retry_at, st.last_error = 0, None, ""
@@ -566,14 +585,27 @@ class RayPoller:
             families = head.metrics()
             for url in t.worker_metrics_urls:
                 # All or nothing: a sum missing one node would look like a counter reset (a replay).
+                if not is_worker_metrics_url(url):
+                    raise _permanent(f"worker metrics URL {snippet(url)} refused: not http://<pod IP>:<port>/metrics")
                 families.extend(head.metrics(url))
         except RaySourceError as e:
             ok, diag = False, str(e)
+            if e.timed_out:  # a head that trickles its metrics is backed off like a dead one
+                self._back_off(st, now, e)
+                st.last_error = f"{head.base}: {e}"
         else:
             _, diag = st.progress.observe(families, now)
             runtime = replace(runtime, **gpu_activity(families))
         scan = st.progress.scan(hangs=st.hangs, diagnostics=(diag, st.log_diag), with_samples=ok)
         return runtime, Signal(ref=t.cluster, source=SOURCE, scan=scan, read_at=now, plane=Plane.RAY)
+
+    def _back_off(self, st: _State, now: datetime, e: RaySourceError) -> None:
+        st.failures += 1
+        delay = min(self.backoff_cap.total_seconds(),
+                    self.backoff_base.total_seconds() * 2 ** min(st.failures - 1, 20))
+        if not e.retryable:
+            delay = self.backoff_cap.total_seconds()
+        st.retry_at = now + timedelta(seconds=self._rng.uniform(delay / 2, delay))
 
     def _read_logs(self, head: RayHead, job: RayJobInfo | None, st: _State, now: datetime) -> None:
         if job is None or not job.submission_id:
@@ -599,14 +631,61 @@ class RayPoller:
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+_PORT = re.compile(r"^[0-9]{1,5}$")  # ASCII digits only (str.isdigit also takes "²" and "０")
+
+
 def _port(value: int | str | None, default: int) -> int | None:
+    """A port from tenant-written status (`status.endpoints.*`): a whole number in 1..65535 or None."""
     if value is None or value == "":
         return default
+    if isinstance(value, bool):
+        return None
     if isinstance(value, str):
-        if not value.strip().isdigit():
+        if not _PORT.match(value.strip()):
             return None
         value = int(value.strip())
     return value if 0 < value < 65536 else None
+
+
+def pod_ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A pod's IP as an address literal, or None. Never loopback, link-local (cloud metadata lives
+    at 169.254.169.254), unspecified or multicast: no pod network hands those to a pod."""
+    try:
+        addr = ipaddress.ip_address(value.strip())
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.scope_id:
+            return None
+        addr = addr.ipv4_mapped or addr
+    if addr.is_loopback or addr.is_link_local or addr.is_unspecified or addr.is_multicast:
+        return None
+    return addr
+
+
+def _metrics_url(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    host = f"[{addr}]" if addr.version == 6 else str(addr)
+    return f"http://{host}:{port}/metrics"
+
+
+def worker_metrics_url(ip: str, port: int | str | None) -> str | None:
+    """A Ray worker pod's metrics endpoint from validated parts only: `http://<pod IP>:<port>/metrics`
+    (the port from the RayCluster's `status.endpoints.metrics`, default 8080). None when either
+    part is not what it must be: a tenant's status never chooses the host or the path."""
+    addr, number = pod_ip(ip), _port(port, DEFAULT_METRICS_PORT)
+    return _metrics_url(addr, number) if addr is not None and number is not None else None
+
+
+def is_worker_metrics_url(url: str) -> bool:
+    """`url` has the form `worker_metrics_url` builds (an IP literal, a port, /metrics and nothing
+    else), checked again before each scrape."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+        addr = ipaddress.ip_address(parts.hostname or "")
+    except ValueError:
+        return False
+    return port is not None and 0 < port < 65536 and url == _metrics_url(addr, port)
 
 
 def service_url(service: str, namespace: str, port: int, *, cluster_domain: str = "cluster.local",
