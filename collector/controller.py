@@ -842,7 +842,8 @@ class Controller:
     def _poll_agents(self) -> None:
         """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
         cfg = self.cfg.agents
-        reader = AgentReader(self.now)
+        reader = AgentReader.from_settings(self.now, token_file=cfg.token_file, ca_file=cfg.ca_file,
+                                           server_name=cfg.server_name)
         namespace = cfg.namespace or self.cfg.lease_namespace or "default"
         interval = cfg.poll_interval.total_seconds()
         wait = 0.0  # the first pass at once: the API log poller waits for it
@@ -852,7 +853,8 @@ class Controller:
             nodes: dict[str, datetime] = {}
             log_pods: set[tuple[str, str]] = set()
             try:
-                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port)
+                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port,
+                                            scheme=reader.scheme)
             except SourceError as e:
                 self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                 endpoints = []

@@ -153,5 +153,12 @@ class AgentSourceSettings:
     namespace: str = ""  # "": the controller's own namespace
     selector: str = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
     port: int = 9402
+    # The agents' bearer token (a file: the chart mounts a Secret), sent with every read and only to
+    # the agent pods found by `selector` in `namespace`. "" sends none.
+    token_file: str = ""
+    # Read the agents over https, their certificates checked against this CA bundle and, when set,
+    # for `server_name` (the name their certificate carries; "": the pod's IP). "" reads http.
+    ca_file: str = ""
+    server_name: str = ""
     # node name → dcgm-exporter /metrics URL, for clusters that run it instead of (or beside) the agent
     dcgm: Mapping[str, str] = field(default_factory=dict)
