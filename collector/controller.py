@@ -174,7 +174,8 @@ class Controller:
         self._workers_lock = threading.Lock()
         for w in workers:
             w.on_change, w.on_error = self._worker_changed, self._worker_error
-        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers])
+        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers],
+                                             deployment_namespaces=sorted(self.cfg.environment_namespaces))
 
     # --- lifecycle -------------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ class ControllerSettings:
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
     ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
+    # Namespaces the environment check lists Deployments in (where Kueue, KubeRay and TauGrid run);
+    # empty: cluster-wide. The chart grants the read only where this says.
+    environment_namespaces: frozenset[str] = frozenset()
     agents: AgentSourceSettings = field(default_factory=lambda: AgentSourceSettings())  # node agents, dcgm
 
 
