@@ -63,14 +63,8 @@ from collector.sources.kube_api import (
 )
 from collector.sources.lease import LeaseElector
 from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
-from collector.sources.ray import (
-    RayPoller,
-    RayTarget,
-    dashboard_url_for,
-    metrics_url_for,
-    owned_by,
-    worker_metrics_url,
-)
+from collector.sources.ray import RayPoller, RayTarget
+from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
 from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink

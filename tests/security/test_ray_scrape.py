@@ -17,7 +17,8 @@ from collector.controller import Controller
 from collector.kube import normalize
 from collector.model import Ref
 from collector.sources.kube_api import KubeApi, api_client_for
-from collector.sources.ray import RayHead, RayPoller, RaySourceError, count_alive, dashboard_url_for
+from collector.sources.ray import RayHead, RayPoller, RaySourceError, count_alive
+from collector.sources.ray_urls import dashboard_url_for
 from tests.controller.test_controller import T0, settings
 from tests.security.hostile_http import http_server, ray_head
 
