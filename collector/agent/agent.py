@@ -211,8 +211,8 @@ def exposure_problem(settings: AgentSettings) -> str:
     without a token hands every tenant's evidence on the node to any pod that can connect."""
     host, _, _ = settings.address.rpartition(":")
     host = host.strip("[]")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    try:  # an empty host serves on 127.0.0.1 (run_agent), as the controller's `:PORT` does
+        loopback = host in ("", "localhost") or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if loopback or settings.token_file is not None or settings.allow_unauthenticated:
