@@ -135,7 +135,7 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         sys.exit(2)
     missing = missing_kinds({r.ref.kind for r in dump.records}, str(dump_dir)) if inferred or not claims else None
     environment = single_cluster("manager", dump.version, dump.environment_objects,
-                                 settings.controller.environment_namespaces)
+                                 settings.controller.environment_namespaces or None)
     if workers.inventories:
         environment = check([*environment.clusters, *workers.inventories])
     if output == "json":

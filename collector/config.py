@@ -206,6 +206,7 @@ def _with_durations(s: Settings) -> Settings:
 
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 _CLOUDS = frozenset({"public", "china", "usgov"})
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _validate(s: Settings) -> None:
@@ -224,6 +225,9 @@ def _validate(s: Settings) -> None:
     if c.log_poll_concurrency > MAX_LOG_READS:  # beside the watches, within the client's connection pool
         raise ConfigError(f"config.controller.log_poll_concurrency: at most {MAX_LOG_READS}, "
                           f"got {c.log_poll_concurrency}")
+    for ns in sorted(c.environment_namespaces):
+        if not _NAMESPACE.match(ns):
+            raise ConfigError(f"config.controller.environment_namespaces: {ns[:100]!r} is not a namespace name")
     for profile, regex in s.controller.log_regex_by_profile.items():
         try:
             re.compile(regex)

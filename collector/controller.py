@@ -65,7 +65,8 @@ from collector.sources.kube_api import (
 )
 from collector.sources.lease import LeaseElector
 from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
-from collector.sources.ray import RayPoller, RayTarget, dashboard_url_for, metrics_url_for, owned_by
+from collector.sources.ray import RayPoller, RayTarget
+from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
 from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
@@ -175,7 +176,8 @@ class Controller:
         self._workers_lock = threading.Lock()
         for w in workers:
             w.on_change, w.on_error = self._worker_changed, self._worker_error
-        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers])
+        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers],
+                                             deployment_namespaces=sorted(self.cfg.environment_namespaces))
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -874,12 +876,12 @@ class Controller:
             metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
                                       metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
             counter = self.cfg.ray_counter_by_profile.get(_profile(ev), self.cfg.ray_progress_counter)
-            port = info.get("mport") or "8080"
             workers = tuple(
-                f"http://{pf.pod_ip}:{port}/metrics" for pod in ev.pods
+                url for pod in ev.pods
                 if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
                 and pf.phase == "Running" and name in cluster_uids  # owned, not just labelled: labels are tenant's
                 and owned_by(pod.owners, "RayCluster", name, cluster_uids[name])
+                and (url := worker_metrics_url(pf.pod_ip, info.get("mport") or None))  # validated parts only
             ) if self.cfg.ray_scrape_workers else ()
             target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
                                counter=counter, worker_metrics_urls=workers)
@@ -893,7 +895,7 @@ class Controller:
         while not self._stop.wait(interval if self._ray_targets else min(interval, 1.0)):
             pairs = list(self._ray_targets)
             roots = {t.cluster.key: root for root, t in pairs}
-            for cluster, runtime, sig in poller.poll([t for _, t in pairs], self.now()):
+            for cluster, runtime, sig in poller.poll_each([t for _, t in pairs], self.now()):  # each as it is read
                 root = roots[cluster.key]
                 self._put(_Change("ray", None, (root, cluster, runtime, sig)))
 
@@ -938,7 +940,8 @@ class Controller:
     def _poll_agents(self) -> None:
         """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
         cfg = self.cfg.agents
-        reader = AgentReader(self.now)
+        reader = AgentReader.from_settings(self.now, token_file=cfg.token_file, ca_file=cfg.ca_file,
+                                           server_name=cfg.server_name)
         namespace = cfg.namespace or self.cfg.lease_namespace or "default"
         interval = cfg.poll_interval.total_seconds()
         wait = 0.0  # the first pass at once: the API log poller waits for it
@@ -948,7 +951,8 @@ class Controller:
             nodes: dict[str, datetime] = {}
             log_pods: set[tuple[str, str]] = set()
             try:
-                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port)
+                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port,
+                                            scheme=reader.scheme)
             except SourceError as e:
                 self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
                 endpoints = []

@@ -1,16 +1,20 @@
-"""The controller's HTTP endpoints: /metrics, /healthz, /readyz (docs/security.md).
+"""The HTTP endpoints of the controller (/metrics, /healthz, /readyz) and of the node agent
+(/metrics, /evidence and the same probes): one bounded server (docs/security.md).
 
 Anyone who can reach the port can talk to it, so the server is bounded in threads, memory and
 time. One thread accepts connections and reads requests without blocking (a selector): a TLS
 handshake and the request head must complete within `header_timeout_s`, the head is capped in
 size, and at most `max_pending` connections wait at once (the oldest is dropped past that), so
 half-open or slow clients cost a file descriptor each, never a thread. Only a complete request
-reaches the fixed pool of `workers` threads, which answer it with socket timeouts. A client that
-goes away mid-answer is logged at debug level, never as a traceback.
+reaches a worker. The probes (`probes`, the kubelet's) have workers of their own: clients that ask
+for a fleet-size /metrics and never read it hold the main pool, never the liveness probe. Every
+answer is written within one deadline (`timeout_s`, `probe_timeout_s`) for all its bytes, however
+slowly the client reads. A client that goes away mid-answer is logged at debug level, never as a
+traceback.
 
-Optional TLS (certificate and key files) and bearer-token authentication for /metrics (a token
-file, as kube-rbac-proxy and the Prometheus Operator's `bearerTokenFile` use); the probes stay
-open, as the kubelet calls them without a token.
+Optional TLS (certificate and key files) and bearer-token authentication for the `protected`
+paths (a token file, as kube-rbac-proxy and the Prometheus Operator's `bearerTokenFile` use); the
+probes stay open, as the kubelet calls them without a token.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -34,8 +38,16 @@ from typing import Any
 
 log = logging.getLogger("taugrid.http")
 
-# (status, content type, body) for a path; the controller supplies one per endpoint.
-Endpoint = Callable[[], tuple[int, str, bytes]]
+# (status, content type, body) for a path; the controller and the agent supply one per endpoint.
+Answer = tuple[int, str, bytes]
+Endpoint = Callable[[], Answer]
+
+
+@dataclass(frozen=True, slots=True)
+class WithQuery:
+    """An endpoint that reads the request's query string (the agent's `/evidence?epoch=E&poll=P`)."""
+
+    answer: Callable[[str], Answer]
 
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers of a GET
 
@@ -46,11 +58,15 @@ class HttpOptions:
     queue_max: int = 64  # complete requests waiting for a worker; more are answered 503
     max_pending: int = 256  # connections still handshaking or sending their request head
     header_timeout_s: float = 5.0  # to finish the TLS handshake and the request head
-    timeout_s: float = 10.0  # per socket write while answering
+    timeout_s: float = 10.0  # to write a whole answer, however slowly the client reads
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
-    token_file: Path | None = None  # a bearer token /metrics requires (re-read when it changes)
+    token_file: Path | None = None  # a bearer token the protected paths require (re-read when it changes)
     protected: frozenset[str] = frozenset({"/metrics"})
+    # The kubelet's probes: answered by workers of their own, never queued behind /metrics.
+    probes: frozenset[str] = frozenset({"/healthz", "/readyz"})
+    probe_workers: int = 2
+    probe_timeout_s: float = 2.0  # to write a probe's answer (a few bytes)
 
 
 class _Token:
@@ -97,22 +113,34 @@ class _Pending:
 class _Request:
     sock: socket.socket
     head: bytes
+    deadline_s: float  # to write the whole answer
 
 
 class _Writer(io.BufferedIOBase):
-    """Writes with sendall, whose timeout bounds the whole write (a buffered file's per-send
-    timeout would let a client reading a byte at a time hold a worker without end)."""
+    """Writes an answer within one deadline for all its bytes (header and body alike). A socket
+    timeout bounds each send, not the answer: a client reading a little at a time (or TLS, whose
+    sendall applies the timeout to each record) would otherwise hold the worker without end."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
         self._sock = sock
+        self._seconds = seconds
+        self._deadline: float | None = None  # from the first byte written: rendering is not writing
 
     def writable(self) -> bool:
         return True
 
     def write(self, b: Any) -> int:
-        self._sock.sendall(b)
-        with memoryview(b) as view:
-            return view.nbytes
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._seconds
+        with memoryview(b) as view, view.cast("B") as data:
+            sent = 0
+            while sent < len(data):
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("answer not written within its deadline")
+                self._sock.settimeout(left)
+                sent += self._sock.send(data[sent:sent + (1 << 18)])
+            return len(data)
 
 
 class BoundedHTTPServer:
@@ -139,12 +167,15 @@ class BoundedHTTPServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._queue: queue.Queue[_Request | None] = queue.Queue(maxsize=options.queue_max)
+        self._probe_queue: queue.Queue[_Request | None] = queue.Queue(maxsize=options.queue_max)
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self.dropped = 0  # connections closed unanswered: too slow, too many, too big, queue full
-        self._workers = [threading.Thread(target=self._work, name=f"http-{i}", daemon=True)
+        self._workers = [threading.Thread(target=self._work, args=(self._queue,), name=f"http-{i}", daemon=True)
                          for i in range(options.workers)]
+        self._workers += [threading.Thread(target=self._work, args=(self._probe_queue,), name=f"http-probe-{i}",
+                                           daemon=True) for i in range(max(1, options.probe_workers))]
         for t in self._workers:
             t.start()
 
@@ -222,8 +253,13 @@ class BoundedHTTPServer:
             return
         sel.unregister(p.sock)
         del self._pending[fd]
+        head = bytes(p.buf)
+        if _path(head) in self.options.probes:
+            q, deadline_s = self._probe_queue, self.options.probe_timeout_s
+        else:
+            q, deadline_s = self._queue, self.options.timeout_s
         try:
-            self._queue.put_nowait(_Request(p.sock, bytes(p.buf)))
+            q.put_nowait(_Request(p.sock, head, deadline_s))
         except queue.Full:
             self.dropped += 1
             _close(p.sock)
@@ -246,14 +282,14 @@ class BoundedHTTPServer:
 
     # --- workers ---------------------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, requests: queue.Queue[_Request | None]) -> None:
         while True:
-            req = self._queue.get()
+            req = requests.get()
             if req is None:
                 return
             try:
                 req.sock.setblocking(True)
-                req.sock.settimeout(self.options.timeout_s)
+                req.sock.settimeout(req.deadline_s)
                 self.handler(req, _peer(req.sock), self)  # type: ignore[arg-type]
             except (OSError, ssl.SSLError) as e:  # the client went away: nothing to report
                 log.debug("connection ended", extra={"error": str(e)})
@@ -273,11 +309,18 @@ class BoundedHTTPServer:
         self.socket.close()
         self._wake_r.close()
         self._wake_w.close()
-        for _ in self._workers:
+        for t in self._workers:
+            q = self._probe_queue if t.name.startswith("http-probe-") else self._queue
             try:
-                self._queue.put_nowait(None)
+                q.put_nowait(None)
             except queue.Full:
-                break
+                continue
+
+
+def _path(head: bytes) -> str:
+    """The path of a request head's first line (`GET /healthz?x HTTP/1.1` → `/healthz`)."""
+    line = head.split(b"\n", 1)[0].split(b" ")
+    return line[1].split(b"?", 1)[0].decode("latin-1") if len(line) >= 2 else ""
 
 
 def _peer(sock: socket.socket) -> Any:
@@ -292,7 +335,7 @@ def _close(sock: socket.socket) -> None:
         sock.close()
 
 
-def serve(host: str, port: int, endpoints: dict[str, Endpoint], options: HttpOptions | None = None,
+def serve(host: str, port: int, endpoints: Mapping[str, Endpoint | WithQuery], options: HttpOptions | None = None,
           ) -> BoundedHTTPServer:
     """A bound server; call `serve_forever` in a thread, `shutdown` then `server_close` to stop."""
     opts = options or HttpOptions()
@@ -314,19 +357,21 @@ def serve(host: str, port: int, endpoints: dict[str, Endpoint], options: HttpOpt
             req: _Request = self.request
             self.connection = req.sock
             self.rfile = io.BytesIO(req.head)  # the whole request: a GET has no body
-            self.wfile = _Writer(req.sock)
+            self.wfile = _Writer(req.sock, req.deadline_s)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             return
 
         def do_GET(self) -> None:  # noqa: N802
-            path = self.path.split("?")[0]
+            path, _, query = self.path.partition("?")
             endpoint = endpoints.get(path)
             if endpoint is None:
                 code, ctype, body = 404, "text/plain", b"not found\n"
             elif token is not None and path in opts.protected and not token.allows(
                     self.headers.get("Authorization")):
                 code, ctype, body = 401, "text/plain", b"unauthorized\n"
+            elif isinstance(endpoint, WithQuery):
+                code, ctype, body = endpoint.answer(query)
             else:
                 code, ctype, body = endpoint()
             self.send_response(code)

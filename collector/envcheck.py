@@ -28,8 +28,9 @@ DEFAULT_INTERVAL = timedelta(minutes=5)
 class EnvironmentPoller:
     def __init__(self, manager: KubeApi, registry: CollectorRegistry, now: Callable[[], datetime], *,
                  workers: Sequence[tuple[str, KubeApi]] = (), manager_name: str = "manager",
-                 interval: timedelta = DEFAULT_INTERVAL) -> None:
+                 interval: timedelta = DEFAULT_INTERVAL, deployment_namespaces: Sequence[str] = ()) -> None:
         self.clusters: list[tuple[str, KubeApi]] = [(manager_name, manager), *workers]
+        self.deployment_namespaces = tuple(deployment_namespaces)  # (): Deployments cluster-wide
         self.exporter = EnvironmentExporter(registry)
         self.now = now
         self.interval = interval
@@ -37,7 +38,7 @@ class EnvironmentPoller:
         self.errors: tuple[str, ...] = ()
 
     def check_once(self) -> EnvironmentReport:
-        report, errors = read_environment(self.clusters)
+        report, errors = read_environment(self.clusters, deployment_namespaces=self.deployment_namespaces)
         for e in errors:
             log.warning("environment read failed", extra={"error": e})
         self.report, self.errors = report, errors

@@ -192,12 +192,13 @@ def _list(x: Any) -> list[Any]:
 
 def inventory(
     cluster: str, version_doc: Mapping[str, Any] | None, objects: Iterable[Mapping[str, Any]],
-    namespaces: Collection[str],
+    namespaces: Collection[str] | None,
 ) -> ClusterInventory:
     """Build one cluster's inventory from `/version` (or `kubectl version -o json`) and raw
     CustomResourceDefinition and Deployment objects; other kinds are ignored, and so are Deployments
     outside the controllers' `namespaces` (`ControllerSettings.environment_namespaces`): a tenant's
-    Deployment with Kueue's image is not Kueue."""
+    Deployment with Kueue's image is not Kueue. None: every Deployment counts (a cluster-wide read the
+    operator chose)."""
     doc = _dict(version_doc)
     doc = _dict(doc.get("serverVersion")) or doc
     git = doc.get("gitVersion")
@@ -219,7 +220,7 @@ def inventory(
             )
             storage = next((str(v.get("name")) for v in _list(spec.get("versions")) if _dict(v).get("storage")), None)
             crds[name] = CrdVersions(served, storage)
-        elif kind == "Deployment" and meta.get("namespace") in namespaces:
+        elif kind == "Deployment" and (namespaces is None or meta.get("namespace") in namespaces):
             pod = _dict(_dict(_dict(obj.get("spec")).get("template")).get("spec"))
             found = False
             for c in _list(pod.get("containers")):
@@ -341,7 +342,7 @@ def check(clusters: Sequence[ClusterInventory]) -> EnvironmentReport:
 
 def single_cluster(
     cluster: str, version_doc: Mapping[str, Any] | None, objects: Sequence[Mapping[str, Any]],
-    namespaces: Collection[str],
+    namespaces: Collection[str] | None,
 ) -> EnvironmentReport:
     """One cluster's check (a dump); no clusters at all when nothing version-bearing was read."""
     if version_doc is None and not objects:

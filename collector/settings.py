@@ -107,14 +107,15 @@ class ControllerSettings:
     ray_dashboards: Mapping[str, str] = field(default_factory=dict)
     ray_metrics: Mapping[str, str] = field(default_factory=dict)
     cluster_domain: str = "cluster.local"
-    # Namespaces where Kueue, KubeRay and TauGrid's controllers run: the environment check reads their
-    # Deployments only there (a tenant's Deployment with Kueue's image is not Kueue).
-    environment_namespaces: frozenset[str] = frozenset({"kueue-system", "ray-system", "kuberay-system",
-                                                        "kuberay-operator", "taugrid-system"})
     # MultiKueue's origin (Kueue's multiKueue.origin): a worker's copy of a Workload is this manager's
     # only when its kueue.x-k8s.io/multikueue-origin label says so (a worker may serve several managers).
     multikueue_origin: str = "multikueue"
     ray_scrape_workers: bool = True  # also scrape each Running worker pod's metrics port (pod IP)
+    # Namespaces where Kueue, KubeRay and TauGrid's controllers run: the environment check lists and
+    # counts Deployments only there (a tenant's Deployment with Kueue's image is not Kueue), and the
+    # chart grants the read only there. Empty: cluster-wide, every Deployment counts.
+    environment_namespaces: frozenset[str] = frozenset({"kueue-system", "ray-system", "kuberay-system",
+                                                        "kuberay-operator", "taugrid-system"})
     agents: AgentSourceSettings = field(default_factory=lambda: AgentSourceSettings())  # node agents, dcgm
 
 
@@ -184,5 +185,12 @@ class AgentSourceSettings:
     namespace: str = ""  # "": the controller's own namespace
     selector: str = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
     port: int = 9402
+    # The agents' bearer token (a file: the chart mounts a Secret), sent with every read and only to
+    # the agent pods found by `selector` in `namespace`. "" sends none.
+    token_file: str = ""
+    # Read the agents over https, their certificates checked against this CA bundle and, when set,
+    # for `server_name` (the name their certificate carries; "": the pod's IP). "" reads http.
+    ca_file: str = ""
+    server_name: str = ""
     # node name → dcgm-exporter /metrics URL, for clusters that run it instead of (or beside) the agent
     dcgm: Mapping[str, str] = field(default_factory=dict)

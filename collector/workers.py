@@ -55,6 +55,6 @@ def load_worker_dumps(workers: Mapping[str, Path], settings: Settings, taken: da
         out.runs[name] = _snapshot_runs(dump, settings, dump.clock().at or taken)
         if dump.version is not None or dump.environment_objects:
             out.inventories.append(inventory(name, dump.version, dump.environment_objects,
-                                             settings.controller.environment_namespaces))
+                                             settings.controller.environment_namespaces or None))
     return out
 

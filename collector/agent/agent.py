@@ -4,15 +4,21 @@ served as `/metrics`, `/healthz`, `/readyz` and `/evidence` (JSON).
 Each source runs on its own thread and keeps its latest answer; scrapes and evidence reads only
 render what is there (never a call to NVML or the kubelet per scrape). A missing NVML, kubelet
 socket, kernel log or log directory is a status, and the agent keeps serving what it has.
+
+`/evidence` holds every tenant's pods, progress and losses on the node, so it is served like the
+controller's endpoints (`collector.endpoints`): bounded threads and time per client, probes on
+workers of their own, a bearer token for `/metrics` and `/evidence`, optional TLS. An address
+beyond loopback without a token is refused unless explicitly allowed (docs/security.md).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -26,6 +32,8 @@ from collector.agent.nvml import GpuReading, NvmlLib, NvmlSampler, XidEventThrea
 from collector.agent.podresources import AttributionCache, PodResourcesClient
 from collector.agent.settings import AgentSettings
 from collector.agent.xids import KmsgReader, XidCounter
+from collector.endpoints import Answer, BoundedHTTPServer, HttpOptions, WithQuery
+from collector.endpoints import serve as serve_http
 
 log = logging.getLogger("taugrid.agent")
 
@@ -50,7 +58,7 @@ class Agent:
         self.samples = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._http: ThreadingHTTPServer | None = None
+        self._http: BoundedHTTPServer | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         if expose:
             health = AgentHealth()
@@ -168,41 +176,50 @@ class Agent:
         }
 
     # --- HTTP ------------------------------------------------------------------------------------
-    def serve(self, host: str, port: int) -> int:
-        agent = self
+    PROTECTED = frozenset({"/metrics", "/evidence"})
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
+    def serve(self, host: str, port: int, options: HttpOptions | None = None) -> int:
+        """Serve on host:port (0: any free port); returns the bound port. `/metrics` and `/evidence`
+        need the token of `options.token_file` when one is set; the probes never do."""
+        opts = replace(options or HttpOptions(), protected=self.PROTECTED)
 
-            def do_GET(self) -> None:  # noqa: N802
-                path, _, query = self.path.partition("?")
-                if path == "/metrics":
-                    body, ctype, code = generate_latest(agent.registry), "text/plain; version=0.0.4", 200
-                elif path == "/evidence":
-                    doc = evidence_document(agent.snapshot(**_cursor(query)))
-                    body, ctype, code = orjson.dumps(doc), "application/json", 200
-                elif path == "/healthz":
-                    ok, why = agent.healthy()
-                    text = why + "\n"
-                    if "verbose" in query:
-                        text += "".join(f"{k}: {v}\n" for k, v in agent.status().items())
-                    body, ctype, code = text.encode(), "text/plain", 200 if ok else 500
-                elif path == "/readyz":
-                    ok = agent.ready
-                    body, ctype, code = (b"ok\n" if ok else b"not yet sampled\n"), "text/plain", 200 if ok else 503
-                else:
-                    body, ctype, code = b"not found\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def metrics() -> Answer:
+            return 200, "text/plain; version=0.0.4", generate_latest(self.registry)
 
-        self._http = ThreadingHTTPServer((host, port), Handler)
-        self._http.daemon_threads = True
+        def evidence(query: str) -> Answer:
+            return 200, "application/json", orjson.dumps(evidence_document(self.snapshot(**_cursor(query))))
+
+        def healthz(query: str) -> Answer:
+            ok, why = self.healthy()
+            text = why + "\n"
+            if "verbose" in query:
+                text += "".join(f"{k}: {v}\n" for k, v in self.status().items())
+            return 200 if ok else 500, "text/plain", text.encode()
+
+        def readyz() -> Answer:
+            ok = self.ready
+            return 200 if ok else 503, "text/plain", b"ok\n" if ok else b"not yet sampled\n"
+
+        self._http = serve_http(host, port, {"/metrics": metrics, "/evidence": WithQuery(evidence),
+                                             "/healthz": WithQuery(healthz), "/readyz": readyz}, opts)
         self._spawn(self._http.serve_forever, "agent-http")
         return int(self._http.server_address[1])
+
+
+def exposure_problem(settings: AgentSettings) -> str:
+    """Why the agent must not serve as configured ("" when it may): `/evidence` beyond loopback
+    without a token hands every tenant's evidence on the node to any pod that can connect."""
+    host, _, _ = settings.address.rpartition(":")
+    host = host.strip("[]")
+    try:  # an empty host serves on 127.0.0.1 (run_agent), as the controller's `:PORT` does
+        loopback = host in ("", "localhost") or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback or settings.token_file is not None or settings.allow_unauthenticated:
+        return ""
+    return (f"--address {settings.address} is reachable beyond this node's loopback and no --token-file is set: "
+            "/evidence would hand every pod's evidence to anyone who connects (set --token-file, "
+            "or --allow-unauthenticated where a NetworkPolicy alone guards it)")
 
 
 def _cursor(query: str) -> dict[str, Any]:
@@ -215,10 +232,17 @@ def _cursor(query: str) -> dict[str, Any]:
 
 
 def run_agent(settings: AgentSettings, stop: threading.Event) -> int:
-    """The `agent` command: serve until `stop` is set."""
+    """The `agent` command: serve until `stop` is set. Raises ValueError for an exposure that
+    `exposure_problem` refuses, OSError/ValueError for a busy port or unusable TLS or token files."""
+    problem = exposure_problem(settings)
+    if problem:
+        raise ValueError(problem)
     host, _, port = settings.address.rpartition(":")
+    options = HttpOptions(token_file=settings.token_file, tls_cert_file=settings.tls_cert_file,
+                          tls_key_file=settings.tls_key_file)
     with Agent(settings) as agent:
-        bound = agent.serve(host or "0.0.0.0", int(port))
-        log.info("agent serving", extra={"address": f"{host}:{bound}", **agent.status()})
+        bound = agent.serve(host.strip("[]") or "127.0.0.1", int(port), options)
+        log.info("agent serving", extra={"address": f"{host}:{bound}", "token": settings.token_file is not None,
+                                         "tls": settings.tls_cert_file is not None, **agent.status()})
         stop.wait()
     return 0

@@ -9,14 +9,23 @@ from pathlib import Path
 
 import click
 
-from collector.agent.agent import run_agent
+from collector.agent.agent import exposure_problem, run_agent
 from collector.agent.settings import AgentSettings, LogSettings
 from collector.logfmt import setup_json_logging
 
 
 @click.command()
-@click.option("--address", default="0.0.0.0:9402", show_default=True, help="HOST:PORT for /metrics, /evidence, "
-              "/healthz, /readyz.")
+@click.option("--address", default="127.0.0.1:9402", show_default=True, help="HOST:PORT for /metrics, /evidence, "
+              "/healthz, /readyz (beyond loopback: with --token-file).")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="/metrics and /evidence require `Authorization: Bearer <the token in this file>` "
+              "(re-read on change).")
+@click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Serve HTTPS with this certificate (PEM; with --tls-private-key-file).")
+@click.option("--tls-private-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The certificate's private key (PEM).")
+@click.option("--allow-unauthenticated", is_flag=True, default=False,
+              help="Serve beyond loopback without --token-file (only where a NetworkPolicy guards the port).")
 @click.option("--node", default="", help="This node's name (the DaemonSet passes spec.nodeName).")
 @click.option("--pod-resources-socket", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"), show_default=True)
@@ -29,7 +38,8 @@ from collector.logfmt import setup_json_logging
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where log offsets persist across restarts (a hostPath).")
 @click.option("--sample-interval", type=float, default=1.0, show_default=True, help="Seconds between NVML samples.")
-def agent(address: str, node: str, pod_resources_socket: Path, log_root: Path, log_scope: str,
+def agent(address: str, token_file: Path | None, tls_cert_file: Path | None, tls_private_key_file: Path | None,
+          allow_unauthenticated: bool, node: str, pod_resources_socket: Path, log_root: Path, log_scope: str,
           namespaces: tuple[str, ...], kmsg: str, state_dir: Path | None, sample_interval: float) -> None:
     """The node agent: GPU readings with pod attribution, XIDs and node-local log evidence."""
     setup_json_logging()
@@ -37,8 +47,17 @@ def agent(address: str, node: str, pod_resources_socket: Path, log_root: Path, l
         node=node, address=address, sample_interval_s=sample_interval, podresources_socket=pod_resources_socket,
         kmsg_path=Path(kmsg) if kmsg else None, state_dir=state_dir,
         logs=LogSettings(root=log_root, scope=log_scope, namespaces=frozenset(namespaces)),
+        token_file=token_file, tls_cert_file=tls_cert_file, tls_key_file=tls_private_key_file,
+        allow_unauthenticated=allow_unauthenticated,
     )
+    problem = exposure_problem(settings)
+    if problem:
+        raise click.UsageError(problem)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    sys.exit(run_agent(settings, stop))
+    try:
+        code = run_agent(settings, stop)
+    except (OSError, ValueError) as e:  # busy port, bad certificate or key, empty token file
+        raise click.ClickException(f"cannot serve on {address}: {e}") from e
+    sys.exit(code)

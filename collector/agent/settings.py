@@ -37,7 +37,14 @@ class LogSettings:
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     node: str = ""
-    address: str = "0.0.0.0:9402"
+    address: str = "127.0.0.1:9402"  # the DaemonSet passes $(POD_IP):<port>, with a token
+    # /metrics and /evidence require `Authorization: Bearer <this file's token>` (re-read when it
+    # changes); TLS with this certificate and key. Beyond loopback a token is required unless
+    # `allow_unauthenticated` (a NetworkPolicy alone then guards every tenant's evidence).
+    token_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    allow_unauthenticated: bool = False
     sample_interval_s: float = 1.0
     nvml_retry_s: float = 60.0  # how often to retry NVML after it failed to load
     podresources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

@@ -4,24 +4,26 @@ into per-pod GPU evidence (`collector.gpu`) and per-container log scans (`collec
 Each read is stamped with the reader's clock (`read_at`), never the agent's: freshness is judged on
 one clock. A document of another version, or fields of the wrong type, are named and skipped.
 
-Transport: one plain GET per agent on a connection of its own (`fetch`). Agents answer HTTP/1.0 and
-close (`collector.endpoints`), so there is no connection to keep; at fleet size (5,604 agents every
-30 s) urllib3's pool machinery cost 6x, and http.client's response parsing 2.5-3.5x, the CPU of the
-socket work itself (docs/benchmarks.md). Bodies are parsed on the polling thread, not in the
-fetching ones: parsing holds the GIL, and sixteen threads contending for it cost more than the
-parse.
+Transport: one GET per agent on a connection of its own (`fetch`, over `collector.sources.httpget`:
+one time bound for the whole read), with the agents' bearer token and, where configured, TLS.
+Agents answer HTTP/1.0 and close (`collector.endpoints`), so there is no connection to keep; at
+fleet size (5,604 agents every 30 s) urllib3's pool machinery cost 6x, and http.client's response
+parsing 2.5-3.5x, the CPU of the socket work itself (docs/benchmarks.md). Bodies are parsed on the
+polling thread, not in the fetching ones: parsing holds the GIL, and sixteen threads contending for
+it cost more than the parse.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
-import socket
-import time
+import ssl
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -30,12 +32,13 @@ from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.progress.model import HangFinding, LogScan, ProgressSample, XidFinding
 from collector.progress.timestamps import parse_iso
 from collector.progress.xid import describe
+from collector.sources import httpget
 from collector.sources.kube_api import KubeApi, SourceError
 
 EVIDENCE_VERSION = 1
 DEFAULT_SELECTOR = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
 DEFAULT_PORT = 9402
-HEAD_MAX = 16 << 10  # an answer's status line and headers
+HEAD_MAX = httpget.HEAD_MAX  # an answer's status line and headers
 
 
 class AgentReadError(Exception):
@@ -74,8 +77,10 @@ class AgentReport:
         return {(c.namespace, c.pod) for c in self.logs}
 
 
-def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_PORT) -> list[AgentEndpoint]:
-    """Running, addressed agent pods → endpoints (one per node; the newest pod wins a tie)."""
+def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_PORT, *,
+                        scheme: str = "http") -> list[AgentEndpoint]:
+    """Running, addressed agent pods → endpoints (one per node; the newest pod wins a tie). The URL
+    is built from validated parts only: an IP literal, the configured port and scheme."""
     out: dict[str, AgentEndpoint] = {}
     for p in pods:
         status = p.get("status") or {}
@@ -84,19 +89,23 @@ def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_P
         ip, node = status.get("podIP"), spec.get("nodeName")
         if status.get("phase") != "Running" or not isinstance(ip, str) or not ip or not isinstance(node, str):
             continue
-        host = f"[{ip}]" if ":" in ip else ip
-        out[node] = AgentEndpoint(node, str(meta.get("name") or ""), f"http://{host}:{port}")
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            continue  # not an address: never a host name or anything else put into a URL
+        host = f"[{addr}]" if addr.version == 6 else str(addr)
+        out[node] = AgentEndpoint(node, str(meta.get("name") or ""), f"{scheme}://{host}:{port}")
     return [out[k] for k in sorted(out)]
 
 
 def discover_agents(api: KubeApi, namespace: str, *, selector: str = DEFAULT_SELECTOR,
-                    port: int = DEFAULT_PORT) -> list[AgentEndpoint]:
+                    port: int = DEFAULT_PORT, scheme: str = "http") -> list[AgentEndpoint]:
     """The DaemonSet's pods, by label, in the collector's namespace."""
     doc = api.get_json(f"/api/v1/namespaces/{namespace}/pods", [("labelSelector", selector)])
     items = doc.get("items") if isinstance(doc, dict) else None
     if not isinstance(items, list):
         raise SourceError(f"pods in {namespace} ({selector}): no items list")
-    return endpoints_from_pods([i for i in items if isinstance(i, dict)], port)
+    return endpoints_from_pods([i for i in items if isinstance(i, dict)], port, scheme=scheme)
 
 
 # --- the evidence document ------------------------------------------------------------------------
@@ -206,95 +215,49 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                        tuple(problems), cursor)
 
 
-def fetch(url: str, *, connect_s: float, read_s: float, max_body: int) -> bytes:
-    """The body of a 200 answer to `GET url` (http://host:port/path?query), read on a connection of
-    its own within `connect_s` + `read_s` in all and at most `max_body` bytes; AgentReadError
-    naming the URL otherwise (refused, timed out, cut, another status, too large, chunked)."""
-    parts = urllib.parse.urlsplit(url)
+def fetch(url: str, *, connect_s: float, read_s: float, max_body: int, headers: Mapping[str, str] | None = None,
+          context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> bytes:
+    """The body of a 200 answer to `GET url` (http:// or, with `context`, https://), read on a
+    connection of its own within `connect_s` + `read_s` in all and at most `max_body` bytes
+    (`collector.sources.httpget`); AgentReadError naming the URL otherwise (refused, timed out, cut,
+    another status, too large, chunked, a certificate that is not the agent's)."""
     try:
-        port = parts.port or 80
-    except ValueError as e:
-        raise AgentReadError(f"{url}: {e}") from e
-    if parts.scheme != "http" or not parts.hostname:
-        raise AgentReadError(f"{url}: not an http:// URL")
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    if not (target + parts.netloc).isprintable() or " " in target + parts.netloc:
-        raise AgentReadError(f"{url!r}: not a URL to request")
-    request = (f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
-               "Connection: close\r\n\r\n")
-    deadline = time.monotonic() + connect_s + read_s
-    buf = bytearray()
-    body_at = 0  # where the body starts, once the header is in
-    length: int | None = None
-    try:
-        sock = socket.create_connection((parts.hostname, port), timeout=connect_s)
-    except TimeoutError as e:
-        raise AgentReadError(f"{url}: timed out: not connected within {connect_s:g} s") from e
-    except OSError as e:
-        raise AgentReadError(f"{url}: {type(e).__name__}: {e}") from e
-    try:
-        with sock:
-            sock.sendall(request.encode("ascii", "replace"))
-            while length is None or len(buf) < body_at + length:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AgentReadError(f"{url}: timed out: no whole answer within {connect_s + read_s:g} s")
-                sock.settimeout(min(read_s, left))
-                chunk = sock.recv(1 << 16)
-                if not chunk:
-                    break
-                buf += chunk
-                if not body_at:
-                    end = buf.find(b"\r\n\r\n", 0, HEAD_MAX)
-                    if end == -1:
-                        if len(buf) >= HEAD_MAX:
-                            raise AgentReadError(f"{url}: answer header over {HEAD_MAX:,} bytes")
-                        continue
-                    body_at, length = end + 4, _head(url, bytes(buf[:end]), max_body)
-                if len(buf) - body_at > max_body:
-                    raise AgentReadError(f"{url}: body over the {max_body:,} byte limit")
-    except TimeoutError as e:
-        raise AgentReadError(f"{url}: timed out: no whole answer within {connect_s + read_s:g} s") from e
-    except OSError as e:
-        raise AgentReadError(f"{url}: {type(e).__name__}: {e}") from e
-    if not body_at:
-        raise AgentReadError(f"{url}: connection closed before an answer")
-    if length is not None and len(buf) < body_at + length:
-        raise AgentReadError(f"{url}: body cut at {len(buf) - body_at:,} of {length:,} bytes")
-    return bytes(buf[body_at:body_at + length] if length is not None else buf[body_at:])
+        answer = httpget.get(url, connect_s=connect_s, total_s=connect_s + read_s, max_body=max_body,
+                             accept="application/json", headers=headers, context=context,
+                             server_hostname=server_hostname)
+    except httpget.HttpGetError as e:
+        raise AgentReadError(str(e)) from e
+    if answer.status != 200:
+        raise AgentReadError(f"{url}: HTTP {answer.status}")
+    return answer.body
 
 
-def _head(url: str, head: bytes, max_body: int) -> int | None:
-    """The body length an answer's header announces (None: up to the connection's close)."""
-    lines = head.split(b"\r\n")
-    status = lines[0].split(b" ", 2)
-    if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or not status[1].isdigit():
-        raise AgentReadError(f"{url}: not an HTTP answer ({lines[0][:40]!r})")
-    if status[1] != b"200":
-        raise AgentReadError(f"{url}: HTTP {status[1].decode()}")
-    length: int | None = None
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            if not value.strip().isdigit():
-                raise AgentReadError(f"{url}: Content-Length {value.strip()[:20]!r}")
-            length = int(value)
-            if length > max_body:
-                raise AgentReadError(f"{url}: body over the {max_body:,} byte limit ({length:,} announced)")
-        elif name == b"transfer-encoding" and value.strip().lower() != b"identity":
-            raise AgentReadError(f"{url}: Transfer-Encoding {value.strip()[:20]!r} is not read")
-    return length
+def tls_context(ca_file: str | Path) -> ssl.SSLContext:
+    """Agents' certificates checked against this CA bundle (TLS 1.2 or newer, host names checked)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 class AgentReader:
-    """Reads each agent's `/evidence` (bounded body, short timeouts)."""
+    """Reads each agent's `/evidence` (bounded body, a total time bound per read).
 
-    def __init__(self, now: Callable[[], datetime], *, timeout_s: float = 5.0, max_body: int = 32 << 20) -> None:
+    `token_file`: the agents' bearer token, read again at each pass (a rotated Secret is picked up)
+    and sent only to the agents this reader was handed (the DaemonSet's pods, by IP). `context`:
+    read over https, each certificate checked for `server_name` (default: the pod's IP)."""
+
+    def __init__(self, now: Callable[[], datetime], *, timeout_s: float = 5.0, max_body: int = 32 << 20,
+                 token_file: str | Path | None = None, context: ssl.SSLContext | None = None,
+                 server_name: str | None = None) -> None:
         self.now = now
         self.connect_s = min(2.0, timeout_s)
         self.read_s = timeout_s
         self.max_body = max_body
+        self.token_file = Path(token_file) if token_file else None
+        self.context = context
+        self.server_name = server_name or None
+        self.scheme = "https" if context is not None else "http"
+        self._headers: dict[str, str] | None = None
         # per agent (its URL), the cursor of the last document read: the next asks only for what came
         # after it (log increments; docs/agent.md). An agent that restarted answers whole.
         self._cursors: dict[str, tuple[str, int]] = {}
@@ -306,8 +269,29 @@ class AgentReader:
             url += "?" + urllib.parse.urlencode({"epoch": cursor[0], "poll": cursor[1]})
         return url
 
+    @classmethod
+    def from_settings(cls, now: Callable[[], datetime], *, token_file: str = "", ca_file: str = "",
+                      server_name: str = "") -> AgentReader:
+        """From `controller.agents` settings; a CA bundle that cannot be loaded fails here, at start."""
+        return cls(now, token_file=token_file or None, context=tls_context(ca_file) if ca_file else None,
+                   server_name=server_name or None)
+
+    def _auth(self) -> None:
+        """Read the token file (once a pass): an unreadable or empty one is every agent's error."""
+        if self.token_file is None:
+            self._headers = None
+            return
+        try:
+            token = self.token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise AgentReadError(f"agent token file {self.token_file}: {type(e).__name__}") from e
+        if not token or not token.isprintable() or len(token) > 4096:
+            raise AgentReadError(f"agent token file {self.token_file}: empty or not one printable line")
+        self._headers = {"Authorization": f"Bearer {token}"}
+
     def _fetch(self, url: str) -> bytes:
-        return fetch(url, connect_s=self.connect_s, read_s=self.read_s, max_body=self.max_body)
+        return fetch(url, connect_s=self.connect_s, read_s=self.read_s, max_body=self.max_body,
+                     headers=self._headers, context=self.context, server_hostname=self.server_name)
 
     def _parse(self, endpoint: AgentEndpoint, url: str, body: bytes) -> AgentReport:
         try:
@@ -322,6 +306,7 @@ class AgentReader:
         return report
 
     def read(self, endpoint: AgentEndpoint) -> AgentReport:
+        self._auth()
         url = self._url(endpoint)
         return self._parse(endpoint, url, self._fetch(url))
 
@@ -346,6 +331,12 @@ class AgentReader:
         report on as it comes never holds a whole pass's documents (a first pass carries every
         container's log)."""
         eps = list(endpoints)
+        try:
+            self._auth()
+        except AgentReadError as e:
+            for i in range(len(eps)):
+                yield i, f"{eps[i].url}: {e}"
+            return
         urls = [self._url(ep) for ep in eps]
 
         def one(url: str) -> bytes | str:

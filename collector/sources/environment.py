@@ -3,6 +3,9 @@
 `/version`, CustomResourceDefinitions (served and stored versions) and Deployments (controller
 image tags and the TauGrid chart label). A read that fails is named in `errors` and leaves that part
 empty, which the check reports as `unknown`: never a guess.
+
+Deployments are read cluster-wide, or, given `deployment_namespaces` (the namespaces Kueue, KubeRay
+and TauGrid run in), only there: the chart then grants the read in those namespaces alone.
 """
 
 from __future__ import annotations
@@ -31,13 +34,28 @@ ENVIRONMENT_READS: frozenset[tuple[str, str, str]] = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class _InNamespace(Resource):
+    """A namespaced resource listed in one namespace only."""
+
+    namespace: str = ""
+
+    @property
+    def path(self) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{base}/namespaces/{self.namespace}/{self.plural}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterRead:
     inventory: ClusterInventory
     errors: tuple[str, ...]
 
 
 def read_cluster(name: str, api: KubeApi,
-                 namespaces: Collection[str] = ControllerSettings().environment_namespaces) -> ClusterRead:
+                 deployment_namespaces: Collection[str] = ControllerSettings().environment_namespaces,
+                 ) -> ClusterRead:
+    """One cluster's inventory. With `deployment_namespaces`, Deployments are listed there and only
+    those count (a tenant's Deployment with Kueue's image is not Kueue); empty: cluster-wide, all count."""
     errors: list[str] = []
     version: JSON | None = None
     try:
@@ -45,15 +63,20 @@ def read_cluster(name: str, api: KubeApi,
     except SourceError as e:
         errors.append(f"{name}: /version: {e}")
     objects: list[JSON] = []
-    for res in (CRDS, DEPLOYMENTS):
+    deployments: list[Resource] = [DEPLOYMENTS] if not deployment_namespaces else [
+        _InNamespace(DEPLOYMENTS.kind, DEPLOYMENTS.group, DEPLOYMENTS.version, DEPLOYMENTS.plural, namespace=ns)
+        for ns in sorted(deployment_namespaces)]
+    for res in (CRDS, *deployments):
+        where = f" in {res.namespace}" if isinstance(res, _InNamespace) else ""
         try:
             objects += api.list_pages(res)[0]
         except SourceError as e:
-            errors.append(f"{name}: {res.name}: {e}")
-    return ClusterRead(inventory(name, version, objects, namespaces), tuple(errors))
+            errors.append(f"{name}: {res.name}{where}: {e}")
+    return ClusterRead(inventory(name, version, objects, deployment_namespaces or None), tuple(errors))
 
 
-def read_environment(clusters: Sequence[tuple[str, KubeApi]]) -> tuple[EnvironmentReport, tuple[str, ...]]:
+def read_environment(clusters: Sequence[tuple[str, KubeApi]], *, deployment_namespaces: Collection[str] = (),
+                     ) -> tuple[EnvironmentReport, tuple[str, ...]]:
     """Read the manager (first) and every configured worker, then check them together."""
-    reads = [read_cluster(name, api) for name, api in clusters]
+    reads = [read_cluster(name, api, deployment_namespaces) for name, api in clusters]
     return check([r.inventory for r in reads]), tuple(e for r in reads for e in r.errors)

@@ -1,7 +1,9 @@
 """Ray runtime evidence: one cluster head's dashboard (Jobs and state APIs) and metrics endpoint.
 
-Only Ray's documented REST endpoints, over urllib3 (DESIGN.md §2): the `ray` package is not a
-dependency of the collector, and the node agent never imports this module.
+Only Ray's documented REST endpoints, each GET bounded in all by `collector.sources.httpget`
+(DESIGN.md §2): the `ray` package is not a dependency of the collector, and the node agent never
+imports this module. Where a head and its workers answer (URLs from validated parts only) is
+`collector.sources.ray_urls`.
 
 - `RayHead` reads one head: `GET /api/jobs/` (jobs), `GET /api/jobs/{id}/logs` (cut to a tail),
   `GET /api/v0/nodes` (alive nodes) and a metrics endpoint (Prometheus text, parsed with
@@ -10,8 +12,8 @@ dependency of the collector, and the node agent never imports this module.
   raw value (summed over its label sets) is the step: a counter that falls after a restart and
   climbs again is replay, not progress, until it passes its old high-water mark; that is exactly
   how `collector.claims.progress.analyze` reads steps at or below the maximum already seen.
-- `RayPoller` reads many heads and returns, per cluster, a `RayRuntime` and the "ray-metrics"
-  `Signal`. A head that cannot be read yields a runtime with `error` set and no signal, so the
+- `RayPoller` reads many heads and hands on, per cluster as soon as it is read, a `RayRuntime`
+  and the "ray-metrics" `Signal`. A head that cannot be read yields a runtime with `error` set and no signal, so the
   last signal ages out and the progressing claim fails closed. An unreadable metrics endpoint
   (garbage, HTML, a cut body) yields a signal with no samples and a diagnostic: never a sample.
 """
@@ -20,35 +22,36 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import orjson
-import urllib3
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.correlate import RayRuntime, Signal
-from collector.model import OwnerRef, Plane, Ref
+from collector.model import Plane, Ref
 from collector.progress import HangFinding, LogScan, ProgressSample, scan_text
+from collector.render import safe_text
+from collector.sources import httpget
+from collector.sources.ray_urls import is_worker_metrics_url, normalize_url
 
 DEFAULT_COUNTER = "ray_train_steps_total"  # ray.util.metrics.Counter("train_steps")
 DEFAULT_LOSS = "ray_train_loss"  # ray.util.metrics.Gauge("train_loss")
 SOURCE = "ray-metrics"
 SAMPLE_FORMAT = "ray-metric"
 HISTORY = 512  # progress samples kept per cluster
-DEFAULT_DASHBOARD_PORT = 8265
-DEFAULT_METRICS_PORT = 8080  # KubeRay exposes the head's metrics export port as "metrics"
 JOB_STATUSES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 TERMINAL_JOB_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 NODES_LIMIT = 10_000  # the state API's own maximum (RAY_MAX_LIMIT_FROM_API_SERVER)
+SNIPPET = 64  # characters of a tenant's answer a diagnostic may quote (redacted, controls escaped)
 _NOTES = 16  # lasting notes (counter resets) kept per cluster
 
 JSON = dict[str, Any]
@@ -63,9 +66,10 @@ class RaySourceError(Exception):
     (undecodable JSON after retries, an unexpected shape), a metrics endpoint that is not
     Prometheus text, a body over the size limit."""
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    def __init__(self, message: str, *, retryable: bool = True, timed_out: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.timed_out = timed_out
 
 
 def _permanent(message: str) -> RaySourceError:
@@ -89,12 +93,13 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def normalize_url(url: str) -> str:
-    """`host:port` (as KubeRay's RayJob `status.dashboardURL` gives it) → `http://host:port`."""
-    url = url.strip()
-    if "://" not in url:
-        url = "http://" + url
-    return url.rstrip("/")
+def snippet(data: bytes | str) -> str:
+    """At most SNIPPET characters of what a tenant's endpoint answered, redacted and escaped: enough
+    to tell HTML or an error page from metrics, never a page of someone's answer (docs/security.md)."""
+    text = data[:1024].decode("utf-8", "replace") if isinstance(data, bytes) else data[:1024]
+    text = " ".join(text.split())
+    out = safe_text(text[:4 * SNIPPET])
+    return out if len(out) <= SNIPPET else out[:SNIPPET - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +158,7 @@ def count_alive(doc: object) -> int:
     if not isinstance(doc, dict):
         raise _permanent("state API: expected a JSON object")
     if doc.get("result") is False:
-        raise RaySourceError(f"state API refused: {_str(doc.get('msg')) or 'no message'}")
+        raise RaySourceError(f"state API refused: {snippet(_str(doc.get('msg'))) or 'no message'}")
     data = doc.get("data")
     inner = data.get("result") if isinstance(data, dict) else None
     rows = inner.get("result") if isinstance(inner, dict) else inner
@@ -173,83 +178,78 @@ def parse_metrics(text: str) -> list[Metric]:
     try:
         return list(text_string_to_metric_families(text))
     except Exception as e:  # the parser raises ValueError, IndexError, ... on garbage
-        first = text.lstrip()[:80].splitlines()[0] if text.strip() else ""
-        raise _permanent(f"metrics: not Prometheus text ({type(e).__name__}: {str(e)[:120]}); "
-                         f"body starts {first!r}") from e
+        # The parser's message quotes the offending line: only its type is kept, and a snippet.
+        raise _permanent(f"metrics: not Prometheus text ({type(e).__name__}); "
+                         f"body starts \"{snippet(text.lstrip())}\"") from e
 
 
 # --- one head -------------------------------------------------------------------------------------
 
 
-def default_pool(maxsize: int = 16) -> urllib3.PoolManager:
-    return urllib3.PoolManager(num_pools=64, maxsize=maxsize, block=False)
-
-
-def default_retries() -> urllib3.Retry:
-    # Idempotent GETs only; connection errors and 502/503/504 are retried twice, quickly.
-    return urllib3.Retry(total=2, connect=2, read=1, status=2, redirect=0, backoff_factor=0.1,
-                         backoff_max=1.0, status_forcelist=(502, 503, 504), allowed_methods=frozenset({"GET"}),
-                         raise_on_status=False, raise_on_redirect=False)
+RETRY_STATUSES = frozenset({502, 503, 504})
 
 
 class RayHead:
-    """HTTP client for one Ray head's dashboard (port 8265) and, optionally, its metrics endpoint."""
+    """HTTP client for one Ray head's dashboard (port 8265) and, optionally, its metrics endpoint.
+
+    Every request is bounded in all (`collector.sources.httpget`): connecting within
+    `connect_timeout`, the whole answer within `connect_timeout + read_timeout`, and nothing past
+    `deadline` (a monotonic time: the poller's budget for this cluster). A head that trickles its
+    answer a byte at a time is cut there. Connection failures and 502/503/504 are retried twice,
+    quickly, while time is left."""
 
     def __init__(
         self,
         dashboard_url: str,
         metrics_url: str | None = None,
         *,
-        pool: urllib3.PoolManager | None = None,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
         max_body: int = 32 * 1024 * 1024,
         json_attempts: int = 2,
+        deadline: float | None = None,
+        attempts: int = 3,
     ) -> None:
         self.base = normalize_url(dashboard_url)
         self.metrics_url = metrics_url
-        self.pool = pool or default_pool()
-        self.timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
-        self.retries = default_retries()
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
         self.max_body = max_body
         self.json_attempts = max(1, json_attempts)
+        self.deadline = deadline
+        self.attempts = max(1, attempts)
 
     def _fetch(self, url: str, accept: str, what: str) -> tuple[str, bytes]:
-        """GET → (Content-Type, body); raises RaySourceError for transport errors and HTTP ≥ 400."""
-        try:
-            resp = self.pool.request("GET", url, headers={"Accept": accept}, timeout=self.timeout,
-                                     retries=self.retries, redirect=False, preload_content=False)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RaySourceError(f"{what}: {type(e).__name__}: {e}") from e
-        done = False
-        try:
-            length = resp.headers.get("Content-Length")
-            if length and length.isdigit() and int(length) > self.max_body:
-                raise _permanent(f"{what}: body of {int(length):,} bytes is over the {self.max_body:,} limit")
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in resp.stream(1 << 16):
-                size += len(chunk)
-                if size > self.max_body:
-                    raise _permanent(f"{what}: body over the {self.max_body:,} byte limit")
-                chunks.append(chunk)
-            done = True
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise RaySourceError(f"{what}: body cut: {type(e).__name__}: {e}") from e
-        finally:
-            if done:
-                resp.release_conn()
-            else:
-                resp.close()  # a half-read connection must not go back to the pool
-        body = b"".join(chunks)
-        status = resp.status
+        """GET → (Content-Type, body); raises RaySourceError for transport errors and HTTP ≥ 300."""
+        answer: httpget.Answer | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                pause = 0.1 * 2 ** (attempt - 1)
+                if self.deadline is not None and time.monotonic() + pause >= self.deadline:
+                    break
+                time.sleep(pause)
+            try:
+                answer = httpget.get(url, connect_s=self.connect_timeout,
+                                     total_s=self.connect_timeout + self.read_timeout, max_body=self.max_body,
+                                     accept=accept, deadline=self.deadline, chunked=True)
+            except httpget.HttpGetError as e:
+                if not e.connected and e.retryable and attempt + 1 < self.attempts:
+                    continue  # refused or unreachable: nothing was asked yet, ask again
+                # The detail may quote a few bytes of the answer (a status line, a header value).
+                raise RaySourceError(f"{what}: {safe_text(e.detail)}", retryable=e.retryable,
+                                     timed_out=e.timed_out) from e
+            if answer.status not in RETRY_STATUSES:
+                break
+        assert answer is not None
+        status, body = answer.status, answer.body
         if status >= 400:
-            snippet = body[:200].decode("utf-8", "replace").strip()
-            text = f"{what}: HTTP {status}" + (f": {snippet}" if snippet else "")
+            quoted = snippet(body)
+            text = f"{what}: HTTP {status}" + (f": {quoted}" if quoted else "")
             raise RaySourceError(text, retryable=status == 429 or status >= 500)
         if status >= 300:
-            raise _permanent(f"{what}: HTTP {status} redirect to {resp.headers.get('Location', '?')}")
-        return resp.headers.get("Content-Type", ""), body
+            raise _permanent(f"{what}: HTTP {status} redirect to {snippet(answer.headers.get('location', '?'))} "
+                             "(not followed)")
+        return answer.headers.get("content-type", ""), body
 
     def _json(self, path: str, what: str) -> Any:
         last: Exception | None = None
@@ -456,14 +456,19 @@ class RayPoller:
     A head that fails is retried after a capped, jittered backoff (no waiting on a dead head every
     tick); until then its runtime carries the last error. Job logs are read at most every
     `log_interval` (and once more when the job ends) and scanned for hang findings only.
+
+    Fairness between tenants: each request has a total time bound and each cluster's whole read a
+    `cluster_budget`, so a head that trickles its answers holds one worker for that long at most
+    (and, timed out, is backed off like a dead one); `poll_each` hands each cluster's result on as
+    it is read, never after the slowest of the pass.
     """
 
     def __init__(
         self,
         *,
-        pool: urllib3.PoolManager | None = None,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
+        cluster_budget: timedelta = timedelta(seconds=20),
         log_interval: timedelta = timedelta(seconds=30),
         log_tail_bytes: int = 256 * 1024,
         max_body: int = 32 * 1024 * 1024,
@@ -474,7 +479,7 @@ class RayPoller:
         retention: timedelta = timedelta(minutes=15),
         rng: random.Random | None = None,
     ) -> None:
-        self.pool = pool or default_pool(maxsize=max(4, max_workers))
+        self.cluster_budget = cluster_budget
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.log_interval = log_interval
@@ -507,22 +512,33 @@ class RayPoller:
             return st
 
     def poll(self, targets: Sequence[RayTarget], now: datetime) -> list[tuple[Ref, RayRuntime, Signal | None]]:
+        """Every target's result, in the targets' order, once all are read (`poll_each`)."""
+        by_key = {cluster.key: (runtime, sig) for cluster, runtime, sig in self.poll_each(targets, now)}
+        return [(t.cluster, *by_key[t.cluster.key]) for t in targets]
+
+    def poll_each(self, targets: Sequence[RayTarget], now: datetime) -> Iterator[tuple[Ref, RayRuntime, Signal | None]]:
+        """Each cluster's result as soon as it is read (one per cluster, in the order they finish):
+        a slow head delays only its own."""
         unique: dict[tuple[str, str, str], RayTarget] = {}
         for t in targets:
             unique.setdefault(t.cluster.key, t)
         work = list(unique.values())
         if len(work) > 1 and self.max_workers > 1:
-            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(work)),
-                                    thread_name_prefix="ray-poll") as ex:
-                results = list(ex.map(lambda t: self._poll_one(t, now), work))
+            pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(work)), thread_name_prefix="ray-poll")
+            try:
+                futures = {pool.submit(self._poll_one, t, now): t for t in work}
+                for fut in as_completed(futures):
+                    yield futures[fut].cluster, *fut.result()
+            finally:
+                # A caller that stops early does not wait: each read ends within its own budget.
+                pool.shutdown(wait=False, cancel_futures=True)
         else:
-            results = [self._poll_one(t, now) for t in work]
-        by_key = {t.cluster.key: r for t, r in zip(work, results, strict=True)}
+            for t in work:
+                yield t.cluster, *self._poll_one(t, now)
         with self._lock:
             for key in [k for k, st in self._states.items()
-                        if k not in by_key and now - st.last_seen > self.retention]:
+                        if k not in unique and now - st.last_seen > self.retention]:
                 del self._states[key]
-        return [(t.cluster, *by_key[t.cluster.key]) for t in targets]
 
     def _poll_one(self, t: RayTarget, now: datetime) -> tuple[RayRuntime, Signal | None]:
         st = self._state(t, now)
@@ -536,18 +552,14 @@ class RayPoller:
         if st.retry_at is not None and now < st.retry_at:
             wait = (st.retry_at - now).total_seconds()
             return RayRuntime(None, "", "", now, error=f"{st.last_error} (next try in {wait:.0f}s)"), None
-        head = RayHead(t.dashboard_url, t.metrics_url, pool=self.pool, connect_timeout=self.connect_timeout,
-                       read_timeout=self.read_timeout, max_body=self.max_body)
+        head = RayHead(t.dashboard_url, t.metrics_url, connect_timeout=self.connect_timeout,
+                       read_timeout=self.read_timeout, max_body=self.max_body,
+                       deadline=time.monotonic() + self.cluster_budget.total_seconds())
         try:
             jobs = head.jobs()
             alive = head.alive_nodes()
         except RaySourceError as e:
-            st.failures += 1
-            delay = min(self.backoff_cap.total_seconds(),
-                        self.backoff_base.total_seconds() * 2 ** min(st.failures - 1, 20))
-            if not e.retryable:
-                delay = self.backoff_cap.total_seconds()
-            st.retry_at = now + timedelta(seconds=self._rng.uniform(delay / 2, delay))
+            self._back_off(st, now, e)
             st.last_error = f"{head.base}: {e}"
             return RayRuntime(None, "", "", now, error=st.last_error), None
         st.failures, st.retry_at, st.last_error = 0, None, ""
@@ -566,14 +578,27 @@ class RayPoller:
             families = head.metrics()
             for url in t.worker_metrics_urls:
                 # All or nothing: a sum missing one node would look like a counter reset (a replay).
+                if not is_worker_metrics_url(url):
+                    raise _permanent(f"worker metrics URL {snippet(url)} refused: not http://<pod IP>:<port>/metrics")
                 families.extend(head.metrics(url))
         except RaySourceError as e:
             ok, diag = False, str(e)
+            if e.timed_out:  # a head that trickles its metrics is backed off like a dead one
+                self._back_off(st, now, e)
+                st.last_error = f"{head.base}: {e}"
         else:
             _, diag = st.progress.observe(families, now)
             runtime = replace(runtime, **gpu_activity(families))
         scan = st.progress.scan(hangs=st.hangs, diagnostics=(diag, st.log_diag), with_samples=ok)
         return runtime, Signal(ref=t.cluster, source=SOURCE, scan=scan, read_at=now, plane=Plane.RAY)
+
+    def _back_off(self, st: _State, now: datetime, e: RaySourceError) -> None:
+        st.failures += 1
+        delay = min(self.backoff_cap.total_seconds(),
+                    self.backoff_base.total_seconds() * 2 ** min(st.failures - 1, 20))
+        if not e.retryable:
+            delay = self.backoff_cap.total_seconds()
+        st.retry_at = now + timedelta(seconds=self._rng.uniform(delay / 2, delay))
 
     def _read_logs(self, head: RayHead, job: RayJobInfo | None, st: _State, now: datetime) -> None:
         if job is None or not job.submission_id:
@@ -592,101 +617,3 @@ class RayPoller:
             return
         scan = scan_text(tail, source=f"ray-job/{job.submission_id}")
         st.hangs, st.log_diag = scan.hangs, ""
-
-
-# --- where a cluster's head answers ---------------------------------------------------------------
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def _port(value: int | str | None, default: int) -> int | None:
-    if value is None or value == "":
-        return default
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            return None
-        value = int(value.strip())
-    return value if 0 < value < 65536 else None
-
-
-def service_url(service: str, namespace: str, port: int, *, cluster_domain: str = "cluster.local",
-                path: str = "") -> str | None:
-    """`http://<svc>.<ns>.svc.<domain>:<port><path>`, or None for names that are not DNS labels."""
-    if not (_DNS_LABEL.match(service) and _DNS_LABEL.match(namespace)):
-        return None
-    return f"http://{service}.{namespace}.svc.{cluster_domain}:{port}{path}"
-
-
-def is_service_host(host: str, service: str, namespace: str, cluster_domain: str = "cluster.local") -> bool:
-    """`host` names this Service of this namespace, in one of the forms cluster DNS answers."""
-    host = host.lower().rstrip(".")
-    forms = {f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.{cluster_domain}"}
-    return host in forms
-
-
-def owned_by(owners: Iterable[OwnerRef], kind: str, name: str, uid: str = "") -> bool:
-    """An ownerReference names this object (and its uid, when both are known): labels are
-    tenant-writable, a controller's ownerReference is how KubeRay marks the pods it made."""
-    return any(o.kind == kind and o.name == name and (not uid or not o.uid or o.uid == uid) for o in owners)
-
-
-def _override(overrides: Mapping[str, str] | None, namespace: str, name: str) -> str | None:
-    url = (overrides or {}).get(f"{namespace}/{name}")
-    return normalize_url(url) if url else None
-
-
-def dashboard_url_for(
-    namespace: str,
-    cluster: str,
-    *,
-    overrides: Mapping[str, str] | None = None,
-    rayjob_dashboard_url: str | None = None,
-    head_service: str | None = None,
-    dashboard_port: int | str | None = None,
-    cluster_domain: str = "cluster.local",
-) -> str | None:
-    """A RayCluster's dashboard URL, first match of: `overrides["<namespace>/<cluster>"]` (tests,
-    port-forwards); the RayJob's `status.dashboardURL` (host:port); the RayCluster's
-    `status.head.serviceName` with `status.endpoints.dashboard` (default 8265). None if unknown."""
-    url = _override(overrides, namespace, cluster)
-    if url:
-        return url
-    if rayjob_dashboard_url and rayjob_dashboard_url.strip():
-        # Tenant-written status: it may name any host (cloud metadata, the API server). Only the
-        # cluster's own head service in its own namespace is used (docs/security.md).
-        candidate = normalize_url(rayjob_dashboard_url)
-        parts = urlsplit(candidate)
-        service = head_service or f"{cluster}-head-svc"  # KubeRay's name for the head service
-        try:
-            url_port = parts.port
-        except ValueError:
-            url_port = None
-        if (parts.scheme == "http" and not parts.username and not parts.password and parts.hostname
-                and is_service_host(parts.hostname, service, namespace, cluster_domain)):
-            got = service_url(service, namespace, url_port or DEFAULT_DASHBOARD_PORT, cluster_domain=cluster_domain)
-            if got is not None:
-                return got
-    port = _port(dashboard_port, DEFAULT_DASHBOARD_PORT)
-    if head_service and port is not None:
-        return service_url(head_service, namespace, port, cluster_domain=cluster_domain)
-    return None
-
-
-def metrics_url_for(
-    namespace: str,
-    cluster: str,
-    *,
-    overrides: Mapping[str, str] | None = None,
-    head_service: str | None = None,
-    metrics_port: int | str | None = None,
-    cluster_domain: str = "cluster.local",
-) -> str | None:
-    """The head's metrics endpoint: `overrides["<namespace>/<cluster>"]` (a full URL), else
-    `status.head.serviceName` with `status.endpoints.metrics` (default 8080) and path /metrics."""
-    url = _override(overrides, namespace, cluster)
-    if url:
-        return url
-    port = _port(metrics_port, DEFAULT_METRICS_PORT)
-    if head_service and port is not None:
-        return service_url(head_service, namespace, port, cluster_domain=cluster_domain, path="/metrics")
-    return None

@@ -215,3 +215,16 @@ def test_row_remap_pending_and_its_xid63_on_one_gpu(tmp_path: Path, fixtures: Pa
     assert ecc[("corrected", "volatile")] == 177.0 and ecc[("uncorrected", "aggregate")] == 0.0
     (x,) = fam["taugrid_gpu_xid_errors_total"]
     assert x[0] == {"uuid": dev.uuid, "code": "63", "origin": "kmsg"} and x[1] == 1.0
+
+
+def test_the_agent_serves_on_loopback_unless_told_otherwise_and_then_only_with_a_token(tmp_path: Path) -> None:
+    from collector.agent.agent import exposure_problem
+    from collector.agent.command import agent as agent_command
+
+    assert next(p for p in agent_command.params if p.name == "address").default == "127.0.0.1:9402"
+    for address in ("127.0.0.1:9402", ":9402", "localhost:9402", "[::1]:9402"):
+        assert exposure_problem(AgentSettings(address=address)) == "", address
+    for address in ("0.0.0.0:9402", "[::]:9402", "10.0.0.7:9465", "node-1:9402"):
+        assert "--token-file" in exposure_problem(AgentSettings(address=address)), address
+        assert exposure_problem(AgentSettings(address=address, token_file=tmp_path / "token")) == ""
+        assert exposure_problem(AgentSettings(address=address, allow_unauthenticated=True)) == ""

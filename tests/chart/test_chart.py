@@ -3,6 +3,7 @@ checked against values.schema.json, and every core object validated against Kube
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import yaml
 from collector.agent.command import agent as agent_command
 from collector.cli import controller as cli_controller
 from collector.config import load_settings
-from collector.sources.environment import ENVIRONMENT_READS
+from collector.sources.environment import DEPLOYMENTS, ENVIRONMENT_READS
 from collector.sources.kube_api import DEFAULT_RESOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,15 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # kubernetes-validate has no C
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate", "*"}
 
 
+def mounted(args: list[str], tmp: Path) -> list[str]:
+    """Rendered arguments with the mount points of Secret files (token, TLS) mapped to files in
+    `tmp`, so that the commands' own parsers (which check that the files exist) read them."""
+    for name in ("token", "tls.crt", "tls.key"):
+        (tmp / name).write_text("stands in for the mounted Secret file\n")
+    return [a.replace("/etc/taugrid-evidence/auth/", f"{tmp}/").replace("/etc/taugrid-evidence/tls/", f"{tmp}/")
+            for a in args]
+
+
 def render(values: dict[str, Any], namespace: str = "observability") -> list[dict[str, Any]]:
     manifests = helm.Chart.load(CHART).render(values, name="taugrid-evidence", namespace=namespace)
     return [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
@@ -79,6 +89,11 @@ def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], lis
     ({"agent": {"podResourcesPath": "relative/dir"}}, "podResourcesPath"),
     ({"agent": {"logScope": "heads"}}, "logScope"),
     ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
+    ({"auth": {"existingSecret": "Not_A_Secret_Name"}}, "existingSecret"),
+    ({"auth": {"enabled": "yes"}}, "enabled"),
+    ({"environmentCheck": {"namespaces": ["Kueue System"]}}, "namespaces"),
+    ({"controller": {"tls": {"secretName": "te-tls", "caFile": "/x"}}}, "caFile"),
+    ({"agent": {"tls": {"serverName": "bad name"}}}, "serverName"),
 ])
 def test_the_schema_refuses_bad_values_naming_them(bad: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmError) as e:
@@ -103,7 +118,8 @@ def test_every_core_object_is_valid_kubernetes(case: tuple[str, dict[str, Any], 
     core = [o for o in objs if o["kind"] not in CRD_KINDS]
     kinds = sorted(o["kind"] for o in core)
     expect = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding",
-              "Service", "ServiceAccount"]
+              "Service", "ServiceAccount", "Secret"]
+    expect += ["Role", "RoleBinding"] * 3  # the environment check's Deployment read, per namespace
     if name != "minimal":
         expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount",
                    "PodDisruptionBudget"]
@@ -127,13 +143,41 @@ def test_cluster_role_is_read_only_and_never_touches_secrets(
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     used = {(res.group, res.plural, v) for res in DEFAULT_RESOURCES for v in ("list", "watch")}
-    assert granted == used | {("", "pods/log", "get")} | ENVIRONMENT_READS
-    # The one write is the Lease, in the release namespace only.
-    for r in by_kind(objs, "Role"):
-        assert r["metadata"]["namespace"] == "observability"
-        assert r["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                               "verbs": ["get", "create", "update"]}]
+    deployments = {(DEPLOYMENTS.group, DEPLOYMENTS.plural, "list")}
+    # The environment check's Deployment read is namespaced (a Role where the controllers run):
+    # the ClusterRole grants no cluster-wide Deployment read.
+    assert granted == used | {("", "pods/log", "get")} | (ENVIRONMENT_READS - deployments)
+    roles = by_kind(objs, "Role")
+    env = [r for r in roles if r["metadata"]["name"].endswith("-environment")]
+    assert {r["metadata"]["namespace"] for r in env} == {"kueue-system", "ray-system", "taugrid-system"}
+    for r in env:
+        assert r["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]
+    # The one write is the Lease, in the release namespace only: get and update name it; create
+    # (which RBAC cannot check by name) is the only verb without resourceNames.
+    [lease] = [r for r in roles if r not in env]
+    assert lease["metadata"]["namespace"] == "observability"
+    lease_name = load_settings(None).controller.lease_name
+    if case[0] == "custom":
+        lease_name = CUSTOM["controller"]["config"]["controller"]["lease_name"]
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease_name],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
     assert {b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")} == {role["metadata"]["name"]}
+    for b in by_kind(objs, "RoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "taugrid-evidence-controller",
+                                  "namespace": "observability"}]
+
+
+def test_without_environment_namespaces_deployments_are_read_cluster_wide() -> None:
+    objs = render({**REQUIRED, "environmentCheck": {"namespaces": []}})
+    [role] = by_kind(objs, "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert granted >= ENVIRONMENT_READS
+    assert not [r for r in by_kind(objs, "Role") if r["metadata"]["name"].endswith("-environment")]
+    [cm] = by_kind(objs, "ConfigMap")
+    assert "environment_namespaces" not in cm["data"]["config.yaml"]
 
 
 def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], list[dict[str, Any]]],
@@ -161,14 +205,14 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert "--config=/etc/taugrid-evidence/config.yaml" in c["args"]
     # The real CLI parses the rendered arguments (the config path swapped for the rendered file).
-    args = [a if not a.startswith("--config=") else f"--config={path}" for a in c["args"]]
+    args = mounted([a if not a.startswith("--config=") else f"--config={path}" for a in c["args"]], tmp_path)
     assert args[0] == "controller"
     ctx = cli_controller.make_context("controller", args[1:])
     assert ctx.params["metrics_address"] == f"0.0.0.0:{values.get('controller', {}).get('metricsPort', 9464)}"
     assert c["image"].startswith(values["image"]["repository"] + ":")
 
 
-def test_agent_daemonset_reads_the_node_read_only() -> None:
+def test_agent_daemonset_reads_the_node_read_only(tmp_path: Path) -> None:
     objs = render(REQUIRED)
     [ds] = by_kind(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -176,10 +220,10 @@ def test_agent_daemonset_reads_the_node_read_only() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     [c] = pod["containers"]
     assert c["command"] == ["taugrid-evidence", "agent", "--address=$(POD_IP):9465", "--node=$(NODE_NAME)",
-                            "--log-scope=gpu"]
+                            "--log-scope=gpu", "--token-file=/etc/taugrid-evidence/auth/token"]
     # The agent's own CLI parses what the DaemonSet runs (the env references as the kubelet expands them).
     ctx = agent_command.make_context("agent", [a.replace("$(POD_IP)", "10.0.0.7").replace("$(NODE_NAME)", "n1")
-                                               for a in c["command"][2:]])
+                                               for a in mounted(c["command"][2:], tmp_path)])
     assert ctx.params["address"] == "10.0.0.7:9465" and ctx.params["node"] == "n1"
     assert {e["name"] for e in c["env"]} >= {"POD_IP", "NODE_NAME"}
     assert {p["containerPort"] for p in c["ports"]} == {9465}
@@ -196,13 +240,14 @@ def test_agent_daemonset_reads_the_node_read_only() -> None:
     [ds] = by_kind(render({**REQUIRED, "agent": {"kmsg": False}}), "DaemonSet")
     [c] = ds["spec"]["template"]["spec"]["containers"]
     assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
-    assert agent_command.make_context("agent", c["command"][2:]).params["kmsg"] == ""  # not followed either
+    # not followed either
+    assert agent_command.make_context("agent", mounted(c["command"][2:], tmp_path)).params["kmsg"] == ""
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     # Every pod's logs (the Ray heads' too), a flag the agent command accepts.
     [ds] = by_kind(render({**REQUIRED, "agent": {"logScope": "all"}}), "DaemonSet")
     [c] = ds["spec"]["template"]["spec"]["containers"]
-    assert c["command"][-1] == "--log-scope=all"
-    assert agent_command.make_context("agent", c["command"][2:]).params["log_scope"] == "all"
+    assert "--log-scope=all" in c["command"]
+    assert agent_command.make_context("agent", mounted(c["command"][2:], tmp_path)).params["log_scope"] == "all"
 
 
 def test_workload_identity_and_adx_mon_annotations() -> None:
@@ -271,3 +316,129 @@ def test_prometheus_rule_carries_the_rule_files_and_promtool_accepts_it(tmp_path
         out.write_text(yaml.safe_dump({"groups": groups}))
         result = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _container(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [w] = by_kind(objs, kind)
+    [c] = w["spec"]["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def _volumes(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    [w] = by_kind(objs, kind)
+    return {v["name"]: v for v in w["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_one_token_guards_the_controller_and_the_agents_and_prometheus_sends_it(tmp_path: Path) -> None:
+    objs = render(REQUIRED)
+    [secret] = by_kind(objs, "Secret")
+    assert secret["metadata"]["name"] == "taugrid-evidence-token"
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) == 48 and token.isalnum()
+    ctl, agent = _container(objs, "Deployment"), _container(objs, "DaemonSet")
+    assert "--metrics-token-file=/etc/taugrid-evidence/auth/token" in ctl["args"]
+    assert "--token-file=/etc/taugrid-evidence/auth/token" in agent["command"]
+    for kind, c in (("Deployment", ctl), ("DaemonSet", agent)):
+        assert {"name": "token", "mountPath": "/etc/taugrid-evidence/auth", "readOnly": True} in c["volumeMounts"]
+        assert _volumes(objs, kind)["token"]["secret"] == {"secretName": "taugrid-evidence-token",
+                                                          "items": [{"key": "token", "path": "token"}]}
+    # The controller's agent reader sends the same file's token.
+    [cm] = by_kind(objs, "ConfigMap")
+    (tmp_path / "config.yaml").write_text(cm["data"]["config.yaml"])
+    agents = load_settings(tmp_path / "config.yaml").controller.agents
+    assert agents.token_file == "/etc/taugrid-evidence/auth/token" and agents.ca_file == ""
+    for mon in by_kind(objs, "ServiceMonitor"):
+        [ep] = mon["spec"]["endpoints"]
+        assert ep["authorization"] == {"type": "Bearer", "credentials": {"name": "taugrid-evidence-token",
+                                                                          "key": "token"}}
+        assert "scheme" not in ep and "tlsConfig" not in ep
+    # The user's own Secret: the chart makes none and names theirs everywhere.
+    objs = render({**REQUIRED, "auth": {"existingSecret": "from-vault"}})
+    assert not by_kind(objs, "Secret")
+    assert _volumes(objs, "DaemonSet")["token"]["secret"]["secretName"] == "from-vault"
+    assert _volumes(objs, "Deployment")["token"]["secret"]["secretName"] == "from-vault"
+    assert {m["spec"]["endpoints"][0]["authorization"]["credentials"]["name"]
+            for m in by_kind(objs, "ServiceMonitor")} == {"from-vault"}
+    # Turned off: the agent must be told it serves without a token (it refuses otherwise).
+    objs = render({**REQUIRED, "auth": {"enabled": False}})
+    assert not by_kind(objs, "Secret")
+    agent = _container(objs, "DaemonSet")
+    assert "--allow-unauthenticated" in agent["command"] and not [a for a in agent["command"] if "token" in a]
+    assert agent_command.make_context("agent", [a.replace("$(POD_IP)", "10.0.0.7") for a in agent["command"][2:]]
+                                      ).params["allow_unauthenticated"] is True
+    assert not [a for a in _container(objs, "Deployment")["args"] if "token" in a]
+
+
+def test_tls_for_the_controller_and_the_agents(tmp_path: Path) -> None:
+    values = {**REQUIRED, "controller": {"tls": {"secretName": "controller-tls"}},
+              "agent": {"tls": {"secretName": "agent-tls"}}}
+    helm.Chart.load(CHART).validate_schema(values)
+    objs = render(values)
+    ctl, agent = _container(objs, "Deployment"), _container(objs, "DaemonSet")
+    for c, args in ((ctl, ctl["args"]), (agent, agent["command"])):
+        assert "--tls-cert-file=/etc/taugrid-evidence/tls/tls.crt" in args
+        assert "--tls-private-key-file=/etc/taugrid-evidence/tls/tls.key" in args
+        assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert _volumes(objs, "DaemonSet")["tls"]["secret"]["secretName"] == "agent-tls"
+    ctl_volumes = _volumes(objs, "Deployment")
+    assert ctl_volumes["tls"]["secret"]["secretName"] == "controller-tls"
+    # The controller holds the agents' CA, never their key.
+    assert ctl_volumes["agent-ca"]["secret"] == {"secretName": "agent-tls", "items": [{"key": "ca.crt",
+                                                                                        "path": "ca.crt"}]}
+    [cm] = by_kind(objs, "ConfigMap")
+    (tmp_path / "config.yaml").write_text(cm["data"]["config.yaml"])
+    agents = load_settings(tmp_path / "config.yaml").controller.agents
+    assert agents.ca_file == "/etc/taugrid-evidence/agent-ca/ca.crt"
+    assert agents.server_name == "taugrid-evidence-agent.observability.svc"
+    mons = {m["metadata"]["name"].rsplit("-", 1)[-1]: m["spec"]["endpoints"][0]
+            for m in by_kind(objs, "ServiceMonitor")}
+    for component, secret in (("controller", "controller-tls"), ("agent", "agent-tls")):
+        assert mons[component]["scheme"] == "https"
+        assert mons[component]["tlsConfig"] == {"ca": {"secret": {"name": secret, "key": "ca.crt"}},
+                                                "serverName": f"taugrid-evidence-{component}.observability.svc"}
+    # The commands parse what the chart runs.
+    args = [a if not a.startswith("--config=") else f"--config={tmp_path / 'config.yaml'}" for a in ctl["args"][1:]]
+    params = cli_controller.make_context("controller", mounted(args, tmp_path)).params
+    assert params["tls_cert_file"] == tmp_path / "tls.crt" and params["metrics_token_file"] == tmp_path / "token"
+    agent_command.make_context("agent", mounted([a.replace("$(POD_IP)", "10.0.0.7") for a in agent["command"][2:]],
+                                                tmp_path))
+    for obj in objs:
+        if obj["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(obj, KUBE, strict=True)
+
+
+def test_the_environment_check_reads_deployments_only_where_the_chart_grants_it() -> None:
+    """Against the simulator: with the chart's namespaces the check still finds every controller,
+    and a Deployment elsewhere (a tenant's look-alike) is not read; cluster-wide, it is."""
+    from kubernetes import client as k8s
+
+    from collector.sources.environment import read_cluster
+    from collector.sources.kube_api import KubeApi, api_client_for
+    from kubesim import Simulator
+    from tests.environment.envobjects import deployment, supported_objects
+
+    objs = render(REQUIRED)
+    [cm] = by_kind(objs, "ConfigMap")
+    namespaces = yaml.safe_load(cm["data"]["config.yaml"])["controller"]["environment_namespaces"]
+    decoy = deployment("kueue-lookalike", "tenant-a", "registry.k8s.io/kueue/kueue:v0.1.0")
+    sim = Simulator()
+    sim.start("127.0.0.1:0")
+    try:
+        cfg = k8s.Configuration()
+        cfg.host = sim.base_url
+        with k8s.ApiClient(cfg) as api:
+            apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
+            for ns in {o["metadata"]["namespace"] for o in [*supported_objects(), decoy] if o["kind"] == "Deployment"}:
+                core.create_namespace(body={"metadata": {"name": ns}}, _preload_content=False)
+            for o in [*supported_objects(), decoy]:
+                if o["kind"] == "Deployment":
+                    apps.create_namespaced_deployment(o["metadata"]["namespace"], body=o, _preload_content=False)
+        kube = KubeApi(api_client_for(sim.base_url))
+        scoped = read_cluster("manager", kube, namespaces)
+        wide = read_cluster("manager", kube)
+    finally:
+        sim.close()
+    assert scoped.errors == () and wide.errors == ()
+    assert scoped.inventory.images == {"kueue": ("v0.18.2",), "kuberay": ("v1.6.2",), "taugrid": ("0.3.1",)}
+    assert wide.inventory.images["kueue"] == ("v0.1.0", "v0.18.2")  # what a cluster-wide read also sees

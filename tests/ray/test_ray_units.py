@@ -10,16 +10,8 @@ from collector.claims.progress import ProgressView, analyze
 from collector.correlate import Signal
 from collector.model import Plane, Ref
 from collector.settings import ClaimSettings
-from collector.sources.ray import (
-    RayJobInfo,
-    RayProgress,
-    RaySourceError,
-    count_alive,
-    dashboard_url_for,
-    metrics_url_for,
-    parse_metrics,
-    select_job,
-)
+from collector.sources.ray import RayJobInfo, RayProgress, RaySourceError, count_alive, parse_metrics, select_job
+from collector.sources.ray_urls import dashboard_url_for, metrics_url_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = ClaimSettings(stall_floor=timedelta(seconds=10), scrape_interval=timedelta(seconds=1))

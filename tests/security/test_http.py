@@ -200,3 +200,88 @@ def test_shutdown_wakes_the_selector_loop() -> None:
         t.join(5)
         assert not t.is_alive()
     assert sum(took) < 0.5, took
+
+
+FLEET = b"x" * (24 << 20)  # a fleet-size /metrics (5,000 runs at ~4.9 KB each)
+
+
+def _never_reading_client(port: int, path: str = "/metrics") -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    return s
+
+
+def test_clients_that_never_read_a_fleet_size_metrics_do_not_starve_the_probes() -> None:
+    """Issue 26: six clients ask for /metrics and never read it. Every /metrics worker is held (for
+    its write deadline); the kubelet's probes, answered by workers of their own, still answer within
+    the kubelet's default 1 s probe timeout, every time."""
+    srv = serve("127.0.0.1", 0, {"/metrics": lambda: (200, "text/plain; version=0.0.4", FLEET),
+                                 "/healthz": lambda: (200, "text/plain", b"ok\n"),
+                                 "/readyz": lambda: (200, "text/plain", b"ok\n")},
+                HttpOptions(header_timeout_s=2.0))  # the controller's defaults otherwise: 4 workers, 10 s
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    port = srv.server_address[1]
+    stuck = [_never_reading_client(port) for _ in range(6)]
+    try:
+        time.sleep(0.5)  # every /metrics worker is now blocked in its write
+        took = []
+        for path in ("/healthz", "/readyz") * 3:
+            started = time.monotonic()
+            assert get(f"http://127.0.0.1:{port}{path}", timeout=1.0) == (200, b"ok\n"), path
+            took.append(time.monotonic() - started)
+        assert max(took) < 1.0, took
+    finally:
+        for s in stuck:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)
+
+
+def test_an_answer_has_one_write_deadline_however_slowly_the_client_reads(tmp_path: Path) -> None:
+    """A TLS client that reads 16 KiB every 50 ms keeps every single send short of the socket
+    timeout; the answer as a whole is still cut at `timeout_s`, and the only worker serves the
+    next request (the kernel may go on delivering what it had buffered: that costs no thread)."""
+    cert, key = _self_signed(tmp_path)
+    big = b"y" * (32 << 20)
+    srv = serve("127.0.0.1", 0, {"/metrics": lambda: (200, "text/plain", big),
+                                 "/small": lambda: (200, "text/plain", b"small\n")},
+                HttpOptions(workers=1, timeout_s=1.0, tls_cert_file=cert, tls_key_file=key))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    ctx = ssl.create_default_context(cafile=str(cert))
+    stop = threading.Event()
+
+    def slow_reader() -> None:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        raw.connect(("127.0.0.1", srv.server_address[1]))
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            s.settimeout(2)
+            while not stop.is_set():
+                try:
+                    if not s.recv(16384):
+                        return
+                except (OSError, ssl.SSLError):
+                    return
+                stop.wait(0.05)
+
+    reader = threading.Thread(target=slow_reader, daemon=True)
+    reader.start()
+    try:
+        time.sleep(0.3)  # the worker is writing to the slow reader now
+        started = time.monotonic()
+        code, body = get(f"https://localhost:{srv.server_address[1]}/small", context=ctx, timeout=8)
+        took = time.monotonic() - started
+        assert (code, body) == (200, b"small\n")
+        assert took < 3, f"the only worker stayed {took:.1f} s with a slow reader (write deadline 1 s)"
+    finally:
+        stop.set()
+        reader.join(5)
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)

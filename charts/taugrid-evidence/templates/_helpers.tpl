@@ -56,3 +56,25 @@ adx-mon/port: {{ .port | quote }}
 adx-mon/path: /metrics
 {{- end }}
 {{- end -}}
+
+{{/* The Secret holding the bearer token (key `token`): the user's, or the one the chart creates. */}}
+{{- define "te.tokenSecret" -}}
+{{- default (printf "%s-token" (include "te.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* The name each component's certificate carries, and that its clients check. */}}
+{{- define "te.serverName" -}}
+{{- $c := get .root.Values .component -}}
+{{- default (printf "%s-%s.%s.svc" (include "te.fullname" .root) .component .root.Release.Namespace) $c.tls.serverName -}}
+{{- end -}}
+
+{{/* Mount points inside the pods. */}}
+{{- define "te.tokenPath" -}}/etc/taugrid-evidence/auth/token{{- end -}}
+{{- define "te.tlsDir" -}}/etc/taugrid-evidence/tls{{- end -}}
+{{- define "te.agentCaPath" -}}/etc/taugrid-evidence/agent-ca/ca.crt{{- end -}}
+
+{{/* The lease the controller holds: the only object it writes (collector/sources/lease.py). */}}
+{{- define "te.leaseName" -}}
+{{- $ctl := default dict (get (default dict .Values.controller.config) "controller") -}}
+{{- default "taugrid-evidence-controller" (get $ctl "lease_name") -}}
+{{- end -}}
