@@ -49,8 +49,8 @@ class ClaimSettings:
     # A container restart within this window means the run is not (stably) running.
     restart_window: timedelta = timedelta(minutes=10)
     # Progress stall window, per signal: max(stall_multiplier × p99 step interval, stall_floor) + one
-    # scrape, where recurring pauses may widen it but never past the ceiling
-    # max(stall_floor, min(stall_ceiling_multiplier × median step interval, stall_window_max)).
+    # scrape, where recurring pauses may widen it but never past the ceiling max(stall_floor,
+    # stall_multiplier × median, min(stall_ceiling_multiplier × median step interval, stall_window_max)).
     stall_floor: timedelta = timedelta(seconds=60)
     stall_multiplier: float = 3.0
     stall_ceiling_multiplier: float = 10.0

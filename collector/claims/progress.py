@@ -370,9 +370,11 @@ def _window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> t
     scaled = timedelta(seconds=s.stall_multiplier * est)
     if scaled < s.stall_floor:
         return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
-    # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped.
+    # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped
+    # absolutely (a signal whose usual step is itself long, an hourly checkpoint, keeps 3 of them).
     by_cadence = s.stall_ceiling_multiplier * med  # seconds; infinite where a profile sets the ceiling itself
-    ceiling = max(s.stall_floor, s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
+    ceiling = max(s.stall_floor, timedelta(seconds=s.stall_multiplier * med),
+                  s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
                   else timedelta(seconds=by_cadence))
     if scaled > ceiling:
         return ceiling + s.scrape_interval, (f"ceiling {human_age(ceiling)} ({s.stall_multiplier:g} × "

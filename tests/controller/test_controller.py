@@ -68,8 +68,12 @@ def observed(c: Controller, run: str) -> dict[str, str]:
 
 
 def server_side(obj: dict[str, Any]) -> dict[str, Any]:
-    """Like a client sends it: the server assigns uid and resourceVersion."""
+    """Like a client sends it: the server assigns uid and resourceVersion. Owner references lose the
+    uid the fixture made up (the server gives the owner another; a reference naming a uid no object
+    has would be a deleted owner's, and its object no member of the new one's run)."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
+    if meta.get("ownerReferences"):
+        meta["ownerReferences"] = [{k: v for k, v in o.items() if k != "uid"} for o in meta["ownerReferences"]]
     return {**obj, "metadata": meta}
 
 
@@ -78,10 +82,19 @@ def ensure_namespaces(sim: Simulator, *names: str) -> None:
         sim.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
 
+def apply_nodes(sim: Simulator, *names: str) -> None:
+    """Ready GPU nodes (a pod on a node nobody sees runs on a node of unknown health)."""
+    for n in names:
+        sim.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}, "spec": {},
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                              "capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}})
+
+
 def apply_run(sim: Simulator, name: str, ns: str = "research", *, crash: bool = False, workers: int = 1,
               at: datetime = T0) -> None:
     """`at`: the objects' times are an hour (the crash a minute) before it."""
     ensure_namespaces(sim, ns)
+    apply_nodes(sim, *(f"gpu-{i}" for i in range(workers)))
     sim.apply(server_side(taurun(name, ns, "Running", at - timedelta(hours=1), workers=workers)))
     for i in range(workers):
         containers = None
@@ -294,6 +307,7 @@ def test_checkpoints_in_expstore_are_durable_progress(sim: Simulator, tmp_path: 
     tr = taurun("ft", "research", "Running", T0 - timedelta(hours=2), workers=1)
     tr["spec"]["checkpointUri"] = ckpt.as_uri()
     sim.apply(server_side(tr))
+    apply_nodes(sim, "gpu-0")
     sim.apply(server_side(pod("ft-w0", "research", T0 - timedelta(hours=2), node="gpu-0", gpus=8,
                               labels={"taugrid.io/run": "ft"})))
     c = start(sim, clock, checkpoint_poll_interval=timedelta(seconds=0.2),

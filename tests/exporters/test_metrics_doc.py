@@ -76,7 +76,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     health.set_leader("collector-0-abc123", True)
     health.observe_evaluation(0.01)
     health.poll_pass("logs", 2.5)
-    EnvironmentExporter(registry).update(check([inventory("manager", None, [])]), T0)
+    EnvironmentExporter(registry).update(check([inventory("manager", None, [], None)]), T0)
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(generate_latest(registry).decode()):
         name = f"{fam.name}_total" if fam.type == "counter" else fam.name

@@ -50,6 +50,8 @@ def cluster_objects(sid: str, started: datetime) -> list[dict[str, Any]]:
                                    {"type": "Ready", "status": "True", "lastTransitionTime": ts(started)}],
                     "containerStatuses": [{"name": "ray-head", "ready": True, "restartCount": 0,
                                            "state": {"running": {"startedAt": ts(started)}}}]}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}, "spec": {},
+         "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
     ]
 
 
