@@ -45,3 +45,25 @@ def test_without_the_previous_log_the_replay_cannot_be_seen(tmp_path: Path) -> N
     dump = load_dump(_write(tmp_path, previous=False))
     view = analyze(dump.signals(T0 + timedelta(minutes=20)), ClaimSettings(), T0 + timedelta(minutes=20))
     assert view.replayed == 0 and view.last_step == 124
+
+
+def test_a_containers_current_file_stands_for_its_logs_txt_section(tmp_path: Path) -> None:
+    """`kubectl cluster-info dump` writes logs.txt without kubelet timestamps; the README's procedure adds
+    `kubectl logs --timestamps -c C > C-current.txt`. The stamped file is read for that container,
+    joined with its previous log; the unstamped section is not read twice."""
+    pod = tmp_path / "ns" / "run-0"
+    pod.mkdir(parents=True)
+    stamped = [_megatron(T0 + timedelta(seconds=20 * i), 100 + i) for i in range(30)]
+    bare = [line.split(" ", 1)[1] for line in stamped]  # as cluster-info dump writes it: no stamps
+    (pod / "logs.txt").write_text("==== START logs for container main of pod ns/run-0 ====\n" + "\n".join(bare)
+                                  + "\n==== END logs for container main of pod ns/run-0 ====\n"
+                                  "==== START logs for container shipper of pod ns/run-0 ====\nshipping\n"
+                                  "==== END logs for container shipper of pod ns/run-0 ====\n")
+    (pod / "main-current.txt").write_text("\n".join(stamped) + "\n")
+    (pod / "main-previous.txt").write_text(_megatron(T0 - timedelta(minutes=5), 95) + "\n")
+    dump = load_dump(tmp_path)
+    sigs = dump.signals(T0 + timedelta(minutes=20))
+    assert sorted((s.ref.name, s.source) for s in sigs) == [("run-0", "main"), ("run-0", "shipper")]
+    main = next(s for s in sigs if s.source == "main")
+    assert all(x.at is not None for x in main.scan.samples)  # the stamped file, not the bare section
+    assert [x.step for x in main.scan.samples][:2] == [95, 100]  # led by its previous log

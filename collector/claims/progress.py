@@ -123,6 +123,23 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
+def _restarts_inside(sig: Signal) -> list[Restart]:
+    """The trainer's own word that it started over inside this log (torchelastic restarting its
+    workers, a resume from a checkpoint) after lines of progress: an in-process restart. Its steps
+    after it are replays until they pass the mark before it; a stepless log's activity after it
+    proves nothing (no mark to pass)."""
+    first = min((x.line for x in sig.scan.samples), default=None)
+    if first is None:
+        return []
+    out = []
+    for r in sig.scan.resumes:
+        if r.at is not None and r.line > first:
+            what = ("torchelastic restarted its worker group" if r.format == "torchelastic" else
+                    f"the trainer resumed from its checkpoint{f' at step {r.step:,}' if r.step is not None else ''}")
+            out.append(Restart(r.at, f"{what} inside {sig.ref.name}/{sig.source}"))
+    return out
+
+
 def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None, *,
             clock: Clock | None = None, lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> ProgressView:
     """Advances, replays, validity and the stall windows; samples stamped after `now` are not known yet
@@ -154,7 +171,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             observed_from = first if observed_from is None else min(observed_from, first)
         elif first is not None and clock is not None:
             clock.expires(first)
-        for r in lin.restarts if lin is not None else ():
+        for r in (*(lin.restarts if lin is not None else ()), *_restarts_inside(sig)):
             if horizon is None or r.at <= horizon:
                 events.append((r.at, 2 * n + 1, r, src, stream))
                 n += 1

@@ -131,6 +131,7 @@ class LineScanner:
                 or "loaded checkpoint" in s
                 or "checkpoint at step" in s
                 or "Continuing training" in s
+                or "restart worker group" in s
                 or "\x1b" in s
             ):
                 self.feed(n, s)
@@ -203,7 +204,8 @@ class LineScanner:
             h = hangs.match_hang(f, rank)
             if h is not None:
                 self._hang(n, ts, f, h)
-        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f) and rank in (None, 0):
+        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f
+                or "restart worker group" in f) and rank in (None, 0):
             # the other ranks echo rank 0's resume; their lines add nothing
             r = trainers.parse_resume(f)
             if r is not None:

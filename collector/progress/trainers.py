@@ -299,12 +299,16 @@ def parse_automodel(s: str) -> StepLine | None:
 #   Megatron:   "  successfully loaded checkpoint from /ckpt [ t 0, p 0 ] at iteration 100"
 #   torchtitan: "Loading the checkpoint at step 400."
 #   HF Trainer: "  Continuing training from global step 200000"
+#   torchelastic: "[default] Worker group FAILED. 3/3 attempts left; will restart worker group"
 # Lightning's "Restoring states from the checkpoint path at ..." is left out: Lightning prints it
 # for test/validate runs and its batch-size finder too, so it does not say that training resumed.
 _MEG_LOADED = "successfully loaded checkpoint from "
 _AT_ITERATION = re.compile(r" at iteration\s{1,16}(\d+)")
 _TITAN_RESUME = re.compile(r"Loading the checkpoint at step (\d+)")
 _HF_RESUME = re.compile(r"Continuing training from global step (\d+)")
+# torchelastic's agent restarting its worker group in place (torchrun --max-restarts): the trainer
+# starts over inside the same container, from its last checkpoint.
+_ELASTIC_RESTART = "will restart worker group"
 
 
 class Resume(NamedTuple):
@@ -325,6 +329,8 @@ def parse_resume(s: str) -> Resume | None:
     h = _HF_RESUME.search(s)
     if h:
         return Resume(bounded(h.group(1), COUNT_MAX, "global step"), "hf-trainer")
+    if _ELASTIC_RESTART in s and "Worker group FAILED" in s:
+        return Resume(None, "torchelastic")
     return None
 
 

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +34,10 @@ from collector.settings import TauGridContract
 
 OBJECT_SUFFIXES = (".json", ".yaml", ".yml")
 LOG_NAMES = ("logs.txt",)
+# One container's log beside kubectl's logs.txt: `kubectl logs --timestamps -c C > C-current.txt`
+# (it stands for that container's logs.txt section, which kubectl writes without timestamps) and
+# `kubectl logs --previous --timestamps -c C > C-previous.txt` (the log before its restart).
+CURRENT, PREVIOUS = "-current.txt", "-previous.txt"
 ENVIRONMENT_KINDS = ("CustomResourceDefinition", "Deployment")
 _BANNER = re.compile(r"^==== (START|END) logs for container (\S+) of pod (\S+)/(\S+) ====$")
 MAX_LOG_BYTES = 64 << 20  # read at most the tail this big of one log file
@@ -242,7 +246,7 @@ def load_dump(root: Path, contract: TauGridContract | None = None, *,
         if path.name in LOG_NAMES or path.suffix in OBJECT_SUFFIXES:
             mtime = datetime.fromtimestamp(st.st_mtime, UTC)
             dump.written = mtime if dump.written is None else max(dump.written, mtime)
-        if path.name in LOG_NAMES or path.name.endswith("-previous.txt"):
+        if path.name in LOG_NAMES or path.name.endswith((PREVIOUS, CURRENT)):
             dump.files += 1
             logs.append((path, rel))
         elif path.suffix in OBJECT_SUFFIXES:
@@ -449,7 +453,8 @@ def _items(dump: Dump, doc: Any, where: str) -> Iterator[tuple[str, Any]]:
 
 def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str], str],
               previous_of: Mapping[tuple[str, str, str], bytes] | None = None,
-              containers_of: Mapping[tuple[str, str], list[str]] | None = None) -> set[tuple[str, str, str]]:
+              containers_of: Mapping[tuple[str, str], list[str]] | None = None,
+              own_files: Collection[tuple[str, str, str]] = ()) -> set[tuple[str, str, str]]:
     """One pod's log file; a container's previous log (`<container>-previous.txt`, from `kubectl logs
     --previous`), when the dump has one, is read before its current log as one signal, so steps that
     go back below the pre-restart high-water mark are replay, not progress.
@@ -475,6 +480,8 @@ def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str
                                           f"{', '.join(c + '-previous.txt' for c in previous)} not joined with it",
                                      False))
     for container, chunk in _split_containers(data, default):
+        if (ns, pod, container) in own_files:
+            continue  # its C-current.txt stands for it (kubelet-stamped; kubectl's section is not)
         prev = (previous_of or {}).get((ns, pod, container), b"")
         if prev:
             used.add((ns, pod, container))
@@ -510,32 +517,45 @@ def _log_bytes(dump: Dump, path: Path, rel: str) -> bytes | None:
 
 
 def _read_logs(dump: Dump, logs: list[tuple[Path, str]], regex_of: Mapping[tuple[str, str], str]) -> None:
-    """Previous logs first (keyed by namespace, pod, container), then each current log with them."""
+    """Each container's log: its `C-current.txt` where the dump has one, else its section of logs.txt,
+    led by its previous log (`C-previous.txt`) as one signal."""
     previous_of: dict[tuple[str, str, str], bytes] = {}
-    current: list[tuple[Path, str]] = []
+    current_of: dict[tuple[str, str, str], tuple[bytes, str]] = {}
+    combined: list[tuple[Path, str]] = []
     for path, rel in logs:
         parts = Path(rel).parts
-        if not path.name.endswith("-previous.txt"):
-            current.append((path, rel))
+        if not path.name.endswith((PREVIOUS, CURRENT)):
+            combined.append((path, rel))
             continue
         if len(parts) < 3:
             dump.problems.append(Problem(rel, "log file outside <namespace>/<pod>/, skipped", True))
             continue
         data = _log_bytes(dump, path, rel)
-        if data is not None:
-            for container, chunk in _split_containers(data, path.name[: -len("-previous.txt")]):
+        if data is None:
+            continue
+        suffix = PREVIOUS if path.name.endswith(PREVIOUS) else CURRENT
+        for container, chunk in _split_containers(data, path.name[: -len(suffix)]):
+            if suffix == PREVIOUS:
                 previous_of[(parts[-3], parts[-2], container)] = chunk
+            else:
+                current_of[(parts[-3], parts[-2], container)] = (chunk, rel)
     containers_of: dict[tuple[str, str], list[str]] = {}
     for r in dump.records:
         if isinstance(r.facts, PodFacts):
             containers_of[(r.ref.namespace, r.ref.name)] = [c.name for c in r.facts.containers if not c.init]
     used: set[tuple[str, str, str]] = set()
-    for path, rel in current:
-        used |= _read_log(dump, path, rel, regex_of, previous_of, containers_of)
+    for path, rel in combined:
+        used |= _read_log(dump, path, rel, regex_of, previous_of, containers_of, set(current_of))
+    for (ns, pod, container), (chunk, rel) in sorted(current_of.items()):
+        prev = previous_of.get((ns, pod, container), b"")
+        if prev:
+            used.add((ns, pod, container))
+            chunk = prev + (b"" if prev.endswith(b"\n") else b"\n") + chunk
+        _scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
     # A previous log whose container has no current log (it is waiting to restart): on its own.
     for (ns, pod, container), chunk in sorted(previous_of.items()):
         if (ns, pod, container) not in used:
-            _scan_log(dump, f"{ns}/{pod}/{container}-previous.txt", Ref("Pod", ns, pod), container, chunk,
+            _scan_log(dump, f"{ns}/{pod}/{container}{PREVIOUS}", Ref("Pod", ns, pod), container, chunk,
                       regex_of.get((ns, pod)))
 
 

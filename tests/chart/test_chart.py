@@ -436,7 +436,7 @@ def test_the_environment_check_reads_deployments_only_where_the_chart_grants_it(
                     apps.create_namespaced_deployment(o["metadata"]["namespace"], body=o, _preload_content=False)
         kube = KubeApi(api_client_for(sim.base_url))
         scoped = read_cluster("manager", kube, namespaces)
-        wide = read_cluster("manager", kube)
+        wide = read_cluster("manager", kube, ())  # an empty list: cluster-wide, as the chart allows
     finally:
         sim.close()
     assert scoped.errors == () and wide.errors == ()

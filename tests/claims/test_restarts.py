@@ -99,7 +99,7 @@ def test_an_in_process_restart_is_replaying_not_stalled(tmp_path: Path) -> None:
     prog = run["claims"]["progressing"]
     assert prog["observed"] == "false" and prog["cause"] == "replaying", prog
     assert prog["reason"].startswith("REPLAYING") and "high-water mark 217" in prog["reason"], prog["reason"]
-    assert "in-process restart" in prog["reason"]
+    assert "torchelastic restarted its worker group" in prog["reason"]
     assert run["goodput"]["badput_seconds"]["replaying"] > 0
     # past the mark, it progresses again
     done = steps(197, 225, after[-1][0] + timedelta(seconds=10))
@@ -107,6 +107,29 @@ def test_an_in_process_restart_is_replaying_not_stalled(tmp_path: Path) -> None:
                       logs={(NS, p["metadata"]["name"]): text(before + elastic + after + done)},
                       captured=done[-1][0] + timedelta(seconds=5))
     assert run_of(explain(dump), "train")["claims"]["progressing"]["observed"] == "true"
+    # The drop alone (an in-process restart that prints nothing) says the same.
+    dump = write_dump(tmp_path / "f", [job, p], logs={(NS, p["metadata"]["name"]): text(before + after)},
+                      captured=captured)
+    prog = run_of(explain(dump), "train")["claims"]["progressing"]
+    assert prog["cause"] == "replaying" and "in-process restart" in prog["reason"], prog
+
+
+def test_activity_without_step_numbers_after_an_in_process_restart_proves_nothing(tmp_path: Path) -> None:
+    """Hugging Face loss dicts carry no step: after torchelastic restarted the workers, nothing says
+    whether they replay or progress."""
+    job = indexed_job("train", T0)
+    p = job_pod(job, "train-0-x7k2p", T0)
+    restart_at = NOW - timedelta(minutes=3)
+    loss = "{'loss': 1.8234, 'grad_norm': 0.5121, 'learning_rate': 4.9e-05, 'epoch': 0.12}"
+    before = [(restart_at - timedelta(seconds=10 * (60 - i)), loss) for i in range(60)]
+    elastic = [(restart_at + timedelta(seconds=i), line)
+               for i, line in enumerate(fixture_path("training_logs/torchelastic_worker_group_restart_doc2edag_24.txt")
+                                        .read_text().splitlines()) if line.strip()]
+    after = [(restart_at + timedelta(seconds=30 + 10 * i), loss) for i in range(14)]
+    dump = write_dump(tmp_path / "d", [job, p], logs={(NS, p["metadata"]["name"]): text(before + elastic + after)},
+                      captured=after[-1][0] + timedelta(seconds=5))
+    prog = run_of(explain(dump), "train")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "torchelastic restarted its worker group" in prog["reason"], prog
 
 
 # --- replacement: a new pod for the same rank ------------------------------------------------------
