@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from collector.claims import evaluate
 from collector.cli import SNAPSHOT_SOURCES, main
+from collector.config import load_settings
 from collector.correlate import build_index
 from collector.redact import MASK, RedactionLog, redact, redact_counted
 from collector.settings import Settings
@@ -333,3 +334,78 @@ def test_the_new_rules_stay_linear_on_hostile_repetition() -> None:
             redact(text)
             best = min(best, time.thread_time() - t0)
         assert best < 0.5, f"{shape!r}: {best:.2f}s on 64 KB"
+
+
+# --- the operator's own rules (settings: redaction.patterns on RE2, redaction.keys) -------------------
+
+ACME = "acme_9f8e7d6c5b4a3921"
+CUSTOM_CONFIG = """redaction:
+  patterns:
+    - 'acme_[0-9a-f]{16}'
+    - 'employee-id=(?P<mask>[0-9]+)'
+    - '(a+)+$'
+  keys: ['X_ACME_*', 'corp_badge']
+"""
+
+
+@pytest.fixture(autouse=True)
+def _builtin_rules_after_each_test() -> Any:
+    yield
+    load_settings(None)  # back to the built-in rules: a test that loaded custom ones leaves none behind
+
+
+def custom_dump(tmp_path: Path) -> Path:
+    tr = taurun(RUN, NS, "Running", NOW - timedelta(hours=1), workers=1)
+    tr["spec"]["owner"] = {"corp_badge": "B-1177", "team": "research"}
+    w0 = pod(f"{RUN}-w0", NS, NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": RUN},
+             ready=False, containers=[{"name": "main", "ready": False, "restartCount": 0, "state": {"waiting": {
+                 "reason": "CreateContainerConfigError",
+                 "message": f"license {ACME} refused for employee-id=4471 (X_ACME_PIN=2718)"}}}])
+    w0["spec"]["containers"][0]["env"] = [{"name": "X_ACME_LICENSE", "value": "L-42"}]
+    log = (f"2026-01-10T11:10:00Z checking {ACME} employee-id=4471 X_ACME_PIN=2718\n"
+           "2026-01-10T11:10:01Z  iteration       1/  250000 | lm loss: 2.5E+00 |\n")
+    return write_dump(tmp_path / "dump", [tr, w0], logs={(NS, f"{RUN}-w0"): log})
+
+
+def test_operator_rules_from_settings_apply_to_explain_bundles_and_bundle_redact(tmp_path: Path) -> None:
+    dump = custom_dump(tmp_path)
+    cfg = tmp_path / "settings.yaml"
+    cfg.write_text(CUSTOM_CONFIG)
+    custom = [ACME, "4471", "2718", "L-42", "B-1177"]
+    plain = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", AT, "-o", "json"]).stdout
+    assert ACME in plain and "4471" in plain  # control: the built-in rules do not know these
+    r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", AT, "-o", "json", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    assert [v for v in custom if v in r.stdout] == [] and "employee-id=" in r.stdout
+    b = _bundle(dump, tmp_path / "out", "--config", str(cfg))
+    files = _files(b)
+    assert [f"{v} in {rel}" for rel, t in files.items() for v in custom if v in t] == []
+    assert "team" in files[f"objects/TauRun/{NS}/{RUN}.json"] and "research" in files[f"objects/TauRun/{NS}/{RUN}.json"]
+    rep = files["REDACTIONS.md"]
+    assert "custom-pattern-" in rep and "acme_[0-9a-f]" not in rep  # a rule is named, its pattern never printed
+    # bundle redact with the settings: an older bundle (written without them) loses them too
+    load_settings(None)
+    old = _bundle(dump, tmp_path / "old")
+    assert ACME in (old / f"logs/{RUN}-w0/all_containers.log").read_text()
+    r = CliRunner().invoke(main, ["bundle", "redact", str(old), "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    assert [f"{v} in {rel}" for rel, t in _files(old).items() for v in custom if v in t] == []
+
+
+def test_operator_patterns_run_on_re2_and_a_bad_one_is_a_clear_error(tmp_path: Path) -> None:
+    from collector.redact import compile_rules
+
+    r = compile_rules(["(a+)+$"], [])
+    line = "a" * 65_000 + "!"
+    t0 = time.thread_time()
+    out, _ = r.redact_counted(line, limit=len(line))
+    assert time.thread_time() - t0 < 0.5 and out == line  # no match, found in linear time (exponential on re)
+    assert r.redact_counted("xaaa")[0] == "x" + MASK
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("redaction:\n  patterns: ['(?<=token=)\\w+']\n")
+    r2 = CliRunner().invoke(main, ["explain", "--from-dump", str(custom_dump(tmp_path)), "--at", AT,
+                                   "--config", str(cfg)])
+    assert r2.exit_code != 0
+    assert "config.redaction.patterns" in r2.output and "RE2" in r2.output
+    with pytest.raises(ValueError, match="matches empty text"):
+        compile_rules(["x*"], [])
