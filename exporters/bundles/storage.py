@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from exporters.bundles.model import path_component
 from exporters.bundles.writer import MANIFEST
 
 TAR_SUFFIX = ".tar.gz"
@@ -104,6 +105,7 @@ class LocalStore:
         return None
 
     def put(self, local: Path, name: str) -> str:
+        path_component(name)  # a bundle is written, and replaced, only inside the store's directory
         self.open()
         if self.tarball:
             target = self.root / f"{name}{TAR_SUFFIX}"
