@@ -21,7 +21,11 @@ from exporters.bundles.model import path_component
 from exporters.bundles.writer import MANIFEST
 
 TAR_SUFFIX = ".tar.gz"
-MAX_TAR_MEMBER = 512 << 20
+# What an archive may unpack to: a bundle the writer makes stays under `max_bundle_bytes` (256 MiB
+# by default) in a few files per pod; one object history or decoded dump stays under 128 MiB.
+MAX_MEMBERS = 20_000
+MAX_MEMBER_BYTES = 128 << 20
+MAX_UNPACKED_BYTES = 512 << 20
 
 
 class StoreError(RuntimeError):
@@ -58,17 +62,32 @@ def pack(src: Path, dest: Path) -> Path:
     return dest
 
 
-def unpack(archive: Path, dest_dir: Path) -> Path:
-    """Extract a bundle tarball safely (regular files inside one top directory); returns that directory."""
+def unpack(archive: Path, dest_dir: Path, *, max_members: int = MAX_MEMBERS, max_member_bytes: int = MAX_MEMBER_BYTES,
+           max_total_bytes: int = MAX_UNPACKED_BYTES) -> Path:
+    """Extract a bundle tarball safely; returns its one top directory.
+
+    Regular files inside one top directory only; member count, each member's size and the total
+    are capped from the headers, before a byte of a member is written (a megabyte of gzip can
+    hold gigabytes). Raises ValueError naming the member and the limit.
+    """
     top: str | None = None
+    members = total = 0
     with tarfile.open(archive, "r:gz") as tar:
-        for m in tar.getmembers():
+        while (m := tar.next()) is not None:  # one header at a time: a million members are never listed
+            members += 1
+            if members > max_members:
+                raise ValueError(f"{archive}: more than {max_members} members; over the limit for a bundle, "
+                                 f"not unpacked")
+            tar.members.clear()  # tarfile keeps every header it read; a count is all that is needed
             parts = PurePosixPath(m.name).parts
             if m.isdir():
                 continue
-            if not m.isfile() or not parts or PurePosixPath(m.name).is_absolute() or ".." in parts \
-                    or m.size > MAX_TAR_MEMBER:
+            if not m.isfile() or not parts or PurePosixPath(m.name).is_absolute() or ".." in parts:
                 raise ValueError(f"{archive}: unsafe member {m.name!r}")
+            if m.size > max_member_bytes or total + m.size > max_total_bytes:
+                raise ValueError(f"{archive}: member {m.name!r} of {m.size} bytes passes the limit of "
+                                 f"{max_member_bytes} bytes a member and {max_total_bytes} bytes in all; not unpacked")
+            total += m.size
             if top is None:
                 top = parts[0]
             if parts[0] != top or len(parts) < 2:
