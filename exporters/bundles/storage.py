@@ -73,12 +73,11 @@ def unpack(archive: Path, dest_dir: Path, *, max_members: int = MAX_MEMBERS, max
     top: str | None = None
     members = total = 0
     with tarfile.open(archive, "r:gz") as tar:
-        while (m := tar.next()) is not None:  # one header at a time: a million members are never listed
+        while (m := tar.next()) is not None:  # one header at a time: at most max_members are ever held
             members += 1
             if members > max_members:
                 raise ValueError(f"{archive}: more than {max_members} members; over the limit for a bundle, "
                                  f"not unpacked")
-            tar.members.clear()  # tarfile keeps every header it read; a count is all that is needed
             parts = PurePosixPath(m.name).parts
             if m.isdir():
                 continue
