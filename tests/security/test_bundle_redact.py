@@ -165,7 +165,7 @@ def _tar(path: Path, members: list[tuple[str, int, bytes]]) -> None:
         for name, size, block in members:
             info = tarfile.TarInfo(name)
             info.size = size
-            t.addfile(info, io.BufferedReader(Repeat(block, size), 1 << 20))
+            t.addfile(info, io.BufferedReader(Repeat(block, size), 1 << 20) if size else None)
 
 
 def _limit_memory() -> None:
