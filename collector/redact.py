@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -37,6 +37,8 @@ MASK = "[REDACTED]"
 # Free text longer than this is cut before redaction (with a marker): outputs never need more.
 MAX_TEXT = 64 * 1024
 MAX_NAME = 128  # longer names are judged by their first characters
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
 
 # --- names that hold secrets ---------------------------------------------------------------------
 
@@ -93,6 +95,9 @@ class Rule:
     pattern: re.Pattern[str]
     # Builds the replacement from the match; None keeps the match (a false positive by content).
     replace: Callable[[re.Match[str]], str | None]
+    # The rule runs only on text holding one of these (lowercase: looked for case-insensitively):
+    # a substring test costs far less than a regex scan that finds nothing.
+    needles: tuple[str, ...] = ()
 
 
 def _mask_group(n: int) -> Callable[[re.Match[str]], str | None]:
@@ -132,32 +137,35 @@ def _url_userinfo(m: re.Match[str]) -> str | None:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{4,8192}\.[A-Za-z0-9_-]{0,4096}"), _mask_all),
+    Rule("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{4,8192}\.[A-Za-z0-9_-]{0,4096}"), _mask_all,
+         ("eyJ",)),
     Rule("authorization-header",
-         re.compile(r"(?i)\b(?:bearer|basic)[ \t]+([A-Za-z0-9._~+/=-]{8,4096})"), _mask_group(1)),
-    Rule("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), _mask_all),
+         re.compile(r"(?i)\b(?:bearer|basic)[ \t]+([A-Za-z0-9._~+/=-]{8,4096})"), _mask_group(1),
+         ("bearer", "basic")),
+    Rule("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), _mask_all, ("AKIA", "ASIA")),
     Rule("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255})"),
-         _mask_all),
-    Rule("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,255}"), _mask_all),
+         _mask_all, ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    Rule("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,255}"), _mask_all, ("xox",)),
     Rule("api-key", re.compile(r"\b(?:sk-[A-Za-z0-9_-]{20,255}|hf_[A-Za-z0-9]{30,255}|AIza[0-9A-Za-z_-]{35}|"
                                r"glpat-[A-Za-z0-9_-]{20,255}|npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_-]{50,255})"),
-         _mask_all),
-    Rule("azure-storage-key", re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{86}=="), _mask_all),
+         _mask_all, ("sk-", "hf_", "AIza", "glpat-", "npm_", "pypi-")),
+    Rule("azure-storage-key", re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{86}=="), _mask_all, ("==",)),
     Rule("sentry-dsn", re.compile(r"(?i)\bhttps?://([0-9a-f]{32}(?::[0-9a-f]{32})?)@[a-z0-9.-]{1,253}"),
-         _mask_group(1)),
+         _mask_group(1), ("@",)),
     Rule("webhook-url",
          re.compile(r"(?i)\bhttps://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|"
                     r"(?:[a-z0-9-]{1,63}\.)?discord(?:app)?\.com/api/webhooks/|"
-                    r"[a-z0-9-]{1,63}\.webhook\.office\.com/webhookb2/)([^\s\"'<>]{8,2048})"), _mask_group(1)),
+                    r"[a-z0-9-]{1,63}\.webhook\.office\.com/webhookb2/)([^\s\"'<>]{8,2048})"), _mask_group(1),
+         ("hooks.slack.com", "discord", "webhook.office.com")),
     Rule("url-credentials",
-         re.compile(r"(?i)\b[a-z][a-z0-9+.-]{1,20}://([^/\s?#\"'<>]{1,512})@"), _url_userinfo),
+         re.compile(r"(?i)\b[a-z][a-z0-9+.-]{1,20}://([^/\s?#\"'<>]{1,512})@"), _url_userinfo, ("@",)),
     # SAS and presigned-URL signatures, after `?`/`&` or starting a value (`sig=...` pasted alone)
     Rule("sas-signature",
          re.compile(r"(?i)(?<![A-Za-z0-9_.-])(?:sig|signature|x-amz-signature|x-goog-signature)=([^&\s\"'<>]{1,2048})"),
-         _mask_group(1)),
+         _mask_group(1), ("sig=", "signature=")),
     Rule("connection-string-key",
          re.compile(r"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|Password|Pwd)=([^;\s\"']{1,1024})"),
-         _mask_group(1)),
+         _mask_group(1), ("accountkey=", "sharedaccess", "password=", "pwd=")),
 )
 
 # --- rules by name: key = value, key: value, --flag value ---------------------------------------
@@ -167,10 +175,17 @@ _NAMED = re.compile(
     r"(?<![A-Za-z0-9_.-])(?:"
     r"(?P<flag>--?[A-Za-z][A-Za-z0-9_-]{0,62})(?P<fsep>=|[ \t]{1,4}|[\"'],[ \t]{0,2})"
     r"|(?P<glued>-p)(?=[^\s\"'=-])"  # mysql's -pSECRET, where the flag pattern stops early (-pMy$ecret)
-    r"|(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<q>[\"']?)(?:[ \t]{0,4}(?P<eq>=)(?!=)|(?P<colon>:)(?![:/]))[ \t]{0,4}"
-    r")")
-_V_DQ = re.compile(r'"(?:[^"\\\r\n]|\\.)*"')
-_V_SQ = re.compile(r"'[^'\r\n]*'")
+    r"|(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<q>[\"']?)(?:[ \t]{0,4}(?P<eq>=)(?!=)|(?P<colon>:)(?![:/]))"
+    r"[ \t]{0,4})")
+_RUN = re.compile(r"[A-Za-z0-9_.-]*")
+# A word of every name is_secret_name accepts, or the flags judged by their letter (-p, -u, --user):
+# where a name may need judging. A hint may swallow the start of the next (`-p` of `db-pass`): each
+# stands for its whole run of name characters.
+# Searched in the lowercased text: Python's engine tries a case-insensitive alternation at every
+# position (~20x slower); the (?i) form serves text whose lowercase changes length (U+0130).
+_HINTS = re.compile(r"pass|pwd|secret|token|key|sas|dsn|webhook|credential|cookie|auth|conn|-p|-u")
+_HINTS_ANY_CASE = re.compile("(?i)" + _HINTS.pattern)
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _V_WORD = re.compile(r"[^\s\"'&]+")  # key=value, --flag value: up to a blank, a quote or the next query pair
 _V_JSONISH = re.compile(r"[^\s,}\]\"']+")  # "key": value
 _V_LINE = re.compile(r"[^\r\n]+")  # key: value (YAML, headers, free text): the rest of the line
@@ -207,13 +222,34 @@ def _unquote(value: str) -> tuple[str, str]:
     return value, ""
 
 
-def _quoted_or(text: str, at: int, plain: re.Pattern[str]) -> re.Match[str] | None:
+def _quoted_end(text: str, at: int) -> int:
+    """The end of the quoted string opening at `at` (a backslash escapes in double quotes), within its
+    line; -1 when it does not close there. str.find, not a regex: a search for an unclosed quote
+    would start again at every quote of a line."""
+    quote = text[at]
+    eol = text.find("\n", at + 1)
+    eol = len(text) if eol < 0 else eol
+    i = at + 1
+    while (j := text.find(quote, i, eol)) >= 0:
+        k = j
+        while quote == '"' and k > i and text[k - 1] == "\\":
+            k -= 1
+        if (j - k) % 2 == 0:
+            return j + 1
+        i = j + 1
+    return -1
+
+
+def _value_span(text: str, at: int, plain: re.Pattern[str] | None) -> tuple[int, int] | None:
+    """Where the value starting at `at` ends: a quoted string, else `plain`'s match (None: quoted only)."""
     if at < len(text) and text[at] in "\"'":
-        m = (_V_DQ if text[at] == '"' else _V_SQ).match(text, at)
-        if m is not None:
-            return m
-        return _V_LINE.match(text, at)  # an unclosed quote: the rest of the line
-    return plain.match(text, at)
+        end = _quoted_end(text, at)
+        if end < 0:  # an unclosed quote: the rest of the line
+            m = _V_LINE.match(text, at)
+            return (at, m.end()) if m else None
+        return at, end
+    m = plain.match(text, at) if plain is not None else None
+    return (m.start(), m.end()) if m else None
 
 
 def _masked(value: str) -> str | None:
@@ -223,52 +259,87 @@ def _masked(value: str) -> str | None:
 
 
 def _named_value(text: str, m: re.Match[str], secret_name: Callable[[str], bool]
-                 ) -> tuple[re.Match[str] | None, str | None, str]:
-    """(the value's match, its replacement or None, the rule) for one name the scan found."""
+                 ) -> tuple[tuple[int, int] | None, str | None, str]:
+    """(the value's span, its replacement or None, the rule) for one name the scan found."""
     pos = m.end()
     before = text[max(0, m.start() - 64):m.start()]
     flag = m.group("flag")
     glued = m.group("glued") or (flag is not None and len(flag) > 2 and flag[1] == "p" and flag[:2] != "--")
     if glued and _MYSQL.search(text, max(0, m.start() - 256), m.start()):
-        vm = _V_WORD.match(text, m.start() + 2)
-        return vm, (_masked(vm.group(0)) if vm else None), "secret-flag"
+        span = _value_span(text, m.start() + 2, _V_WORD)
+        return span, (_masked(text[span[0]:span[1]]) if span else None), "secret-flag"
     if flag is not None:
-        if "," in m.group("fsep"):  # ["--password", "value"]: the value is the next quoted element
-            vm = _quoted_or(text, pos, _V_DQ) if pos < len(text) and text[pos] in "\"'" else None
-        else:
-            vm = _quoted_or(text, pos, _V_WORD)
-        if vm is None:
+        # ["--password", "value"]: the value is the next quoted element
+        span = _value_span(text, pos, None if "," in m.group("fsep") else _V_WORD)
+        if span is None:
             return None, None, ""
-        inner, quote = _unquote(vm.group(0))
+        inner, quote = _unquote(text[span[0]:span[1]])
         repl = flag_value(flag, inner, before)
-        return vm, (None if repl is None else quote + repl + quote), "secret-flag"
+        return span, (None if repl is None else quote + repl + quote), "secret-flag"
     key = m.group("key")
     if key is None or not secret_name(key):
         return None, None, ""
     if m.group("q"):
-        vm = _quoted_or(text, pos, _V_JSONISH)
+        span = _value_span(text, pos, _V_JSONISH)
     elif m.group("eq"):
-        vm = _quoted_or(text, pos, _V_WORD)
+        span = _value_span(text, pos, _V_WORD)
     else:
-        vm = _V_BLOCK.match(text, pos) or _quoted_or(text, pos, _V_LINE)
-    return vm, (_masked(vm.group(0)) if vm else None), "secret-assignment"
+        block = _V_BLOCK.match(text, pos)
+        span = (pos, block.end()) if block else _value_span(text, pos, _V_LINE)
+    return span, (_masked(text[span[0]:span[1]]) if span else None), "secret-assignment"
 
 
-def _redact_named(text: str, counts: Counter[str], secret_name: Callable[[str], bool]) -> str:
+def _name_starts(text: str) -> Iterator[int]:
+    """Where a name the scan must judge may start, in order.
+
+    Most names of a log line are `loss:`, `step=`: only the runs of name characters holding a
+    word of a secret's name, and dashes (flags), are looked at."""
+    folded = text.lower()
+    hints = _HINTS.finditer(folded) if len(folded) == len(text) else _HINTS_ANY_CASE.finditer(text)
+    skip = 0
+    for h in hints:
+        at = h.start()
+        if at < skip:
+            continue
+        if text[at] == "-" and (at == 0 or text[at - 1] not in _KEY_CHARS or text[at - 1] == "-"):
+            yield at - 1 if at > 0 and text[at - 1] == "-" else at  # a flag: -p, --token
+            continue
+        start, floor = at, max(0, at - 81)  # a name: from the start of its run of name characters
+        while start > floor and text[start - 1] in _KEY_CHARS:
+            start -= 1
+        yield start
+        run = _RUN.match(text, at)
+        skip = run.end() if run else at + 1  # one look per run of name characters
+
+
+def _redact_named(text: str, counts: Counter[str], secret_name: Callable[[str], bool], every_key: bool) -> str:
+    """Mask the values of secrets' names. With operator key names (any name may be one) every
+    position is searched; else only where _name_starts points."""
     out: list[str] = []
     done = pos = 0
-    while (m := _NAMED.search(text, pos)) is not None:
+    starts = _name_starts(text)
+    while True:
+        if every_key:
+            m = _NAMED.search(text, pos)
+        else:
+            m = None
+            for at in starts:
+                if at >= pos and (m := _NAMED.match(text, at)) is not None:
+                    break
+        if m is None:
+            break
         pos = m.end()
-        vm, new, rule = _named_value(text, m, secret_name)
-        if vm is None or new is None:
-            if vm is not None and _unquote(vm.group(0))[0] == MASK:
-                pos = vm.end()  # masked already: nothing to find inside
+        span, new, rule = _named_value(text, m, secret_name)
+        if span is None or new is None:
+            if span is not None and _unquote(text[span[0]:span[1]])[0] == MASK:
+                pos = span[1]  # masked already: nothing to find inside
             continue  # not a secret: names inside the value are looked at too (--verbose password=x)
-        pos = vm.end()  # never look for names inside a masked value
-        if new != vm.group(0):
-            out.append(text[done:vm.start()])
+        start, end = span
+        pos = end  # never look for names inside a masked value
+        if new != text[start:end]:
+            out.append(text[done:start])
             out.append(new)
-            done = vm.end()
+            done = end
             counts[rule] += 1
     if not out:
         return text
@@ -320,8 +391,6 @@ def _cut(text: str, limit: int) -> str:
 
 # --- the redactor: built-in rules plus the operator's ---------------------------------------------
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
 _GLOB = re.compile(r"[*?]|[^*?]+")
 
 
@@ -346,7 +415,11 @@ class Redactor:
         if not text:
             return text, counts
         out = _redact_pem(_cut(text, limit), counts)
+        folded = out.lower()  # replacements only ever remove needles: one look at the text serves every rule
         for rule in RULES:
+            if rule.needles and not any(n in (folded if n.islower() else out) for n in rule.needles):
+                continue
+
             def sub(m: re.Match[str], rule: Rule = rule) -> str:
                 new = rule.replace(m)
                 if new is None or new == m.group(0):
@@ -355,7 +428,7 @@ class Redactor:
                 return new
 
             out = rule.pattern.sub(sub, out)
-        out = _redact_named(out, counts, self.is_secret_name)
+        out = _redact_named(out, counts, self.is_secret_name, self.keys is not None)
         for i, rx in enumerate(self.patterns):
             out = _custom_sub(rx, f"custom-pattern-{i + 1}", out, counts)
         return out, counts

@@ -29,6 +29,7 @@ from collector.settings import Settings
 from collector.sources.dump import load_dump
 from exporters.bundles.scrub import report, scrub_json, scrub_text
 from tests.dumpkit import event, pod, write_dump
+from tests.progress.test_linear_patterns import PATTERNS
 from tests.test_explain_fixtures import NOW, taurun
 
 RUN, NS = "llm", "research"
@@ -322,11 +323,29 @@ def test_a_token_across_the_old_chunk_boundary_is_masked() -> None:
         assert out.startswith("step 1\n") and out.endswith("step 2\n")
 
 
+# Shapes aimed at the new patterns: runs of what each one starts, continues or ends with.
+LINEAR_SHAPES = ["://", "a://a@", "@", "--password ", "-p ", "-pa", "sig=", "DB_PASS=", "a:", "a=", "'", '"',
+                 "password: ", "hooks.slack.com/services/", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "x" * 80 + "=",
+                 '["--token", "', "postgres://u:", "A" * 100 + "a", "aA", "password: |\n ", "\\", '"\\',
+                 "https://" + "0" * 32 + "@", "-a-a", "a.", "token=\"", "mysql -p"]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in PATTERNS if n.startswith("redact.")])
+def test_each_redaction_pattern_is_linear_on_the_new_shapes(name: str) -> None:
+    rx = dict(PATTERNS)[name]
+    for shape in LINEAR_SHAPES:
+        line = shape * (64 * 1024 // len(shape))
+        best = float("inf")
+        for _ in range(2):
+            t0 = time.thread_time()
+            rx.search(line)
+            rx.match(line)
+            best = min(best, time.thread_time() - t0)
+        assert best < 0.05, f"{name}: {best * 1000:.0f} ms on 64 KB of {shape!r}"
+
+
 def test_the_new_rules_stay_linear_on_hostile_repetition() -> None:
-    shapes = ["://", "a://a@", "@", "--password ", "-p ", "-pa", "sig=", "DB_PASS=", "a:", "a=", "'", '"',
-              "password: ", "hooks.slack.com/services/", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "x" * 80 + "=",
-              '["--token", "', "postgres://u:", "A" * 100 + "a"]
-    for shape in shapes:
+    for shape in LINEAR_SHAPES:
         text = shape * (64 * 1024 // len(shape))
         best = float("inf")
         for _ in range(2):
@@ -342,7 +361,7 @@ ACME = "acme_9f8e7d6c5b4a3921"
 CUSTOM_CONFIG = """redaction:
   patterns:
     - 'acme_[0-9a-f]{16}'
-    - 'employee-id=(?P<mask>[0-9]+)'
+    - 'employee-id=(?P<mask>[0-9]{7})'
     - '(a+)+$'
   keys: ['X_ACME_*', 'corp_badge']
 """
@@ -360,9 +379,9 @@ def custom_dump(tmp_path: Path) -> Path:
     w0 = pod(f"{RUN}-w0", NS, NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": RUN},
              ready=False, containers=[{"name": "main", "ready": False, "restartCount": 0, "state": {"waiting": {
                  "reason": "CreateContainerConfigError",
-                 "message": f"license {ACME} refused for employee-id=4471 (X_ACME_PIN=2718)"}}}])
+                 "message": f"license {ACME} refused for employee-id=8675309 (X_ACME_PIN=27182818)"}}}])
     w0["spec"]["containers"][0]["env"] = [{"name": "X_ACME_LICENSE", "value": "L-42"}]
-    log = (f"2026-01-10T11:10:00Z checking {ACME} employee-id=4471 X_ACME_PIN=2718\n"
+    log = (f"2026-01-10T11:10:00Z checking {ACME} employee-id=8675309 X_ACME_PIN=27182818\n"
            "2026-01-10T11:10:01Z  iteration       1/  250000 | lm loss: 2.5E+00 |\n")
     return write_dump(tmp_path / "dump", [tr, w0], logs={(NS, f"{RUN}-w0"): log})
 
@@ -371,9 +390,9 @@ def test_operator_rules_from_settings_apply_to_explain_bundles_and_bundle_redact
     dump = custom_dump(tmp_path)
     cfg = tmp_path / "settings.yaml"
     cfg.write_text(CUSTOM_CONFIG)
-    custom = [ACME, "4471", "2718", "L-42", "B-1177"]
+    custom = [ACME, "8675309", "27182818", "L-42", "B-1177"]
     plain = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", AT, "-o", "json"]).stdout
-    assert ACME in plain and "4471" in plain  # control: the built-in rules do not know these
+    assert ACME in plain and "8675309" in plain  # control: the built-in rules do not know these
     r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", AT, "-o", "json", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
     assert [v for v in custom if v in r.stdout] == [] and "employee-id=" in r.stdout
