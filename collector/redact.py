@@ -252,10 +252,13 @@ def _value_span(text: str, at: int, plain: re.Pattern[str] | None) -> tuple[int,
     return (m.start(), m.end()) if m else None
 
 
+_NOT_SECRETS = frozenset({"", "true", "false", "null", "none"})  # a boolean or nothing hides no secret
+
+
 def _masked(value: str) -> str | None:
-    """MASK in place of a value (quotes kept), or None when it is masked already or empty."""
+    """MASK in place of a value (quotes kept), or None when it is masked already, empty or a boolean."""
     inner, quote = _unquote(value)
-    return None if inner.strip() in ("", MASK) else quote + MASK + quote
+    return None if inner.strip().lower() in _NOT_SECRETS or inner.strip() == MASK else quote + MASK + quote
 
 
 def _named_value(text: str, m: re.Match[str], secret_name: Callable[[str], bool]

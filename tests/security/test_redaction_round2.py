@@ -270,6 +270,8 @@ KEPT = [
     "https://user@example.com/path",
     "NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=eth0",
     "compass heading=270",
+    "automountServiceAccountToken: true",
+    "password: null",
 ]
 
 
