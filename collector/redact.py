@@ -199,7 +199,8 @@ _P_FLAG_COMMANDS = ("mkdir", "cp", "install", "rsync", "scp")  # -p is not an op
 
 
 def flag_value(flag: str, value: str, before: str = "") -> str | None:
-    """The masked form of `value`, the argument after `flag` (argv lists, text), or None to keep it.
+    """The masked form of `value`, the argument after `flag` (argv lists, text), or None when it is
+    not a secret (`value` itself when it is one, masked already).
 
     `before` is the text before the flag (the command it belongs to)."""
     name = flag.lstrip("-")
@@ -207,7 +208,9 @@ def flag_value(flag: str, value: str, before: str = "") -> str | None:
         return None
     if name in _USER_FLAGS:
         user, colon, password = value.partition(":")
-        return f"{user}:{MASK}" if colon and password and password != MASK else None
+        if not colon or not password:
+            return None
+        return value if password == MASK else f"{user}:{MASK}"  # unchanged: handled, look past it
     if name == "p":
         if value.startswith(_NOT_A_VALUE) or _PORTLIKE.fullmatch(value):
             return None
@@ -242,6 +245,9 @@ def _quoted_end(text: str, at: int) -> int:
 
 def _value_span(text: str, at: int, plain: re.Pattern[str] | None) -> tuple[int, int] | None:
     """Where the value starting at `at` ends: a quoted string, else `plain`'s match (None: quoted only)."""
+    if text.startswith(MASK, at):  # masked by an earlier rule or pass: only what follows it is new
+        rest = plain.match(text, at + len(MASK)) if plain is not None else None
+        return at, rest.end() if rest else at + len(MASK)
     if at < len(text) and text[at] in "\"'":
         end = _quoted_end(text, at)
         if end < 0:  # an unclosed quote: the rest of the line

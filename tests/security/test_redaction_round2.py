@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.claims import evaluate
 from collector.cli import SNAPSHOT_SOURCES, main
@@ -430,3 +432,16 @@ def test_operator_patterns_run_on_re2_and_a_bad_one_is_a_clear_error(tmp_path: P
     assert "config.redaction.patterns" in r2.output and "RE2" in r2.output
     with pytest.raises(ValueError, match="matches empty text"):
         compile_rules(["x*"], [])
+
+
+PIECES = ["password", "DB_PASS", "token", "key", "=", ":", " ", '"', "'", "-p", "--password", "--token", "-u",
+          "\n", "[REDACTED]", "@", "://", "https", "x", "1", "|", ",", "mysql", "sig=", "a:b", "\\", "&", "]", "}",
+          "-----BEGIN PGP PRIVATE KEY BLOCK-----", "-----END ", "hooks.slack.com/services/", "eyJ", "İ", "true",
+          "postgres://u:p@h", "secret: |\n  x\n"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=16))
+def test_redaction_of_rule_pieces_is_idempotent(pieces: list[str]) -> None:
+    once = redact("".join(pieces))
+    assert redact(once) == once
