@@ -66,8 +66,10 @@ def main() -> None:
     msg = ("Readiness probe failed: mysql --password=evPw-2Zq9 -e 'select 1' at 10.0.0.7:3306; "
            "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
     n = 20_000
-    t = best_of(3, lambda: [redact(msg) for _ in range(n)])
-    print(f"redact() on a {len(msg)}-char event message: {t / n * 1e6:.1f} µs per call")
+    msgs = [f"{msg} #{i}" for i in range(3 * n)]  # all different: short texts are cached once judged
+    rounds = iter(range(3))
+    t = best_of(3, lambda: [redact(m) for m in msgs[next(rounds) * n:][:n]])
+    print(f"redact() on a {len(msgs[0])}-char event message: {t / n * 1e6:.1f} µs per call (a repeat: cached)")
 
 
 if __name__ == "__main__":

@@ -420,13 +420,19 @@ class Redactor:
         return self.keys is not None and self.keys.fullmatch(name[:MAX_NAME]) is not None
 
     def redact_counted(self, text: str, *, limit: int = MAX_TEXT) -> tuple[str, Counter[str]]:
-        counts: Counter[str] = Counter()
         if not text:
-            return text, counts
+            return text, Counter()
+        if len(text) <= _CACHED_TEXT:  # object fields repeat (every version of every pod): judged once
+            out, counted = _redact_short(self, text)
+            return out, Counter(dict(counted))
+        return self._redact(text, limit)
+
+    def _redact(self, text: str, limit: int) -> tuple[str, Counter[str]]:
+        counts: Counter[str] = Counter()
         out = _redact_pem(_cut(text, limit), counts)
         folded = out.lower()  # replacements only ever remove needles: one look at the text serves every rule
-        for rule in RULES:
-            if rule.needles and not any(n in (folded if n.islower() else out) for n in rule.needles):
+        for rule, exact, lower in _PLAN:
+            if (exact or lower) and not (any(n in out for n in exact) or any(n in folded for n in lower)):
                 continue
 
             def sub(m: re.Match[str], rule: Rule = rule) -> str:
@@ -441,6 +447,18 @@ class Redactor:
         for i, rx in enumerate(self.patterns):
             out = _custom_sub(rx, f"custom-pattern-{i + 1}", out, counts)
         return out, counts
+
+
+_CACHED_TEXT = 256
+# Each rule with its needles, split into those looked for as they are and those looked for in lowercase.
+_PLAN = tuple((r, tuple(n for n in r.needles if not n.islower()), tuple(n for n in r.needles if n.islower()))
+              for r in RULES)
+
+
+@lru_cache(maxsize=4096)
+def _redact_short(redactor: Redactor, text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    out, counts = redactor._redact(text, MAX_TEXT)
+    return out, tuple(counts.items())
 
 
 def _custom_sub(rx: Any, name: str, text: str, counts: Counter[str]) -> str:
