@@ -91,6 +91,7 @@ def redact_cmd(path: Path) -> int:
     storage.unpack's caps on members and sizes."""
     now = datetime.now(UTC)
     if path.is_dir():
+        path = path.resolve()  # a link to the bundle: the bundle itself is redacted and replaced
         if not (path / MANIFEST).is_file():
             raise CaptureError(f"{path}: no {MANIFEST}: not a bundle")
         with tempfile.TemporaryDirectory(prefix=f".{path.name}.redact-", dir=path.parent) as tmp:

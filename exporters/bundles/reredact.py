@@ -101,16 +101,23 @@ def _stream_text(src: Path, dst: Path, rel: str, log: RedactionLog) -> None:
 
 
 def _json_lines(src: Path, dst: Path, rel: str, log: RedactionLog) -> None:
+    """JSON lines by their keys; a line that is not JSON as text; a line past MAX_LINE keeps its head."""
     with src.open("rb") as fin, dst.open("wb") as fout:
-        for i, line in enumerate(fin):
+        i = 0
+        while line := fin.readline(MAX_LINE + 1):
+            i += 1
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                while (rest := fin.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an over-long line is cut
+                line = line[:MAX_LINE] + f"…[cut: a line over {MAX_LINE} bytes]\n".encode()
             try:
-                obj = orjson.loads(line) if len(line) <= MAX_LINE else None
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError:
                 obj = None
             if obj is None:
-                fout.write(scrub_text(line[:MAX_LINE].decode("utf-8", "replace"), rel, log).encode())
+                fout.write(scrub_text(line.decode("utf-8", "replace"), rel, log).encode())
             else:
-                fout.write(orjson.dumps(scrub_json(obj, f"{rel}#{i + 1}", log)) + b"\n")
+                fout.write(orjson.dumps(scrub_json(obj, f"{rel}#{i}", log)) + b"\n")
 
 
 def _copy_redacted(src: Path, dst: Path, rel: str, size: int, log: RedactionLog) -> None:
@@ -181,7 +188,8 @@ def redact_bundle(src: Path, dest: Path, now: datetime) -> int:
         if why:
             removed.append({"what": rel, "why": f"{why}; removed by bundle redact"})
         elif rel == REDACTIONS:
-            previous = scrub_text(p.read_text(errors="replace")[:MAX_LINE], rel, log)
+            with p.open("rb") as fh:  # the earlier sections, redacted again (an old report may show a key)
+                previous = scrub_text(fh.read(MAX_LINE).decode("utf-8", "replace"), rel, log)
         else:
             out_rel = log.apply(rel, rel)  # a token in a file's name goes too
             while out_rel != rel and (dest / out_rel).exists():
