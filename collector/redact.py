@@ -83,7 +83,10 @@ def _builtin_secret_name(name: str) -> bool:
         return prev not in _PLAIN_BEFORE_TOKEN
     if last in _SECRET_LAST or (prev, last) in (("connection", "string"), ("basic", "auth")):
         return True
-    return len(last) > 6 and last.endswith(("token", "secret")) and last[:-6] not in _PLAIN_BEFORE_TOKEN
+    for glued in ("token", "secret"):  # hftoken, appsecret; not padtoken
+        if len(last) > len(glued) and last.endswith(glued):
+            return last[: -len(glued)] not in _PLAIN_BEFORE_TOKEN
+    return False
 
 
 # --- rules by content ----------------------------------------------------------------------------
