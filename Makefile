@@ -37,6 +37,7 @@ bench: setup
 	$(BIN)/python bench/bench_controller.py --quick
 	$(BIN)/python bench/bench_stall.py --quick
 	$(BIN)/python bench/bench_bundles.py --events 5000 --pods 2000
+	$(BIN)/python bench/bench_redact.py
 	$(BIN)/python bench/bench_agent.py --quick
 	$(BIN)/python bench/bench_spool.py --rows 100000
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import tarfile
 import tempfile
+import zlib
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +18,9 @@ from collector.controller import Controller
 from collector.model import RunClaims
 from collector.settings import Settings
 from collector.sources.kube_api import KubeApi
+from exporters.bundles.reredact import redact_bundle
 from exporters.bundles.storage import TAR_SUFFIX, LocalStore, latest_bundle, pack, unpack
-from exporters.bundles.writer import MANIFEST, redact_tree
+from exporters.bundles.writer import MANIFEST
 
 
 def _store_for_out(out: Path | None, settings: Settings) -> tuple[LocalStore, Path | None]:
@@ -81,20 +84,38 @@ def _match(claims: list[RunClaims], run: str) -> RunClaims:
 
 
 def redact_cmd(path: Path) -> int:
-    """Re-apply the current redaction rules to a bundle directory or tarball, in place."""
+    """Re-apply the current redaction rules to a bundle directory or tarball: all or nothing.
+
+    The redacted copy is written beside the bundle and swapped in only when complete; any error
+    leaves the bundle as it was (and no work directory behind). A tarball is unpacked within
+    storage.unpack's caps on members and sizes."""
+    now = datetime.now(UTC)
     if path.is_dir():
+        path = path.resolve()  # a link to the bundle: the bundle itself is redacted and replaced
         if not (path / MANIFEST).is_file():
             raise CaptureError(f"{path}: no {MANIFEST}: not a bundle")
-        return redact_tree(path, datetime.now(UTC))
+        with tempfile.TemporaryDirectory(prefix=f".{path.name}.redact-", dir=path.parent) as tmp:
+            new = Path(tmp) / "new"
+            changed = redact_bundle(path, new, now)
+            # Two renames on one filesystem: the old tree moves into the work directory (and goes
+            # with it), the new one takes its place.
+            os.rename(path, Path(tmp) / "old")
+            os.rename(new, path)
+        return changed
     if not path.name.endswith(TAR_SUFFIX):
         raise CaptureError(f"{path}: not a bundle directory or .tar.gz")
-    with tempfile.TemporaryDirectory(prefix="taugrid-redact-", dir=path.parent) as tmp:
-        root = unpack(path, Path(tmp) / "in")
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.redact-", dir=path.parent) as tmp:
+        try:
+            root = unpack(path, Path(tmp) / "in")
+        except (tarfile.TarError, EOFError, zlib.error) as e:
+            raise CaptureError(f"{path}: not a readable tarball: {e}") from e
         if not (root / MANIFEST).is_file():
             raise CaptureError(f"{path}: no {MANIFEST} inside: not a bundle")
-        changed = redact_tree(root, datetime.now(UTC))
+        out = Path(tmp) / "out" / root.name
+        out.parent.mkdir()
+        changed = redact_bundle(root, out, now)
         new = Path(tmp) / path.name
-        pack(root, new)
+        pack(out, new)
         os.replace(new, path)  # the redacted tarball replaces the old one in one step
     return changed
 

@@ -10,9 +10,11 @@ in its own thread, rate-limited, bounded in size and once per incident.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import re
 import shutil
+import stat
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
@@ -38,6 +40,7 @@ from collector.model import (
     TauRunFacts,
     Verdict,
 )
+from collector.safeload import MAX_OBJECT_BYTES, UnsafeInput, check_size, documents
 from collector.settings import BundleSettings, Settings
 from collector.sources.dump import load_dump
 from collector.sources.kube_api import LogApi, SourceError, pod_log_path
@@ -90,17 +93,45 @@ def _pod_nodes(ev: RunEvidence) -> dict[str, str]:
     return {p.ref.name: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
 
 
+def _dump_object_files(root: Path) -> Iterator[Path]:
+    """The object files of a dump that `load_dump` reads: regular files, walked without following a
+    symbolic link; a linked file is read only when it resolves inside the dump."""
+    real_root = os.path.realpath(root)
+    for top, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(names):
+            p = Path(top, name)
+            if p.suffix not in (".json", ".yaml", ".yml"):
+                continue
+            if p.is_symlink():
+                target = os.path.realpath(p)
+                if os.path.commonpath([real_root, target]) != real_root:
+                    continue
+            if p.is_file():
+                yield p
+
+
+def _read_object_file(path: Path) -> bytes:
+    """A dump file, still regular when opened (never a FIFO swapped in), within the one size cap."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeInput("not a regular file")
+        check_size(st.st_size, MAX_OBJECT_BYTES, "one dump file")
+        return fh.read(MAX_OBJECT_BYTES + 1)
+
+
 def _raw_objects(root: Path, keys: set[Key], settings: Settings) -> Iterator[tuple[Key, dict[str, Any]]]:
-    """The raw objects of a dump whose keys are wanted (the same files `load_dump` reads)."""
-    for path in sorted(root.rglob("*")):
-        if not _regular(path) or path.suffix not in (".json", ".yaml", ".yml") or path.stat().st_size > 256 << 20:
-            continue
+    """The raw objects of a dump whose keys are wanted, parsed by the same safe loader as `load_dump`
+    (no YAML aliases, the same size cap): a file it refused is refused here too."""
+    for path in _dump_object_files(root):
+        docs: list[Any] = []
         try:
-            data = path.read_bytes()
-            docs: list[Any] = [orjson.loads(data)] if path.suffix == ".json" else list(
-                yaml.load_all(data.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-        except (OSError, ValueError, yaml.YAMLError):
-            continue  # load_dump already named the bad file
+            for doc in documents(_read_object_file(path), path.suffix):
+                docs.append(doc)
+        except (OSError, ValueError, UnsafeInput, yaml.YAMLError, RecursionError):
+            pass  # load_dump already named the bad file; the documents before the problem are kept
         for doc in docs:
             items: list[Any] = doc["items"] if isinstance(doc, dict) and isinstance(doc.get("items"), list) else (
                 doc if isinstance(doc, list) else [doc])
@@ -117,6 +148,16 @@ def _raw_objects(root: Path, keys: set[Key], settings: Settings) -> Iterator[tup
                     continue
                 if rec is not None and rec.ref.key in keys:
                     yield rec.ref.key, obj
+
+
+def _pod_dir(dump_dir: Path, namespace: str, pod: str) -> Path | None:
+    """`<dump>/<namespace>/<pod>` when reaching it follows no symbolic link and stays in the dump, else None."""
+    d = dump_dir / namespace / pod
+    real = os.path.realpath(d)
+    if Path(namespace).name != namespace or Path(pod).name != pod or pod in ("", ".", "..") or \
+            real != os.path.join(os.path.realpath(dump_dir), namespace, pod):
+        return None
+    return d
 
 
 def _select(claims: list[RunClaims], run: str) -> RunClaims:
@@ -176,7 +217,12 @@ def bundle_from_dump(dump_dir: Path, run: str, settings: Settings, *, at: dateti
     artifacts: list[Artifact] = []
     ns = rc.ref.namespace
     for pod in ev.pods:
-        d = dump_dir / ns / pod.ref.name
+        d = _pod_dir(dump_dir, ns, pod.ref.name)
+        if d is None:
+            logs.append(LogTail(pod.ref.name, "all containers", False, None,
+                                problem="its directory in the dump is a symbolic link or lies outside the dump; "
+                                        "not read"))
+            continue
         cur = d / "logs.txt"
         if _regular(cur):
             data, size = _tail(cur, cfg.log_tail_bytes)

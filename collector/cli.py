@@ -413,14 +413,17 @@ def bundle_create(run: str, dump_dir: Path | None, out: Path | None, at: datetim
 
 @bundle.command("redact")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-def bundle_redact(path: Path) -> None:
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML settings (a redaction: section adds patterns and secret names).")
+def bundle_redact(path: Path, config_path: Path | None) -> None:
     """Re-apply the current redaction rules to the bundle at PATH (directory or .tar.gz), updating hashes."""
     from collector.bundlecmd import redact_cmd
     from collector.capture import CaptureError
 
     try:
+        load_settings(config_path)  # installs the settings' redaction rules
         changed = redact_cmd(path)
-    except (CaptureError, ValueError, OSError) as e:
+    except (ConfigError, CaptureError, ValueError, OSError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"{path}: {changed} more value(s) redacted; manifest and REDACTIONS.md updated")
 

@@ -14,6 +14,7 @@ import yaml
 from annotated_types import Ge, Gt
 from pydantic import BeforeValidator, Field, Strict, StrictBool, StrictInt, TypeAdapter, ValidationError
 
+from collector.redact import Redactor, compile_rules, install
 from collector.safeload import UnsafeInput, check_size, yaml_documents
 from collector.settings import Settings
 
@@ -169,6 +170,7 @@ def load_settings(path: Path | None) -> Settings:
     Strict: no aliases, no key given twice, every key known, every regex compiled.
     """
     if path is None:
+        install(Redactor())
         return Settings()
     duplicates: list[str] = []
     try:
@@ -186,8 +188,10 @@ def load_settings(path: Path | None) -> Settings:
         settings: Settings = _build(Settings, data, "config")
         _validate(settings)
         settings = _with_durations(settings)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from e
+        redactor = compile_rules(settings.redaction.patterns, settings.redaction.keys)
+    except ValueError as e:  # ConfigError, or a redaction pattern RE2 refuses
+        raise ConfigError(f"{path}: {e if isinstance(e, ConfigError) else f'config.redaction.patterns: {e}'}") from e
+    install(redactor)  # the operator's redaction rules apply to every output of this process
     return settings
 
 

@@ -5,7 +5,10 @@
   expansion, so the refusal costs nothing.
 - Duplicate keys in an object are reported (by key and position); the value that the Kubernetes
   API's own decoders keep, the last, is kept, never silently.
-- Callers cap the input size before parsing (`check_size`).
+- Callers cap the input size before parsing (`check_size`, `MAX_OBJECT_BYTES`).
+
+Every reader of tenant or dump JSON/YAML in the package parses through here: the dump loader,
+the bundle's raw-object copy, settings files.
 """
 
 from __future__ import annotations
@@ -78,6 +81,19 @@ def yaml_documents(text: str, duplicates: list[str]) -> Iterator[Any]:
             yield doc
     finally:
         loader.dispose()
+
+
+def documents(data: bytes, suffix: str, duplicates: list[str] | None = None) -> Iterator[Any]:
+    """Each document of one JSON (`.json`) or YAML file, through the checks above.
+
+    Raises UnsafeInput (aliases), yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError or
+    RecursionError, after the documents before the problem.
+    """
+    dup = [] if duplicates is None else duplicates
+    if suffix == ".json":
+        yield json_loads(data, dup)
+        return
+    yield from yaml_documents(data.decode("utf-8"), dup)
 
 
 def json_loads(data: bytes | str, duplicates: list[str]) -> Any:

@@ -169,12 +169,26 @@ class BundleSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RedactionSettings:
+    """The operator's redaction rules, applied beside the built-in ones (collector/redact.py).
+
+    `patterns`: RE2 regexes; each match, or its group named `mask`, is masked in every output.
+    `keys`: names of secrets (case-insensitive; `*` and `?` globs): their whole value is masked,
+    in objects (map keys, env names) and in text (`NAME=value`, `NAME: value`, `--name value`).
+    """
+
+    patterns: frozenset[str] = frozenset()
+    keys: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     taugrid: TauGridContract = field(default_factory=TauGridContract)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     bundles: BundleSettings = field(default_factory=BundleSettings)
+    redaction: RedactionSettings = field(default_factory=RedactionSettings)
 
 
 @dataclass(frozen=True, slots=True)

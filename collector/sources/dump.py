@@ -257,6 +257,19 @@ def load_dump(root: Path, contract: TauGridContract | None = None, *,
     return dump
 
 
+def unsafe_name(ref: Ref) -> str:
+    """Why this object's namespace or name cannot be one path component, or "".
+
+    Both become paths (`<dump>/<namespace>/<pod>/logs.txt`, a bundle's `<namespace>.<run>.<time>`);
+    the API server never accepts `/`, `..` or an empty name, so a dump that holds one is forged.
+    """
+    for what, value in (("namespace", ref.namespace), ("name", ref.name)):
+        if (not value and what == "name") or len(value) > 253 or value in (".", "..") or ".." in value \
+                or any(c in value for c in "/\\\x00"):
+            return f"{ref.kind} {what} {value[:100]!r} holds '/' or '..' or is not a name Kubernetes allows"
+    return ""
+
+
 def _regex_by_pod(records: list[ObjectRecord], by_profile: Mapping[str, str]) -> dict[tuple[str, str], str]:
     """(namespace, pod) → the progress regex of its run's profile."""
     index = build_index(records)
@@ -352,6 +365,9 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
                 n = normalize(obj, contract, where=item_where)
             except MalformedObject as e:
                 dump.problems.append(Problem(rel, str(e), True))
+                continue
+            if n.record is not None and (unsafe := unsafe_name(n.record.ref)):
+                dump.problems.append(Problem(rel, f"{item_where}: {unsafe}; refused, the object is not read", True))
                 continue
             dump.problems.extend(Problem(rel, p, False) for p in n.problems)
             if n.record is not None:

@@ -87,6 +87,16 @@ class BundleInput:
     trace_id: str = ""  # the run's lifecycle trace (OpenTelemetry), when traces are exported
 
 
+def path_component(name: str, what: str = "bundle name") -> str:
+    """`name` when it is one plain path component (no separator, not `.`/`..`); ValueError otherwise.
+
+    Names come from objects (a dump is from anyone): a bundle is written, and replaced, only inside
+    its store's directory."""
+    if not name or name in (".", "..") or ".." in name or any(c in name for c in "/\\\x00") or len(name) > 255:
+        raise ValueError(f"{what} {name[:100]!r} is not one plain path component; refused")
+    return name
+
+
 def bundle_name(namespace: str, name: str, at: datetime) -> str:
     """`<namespace>.<run>.<UTC time>`: namespaces hold no dots, so the name splits unambiguously."""
-    return f"{namespace}.{name}.{at.strftime('%Y%m%dT%H%M%SZ')}"
+    return path_component(f"{namespace}.{name}.{at.strftime('%Y%m%dT%H%M%SZ')}")

@@ -17,10 +17,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from exporters.bundles.model import path_component
 from exporters.bundles.writer import MANIFEST
 
 TAR_SUFFIX = ".tar.gz"
-MAX_TAR_MEMBER = 512 << 20
+# What an archive may unpack to: a bundle the writer makes stays under `max_bundle_bytes` (256 MiB
+# by default) in a few files per pod; one object history or decoded dump stays under 128 MiB.
+MAX_MEMBERS = 20_000
+MAX_MEMBER_BYTES = 128 << 20
+MAX_UNPACKED_BYTES = 512 << 20
 
 
 class StoreError(RuntimeError):
@@ -57,31 +62,72 @@ def pack(src: Path, dest: Path) -> Path:
     return dest
 
 
-def unpack(archive: Path, dest_dir: Path) -> Path:
-    """Extract a bundle tarball safely (regular files inside one top directory); returns that directory."""
-    top: str | None = None
+def unpack(archive: Path, dest_dir: Path, *, max_members: int = MAX_MEMBERS, max_member_bytes: int = MAX_MEMBER_BYTES,
+           max_total_bytes: int = MAX_UNPACKED_BYTES) -> Path:
+    """Extract a bundle tarball safely; returns its one top directory.
+
+    Regular files inside one top directory only; member count, each member's size and the total
+    are capped from the headers, before a byte of a member is written (a megabyte of gzip can
+    hold gigabytes). Raises ValueError naming the member and the limit.
+    """
+    _Caps(archive, max_members, max_member_bytes, max_total_bytes).scan()
+    caps = _Caps(archive, max_members, max_member_bytes, max_total_bytes)  # again: the file may have changed
     with tarfile.open(archive, "r:gz") as tar:
-        for m in tar.getmembers():
-            parts = PurePosixPath(m.name).parts
-            if m.isdir():
+        while (m := tar.next()) is not None:
+            if not caps.check(m):
                 continue
-            if not m.isfile() or not parts or PurePosixPath(m.name).is_absolute() or ".." in parts \
-                    or m.size > MAX_TAR_MEMBER:
-                raise ValueError(f"{archive}: unsafe member {m.name!r}")
-            if top is None:
-                top = parts[0]
-            if parts[0] != top or len(parts) < 2:
-                raise ValueError(f"{archive}: member {m.name!r} outside the bundle directory")
-            target = dest_dir.joinpath(*parts)
+            target = dest_dir.joinpath(*PurePosixPath(m.name).parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             src = tar.extractfile(m)
             if src is None:
                 raise ValueError(f"{archive}: unreadable member {m.name!r}")
             with src, target.open("wb") as out:
                 shutil.copyfileobj(src, out)
-    if top is None:
-        raise ValueError(f"{archive}: empty archive")
-    return dest_dir / top
+    return dest_dir / caps.finish()
+
+
+class _Caps:
+    """The limits and the layout of a bundle archive, checked member by member from the headers."""
+
+    def __init__(self, archive: Path, max_members: int, max_member_bytes: int, max_total_bytes: int) -> None:
+        self.archive = archive
+        self.max_members, self.max_member_bytes, self.max_total_bytes = max_members, max_member_bytes, max_total_bytes
+        self.members = self.total = 0
+        self.top: str | None = None
+
+    def check(self, m: tarfile.TarInfo) -> bool:
+        """True for a file to extract, False for a directory; ValueError for anything else."""
+        self.members += 1
+        if self.members > self.max_members:
+            raise ValueError(f"{self.archive}: more than {self.max_members} members; over the limit for a bundle, "
+                             f"not unpacked")
+        parts = PurePosixPath(m.name).parts
+        if m.isdir():
+            return False
+        if not m.isfile() or not parts or PurePosixPath(m.name).is_absolute() or ".." in parts:
+            raise ValueError(f"{self.archive}: unsafe member {m.name!r}")
+        if m.size > self.max_member_bytes or self.total + m.size > self.max_total_bytes:
+            raise ValueError(f"{self.archive}: member {m.name!r} of {m.size} bytes passes the limit of "
+                             f"{self.max_member_bytes} bytes a member and {self.max_total_bytes} bytes in all; "
+                             f"not unpacked")
+        self.total += m.size
+        if self.top is None:
+            self.top = parts[0]
+        if parts[0] != self.top or len(parts) < 2:
+            raise ValueError(f"{self.archive}: member {m.name!r} outside the bundle directory")
+        return True
+
+    def scan(self) -> None:
+        """A first pass over the headers only, so that a refused archive writes nothing."""
+        with tarfile.open(self.archive, "r:gz") as tar:
+            while (m := tar.next()) is not None:  # one header at a time: at most max_members are held
+                self.check(m)
+        self.finish()
+
+    def finish(self) -> str:
+        if self.top is None:
+            raise ValueError(f"{self.archive}: empty archive")
+        return self.top
 
 
 def _size(p: Path) -> int:
@@ -104,6 +150,7 @@ class LocalStore:
         return None
 
     def put(self, local: Path, name: str) -> str:
+        path_component(name)  # a bundle is written, and replaced, only inside the store's directory
         self.open()
         if self.tarball:
             target = self.root / f"{name}{TAR_SUFFIX}"

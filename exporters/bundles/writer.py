@@ -45,7 +45,6 @@ from exporters.bundles.timeline import render_page
 
 MANIFEST = "manifest.json"
 REDACTIONS = "REDACTIONS.md"
-_TEXT_SUFFIXES = (".log", ".txt", ".csv", ".md", ".svg", ".py", ".yaml", ".yml")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -70,7 +69,7 @@ def _safe(part: str) -> str:
     return s or "_"
 
 
-def _is_binary(data: bytes) -> bool:
+def is_binary(data: bytes) -> bool:
     head = data[:8192]
     if b"\x00" in head:
         return True
@@ -78,7 +77,7 @@ def _is_binary(data: bytes) -> bool:
     return bool(head) and odd / len(head) > 0.05
 
 
-def _dumps(obj: Any) -> bytes:
+def json_bytes(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
@@ -103,13 +102,18 @@ class _Out:
         return True
 
 
-def _file_list(root: Path) -> list[dict[str, Any]]:
+def file_list(root: Path) -> list[dict[str, Any]]:
+    """Every regular file but the manifest, with its size and sha256 (hashed in blocks)."""
     out = []
     for p in sorted(root.rglob("*")):
         if p.is_file() and not p.is_symlink() and p != root / MANIFEST:
-            data = p.read_bytes()
-            out.append({"path": p.relative_to(root).as_posix(), "bytes": len(data),
-                        "sha256": hashlib.sha256(data).hexdigest()})
+            h = hashlib.sha256()
+            size = 0
+            with p.open("rb") as fh:
+                while block := fh.read(1 << 20):
+                    h.update(block)
+                    size += len(block)
+            out.append({"path": p.relative_to(root).as_posix(), "bytes": size, "sha256": h.hexdigest()})
     return out
 
 
@@ -174,7 +178,7 @@ def _objects(out: _Out, inp: BundleInput, log: RedactionLog) -> list[datetime]:
                 if (t := _time((obj.get("metadata") or {}).get("creationTimestamp"))) is not None:
                     created.append(t)
             versions.append({"observed_at": rfc3339(at), "op": op, "object": scrub_json(obj, rel, log)})
-        out.write(rel, _dumps({"kind": ov.kind, "namespace": ov.namespace, "name": ov.name, "versions": versions}),
+        out.write(rel, json_bytes({"kind": ov.kind, "namespace": ov.namespace, "name": ov.name, "versions": versions}),
                   f"object history {ov.kind}/{ov.namespace}/{ov.name}")
     return created
 
@@ -195,7 +199,7 @@ def _logs(out: _Out, inp: BundleInput, log: RedactionLog, tail_bytes: int) -> li
             continue
         data = t.data[-tail_bytes:]
         total = max(t.total_bytes or 0, len(t.data))
-        if _is_binary(data):
+        if is_binary(data):
             out.missing.append(Missing(what, f"binary content ({len(data)} bytes): not kept, it cannot be redacted"))
             continue
         cut = total > len(data)
@@ -274,7 +278,7 @@ def _artifacts(out: _Out, inp: BundleInput, log: RedactionLog) -> dict[str, Any]
                 continue
             dumps.append((d, a.pod))
             if d.format == "json":
-                out.write(base, _dumps(scrub_json(orjson.loads(a.data), base, log)), what)
+                out.write(base, json_bytes(scrub_json(orjson.loads(a.data), base, log)), what)
             else:  # the pickle itself is never kept: what it held, as plain JSON
                 plain = {"rank": d.rank, "version": d.version, "format": "decoded from pickle",
                          "pg_config": {k: {"ranks": list(v), "desc": d.pg_desc.get(k, "")}
@@ -287,9 +291,9 @@ def _artifacts(out: _Out, inp: BundleInput, log: RedactionLog) -> dict[str, Any]
                                       "timeout_ms": e.timeout_ms, "input_sizes": [list(s) for s in e.input_sizes],
                                       "input_dtypes": list(e.input_dtypes), "retired": e.retired}
                                      for e in d.entries]}
-                out.write(base + ".decoded.json", _dumps(scrub_json(plain, base + ".decoded.json", log)), what)
+                out.write(base + ".decoded.json", json_bytes(scrub_json(plain, base + ".decoded.json", log)), what)
             continue
-        if _is_binary(a.data):
+        if is_binary(a.data):
             out.missing.append(Missing(what, f"binary ({len(a.data)} bytes): not kept, it cannot be redacted"))
             continue
         if base.endswith(".json"):
@@ -298,7 +302,7 @@ def _artifacts(out: _Out, inp: BundleInput, log: RedactionLog) -> dict[str, Any]
             except orjson.JSONDecodeError:
                 obj = None
             if obj is not None:
-                out.write(base, _dumps(scrub_json(obj, base, log)), what)
+                out.write(base, json_bytes(scrub_json(obj, base, log)), what)
                 continue
         out.write(base, scrub_text(a.data.decode("utf-8", "replace"), base, log).encode(), what)
     if not dumps:
@@ -365,22 +369,22 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
     out.missing.extend(inp.missing)
     rc = inp.claims
     claims = scrub_json(rc.to_json(), "claims.json", rlog)
-    out.write("claims.json", _dumps(claims), "claims")
+    out.write("claims.json", json_bytes(claims), "claims")
     created = _objects(out, inp, rlog)
     events = _events(inp, rlog)
-    out.write("events.json", _dumps(events), "events")
+    out.write("events.json", json_bytes(events), "events")
     if not any(o.kind == "Pod" for o in inp.objects):
         out.missing.append(Missing("pods", "no pod of this run was observed"))
     scans = _logs(out, inp, rlog, log_tail_bytes)
     scans += [scrub_json(scan_report(s.scan), "logs/scan.json", rlog) for s in inp.signals
               if s.source not in ("checkpoints",) and not s.source.startswith("ray-metrics")]
-    out.write("logs/scan.json", _dumps(scans), "log scan")
+    out.write("logs/scan.json", json_bytes(scans), "log scan")
     if not inp.logs:
         out.missing.append(Missing("container logs", "none captured for this run"))
     progress_csv, progress = _progress_csv(inp)
     out.write("series/progress.csv", progress_csv, "progress series")
     xids = [dict(x, source=s.get("file")) for s in scans for x in s.get("xid") or []]
-    out.write("xids.json", _dumps(xids), "XIDs")
+    out.write("xids.json", json_bytes(xids), "XIDs")
     if inp.gpu is None:
         out.missing.append(Missing("GPU series and XIDs from NVML", "no agent: no node agent reports for this "
                                                                      "run's nodes"))
@@ -388,7 +392,7 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
         out.write("series/gpu.csv", _gpu_csv(inp), "GPU series")
     hang = _artifacts(out, inp, rlog)
     if hang is not None:
-        out.write("analysis/flightrec.json", _dumps(hang), "flight-recorder analysis")
+        out.write("analysis/flightrec.json", json_bytes(hang), "flight-recorder analysis")
     start = _start(inp, created, events, progress)
     lanes, blocked = _history(inp, start)
     timeline = scrub_json({
@@ -404,7 +408,7 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
         "hang": hang["summary"] if hang else None,
         "missing": [{"what": m.what, "why": m.why} for m in out.missing],
     }, "timeline.json", rlog)
-    data = _dumps(timeline)
+    data = json_bytes(timeline)
     out.write("timeline.json", data, "timeline data")
     out.write("index.html", render_page(orjson.loads(data)).encode(), "timeline page")
     (dest / REDACTIONS).write_text(report(rlog, title=f"Redactions in {name or dest.name}",
@@ -425,9 +429,9 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
         "missing": [{"what": scrub_text(m.what, MANIFEST, rlog), "why": scrub_text(m.why, MANIFEST, rlog)}
                     for m in out.missing],
         "redactions": [{"at": rfc3339(datetime.now(UTC)), "values": sum(rlog.entries.values())}],
-        "files": _file_list(dest),
+        "files": file_list(dest),
     }
-    (dest / MANIFEST).write_bytes(_dumps(manifest))
+    (dest / MANIFEST).write_bytes(json_bytes(manifest))
     return manifest
 
 
@@ -444,46 +448,3 @@ def verify(root: Path) -> list[str]:
         if len(data) != f["bytes"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
             problems.append(f"{f['path']}: size or sha256 differs from the manifest")
     return problems
-
-
-def redact_tree(root: Path, now: datetime) -> int:
-    """Re-apply the current rules to every file of a bundle directory; returns how many values changed."""
-    rlog = RedactionLog()
-    manifest_path = root / MANIFEST
-    manifest = orjson.loads(manifest_path.read_bytes())
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.is_symlink():
-            continue
-        rel = p.relative_to(root).as_posix()
-        if rel in (MANIFEST, REDACTIONS, "index.html"):
-            continue
-        data = p.read_bytes()
-        if rel.endswith(".json"):
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                obj = None
-            if obj is not None:
-                p.write_bytes(_dumps(scrub_json(obj, rel, rlog)))
-                continue
-        if rel.endswith(_TEXT_SUFFIXES) or rel.endswith(".json"):
-            if not _is_binary(data):
-                p.write_text(scrub_text(data.decode("utf-8", "replace"), rel, rlog))
-            else:
-                p.unlink()  # binary content cannot be redacted: it does not stay
-                manifest.setdefault("missing", []).append({"what": rel, "why": "binary: removed by bundle redact"})
-    timeline = root / "timeline.json"
-    if timeline.is_file():
-        (root / "index.html").write_text(render_page(orjson.loads(timeline.read_bytes())))
-    for key in ("claims", "hang_analysis", "missing", "trigger", "source"):
-        if key in manifest:
-            manifest[key] = scrub_json(manifest[key], MANIFEST, rlog)
-    changed = sum(rlog.entries.values())
-    old = (root / REDACTIONS).read_text() if (root / REDACTIONS).is_file() else ""
-    (root / REDACTIONS).write_text(old.rstrip("\n") + "\n\n" + report(
-        rlog, title=f"Re-redaction {rfc3339(now)}", rules_note="`taugrid-evidence bundle redact`: the current rules "
-                                                               "applied again to every file.").replace("# ", "## ", 1))
-    manifest.setdefault("redactions", []).append({"at": rfc3339(now), "values": changed})
-    manifest["files"] = _file_list(root)
-    manifest_path.write_bytes(_dumps(manifest))
-    return changed
