@@ -9,7 +9,7 @@ from datetime import datetime
 from collector.claims.common import Clock, Freshness, event_evidence, latest
 from collector.claims.membership import taucluster_distrust, work_pods
 from collector.correlate import RunEvidence
-from collector.kube import MULTIKUEUE_MANAGER
+from collector.kube import KUEUE_QUEUE_LABEL, MULTIKUEUE_MANAGER
 from collector.model import (
     AdmissionCheck,
     AdmissionCheckFacts,
@@ -93,6 +93,11 @@ def blocked_stage(ev: RunEvidence, clock: Clock, fresh: Freshness, s: ClaimSetti
     if unbound:
         return _scheduling(ev, unbound, events, clock)
     if not live:
+        queued = KUEUE_QUEUE_LABEL in ev.root.labels or any(KUEUE_QUEUE_LABEL in j.labels for j in ev.jobs)
+        if ev.inferred or (queued and not ev.workloads):
+            # No pod lives and nothing says it was admitted (a dump without the Workload, a run made up
+            # from its pods): whose wait it is cannot be told from here.
+            return None
         what = "RayCluster" if (ev.rayjobs or ev.rayclusters) else "job controller"
         when = latest(c.last_transition for w in ev.workloads for c in w.conditions if c.type == "Admitted")
         return Blocked(

@@ -94,3 +94,16 @@ def test_an_eviction_with_its_quota_still_reserved_is_queue_admission(tmp_path: 
     assert "Kueue evicted the workload (Preempted)" in run["claims"]["scheduled"]["reason"]
     b = run["blocked"]
     assert b["stage"] == "queue-admission" and "evicted (Preempted)" in b["reason"], b
+
+
+def test_no_live_pod_and_no_workload_names_no_stage(tmp_path: Path) -> None:
+    """A bare cluster-info dump of a run submitted again: the only pods in view are the old run's,
+    terminating; no Workload says whether the new one was admitted. "Admitted, but no pod yet" would
+    blame pod scheduling on no evidence: no stage is named."""
+    old = pod("llm-raycluster-gpu-worker-abcde", "team-a", NOW - timedelta(hours=2), node="gpu-1", gpus=8,
+              labels={"ray.io/cluster": "llm-raycluster", "ray.io/node-type": "worker",
+                      "kueue.x-k8s.io/queue-name": "team-a"})
+    old["metadata"]["deletionTimestamp"] = ts(NOW + timedelta(seconds=25))
+    run = only_run(explain(write_dump(tmp_path / "d", [old], captured=NOW)), "llm-raycluster")
+    assert run["claims"]["scheduled"]["observed"] == "false"
+    assert run["blocked"] is None, run["blocked"]
