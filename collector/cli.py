@@ -117,6 +117,7 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
     taken = clock.taken(at) or now
     # One snapshot: every kind it holds was read at capture time.
     index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
+    index.node_skew.update(dump.node_skew())  # nodes whose clocks run ahead: their stamps read earlier
     for sig in dump.signals(taken):
         index.set_signal(sig)
     try:

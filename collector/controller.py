@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -34,6 +34,7 @@ from collector.kube import MalformedObject, normalize
 from collector.kube_pod import PodObject, normalize_pod, pod_record
 from collector.model import (
     Claim,
+    NodeFacts,
     ObjectRecord,
     Observed,
     PodFacts,
@@ -652,6 +653,8 @@ class Controller:
 
     def _upsert(self, r: Resource, rec: ObjectRecord) -> None:
         old = self.index.get(*rec.ref.key)
+        if isinstance(rec.facts, NodeFacts):
+            self._node_clock(old, rec)
         if old is not None and _same_evidence(old, rec):
             self.index.upsert(rec)  # a resourceVersion bump with nothing the claims read: no re-evaluation
             return
@@ -661,6 +664,21 @@ class Controller:
             self._dirty.add(before.key)
         self._touch(rec.ref)
         self._export_event(rec)
+
+    def _node_clock(self, old: ObjectRecord | None, rec: ObjectRecord) -> None:
+        """How far a node's clock runs ahead of the API server's: a heartbeat its kubelet just posted,
+        stamped on its own clock, against ours as it arrives. Its pods' log stamps are read that much
+        earlier (a fresh-looking step from a clock 4 minutes ahead is 4 minutes older)."""
+        f = rec.facts
+        assert isinstance(f, NodeFacts)
+        before = old.facts.heartbeat if old is not None and isinstance(old.facts, NodeFacts) else None
+        if f.heartbeat is None or f.heartbeat == before:
+            return  # no new post (a relist's heartbeat may be minutes old: it says nothing of the clock)
+        ahead = f.heartbeat - self.now()
+        if ahead > NODE_SKEW_TOLERANCE:
+            self.index.node_skew[rec.ref.name] = ahead
+        else:
+            self.index.node_skew.pop(rec.ref.name, None)
 
     def _export_event(self, rec: ObjectRecord) -> None:
         """Events regarding a run's objects only: tenants create Events at will, and the rest (most
@@ -1096,6 +1114,9 @@ SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
+# A node clock ahead of the API server's by more than this (a heartbeat's post and its arrival take
+# well under it) is skewed; less is taken for latency.
+NODE_SKEW_TOLERANCE = timedelta(seconds=15)
 _UNKNOWN_ROOT = object()
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers

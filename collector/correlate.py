@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from collector.kube import (
@@ -129,6 +129,9 @@ class RunEvidence:
     # the planes whose objects are missing, so claims that need them say so.
     inferred: bool = False
     gpu_short_nodes: list[ObjectRecord] = field(default_factory=list)  # nodes advertising fewer GPUs than installed
+    # How far ahead of the evaluation clock each of its pods' nodes' clocks run (their kubelets stamp
+    # log lines, heartbeats and Leases): their stamps are read that much earlier.
+    node_skew: dict[str, timedelta] = field(default_factory=dict)
 
 
 CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "AdmissionCheck", "TauCluster"})
@@ -215,6 +218,7 @@ class RunIndex:
         self._workspaces: dict[str, Key] = {}  # namespace → its TauWorkspace
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
+        self.node_skew: dict[str, timedelta] = {}  # node → how far its clock runs ahead (set by the sources)
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):
         # what a reader caches from the links (e.g. a pod's root) holds while it is unchanged.
         self.shape = 0
@@ -488,6 +492,9 @@ class RunIndex:
                 node = self._objects.get(("Node", "", pf.node_name))
                 if node is not None:
                     ev.nodes[pf.node_name] = node
+                skew = self.node_skew.get(pf.node_name)
+                if skew:
+                    ev.node_skew[pf.node_name] = skew
             if isinstance(pf, PodFacts):
                 for name in pf.claims:
                     claim = self._objects.get(("ResourceClaim", ns, name)) if name else None

@@ -7,6 +7,7 @@ lets `explain --from-dump` and the live controller agree.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.claims.asserted import Assertion, assertion_of
@@ -20,7 +21,7 @@ from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
 from collector.claims.progressing import progressing_claim
-from collector.correlate import Key, RunEvidence
+from collector.correlate import Key, RunEvidence, Signal
 from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
     AdmissionCheckFacts,
@@ -39,6 +40,7 @@ from collector.model import (
     TauRunFacts,
     WorkloadFacts,
 )
+from collector.progress import shift_scan
 from collector.settings import ClaimSettings
 
 # Container waiting reasons that mean "cannot start", worth naming to a human.
@@ -123,8 +125,9 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     exp = _expected(ev, clock, s)
     worker, dispatch_ev = _dispatched(ev)
 
-    # Only sources read recently count; a stale one is no evidence (fail closed).
-    fresh_signals = [sig for sig in ev.signals if clock.within(sig.read_at, s.evidence_max_age)]
+    # Only sources read recently count; a stale one is no evidence (fail closed). A pod on a node whose
+    # clock runs ahead stamps its lines ahead: they are read on the evaluation clock.
+    fresh_signals = [_on_our_clock(sig, ev) for sig in ev.signals if clock.within(sig.read_at, s.evidence_max_age)]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
@@ -168,6 +171,17 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
                         stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
         recheck_at=clock.recheck_at,
     )
+
+
+def _on_our_clock(sig: Signal, ev: RunEvidence) -> Signal:
+    """`sig` with its stamps moved back by how far its pod's node's clock runs ahead (they come from
+    that node's kubelet and container runtime, or the trainer's own clock there)."""
+    if not ev.node_skew or sig.ref.kind != "Pod":
+        return sig
+    pod = next((p for p in ev.pods if p.ref.key == sig.ref.key), None)
+    node = pod.facts.node_name if pod is not None and isinstance(pod.facts, PodFacts) else ""
+    skew = ev.node_skew.get(node)
+    return replace(sig, scan=shift_scan(sig.scan, -skew)) if skew else sig
 
 
 def _context(ev: RunEvidence, expected: int | None) -> dict[str, object]:

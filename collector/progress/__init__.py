@@ -10,6 +10,7 @@ from collector.progress.model import (
     LogScan,
     ProgressSample,
     XidFinding,
+    shift_scan,
 )
 from collector.progress.report import scan_report
 from collector.progress.scan import scan_lines, scan_path, scan_text
@@ -28,4 +29,5 @@ __all__ = [
     "scan_path",
     "scan_report",
     "scan_text",
+    "shift_scan",
 ]

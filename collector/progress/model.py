@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 # Progress formats a sample can carry.
 FORMATS: tuple[str, ...] = (
@@ -161,3 +161,27 @@ class LogScan:
 
     def summary_of(self) -> SampleSummary:
         return self.summary if self.summary is not None else summarize(self.samples)
+
+
+def shift_scan(scan: LogScan, by: timedelta) -> LogScan:
+    """`scan` with every stamp moved by `by` (a node clock's skew, taken out)."""
+    def at(t: datetime | None) -> datetime | None:
+        return None if t is None else t + by
+
+    sm = scan.summary
+
+    def moved(x: ProgressSample | None) -> ProgressSample | None:
+        return None if x is None else replace(x, at=at(x.at))
+
+    return replace(
+        scan,
+        samples=tuple(replace(x, at=at(x.at)) for x in scan.samples),
+        hangs=tuple(replace(h, at=at(h.at)) for h in scan.hangs),
+        xids=tuple(replace(x, at=at(x.at)) for x in scan.xids),
+        resumes=tuple(replace(r, at=at(r.at)) for r in scan.resumes),
+        first_at=at(scan.first_at),
+        summary=None if sm is None else replace(sm, first=moved(sm.first), last=moved(sm.last),
+                                                 high_water=moved(sm.high_water),
+                                                 last_with_loss=moved(sm.last_with_loss),
+                                                 first_nonfinite=moved(sm.first_nonfinite)),
+    )

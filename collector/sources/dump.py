@@ -53,6 +53,7 @@ OUTLIER_GAP = timedelta(hours=1)
 NODE_LEASE_PERIOD = timedelta(seconds=40)
 NODE_HEARTBEAT_PERIOD = timedelta(minutes=6)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_SKEW_TOLERANCE = timedelta(seconds=15)  # Lease renewals of live kubelets lie within 10 s of each other
 CLOCK_EXAMPLES = 3  # ignored stamps named in the one clock warning
 
 
@@ -113,6 +114,16 @@ class Dump:
     def skipped(self) -> bool:
         return any(p.skipped for p in self.problems)
 
+    def node_skew(self) -> dict[str, timedelta]:
+        """Nodes whose clocks run ahead, and by how much: live kubelets renew their Leases within seconds
+        of each other, so a renewal well past the others' median (of three nodes at least: a majority
+        says which clocks are right) is its node's clock running ahead."""
+        renewed = {holder: renew for holder, renew, _ in self.leases}
+        if len(renewed) < 3:
+            return {}
+        mid = sorted(renewed.values())[len(renewed) // 2]
+        return {n: t - mid for n, t in renewed.items() if t - mid > NODE_SKEW_TOLERANCE}
+
     def snapshot_kinds(self) -> set[str]:
         """The kinds this snapshot holds: those read as a typed List (an empty NodeList says "no
         nodes"), and any kind it has an object of. A kind not in it was not captured: its source is
@@ -130,23 +141,31 @@ class Dump:
         """Control-plane stamps: what the API server, kubelets and controllers wrote, never a log
         line, a custom resource's status (tenants may write it) or a deadline."""
         out: list[tuple[datetime, str]] = []
+        skew = self.node_skew()
         for r in self.records:
             what = f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}" if r.ref.namespace else f"{r.ref.kind} {r.ref.name}"
             times: list[datetime | None] = [r.created]
+            kubelet: list[datetime | None] = []  # stamped on a node's clock: its skew taken out
             f = r.facts
+            node = ""
             if isinstance(f, NodeFacts):
-                times += [f.heartbeat, f.ready_since]
+                kubelet += [f.heartbeat]
+                times += [f.ready_since]
+                node = r.ref.name
             elif isinstance(f, EventFacts):
                 times += [f.first, f.last]
             elif isinstance(f, PodFacts):
-                times.append(f.start_time)
-                times += [c.last_transition for c in r.conditions]
+                kubelet.append(f.start_time)
+                kubelet += [c.last_transition for c in r.conditions]
                 for c in f.containers:
-                    times += [c.state_since, c.last_finished]
-            t = max((x for x in times if x is not None), default=None)
+                    kubelet += [c.state_since, c.last_finished]
+                node = f.node_name
+            off = skew.get(node, timedelta(0))
+            t = max([x for x in times if x is not None] + [x - off for x in kubelet if x is not None], default=None)
             if t is not None:
                 out.append((t, what))
-        out += [(renew, f"Lease {NODE_LEASE_NAMESPACE}/{holder}") for holder, renew, _ in self.leases]
+        out += [(renew - skew.get(holder, timedelta(0)), f"Lease {NODE_LEASE_NAMESPACE}/{holder}")
+                for holder, renew, _ in self.leases]
         return out
 
     def _upper(self) -> tuple[datetime | None, str]:
@@ -154,13 +173,14 @@ class Dump:
         plus how often a live kubelet refreshes it."""
         ready = {r.ref.name for r in self.records if isinstance(r.facts, NodeFacts) and r.facts.ready == "True"}
         nodes = any(isinstance(r.facts, NodeFacts) for r in self.records)
+        skew = self.node_skew()
         bounds: list[tuple[datetime, str]] = []
-        leases = [(renew + period, holder, renew) for holder, renew, period in self.leases
-                  if not nodes or holder in ready]
+        leases = [(renew - skew.get(holder, timedelta(0)) + period, holder, renew) for holder, renew, period
+                  in self.leases if not nodes or holder in ready]
         if leases:
             t, holder, renew = max(leases)
             bounds.append((t, f"node Lease of {holder} renewed {renew.isoformat()}"))
-        beats = [(r.facts.heartbeat, r.ref.name) for r in self.records
+        beats = [(r.facts.heartbeat - skew.get(r.ref.name, timedelta(0)), r.ref.name) for r in self.records
                  if isinstance(r.facts, NodeFacts) and r.facts.heartbeat is not None and r.ref.name in ready]
         if beats:
             t, node = max(beats)

@@ -231,3 +231,33 @@ def test_clock_warnings_are_said_once(tmp_path: Path) -> None:
     dump, last = healthy(tmp_path, "d", [evil])
     _, _, err = run_explain(dump, "--captured-at", ts(last + timedelta(seconds=30)))
     assert err.count("9999-12-31") == 1
+
+
+def test_a_node_clock_running_ahead_is_read_on_the_clusters_clock(tmp_path: Path) -> None:
+    """gpu-1's clock runs 4 minutes ahead: its kubelet stamps its Lease, its heartbeat and its pods'
+    log lines 4 minutes late. Three nodes' Leases say which clock is off. Its run stalled 6 minutes
+    before the capture (its last line looks 2 minutes old, inside its 4m36s window); the run on a
+    right clock, last step a minute before the capture, stays verified (judged on gpu-1's clock it
+    would look 5 minutes stale)."""
+    from tests.dumpkit import node_lease
+
+    captured = NOW
+    ahead = timedelta(minutes=4)
+    stalled_log, _ = megatron_log(captured - timedelta(minutes=6) - timedelta(seconds=3 * 87) + ahead)
+    healthy_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60))
+    objs = []
+    for name, node_name in (("llm", "gpu-1"), ("ok", "gpu-2")):
+        objs.append(taurun(name, "research", "Running", NOW - timedelta(hours=1), workers=1))
+        objs.append(pod(f"{name}-w0", "research", NOW - timedelta(hours=1), node=node_name, gpus=8,
+                        labels={"taugrid.io/run": name}))
+    objs += [node("gpu-1", captured, heartbeat=captured + ahead), node("gpu-2", captured), node("gpu-3", captured)]
+    objs += [node_lease("gpu-1", captured + ahead), node_lease("gpu-2", captured), node_lease("gpu-3", captured)]
+    dump = write_dump(tmp_path / "d", objs, logs={("research", "llm-w0"): stalled_log,
+                                                  ("research", "ok-w0"): healthy_log},
+                      captured=captured, nodes=False, leases=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)
+    assert claim_of(out, "ok", "progressing")["verdict"] == "verified", claim_of(out, "ok", "progressing")
+    p = claim_of(out, "llm", "progressing")
+    assert p["observed"] == "false" and p["reason"].startswith("STALLED 6m"), p
