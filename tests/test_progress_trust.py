@@ -266,7 +266,7 @@ def test_hang_names_the_rank_furthest_behind_and_its_pod() -> None:
     t = NOW - timedelta(minutes=1)
     p, _ = claim(log([(t, line) for line in text.splitlines()]))
     assert p.observed is Observed.FALSE
-    assert "suspect rank 7 (pod r-0) at SeqNum 64088, others up to 96117" in p.reason, p.reason
+    assert "suspect rank 7 (pod r-0 on node n) at SeqNum 64088, others up to 96117" in p.reason, p.reason
     suspects = [e for e in p.evidence if e.field == "hang_suspect"]
     assert [e.ref for e in suspects] == ["r-0/main"] and "rank 7" in suspects[0].value
 

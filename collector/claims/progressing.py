@@ -15,13 +15,13 @@ from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView, window_of
 from collector.correlate import RunEvidence, Signal
-from collector.model import Claim, Evidence, Observed, Plane
+from collector.model import Claim, Evidence, Observed, Plane, PodFacts
 from collector.progress import HangFinding, XidFinding
 from collector.settings import ClaimSettings
 
 # Hang findings that mean the job is stuck right now (not merely a noisy NCCL warning).
 HANG_NOW = frozenset({"nccl-watchdog-timeout", "nccl-watchdog-exception", "nccl-desync-report",
-                      "nccl-async-error", "collective-timeout"})
+                      "nccl-async-error", "collective-timeout", "nccl-timeout-dump"})
 
 # GPU utilization above this during a stall points at a hung collective (NCCL spins the SMs);
 # below the idle bound, the job is simply not computing (data loader, host, or waiting).
@@ -57,7 +57,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     last = view.last
     after = _findings_after(fresh_signals, last, clock)
     hangs = [(sig, h) for sig, h in after if h.kind in HANG_NOW]
-    suspects = _suspects(after) if hangs else []
+    suspects = _suspects(after, ev) if hangs else []
     for text, ref, at in suspects:
         evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
     if last is None:
@@ -140,7 +140,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     if after:
         reason += f"; {_hang_text(after)}"
         if not suspects:  # not yet named above (only findings that are not hangs by themselves)
-            suspects = _suspects(after)
+            suspects = _suspects(after, ev)
             for text, ref, at in suspects:
                 evidence.append(Evidence(Plane.LOGS, ref, "hang_suspect", text, at))
         reason += _suspect_text(suspects)
@@ -243,29 +243,46 @@ def _hang_text(hangs: list[tuple[Signal, HangFinding]]) -> str:
     return what
 
 
-def _suspects(findings: list[tuple[Signal, HangFinding]]) -> list[tuple[str, str, datetime | None]]:
+def _suspects(findings: list[tuple[Signal, HangFinding]],
+              ev: RunEvidence | None = None) -> list[tuple[str, str, datetime | None]]:
     """The ranks furthest behind in a hang: the lowest NCCL SeqNum among the ranks that reported one
-    (the others wait for them), and ranks a desync report names as never joining. (text, ref, at)."""
-    seqs: dict[int, tuple[int, str, datetime | None]] = {}  # rank -> (lowest seq, pod/container, at)
+    (the others wait for them), and ranks a desync report names as never joining. (text, ref, at).
+
+    Sequence numbers count per process group: they are compared only within one group (a line that
+    names no group is compared with the others that name none). The suspect's pod and node are named."""
+    nodes = {p.ref.name: p.facts.node_name for p in (ev.pods if ev is not None else ())
+             if isinstance(p.facts, PodFacts) and p.facts.node_name}
+    seqs: dict[str | None, dict[int, tuple[int, str, datetime | None]]] = {}  # pg -> rank -> (lowest seq, ...)
     lagging: dict[int, tuple[str, datetime | None]] = {}
     for sig, h in findings:
         ref = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
         if h.rank is not None:
             if h.kind == "nccl-desync-lagging-rank":
                 lagging.setdefault(h.rank, (ref, h.at))
-            elif h.seq is not None and (h.rank not in seqs or h.seq < seqs[h.rank][0]):
-                seqs[h.rank] = (h.seq, ref, h.at)
+            elif h.seq is not None:
+                group = seqs.setdefault(h.pg, {})
+                if h.rank not in group or h.seq < group[h.rank][0]:
+                    group[h.rank] = (h.seq, ref, h.at)
+
+    def where(ref: str) -> str:
+        pod = ref.split("/")[0]
+        node = nodes.get(pod)
+        return f"pod {pod}" + (f" on node {node}" if node else "")
+
     out: list[tuple[str, str, datetime | None]] = []
-    if len({v[0] for v in seqs.values()}) > 1:
-        low = min(v[0] for v in seqs.values())
-        high = max(v[0] for v in seqs.values())
-        for rank in sorted(r for r, v in seqs.items() if v[0] == low)[:8]:
-            _, ref, at = seqs[rank]
-            out.append((f"rank {rank} (pod {ref.split('/')[0]}) at SeqNum {low}, others up to {high}", ref, at))
+    for pg, group in sorted(seqs.items(), key=lambda kv: kv[0] or ""):
+        if len({v[0] for v in group.values()}) < 2:
+            continue
+        low = min(v[0] for v in group.values())
+        high = max(v[0] for v in group.values())
+        in_pg = f" of process group {pg}" if pg not in (None, "0") else ""
+        for rank in sorted(r for r, v in group.items() if v[0] == low)[:8]:
+            _, ref, at = group[rank]
+            out.append((f"rank {rank} ({where(ref)}) at SeqNum {low}{in_pg}, others up to {high}", ref, at))
     for rank in sorted(lagging)[:8]:
         ref, at = lagging[rank]
-        out.append((f"rank {rank} never joined the collective (desync report in {ref.split('/')[0]})", ref, at))
-    return out
+        out.append((f"rank {rank} never joined the collective (desync report in {where(ref)})", ref, at))
+    return out[:8]
 
 
 def _suspect_text(suspects: list[tuple[str, str, datetime | None]]) -> str:

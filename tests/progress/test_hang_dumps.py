@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from collector.claims.progressing import _suspects
+from collector.correlate import Signal
 from collector.model import Ref
 from collector.progress import HangFinding, scan_path, scan_report, scan_text
 from collector.progress.hangs import HANG_TRIGGERS, match_hang, may_be_hang
@@ -123,3 +124,13 @@ def test_triggers_cover_the_dump_lines() -> None:
     h = match_hang(line)
     assert h is not None and (h.kind, h.rank, h.seq, h.completed, h.pg) == ("nccl-timeout-dump", 0, 2, 1, "0")
     assert scan_text(line + "\n", source="t").hangs[0].seq == 2
+
+
+def test_no_suspect_is_named_across_process_groups(fixtures: Path) -> None:
+    """Rank 0's dump counts the default group (1261), rank 13 timed out in a sub-group at 1438: rank 0 is
+    not behind anyone. Only numbers of one group are compared."""
+    t = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+    sigs = [Signal(Ref("Pod", "ns", f"p{i}"), "main", scan_path(fixtures / TRAINING / name), t)
+            for i, name in enumerate(("nccl_dump_signal_rank0_default_pg_prime_rl_3186.txt",
+                                      "nccl_watchdog_subgroup_rank13_prime_rl_3186.txt"))]
+    assert _suspects([(sig, h) for sig in sigs for h in sig.scan.hangs]) == []
