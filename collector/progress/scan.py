@@ -156,6 +156,11 @@ class LineScanner:
         if cut:
             ts = s[:cut]
             s = s[cut + 1 :]
+            # a trainer's logger that starts its lines with its own RFC 3339 time, after the kubelet's:
+            # the kubelet's stamp is the one kept (it is the runtime's, not the tenant's)
+            again = is_rfc3339_prefix(s)
+            if again:
+                s = s[again + 1 :]
         if "\x1b" in s:
             s = _ANSI.sub("", s)
         st, s, rank = self._stream_for(s)

@@ -215,3 +215,15 @@ def test_resume_lines_of_other_ranks_are_echoes() -> None:
 
 def test_new_formats_are_in_the_vocabulary() -> None:
     assert {"torchtitan", "nemo", "automodel"} <= set(FORMATS)
+
+
+def test_a_trainers_own_rfc3339_time_after_the_kubelets_is_read_past() -> None:
+    """`kubectl logs --timestamps` of a trainer whose logger prints its own RFC 3339 time first: the
+    kubelet's stamp is kept, the trainer's is read past, and the Lightning bar behind it still counts."""
+    from collector.progress import scan_text
+
+    bar = ("Epoch 0:  45%|████▌     | 450/1000 [07:30<09:10,  1.00it/s, loss=2.31, v_num=0]")
+    line = f"2026-01-10T10:00:00.123456789Z 2026-01-10T10:00:00.120+00:00 {bar}\n"
+    scan = scan_text(line, source="t")
+    assert [(x.step, x.at is not None) for x in scan.samples] == [(450, True)]
+    assert scan.samples[0].at is not None and scan.samples[0].at.microsecond == 123456
