@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -82,6 +82,8 @@ class Signal:
     read_at: datetime
     plane: Plane = Plane.LOGS
     durable: bool = False  # checkpoints: progress that survives a restart
+    # a deleted pod's last read, kept for its run: the high-water mark its replacement must pass
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,9 @@ class RunEvidence:
     # How far ahead of the evaluation clock each of its pods' nodes' clocks run (their kubelets stamp
     # log lines, heartbeats and Leases): their stamps are read that much earlier.
     node_skew: dict[str, timedelta] = field(default_factory=dict)
+    # Pods of the run deleted since (a JobSet restart, a recreated Ray worker): gone from `pods`, their
+    # last record and logs kept as the marks their replacements must pass (`signals`, retired).
+    retired_pods: list[ObjectRecord] = field(default_factory=list)
 
 
 CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "AdmissionCheck", "TauCluster"})
@@ -219,6 +224,8 @@ class RunIndex:
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
         self.node_skew: dict[str, timedelta] = {}  # node → how far its clock runs ahead (set by the sources)
+        # run root → its deleted pods with signals: (last record, signals), oldest first (bounded)
+        self._retired: dict[Key, dict[Key, tuple[ObjectRecord, tuple[Signal, ...]]]] = {}
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):
         # what a reader caches from the links (e.g. a pod's root) holds while it is unchanged.
         self.shape = 0
@@ -269,6 +276,9 @@ class RunIndex:
 
     def delete(self, ref: Ref) -> ObjectRecord | None:
         key = ref.key
+        if key in self._signals and key[0] == "Pod":
+            self._retire(ref)
+        self._retired.pop(key, None)  # a run root gone: so are its retired pods
         self.shape += 1
         rec = self._objects.pop(key, None)
         self._unlink(key)
@@ -284,6 +294,23 @@ class RunIndex:
         self._signals.pop(key, None)
         self._ray.pop(key, None)
         return rec
+
+    def _retire(self, ref: Ref) -> None:
+        """Keep a deleted pod's signals for its run: a replacement for its rank (a new pod, after a JobSet
+        restart or a Ray worker recreation) continues its signal and must pass its mark. Bounded per run
+        and in all; dropped with the run."""
+        rec = self._objects.get(ref.key)
+        root = self.root_of(ref) if rec is not None else None
+        sigs = tuple(s for s in self._signals.get(ref.key, {}).values() if s.scan.samples)
+        if rec is None or root is None or not sigs:
+            return
+        kept = self._retired.setdefault(root.key, {})
+        kept.pop(ref.key, None)
+        kept[ref.key] = (rec, tuple(replace(s, retired=True) for s in sigs))
+        while len(kept) > RETIRED_PER_RUN:
+            del kept[next(iter(kept))]
+        if len(self._retired) > RETIRED_RUNS:
+            del self._retired[next(iter(self._retired))]
 
     def signal_of(self, ref: Ref, source: str) -> Signal | None:
         return self._signals.get(ref.key, {}).get(source)
@@ -521,6 +548,9 @@ class RunIndex:
                                       r.ref.name))
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
+        for rec_, sigs in self._retired.get(root.key, {}).values():
+            ev.retired_pods.append(rec_)  # (a pod recreated under its name continues its signal too)
+            ev.signals.extend(sigs)
         ev.signals.sort(key=lambda g: (g.ref.key, g.source))
         clusters = {rc.ref.name for rc in ev.rayclusters}
         clusters.update(f.cluster_name for rj in ev.rayjobs
@@ -613,5 +643,7 @@ def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | Non
 
 
 MEMBERS_MEMO_MAX = 2048  # runs whose member walk `_member_keys` remembers
+RETIRED_PER_RUN = 64  # deleted pods whose last signals a run keeps (the marks of their ranks)
+RETIRED_RUNS = 4096  # runs that keep some
 GPU_SHORT_VIEW = 64  # short nodes handed to a run's evidence (those its pods could use are named)
 _ROOT_KINDS = frozenset({"TauRun", "RayJob", "RayCluster"} | JOB_KINDS)

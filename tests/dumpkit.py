@@ -211,11 +211,10 @@ def write_dump(root: Path, objects: list[dict[str, Any]], *, logs: dict[tuple[st
     them). `captured`: default, right after the newest stamp of the objects and logs."""
     root.mkdir(parents=True, exist_ok=True)
     objects = list(objects)
-    if nodes or leases:
+    have = {o["metadata"]["name"] for o in objects if o["kind"] == "Node"}
+    named = sorted({o["spec"]["nodeName"] for o in objects if o["kind"] == "Pod" and o.get("spec", {}).get("nodeName")})
+    if (nodes or leases) and (have or named):
         at = captured or captured_at(objects, logs)
-        have = {o["metadata"]["name"] for o in objects if o["kind"] == "Node"}
-        named = sorted({o["spec"]["nodeName"] for o in objects
-                        if o["kind"] == "Pod" and o.get("spec", {}).get("nodeName")})
         if nodes:
             objects += [node(n, at) for n in named if n not in have]
         if leases:

@@ -127,7 +127,9 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
 
     # Only sources read recently count; a stale one is no evidence (fail closed). A pod on a node whose
     # clock runs ahead stamps its lines ahead: they are read on the evaluation clock.
-    fresh_signals = [_on_our_clock(sig, ev) for sig in ev.signals if clock.within(sig.read_at, s.evidence_max_age)]
+    # A retired pod's last read is history (the mark its replacement must pass), not a fresh read.
+    fresh_signals = [_on_our_clock(sig, ev) for sig in ev.signals
+                     if sig.retired or clock.within(sig.read_at, s.evidence_max_age)]
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
@@ -145,7 +147,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     else:
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
         running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock))
-    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view)
+    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view, lineage)
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None

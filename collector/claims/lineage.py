@@ -57,11 +57,16 @@ class _Run:
     def __init__(self, ev: RunEvidence) -> None:
         self.ev = ev
         self.pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
-        self.first = min((p.created for p in self.pods if p.created is not None), default=None)
+        # deleted pods the live controller kept (their records and last logs): earlier incarnations
+        self.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
+        every = [*self.retired, *self.pods]
+        self.first = min((p.created for p in every if p.created is not None), default=None)
         self.by_role: dict[str, list[ObjectRecord]] = {}
-        for p in self.pods:
+        for p in every:
             if (role := self.role_of(p)):
                 self.by_role.setdefault(role, []).append(p)
+        self.alive = {id(p) for p in self.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal
+                      and not p.facts.deleting}
 
     @staticmethod
     def role_of(pod: ObjectRecord) -> str:
@@ -81,7 +86,7 @@ class _Run:
 def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
     """(pod key, container) → lineage, for every container of the run's pods that has a signal."""
     run = _Run(ev)
-    by_key = {p.ref.key: p for p in run.pods}
+    by_key = {p.ref.key: p for p in (*run.retired, *run.pods)}  # a live pod before a retired one of its name
     out: dict[tuple[Key, str], Lineage] = {}
     for sig in ev.signals:
         pod = by_key.get(sig.ref.key)
@@ -92,7 +97,7 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
         role = run.role_of(pod)
         # A rank is one member of its role across incarnations; a role without ranks is one lineage
         # only while one pod of it lives at a time (a one-pod Job's successive pods).
-        rank = f.rank or ("solo" if role and _alone(run.by_role.get(role, ())) else "")
+        rank = f.rank or ("solo" if role and sum(id(q) in run.alive for q in run.by_role.get(role, ())) <= 1 else "")
         stream = f"{role}#{rank}/{sig.source}" if role and rank else f"{pod.ref.name}/{sig.source}"
         restarts: list[Restart] = []
         replaced = run.replacement(pod)
@@ -117,11 +122,6 @@ def replaced_pods(ev: RunEvidence) -> list[tuple[ObjectRecord, str]]:
     return [(p, why) for p in run.pods if (why := run.replacement(p))]
 
 
-def _alone(pods: list[ObjectRecord] | tuple[()]) -> bool:
-    """At most one of these pods is alive (not finished, not being deleted)."""
-    return sum(1 for p in pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting) <= 1
-
-
 def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],
                  first: datetime | None) -> str:
     """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does."""
@@ -132,6 +132,8 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
         qf = q.facts
         if q is pod or not isinstance(qf, PodFacts) or q.created is None or q.created >= born:
             continue
+        if q.ref.key == pod.ref.key:  # the same name, deleted and created again (a training operator's way)
+            return f"pod {pod.ref.name} was created again after its predecessor of the same name was deleted"
         if f.rank and qf.rank == f.rank:
             return f"pod {pod.ref.name} replaces pod {q.ref.name} ({f.role} rank {f.rank})"
         if not f.rank and (qf.phase == "Failed" or qf.deleting):

@@ -123,7 +123,7 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
-def _restarts_inside(sig: Signal) -> list[Restart]:
+def restarts_inside(sig: Signal) -> list[Restart]:
     """The trainer's own word that it started over inside this log (torchelastic restarting its
     workers, a resume from a checkpoint) after lines of progress: an in-process restart. Its steps
     after it are replays until they pass the mark before it; a stepless log's activity after it
@@ -171,7 +171,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             observed_from = first if observed_from is None else min(observed_from, first)
         elif first is not None and clock is not None:
             clock.expires(first)
-        for r in (*(lin.restarts if lin is not None else ()), *_restarts_inside(sig)):
+        for r in (*(lin.restarts if lin is not None else ()), *restarts_inside(sig)):
             if horizon is None or r.at <= horizon:
                 events.append((r.at, 2 * n + 1, r, src, stream))
                 n += 1

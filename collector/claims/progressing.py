@@ -7,14 +7,23 @@ into the claim and its reason.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from collector.claims.asserted import Assertion
 from collector.claims.common import Clock, human_age
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
-from collector.claims.progress import SKIP_RECENT_MIN, SKIPPED_STREAK, Advance, ProgressView, window_of
-from collector.correlate import RunEvidence, Signal
+from collector.claims.lineage import Lineage
+from collector.claims.progress import (
+    SKIP_RECENT_MIN,
+    SKIPPED_STREAK,
+    Advance,
+    ProgressView,
+    restarts_inside,
+    window_of,
+)
+from collector.correlate import Key, RunEvidence, Signal
 from collector.model import Claim, Evidence, Observed, Plane, PodFacts
 from collector.progress import HangFinding, XidFinding
 from collector.settings import ClaimSettings
@@ -31,7 +40,8 @@ GPU_IDLE = 10.0
 
 def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
                  view: ProgressView | None, clock: Clock, s: ClaimSettings,
-                 durable_view: ProgressView | None = None) -> Claim:
+                 durable_view: ProgressView | None = None,
+                 lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> Claim:
     now = clock.now
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
@@ -55,7 +65,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     window = f"window {human_age(view.window)}: {view.window_basis}" if view.window_basis else \
         f"window {human_age(view.window)}"
     last = view.last
-    after = _findings_after(fresh_signals, last, clock)
+    after = _findings_after(fresh_signals, last, clock, lineage)
     hangs = [(sig, h) for sig, h in after if h.kind in HANG_NOW]
     suspects = _suspects(after, ev) if hangs else []
     for text, ref, at in suspects:
@@ -202,21 +212,28 @@ def _uncertain(clock: Clock) -> str:
 
 def _xids_after(signals: list[Signal], last: Advance) -> list[tuple[Signal, XidFinding]]:
     """XID findings in the run's logs dated after its last step (undated ones cannot be placed)."""
-    return [(sig, x) for sig in signals for x in sig.scan.xids if x.at is not None and x.at >= last.at]
+    return [(sig, x) for sig in signals if not sig.retired for x in sig.scan.xids if x.at is not None and x.at >= last.at]
 
 
 def _step(step: int | None) -> str:
     return f"{step:,}" if step is not None else "unknown"
 
 
-def _findings_after(signals: list[Signal], last: Advance | None,
-                    clock: Clock) -> list[tuple[Signal, HangFinding]]:
+def _findings_after(signals: list[Signal], last: Advance | None, clock: Clock,
+                    lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> list[tuple[Signal, HangFinding]]:
     """Hang findings after the last progress (of their own log, for undated ones: by line number,
-    as dumps carry no timestamps)."""
+    as dumps carry no timestamps). A hang before its process started over (a restart, a replacement:
+    often what caused it) is over: it does not make the new process hung."""
     out = []
     for sig in signals:
+        if sig.retired:
+            continue  # a deleted pod's: its process is gone
+        lin = (lineage or {}).get((sig.ref.key, sig.source))
+        over = max((r.at for r in (*(lin.restarts if lin else ()), *restarts_inside(sig))), default=None)
         last_line = max((smp.line for smp in sig.scan.samples if not smp.skipped), default=0)
         for h in sig.scan.hangs:
+            if h.at is not None and over is not None and h.at <= over:
+                continue
             if h.at is not None:
                 # same stamp: the line order decides (a bar, then the watchdog error, on one line)
                 if clock.reached(h.at) and (last is None or h.at > last.at

@@ -285,3 +285,54 @@ def test_another_logs_earlier_start_does_not_prove_a_restarted_rank_recovered(tm
                              logs={(NS, "train-0-aaaaa"): text(r0_steps), (NS, "train-1-bbbbb"): text(r1_steps)}))
     running = run_of(out, "train")["claims"]["running"]
     assert running["observed"] == "false" and "train-1-bbbbb container main restarted" in running["reason"], running
+
+
+def test_the_live_index_keeps_a_deleted_pods_mark_for_its_replacement() -> None:
+    """JobSet deletes a rank's pod and creates it anew: the controller's index keeps the deleted pod's
+    last read, so the replacement's steps are judged against its mark (replaying), not unknown."""
+    from collector.claims import evaluate
+    from collector.correlate import RunIndex, Signal
+    from collector.kube import normalize
+    from collector.progress import scan_text
+    from collector.settings import ClaimSettings
+
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {**meta("pretrain", NS, "uid-js", T0), "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+          "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1}]}, "status": {}}
+
+    def rank_pod(name: str, created: datetime, attempt: str) -> dict[str, Any]:
+        labels = {"jobset.sigs.k8s.io/jobset-name": "pretrain", "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                  "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": attempt,
+                  "batch.kubernetes.io/job-completion-index": "0", "jobset.sigs.k8s.io/jobset-uid": "uid-js"}
+        return pod(name, NS, created, node="gpu-1", gpus=8, labels=labels, owner=owner_of(js))
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    old = rank_pod("pretrain-workers-0-0-aaaaa", T0, "0")
+    born = NOW - timedelta(minutes=20)
+    new = rank_pod("pretrain-workers-0-0-bbbbb", born, "1")
+
+    def index(with_old: bool) -> RunIndex:
+        idx = RunIndex()
+        for o in (js, node, old):
+            rec = normalize(o).record
+            assert rec is not None
+            idx.upsert(rec)
+        idx.synced.update(dict.fromkeys(("Pod", "Node", "JobSet", "Event"), NOW))
+        old_ref = normalize(old).record.ref  # type: ignore[union-attr]
+        if with_old:
+            idx.set_signal(Signal(old_ref, "main", scan_text(text(steps(100, 400, T0 + timedelta(minutes=1))),
+                                                             source="o"), born - timedelta(minutes=1)))
+        idx.delete(old_ref)  # JobSet's restart deletes it
+        rec = normalize(new).record
+        assert rec is not None
+        idx.upsert(rec)
+        replay = steps(300, 395, NOW - timedelta(seconds=10 * 95 + 5))  # still below 400 at NOW
+        idx.set_signal(Signal(rec.ref, "main", scan_text(text(replay), source="n"), NOW))
+        return idx
+
+    root = next(r for r in index(True).roots() if r.name == "pretrain")
+    with_mark = evaluate(index(True).evidence(root), NOW, ClaimSettings()).progressing
+    assert with_mark.cause == "replaying" and "high-water mark 400" in with_mark.reason, with_mark.reason
+    without = evaluate(index(False).evidence(root), NOW, ClaimSettings()).progressing
+    assert without.observed.value == "unknown", without.reason

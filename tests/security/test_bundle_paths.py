@@ -10,6 +10,7 @@ it pointed. Such names are refused when the dump is loaded, and every path stays
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -108,6 +109,7 @@ def test_a_namespace_directory_that_is_a_symlink_is_not_followed(tmp_path: Path)
     w0 = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
     write_dump(dump, [tr])
     (dump / "pods.json").write_text(json.dumps({"kind": "PodList", "apiVersion": "v1", "items": [w0]}))
+    shutil.rmtree(dump / "research")  # (write_dump writes the namespace's empty lists, as kubectl does)
     (dump / "research").symlink_to(home, target_is_directory=True)
     code, output = run_bundle(dump, tmp_path / "out")
     assert code == 0, output

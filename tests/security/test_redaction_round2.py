@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.claims import evaluate
-from collector.cli import SNAPSHOT_SOURCES, main
+from collector.cli import main
 from collector.config import load_settings
 from collector.correlate import build_index
 from collector.redact import MASK, RedactionLog, redact, redact_counted
@@ -208,7 +208,7 @@ def test_explain_shows_no_secret(tmp_path: Path) -> None:
     # control: the waiting message holding two of the secrets reaches the claims before output
     d = load_dump(dump)
     index = build_index(d.records)
-    index.synced.update(dict.fromkeys(SNAPSHOT_SOURCES, NOW))
+    index.synced.update(dict.fromkeys(d.snapshot_kinds(), NOW))
     raw = json.dumps([evaluate(ev, NOW, Settings().claims).to_json() for ev in index.all_evidence()])
     assert SECRETS["KAGGLE_KEY short"] in raw and SECRETS["--token in args"] in raw
     r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "--at", AT, "-o", "json"])
@@ -387,7 +387,7 @@ def custom_dump(tmp_path: Path) -> Path:
     w0["spec"]["containers"][0]["env"] = [{"name": "X_ACME_LICENSE", "value": "L-42"}]
     log = (f"2026-01-10T11:10:00Z checking {ACME} employee-id=8675309 X_ACME_PIN=27182818\n"
            "2026-01-10T11:10:01Z  iteration       1/  250000 | lm loss: 2.5E+00 |\n")
-    return write_dump(tmp_path / "dump", [tr, w0], logs={(NS, f"{RUN}-w0"): log})
+    return write_dump(tmp_path / "dump", [tr, w0], logs={(NS, f"{RUN}-w0"): log}, captured=NOW)
 
 
 def test_operator_rules_from_settings_apply_to_explain_bundles_and_bundle_redact(tmp_path: Path) -> None:
