@@ -153,7 +153,9 @@ class Dump:
                 times += [f.ready_since]
                 node = r.ref.name
             elif isinstance(f, EventFacts):
-                times += [f.first, f.last]
+                # first/last are the reporter's clock (a kubelet's may run ahead); the API server's
+                # creationTimestamp (in `times`) is what keeps moving on the cluster's clock
+                pass
             elif isinstance(f, PodFacts):
                 kubelet.append(f.start_time)
                 kubelet += [c.last_transition for c in r.conditions]
