@@ -671,14 +671,24 @@ class Controller:
         earlier (a fresh-looking step from a clock 4 minutes ahead is 4 minutes older)."""
         f = rec.facts
         assert isinstance(f, NodeFacts)
+        name = rec.ref.name
         before = old.facts.heartbeat if old is not None and isinstance(old.facts, NodeFacts) else None
         if f.heartbeat is None or f.heartbeat == before:
-            return  # no new post (a relist's heartbeat may be minutes old: it says nothing of the clock)
+            return
         ahead = f.heartbeat - self.now()
+        if old is None:
+            # First sight (a list): the heartbeat may be minutes old, so its clock is ahead by at least
+            # this, perhaps more, until its kubelet's next post says (`Signal`s of its pods stamped past
+            # their read time show it in the meantime).
+            self.index.node_clock_unsure.add(name)
+            if ahead > NODE_SKEW_TOLERANCE:
+                self.index.node_skew[name] = ahead
+            return
+        self.index.node_clock_unsure.discard(name)  # a fresh post: measured
         if ahead > NODE_SKEW_TOLERANCE:
-            self.index.node_skew[rec.ref.name] = ahead
+            self.index.node_skew[name] = ahead
         else:
-            self.index.node_skew.pop(rec.ref.name, None)
+            self.index.node_skew.pop(name, None)
 
     def _export_event(self, rec: ObjectRecord) -> None:
         """Events regarding a run's objects only: tenants create Events at will, and the rest (most

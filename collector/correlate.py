@@ -134,6 +134,9 @@ class RunEvidence:
     # How far ahead of the evaluation clock each of its pods' nodes' clocks run (their kubelets stamp
     # log lines, heartbeats and Leases): their stamps are read that much earlier.
     node_skew: dict[str, timedelta] = field(default_factory=dict)
+    # Its pods' nodes whose clock has not been measured yet (no fresh heartbeat seen since the live
+    # controller started): a log line they stamp past its read time shows theirs runs ahead.
+    node_clock_unsure: set[str] = field(default_factory=set)
     # Pods of the run deleted since (a JobSet restart, a recreated Ray worker): gone from `pods`, their
     # last record and logs kept as the marks their replacements must pass (`signals`, retired).
     retired_pods: list[ObjectRecord] = field(default_factory=list)
@@ -224,6 +227,7 @@ class RunIndex:
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
         self.node_skew: dict[str, timedelta] = {}  # node → how far its clock runs ahead (set by the sources)
+        self.node_clock_unsure: set[str] = set()  # nodes whose clock is not measured yet (live controller)
         # run root → its deleted pods with signals: (last record, signals), oldest first (bounded)
         self._retired: dict[Key, dict[Key, tuple[ObjectRecord, tuple[Signal, ...]]]] = {}
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):
@@ -522,6 +526,8 @@ class RunIndex:
                 skew = self.node_skew.get(pf.node_name)
                 if skew:
                     ev.node_skew[pf.node_name] = skew
+                if pf.node_name in self.node_clock_unsure:
+                    ev.node_clock_unsure.add(pf.node_name)
             if isinstance(pf, PodFacts):
                 for name in pf.claims:
                     claim = self._objects.get(("ResourceClaim", ns, name)) if name else None

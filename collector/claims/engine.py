@@ -43,6 +43,9 @@ from collector.model import (
 from collector.progress import shift_scan
 from collector.settings import ClaimSettings
 
+# A log line stamped this long after the controller read it shows its node's clock runs ahead.
+NODE_CLOCK_TOLERANCE = timedelta(seconds=15)
+
 # Container waiting reasons that mean "cannot start", worth naming to a human.
 _STUCK_WAITING = frozenset(
     {
@@ -134,7 +137,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
     helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers}
-    rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers]
+    # A node whose clock is not measured yet and whose pod printed a line stamped past the instant it
+    # was read runs ahead by an unknown amount: its stamps cannot be placed (fail closed).
+    off_clock = _clock_ahead(ev, fresh_signals)
+    rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
+             and _node_of(ev, sig) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
     lineage = lineages(ev) if rate else None
     view = analyze(rate or durable, s, now, clock=clock, lineage=lineage) if fresh_signals else None
@@ -147,7 +154,8 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     else:
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
         running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock))
-    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view, lineage)
+    progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view, lineage,
+                                    off_clock=tuple(off_clock.values()))
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
@@ -175,14 +183,35 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     )
 
 
+def _node_of(ev: RunEvidence, sig: Signal) -> str:
+    if sig.ref.kind != "Pod":
+        return ""
+    pod = next((p for p in ev.pods if p.ref.key == sig.ref.key), None)
+    return pod.facts.node_name if pod is not None and isinstance(pod.facts, PodFacts) else ""
+
+
+def _clock_ahead(ev: RunEvidence, signals: list[Signal]) -> dict[str, str]:
+    """Nodes not measured yet whose pods' lines are stamped after they were read, with what shows it."""
+    out: dict[str, str] = {}
+    if not ev.node_clock_unsure:
+        return out
+    for sig in signals:
+        node = _node_of(ev, sig)
+        if node in ev.node_clock_unsure and node not in out and not sig.retired:
+            newest = max((x.at for x in sig.scan.samples if x.at is not None), default=None)
+            if newest is not None and newest - sig.read_at > NODE_CLOCK_TOLERANCE:
+                out[node] = (f"node {node}'s clock runs ahead of the API server's (a line of pod {sig.ref.name} "
+                             f"is stamped {human_age(newest - sig.read_at)} after it was read); its stamps "
+                             "cannot be placed until its kubelet's next heartbeat")
+    return out
+
+
 def _on_our_clock(sig: Signal, ev: RunEvidence) -> Signal:
     """`sig` with its stamps moved back by how far its pod's node's clock runs ahead (they come from
     that node's kubelet and container runtime, or the trainer's own clock there)."""
     if not ev.node_skew or sig.ref.kind != "Pod":
         return sig
-    pod = next((p for p in ev.pods if p.ref.key == sig.ref.key), None)
-    node = pod.facts.node_name if pod is not None and isinstance(pod.facts, PodFacts) else ""
-    skew = ev.node_skew.get(node)
+    skew = ev.node_skew.get(_node_of(ev, sig))
     return replace(sig, scan=shift_scan(sig.scan, -skew)) if skew else sig
 
 

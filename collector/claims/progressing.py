@@ -41,7 +41,8 @@ GPU_IDLE = 10.0
 def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, running: Claim, fresh_signals: list[Signal],
                  view: ProgressView | None, clock: Clock, s: ClaimSettings,
                  durable_view: ProgressView | None = None,
-                 lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> Claim:
+                 lineage: Mapping[tuple[Key, str], Lineage] | None = None,
+                 off_clock: tuple[str, ...] = ()) -> Claim:
     now = clock.now
     if running.observed is Observed.FALSE:
         cause = "run finished" if a.finished else "not running"
@@ -57,6 +58,9 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         return _claim(a.progressing, Observed.UNKNOWN, None, why, [], status_ev)
     read_at = max(sig.read_at for sig in fresh_signals)
     evidence = _progress_evidence(ev, fresh_signals, view, read_at)
+    if off_clock and (view.last is None or not clock.within_latest(view.last.at, view.window)):
+        # the only signals that could show progress are on a clock nobody can place
+        return _claim(a.progressing, Observed.UNKNOWN, None, off_clock[0], evidence, status_ev)
     durability = ""
     if durable_view is not None and durable_view.advances:
         ck = durable_view.advances[-1]
@@ -212,7 +216,8 @@ def _uncertain(clock: Clock) -> str:
 
 def _xids_after(signals: list[Signal], last: Advance) -> list[tuple[Signal, XidFinding]]:
     """XID findings in the run's logs dated after its last step (undated ones cannot be placed)."""
-    return [(sig, x) for sig in signals if not sig.retired for x in sig.scan.xids if x.at is not None and x.at >= last.at]
+    return [(sig, x) for sig in signals if not sig.retired
+            for x in sig.scan.xids if x.at is not None and x.at >= last.at]
 
 
 def _step(step: int | None) -> str:

@@ -336,3 +336,32 @@ def test_the_live_index_keeps_a_deleted_pods_mark_for_its_replacement() -> None:
     assert with_mark.cause == "replaying" and "high-water mark 400" in with_mark.reason, with_mark.reason
     without = evaluate(index(False).evidence(root), NOW, ClaimSettings()).progressing
     assert without.observed.value == "unknown", without.reason
+
+
+def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_unknown() -> None:
+    """The live controller has just started: gpu-1's heartbeat said nothing sure about its clock yet,
+    and its pod's newest line is stamped a minute after the controller read it. Its clock runs ahead by
+    an unknown amount: a step that looks fresh may be minutes old. Unknown until the kubelet's next
+    heartbeat measures it."""
+    from collector.claims import evaluate
+    from collector.correlate import Signal, build_index
+    from collector.kube import normalize
+    from collector.progress import scan_text
+    from collector.settings import ClaimSettings
+
+    job = indexed_job("train", T0)
+    p = job_pod(job, "train-0-x7k2p", T0)
+    p["spec"]["nodeName"] = "gpu-1"
+    n = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    idx = build_index(r for o in (job, p, n) if (r := normalize(o).record) is not None)
+    idx.synced.update(dict.fromkeys(("Pod", "Node", "Job"), NOW))
+    pod_ref = next(r.ref for r in idx.objects() if r.ref.kind == "Pod")
+    lines = text(steps(100, 160, NOW - timedelta(seconds=10 * 60) + timedelta(minutes=1)))  # last: NOW + 1 min
+    idx.set_signal(Signal(pod_ref, "main", scan_text(lines, source="t"), NOW))
+    root = next(r for r in idx.roots() if r.name == "train")
+    measured = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
+    assert measured.observed.value == "true"  # a measured clock: lines a minute ahead are just not read yet
+    idx.node_clock_unsure.add("gpu-1")
+    unsure = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
+    assert unsure.observed.value == "unknown" and "gpu-1's clock runs ahead" in unsure.reason, unsure.reason
