@@ -24,7 +24,8 @@ from datetime import datetime, timedelta
 
 from collector.claims.common import human_age
 from collector.correlate import Key, RunEvidence
-from collector.model import JobFacts, ObjectRecord, PodFacts
+from collector.kube import JOB_KINDS
+from collector.model import EventFacts, JobFacts, ObjectRecord, PodFacts
 
 # The pods of one incarnation of a run are created within seconds of each other (a gang, a Ray
 # cluster's head and workers); one created this much later than the run's first replaced another
@@ -147,6 +148,16 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
             if c.type in EVICTION_CONDITIONS and c.last_transition is not None and c.last_transition < born:
                 return (f"Workload {wl.ref.name} was evicted ({c.reason or c.type}) before pod {pod.ref.name}"
                         " was created")
+    for e in ev.events:
+        # A training operator's Warning on its job when it recreates failed replicas ("PyTorchJob x is
+        # restarting because 2 Worker replica(s) failed."): its Restarting condition goes once the job
+        # runs again, the Event stays for its time to live.
+        ef = e.facts
+        if isinstance(ef, EventFacts) and ef.reason.endswith("Restarting") and ef.regarding.kind in JOB_KINDS:
+            at = ef.first or ef.last
+            if at is not None and at < born:
+                return (f"{ef.regarding.kind} {ef.regarding.name} restarted its replicas before pod {pod.ref.name} "
+                        f"was created ({ef.reason}: {ef.message[:120]})")
     for j in ev.jobs:
         for c in j.conditions:
             if c.type in RESTARTING_CONDITIONS and c.last_transition is not None and c.last_transition < born:

@@ -19,7 +19,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from collector.cli import main
-from tests.dumpkit import fixture_path, meta, owner_of, pod, ts, write_dump
+from tests.dumpkit import event, fixture_path, meta, owner_of, pod, ts, write_dump
 from tests.test_explain_fixtures import NOW
 
 T0 = NOW - timedelta(hours=2)
@@ -365,3 +365,29 @@ def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_un
     idx.node_clock_unsure.add("gpu-1")
     unsure = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
     assert unsure.observed.value == "unknown" and "gpu-1's clock runs ahead" in unsure.reason, unsure.reason
+
+
+def test_a_pytorchjob_that_recreated_its_workers_under_their_names_is_known_to_have_restarted(
+        tmp_path: Path) -> None:
+    """training-operator deletes failed replicas and creates them again under the same names; its
+    Restarting condition is gone once the job runs again. Its Warning Event (the message the operator
+    writes, kubeflow/training-operator's JobRestartingReason) is what is left: the workers' steps
+    since may be replays of steps made before it."""
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {**meta("train", NS, "uid-ptj", T0), "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+           "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}},
+           "status": {"conditions": [
+               {"type": "Created", "status": "True", "lastTransitionTime": ts(T0)},
+               {"type": "Running", "status": "True", "lastTransitionTime": ts(NOW - timedelta(minutes=19))}]}}
+    restarted = NOW - timedelta(minutes=20)
+    labels = {"training.kubeflow.org/job-name": "train", "training.kubeflow.org/operator-name": "pytorchjob-controller",
+              "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": "0"}
+    w0 = pod("train-worker-0", NS, restarted + timedelta(seconds=2), node="gpu-1", gpus=8, labels=labels,
+             owner=owner_of(job))
+    warning = event("train.restart", NS, job, "PyTorchJobRestarting",
+                    "PyTorchJob train is restarting because 1 Worker replica(s) failed.", restarted, type_="Warning",
+                    component="pytorchjob-controller")
+    logs = {(NS, "train-worker-0"): text(steps(900, 1010, NOW - timedelta(seconds=10 * 110 + 5)))}
+    out = explain(write_dump(tmp_path / "d", [job, w0, warning], logs=logs, captured=NOW))
+    prog = run_of(out, "train")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "PyTorchJobRestarting" in prog["reason"], prog
