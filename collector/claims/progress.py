@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from collector.claims.common import Clock, human_age
 from collector.claims.lineage import Lineage, Restart
@@ -123,6 +124,10 @@ def _samples(sig: Signal) -> list[ProgressSample]:
     return samples
 
 
+_AFTER = 1 << 40  # orders of restarts: after every sample's (samples count from 0)
+_at_order = itemgetter(0, 1)
+
+
 def restarts_inside(sig: Signal) -> list[Restart]:
     """The trainer's own word that it started over inside this log (torchelastic restarting its
     workers, a resume from a checkpoint) after lines of progress: an in-process restart. Its steps
@@ -148,7 +153,8 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     # Samples stamped past the horizon are not known yet (skew) or forged; a dump's capture time may
     # trail its newest real stamps by the clock's slack, so the horizon is the latest capture instant.
     horizon = clock.horizon if clock is not None else now
-    # (at, order, sample or restart, source, stream): restarts sort after samples of their instant
+    # (at, order, sample or restart, source, stream): a restart's order is past every sample's, so it
+    # sorts after the samples of its instant
     events: list[tuple[datetime, int, ProgressSample | Restart, str, str]] = []
     undated = 0
     observed_from: datetime | None = None
@@ -162,7 +168,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             if smp.at is None:
                 undated += 1
             elif horizon is None or smp.at <= horizon:
-                events.append((smp.at, 2 * n, smp, src, stream))
+                events.append((smp.at, n, smp, src, stream))
                 n += 1
                 first = smp.at if first is None else min(first, smp.at)
             elif clock is not None:
@@ -173,9 +179,9 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             clock.expires(first)
         for r in (*(lin.restarts if lin is not None else ()), *restarts_inside(sig)):
             if horizon is None or r.at <= horizon:
-                events.append((r.at, 2 * n + 1, r, src, stream))
+                events.append((r.at, _AFTER + n, r, src, stream))
                 n += 1
-    events.sort(key=lambda x: (x[0], x[1] & 1, x[1]))
+    events.sort(key=_at_order)
     advances: list[Advance] = []
     high: dict[str, int] = {}
     last_seen: dict[str, datetime] = {}  # stepless signals: the last activity
@@ -254,8 +260,10 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
                     replay_last[stream] = Advance(at, smp.step, src, stream=stream)
                 continue
             high[stream] = smp.step
-            replay_last.pop(stream, None)
-            restart_of.pop(stream, None)
+            if stream in replay_last:
+                del replay_last[stream]
+            if stream in restart_of:
+                del restart_of[stream]
             adv = Advance(at, smp.step, src, replay_from.pop(stream, None), n > 1, stream)
         if smp.loss is not None and not math.isfinite(smp.loss):
             continue
