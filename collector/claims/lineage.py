@@ -145,7 +145,7 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
     for wl in ev.workloads:
         for c in wl.conditions:
             # Kueue sets these only once it evicts, and keeps them after re-admission (False, "Previously: ...")
-            if c.type in EVICTION_CONDITIONS and c.last_transition is not None and c.last_transition < born:
+            if c.type in EVICTION_CONDITIONS and c.last_transition is not None and c.last_transition <= born:
                 return (f"Workload {wl.ref.name} was evicted ({c.reason or c.type}) before pod {pod.ref.name}"
                         " was created")
     for e in ev.events:
@@ -155,12 +155,12 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
         ef = e.facts
         if isinstance(ef, EventFacts) and ef.reason.endswith("Restarting") and ef.regarding.kind in JOB_KINDS:
             at = ef.first or ef.last
-            if at is not None and at < born:
+            if at is not None and at <= born:  # (one second's resolution: the pod may share its stamp)
                 return (f"{ef.regarding.kind} {ef.regarding.name} restarted its replicas before pod {pod.ref.name} "
                         f"was created ({ef.reason}: {ef.message[:120]})")
     for j in ev.jobs:
         for c in j.conditions:
-            if c.type in RESTARTING_CONDITIONS and c.last_transition is not None and c.last_transition < born:
+            if c.type in RESTARTING_CONDITIONS and c.last_transition is not None and c.last_transition <= born:
                 return f"{j.ref.kind} {j.ref.name} restarted replicas ({c.reason or c.type}) before pod " \
                        f"{pod.ref.name} was created"
         jf = j.facts
