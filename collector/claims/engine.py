@@ -43,8 +43,9 @@ from collector.model import (
 from collector.progress import shift_scan
 from collector.settings import ClaimSettings
 
-# A log line stamped this long after the controller read it shows its node's clock runs ahead.
-NODE_CLOCK_TOLERANCE = timedelta(seconds=15)
+# A log line stamped this long after it was read comes from a clock ahead (or a tenant's own forged
+# time): more than synchronized clocks and a read's latency explain.
+NODE_CLOCK_TOLERANCE = timedelta(seconds=30)
 
 # Container waiting reasons that mean "cannot start", worth naming to a human.
 _STUCK_WAITING = frozenset(
@@ -137,11 +138,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
     helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers}
-    # A node whose clock is not measured yet and whose pod printed a line stamped past the instant it
-    # was read runs ahead by an unknown amount: its stamps cannot be placed (fail closed).
-    off_clock = _clock_ahead(ev, fresh_signals)
+    # Lines stamped after they were read come from a clock ahead by an unknown amount or a tenant's
+    # forged times: they cannot be placed (fail closed).
+    off_clock = _off_clock(ev, fresh_signals, clock)
     rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
-             and _node_of(ev, sig) not in off_clock]
+            and (sig.ref.key, sig.source) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
     lineage = lineages(ev) if rate else None
     view = analyze(rate or durable, s, now, clock=clock, lineage=lineage) if fresh_signals else None
@@ -155,7 +156,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
         running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock))
     progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view, lineage,
-                                    off_clock=tuple(off_clock.values()))
+                                    off_clock=tuple(dict.fromkeys(off_clock.values())))
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
     crash_looping = running.observed is Observed.FALSE and "CrashLoopBackOff" in running.reason
     blocked = None
@@ -190,19 +191,33 @@ def _node_of(ev: RunEvidence, sig: Signal) -> str:
     return pod.facts.node_name if pod is not None and isinstance(pod.facts, PodFacts) else ""
 
 
-def _clock_ahead(ev: RunEvidence, signals: list[Signal]) -> dict[str, str]:
-    """Nodes not measured yet whose pods' lines are stamped after they were read, with what shows it."""
-    out: dict[str, str] = {}
-    if not ev.node_clock_unsure:
-        return out
+def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tuple[Key, str], str]:
+    """Signals whose stamps cannot be placed, with why: a line stamped after the signal was read (after
+    the latest instant a dump can have been captured) comes from a clock that runs ahead or from a
+    tenant's own forged time; on a node whose clock is not measured yet, every signal of that node
+    goes with it (its kubelet's stamps are all on that clock)."""
+    out: dict[tuple[Key, str], str] = {}
+    ahead_nodes: dict[str, str] = {}
     for sig in signals:
+        if sig.retired or sig.durable:
+            continue
+        newest = max((x.at for x in sig.scan.samples if x.at is not None), default=None)
+        if newest is None:
+            continue
+        latest = max(sig.read_at, clock.latest) if clock.latest is not None else None
         node = _node_of(ev, sig)
-        if node in ev.node_clock_unsure and node not in out and not sig.retired:
-            newest = max((x.at for x in sig.scan.samples if x.at is not None), default=None)
-            if newest is not None and newest - sig.read_at > NODE_CLOCK_TOLERANCE:
-                out[node] = (f"node {node}'s clock runs ahead of the API server's (a line of pod {sig.ref.name} "
-                             f"is stamped {human_age(newest - sig.read_at)} after it was read); its stamps "
-                             "cannot be placed until its kubelet's next heartbeat")
+        if node in ev.node_clock_unsure and newest - sig.read_at > NODE_CLOCK_TOLERANCE:
+            ahead_nodes.setdefault(node, f"node {node}'s clock runs ahead of the API server's (a line of pod "
+                                         f"{sig.ref.name} is stamped {human_age(newest - sig.read_at)} after it "
+                                         "was read); its stamps cannot be placed until its kubelet's next heartbeat")
+        elif latest is not None and newest - latest > NODE_CLOCK_TOLERANCE:
+            out[(sig.ref.key, sig.source)] = (
+                f"{sig.ref.name}/{sig.source} holds lines stamped {human_age(newest - latest)} after it was read:"
+                " its clock runs ahead or its times are not the kubelet's; its stamps cannot be placed")
+    for sig in signals:
+        why = ahead_nodes.get(_node_of(ev, sig))
+        if why is not None and not sig.retired:
+            out[(sig.ref.key, sig.source)] = why
     return out
 
 

@@ -339,10 +339,11 @@ def test_the_live_index_keeps_a_deleted_pods_mark_for_its_replacement() -> None:
 
 
 def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_unknown() -> None:
-    """The live controller has just started: gpu-1's heartbeat said nothing sure about its clock yet,
-    and its pod's newest line is stamped a minute after the controller read it. Its clock runs ahead by
-    an unknown amount: a step that looks fresh may be minutes old. Unknown until the kubelet's next
-    heartbeat measures it."""
+    """The live controller has just started: gpu-1's heartbeat said nothing sure about its clock yet.
+    Pod a's newest line is stamped a minute after the controller read it: gpu-1's clock runs ahead by an
+    unknown amount, so pod b's fresh-looking steps on the same node may be minutes old too. Unknown
+    until the kubelet's next heartbeat measures it. Measured, only the line from the future is
+    distrusted (a clock ahead, or a trainer's own forged time), and pod b's steps count."""
     from collector.claims import evaluate
     from collector.correlate import Signal, build_index
     from collector.kube import normalize
@@ -350,18 +351,22 @@ def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_un
     from collector.settings import ClaimSettings
 
     job = indexed_job("train", T0)
-    p = job_pod(job, "train-0-x7k2p", T0)
-    p["spec"]["nodeName"] = "gpu-1"
+    job["spec"].update(parallelism=2, completions=2)
+    pods = [job_pod(job, f"train-{i}-x7k2p", T0, index=str(i)) for i in range(2)]
+    for p in pods:
+        p["spec"]["nodeName"] = "gpu-1"
     n = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"},
          "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    idx = build_index(r for o in (job, p, n) if (r := normalize(o).record) is not None)
+    idx = build_index(r for o in (job, *pods, n) if (r := normalize(o).record) is not None)
     idx.synced.update(dict.fromkeys(("Pod", "Node", "Job"), NOW))
-    pod_ref = next(r.ref for r in idx.objects() if r.ref.kind == "Pod")
-    lines = text(steps(100, 160, NOW - timedelta(seconds=10 * 60) + timedelta(minutes=1)))  # last: NOW + 1 min
-    idx.set_signal(Signal(pod_ref, "main", scan_text(lines, source="t"), NOW))
+    refs = sorted((r.ref for r in idx.objects() if r.ref.kind == "Pod"), key=lambda r: r.name)
+    ahead = text(steps(100, 160, NOW - timedelta(seconds=10 * 60) + timedelta(minutes=1)))  # last: NOW + 1 min
+    normal = text(steps(100, 160, NOW - timedelta(seconds=10 * 60 + 5)))
+    idx.set_signal(Signal(refs[0], "main", scan_text(ahead, source="a"), NOW))
+    idx.set_signal(Signal(refs[1], "main", scan_text(normal, source="b"), NOW))
     root = next(r for r in idx.roots() if r.name == "train")
     measured = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
-    assert measured.observed.value == "true"  # a measured clock: lines a minute ahead are just not read yet
+    assert measured.observed.value == "true" and "train-1-x7k2p" in measured.evidence[1].ref, measured
     idx.node_clock_unsure.add("gpu-1")
     unsure = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
     assert unsure.observed.value == "unknown" and "gpu-1's clock runs ahead" in unsure.reason, unsure.reason
