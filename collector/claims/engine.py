@@ -204,7 +204,8 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
         newest = max((x.at for x in sig.scan.samples if x.at is not None), default=None)
         if newest is None:
             continue
-        latest = max(sig.read_at, clock.latest) if clock.latest is not None else None
+        # the latest instant the read can have happened: a dump's capture lies within the clock's slack
+        latest = sig.read_at + clock.slack if clock.slack is not None else None
         node = _node_of(ev, sig)
         if node in ev.node_clock_unsure and newest - sig.read_at > NODE_CLOCK_TOLERANCE:
             ahead_nodes.setdefault(node, f"node {node}'s clock runs ahead of the API server's (a line of pod "

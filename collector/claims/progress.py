@@ -240,8 +240,9 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
                 bad_since = None
                 invalid = None
                 zero_since, zero_count = None, 0
-        if stream in blind:
-            # Started over with no mark in view: replay or progress, nobody can tell.
+        if stream in blind or (smp.step is None and stream in restart_of):
+            # Started over with no mark in view, or activity without a step since it did: replay or
+            # progress, nobody can tell (only a step past the mark can).
             blind_last[stream] = Advance(at, smp.step, src, stream=stream)
             continue
         if smp.step is None:
@@ -287,8 +288,8 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     current = max(streams, key=lambda v: (v.last.at + v.window, v.last.at), default=None)
     replaying = max((Replaying(replay_from[k], a, high[k], restart_of.get(k)) for k, a in replay_last.items()
                      if k in replay_from), key=lambda r: r.last.at, default=None)
-    blind_view = max((Blind(blind[k], a) for k, a in blind_last.items() if k in blind),
-                     key=lambda b: b.last.at, default=None)
+    blind_view = max((Blind(blind.get(k) or restart_of[k], a) for k, a in blind_last.items()
+                      if k in blind or k in restart_of), key=lambda b: b.last.at, default=None)
     floor_window, floor_basis = _window([], s)
     return ProgressView(
         advances=tuple(advances),

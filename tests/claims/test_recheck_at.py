@@ -144,7 +144,7 @@ def test_stall_window_closing() -> None:
 
 def test_progress_read_ageing_past_its_freshness() -> None:
     long = replace(S, stall_floor=timedelta(hours=1))  # the window stays open: only the read ages
-    ev = evidence([taurun(), pod()], synced={"Pod": NOW + timedelta(minutes=2)}, log=steps(*range(100, 0, -10)),
+    ev = evidence([taurun(), pod()], synced={"Pod": NOW + timedelta(minutes=2)}, log=steps(*range(160, 60, -10)),
                   read_at=NOW - timedelta(minutes=1))
     before, after = assert_flips_at(ev, NOW + timedelta(minutes=4), long)
     assert before.progressing.observed.value == "true"

@@ -130,6 +130,12 @@ def test_activity_without_step_numbers_after_an_in_process_restart_proves_nothin
                       captured=after[-1][0] + timedelta(seconds=5))
     prog = run_of(explain(dump), "train")["claims"]["progressing"]
     assert prog["observed"] == "unknown" and "torchelastic restarted its worker group" in prog["reason"], prog
+    # A step seen before the restart gives a mark, but activity without steps cannot show it passed.
+    stepped = before[:-1] + [(before[-1][0], megatron(4000))]
+    dump = write_dump(tmp_path / "e", [job, p], logs={(NS, p["metadata"]["name"]): text(stepped + elastic + after)},
+                      captured=after[-1][0] + timedelta(seconds=5))
+    prog = run_of(explain(dump), "train")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "torchelastic restarted its worker group" in prog["reason"], prog
 
 
 # --- replacement: a new pod for the same rank ------------------------------------------------------
