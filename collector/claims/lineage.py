@@ -168,4 +168,12 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
             return f"{j.ref.kind} {j.ref.name} counts {jf.failed} failed pod(s) and pod {pod.ref.name} came later"
     if first is not None and born - first > LATE:
         return f"pod {pod.ref.name} was created {human_age(born - first)} after the run's first pod"
+    o = pod.controller
+    job = next((j for j in ev.jobs if o is not None and (j.ref.kind, j.ref.name) == (o.kind, o.name)), None)
+    jf = job.facts if job is not None else None
+    if job is not None and isinstance(jf, JobFacts) and jf.start_time is not None and born - jf.start_time > LATE:
+        # a job controller creates its pods as it starts (its startTime is set again when it resumes
+        # from suspension): one created well after came back for a pod that was lost
+        return (f"pod {pod.ref.name} was created {human_age(born - jf.start_time)} after {job.ref.kind} "
+                f"{job.ref.name} started")
     return ""

@@ -402,3 +402,9 @@ def test_a_pytorchjob_that_recreated_its_workers_under_their_names_is_known_to_h
     out = explain(write_dump(tmp_path / "d", [job, w0, warning], logs=logs, captured=NOW))
     prog = run_of(out, "train")["claims"]["progressing"]
     assert prog["observed"] == "unknown" and "PyTorchJobRestarting" in prog["reason"], prog
+    # The Event aged out: the job's startTime (set when it started, again when it resumes) is left, and
+    # its worker was created 20 minutes after it.
+    job["status"]["startTime"] = ts(T0 + timedelta(minutes=1))
+    out = explain(write_dump(tmp_path / "e", [job, w0], logs=logs, captured=NOW))
+    prog = run_of(out, "train")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "after PyTorchJob train started" in prog["reason"], prog
