@@ -33,7 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from collector.model import Plane, Ref, RunClaims
+from collector.model import Observed, Plane, Ref, RunClaims
 
 log = logging.getLogger("taugrid.prometheus")
 
@@ -191,7 +191,7 @@ def _same_claims(a: RunClaims, b: RunClaims) -> bool:
 # The families of one group are prepared together from the same inputs (`_group_keys`): an update
 # reuses a group's lines from the run's previous entry while its inputs stay the same.
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "claims": ("observed", "verdict", "since"),
+    "claims": ("observed", "verdict", "since", "progressing_cause"),
     "blocked": ("blocked", "blocked_age"),
     "evidence_age": ("evidence_age",),
     "last": ("last_step", "last_progress"),
@@ -220,7 +220,8 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
     rc = entry.claims
     b = rc.blocked
     return {
-        "claims": tuple((name, c.observed, c.verdict, c.since) for name, c in rc.claims.items()),
+        "claims": (tuple((name, c.observed, c.verdict, c.since) for name, c in rc.claims.items()),
+                   rc.progressing.cause),
         "blocked": (b.stage, b.since) if b is not None else None,
         "evidence_age": entry.newest,
         "last": _last_step(rc),
@@ -259,6 +260,8 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
             add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
             if claim.since is not None:
                 add("since", _seconds(claim.since), claim=name)
+        if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:
+            add("progressing_cause", 1.0, cause=rc.progressing.cause)
     if "blocked" in moved and rc.blocked is not None:
         stage = rc.blocked.stage
         add("blocked", 1.0, stage=stage.value, owner=stage.owner)
@@ -438,6 +441,8 @@ class ClaimsExporter(Collector):
                 fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
                 if claim.since is not None:
                     fam["since"].add_metric([*run, name], _seconds(claim.since))
+            if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:
+                fam["progressing_cause"].add_metric([*run, rc.progressing.cause], 1.0)
             if rc.blocked is not None:
                 stage = rc.blocked.stage
                 fam["blocked"].add_metric([*run, stage.value, stage.owner], 1.0)
@@ -480,6 +485,12 @@ class ClaimsExporter(Collector):
                 "taugrid_run_claim_since_timestamp_seconds",
                 "When the claim's observed value last changed, unix seconds; absent when unknown.",
                 labels=[*run, "claim"],
+            ),
+            "progressing_cause": GaugeMetricFamily(
+                "taugrid_run_progressing_cause",
+                "1 while progressing is false, labelled with why: stalled, hung, replaying (below the pre-restart "
+                "high-water mark), skipped-steps, invalid-steps, not-running or finished.",
+                labels=[*run, "cause"],
             ),
             "blocked": GaugeMetricFamily(
                 "taugrid_run_blocked",

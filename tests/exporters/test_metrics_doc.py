@@ -4,6 +4,7 @@ every documented controller family is exported."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.environment import check, inventory
+from collector.model import Observed
 from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 
@@ -61,8 +63,10 @@ def documented(text: str) -> tuple[dict[str, tuple[str, str, frozenset[str]]], s
 def exported() -> dict[str, tuple[str, frozenset[str]]]:
     """Family name as users query it (counters with `_total`) → (type, labels seen)."""
     registry = new_registry()
+    base = crashlooping_run(name="elastic")
+    replaying = replace(base, progressing=replace(base.progressing, observed=Observed.FALSE, cause="replaying"))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
-        [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run()], T0
+        [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )
     health = HealthMetrics(registry, resources=["pods"], sources=["kubernetes"])
     health.watch_restarted("pods")
