@@ -1154,7 +1154,7 @@ def _adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
     """A node agent's increment (what it read after line `after`) that `extend_history` would add
     nothing to `held` with: no finding, no sample but the lead one the history already holds as it
     is, and the same line count and notes."""
-    return (not inc.hangs and not inc.xids and inc.lines == held.lines and inc.format == held.format
+    return (not inc.hangs and not inc.xids and not inc.resumes and inc.lines == held.lines and inc.format == held.format
             and inc.diagnostics == held.diagnostics and len(inc.samples) <= 1
             and (not inc.samples or (inc.samples[0].line <= after and bool(held.samples)
                                      and inc.samples[0] == held.samples[-1])))

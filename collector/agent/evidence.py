@@ -86,7 +86,7 @@ def _log(c: ContainerLog, samples: int) -> dict[str, object]:
     s = c.scan
     after = c.lines_then
     kept = s.samples[-samples:]
-    hangs, xids = s.hangs, s.xids
+    hangs, xids, resumes = s.hangs, s.xids, s.resumes
     if after is not None:
         # the samples on later lines, led by the last one before them (a redraw may have changed
         # it); all of them (the agent keeps a bounded number), so the reader's history has no hole
@@ -99,14 +99,19 @@ def _log(c: ContainerLog, samples: int) -> dict[str, object]:
             kept = s.samples[max(0, first - 1):]
             hangs = tuple(h for h in hangs if h.line > after)
             xids = tuple(x for x in xids if x.line > after)
+            resumes = tuple(r for r in resumes if r.line > after)
     return {
         "namespace": c.namespace, "pod": c.pod, "uid": c.uid, "container": c.container,
         "read_at": c.read_at, "lines": s.lines, "format": s.format, "after": after,
         # [step, at, loss, skipped, total, line]
         "samples": [[x.step, _iso(x.at), _loss(x.loss), x.skipped, x.total, x.line] for x in kept],
         "hangs": [{"kind": h.kind, "line": h.line, "collective": h.collective, "timeout_ms": h.timeout_ms,
-                   "rank": h.rank, "at": _iso(h.at)} for h in hangs],
+                   "rank": h.rank, "at": _iso(h.at), "seq": h.seq, "completed": h.completed, "pg": h.pg}
+                  for h in hangs],
         "xids": [{"code": x.code, "pci": x.pci, "line": x.line, "at": _iso(x.at)} for x in xids],
+        # a trainer's resume or torchrun's worker-group restart: the only word of a restart inside
+        # the container, which the claims need to tell replayed steps from progress
+        "resumes": [{"line": r.line, "at": _iso(r.at), "step": r.step, "format": r.format} for r in resumes],
         "diagnostics": list(s.diagnostics[-10:]),
     }
 

@@ -218,6 +218,8 @@ class LogEvidence:
             del sc.hangs[:-k]
         if len(sc.xids) > 2 * k:
             del sc.xids[:-k]
+        if len(sc.resumes) > 2 * k:
+            del sc.resumes[:-k]
 
     # --- readers ---------------------------------------------------------------------------------
     def containers(self, since: int | None = None) -> list[ContainerLog]:

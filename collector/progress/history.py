@@ -4,7 +4,7 @@ A poll reads a bounded tail (the last 500 lines). Judged alone, everything befor
 `unobserved`, and after a container restart the pre-restart high-water mark is gone. The
 controller keeps, per signal, what it has seen since it started watching: the new tail, led by
 the dated samples and hang findings of earlier polls that are older than the tail's first line
-(`merge_history`).
+(`merge_history`): the resume findings (a restart inside the container) included.
 
 Bounded by what it means, not by age (`compact`): the last RECENT samples stay as read (the stall
 window is built from the last 50 intervals, the skipped-step share from the last 20 reports);
@@ -42,9 +42,13 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
     before = [s for s in old.samples if s.at is not None and s.at < cut]
     hangs = [h for h in old.hangs if h.at is not None and h.at < cut]
     xids = [x for x in old.xids if x.at is not None and x.at < cut]
+    # a resume before the tail is the only word of a restart inside the container (torchrun's
+    # worker group, a trainer's "resumed from"): losing it would make replayed steps look new
+    resumes = [r for r in old.resumes if r.at is not None and r.at < cut]
     # every line of `old` (kept or not: its high-water sample may be one it no longer keeps) moves
     # before the new tail's first line
-    shift = max([old.lines, *(s.line for s in before), *(h.line for h in hangs), *(x.line for x in xids)]) + 1
+    shift = max([old.lines, *(s.line for s in before), *(h.line for h in hangs), *(x.line for x in xids),
+                 *(r.line for r in resumes)]) + 1
     head = list(new.samples)
     bridged = _bridged_into(old.samples, head, cut) if before else 0
     if bridged:
@@ -73,6 +77,7 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
         samples=tuple(samples),
         hangs=tuple([replace(h, line=h.line - shift) for h in hangs] + list(new.hangs))[-MAX_FINDINGS:],
         xids=tuple([replace(x, line=x.line - shift) for x in xids] + list(new.xids))[-MAX_FINDINGS:],
+        resumes=tuple([replace(r, line=r.line - shift) for r in resumes] + list(new.resumes))[-MAX_FINDINGS:],
         summary=summary,
         first_at=old.first_at,
     )
@@ -90,6 +95,7 @@ def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTOR
         samples=tuple(samples[-keep:]),
         hangs=tuple([h for h in old.hangs if h.line <= after] + list(new.hangs))[-MAX_FINDINGS:],
         xids=tuple([x for x in old.xids if x.line <= after] + list(new.xids))[-MAX_FINDINGS:],
+        resumes=tuple([r for r in old.resumes if r.line <= after] + list(new.resumes))[-MAX_FINDINGS:],
         summary=None,
         first_at=old.first_at or new.first_at,
     )

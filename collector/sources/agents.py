@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from collector.gpu import GpuDevice, PodGpuEvidence
-from collector.progress.model import HangFinding, LogScan, ProgressSample, XidFinding
+from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, XidFinding
+from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
 from collector.progress.xid import describe
 from collector.sources import httpget
@@ -149,8 +150,12 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
         samples.append(ProgressSample(step=int(row[0]), at=_at(row[1]), loss=_loss(row[2]), line=_i(row[5]) or 0,
                                       format=fmt or "regex", skipped=row[3] is True, total=_i(row[4])))
     hangs = tuple(HangFinding(str(h.get("kind"))[:64], _i(h.get("line")) or 0, _s(h.get("collective")),
-                              _i(h.get("timeout_ms")), _i(h.get("rank")), _at(h.get("at")))
+                              _i(h.get("timeout_ms")), _i(h.get("rank")), _at(h.get("at")),
+                              seq=_i(h.get("seq")), completed=_i(h.get("completed")), pg=_s(h.get("pg")))
                   for h in _entries(c.get("hangs")) if isinstance(h, dict) and h.get("kind"))
+    resumes = tuple(ResumeFinding(_i(r.get("line")) or 0, _at(r.get("at")), _i(r.get("step")),
+                                  (_s(r.get("format")) or "")[:64])
+                    for r in _entries(c.get("resumes"))[:MAX_FINDINGS] if isinstance(r, dict))
     xids = []
     for x in _entries(c.get("xids")):
         code = _i(x.get("code")) if isinstance(x, dict) else None
@@ -159,7 +164,7 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
             xids.append(XidFinding(code, _s(x.get("pci")) or "", _i(x.get("line")) or 0, meaning, action,
                                    _at(x.get("at"))))
     return LogScan(source=source, format=fmt, samples=tuple(samples),
-                   hangs=hangs, xids=tuple(xids),
+                   hangs=hangs, xids=tuple(xids), resumes=resumes,
                    diagnostics=tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]),
                    lines=_i(c.get("lines")) or 0)
 

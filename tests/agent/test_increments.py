@@ -162,3 +162,33 @@ def test_an_increment_with_nothing_new_only_refreshes(tmp_path: Path) -> None:
     node.write(node.line(WATCHDOG))
     inc, after = increment()
     assert not _adds_nothing(held, inc, after) and extend_history(held, inc, after).hangs
+
+
+RESTART = ("W0110 10:15:40.117000 738248 torch/distributed/elastic/agent/server/api.py:704] [default] Worker group "
+           "FAILED. 3/3 attempts left; will restart worker group")
+
+
+def test_a_restart_inside_the_container_travels_with_its_seq_and_in_increments(tmp_path: Path) -> None:
+    """torchrun's worker-group restart and the trainer's resume line reach the controller (the claims
+    need them to tell replayed steps from progress), once: an increment carries only later ones; a
+    watchdog line keeps its sequence number."""
+    node = Node(tmp_path)
+    loaded = "  successfully loaded checkpoint from /ckpt [ t 0/1, p 0/1 ] at iteration 8"
+    node.write(*node.steps(1, 10), node.line(RESTART), node.line(loaded))
+    ev = evidence(tmp_path)
+    ev.poll()
+    base = parse_evidence(_doc(ev, None), EP, READ_AT).logs[0]
+    assert [r.format for r in base.scan.resumes][0] == "torchelastic"
+    assert base.scan.resumes[-1].step == 8, base.scan.resumes
+    node.write(*node.steps(9, 12), node.line(WATCHDOG))
+    ev.poll()
+    inc = parse_evidence(_doc(ev, 1), EP, READ_AT).logs[0]
+    assert inc.scan.resumes == () and inc.scan.hangs[0].seq == 1580
+    merged = extend_history(base.scan, inc.scan, inc.after or 0)
+    assert merged.resumes == base.scan.resumes
+    # an increment holding only a resume is not "nothing new"
+    only = replace(inc.scan, hangs=(), samples=base.scan.samples[-1:], lines=base.scan.lines,
+                   diagnostics=base.scan.diagnostics, resumes=base.scan.resumes[:1])
+    assert not _adds_nothing(base.scan, only, base.scan.lines)
+    whole = parse_evidence(_doc(ev, None), EP, READ_AT).logs[0]
+    assert merged.resumes == whole.scan.resumes and merged.hangs == whole.scan.hangs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from collector.claims.progress import COMPACT_SLACK, analyze, compacted
@@ -128,3 +129,37 @@ def test_samples_of_one_read_share_the_runs_total() -> None:
     totals = [s.total for s in scan.samples]
     assert totals[0] is not None and len(set(totals)) == 1
     assert len({id(t) for t in totals}) == 1
+
+
+def test_a_restart_inside_the_container_survives_later_polls() -> None:
+    """torchrun restarted its worker group (the only word of it is in the log) and the trainer prints
+    no step numbers: once later polls read tails after those lines, the history must still hold them,
+    or the replay after it reads as progress."""
+    from collector.claims.progress import restarts_inside
+    from collector.progress.history import extend_history
+
+    loss = "{'loss': 1.8234, 'grad_norm': 0.5121, 'learning_rate': 4.9e-05, 'epoch': 0.12}"
+
+    def stamped(i: int, line: str) -> str:
+        return (T0 + timedelta(seconds=10 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z " + line
+
+    restart = [
+        "W0110 10:05:00.117000 738248 torch/distributed/elastic/agent/server/api.py:704] [default] Worker group "
+        "FAILED. 3/3 attempts left; will restart worker group",
+        "  Continuing training from global step 1191",
+    ]
+    lines = [stamped(i, loss) for i in range(30)] + [stamped(30, x) for x in restart] + \
+        [stamped(31 + i, loss) for i in range(40)]
+    first = scan_text("\n".join(lines[:40]) + "\n", source="main")
+    assert first.resumes, "the scanner must see the restart"
+    history = first
+    for end in range(45, len(lines) + 1, 5):  # later polls read only the lines since the last one
+        history = merge_history(history, scan_text("\n".join(lines[end - 5:end]) + "\n", source="main"))
+        history = compacted(Signal(POD, "main", history, T0), ClaimSettings()).scan
+        assert [r.format for r in history.resumes] == [r.format for r in first.resumes]
+    assert restarts_inside(Signal(POD, "main", history, T0 + timedelta(seconds=800)))
+    # a node agent's increments (lines after a cursor) keep them the same way
+    whole = scan_text("\n".join(lines[:60]) + "\n", source="main")
+    increment = replace(whole, resumes=tuple(r for r in whole.resumes if r.line > 40))  # as the agent sends it
+    agent = extend_history(first, increment, after=40)
+    assert agent.resumes == first.resumes
