@@ -105,12 +105,12 @@ class KubeClient:
         out: Obj = self.request("PATCH", self.path(api_version, kind, namespace, name, sub), body, MERGE_PATCH)
         return out
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> Obj:
-        out: Obj = self.request(
-            "DELETE",
-            self.path(api_version, kind, namespace, name),
-            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-        )
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> Obj:
+        """DELETE with Background propagation; `grace` is DeleteOptions.gracePeriodSeconds."""
+        opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            opts["gracePeriodSeconds"] = grace
+        out: Obj = self.request("DELETE", self.path(api_version, kind, namespace, name), opts)
         return out
 
     def bind(self, namespace: str, pod: str, node: str) -> None:

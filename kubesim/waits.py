@@ -1,5 +1,5 @@
 """More of the world the scenario engine plays: admission checks, MultiKueue dispatch, DRA claims,
-Karpenter NodeClaims, container restarts with replay, and the progress-line styles of several trainers.
+Karpenter NodeClaims, and the progress-line styles of several trainers.
 
 Shapes and message texts follow the upstream projects: Kueue `kueue.x-k8s.io/v1beta1` Workloads
 (status.admissionChecks, status.clusterName) and AdmissionChecks (spec.controllerName); the
@@ -234,24 +234,6 @@ def karpenter_wait(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) ->
         eng.event(pod.ref, "Normal", "Nominated", f"Pod should schedule on: nodeclaim/{claim.name}", "karpenter")
 
 
-def restart(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
-    """Each selected container exits once and is restarted; training resumes `rewind` steps back."""
-    reason = str(args.get("reason", "Error"))
-    code = int(args.get("exitCode", 1))
-    for pod in eng._pods(r, str(args.get("pods", "all"))):
-        if not pod.node or "running" not in pod.state:
-            continue
-        pod.last_state = {"terminated": {"exitCode": code, "reason": reason,
-                                         "startedAt": pod.state["running"].get("startedAt", eng._now()),
-                                         "finishedAt": eng._now(), "containerID": pod.container_id}}
-        eng.client.rotate_log(pod.ref.namespace, pod.ref.name, pod.container)
-        pod.restarts += 1
-        fp = f"spec.containers{{{pod.container}}}"
-        eng._start_container(r, pod, fp, f'Container image "{pod.image}" already present on machine')
-    eng._sync_raycluster(r)
-    r.iteration = max(0, r.hwm - int(args.get("rewind", 0)))
-
-
 def device_reject(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
     """Bound GPU pods rejected at admission by the kubelet's device manager (no healthy devices)."""
     detail = str(args.get("message") or "Allocate failed due to no healthy devices present; cannot allocate "
@@ -271,7 +253,7 @@ def progress_lines(eng: EngineCore, style: str, template: str, f: Obj, skipped: 
     """One step's log lines in the given trainer's format."""
     it = int(f["iteration"])
     if style == "deepspeed":
-        t = eng.clock.now()
+        t = f.get("now") or eng.clock.now()
         prefix = f"[{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}]"
         lines = []
         if skipped:
@@ -353,6 +335,5 @@ ACTIONS: dict[str, Callable[[ScenarioEngine, RunState, Mapping[str, Any]], None]
     "dispatch": dispatch,
     "draWait": dra_wait,
     "karpenterWait": karpenter_wait,
-    "restart": restart,
     "submitter": submitter,
 }
