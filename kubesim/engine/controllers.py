@@ -114,6 +114,11 @@ class JobControllers(Pods):
             )
             self.event(root, "Normal", "Resumed", "Job resumed", "job-controller")
         r.pods = []
+        if spec.kind == "PyTorchJob" and any(not p.gone for p in r.old_pods):
+            # The names are fixed: the operator retries until the earlier run's pods are gone.
+            gen = r.generation
+            self._after(1.0, lambda: self._start_job_pods(r) if gen == r.generation and not r.pods else None)
+            return
         for i in range(spec.workers):
             self._new_job_pod(r, i)
         self._sync_job_status(r)

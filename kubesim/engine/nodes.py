@@ -223,34 +223,40 @@ class Nodes(JobControllers):
     def _do_schedule(self, r: RunState, args: Obj) -> None:
         preferred = [str(n) for n in args.get("nodes") or []]
         for pod in [p for p in self._pods(r, str(args.get("pods", "all"))) if not p.node]:
-            node = self._pick_node(r, pod, preferred)
-            self.client.bind(pod.ref.namespace, pod.ref.name, node)
-            pod.node = node
-            if node in self.nodes:
-                self.nodes[node].gpus_used += pod.gpus
-            pod.start_time = self._now()
-            self._set_cond(pod.conditions, self._cond("PodScheduled", True, "", ""))
-            self._set_cond(pod.conditions, self._cond("PodReadyToStartContainers", False, "", ""))
-            self._set_cond(pod.conditions, self._cond("Initialized", True, "", ""))
-            self._set_cond(
-                pod.conditions,
-                self._cond("Ready", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"),
-            )
-            self._set_cond(
-                pod.conditions,
-                self._cond(
-                    "ContainersReady", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"
-                ),
-            )
-            pod.state = {"waiting": {"reason": "ContainerCreating"}}
-            self._pod_status(pod)
-            self.event(
-                pod.ref,
-                "Normal",
-                "Scheduled",
-                f"Successfully assigned {pod.ref.namespace}/{pod.ref.name} to {node}",
-                "default-scheduler",
-            )
+            self._bind_pod(r, pod, self._pick_node(r, pod, preferred))
+        self._scheduled_status(r)
+
+    def _bind_pod(self, r: RunState, pod: PodState, node: str) -> None:
+        """The scheduler binds one pod (pods/binding) and says so."""
+        self.client.bind(pod.ref.namespace, pod.ref.name, node)
+        pod.node = node
+        if node in self.nodes:
+            self.nodes[node].gpus_used += pod.gpus
+        pod.start_time = self._now()
+        self._set_cond(pod.conditions, self._cond("PodScheduled", True, "", ""))
+        self._set_cond(pod.conditions, self._cond("PodReadyToStartContainers", False, "", ""))
+        self._set_cond(pod.conditions, self._cond("Initialized", True, "", ""))
+        self._set_cond(
+            pod.conditions,
+            self._cond("Ready", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"),
+        )
+        self._set_cond(
+            pod.conditions,
+            self._cond(
+                "ContainersReady", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"
+            ),
+        )
+        pod.state = {"waiting": {"reason": "ContainerCreating"}}
+        self._pod_status(pod)
+        self.event(
+            pod.ref,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {pod.ref.namespace}/{pod.ref.name} to {node}",
+            "default-scheduler",
+        )
+
+    def _scheduled_status(self, r: RunState) -> None:
         if r.taurun is not None and all(p.node for p in r.pods if not p.deleted):
             self._set_cond(
                 r.conditions,

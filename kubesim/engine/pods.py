@@ -137,6 +137,7 @@ class Pods(EngineCore):
             status["containerStatuses"] = [cs]
             if pod.sidecar:
                 up = bool(pod.sidecar_started) and pod.phase == "Running"
+                ended = pod.phase in ("Failed", "Succeeded")
                 status["containerStatuses"].append(
                     {
                         "name": pod.sidecar,
@@ -147,6 +148,8 @@ class Pods(EngineCore):
                         "restartCount": 0,
                         "state": {"running": {"startedAt": pod.sidecar_started}}
                         if up
+                        else {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": pod.sidecar_started}}
+                        if ended and pod.sidecar_started
                         else {"waiting": {"reason": "ContainerCreating"}},
                         "lastState": {},
                     }

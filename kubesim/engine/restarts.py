@@ -63,6 +63,7 @@ class Restarts(Lifecycle):
         if pod.node in self.nodes and pod.gpus:
             self.nodes[pod.node].gpus_used -= pod.gpus
             pod.gpus = 0
+        pod.gone = True
         if then is not None:
             then()
 
@@ -242,8 +243,8 @@ class Restarts(Lifecycle):
             if r.generation != gen:
                 return
             for pod in pods:
-                if not pod.deleted and nodes.get(pod.index):
-                    self._do_schedule(r, {"pods": pod.ref.name, "nodes": [nodes[pod.index]]})
+                if not pod.deleted and not pod.node and nodes.get(pod.index):
+                    self._bind_pod(r, pod, nodes[pod.index])
             self._sync_job_status(r)
 
         def start() -> None:

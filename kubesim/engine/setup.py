@@ -6,8 +6,10 @@ and Kueue Workload at its submission time.
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
+from kubesim.clock import rfc3339
 from kubesim.engine.kueue import Kueue
 from kubesim.engine.nodes import Nodes
 from kubesim.engine.state import (
@@ -171,7 +173,7 @@ class Submission(Nodes, Kueue):
                         for p in sc.profiles
                         if p.resolved
                     ],
-                    "lastResolvedTime": self._now(),
+                    "lastResolvedTime": self._resolved_time(),
                 },
             )
             if stale:  # the spec moves on (generation 2); the stuck controller never resolves it
@@ -179,9 +181,13 @@ class Submission(Nodes, Kueue):
             else:
                 self._after(sc.taucluster_refresh, self._refresh_taucluster)
 
+    def _resolved_time(self) -> str:
+        """lastResolvedTime as TauGrid writes it (`tauClusterFuture`: a stamp from the future)."""
+        return rfc3339(self.clock.now() + timedelta(seconds=self.scenario.taucluster_future))
+
     def _refresh_taucluster(self) -> None:
         if self._taucluster is not None:
-            self._status(self._taucluster, {"lastResolvedTime": self._now()})
+            self._status(self._taucluster, {"lastResolvedTime": self._resolved_time()})
             self._after(self.scenario.taucluster_refresh, self._refresh_taucluster)
 
     def _profile(self, run: RunSpec) -> Any:

@@ -78,6 +78,7 @@ class PodState:
     sidecar_count: int = 0  # the sidecar's own counter
     sidecar_started: str = ""
     generation: int = 0  # the run's generation (resubmits) that created the pod
+    gone: bool = False  # removed from the API
     log_max: int = 0  # the highest step its current log holds (the truth's view of where a mark is kept)
 
 
