@@ -17,40 +17,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
+import os
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+for _p in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
+from accuracy_dumps import Kubectl, bare, procedure  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from collector import kube  # noqa: E402
 from collector.cli import main as cli_main  # noqa: E402
 from collector.controller import Controller  # noqa: E402
-from collector.model import rfc3339  # noqa: E402
 from collector.settings import ControllerSettings, Settings  # noqa: E402
 from collector.sources.kube_api import KubeApi, api_client_for  # noqa: E402
 from kubesim.clock import ManualClock  # noqa: E402
 from kubesim.engine import ScenarioEngine  # noqa: E402
 from kubesim.generate import CLASSES, DESCRIPTIONS, Generated, generate  # noqa: E402
-from kubesim.kubeconfig import write_kubeconfig  # noqa: E402
 from kubesim.server import Simulator, SimulatorSettings  # noqa: E402
 from kubesim.truth import STAGES, RunTruth  # noqa: E402
 
 CLAIMS = ("scheduled", "running", "progressing")
-BASE_KINDS = "tauruns,tauclusters,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs"
 # Kinds the simulator serves for the new classes; dumped only once `explain` can read them
 # (an unknown kind in a dump is an input error by the dump contract).
 EXTRA_KINDS = {"ResourceClaim": "resourceclaims", "NodeClaim": "nodeclaims", "AdmissionCheck": "admissionchecks"}
@@ -132,64 +128,20 @@ class LiveController:
         self.ctl.close()
 
 
-def kubectl_dump(url: str, workdir: Path) -> Path:
-    kc = write_kubeconfig(workdir / "kubeconfig", url)
-    dump = workdir / "dump"
-
-    def kubectl(*args: str, out: Path | None = None) -> None:
-        with (out.open("wb") if out else open("/dev/null", "wb")) as fh:  # noqa: SIM115
-            proc = subprocess.run(["kubectl", "--kubeconfig", str(kc), *args], stdout=fh, stderr=subprocess.PIPE,
-                                  timeout=600, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.decode()[:500]}")
-
-    kubectl("cluster-info", "dump", "--all-namespaces", "--output-directory", str(dump))
-    _timestamp_logs(url, dump)
-    kubectl("get", BASE_KINDS, "-A", "-o", "json", out=dump / "crds.json")
-    kubectl("get", "clusterqueues", "-o", "json", out=dump / "clusterqueues.json")
-    extra = [plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind)]
-    if extra:
-        kubectl("get", ",".join(extra), "-A", "-o", "json", out=dump / "extras.json")
+def kubectl_dump(url: str, workdir: Path, captured: datetime | None = None) -> Path:
+    """The README's fuller procedure (`accuracy_dumps.PROCEDURE`), kubectl's output as it writes it,
+    plus the cluster-scoped kinds some classes need (ResourceClaims, NodeClaims, AdmissionChecks) when
+    explain reads them. Files carry the capture instant as their modification time."""
+    kubectl = Kubectl(url, workdir)
+    base = bare(kubectl, workdir / "bare")
+    extra = ",".join(plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind))
+    dump = procedure(kubectl, base, workdir / "dump", extra_kinds=extra)
+    if captured is not None:
+        when = captured.timestamp()
+        for top, dirs, names in os.walk(dump):
+            for n in [*names, *dirs]:
+                os.utime(os.path.join(top, n), (when, when))
     return dump
-
-
-_START = re.compile(r"^==== START logs for container (\S+) of pod (\S+)/(\S+) ====$")
-
-
-def _timestamp_logs(url: str, dump: Path) -> int:
-    """Re-read each dumped container log with `timestamps=true`, in the dump's own layout.
-
-    `kubectl cluster-info dump` reads logs without timestamps, while the controller reads them with;
-    the same evidence on both sides is what makes their claims comparable. Returns logs rewritten.
-    """
-    n = 0
-    for path in dump.glob("*/*/logs.txt"):
-        lines = path.read_text(errors="replace").splitlines()
-        out: list[str] = []
-        for line in lines:
-            m = _START.match(line)
-            if m is None:
-                continue
-            container, ns, pod = m.groups()
-            q = urllib.parse.urlencode({"container": container, "timestamps": "true"})
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/namespaces/{ns}/pods/{pod}/log?{q}", timeout=30) as r:
-                    body = r.read().decode(errors="replace")
-            except urllib.error.HTTPError:
-                out = []
-                break  # a container that never started: keep what kubectl wrote
-            out += [line, *body.splitlines(), f"==== END logs for container {container} of pod {ns}/{pod} ===="]
-            # `kubectl logs --previous --timestamps` of a restarted container, as the README asks for
-            q = urllib.parse.urlencode({"container": container, "timestamps": "true", "previous": "true"})
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/namespaces/{ns}/pods/{pod}/log?{q}", timeout=30) as r:
-                    (path.parent / f"{container}-previous.txt").write_bytes(r.read())
-            except urllib.error.HTTPError:
-                pass  # never restarted: there is no previous log
-        if out:
-            path.write_text("\n".join(out) + "\n")
-            n += 1
-    return n
 
 
 def explain_claims(dump: Path, at: str | None = None) -> tuple[dict[str, Any], str]:
@@ -356,13 +308,11 @@ def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0, balanced: 
             ctl.close()
         rep.timings["controller"] = time.monotonic() - t1
         t1 = time.monotonic()
-        dump = kubectl_dump(url, workdir)
+        dump = kubectl_dump(url, workdir, clock.now())
         rep.timings["dump"] = time.monotonic() - t1
-        at = rfc3339(clock.now())
         engine.client.close()
-    assert at is not None
     t1 = time.monotonic()
-    offline, rep.explain_stderr = explain_claims(dump, at)
+    offline, rep.explain_stderr = explain_claims(dump)  # no --at: judged at the time it finds in the dump
     rep.timings["explain"] = time.monotonic() - t1
     compare(gen, truth, live, offline, rep)
     rep.timings["total"] = time.monotonic() - t0

@@ -83,6 +83,11 @@ class Draw:
         return f"r{self.index:05d}"
 
     @property
+    def style_numbers_steps(self) -> bool:
+        """Whether its trainer's lines carry a step number (Hugging Face loss dicts do not)."""
+        return self.style != "hf"
+
+    @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(f"g{self.index:05d}-{k}" for k in range(self.workers))
 

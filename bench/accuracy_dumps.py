@@ -26,12 +26,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from kubesim.kubeconfig import write_kubeconfig
 
-CRD_KINDS = "tauruns,rayjobs,rayclusters,workloads,localqueues,jobs,jobsets,pytorchjobs"
+CRD_KINDS = "tauruns,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs,jobsets,pytorchjobs"
 CLUSTER_KINDS = "clusterqueues,tauclusters"
 CURRENT_SUFFIX = "-current.txt"  # kubectl logs --timestamps of a container: DIR/NS/POD/CONTAINER-current.txt
 PREVIOUS_SUFFIX = "-previous.txt"
@@ -141,59 +144,85 @@ def _pod_dirs(dump: Path, ns: str, prefix: str) -> list[Path]:
 def _rewrite_items(path: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
     if not path.is_file():
         return 0
-    doc = json.loads(path.read_text())
+    doc = orjson.loads(path.read_bytes())
     items = doc.get("items") or []
     kept = [i for i in items if keep(i)]
     if len(kept) != len(items):
         doc["items"] = kept
-        path.write_text(json.dumps(doc, indent=4))
+        path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return len(items) - len(kept)
 
 
-def degrade(dump: Path, ns: str, run: str, what: str, nodes: Iterable[str] = (), rank_pod: str = "") -> int:
-    """Apply one degradation to the files of run `ns/run` (its pods are named `run-...`); returns how
-    many files or items it changed."""
-    changed = 0
-    pods = _pod_dirs(dump, ns, run)
-    if what == "no-previous":
-        for d in pods:
-            for f in d.glob(f"*{PREVIOUS_SUFFIX}"):
-                f.unlink()
-                changed += 1
-    elif what == "no-node":
-        gone = set(nodes)
-        changed = _rewrite_items(dump / "nodes.json", lambda n: n.get("metadata", {}).get("name") not in gone)
-    elif what == "no-events":
-        gone = set(nodes)
+@dataclass(frozen=True, slots=True)
+class Degradation:
+    """One degradation of one run's files: `what` (one of DEGRADATIONS) for run `ns/run` (its pods are
+    named `run-...`), whose nodes are `nodes` and whose rank `rank_pod` loses its log."""
 
-        def keep(e: dict[str, Any]) -> bool:
+    what: str
+    ns: str
+    run: str
+    nodes: tuple[str, ...] = ()
+    rank_pod: str = ""
+
+
+def degrade(dump: Path, plans: Iterable[Degradation]) -> int:
+    """Apply degradations to the dump's files (each shared file rewritten once); returns how many
+    files or items changed."""
+    changed = 0
+    gone_nodes: set[str] = set()
+    quiet: dict[str, list[str]] = {}  # namespace → runs whose Events aged out
+    for p in plans:
+        if p.what not in DEGRADATIONS:
+            raise ValueError(f"unknown degradation {p.what!r}")
+        pods = _pod_dirs(dump, p.ns, p.run)
+        if p.what == "no-node":
+            gone_nodes.update(p.nodes)
+        elif p.what == "no-events":
+            quiet.setdefault(p.ns, []).append(p.run)
+            quiet.setdefault("default", []).extend(p.nodes)
+        elif p.what == "no-previous":
+            for d in pods:
+                for f in d.glob(f"*{PREVIOUS_SUFFIX}"):
+                    f.unlink()
+                    changed += 1
+        elif p.what == "no-banners":
+            for d in pods:
+                changed += _strip_banners(d / "logs.txt")
+        elif p.what == "no-kubelet-timestamps":
+            for d in pods:
+                for f in [*d.glob(f"*{CURRENT_SUFFIX}"), *d.glob(f"*{PREVIOUS_SUFFIX}")]:
+                    lines = f.read_text(errors="replace").splitlines(keepends=True)
+                    f.write_text("".join(_KUBELET_STAMP.sub("", ln, count=1) for ln in lines))
+                    changed += 1
+        elif p.what == "missing-rank-log":
+            d = dump / p.ns / p.rank_pod
+            if p.rank_pod and d.is_dir():
+                for f in list(d.glob("*.txt")):
+                    f.unlink()
+                    changed += 1
+    if gone_nodes:
+        changed += _rewrite_items(dump / "nodes.json", lambda n: n.get("metadata", {}).get("name") not in gone_nodes)
+    for ns, names in quiet.items():
+        runs = set(names)
+
+        def keep(e: dict[str, Any], runs: set[str] = runs) -> bool:
             name = str((e.get("involvedObject") or {}).get("name") or "")
-            return not (name == run or name.startswith(run + "-") or f"-{run}-" in name or name in gone)
-        for f in [dump / ns / "events.json", dump / "default" / "events.json"]:
-            changed += _rewrite_items(f, keep)
-    elif what == "no-banners":
-        for d in pods:
-            log = d / "logs.txt"
-            if not log.is_file():
-                continue
-            lines = log.read_text(errors="replace").splitlines(keepends=True)
-            starts = [ln for ln in lines if _BANNER.match(ln.rstrip("\n")) and " START " in ln]
-            if len(starts) != 1:
-                continue  # kubectl's banners are what tells containers apart: only single-container logs lose them
-            log.write_text("".join(ln for ln in lines if not _BANNER.match(ln.rstrip("\n"))))
-            changed += 1
-    elif what == "no-kubelet-timestamps":
-        for d in pods:
-            for f in [*d.glob(f"*{CURRENT_SUFFIX}"), *d.glob(f"*{PREVIOUS_SUFFIX}")]:
-                lines = f.read_text(errors="replace").splitlines(keepends=True)
-                f.write_text("".join(_KUBELET_STAMP.sub("", ln, count=1) for ln in lines))
-                changed += 1
-    elif what == "missing-rank-log":
-        d = dump / ns / rank_pod
-        if rank_pod and d.is_dir():
-            for f in list(d.glob("*.txt")):
-                f.unlink()
-                changed += 1
-    else:
-        raise ValueError(f"unknown degradation {what!r}")
+            if name in runs:
+                return False
+            parts = name.split("-")
+            # a run's pods and RayCluster (RUN-...), its Workload (KIND-RUN-...), its nodes (by name)
+            return not any(x in runs for x in (parts[0], parts[1] if len(parts) > 1 else ""))
+        changed += _rewrite_items(dump / ns / "events.json", keep)
     return changed
+
+
+def _strip_banners(log: Path) -> int:
+    """A single-container pod's log without kubectl's START/END lines (as `samples/demo-dump` has it)."""
+    if not log.is_file():
+        return 0
+    lines = log.read_text(errors="replace").splitlines(keepends=True)
+    starts = [ln for ln in lines if _BANNER.match(ln.rstrip("\n")) and " START " in ln]
+    if len(starts) != 1:
+        return 0  # kubectl's banners are what tells containers apart: only single-container logs lose them
+    log.write_text("".join(ln for ln in lines if not _BANNER.match(ln.rstrip("\n"))))
+    return 1

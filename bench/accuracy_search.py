@@ -47,6 +47,7 @@ from accuracy_draws import Draw, draw, scenario_of  # noqa: E402
 from accuracy_dumps import (  # noqa: E402
     CURRENT_SUFFIX,
     PREVIOUS_SUFFIX,
+    Degradation,
     Kubectl,
     bare,
     degrade,
@@ -121,7 +122,9 @@ def dump_evidence(dump: Path, d: Draw, t: RunTruth, uids: dict[str, tuple[str, s
                 stamps = True
     times = stamps or (own and not d.forge)
     mark_seen = True
-    if t.restarts:
+    if t.restarts and not d.style_numbers_steps:
+        mark_seen = False  # its lines carry no step number: no log shows the mark
+    elif t.restarts:
         last = t.restarts[-1]
         mark_seen = False
         for pod, uid, container, which in last.holders:
@@ -136,10 +139,12 @@ def dump_evidence(dump: Path, d: Draw, t: RunTruth, uids: dict[str, tuple[str, s
     return Evidence(node_seen, times, mark_seen)
 
 
-def live_evidence(t: RunTruth, alive_uids: set[str]) -> Evidence:
+def live_evidence(d: Draw, t: RunTruth, alive_uids: set[str]) -> Evidence:
     """The API at the judging instant: every Node, logs with timestamps, previous logs of live pods."""
     mark_seen = True
-    if t.restarts:
+    if t.restarts and not d.style_numbers_steps:
+        mark_seen = False
+    elif t.restarts:
         mark_seen = any(uid in alive_uids for _, uid, _, _ in t.restarts[-1].holders)
     return Evidence(True, True, mark_seen)
 
@@ -292,7 +297,7 @@ def play(draws: list[Draw], workdir: Path, rep: SearchReport, sources: Iterable[
             finally:
                 ctl.close()
             for d in draws:
-                evidence["controller"][d.index] = live_evidence(truth[(d.namespace, d.name)], alive)
+                evidence["controller"][d.index] = live_evidence(d, truth[(d.namespace, d.name)], alive)
             rep.timings["controller"] += time.monotonic() - t1
         dumps = [s for s in wanted if s != "controller"]
         if dumps:
@@ -312,11 +317,13 @@ def play(draws: list[Draw], workdir: Path, rep: SearchReport, sources: Iterable[
                     return next((d.pod_skip for n, prefix, d in owners if n == ns and pod.startswith(prefix)),
                                 frozenset())
                 user = procedure(kubectl, base, workdir / "user", skip, pod_skip, extra, real_kubectl)
+                plans = []
                 for d in draws:
                     t = truth[(d.namespace, d.name)]
                     printers = [p for p, uid, _ in t.pods if uid in t.printers] or [p for p, _, _ in t.pods]
-                    for what in sorted(d.degrade):
-                        degrade(user, d.namespace, d.name, what, d.nodes, printers[-1] if printers else "")
+                    plans += [Degradation(what, d.namespace, d.name, d.nodes, printers[-1] if printers else "")
+                              for what in sorted(d.degrade)]
+                degrade(user, plans)
                 paths["user"] = user
             for src, p in paths.items():
                 if src not in wanted:

@@ -401,7 +401,9 @@ def _run(
         at=r.duration(x.get("at", 0), f"{where}.at"),
         timeline=tuple(sorted(steps, key=lambda s: s.at)),
         sidecar=sidecar,
-        grace=int(r.typed(x.get("terminationGracePeriodSeconds", 30), (int,), f"{where}.terminationGracePeriodSeconds")),
+        grace=int(
+            r.typed(x.get("terminationGracePeriodSeconds", 30), (int,), f"{where}.terminationGracePeriodSeconds")
+        ),
         exit_after=r.duration(x.get("exitAfter", 3), f"{where}.exitAfter"),
         restart_policy=policy,
     )
@@ -617,7 +619,9 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         kubelet_heartbeats=bool(
             r.typed(cluster.get("kubeletHeartbeats", False), (bool,), "cluster.kubeletHeartbeats")
         ),
-        node_status_report=r.duration(cluster.get("nodeStatusReportFrequency", 300), "cluster.nodeStatusReportFrequency"),
+        node_status_report=r.duration(
+            cluster.get("nodeStatusReportFrequency", 300), "cluster.nodeStatusReportFrequency"
+        ),
         runs=tuple(runs),
         actions=tuple(sorted(actions, key=lambda s: s.at)),
         source=source,

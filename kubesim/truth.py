@@ -132,9 +132,10 @@ def run_truth(engine: ScenarioEngine, r: RunState) -> RunTruth:
         blockers.append("node-down")
     if r.crash_looping:
         blockers.append("crash-loop")
-    if not all(p.phase == "Running" and p.ready and "running" in p.state for p in pods):
-        if not (down and all(p.ready or (p.node in engine.nodes and not engine.nodes[p.node].alive) for p in pods)):
-            blockers.append("not-ready")
+    on_dead = {p.ref.uid for p in pods if p.node in engine.nodes and not engine.nodes[p.node].alive}
+    # Pods on a lost node are down with it ("node-down"); the others must all be up.
+    if not all(p.ref.uid in on_dead or (p.phase == "Running" and p.ready and "running" in p.state) for p in pods):
+        blockers.append("not-ready")
     running = not blockers
     # Progressing: a valid step past the high-water mark within one and a half step intervals, and
     # most steps are real updates (fp16 overflow skipping most steps is not progress).

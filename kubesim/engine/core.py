@@ -118,6 +118,9 @@ class EngineCore:
                 self.clock.set(origin + timedelta(seconds=t))
             try:
                 self._kubelet_sync()
+                flush = getattr(self.client, "flush", None)  # clients that write at once have none
+                if flush is not None:
+                    flush()
             except Exception as exc:
                 if len(self.errors) < 100:
                     self.errors.append(f"t={t:.0f}s: kubelet sync: {type(exc).__name__}: {exc}")

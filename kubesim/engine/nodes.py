@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from kubesim.clock import rfc3339, rfc3339_micro
 from kubesim.engine.controllers import JobControllers
-from kubesim.engine.state import NodeState, Obj, PodState, Ref, RunState
+from kubesim.engine.state import NodeState, Obj, PodState, RunState
 from kubesim.errors import ApiError
 from kubesim.scenario import NodeSpec, Step, parse_duration
 
@@ -72,7 +72,11 @@ class Nodes(JobControllers):
                 {
                     "apiVersion": LEASE_GV,
                     "kind": "Lease",
-                    "metadata": {"name": spec.name, "namespace": LEASE_NAMESPACE, "ownerReferences": [ref.owner(False)]},
+                    "metadata": {
+                        "name": spec.name,
+                        "namespace": LEASE_NAMESPACE,
+                        "ownerReferences": [ref.owner(False)],
+                    },
                     "spec": {
                         "holderIdentity": spec.name,
                         "leaseDurationSeconds": LEASE_DURATION_S,

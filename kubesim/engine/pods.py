@@ -55,10 +55,7 @@ class Pods(EngineCore):
                     "batch.kubernetes.io/job-completion-index": str(index),
                 }
             )
-        if owner is not None:
-            owner_ref = owner
-        else:
-            owner_ref = r.raycluster if role in ("head", "worker") else r.root
+        owner_ref = owner if owner is not None else r.raycluster if role in ("head", "worker") else r.root
         assert owner_ref is not None
         res_gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
         cpu, mem = ("4", "16Gi") if role == "head" else ("32", "256Gi")

@@ -451,7 +451,10 @@ class Submission(Nodes, Kueue):
                 "apiVersion": PYTORCH_GV,
                 "kind": "PyTorchJob",
                 "metadata": meta,
-                "spec": {"runPolicy": {"suspend": True, "cleanPodPolicy": "None"}, "pytorchReplicaSpecs": replica_specs},
+                "spec": {
+                    "runPolicy": {"suspend": True, "cleanPodPolicy": "None"},
+                    "pytorchReplicaSpecs": replica_specs,
+                },
             },
             status={"conditions": list(r.root_conditions.values()), "replicaStatuses": {}},
         )
