@@ -136,6 +136,7 @@ def kubectl_dump(url: str, workdir: Path, captured: datetime | None = None) -> P
     base = bare(kubectl, workdir / "bare")
     extra = ",".join(plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind))
     dump = procedure(kubectl, base, workdir / "dump", extra_kinds=extra)
+    kubectl.close()
     if captured is not None:
         when = captured.timestamp()
         for top, dirs, names in os.walk(dump):
@@ -334,9 +335,9 @@ def render(rep: Report, stale: Report | None = None, throughout: Report | None =
         "class is: `kubesim/generate.py`, `kubesim/truth.py`.",
         "",
         f"{rep.runs} generated runs (seed {rep.seed}), judged at scenario t={rep.eval_at:.0f}s. The simulator knows "
-        "what is true of every run it plays; the live controller (through the official client) and `explain` on "
-        "a `kubectl cluster-info dump` of the same moment (logs re-read with timestamps, as the controller reads "
-        "them) are compared with it.",
+        "what is true of every run it plays; the live controller (through the official client) and `explain` "
+        "without `--at` on a dump of the same moment made by the fuller procedure (kubectl's files as it writes "
+        "them, nothing rewritten) are compared with it.",
         "",
         "Truth: *scheduled* = every pod that does the run's work (RayJob: head and workers; Job: its workers) "
         "exists and is bound; *running* = all of them Running and Ready on Ready nodes, no crash loop in effect; "
@@ -436,6 +437,27 @@ def _section(rep: Report, h: str) -> list[str]:
     return lines
 
 
+def classes_report(runs: int, seed: int, stale_runs: int, throughout_runs: int) -> tuple[str, list[Report]]:
+    """The class suite's passes (main, stale TauCluster, watching throughout) and their Markdown."""
+    with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+        rep = play(runs, seed, Path(tmp))
+    stale = None
+    if stale_runs:
+        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+            stale = play(stale_runs, seed, Path(tmp), balanced=True, stale_taucluster=True)
+    throughout = None
+    if throughout_runs:
+        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+            throughout = play(throughout_runs, seed, Path(tmp), balanced=True, watch_throughout=True)
+    return render(rep, stale, throughout), [r for r in (rep, throughout, stale) if r is not None]
+
+
+def summary(r: Report) -> str:
+    what = "stale TauCluster" if r.stale_taucluster else "watching throughout" if r.watch_throughout else "main"
+    counts = ", ".join(f"{k} {r.count(k)}" for k in (*ERRORS, "missing-run"))
+    return f"{what}: {r.runs} runs in {r.timings['total']:.1f} s; {counts}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=500)
@@ -446,25 +468,11 @@ def main() -> None:
                     help="runs of the pass where the controller watches from the start (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here (default: stdout)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-        rep = play(args.runs, args.seed, Path(tmp))
-    stale = None
-    if args.stale_runs:
-        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-            stale = play(args.stale_runs, args.seed, Path(tmp), balanced=True, stale_taucluster=True)
-    throughout = None
-    if args.throughout_runs:
-        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-            throughout = play(args.throughout_runs, args.seed, Path(tmp), balanced=True, watch_throughout=True)
-    text = render(rep, stale, throughout)
+    text, reports = classes_report(args.runs, args.seed, args.stale_runs, args.throughout_runs)
     if args.out:
         args.out.write_text(text)
-        for r in (rep, throughout, stale):
-            if r is not None:
-                summary = ", ".join(f"{k} {r.count(k)}" for k in (*ERRORS, "missing-run"))
-                what = ("stale TauCluster" if r.stale_taucluster else
-                        "watching throughout" if r.watch_throughout else "main")
-                print(f"{args.out}: {what}: {r.runs} runs in {r.timings['total']:.1f} s; {summary}")
+        for r in reports:
+            print(f"{args.out}: {summary(r)}")
     else:
         sys.stdout.write(text)
 

@@ -77,6 +77,7 @@ class Draw:
     pod_skip: frozenset[str] = field(default_factory=frozenset)
     global_skip: frozenset[str] = field(default_factory=frozenset)
     future_taucluster: bool = False
+    file_times: str = ""  # "" | copied | behind (FILE_TIMES)
 
     @property
     def name(self) -> str:
@@ -108,6 +109,8 @@ class Draw:
             out[f"skip {s}"] = "yes"
         if self.future_taucluster:
             out["future_taucluster"] = "yes"
+        if self.file_times:
+            out["file_times"] = self.file_times
         return out
 
     def without(self, dim: str) -> Draw:
@@ -118,6 +121,8 @@ class Draw:
             return replace(self, grace=30, exit_after=3.0)
         if dim == "future_taucluster":
             return replace(self, future_taucluster=False)
+        if dim == "file_times":
+            return replace(self, file_times="")
         if dim in DEGRADES:
             return replace(self, degrade=self.degrade - {dim})
         if dim.startswith("skip "):
@@ -150,11 +155,18 @@ def _edge_offset(rng: random.Random, edge: float, every: float) -> float:
     return edge + rng.uniform(150.0, 1500.0)
 
 
-def scenario_dims(seed: int, scenario: int) -> tuple[frozenset[str], bool]:
-    """Procedure steps the whole dump skips, and whether TauCluster stamps come from the future."""
+FILE_TIMES = {"copied": 2 * 86400.0, "behind": -3600.0}  # the dump's file times off the capture instant
+
+
+def scenario_dims(seed: int, scenario: int) -> tuple[frozenset[str], bool, str]:
+    """Procedure steps the whole dump skips, whether TauCluster stamps come from the future, and the
+    dump's file times ("": the capture instant; copied: two days later, as `cp` leaves them; behind:
+    an hour early, from a workstation whose clock is off)."""
     rng = random.Random(f"{seed}/scenario/{scenario}")
     skip = frozenset(s for s, p in (("crds", 0.15), ("cluster", 0.15), ("leases", 0.3)) if rng.random() < p)
-    return skip, rng.random() < 0.15
+    future = rng.random() < 0.15
+    u = rng.random()
+    return skip, future, "copied" if u < 0.1 else "behind" if u < 0.15 else ""
 
 
 def draw(seed: int, index: int, per_scenario: int, tol: Tolerance) -> Draw:
@@ -227,7 +239,7 @@ def draw(seed: int, index: int, per_scenario: int, tol: Tolerance) -> Draw:
     skew = 0.0
     if rng.random() < 0.18:
         skew = rng.choice((-600.0, -90.0, -20.0, 20.0, 90.0, 240.0, 7200.0))
-    global_skip, future = scenario_dims(seed, index // per_scenario)
+    global_skip, future, file_times = scenario_dims(seed, index // per_scenario)
     degrade = frozenset(d for d in DEGRADES if rng.random() < 0.12)
     pod_skip = frozenset(s for s in POD_SKIPS if rng.random() < 0.15)
     lag = rng.randrange(1, 6) if workers > 1 and rng.random() < 0.15 else 0
@@ -245,6 +257,7 @@ def draw(seed: int, index: int, per_scenario: int, tol: Tolerance) -> Draw:
         skew=skew, forge=forge, stamp_prefix=rng.random() < 0.15, grace=grace, exit_after=exit_after, lag=lag,
         resubmit_after=resubmit_after, resubmit_from=rng.choice((0, rng.randrange(100, 2000))),
         degrade=degrade, pod_skip=pod_skip, global_skip=global_skip, future_taucluster=future,
+        file_times=file_times,
     )
 
 

@@ -13,18 +13,18 @@ Three kinds, all of one frozen instant (the simulator's clock stands still while
 The per-container log steps (`kubectl logs [--previous] --timestamps -n NS POD -c C > FILE`) are many
 small kubectl runs; by default they are made as the same GET kubectl makes
 (`/api/v1/namespaces/NS/pods/POD/log?container=C&timestamps=true[&previous=true]`), whose answer
-kubectl writes out unchanged (a test holds the two byte-equal); `real_kubectl=True` runs kubectl.
+kubectl writes out unchanged (tests/simulator/test_realism.py holds the two byte-equal);
+`real_kubectl=True` runs kubectl.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import shutil
 import subprocess
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +57,14 @@ _KUBELET_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ")
 
 
 class Kubectl:
-    """kubectl against the simulator, with a kubeconfig of its own."""
+    """kubectl against the simulator, with a kubeconfig of its own. Log reads are cached: every
+    dump of one instant gets the same bytes (the clock stands still while they are taken)."""
 
     def __init__(self, url: str, workdir: Path) -> None:
         self.url = url
         self.kubeconfig = write_kubeconfig(workdir / "kubeconfig", url)
+        self._logs: dict[tuple[str, str, str, bool, bool], bytes | None] = {}
+        self._conn: http.client.HTTPConnection | None = None
 
     def run(self, *args: str, out: Path | None = None) -> None:
         with (out.open("wb") if out else open("/dev/null", "wb")) as fh:  # noqa: SIM115
@@ -72,6 +75,12 @@ class Kubectl:
 
     def logs(self, ns: str, pod: str, container: str, previous: bool, real_kubectl: bool) -> bytes | None:
         """`kubectl logs [--previous] --timestamps -n NS POD -c CONTAINER` (None where kubectl fails)."""
+        key = (ns, pod, container, previous, real_kubectl)
+        if key not in self._logs:
+            self._logs[key] = self._read_log(ns, pod, container, previous, real_kubectl)
+        return self._logs[key]
+
+    def _read_log(self, ns: str, pod: str, container: str, previous: bool, real_kubectl: bool) -> bytes | None:
         if real_kubectl:
             args = ["logs", "--timestamps", "-n", ns, pod, "-c", container, *(["--previous"] if previous else [])]
             proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], capture_output=True,
@@ -79,12 +88,26 @@ class Kubectl:
             return proc.stdout if proc.returncode == 0 else None
         query = {"container": container, "timestamps": "true", **({"previous": "true"} if previous else {})}
         path = f"/api/v1/namespaces/{ns}/pods/{pod}/log?{urllib.parse.urlencode(query)}"
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=60) as r:
-                body: bytes = r.read()
-                return body
-        except urllib.error.HTTPError:
-            return None
+        for attempt in (0, 1):
+            if self._conn is None:
+                u = urllib.parse.urlsplit(self.url)
+                self._conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=60)
+            try:
+                self._conn.request("GET", path, headers={"Accept": "*/*"})
+                resp = self._conn.getresponse()
+                body: bytes = resp.read()
+                return body if resp.status == 200 else None
+            except (OSError, http.client.HTTPException):
+                self._conn.close()
+                self._conn = None
+                if attempt:
+                    raise
+        return None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def pods_of(dump: Path) -> list[dict[str, Any]]:

@@ -42,11 +42,13 @@ for _p in (ROOT, ROOT / "bench"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from accuracy import LiveController, explain_claims  # noqa: E402
-from accuracy_draws import Draw, draw, scenario_of  # noqa: E402
+from accuracy import LiveController, classes_report, explain_claims  # noqa: E402
+from accuracy import summary as accuracy_summary  # noqa: E402
+from accuracy_draws import FILE_TIMES, Draw, draw, scenario_of  # noqa: E402
 from accuracy_dumps import (  # noqa: E402
     CURRENT_SUFFIX,
     PREVIOUS_SUFFIX,
+    PROCEDURE,
     Degradation,
     Kubectl,
     bare,
@@ -57,6 +59,7 @@ from accuracy_dumps import (  # noqa: E402
 from collector.settings import ClaimSettings  # noqa: E402
 from kubesim.clock import ManualClock  # noqa: E402
 from kubesim.engine import ScenarioEngine  # noqa: E402
+from kubesim.generate import CLASSES as CLASS_NAMES  # noqa: E402
 from kubesim.server import Simulator, SimulatorSettings  # noqa: E402
 from kubesim.truth import RunTruth, Tolerance  # noqa: E402
 
@@ -65,6 +68,7 @@ SOURCES = ("controller", "bare", "full", "user")
 FLOOR_SOURCES = ("controller", "full")
 FLOOR = 0.90
 ERRORS = ("false-verified", "false-true", "true-without-evidence", "wrong-owner")
+PROCEDURE_LINES = [PROCEDURE[k] for k in PROCEDURE]
 _STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", re.M)
 
 
@@ -127,7 +131,7 @@ def dump_evidence(dump: Path, d: Draw, t: RunTruth, uids: dict[str, tuple[str, s
     elif t.restarts:
         last = t.restarts[-1]
         mark_seen = False
-        for pod, uid, container, which in last.holders:
+        for _, uid, container, which in last.holders:
             where = uids.get(uid)
             if where is None:
                 continue
@@ -168,7 +172,7 @@ class SearchReport:
     draws: int
     per_scenario: int
     tol: Tolerance
-    timings: Counter[str] = field(default_factory=Counter)
+    timings: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     # (source, claim, truth, observed) → count; truth "true" | "false" | "false-in-tolerance"
     observed: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
     stages: Counter[tuple[str, str, str]] = field(default_factory=Counter)
@@ -209,7 +213,8 @@ def _facts(d: Draw, t: RunTruth) -> str:
     return ", ".join(parts)
 
 
-def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, Any] | None, ev: Evidence) -> list[Failure]:
+def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, Any] | None,
+          ev: Evidence) -> list[Failure]:
     found: list[Failure] = []
     if run is None:
         rep.missing[source] += 1
@@ -239,8 +244,8 @@ def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, A
     got = blocked["stage"] if blocked else None
     rep.stages[(source, t.stage or "none", got or "none")] += 1
     if t.stage and got and got != t.stage:
-        f = Failure("wrong-owner", source, "blocked", d.index, t.stage, got, blocked.get("reason", "") if blocked else "",
-                    _facts(d, t))
+        why = blocked.get("reason", "") if blocked else ""
+        f = Failure("wrong-owner", source, "blocked", d.index, t.stage, got, why, _facts(d, t))
         rep.errors[("wrong-owner", source, "blocked")] += 1
         found.append(f)
     if t.scheduled and t.running and t.progressing and ev.healthy() and not d.skew and not d.forge and \
@@ -328,10 +333,11 @@ def play(draws: list[Draw], workdir: Path, rep: SearchReport, sources: Iterable[
             for src, p in paths.items():
                 if src not in wanted:
                     continue
-                _set_mtimes(p, at)
+                _set_mtimes(p, at + FILE_TIMES.get(draws[0].file_times, 0.0))
                 uids, nodes = _pods_by_uid(p), _nodes_in(p)
                 for d in draws:
                     evidence[src][d.index] = dump_evidence(p, d, truth[(d.namespace, d.name)], uids, nodes)
+            kubectl.close()
             rep.timings["dump"] += time.monotonic() - t1
             t1 = time.monotonic()
             for src, p in paths.items():
@@ -339,7 +345,7 @@ def play(draws: list[Draw], workdir: Path, rep: SearchReport, sources: Iterable[
                     results[src], _ = explain_claims(p, None)
             rep.timings["explain"] += time.monotonic() - t1
         engine.client.close()
-    claimed = {src: set() for src in wanted}
+    claimed: dict[str, set[str | None]] = {src: set() for src in wanted}
     for (ns, nm), d in by_name.items():
         t = truth[(ns, nm)]
         for src in wanted:
@@ -475,7 +481,7 @@ def render(rep: SearchReport) -> list[str]:
     lines += ["### Minimal failing cases", ""]
     if not rep.shrunk:
         lines += ["None.", ""]
-    for f, d, dims, reproduced in rep.shrunk:
+    for f, _, dims, reproduced in rep.shrunk:
         lines += [f"- **{f.kind}** · {f.source} · {f.claim}: expected {f.expected}, got {f.got}",
                   f"  - reason: {_esc(f.reason, 400)}",
                   f"  - draw {f.draw}: {_esc(f.facts, 600)}",
@@ -489,6 +495,60 @@ def render(rep: SearchReport) -> list[str]:
     return lines
 
 
+def document(rep: SearchReport, classes_text: str | None, class_reports: list[Any], wall: float) -> str:
+    """docs/accuracy.md: the current figures first, then how dumps are made, the search, the classes."""
+    lines = [
+        "# Accuracy against ground truth",
+        "",
+        f"Generated by `make accuracy` (`bench/accuracy_search.py --classes ... --draws {rep.draws} --seed "
+        f"{rep.seed}`, {wall / 60:.0f} min on this machine); do not edit by hand. The simulator knows what is true "
+        "of every run it plays (`kubesim/truth.py`); the class suite (`kubesim/generate.py`) and a seeded randomized "
+        "search (`bench/accuracy_draws.py`) compare the collector's claims with it.",
+        "",
+        "## Current figures",
+        "",
+    ]
+    rows: list[list[Any]] = []
+    for r in class_reports:
+        what = "classes: stale TauCluster" if r.stale_taucluster else (
+            "classes: controller watching throughout" if r.watch_throughout else "classes")
+        rows.append([what, f"{r.runs} runs", r.count("false-verified"), r.count("false-true"), "—",
+                     r.count("wrong-owner"), "—", "—"])
+    ferr = {k: sum(v for (kk, _, _), v in rep.errors.items() if kk == k) for k in ERRORS}
+    rows.append(["randomized search", f"{rep.draws} draws", ferr["false-verified"], ferr["false-true"],
+                 ferr["true-without-evidence"], ferr["wrong-owner"],
+                 f"{100 * rep.floor_rate('controller'):.1f}%", f"{100 * rep.floor_rate('full'):.1f}%"])
+    lines += _table(["pass", "size", "false verified", "false true", "true without evidence", "wrong owner",
+                     "floor: controller", "floor: full dumps"], rows)
+    lines += ["", f"Must be zero: every count but the floors; the floors at least {100 * FLOOR:.0f}% (healthy runs "
+              "verified on all three claims). Seed "
+              f"{rep.seed}; one draw replays with `python bench/accuracy_search.py --seed {rep.seed} --draw N"
+              f"{'' if rep.per_scenario == 100 else f' --per-scenario {rep.per_scenario}'}`.", "",
+              "## Dumps as users make them", "",
+              "`explain --from-dump` is never given `--at`. Three dumps of one instant are judged:", "",
+              "- `bare`: `kubectl cluster-info dump --all-namespaces --output-directory DIR`, as kubectl writes it "
+              "(logs without kubelet timestamps, no custom kinds);",
+              "- `full`: the fuller procedure, every step:", "", "```",
+              *PROCEDURE_LINES, "```", "",
+              "- `user`: the fuller procedure with some steps skipped (crds, cluster, leases for a whole dump; the "
+              "log steps per run) and each draw's files degraded as a user's tooling might leave them: previous logs "
+              "removed, its Node objects removed from nodes.json, its Events removed (aged out), kubectl's banners "
+              "stripped from a single-container pod's logs.txt, kubelet timestamps stripped, one rank's logs missing.",
+              "",
+              "Files carry the capture instant as their modification time (in 15 % of the scenarios a later or an "
+              "earlier one: a dump copied two days later, or written on a workstation an hour behind). "
+              "Per-container logs are fetched with the request kubectl makes "
+              "(byte-equal to its output, `tests/simulator/test_realism.py`).", "",
+              "## Randomized search", ""]
+    lines += render(rep)
+    if classes_text:
+        lines += ["", "## Classes", ""]
+        body = classes_text.splitlines()
+        start = next((i for i, ln in enumerate(body) if ln.startswith(f"{class_reports[0].runs} generated runs")), 0)
+        lines += [("#" + ln) if ln.startswith("#") else ln for ln in body[start:]]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--draws", type=int, default=5000)
@@ -499,7 +559,10 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="with --draw: keep only these dimensions (comma-separated)")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--classes", type=int, default=0,
+                    help="also play the class suite with this many runs (docs/accuracy.md: both, figures first)")
     args = ap.parse_args()
+    t_start = time.monotonic()
     sources = tuple(s for s in args.sources.split(",") if s)
     with tempfile.TemporaryDirectory(prefix="taugrid-search-") as tmp:
         if args.draw is not None:
@@ -514,7 +577,15 @@ def main() -> None:
             print("no error" if not found.get(d.index) else "")
             return
         rep = search(args.draws, args.seed, args.per_scenario, Path(tmp), args.shrink, sources)
-    text = "\n".join(render(rep)) + "\n"
+    classes_text: str | None = None
+    class_reports: list[Any] = []
+    if args.classes:
+        n = len(CLASS_NAMES)
+        classes_text, class_reports = classes_report(args.classes, args.seed, 3 * n, 3 * n)
+        for r in class_reports:
+            print(accuracy_summary(r), file=sys.stderr)
+    text = (document(rep, classes_text, class_reports, time.monotonic() - t_start) if args.classes
+            else "\n".join(render(rep)) + "\n")
     if args.out:
         args.out.write_text(text)
     else:

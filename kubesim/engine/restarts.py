@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from kubesim.clock import rfc3339
 from kubesim.engine.lifecycle import Lifecycle
+from kubesim.engine.nodes import Nodes
 from kubesim.engine.state import RAY_GV, TAU_GV, Obj, PodState, Restart, RunState
 from kubesim.errors import ApiError
 from kubesim.scenario import parse_duration
@@ -32,7 +33,7 @@ from kubesim.scenario import parse_duration
 MODES = ("inplace", "replace", "inprocess")
 
 
-class Restarts(Lifecycle):
+class Restarts(Nodes, Lifecycle):
     """Restarts of every kind, graceful pod deletion, and resubmitted runs."""
 
     # ------------------------------------------------------------------ graceful deletion

@@ -90,7 +90,7 @@ class Restart:
     at: float
     mode: str
     mark: int
-    holders: tuple[tuple[str, str, str], ...]
+    holders: tuple[tuple[str, str, str, str], ...]
 
 
 @dataclass(slots=True)
