@@ -67,6 +67,7 @@ CLAIMS = ("scheduled", "running", "progressing")
 SOURCES = ("controller", "bare", "full", "user")
 FLOOR_SOURCES = ("controller", "full")
 FLOOR = 0.90
+RESTART_WINDOW = ClaimSettings().restart_window.total_seconds()
 ERRORS = ("false-verified", "false-true", "true-without-evidence", "wrong-owner")
 PROCEDURE_LINES = [PROCEDURE[k] for k in PROCEDURE]
 _STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", re.M)
@@ -184,6 +185,7 @@ class SearchReport:
     missing: Counter[str] = field(default_factory=Counter)  # source → runs it did not report
     ghosts: Counter[str] = field(default_factory=Counter)  # source → runs reported that are no current run
     shrunk: list[tuple[Failure, Draw, dict[str, str], bool]] = field(default_factory=list)
+    floor_misses: list[tuple[str, int, str, str]] = field(default_factory=list)  # healthy runs not verified
 
     def error_count(self) -> int:
         return sum(self.errors.values())
@@ -248,8 +250,11 @@ def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, A
         f = Failure("wrong-owner", source, "blocked", d.index, t.stage, got, why, _facts(d, t))
         rep.errors[("wrong-owner", source, "blocked")] += 1
         found.append(f)
+    # Healthy: true on all three, the evidence there, no clock perturbation, and no restart within the
+    # collector's restart window (DESIGN §3: a container restarting within the window is not running).
+    recent = bool(t.restarts) and t.restarts[-1].ago <= RESTART_WINDOW
     if t.scheduled and t.running and t.progressing and ev.healthy() and not d.skew and not d.forge and \
-            not (d.future_taucluster and d.tau_run):
+            not (d.future_taucluster and d.tau_run) and not recent:
         fl = rep.floor[source]
         fl["healthy"] += 1
         ok = [run["claims"][c]["verdict"] == "verified" or
@@ -257,6 +262,10 @@ def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, A
         for c, good in zip(CLAIMS, ok, strict=True):
             fl[c] += int(good)
         fl["all"] += int(all(ok))
+        if not all(ok) and source in FLOOR_SOURCES:
+            rep.floor_misses.append((source, d.index, "; ".join(
+                f"{c} {run['claims'][c]['verdict']}: {run['claims'][c].get('reason', '')}"
+                for c, good in zip(CLAIMS, ok, strict=True) if not good), _facts(d, t)))
     rep.failures += found
     return found
 
@@ -401,10 +410,16 @@ def fails(d: Draw, f: Failure, workdir: Path) -> bool:
 
 
 def shrink_draw(d: Draw, f: Failure, workdir: Path) -> tuple[Draw, dict[str, str], bool]:
-    """Remove the draw's dimensions one at a time while it still fails the same way."""
+    """The draw with as few dimensions as still fail the same way: none at all, else one alone, else
+    each removed in turn while it still fails. Returns (draw, its dimensions, whether it failed alone)."""
     if not fails(d, f, workdir):
         return d, d.dims(), False
-    for dim in list(d.dims()):
+    dims = list(d.dims())
+    candidates = [d.keep_only(set())] + ([d.keep_only({x}) for x in dims] if len(dims) > 1 else [])
+    for small in candidates:
+        if fails(small, f, workdir):
+            return small, small.dims(), True
+    for dim in dims:
         smaller = d.without(dim)
         if fails(smaller, f, workdir):
             d = smaller
@@ -461,7 +476,7 @@ def render(rep: SearchReport) -> list[str]:
               "a pod (running), times on the step lines (kubelet stamps or the trainer's own, unforged), or after a "
               "restart a log holding the pre-restart high-water mark (progressing).", "",
               "### Coverage floor (healthy runs: true on all three claims, needed evidence present, no clock "
-              "perturbation)", ""]
+              "perturbation, no restart within the restart window)", ""]
     rows = []
     for src in SOURCES:
         c = rep.floor[src]
@@ -478,6 +493,9 @@ def render(rep: SearchReport) -> list[str]:
                     rows.append([src, claim, label, *n, f"{100 * (n[2] + n[3]) / sum(n):.0f}%"])
     lines += _table(["source", "claim", "truth", "true", "false", "unknown", "missing", "unknown share"], rows)
     lines += ["", "### Dimensions drawn", "", ", ".join(f"{k} {v}" for k, v in sorted(rep.dims.items())), ""]
+    if rep.ghosts:
+        lines += ["Runs reported under the name of no current run (an earlier generation's pods, a RayCluster "
+                  "without its RayJob): " + ", ".join(f"{k} {v}" for k, v in sorted(rep.ghosts.items())) + ".", ""]
     lines += ["### Minimal failing cases", ""]
     if not rep.shrunk:
         lines += ["None.", ""]
@@ -488,6 +506,9 @@ def render(rep: SearchReport) -> list[str]:
                   f"  - minimal dimensions: {', '.join(f'{k}={v}' for k, v in dims.items()) or 'none beyond its fate'}"
                   + ("" if reproduced else " (did not fail alone: seen only among the other draws)"),
                   f"  - reproduce: `{command(rep.seed, f.draw, rep.per_scenario, dims if reproduced else None)}`"]
+    lines += ["", "### Healthy runs not verified (controller and full dumps, first 30)", ""]
+    rows = [[src, i, _esc(why, 300), _esc(facts, 200)] for src, i, why, facts in rep.floor_misses[:30]]
+    lines += _table(["source", "draw", "claims not verified", "facts"], rows) if rows else ["None."]
     lines += ["", "### Every error (first 60)", ""]
     rows = [[f.kind, f.source, f.claim, f.draw, f.got, _esc(f.reason, 160), _esc(f.facts, 200)]
             for f in rep.failures[:60]]
@@ -559,6 +580,7 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="with --draw: keep only these dimensions (comma-separated)")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--failures", type=Path, default=None, help="write every failure here as JSON lines")
     ap.add_argument("--classes", type=int, default=0,
                     help="also play the class suite with this many runs (docs/accuracy.md: both, figures first)")
     args = ap.parse_args()
@@ -586,6 +608,10 @@ def main() -> None:
             print(accuracy_summary(r), file=sys.stderr)
     text = (document(rep, classes_text, class_reports, time.monotonic() - t_start) if args.classes
             else "\n".join(render(rep)) + "\n")
+    if args.failures:
+        with args.failures.open("w") as fh:
+            for f in rep.failures:
+                fh.write(json.dumps({k: getattr(f, k) for k in Failure.__slots__}) + "\n")
     if args.out:
         args.out.write_text(text)
     else:
