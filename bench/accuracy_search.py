@@ -469,9 +469,9 @@ def render(rep: SearchReport) -> list[str]:
     ]
     rows = []
     for kind in ERRORS:
-        rows.append([kind] + [sum(v for (k, s, _), v in rep.errors.items() if k == kind and s == src)
-                              for src in SOURCES])
-    lines += _table(["error", *SOURCES], rows)
+        for claim in (("blocked",) if kind == "wrong-owner" else CLAIMS):
+            rows.append([kind, claim] + [rep.errors[(kind, src, claim)] for src in SOURCES])
+    lines += _table(["error", "claim", *SOURCES], rows)
     lines += ["", "`true-without-evidence`: observed `true` where the source lacks what that claim needs: the Node of "
               "a pod (running), times on the step lines (kubelet stamps or the trainer's own, unforged), or after a "
               "restart a log holding the pre-restart high-water mark (progressing).", "",
