@@ -381,7 +381,7 @@ def search(draws: int, seed: int, per_scenario: int, workdir: Path, shrink: int 
            sources: Iterable[str] = SOURCES, progress: bool = True) -> SearchReport:
     tol = tolerance()
     rep = SearchReport(seed, draws, per_scenario, tol)
-    first: dict[tuple[str, str, str], tuple[Failure, Draw]] = {}
+    first: dict[tuple[str, str, str], list[tuple[Failure, Draw]]] = defaultdict(list)
     all_draws = [draw(seed, i, per_scenario, tol) for i in range(draws)]
     for s in range(0, draws, per_scenario):
         chunk = all_draws[s: s + per_scenario]
@@ -389,13 +389,20 @@ def search(draws: int, seed: int, per_scenario: int, workdir: Path, shrink: int 
             found = play(chunk, Path(tmp), rep, sources)
         for d in chunk:
             for f in found.get(d.index, []):
-                first.setdefault((f.kind, f.source, f.claim), (f, d))
+                seen = first[(f.kind, f.source, f.claim)]
+                if len(seen) < 3 and all(x.index != d.index for _, x in seen):
+                    seen.append((f, d))
         if progress:
             print(f"  draws {s + len(chunk)}/{draws}: {rep.error_count()} errors, {rep.timings['total']:.0f} s",
                   file=sys.stderr, flush=True)
-    for (_, _, _), (f, d) in sorted(first.items())[:shrink]:
+    for _, candidates in sorted(first.items())[:shrink]:
         t0 = time.monotonic()
-        small, dims, reproduced = shrink_draw(d, f, workdir)
+        # The first of (up to three) draws with this failure that fails alone too; a failure that needs
+        # the other draws of its scenario (their lines, their stamps) is reported with its scenario.
+        for f, d in candidates:
+            small, dims, reproduced = shrink_draw(d, f, workdir)
+            if reproduced:
+                break
         rep.shrunk.append((f, small, dims, reproduced))
         rep.timings["shrink"] += time.monotonic() - t0
     return rep
@@ -505,7 +512,8 @@ def render(rep: SearchReport) -> list[str]:
                   f"  - draw {f.draw}: {_esc(f.facts, 600)}",
                   f"  - minimal dimensions: {', '.join(f'{k}={v}' for k, v in dims.items()) or 'none beyond its fate'}"
                   + ("" if reproduced else " (did not fail alone: seen only among the other draws)"),
-                  f"  - reproduce: `{command(rep.seed, f.draw, rep.per_scenario, dims if reproduced else None)}`"]
+                  f"  - reproduce: `{command(rep.seed, f.draw, rep.per_scenario, dims if reproduced else None)}"
+                  f"{'' if reproduced else ' --whole-scenario'}`"]
     lines += ["", "### Healthy runs not verified (controller and full dumps, first 30)", ""]
     rows = [[src, i, _esc(why, 300), _esc(facts, 200)] for src, i, why, facts in rep.floor_misses[:30]]
     lines += _table(["source", "draw", "claims not verified", "facts"], rows) if rows else ["None."]
@@ -566,7 +574,9 @@ def document(rep: SearchReport, classes_text: str | None, class_reports: list[An
         lines += ["", "## Classes", ""]
         body = classes_text.splitlines()
         start = next((i for i, ln in enumerate(body) if ln.startswith(f"{class_reports[0].runs} generated runs")), 0)
-        lines += [("#" + ln) if ln.startswith("#") else ln for ln in body[start:]]
+        renamed = {"# Watching throughout": "# Classes, the controller watching throughout",
+                   "# With a stale TauCluster": "# Classes with a stale TauCluster"}
+        lines += [("#" + renamed.get(ln, ln)) if ln.startswith("#") else ln for ln in body[start:]]
     return "\n".join(lines) + "\n"
 
 
@@ -578,6 +588,8 @@ def main() -> None:
     ap.add_argument("--shrink", type=int, default=8, help="kinds of failure to shrink to a minimal case")
     ap.add_argument("--draw", type=int, default=None, help="replay this one draw alone")
     ap.add_argument("--keep", default=None, help="with --draw: keep only these dimensions (comma-separated)")
+    ap.add_argument("--whole-scenario", action="store_true",
+                    help="with --draw: replay every draw of its scenario (the draw's failures are printed)")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--failures", type=Path, default=None, help="write every failure here as JSON lines")
@@ -591,8 +603,13 @@ def main() -> None:
             d = draw(args.seed, args.draw, args.per_scenario, tolerance())
             if args.keep is not None:
                 d = d.keep_only({k for k in args.keep.split(",") if k})
-            rep = SearchReport(args.seed, 1, 1, tolerance())
-            found = play([d], Path(tmp), rep, sources)
+            together = [d]
+            if args.whole_scenario:
+                first = d.scenario * args.per_scenario
+                together = [d if i == d.index else draw(args.seed, i, args.per_scenario, tolerance())
+                            for i in range(first, first + args.per_scenario)]
+            rep = SearchReport(args.seed, len(together), len(together), tolerance())
+            found = play(together, Path(tmp), rep, sources)
             print(f"draw {d.index}: {_facts(d, RunTruth('', '', False, False, False, None))}")
             for f in found.get(d.index, []):
                 print(f"{f.kind} [{f.source}] {f.claim}: expected {f.expected}, got {f.got}: {f.reason}")

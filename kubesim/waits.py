@@ -12,6 +12,7 @@ DeepSpeed's `step=N, skipped=M` and OVERFLOW lines; Lightning's tqdm bars.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kubesim.errors import ApiError
@@ -283,6 +284,23 @@ def progress_lines(eng: EngineCore, style: str, template: str, f: Obj, skipped: 
         return [f"{{'loss': {float(f['loss']):.4f}, 'grad_norm': {float(f['grad_norm']):.4f}, "
                 f"'learning_rate': {float(f['lr']):.4e}, 'epoch': {it / 5000:.2f}}}"]
     return [template.format(**f)]
+
+
+def resume_lines(style: str, path: str, step: int, t: datetime) -> list[str]:
+    """What each trainer prints when it resumes from a checkpoint (its step in its own words)."""
+    if style == "deepspeed":
+        prefix = f"[{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}]"
+        return [f"{prefix} [INFO] [torch_checkpoint_engine.py:27:load] [Torch] Loading checkpoint from "
+                f"{path}/global_step{step}/mp_rank_00_model_states.pt..."]
+    if style == "lightning":
+        ckpt = f"{path}/epoch={(step - 1) // 500}-step={step}.ckpt"
+        return [f"Restoring states from the checkpoint path at {ckpt}",
+                f"Restored all states from the checkpoint at {ckpt}"]
+    if style == "hf":
+        return ["  Continuing training from checkpoint, will skip to saved global_step",
+                f"  Continuing training from epoch {step // 5000}", f"  Continuing training from global step {step}"]
+    return [f"loading checkpoint from {path} at iteration {step}",
+            f"  successfully loaded checkpoint from {path} [ t 0/1, p 0/1 ] at iteration {step}"]
 
 
 def submitter(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:

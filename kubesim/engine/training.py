@@ -113,9 +113,7 @@ class Training(Pods):
                     lines = waits.progress_lines(self, style, template, fields, skipped, r.skipped, eval_every)
                     if resumed:
                         path = f"/mnt/checkpoints/{r.spec.name}"
-                        lines = [f"loading checkpoint from {path} at iteration {resumed}",
-                                 f"  successfully loaded checkpoint from {path} [ t 0/1, p 0/1 ] at iteration "
-                                 f"{resumed}", *lines]
+                        lines = [*waits.resume_lines(style, path, resumed, t), *lines]
                     saving = (ckpt and rank_it % ckpt == 0) or (pause_every and it % pause_every == 0)
                     if saving and style == "megatron":
                         lines += [
