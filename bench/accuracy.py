@@ -17,40 +17,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
+import os
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+for _p in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
+from accuracy_dumps import Kubectl, bare, procedure  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from collector import kube  # noqa: E402
 from collector.cli import main as cli_main  # noqa: E402
 from collector.controller import Controller  # noqa: E402
-from collector.model import rfc3339  # noqa: E402
 from collector.settings import ControllerSettings, Settings  # noqa: E402
 from collector.sources.kube_api import KubeApi, api_client_for  # noqa: E402
 from kubesim.clock import ManualClock  # noqa: E402
 from kubesim.engine import ScenarioEngine  # noqa: E402
 from kubesim.generate import CLASSES, DESCRIPTIONS, Generated, generate  # noqa: E402
-from kubesim.kubeconfig import write_kubeconfig  # noqa: E402
 from kubesim.server import Simulator, SimulatorSettings  # noqa: E402
 from kubesim.truth import STAGES, RunTruth  # noqa: E402
 
 CLAIMS = ("scheduled", "running", "progressing")
-BASE_KINDS = "tauruns,tauclusters,tauworkspaces,rayjobs,rayclusters,workloads,localqueues,jobs"
 # Kinds the simulator serves for the new classes; dumped only once `explain` can read them
 # (an unknown kind in a dump is an input error by the dump contract).
 EXTRA_KINDS = {"ResourceClaim": "resourceclaims", "NodeClaim": "nodeclaims", "AdmissionCheck": "admissionchecks"}
@@ -132,68 +128,29 @@ class LiveController:
         self.ctl.close()
 
 
-def kubectl_dump(url: str, workdir: Path) -> Path:
-    kc = write_kubeconfig(workdir / "kubeconfig", url)
-    dump = workdir / "dump"
-
-    def kubectl(*args: str, out: Path | None = None) -> None:
-        with (out.open("wb") if out else open("/dev/null", "wb")) as fh:  # noqa: SIM115
-            proc = subprocess.run(["kubectl", "--kubeconfig", str(kc), *args], stdout=fh, stderr=subprocess.PIPE,
-                                  timeout=600, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.decode()[:500]}")
-
-    kubectl("cluster-info", "dump", "--all-namespaces", "--output-directory", str(dump))
-    _timestamp_logs(url, dump)
-    kubectl("get", BASE_KINDS, "-A", "-o", "json", out=dump / "crds.json")
-    kubectl("get", "clusterqueues", "-o", "json", out=dump / "clusterqueues.json")
-    extra = [plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind)]
-    if extra:
-        kubectl("get", ",".join(extra), "-A", "-o", "json", out=dump / "extras.json")
+def kubectl_dump(url: str, workdir: Path, captured: datetime | None = None) -> Path:
+    """The README's fuller procedure (`accuracy_dumps.PROCEDURE`), kubectl's output as it writes it,
+    plus the cluster-scoped kinds some classes need (ResourceClaims, NodeClaims, AdmissionChecks) when
+    explain reads them. Files carry the capture instant as their modification time."""
+    kubectl = Kubectl(url, workdir)
+    base = bare(kubectl, workdir / "bare")
+    extra = ",".join(plural for kind, plural in EXTRA_KINDS.items() if _explain_reads(kind))
+    dump = procedure(kubectl, base, workdir / "dump", extra_kinds=extra)
+    kubectl.close()
+    if captured is not None:
+        when = captured.timestamp()
+        for top, dirs, names in os.walk(dump):
+            for n in [*names, *dirs]:
+                os.utime(os.path.join(top, n), (when, when))
     return dump
 
 
-_START = re.compile(r"^==== START logs for container (\S+) of pod (\S+)/(\S+) ====$")
-
-
-def _timestamp_logs(url: str, dump: Path) -> int:
-    """Re-read each dumped container log with `timestamps=true`, in the dump's own layout.
-
-    `kubectl cluster-info dump` reads logs without timestamps, while the controller reads them with;
-    the same evidence on both sides is what makes their claims comparable. Returns logs rewritten.
-    """
-    n = 0
-    for path in dump.glob("*/*/logs.txt"):
-        lines = path.read_text(errors="replace").splitlines()
-        out: list[str] = []
-        for line in lines:
-            m = _START.match(line)
-            if m is None:
-                continue
-            container, ns, pod = m.groups()
-            q = urllib.parse.urlencode({"container": container, "timestamps": "true"})
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/namespaces/{ns}/pods/{pod}/log?{q}", timeout=30) as r:
-                    body = r.read().decode(errors="replace")
-            except urllib.error.HTTPError:
-                out = []
-                break  # a container that never started: keep what kubectl wrote
-            out += [line, *body.splitlines(), f"==== END logs for container {container} of pod {ns}/{pod} ===="]
-            # `kubectl logs --previous --timestamps` of a restarted container, as the README asks for
-            q = urllib.parse.urlencode({"container": container, "timestamps": "true", "previous": "true"})
-            try:
-                with urllib.request.urlopen(f"{url}/api/v1/namespaces/{ns}/pods/{pod}/log?{q}", timeout=30) as r:
-                    (path.parent / f"{container}-previous.txt").write_bytes(r.read())
-            except urllib.error.HTTPError:
-                pass  # never restarted: there is no previous log
-        if out:
-            path.write_text("\n".join(out) + "\n")
-            n += 1
-    return n
-
-
-def explain_claims(dump: Path, at: str) -> tuple[dict[str, Any], str]:
-    result = CliRunner().invoke(cli_main, ["explain", "--from-dump", str(dump), "--at", at, "-o", "json"])
+def explain_claims(dump: Path, at: str | None = None) -> tuple[dict[str, Any], str]:
+    """`explain --from-dump DIR -o json` (with `--at` only when given: users do not pass it)."""
+    args = ["explain", "--from-dump", str(dump), "-o", "json", *(["--at", at] if at else [])]
+    result = CliRunner().invoke(cli_main, args)
+    if result.exit_code == 2 and "no timestamps" in result.stderr:
+        return {}, result.stderr  # nothing to judge by: every run unknown
     if result.exit_code not in (0, 3):
         raise RuntimeError(f"explain exited {result.exit_code}: {result.stderr[:2000]}")
     runs = {f"{r['namespace']}/{r['name']}": r for r in json.loads(result.stdout)["runs"]}
@@ -352,13 +309,11 @@ def play(runs: int, seed: int, workdir: Path, timeout: float = 600.0, balanced: 
             ctl.close()
         rep.timings["controller"] = time.monotonic() - t1
         t1 = time.monotonic()
-        dump = kubectl_dump(url, workdir)
+        dump = kubectl_dump(url, workdir, clock.now())
         rep.timings["dump"] = time.monotonic() - t1
-        at = rfc3339(clock.now())
         engine.client.close()
-    assert at is not None
     t1 = time.monotonic()
-    offline, rep.explain_stderr = explain_claims(dump, at)
+    offline, rep.explain_stderr = explain_claims(dump)  # no --at: judged at the time it finds in the dump
     rep.timings["explain"] = time.monotonic() - t1
     compare(gen, truth, live, offline, rep)
     rep.timings["total"] = time.monotonic() - t0
@@ -380,9 +335,9 @@ def render(rep: Report, stale: Report | None = None, throughout: Report | None =
         "class is: `kubesim/generate.py`, `kubesim/truth.py`.",
         "",
         f"{rep.runs} generated runs (seed {rep.seed}), judged at scenario t={rep.eval_at:.0f}s. The simulator knows "
-        "what is true of every run it plays; the live controller (through the official client) and `explain` on "
-        "a `kubectl cluster-info dump` of the same moment (logs re-read with timestamps, as the controller reads "
-        "them) are compared with it.",
+        "what is true of every run it plays; the live controller (through the official client) and `explain` "
+        "without `--at` on a dump of the same moment made by the fuller procedure (kubectl's files as it writes "
+        "them, nothing rewritten) are compared with it.",
         "",
         "Truth: *scheduled* = every pod that does the run's work (RayJob: head and workers; Job: its workers) "
         "exists and is bound; *running* = all of them Running and Ready on Ready nodes, no crash loop in effect; "
@@ -482,6 +437,27 @@ def _section(rep: Report, h: str) -> list[str]:
     return lines
 
 
+def classes_report(runs: int, seed: int, stale_runs: int, throughout_runs: int) -> tuple[str, list[Report]]:
+    """The class suite's passes (main, stale TauCluster, watching throughout) and their Markdown."""
+    with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+        rep = play(runs, seed, Path(tmp))
+    stale = None
+    if stale_runs:
+        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+            stale = play(stale_runs, seed, Path(tmp), balanced=True, stale_taucluster=True)
+    throughout = None
+    if throughout_runs:
+        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
+            throughout = play(throughout_runs, seed, Path(tmp), balanced=True, watch_throughout=True)
+    return render(rep, stale, throughout), [r for r in (rep, throughout, stale) if r is not None]
+
+
+def summary(r: Report) -> str:
+    what = "stale TauCluster" if r.stale_taucluster else "watching throughout" if r.watch_throughout else "main"
+    counts = ", ".join(f"{k} {r.count(k)}" for k in (*ERRORS, "missing-run"))
+    return f"{what}: {r.runs} runs in {r.timings['total']:.1f} s; {counts}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=500)
@@ -492,25 +468,11 @@ def main() -> None:
                     help="runs of the pass where the controller watches from the start (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here (default: stdout)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-        rep = play(args.runs, args.seed, Path(tmp))
-    stale = None
-    if args.stale_runs:
-        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-            stale = play(args.stale_runs, args.seed, Path(tmp), balanced=True, stale_taucluster=True)
-    throughout = None
-    if args.throughout_runs:
-        with tempfile.TemporaryDirectory(prefix="taugrid-accuracy-") as tmp:
-            throughout = play(args.throughout_runs, args.seed, Path(tmp), balanced=True, watch_throughout=True)
-    text = render(rep, stale, throughout)
+    text, reports = classes_report(args.runs, args.seed, args.stale_runs, args.throughout_runs)
     if args.out:
         args.out.write_text(text)
-        for r in (rep, throughout, stale):
-            if r is not None:
-                summary = ", ".join(f"{k} {r.count(k)}" for k in (*ERRORS, "missing-run"))
-                what = ("stale TauCluster" if r.stale_taucluster else
-                        "watching throughout" if r.watch_throughout else "main")
-                print(f"{args.out}: {what}: {r.runs} runs in {r.timings['total']:.1f} s; {summary}")
+        for r in reports:
+            print(f"{args.out}: {summary(r)}")
     else:
         sys.stdout.write(text)
 

@@ -39,6 +39,20 @@ class AdminHandler(HandlerBase):
                 raise ApiError(404, f"no fault {parts[1]}")
             self._json(200, {"removed": int(parts[1])})
             return
+        if parts == ["logs"] and self.command == "POST":  # many appends in one request, in order
+            entries = (self._json_body() or {}).get("entries")
+            if not isinstance(entries, list):
+                raise ApiError.bad_request('body must be {"entries": [{"namespace", "pod", "container", "lines", '
+                                           '"time"?}, ...]}')
+            for e in entries:
+                if not isinstance(e, dict) or not isinstance(e.get("lines"), list):
+                    raise ApiError.bad_request("each entry needs namespace, pod, container and lines")
+            for e in entries:
+                when = parse_time(e["time"]) if e.get("time") else None
+                store.append_log(str(e["namespace"]), str(e["pod"]), str(e["container"]),
+                                 [str(x) for x in e["lines"]], when)
+            self._json(200, {"entries": len(entries)})
+            return
         if parts and parts[0] == "logs" and len(parts) in (4, 5) and self.command == "POST":
             ns, pod, container = parts[1:4]
             body = self._json_body() or {}

@@ -36,15 +36,29 @@ class KubeClient:
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
+        # Log appends wait here and go in one request, before any other request (so every write
+        # keeps its order) or at flush(): a run's steps are thousands of small appends.
+        self._pending_logs: list[Obj] = []
 
     def close(self) -> None:
+        self.flush()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
 
+    def flush(self) -> None:
+        """Send the log appends that wait (in order, in batches)."""
+        while self._pending_logs:
+            batch, self._pending_logs = self._pending_logs[:2000], self._pending_logs[2000:]
+            self._send("POST", "/_sim/logs", {"entries": batch})
+
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         """Send one request; returns the decoded JSON, raises ApiError for a Status failure."""
+        self.flush()
+        return self._send(method, path, body, content_type)
+
+    def _send(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = orjson.dumps(body) if body is not None else None
         headers = {"User-Agent": self.user_agent, "Accept": "application/json"}
         if data is not None:
@@ -105,12 +119,12 @@ class KubeClient:
         out: Obj = self.request("PATCH", self.path(api_version, kind, namespace, name, sub), body, MERGE_PATCH)
         return out
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> Obj:
-        out: Obj = self.request(
-            "DELETE",
-            self.path(api_version, kind, namespace, name),
-            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-        )
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> Obj:
+        """DELETE with Background propagation; `grace` is DeleteOptions.gracePeriodSeconds."""
+        opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            opts["gracePeriodSeconds"] = grace
+        out: Obj = self.request("DELETE", self.path(api_version, kind, namespace, name), opts)
         return out
 
     def bind(self, namespace: str, pod: str, node: str) -> None:
@@ -124,11 +138,11 @@ class KubeClient:
         self.request("POST", self.path("v1", "Pod", namespace, pod, "binding"), body)
 
     def append_log(self, namespace: str, pod: str, container: str, lines: list[str], when: str = "") -> None:
-        """Append container log lines (admin API)."""
-        body: Obj = {"lines": lines}
+        """Append container log lines (admin API; sent with the next request or flush())."""
+        entry: Obj = {"namespace": namespace, "pod": pod, "container": container, "lines": lines}
         if when:
-            body["time"] = when
-        self.request("POST", f"/_sim/logs/{quote(namespace)}/{quote(pod)}/{quote(container)}", body)
+            entry["time"] = when
+        self._pending_logs.append(entry)
 
     def rotate_log(self, namespace: str, pod: str, container: str) -> None:
         """The container restarted: its log becomes the `previous` one (admin API)."""

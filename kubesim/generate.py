@@ -373,6 +373,7 @@ def generate(seed: int, runs: int = 500, eval_at: float = EVAL_AT, balanced: boo
             ],
             "tauClusterRefresh": "5m",
             "tauClusterStale": stale_taucluster,
+            "kubeletHeartbeats": True,
         },
         "runs": run_docs,
     }

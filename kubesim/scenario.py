@@ -33,8 +33,24 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
     "karpenterWait": {"nodePool": (str,), "limits": (bool,), "repeatEvery": (str, int, float)},
     # The kubelet's device manager rejects the bound GPU pods (unhealthy devices): UnexpectedAdmissionError.
     "deviceReject": {"message": (str,)},
-    # One container restart of the workers; training resumes from `rewind` steps back (replay).
-    "restart": {"pods": (str,), "rewind": (int,), "reason": (str,), "exitCode": (int,)},
+    # A restart of the workers: `mode` inplace (the kubelet restarts each container), replace (the
+    # run's controller replaces the pods: Job, JobSet, PyTorchJob, KubeRay each its own way) or
+    # inprocess (torchrun restarts its workers inside the container); training resumes `rewind`
+    # steps back (replay) `resumeAfter` later; replacement pods run `startAfter` after the failure.
+    "restart": {
+        "pods": (str,),
+        "rewind": (int,),
+        "reason": (str,),
+        "exitCode": (int,),
+        "mode": (str,),
+        "resumeAfter": (str, int, float),
+        "startAfter": (str, int, float),
+    },
+    # The run is deleted and created again with the same name (new uids): its old pods terminate for
+    # their grace period; the timeline's later steps (admit, schedule, start, train) play the new run.
+    "resubmit": {},
+    # Training stops printing steps for `for` (a checkpoint save, an evaluation), then goes on.
+    "pause": {"for": (str, int, float)},
     "admit": {"clusterQueue": (str,)},
     "unschedulable": {"message": (str,), "repeatEvery": (str, int, float), "events": (bool,)},
     # KubeRay K8sJobMode: the submitter Job and its pod (on a CPU node), running `ray job submit`.
@@ -65,6 +81,11 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "lagRanks": (int,),
         "skipRatio": (int, float),
         "evalEvery": (int,),
+        "jitter": (int, float),
+        "pauseEvery": (int,),
+        "pauseFor": (str, int, float),
+        "forgeTime": (str,),
+        "stampPrefix": (bool,),
     },
     "stall": {},
     "crashLoop": {
@@ -148,6 +169,7 @@ class NodeSpec:
     cpu: str = "16"
     memory: str = "64Gi"
     labels: Mapping[str, str] = field(default_factory=dict)
+    clock_skew: float = 0.0  # seconds this node's clock (kubelet, container runtime, its pods) runs ahead
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +223,10 @@ class RunSpec:
     cluster_queue: str
     at: float
     timeline: tuple[Step, ...]
+    sidecar: str = ""  # "" | shipper | exporter: a second container in the training pods that prints
+    grace: int = 30  # terminationGracePeriodSeconds of its pods
+    exit_after: float = 3.0  # seconds its containers take to exit on SIGTERM (at most `grace`)
+    restart_policy: str = ""  # the pods' restartPolicy ("": Never for Job kinds, Always for Ray)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +245,12 @@ class Scenario:
     # The TauGrid controller is stuck: the TauCluster spec moved on (generation 2) after its status
     # resolved generation 1 (profiles with resolvedWorkers show the old count), and nothing refreshes it.
     taucluster_stale: bool = False
+    # TauCluster status.lastResolvedTime written this far in the future (a forged or skewed stamp).
+    taucluster_future: float = 0.0
+    # Kubelets renew their node Lease (kube-node-lease) every 10 s and report node status every
+    # `node_status_report` (lastHeartbeatTime), as real ones do; off: written only on changes.
+    kubelet_heartbeats: bool = False
+    node_status_report: float = 300.0
     runs: tuple[RunSpec, ...] = ()
     actions: tuple[Step, ...] = ()
     source: str = "<memory>"
@@ -303,10 +335,16 @@ _RUN_KEYS = (
     "queue",
     "at",
     "timeline",
+    "sidecar",
+    "terminationGracePeriodSeconds",
+    "exitAfter",
+    "restartPolicy",
 )
 # A run's name is a label value (taugrid.io/run; job-name for a Job), at most 63 characters; a
 # RayJob's RayCluster is named NAME-xxxxx and that name is the ray.io/cluster label value.
-_MAX_RUN_NAME = {"Job": 63, "RayJob": 63 - 6}
+_MAX_RUN_NAME = {"Job": 63, "RayJob": 63 - 6, "JobSet": 63 - 10, "PyTorchJob": 63 - 10}
+ROOT_KINDS = ("RayJob", "Job", "JobSet", "PyTorchJob")
+SIDECARS = ("", "shipper", "exporter")
 
 
 def _run(
@@ -323,8 +361,14 @@ def _run(
     if ns not in namespaces:
         raise r.fail(f"{where}.namespace", f"{ns!r} is not one of cluster.namespaces {list(namespaces)}")
     kind = str(x.get("kind", "RayJob"))
-    if kind not in ("RayJob", "Job"):
-        raise r.fail(f"{where}.kind", f"expected RayJob or Job, got {kind!r}")
+    if kind not in ROOT_KINDS:
+        raise r.fail(f"{where}.kind", f"expected {', '.join(ROOT_KINDS[:-1])} or {ROOT_KINDS[-1]}, got {kind!r}")
+    sidecar = str(x.get("sidecar", ""))
+    if sidecar not in SIDECARS:
+        raise r.fail(f"{where}.sidecar", f"expected one of {list(SIDECARS)}, got {sidecar!r}")
+    policy = str(x.get("restartPolicy", ""))
+    if policy not in ("", "Always", "OnFailure", "Never"):
+        raise r.fail(f"{where}.restartPolicy", f"expected Always, OnFailure or Never, got {policy!r}")
     profile_name = str(x.get("profile", ""))
     profile = by_profile.get(profile_name)
     if profile_name and profile is None:
@@ -356,6 +400,12 @@ def _run(
         cluster_queue=lq.cluster_queue,
         at=r.duration(x.get("at", 0), f"{where}.at"),
         timeline=tuple(sorted(steps, key=lambda s: s.at)),
+        sidecar=sidecar,
+        grace=int(
+            r.typed(x.get("terminationGracePeriodSeconds", 30), (int,), f"{where}.terminationGracePeriodSeconds")
+        ),
+        exit_after=r.duration(x.get("exitAfter", 3), f"{where}.exitAfter"),
+        restart_policy=policy,
     )
 
 
@@ -386,6 +436,15 @@ def _copies(r: _Reader, entry: Mapping[str, Any], spec: RunSpec, where: str) -> 
     return [(f"{spec.name}-{k:0{width}d}", spec.at + stagger * k / count) for k in range(count)]
 
 
+def _signed_duration(r: _Reader, value: Any, where: str) -> float:
+    """A duration that may be negative: `-90s`, `-2m`, -90."""
+    if isinstance(value, str) and value.strip().startswith("-"):
+        return -r.duration(value.strip()[1:], where)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        return -r.duration(-value, where)
+    return r.duration(value, where)
+
+
 def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     """Validate parsed YAML into a Scenario; raises ScenarioError naming `source` and the place."""
     r = _Reader(source)
@@ -414,6 +473,9 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
             "profiles",
             "tauClusterRefresh",
             "tauClusterStale",
+            "tauClusterFuture",
+            "kubeletHeartbeats",
+            "nodeStatusReportFrequency",
         ),
     )
     namespaces = tuple(
@@ -424,8 +486,11 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
     for i, raw in enumerate(r.seq(cluster.get("nodes"), "cluster.nodes")):
         where = f"cluster.nodes[{i}]"
         n = r.mapping(
-            raw, where, ("name", "pool", "gpus", "gpuProduct", "instanceType", "cpu", "memory", "labels", "count")
+            raw,
+            where,
+            ("name", "pool", "gpus", "gpuProduct", "instanceType", "cpu", "memory", "labels", "count", "clockSkew"),
         )
+        skew_s = _signed_duration(r, n.get("clockSkew", 0), f"{where}.clockSkew")
         count = int(r.typed(n.get("count", 1), (int,), f"{where}.count"))
         base = r.name(n.get("name"), f"{where}.name")
         for k in range(count):
@@ -444,6 +509,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
                             n.get("labels"), f"{where}.labels", tuple(map(str, n.get("labels") or {}))
                         ).items()
                     },
+                    clock_skew=skew_s,
                 )
             )
     flavors = tuple(
@@ -549,6 +615,13 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         profiles=tuple(profiles),
         taucluster_refresh=r.duration(cluster.get("tauClusterRefresh", 300), "cluster.tauClusterRefresh"),
         taucluster_stale=bool(r.typed(cluster.get("tauClusterStale", False), (bool,), "cluster.tauClusterStale")),
+        taucluster_future=r.duration(cluster.get("tauClusterFuture", 0), "cluster.tauClusterFuture"),
+        kubelet_heartbeats=bool(
+            r.typed(cluster.get("kubeletHeartbeats", False), (bool,), "cluster.kubeletHeartbeats")
+        ),
+        node_status_report=r.duration(
+            cluster.get("nodeStatusReportFrequency", 300), "cluster.nodeStatusReportFrequency"
+        ),
         runs=tuple(runs),
         actions=tuple(sorted(actions, key=lambda s: s.at)),
         source=source,

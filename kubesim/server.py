@@ -327,6 +327,11 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
             opts = self._json_body() or {}
             pre = opts.get("preconditions") or {}
             policy = qs(query, "propagationPolicy") or opts.get("propagationPolicy") or "Background"
+            grace_raw = qs(query, "gracePeriodSeconds") or opts.get("gracePeriodSeconds")
+            try:
+                grace = int(grace_raw) if grace_raw not in (None, "") else None
+            except (TypeError, ValueError):
+                raise ApiError.bad_request(f"gracePeriodSeconds: not an integer: {grace_raw!r}") from None
             obj = store.delete(
                 rt,
                 r.namespace,
@@ -335,6 +340,7 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
                 resource_version=pre.get("resourceVersion") or "",
                 propagation=policy,
                 dry_run=dry_run or bool(opts.get("dryRun")),
+                grace_seconds=grace,
             )
             self._json(200, obj)
         elif r.verb == "deletecollection":

@@ -414,8 +414,15 @@ class Store:
         resource_version: str = "",
         propagation: str = "Background",
         dry_run: bool = False,
+        grace_seconds: int | None = None,
     ) -> Obj:
-        """Delete an object (honouring finalizers) and, unless orphaning, its dependents."""
+        """Delete an object (honouring finalizers) and, unless orphaning, its dependents.
+
+        `grace_seconds` (DeleteOptions.gracePeriodSeconds) > 0 on a pod bound to a node is a graceful
+        deletion, as the API server does it: the pod gets `deletionTimestamp` = now + grace (a time in
+        the future) and `deletionGracePeriodSeconds`, and stays (Terminating) until its kubelet
+        confirms with grace 0. Without it the pod goes at once (what callers of this simulator expect).
+        """
         with self.cond:
             key = self._key(rt, namespace, name)
             old = self._bucket(rt).get(key)
@@ -433,6 +440,25 @@ class Store:
                     f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                     reason="Forbidden",
                 )
+            if (
+                grace_seconds
+                and grace_seconds > 0
+                and stored_rt.key == "/v1/pods"
+                and (old.get("spec") or {}).get("nodeName")
+            ):
+                if meta.get("deletionTimestamp"):
+                    return self.to_view(rt, old)  # already terminating: a second request changes nothing here
+                new_meta = {
+                    **meta,
+                    "deletionTimestamp": rfc3339(self.clock.now() + timedelta(seconds=grace_seconds)),
+                    "deletionGracePeriodSeconds": int(grace_seconds),
+                }
+                self._rv += 1
+                new_meta["resourceVersion"] = str(self._rv)
+                new = {**old, "metadata": new_meta}
+                self._bucket(rt)[key] = new
+                self._record(rt.storage_key, "MODIFIED", new, old)
+                return self.to_view(rt, new)
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return self.to_view(rt, old)
@@ -471,6 +497,8 @@ class Store:
             uid = meta_of(old).get("uid", "")
             for storage, dep_key in sorted(self._dependents.get(uid, ())):
                 dep = self._objects[storage].get(dep_key)
+                if storage == "/v1/pods" and dep is not None and meta_of(dep).get("deletionTimestamp"):
+                    continue  # a pod already terminating goes when its kubelet confirms, not with its owner
                 if dep is not None:
                     self._remove(self.registry.by_key(storage), dep_key, dep, cascade=True)
         return gone

@@ -1,5 +1,5 @@
 """More of the world the scenario engine plays: admission checks, MultiKueue dispatch, DRA claims,
-Karpenter NodeClaims, container restarts with replay, and the progress-line styles of several trainers.
+Karpenter NodeClaims, and the progress-line styles of several trainers.
 
 Shapes and message texts follow the upstream projects: Kueue `kueue.x-k8s.io/v1beta1` Workloads
 (status.admissionChecks, status.clusterName) and AdmissionChecks (spec.controllerName); the
@@ -12,6 +12,7 @@ DeepSpeed's `step=N, skipped=M` and OVERFLOW lines; Lightning's tqdm bars.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kubesim.errors import ApiError
@@ -234,24 +235,6 @@ def karpenter_wait(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) ->
         eng.event(pod.ref, "Normal", "Nominated", f"Pod should schedule on: nodeclaim/{claim.name}", "karpenter")
 
 
-def restart(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
-    """Each selected container exits once and is restarted; training resumes `rewind` steps back."""
-    reason = str(args.get("reason", "Error"))
-    code = int(args.get("exitCode", 1))
-    for pod in eng._pods(r, str(args.get("pods", "all"))):
-        if not pod.node or "running" not in pod.state:
-            continue
-        pod.last_state = {"terminated": {"exitCode": code, "reason": reason,
-                                         "startedAt": pod.state["running"].get("startedAt", eng._now()),
-                                         "finishedAt": eng._now(), "containerID": pod.container_id}}
-        eng.client.rotate_log(pod.ref.namespace, pod.ref.name, pod.container)
-        pod.restarts += 1
-        fp = f"spec.containers{{{pod.container}}}"
-        eng._start_container(r, pod, fp, f'Container image "{pod.image}" already present on machine')
-    eng._sync_raycluster(r)
-    r.iteration = max(0, r.hwm - int(args.get("rewind", 0)))
-
-
 def device_reject(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
     """Bound GPU pods rejected at admission by the kubelet's device manager (no healthy devices)."""
     detail = str(args.get("message") or "Allocate failed due to no healthy devices present; cannot allocate "
@@ -271,7 +254,7 @@ def progress_lines(eng: EngineCore, style: str, template: str, f: Obj, skipped: 
     """One step's log lines in the given trainer's format."""
     it = int(f["iteration"])
     if style == "deepspeed":
-        t = eng.clock.now()
+        t = f.get("now") or eng.clock.now()
         prefix = f"[{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}]"
         lines = []
         if skipped:
@@ -301,6 +284,23 @@ def progress_lines(eng: EngineCore, style: str, template: str, f: Obj, skipped: 
         return [f"{{'loss': {float(f['loss']):.4f}, 'grad_norm': {float(f['grad_norm']):.4f}, "
                 f"'learning_rate': {float(f['lr']):.4e}, 'epoch': {it / 5000:.2f}}}"]
     return [template.format(**f)]
+
+
+def resume_lines(style: str, path: str, step: int, t: datetime) -> list[str]:
+    """What each trainer prints when it resumes from a checkpoint (its step in its own words)."""
+    if style == "deepspeed":
+        prefix = f"[{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}]"
+        return [f"{prefix} [INFO] [torch_checkpoint_engine.py:27:load] [Torch] Loading checkpoint from "
+                f"{path}/global_step{step}/mp_rank_00_model_states.pt..."]
+    if style == "lightning":
+        ckpt = f"{path}/epoch={(step - 1) // 500}-step={step}.ckpt"
+        return [f"Restoring states from the checkpoint path at {ckpt}",
+                f"Restored all states from the checkpoint at {ckpt}"]
+    if style == "hf":
+        return ["  Continuing training from checkpoint, will skip to saved global_step",
+                f"  Continuing training from epoch {step // 5000}", f"  Continuing training from global step {step}"]
+    return [f"loading checkpoint from {path} at iteration {step}",
+            f"  successfully loaded checkpoint from {path} [ t 0/1, p 0/1 ] at iteration {step}"]
 
 
 def submitter(eng: ScenarioEngine, r: RunState, args: Mapping[str, Any]) -> None:
@@ -353,6 +353,5 @@ ACTIONS: dict[str, Callable[[ScenarioEngine, RunState, Mapping[str, Any]], None]
     "dispatch": dispatch,
     "draWait": dra_wait,
     "karpenterWait": karpenter_wait,
-    "restart": restart,
     "submitter": submitter,
 }

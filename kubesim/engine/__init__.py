@@ -12,13 +12,14 @@ autoscaler against the simulator, through its HTTP API, on a (real, accelerated 
     kubelet      pulls, container start, crash loops and restarts
     training     progress lines, stalls, free-form logs
     lifecycle    preemption, success, failure, free-form events and patches
+    restarts     restarts in place, by pod replacement and in process; resubmitted runs
 
 More of the world (admission checks, MultiKueue, DRA, Karpenter, other trainers' lines) is in
 kubesim/waits.py; a run's timeline step `do: X` calls the mixins' `_do_X`, else `waits.ACTIONS[X]`.
 """
 
 from kubesim import waits
-from kubesim.engine.lifecycle import Lifecycle
+from kubesim.engine.restarts import Restarts
 from kubesim.engine.setup import Submission
 from kubesim.engine.state import (
     KUEUE_GV,
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 
-class ScenarioEngine(Submission, Training, Lifecycle):
+class ScenarioEngine(Submission, Training, Restarts):
     """Moves a scenario's runs through their lifecycle by writing to the simulator over HTTP.
 
     Tests call `step_to(seconds)` with a ManualClock (no sleeping); demos call `start()` (a thread)

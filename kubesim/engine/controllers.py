@@ -5,7 +5,7 @@ worker pods, the RayCluster status) and the batch Job controller (the indexed Jo
 from __future__ import annotations
 
 from kubesim.engine.pods import Pods
-from kubesim.engine.state import RAY_GV, RUN_LABEL, Obj, RunState
+from kubesim.engine.state import RAY_GV, RUN_LABEL, Obj, PodState, RunState
 
 
 class JobControllers(Pods):
@@ -100,17 +100,131 @@ class JobControllers(Pods):
     def _start_job_pods(self, r: RunState) -> None:
         spec, root = r.spec, r.root
         assert root is not None
-        self._status(
-            root,
-            {
-                "startTime": self._now(),
-                "active": spec.workers,
-                "ready": 0,
-                "conditions": [self._cond("Suspended", False, "JobResumed", "Job resumed")],
-            },
-        )
-        self.event(root, "Normal", "Resumed", "Job resumed", "job-controller")
+        if spec.kind == "JobSet":
+            self._create_child_job(r)
+        elif spec.kind == "Job":
+            self._status(
+                root,
+                {
+                    "startTime": self._now(),
+                    "active": spec.workers,
+                    "ready": 0,
+                    "conditions": [self._cond("Suspended", False, "JobResumed", "Job resumed")],
+                },
+            )
+            self.event(root, "Normal", "Resumed", "Job resumed", "job-controller")
         r.pods = []
+        if spec.kind == "PyTorchJob" and any(not p.gone for p in r.old_pods):
+            # The names are fixed: the operator retries until the earlier run's pods are gone.
+            gen = r.generation
+            self._after(1.0, lambda: self._start_job_pods(r) if gen == r.generation and not r.pods else None)
+            return
         for i in range(spec.workers):
-            pod = self._make_pod(r, "job", i, f"{spec.name}-{i}-{self._suffix()}", "main", spec.gpus_per_worker)
-            self.event(root, "Normal", "SuccessfulCreate", f"Created pod: {pod.ref.name}", "job-controller")
+            self._new_job_pod(r, i)
+        self._sync_job_status(r)
+
+    def _new_job_pod(self, r: RunState, i: int) -> PodState:
+        """Rank i's pod as the run's controller creates it: an Indexed Job's (a new random suffix each
+        time), a JobSet child Job's (restart-attempt label), or training-operator's (a fixed name:
+        `NAME-master-0`, `NAME-worker-K`, recreated under the same name)."""
+        spec = r.spec
+        assert r.root is not None
+        if spec.kind == "JobSet":
+            child = r.child_job
+            assert child is not None
+            labels = {
+                **_jobset_labels(r),
+                "batch.kubernetes.io/job-name": child.name,
+                "job-name": child.name,
+                "batch.kubernetes.io/controller-uid": child.uid,
+                "controller-uid": child.uid,
+                "batch.kubernetes.io/job-completion-index": str(i),
+            }
+            pod = self._make_pod(r, "job", i, f"{child.name}-{i}-{self._suffix()}", "trainer", spec.gpus_per_worker,
+                                 owner=child, extra_labels=labels)
+            self.event(child, "Normal", "SuccessfulCreate", f"Created pod: {pod.ref.name}", "job-controller")
+            return pod
+        if spec.kind == "PyTorchJob":
+            rtype, k = ("master", 0) if i == 0 else ("worker", i - 1)
+            labels = {
+                "training.kubeflow.org/job-name": spec.name,
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                "training.kubeflow.org/replica-type": rtype,
+                "training.kubeflow.org/replica-index": str(k),
+            }
+            if rtype == "master":
+                labels["training.kubeflow.org/job-role"] = "master"
+            pod = self._make_pod(r, "job", i, f"{spec.name}-{rtype}-{k}", "pytorch", spec.gpus_per_worker,
+                                 owner=r.root, extra_labels=labels)
+            self.event(r.root, "Normal", "SuccessfulCreatePod", f"Created pod: {pod.ref.name}", "pytorchjob-controller")
+            return pod
+        pod = self._make_pod(r, "job", i, f"{spec.name}-{i}-{self._suffix()}", "main", spec.gpus_per_worker)
+        self.event(r.root, "Normal", "SuccessfulCreate", f"Created pod: {pod.ref.name}", "job-controller")
+        return pod
+
+    def _create_child_job(self, r: RunState) -> None:
+        """A JobSet's child Job (one replicated job, `workers`, one replica): named NAME-workers-0 again
+        on every restart, with the restart attempt in its labels."""
+        spec, root = r.spec, r.root
+        assert root is not None
+        labels = _jobset_labels(r)
+        r.child_job = self._create(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": f"{spec.name}-workers-0", "namespace": spec.namespace, "labels": labels,
+                             "ownerReferences": [root.owner()]},
+                "spec": {
+                    "parallelism": spec.workers,
+                    "completions": spec.workers,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 0,
+                    "template": {"metadata": {"labels": labels},
+                                 "spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "trainer", "image": spec.image}]}},
+                },
+            },
+            status={"startTime": self._now(), "active": spec.workers, "ready": 0},
+        )
+        self.event(root, "Normal", "SuccessfulCreate", f"Created job: {r.child_job.name}", "jobset-controller")
+
+    def _sync_job_status(self, r: RunState) -> None:
+        """The root's status (and a JobSet child Job's) as its controller keeps it from the pods."""
+        spec, root = r.spec, r.root
+        if root is None or spec.kind == "RayJob" or r.dispatched:
+            return
+        pods = [p for p in r.pods if not p.deleted]
+        active = sum(1 for p in pods if p.phase in ("Pending", "Running"))
+        ready = sum(1 for p in pods if p.ready)
+        if spec.kind == "Job":
+            self._status(root, {"active": active, "ready": ready, "failed": r.job_failed})
+        elif spec.kind == "JobSet":
+            if r.child_job is not None:
+                self._status(r.child_job, {"active": active, "ready": ready})
+            up = int(ready == spec.workers)
+            self._status(root, {"restarts": r.restart_attempt,
+                                "replicatedJobsStatus": [{"name": "workers", "ready": up, "active": int(active > 0),
+                                                          "succeeded": 0, "failed": 0, "suspended": 0}]})
+        elif spec.kind == "PyTorchJob":
+            masters = [p for p in pods if p.index == 0]
+            workers = [p for p in pods if p.index > 0]
+            selector = (f"training.kubeflow.org/job-name={spec.name},training.kubeflow.org/operator-name="
+                        "pytorchjob-controller,training.kubeflow.org/replica-type=")
+            statuses: Obj = {"Master": {"active": sum(1 for p in masters if p.phase == "Running"),
+                                        "selector": selector + "master"}}
+            if spec.workers > 1:
+                statuses["Worker"] = {"active": sum(1 for p in workers if p.phase == "Running"),
+                                      "selector": selector + "worker"}
+            self._status(root, {"replicaStatuses": statuses, "conditions": list(r.root_conditions.values())})
+
+
+def _jobset_labels(r: RunState) -> Obj:
+    name = r.spec.name
+    return {
+        "jobset.sigs.k8s.io/jobset-name": name,
+        "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+        "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "jobset.sigs.k8s.io/job-key": f"{r.spec.namespace}-{name}-workers-0",
+        "jobset.sigs.k8s.io/restart-attempt": str(r.restart_attempt),
+    }

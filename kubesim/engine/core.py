@@ -74,6 +74,10 @@ class EngineCore:
         """Queue the scenario's actions (the Submission mixin); called once, when time zero is fixed."""
         raise NotImplementedError
 
+    def _submit(self, r: RunState) -> None:
+        """Create a run's objects (the Submission mixin)."""
+        raise NotImplementedError
+
     def _run_action(self, r: RunState, step: Step) -> None:
         """Play one step of a run's timeline (ScenarioEngine dispatches it to the concern that owns it)."""
         raise NotImplementedError
@@ -112,7 +116,18 @@ class EngineCore:
             self.elapsed = max(self.elapsed, t)
             if isinstance(self.clock, ManualClock):
                 self.clock.set(origin + timedelta(seconds=t))
+            try:
+                self._kubelet_sync()
+                flush = getattr(self.client, "flush", None)  # clients that write at once have none
+                if flush is not None:
+                    flush()
+            except Exception as exc:
+                if len(self.errors) < 100:
+                    self.errors.append(f"t={t:.0f}s: kubelet sync: {type(exc).__name__}: {exc}")
             return done
+
+    def _kubelet_sync(self) -> None:
+        """Bring periodic kubelet writes (node Leases, status reports) up to now (the Nodes mixin)."""
 
     def advance(self, seconds: float) -> int:
         """Step the scenario forward by `seconds` from where it is."""
@@ -146,6 +161,12 @@ class EngineCore:
 
     def _now(self) -> str:
         return rfc3339(self.clock.now())
+
+    def _node_time(self, node: str) -> datetime:
+        """Now on a node's clock: what its kubelet and container runtime stamp (skewed nodes run off)."""
+        n = self.nodes.get(node)
+        now = self.clock.now()
+        return now + timedelta(seconds=n.spec.clock_skew) if n is not None and n.spec.clock_skew else now
 
     def _suffix(self, n: int = 5) -> str:
         return "".join(self._rng.choice(_SUFFIX) for _ in range(n))
@@ -187,7 +208,9 @@ class EngineCore:
     ) -> None:
         """Record a core/v1 Event, aggregating repeats (count, lastTimestamp) like client-go's recorder."""
         key = (ref.uid or ref.name, reason, message)
-        now = self._now()
+        # A kubelet stamps its events on its own node's clock.
+        stamp = self._node_time(host) if component == "kubelet" and host else self.clock.now()
+        now = rfc3339(stamp)
         seen = self._events.get(key)
         if seen is not None:
             name, count, first = seen
@@ -201,7 +224,7 @@ class EngineCore:
                     {
                         "count": count + 1,
                         "lastTimestamp": now,
-                        "series": {"count": count + 1, "lastObservedTime": rfc3339_micro(self.clock.now())},
+                        "series": {"count": count + 1, "lastObservedTime": rfc3339_micro(stamp)},
                     },
                 )
                 return
@@ -223,7 +246,7 @@ class EngineCore:
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
-            "eventTime": rfc3339_micro(self.clock.now()),
+            "eventTime": rfc3339_micro(stamp),
             "reportingComponent": component,
             "reportingInstance": host or f"{component}-aks-system-0",
             "action": reason,
@@ -231,10 +254,12 @@ class EngineCore:
         self.client.create(body)
         self._events[key] = (name, 1, now)
 
-    def _logs(self, pod: PodState, lines: Iterable[str]) -> None:
+    def _logs(self, pod: PodState, lines: Iterable[str], container: str = "") -> None:
+        """Append to a container's log, stamped by the container runtime on the pod's node clock."""
         if pod.deleted:
             return
-        self.client.append_log(pod.ref.namespace, pod.ref.name, pod.container, list(lines), self._now())
+        self.client.append_log(pod.ref.namespace, pod.ref.name, container or pod.container, list(lines),
+                               rfc3339_micro(self._node_time(pod.node)))
 
     def _tau_status(self, r: RunState, phase: str, extra: Obj | None = None) -> None:
         changed = phase != r.phase

@@ -4,9 +4,12 @@ recovery, and the start-up lines each container logs.
 
 from __future__ import annotations
 
+from kubesim.clock import rfc3339
 from kubesim.engine.controllers import JobControllers
 from kubesim.engine.state import Obj, PodState, RunState
 from kubesim.scenario import parse_duration
+
+SIDECAR_PERIOD = {"shipper": 15.0, "exporter": 30.0}
 
 
 class Kubelet(JobControllers):
@@ -59,14 +62,45 @@ class Kubelet(JobControllers):
 
     def _container_running(self, pod: PodState) -> None:
         pod.container_id = f"containerd://{self._hex(64)}"
-        pod.state = {"running": {"startedAt": self._now()}}
+        pod.state = {"running": {"startedAt": rfc3339(self._node_time(pod.node))}}
         pod.ready = True
         pod.phase = "Running"
         for c in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
             self._set_cond(pod.conditions, self._cond(c, True, "", ""))
         if not pod.ip:
             pod.ip = f"10.244.{1 + len(self.nodes)}.{self._rng.randrange(2, 250)}"
+        if pod.sidecar and not pod.sidecar_started:
+            self._start_sidecar(pod)
         self._pod_status(pod)
+
+    def _start_sidecar(self, pod: PodState) -> None:
+        """The sidecar starts with the pod and prints on its own cadence until the pod goes: a log
+        shipper's flush lines, or a metrics exporter's pushes numbered by its own `step` counter (which
+        keeps counting whatever training does)."""
+        pod.sidecar_started = rfc3339(self._node_time(pod.node))
+        pod.sidecar_gen += 1
+        gen = pod.sidecar_gen
+        kind = self._sidecar_kind(pod)
+        period = SIDECAR_PERIOD[kind]
+
+        def tick() -> None:
+            if gen != pod.sidecar_gen or pod.deleted:
+                return
+            node = self.nodes.get(pod.node)
+            if node is not None and not node.alive:
+                return
+            pod.sidecar_count += 1
+            t = self._node_time(pod.node)
+            if kind == "shipper":
+                line = (f"[{t:%Y/%m/%d %H:%M:%S}] [ info] [output:forward:forward.0] flushed "
+                        f"{self._rng.randrange(20, 400)} records to 10.0.3.7:24224")
+            else:
+                line = (f'time="{rfc3339(t)}" level=info msg="pushed training metrics" step={pod.sidecar_count} '
+                        f"series={self._rng.randrange(40, 60)} duration_ms={self._rng.randrange(3, 40)}")
+            self._logs(pod, [line], pod.sidecar)
+            self._after(period, tick)
+
+        self._after(self._rng.uniform(1.0, period), tick)
 
     def _start_container(self, r: RunState, pod: PodState, fp: str, pulled: str) -> None:
         """kubelet's Pulled/Created/Started for one container, then it runs and logs its start-up."""
@@ -112,7 +146,11 @@ class Kubelet(JobControllers):
                 "rayjob-controller",
             )
         elif r.root is not None:
-            self._status(r.root, {"active": r.spec.workers, "ready": r.spec.workers})
+            if r.spec.kind == "PyTorchJob":
+                self._set_cond(r.root_conditions, {**self._cond("Running", True, "PyTorchJobRunning",
+                                                                f"PyTorchJob {r.spec.name} is running."),
+                                                   "lastUpdateTime": self._now()})
+            self._sync_job_status(r)
         if r.taurun is not None:
             self._set_cond(r.conditions, self._cond("Running", True, "PodsRunning", "all pods running and ready"))
             self._tau_status(r, "Running")

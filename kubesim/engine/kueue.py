@@ -66,6 +66,14 @@ class Kueue(JobControllers):
             self._queue_status[key] = status
             self._status(ref, status)
 
+    def _set_suspend(self, r: RunState, suspend: bool) -> None:
+        """Kueue suspends and resumes a job through its kind's own field."""
+        assert r.root is not None
+        if r.spec.kind == "PyTorchJob":
+            self._patch(r.root, {"spec": {"runPolicy": {"suspend": suspend}}})
+        else:
+            self._patch(r.root, {"spec": {"suspend": suspend}})
+
     def _do_waitForQuota(self, r: RunState, args: Obj) -> None:  # noqa: N802
         flavor = next((c.flavor for c in self.scenario.cluster_queues if c.name == r.spec.cluster_queue), "default")
         need = r.spec.workers * r.spec.gpus_per_worker
@@ -97,7 +105,6 @@ class Kueue(JobControllers):
             r.wl_conditions, self._cond("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}")
         )
         self._set_cond(r.wl_conditions, self._cond("Admitted", True, "Admitted", "The workload is admitted"))
-        gpus = spec.workers * spec.gpus_per_worker
         assignments = []
         if spec.kind == "RayJob":
             assignments.append(
@@ -108,14 +115,19 @@ class Kueue(JobControllers):
                     "resourceUsage": {"cpu": "4", "memory": "16Gi"},
                 }
             )
-        assignments.append(
-            {
-                "name": "gpu-workers" if spec.kind == "RayJob" else "main",
-                "count": spec.workers,
-                "flavors": {"cpu": flavor, "memory": flavor, "nvidia.com/gpu": flavor},
-                "resourceUsage": {"cpu": str(32 * spec.workers), "nvidia.com/gpu": str(gpus)},
-            }
-        )
+        sets = {"RayJob": [("gpu-workers", spec.workers)], "Job": [("main", spec.workers)],
+                "JobSet": [("workers", spec.workers)],
+                "PyTorchJob": [("master", 1), ("worker", spec.workers - 1)]}[spec.kind]
+        for name, count in sets:
+            if count:
+                assignments.append(
+                    {
+                        "name": name,
+                        "count": count,
+                        "flavors": {"cpu": flavor, "memory": flavor, "nvidia.com/gpu": flavor},
+                        "resourceUsage": {"cpu": str(32 * count), "nvidia.com/gpu": str(count * spec.gpus_per_worker)},
+                    }
+                )
         self._wl_status(r, {"admission": {"clusterQueue": cq, "podSetAssignments": assignments}})
         if r.workload is not None:
             self.event(
@@ -135,7 +147,7 @@ class Kueue(JobControllers):
         r.admitted = True
         r.wait_stage = ""
         assert r.root is not None
-        self._patch(r.root, {"spec": {"suspend": False}})
+        self._set_suspend(r, False)
         if spec.kind == "RayJob":
             self._start_raycluster(r)
         else:

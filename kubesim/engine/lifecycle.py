@@ -31,7 +31,7 @@ class Lifecycle(Kubelet, Kueue):
         assert r.root is not None and r.workload is not None
         self.event(r.workload, "Normal", "Preempted", message, "kueue-admission")
         self.event(r.root, "Normal", "Stopped", message, "kueue-job-controller")
-        self._patch(r.root, {"spec": {"suspend": True}})
+        self._set_suspend(r, True)
         self._stop_pods(r)
         if r.spec.kind == "RayJob":
             self._status(

@@ -4,10 +4,22 @@ the cluster autoscaler's scale-up events, node loss and recovery, and the scenar
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
+from kubesim.clock import rfc3339, rfc3339_micro
 from kubesim.engine.controllers import JobControllers
 from kubesim.engine.state import NodeState, Obj, PodState, RunState
 from kubesim.errors import ApiError
 from kubesim.scenario import NodeSpec, Step, parse_duration
+
+LEASE_GV = "coordination.k8s.io/v1"
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_RENEW_S = 10.0  # the kubelet renews its Lease every leaseDurationSeconds / 4
+LEASE_DURATION_S = 40
+# kube-controller-manager --node-monitor-grace-period (50 s since Kubernetes 1.32, 40 s before): how long
+# a node may stay silent before the node lifecycle controller marks it Ready=Unknown.
+NODE_MONITOR_GRACE_S = 50.0
 
 
 class Nodes(JobControllers):
@@ -47,9 +59,31 @@ class Nodes(JobControllers):
             }
         )
         ip = f"10.224.0.{len(self.nodes) + 4}"
-        node = NodeState(spec, ref, ip=ip)
+        node = NodeState(spec, ref, ip=ip, registered=self.elapsed, capacity=capacity)
+        node.heartbeat = node.transition = rfc3339(self._node_time(spec.name))
+        node.status_at = self.elapsed
         self.nodes[spec.name] = node
         self._status(ref, self._node_status(node, capacity))
+        if self.scenario.kubelet_heartbeats:
+            node.lease_phase = self._rng.uniform(0.0, LEASE_RENEW_S)
+            node.status_phase = self._rng.uniform(0.0, self.scenario.node_status_report)
+            node.lease_at = self.elapsed
+            node.lease = self._create(
+                {
+                    "apiVersion": LEASE_GV,
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": spec.name,
+                        "namespace": LEASE_NAMESPACE,
+                        "ownerReferences": [ref.owner(False)],
+                    },
+                    "spec": {
+                        "holderIdentity": spec.name,
+                        "leaseDurationSeconds": LEASE_DURATION_S,
+                        "renewTime": rfc3339_micro(self._node_time(spec.name)),
+                    },
+                }
+            )
         self.event(
             ref,
             "Normal",
@@ -60,8 +94,10 @@ class Nodes(JobControllers):
         self.event(ref, "Normal", "NodeReady", f"Node {spec.name} status is now: NodeReady", "kubelet", spec.name)
 
     def _node_status(self, node: NodeState, capacity: Obj | None = None) -> Obj:
+        """The node's status conditions: lastHeartbeatTime is the kubelet's last post (its clock),
+        lastTransitionTime when Ready last changed."""
         ready = node.ready
-        now = self._now()
+        heartbeat, transition = node.heartbeat or self._now(), node.transition or self._now()
         conds = []
         for type_, reason, msg in (
             ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -74,8 +110,8 @@ class Nodes(JobControllers):
                     "status": "False" if ready else "Unknown",
                     "reason": reason if ready else "NodeStatusUnknown",
                     "message": msg if ready else "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
+                    "lastHeartbeatTime": heartbeat,
+                    "lastTransitionTime": transition,
                 }
             )
         conds.append(
@@ -84,8 +120,8 @@ class Nodes(JobControllers):
                 "status": "True" if ready else "Unknown",
                 "reason": "KubeletReady" if ready else "NodeStatusUnknown",
                 "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status.",
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
+                "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": transition,
             }
         )
         status: Obj = {
@@ -191,34 +227,40 @@ class Nodes(JobControllers):
     def _do_schedule(self, r: RunState, args: Obj) -> None:
         preferred = [str(n) for n in args.get("nodes") or []]
         for pod in [p for p in self._pods(r, str(args.get("pods", "all"))) if not p.node]:
-            node = self._pick_node(r, pod, preferred)
-            self.client.bind(pod.ref.namespace, pod.ref.name, node)
-            pod.node = node
-            if node in self.nodes:
-                self.nodes[node].gpus_used += pod.gpus
-            pod.start_time = self._now()
-            self._set_cond(pod.conditions, self._cond("PodScheduled", True, "", ""))
-            self._set_cond(pod.conditions, self._cond("PodReadyToStartContainers", False, "", ""))
-            self._set_cond(pod.conditions, self._cond("Initialized", True, "", ""))
-            self._set_cond(
-                pod.conditions,
-                self._cond("Ready", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"),
-            )
-            self._set_cond(
-                pod.conditions,
-                self._cond(
-                    "ContainersReady", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"
-                ),
-            )
-            pod.state = {"waiting": {"reason": "ContainerCreating"}}
-            self._pod_status(pod)
-            self.event(
-                pod.ref,
-                "Normal",
-                "Scheduled",
-                f"Successfully assigned {pod.ref.namespace}/{pod.ref.name} to {node}",
-                "default-scheduler",
-            )
+            self._bind_pod(r, pod, self._pick_node(r, pod, preferred))
+        self._scheduled_status(r)
+
+    def _bind_pod(self, r: RunState, pod: PodState, node: str) -> None:
+        """The scheduler binds one pod (pods/binding) and says so."""
+        self.client.bind(pod.ref.namespace, pod.ref.name, node)
+        pod.node = node
+        if node in self.nodes:
+            self.nodes[node].gpus_used += pod.gpus
+        pod.start_time = self._now()
+        self._set_cond(pod.conditions, self._cond("PodScheduled", True, "", ""))
+        self._set_cond(pod.conditions, self._cond("PodReadyToStartContainers", False, "", ""))
+        self._set_cond(pod.conditions, self._cond("Initialized", True, "", ""))
+        self._set_cond(
+            pod.conditions,
+            self._cond("Ready", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"),
+        )
+        self._set_cond(
+            pod.conditions,
+            self._cond(
+                "ContainersReady", False, "ContainersNotReady", f"containers with unready status: [{pod.container}]"
+            ),
+        )
+        pod.state = {"waiting": {"reason": "ContainerCreating"}}
+        self._pod_status(pod)
+        self.event(
+            pod.ref,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {pod.ref.namespace}/{pod.ref.name} to {node}",
+            "default-scheduler",
+        )
+
+    def _scheduled_status(self, r: RunState) -> None:
         if r.taurun is not None and all(p.node for p in r.pods if not p.deleted):
             self._set_cond(
                 r.conditions,
@@ -226,11 +268,62 @@ class Nodes(JobControllers):
             )
             self._tau_status(r, "Scheduled")
 
+    def _kubelet_sync(self) -> None:
+        """Each live kubelet's periodic writes up to now: its Lease renewed every 10 s and its node
+        status reported every nodeStatusReportFrequency (lastHeartbeatTime can be minutes old on a
+        healthy node). Written lazily, one write per node per step: nobody sees the ticks in between."""
+        if not self.scenario.kubelet_heartbeats:
+            return
+        for node in self.nodes.values():
+            if node.alive:
+                self._kubelet_post(node, self.elapsed)
+
+    def _kubelet_post(self, node: NodeState, t: float) -> None:
+        """The node's last Lease renewal and status report at or before `t` (scenario seconds)."""
+        base = node.registered
+        tick = _last_tick(t, base + node.lease_phase, LEASE_RENEW_S, base)
+        if node.lease is not None and tick > node.lease_at:
+            node.lease_at = tick
+            stamp = self.origin + timedelta(seconds=tick + node.spec.clock_skew)
+            self.client.patch(LEASE_GV, "Lease", LEASE_NAMESPACE, node.spec.name,
+                              {"spec": {"renewTime": rfc3339_micro(stamp)}})
+        report = self.scenario.node_status_report
+        tick = _last_tick(t, base + node.status_phase, report, base)
+        if tick > node.status_at:
+            node.status_at = tick
+            node.heartbeat = rfc3339(self.origin + timedelta(seconds=tick + node.spec.clock_skew))
+            self._status(node.ref, {"conditions": self._node_status(node)["conditions"]})
+
     def _lose_node(self, name: str, pod_phase: str) -> None:
+        """The node goes away (power, network, kernel): its kubelet stops renewing its Lease and posting
+        status, its containers stop. The node lifecycle controller notices only after the monitor grace
+        period: then Ready=Unknown, the unreachable taints, and its pods NotReady."""
         node = self.nodes.get(name)
         if node is None:
             raise ApiError(404, f"scenario: node {name!r} does not exist")
+        if not node.alive:
+            return
+        if self.scenario.kubelet_heartbeats:
+            self._kubelet_post(node, self.elapsed)  # its last renewal before it went
+        node.alive = False
+        node.dead_at = self.elapsed
+        for r in self.runs.values():
+            if any(not p.deleted and p.node == name and p.phase not in ("Succeeded", "Failed") for p in r.pods):
+                r.train_gen += 1  # the ranks there are gone: collectives stop, so does every step
+                r.crash_gen += 1
+            for p in r.pods:
+                if p.node == name:
+                    p.sidecar_gen += 1
+        delay = NODE_MONITOR_GRACE_S if self.scenario.kubelet_heartbeats else 0.0
+        self._after(delay, lambda: self._mark_node_lost(node, pod_phase))
+
+    def _mark_node_lost(self, node: NodeState, pod_phase: str) -> None:
+        """The node lifecycle controller's view of a silent node."""
+        if node.alive:
+            return  # it came back within the grace period
+        name = node.spec.name
         node.ready = False
+        node.transition = self._now()
         self._patch(
             node.ref,
             {
@@ -290,7 +383,10 @@ class Nodes(JobControllers):
             self._lose_node(str(a["node"]), str(a.get("podPhase", "Unknown")))
         elif step.action == "nodeRecover":
             node = self.nodes[str(a["node"])]
-            node.ready = True
+            node.ready = node.alive = True
+            node.dead_at = None
+            node.transition = node.heartbeat = rfc3339(self._node_time(node.spec.name))
+            node.status_at = node.lease_at = self.elapsed
             self._patch(
                 node.ref,
                 {
@@ -340,3 +436,10 @@ def _least_used(nodes: list[NodeState], need: int) -> NodeState | None:
         if n.spec.gpus - used >= need and (best_fit is None or used < best_fit.gpus_used):
             best_fit = n
     return best_fit or best
+
+
+def _last_tick(t: float, first: float, every: float, floor: float) -> float:
+    """The latest of first + every·k (k ≥ 0) at or before t; `floor` before the first."""
+    if t < first:
+        return floor
+    return first + every * math.floor((t - first) / every)

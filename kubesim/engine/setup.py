@@ -6,11 +6,24 @@ and Kueue Workload at its submission time.
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
+from kubesim.clock import rfc3339
 from kubesim.engine.kueue import Kueue
 from kubesim.engine.nodes import Nodes
-from kubesim.engine.state import KUEUE_GV, QUEUE_LABEL, RAY_GV, RUN_LABEL, TAU_GV, Obj, RunState
+from kubesim.engine.state import (
+    JOBSET_GV,
+    KUEUE_GV,
+    PYTORCH_GV,
+    QUEUE_LABEL,
+    RAY_GV,
+    RUN_LABEL,
+    TAU_GV,
+    Obj,
+    Ref,
+    RunState,
+)
 from kubesim.errors import ApiError
 from kubesim.scenario import RunSpec
 
@@ -160,7 +173,7 @@ class Submission(Nodes, Kueue):
                         for p in sc.profiles
                         if p.resolved
                     ],
-                    "lastResolvedTime": self._now(),
+                    "lastResolvedTime": self._resolved_time(),
                 },
             )
             if stale:  # the spec moves on (generation 2); the stuck controller never resolves it
@@ -168,9 +181,13 @@ class Submission(Nodes, Kueue):
             else:
                 self._after(sc.taucluster_refresh, self._refresh_taucluster)
 
+    def _resolved_time(self) -> str:
+        """lastResolvedTime as TauGrid writes it (`tauClusterFuture`: a stamp from the future)."""
+        return rfc3339(self.clock.now() + timedelta(seconds=self.scenario.taucluster_future))
+
     def _refresh_taucluster(self) -> None:
         if self._taucluster is not None:
-            self._status(self._taucluster, {"lastResolvedTime": self._now()})
+            self._status(self._taucluster, {"lastResolvedTime": self._resolved_time()})
             self._after(self.scenario.taucluster_refresh, self._refresh_taucluster)
 
     def _profile(self, run: RunSpec) -> Any:
@@ -292,6 +309,9 @@ class Submission(Nodes, Kueue):
                 },
             ]
             wl_prefix = "rayjob"
+        elif spec.kind in ("JobSet", "PyTorchJob"):
+            r.root, podsets, wl_prefix = self._submit_operator_job(r, labels, owner, worker_resources, tolerations,
+                                                                   priority)
         else:
             r.root = self._create(
                 {
@@ -308,7 +328,7 @@ class Submission(Nodes, Kueue):
                         "parallelism": spec.workers,
                         "completions": spec.workers,
                         "completionMode": "Indexed",
-                        "backoffLimit": 0,
+                        "backoffLimit": 6,  # the Kubernetes default: failed pods are replaced
                         "template": {
                             "metadata": {"labels": labels},
                             "spec": {
@@ -366,3 +386,80 @@ class Submission(Nodes, Kueue):
                 extra={"rayJobName": r.root.name if spec.kind == "RayJob" else "", "workloadName": r.workload.name},
             )
         self._sync_queues()
+
+    def _submit_operator_job(
+        self, r: RunState, labels: Obj, owner: list[Obj], resources: Obj, tolerations: list[Obj], priority: str
+    ) -> tuple[Ref, list[Obj], str]:
+        """A suspended JobSet (one replicated job of `workers` indexed pods, maxRestarts 3) or PyTorchJob
+        (a Master and workers-1 Workers, restartPolicy ExitCode), and the Workload's pod sets for it."""
+        spec = r.spec
+        meta = {"name": spec.name, "namespace": spec.namespace, "labels": {**labels, QUEUE_LABEL: spec.queue},
+                "ownerReferences": owner}
+        pod_spec = {"tolerations": tolerations, "priorityClassName": priority, "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": spec.grace}
+        if spec.kind == "JobSet":
+            container = {"name": "trainer", "image": spec.image, "resources": resources}
+            root = self._create(
+                {
+                    "apiVersion": JOBSET_GV,
+                    "kind": "JobSet",
+                    "metadata": meta,
+                    "spec": {
+                        "suspend": True,
+                        "failurePolicy": {"maxRestarts": 3},
+                        "replicatedJobs": [
+                            {
+                                "name": "workers",
+                                "replicas": 1,
+                                "template": {
+                                    "spec": {
+                                        "parallelism": spec.workers,
+                                        "completions": spec.workers,
+                                        "completionMode": "Indexed",
+                                        "backoffLimit": 0,
+                                        "template": {"metadata": {"labels": labels},
+                                                     "spec": {**pod_spec, "containers": [container]}},
+                                    }
+                                },
+                            }
+                        ],
+                    },
+                },
+                status={"restarts": 0, "replicatedJobsStatus": [{"name": "workers", "ready": 0, "active": 0,
+                                                                 "succeeded": 0, "failed": 0, "suspended": 1}]},
+            )
+            podsets = [{"name": "workers", "count": spec.workers,
+                        "template": {"spec": {"containers": [container]}}}]
+            return root, podsets, "jobset"
+        container = {"name": "pytorch", "image": spec.image, "resources": resources}
+        replica_specs: Obj = {
+            "Master": {"replicas": 1, "restartPolicy": "ExitCode",
+                       "template": {"metadata": {"labels": labels}, "spec": {**pod_spec, "containers": [container]}}}
+        }
+        if spec.workers > 1:
+            replica_specs["Worker"] = {
+                "replicas": spec.workers - 1,
+                "restartPolicy": "ExitCode",
+                "template": {"metadata": {"labels": labels}, "spec": {**pod_spec, "containers": [container]}},
+            }
+        r.root_conditions = {}
+        self._set_cond(r.root_conditions, {**self._cond("Created", True, "PyTorchJobCreated",
+                                                        f"PyTorchJob {spec.name} is created."),
+                                           "lastUpdateTime": self._now()})
+        root = self._create(
+            {
+                "apiVersion": PYTORCH_GV,
+                "kind": "PyTorchJob",
+                "metadata": meta,
+                "spec": {
+                    "runPolicy": {"suspend": True, "cleanPodPolicy": "None"},
+                    "pytorchReplicaSpecs": replica_specs,
+                },
+            },
+            status={"conditions": list(r.root_conditions.values()), "replicaStatuses": {}},
+        )
+        podsets = [{"name": "master", "count": 1, "template": {"spec": {"containers": [container]}}}]
+        if spec.workers > 1:
+            podsets.append({"name": "worker", "count": spec.workers - 1,
+                            "template": {"spec": {"containers": [container]}}})
+        return root, podsets, "pytorchjob"

@@ -15,6 +15,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TAU_GV = "taugrid.io/v1alpha1"
 KUEUE_GV = "kueue.x-k8s.io/v1beta1"
 RAY_GV = "ray.io/v1"
+JOBSET_GV = "jobset.x-k8s.io/v1alpha2"
+PYTORCH_GV = "kubeflow.org/v1"
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -70,7 +72,25 @@ class PodState:
     start_time: str = ""
     container_id: str = ""
     backoff: float = 10.0
-    deleted: bool = False
+    deleted: bool = False  # deletion requested: terminating (graceful) or gone; no longer the run's pod
+    sidecar: str = ""  # the sidecar container's name ("" without one)
+    sidecar_gen: int = 0  # bumped when the sidecar stops (ends its printing loop)
+    sidecar_count: int = 0  # the sidecar's own counter
+    sidecar_started: str = ""
+    generation: int = 0  # the run's generation (resubmits) that created the pod
+    gone: bool = False  # removed from the API
+    log_max: int = 0  # the highest step its current log holds (the truth's view of where a mark is kept)
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart of a run, for the truth: when, how, the high-water mark it had reached, and the
+    logs (pod, container, "current" | "previous") that held that mark right after it."""
+
+    at: float
+    mode: str
+    mark: int
+    holders: tuple[tuple[str, str, str, str], ...]
 
 
 @dataclass(slots=True)
@@ -102,6 +122,22 @@ class RunState:
     skip_ratio: float = 0.0
     dispatched: str = ""
     crash_looping: bool = False  # between crashes a container is briefly up: the run is still not running
+    # Restarts and resubmits (kubesim/engine/restarts.py): the run's generation (a resubmit is a new
+    # run: new uids, its own high-water mark), the pods of earlier generations, when training may print
+    # again (a restart's checkpoint load, a pause), and each restart as the truth reports it.
+    generation: int = 0
+    old_pods: list[PodState] = field(default_factory=list)
+    blocked_until: float = 0.0
+    restarts: list[Restart] = field(default_factory=list)
+    resubmitted_at: float | None = None
+    job_failed: int = 0  # batch Job status.failed (replaced pods)
+    restart_attempt: int = 0  # JobSet status.restarts
+    child_job: Ref | None = None  # a JobSet's child Job
+    root_conditions: dict[str, Obj] = field(default_factory=dict)  # a training-operator job's conditions
+    print_which: str = ""  # the pods that print the run's steps (a `pods` selector)
+    style: str = ""  # the trainer's line style
+    forge: str = ""  # the trainer prints forged times ("+6h", "9999")
+    resume_note: int = 0  # the checkpoint step the next printed step resumes from (after a restart)
     # Called after `submitted`, `admitted` or `finished` changes (QueueTally.track sets it), so the
     # queues' counts follow every write of those flags, wherever it happens.
     on_queue_change: Callable[[RunState], None] | None = field(default=None, repr=False, compare=False)
@@ -167,6 +203,17 @@ class QueueTally:
 class NodeState:
     spec: NodeSpec
     ref: Ref
-    ready: bool = True
+    ready: bool = True  # what the API says (the node controller's view)
     gpus_used: int = 0
     ip: str = ""
+    alive: bool = True  # the truth: the machine and its kubelet are up
+    dead_at: float | None = None
+    registered: float = 0.0  # scenario seconds
+    lease: Ref | None = None
+    lease_phase: float = 0.0  # the kubelet's renew ticks fall at registered + phase + 10 s * k
+    lease_at: float = -1.0  # the tick last written
+    status_phase: float = 0.0  # status reports at registered + phase + report * k
+    status_at: float = -1.0
+    heartbeat: str = ""  # lastHeartbeatTime last posted (the node's clock)
+    transition: str = ""  # lastTransitionTime of Ready
+    capacity: Obj | None = None

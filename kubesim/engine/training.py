@@ -5,10 +5,12 @@ kubesim/waits.py), stalls, and free-form log lines.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 from kubesim import waits
+from kubesim.clock import rfc3339_nano
 from kubesim.engine.pods import Pods
-from kubesim.engine.state import Obj, RunState
+from kubesim.engine.state import Obj, PodState, RunState
 from kubesim.scenario import parse_duration
 
 # Megatron-LM's training log line, with the wall-clock prefix recent Megatron versions print;
@@ -24,6 +26,17 @@ MEGATRON_LINE = (
 class Training(Pods):
     """The trainer in each run's containers."""
 
+    def _training_up(self, r: RunState) -> bool:
+        """Every pod doing the run's work is Running and Ready on a live node: collectives can complete."""
+        pods = [p for p in r.pods if not p.deleted and (p.gpus or p.role in ("head", "worker", "job"))]
+        if not pods:
+            return False
+        for p in pods:
+            node = self.nodes.get(p.node)
+            if not p.ready or p.phase != "Running" or (node is not None and not node.alive):
+                return False
+        return True
+
     def _do_train(self, r: RunState, args: Obj) -> None:
         r.train_gen += 1
         gen = r.train_gen
@@ -38,20 +51,38 @@ class Training(Pods):
         skip_ratio = float(args.get("skipRatio", 0.0))
         eval_every = int(args.get("evalEvery", 0))
         template = str(args.get("line", MEGATRON_LINE))
+        jitter = float(args.get("jitter", 0.0))
+        pause_every = int(args.get("pauseEvery", 0))
+        pause_for = parse_duration(args.get("pauseFor", 0), "train.pauseFor")
+        forge = str(args.get("forgeTime", ""))
+        stamp_prefix = bool(args.get("stampPrefix", False))
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
         r.every = every
         r.skip_ratio = skip_ratio
+        r.print_which = which
+        r.style = style
+        r.forge = forge
+
+        def own_time(pod: PodState) -> datetime:
+            """The trainer's own clock as it prints it: its node's, or a forged one."""
+            if forge == "9999":
+                return datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+            t = self._node_time(pod.node)
+            if forge:
+                t += timedelta(seconds=parse_duration(forge.lstrip("+"), "train.forgeTime"))
+            return t
 
         def tick() -> None:
             if gen != r.train_gen or r.finished:
                 return
+            delay = every * (self._rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0)
             targets = [p for p in self._pods(r, which) if p.ready]
-            if targets:
+            if targets and self.elapsed >= r.blocked_until and self._training_up(r):
                 r.iteration += 1
                 it = r.iteration
                 loss = floor + (loss0 - floor) * math.exp(-it / 4000.0) + self._rng.uniform(-0.02, 0.02)
-                ms = every * 1000 * self._rng.uniform(0.97, 1.03)
+                ms = delay * 1000 * self._rng.uniform(0.99, 1.01)
                 lr = min(3e-4, 3e-4 * it / 2000)
                 grad_norm = self._rng.uniform(0.2, 0.4)
                 skipped = skip_ratio > 0 and math.floor(it * skip_ratio) > math.floor((it - 1) * skip_ratio)
@@ -59,12 +90,15 @@ class Training(Pods):
                 if not skipped and it > r.hwm:  # the truth: a valid update past the high-water mark
                     r.hwm = it
                     r.last_advance = self.elapsed
+                resumed, r.resume_note = r.resume_note, 0
                 for pod in targets:
                     rank_it = it - lag * pod.index if lag else it
                     if rank_it < 1:
                         continue
+                    t = own_time(pod)
                     fields = {
-                        "time": self.clock.now().strftime("%Y-%m-%d %H:%M:%S"),
+                        "time": t.strftime("%Y-%m-%d %H:%M:%S"),
+                        "now": t,
                         "iteration": rank_it,
                         "iterations": total,
                         "samples": rank_it * batch,
@@ -77,22 +111,35 @@ class Training(Pods):
                         "run": r.spec.name,
                     }
                     lines = waits.progress_lines(self, style, template, fields, skipped, r.skipped, eval_every)
-                    if ckpt and rank_it % ckpt == 0 and style == "megatron":
+                    if resumed:
+                        path = f"/mnt/checkpoints/{r.spec.name}"
+                        lines = [*waits.resume_lines(style, path, resumed, t), *lines]
+                    saving = (ckpt and rank_it % ckpt == 0) or (pause_every and it % pause_every == 0)
+                    if saving and style == "megatron":
                         lines += [
                             f"saving checkpoint at iteration {rank_it:>8} to /mnt/checkpoints/{r.spec.name}",
                             f"  successfully saved checkpoint at iteration {rank_it:>8} to "
                             f"/mnt/checkpoints/{r.spec.name}",
                         ]
+                    if stamp_prefix:
+                        lines = [f"{rfc3339_nano(t)} {line}" for line in lines]
                     if lag:
                         lines = [f"[rank{pod.index}]:{line}" for line in lines]
                     self._logs(pod, lines)
+                    pod.log_max = max(pod.log_max, it)
+                if pause_every and it % pause_every == 0:
+                    delay += pause_for  # a checkpoint save or an evaluation holds the next step back
             if r.iteration < total:
-                self._after(every, tick)
+                self._after(delay, tick)
 
         tick()
 
     def _do_stall(self, r: RunState, args: Obj) -> None:
         r.train_gen += 1
+
+    def _do_pause(self, r: RunState, args: Obj) -> None:
+        """No step for a while (a long checkpoint save, an evaluation pass); then training goes on."""
+        r.blocked_until = max(r.blocked_until, self.elapsed + parse_duration(args.get("for", 60), "pause.for"))
 
     def _do_log(self, r: RunState, args: Obj) -> None:
         for pod in self._pods(r, str(args.get("pods", "head"))):
