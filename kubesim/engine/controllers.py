@@ -113,6 +113,9 @@ class JobControllers(Pods):
                 },
             )
             self.event(root, "Normal", "Resumed", "Job resumed", "job-controller")
+        elif spec.kind == "PyTorchJob":
+            # training-operator sets startTime as the job starts (again when it resumes from suspension)
+            self._status(root, {"startTime": self._now()})
         r.pods = []
         if spec.kind == "PyTorchJob" and any(not p.gone for p in r.old_pods):
             # The names are fixed: the operator retries until the earlier run's pods are gone.

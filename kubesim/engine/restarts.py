@@ -182,6 +182,10 @@ class Restarts(Nodes, Lifecycle):
             r.pods = [p for p in r.pods if not p.deleted]
             up([self._new_job_pod(r, p.index) for p in workers])
         elif kind == "PyTorchJob":
+            if r.root is not None:  # training-operator's Warning beside its Restarting condition (JobRestartingReason)
+                self.event(r.root, "Warning", "PyTorchJobRestarting",
+                           f"PyTorchJob {r.spec.name} is restarting because {len(workers)} Worker replica(s) failed.",
+                           "pytorchjob-controller")
             r.root_conditions.pop("Running", None)
             self._set_cond(r.root_conditions, {**self._cond(
                 "Restarting", True, "PyTorchJobRestarting",
