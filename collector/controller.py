@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -30,7 +30,7 @@ from collector.endpoints import BoundedHTTPServer, HttpOptions
 from collector.endpoints import serve as serve_http
 from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
-from collector.kube import MalformedObject, normalize
+from collector.kube import MalformedObject, NodeLease, node_lease, normalize
 from collector.kube_pod import PodObject, normalize_pod, pod_record
 from collector.model import (
     Claim,
@@ -46,6 +46,7 @@ from collector.model import (
     verdict_for,
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
+from collector.nodeclock import NodeClocks
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
@@ -116,6 +117,7 @@ class Controller:
         self.wanted = resources
         self.resources: list[Resource] = []
         self.index = RunIndex(settings.taugrid)
+        self.clocks = NodeClocks(self.index)  # node clocks from their Leases and heartbeats
         self.claims: dict[Key, RunClaims] = {}
         self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
@@ -316,6 +318,12 @@ class Controller:
     # Watch events are buffered per resource (one reflector thread each) and queued once per read:
     # one queue operation per network read instead of one per event.
     def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
+        if resource.kind == "Lease":
+            lease = self._node_lease(resource, obj)
+            if lease is not None:  # how far ahead its renewal is, measured as it arrives
+                change = _Change("lease", resource, (lease, lease.renewed - self.now()))
+                self._pending.setdefault(resource.name, []).append(change)
+            return
         rec = pod_record(obj, self.settings.taugrid) if type(obj) is PodObject else None
         if rec is None:
             rec = self._normalize(resource, obj)
@@ -326,6 +334,9 @@ class Controller:
 
     def delete(self, resource: Resource, obj: JSON) -> None:
         meta = obj.get("metadata") or {}
+        if resource.kind == "Lease":
+            self._pending.setdefault(resource.name, []).append(_Change("lease-gone", resource, str(meta.get("name"))))
+            return
         kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
         ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if self.capture is not None:
@@ -338,6 +349,11 @@ class Controller:
             self._put(_Change("batch", resource, changes))
 
     def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+        if resource.kind == "Lease":
+            leases = [(lease, lease.renewed - self.now()) for obj in objs
+                      if (lease := self._node_lease(resource, obj)) is not None]
+            self._put(_Change("leases", resource, leases))
+            return
         # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
         recs: list[ObjectRecord] = []
         # Without an exporter, Events no claim reads (most of a fleet's) are not held until the list
@@ -360,6 +376,14 @@ class Controller:
         if passing:
             self._put(_Change("listed", resource, passing))
         self._put(_Change("replace", resource, recs))
+
+    def _node_lease(self, resource: Resource, obj: JSON | PodObject) -> NodeLease | None:
+        try:
+            return node_lease(obj)
+        except MalformedObject as e:
+            self._skip(str(e))
+            self.health.error(resource.name, ErrorClass.PERMANENT)
+            return None
 
     def mark_synced(self, resource: Resource, at: datetime) -> None:
         self._put(_Change("synced", resource, at))
@@ -492,6 +516,15 @@ class Controller:
         elif c.op == "delete":
             assert r is not None
             self._delete_ref(r, c.payload)
+        elif c.op == "lease":
+            lease, ahead = c.payload
+            self.clocks.lease(lease, ahead, listed=False)
+        elif c.op == "leases":
+            for lease, ahead in c.payload:
+                self.clocks.lease(lease, ahead, listed=True)
+            self.clocks.leases_listed({lease.node for lease, _ in c.payload})
+        elif c.op == "lease-gone":
+            self.clocks.lease_gone(c.payload)
         elif c.op == "replace":
             assert r is not None
             self._replace(r, c.payload)
@@ -666,29 +699,11 @@ class Controller:
         self._export_event(rec)
 
     def _node_clock(self, old: ObjectRecord | None, rec: ObjectRecord) -> None:
-        """How far a node's clock runs ahead of the API server's: a heartbeat its kubelet just posted,
-        stamped on its own clock, against ours as it arrives. Its pods' log stamps are read that much
-        earlier (a fresh-looking step from a clock 4 minutes ahead is 4 minutes older)."""
+        """A node's status heartbeat, stamped on its own clock (`collector.nodeclock`)."""
         f = rec.facts
         assert isinstance(f, NodeFacts)
-        name = rec.ref.name
         before = old.facts.heartbeat if old is not None and isinstance(old.facts, NodeFacts) else None
-        if f.heartbeat is None or f.heartbeat == before:
-            return
-        ahead = f.heartbeat - self.now()
-        if old is None:
-            # First sight (a list): the heartbeat may be minutes old, so its clock is ahead by at least
-            # this, perhaps more, until its kubelet's next post says (`Signal`s of its pods stamped past
-            # their read time show it in the meantime).
-            self.index.node_clock_unsure.add(name)
-            if ahead > NODE_SKEW_TOLERANCE:
-                self.index.node_skew[name] = ahead
-            return
-        self.index.node_clock_unsure.discard(name)  # a fresh post: measured
-        if ahead > NODE_SKEW_TOLERANCE:
-            self.index.node_skew[name] = ahead
-        else:
-            self.index.node_skew.pop(name, None)
+        self.clocks.heartbeat(rec.ref.name, f.heartbeat, before, self.now())
 
     def _export_event(self, rec: ObjectRecord) -> None:
         """Events regarding a run's objects only: tenants create Events at will, and the rest (most
@@ -704,6 +719,8 @@ class Controller:
     def _delete_ref(self, r: Resource, ref: Ref) -> None:
         self._touch(ref)
         self.index.delete(ref)
+        if ref.kind == "Node":
+            self.clocks.forget(ref.name)
 
     def _replace(self, r: Resource, recs: list[ObjectRecord]) -> None:
         """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
@@ -711,6 +728,8 @@ class Controller:
         gone = self.index.keys_of_kind(kind)
         for rec in recs:
             gone.discard(rec.ref.key)
+            if isinstance(rec.facts, NodeFacts):  # first sight (or a relist): its clock, as far as it says
+                self._node_clock(self.index.get(*rec.ref.key), rec)
             self.index.upsert(rec)
             self._touch(rec.ref)
             self._export_event(rec)
@@ -1124,9 +1143,6 @@ SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
-# A node clock ahead of the API server's by more than this (a heartbeat's post and its arrival take
-# well under it) is skewed; less is taken for latency.
-NODE_SKEW_TOLERANCE = timedelta(seconds=15)
 _UNKNOWN_ROOT = object()
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers

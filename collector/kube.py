@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -835,6 +835,42 @@ def _node(r: _Reader, raw: RawObject) -> Facts:
         labels=labels,
         taints=taints,
     )
+
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_PERIOD = timedelta(seconds=40)  # leaseDurationSeconds where the Lease does not say
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLease:
+    """A kubelet's node Lease: renewed every leaseDurationSeconds / 4 (10 s) while the kubelet lives,
+    stamped on the node's own clock, so it says how far that clock runs ahead of the API server's."""
+
+    node: str
+    renewed: datetime
+    period: timedelta  # leaseDurationSeconds
+
+
+def node_lease(raw: Any) -> NodeLease | None:
+    """A node Lease (namespace kube-node-lease) from its raw object; None for any other Lease (leader
+    election, a tenant's own), which says nothing about a node's clock. MalformedObject when its
+    renewTime cannot be read."""
+    if not isinstance(raw, dict):
+        return None
+    meta, spec = raw.get("metadata"), raw.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict) or meta.get("namespace") != NODE_LEASE_NAMESPACE:
+        return None
+    try:
+        renewed = parse_time(spec.get("renewTime"))
+    except ValueError as e:
+        raise MalformedObject(f"Lease {NODE_LEASE_NAMESPACE}/{meta.get('name')}: spec.renewTime "
+                              f"{str(spec.get('renewTime'))[:64]!r} is unreadable") from e
+    holder = spec.get("holderIdentity") or meta.get("name")
+    duration = spec.get("leaseDurationSeconds")
+    if renewed is None or not isinstance(holder, str) or not holder:
+        return None
+    period = timedelta(seconds=duration) if type(duration) is int and 0 < duration <= 3600 else NODE_LEASE_PERIOD
+    return NodeLease(holder[:253], renewed, period)
 
 
 def _intern(text: str) -> str:

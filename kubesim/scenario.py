@@ -249,7 +249,7 @@ class Scenario:
     taucluster_future: float = 0.0
     # Kubelets renew their node Lease (kube-node-lease) every 10 s and report node status every
     # `node_status_report` (lastHeartbeatTime), as real ones do; off: written only on changes.
-    kubelet_heartbeats: bool = False
+    kubelet_heartbeats: bool = True
     node_status_report: float = 300.0
     runs: tuple[RunSpec, ...] = ()
     actions: tuple[Step, ...] = ()
@@ -617,7 +617,7 @@ def scenario_from_dict(data: Any, source: str = "<memory>") -> Scenario:
         taucluster_stale=bool(r.typed(cluster.get("tauClusterStale", False), (bool,), "cluster.tauClusterStale")),
         taucluster_future=r.duration(cluster.get("tauClusterFuture", 0), "cluster.tauClusterFuture"),
         kubelet_heartbeats=bool(
-            r.typed(cluster.get("kubeletHeartbeats", False), (bool,), "cluster.kubeletHeartbeats")
+            r.typed(cluster.get("kubeletHeartbeats", True), (bool,), "cluster.kubeletHeartbeats")
         ),
         node_status_report=r.duration(
             cluster.get("nodeStatusReportFrequency", 300), "cluster.nodeStatusReportFrequency"

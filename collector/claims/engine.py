@@ -207,10 +207,12 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
         # the latest instant the read can have happened: a dump's capture lies within the clock's slack
         latest = sig.read_at + clock.slack if clock.slack is not None else None
         node = _node_of(ev, sig)
-        if node in ev.node_clock_unsure and newest - sig.read_at > NODE_CLOCK_TOLERANCE:
-            ahead_nodes.setdefault(node, f"node {node}'s clock runs ahead of the API server's (a line of pod "
-                                         f"{sig.ref.name} is stamped {human_age(newest - sig.read_at)} after it "
-                                         "was read); its stamps cannot be placed until its kubelet's next heartbeat")
+        if node in ev.node_clock_unsure:
+            # seen only in a list, whose heartbeat may be minutes old: how far its clock runs ahead is
+            # not measured, and a clock 90 s ahead makes a stall 90 s younger
+            ahead_nodes.setdefault(node, f"node {node}'s clock is not measured yet (no node Lease read, and no "
+                                         "heartbeat posted since the collector started): its stamps cannot be "
+                                         "placed until its kubelet's next Lease renewal or heartbeat")
         elif latest is not None and newest - latest > NODE_CLOCK_TOLERANCE:
             out[(sig.ref.key, sig.source)] = (
                 f"{sig.ref.name}/{sig.source} holds lines stamped {human_age(newest - latest)} after it was read:"

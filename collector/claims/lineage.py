@@ -13,6 +13,8 @@ Replacement is told from what the cluster shows, never assumed away:
   being deleted;
 - JobSet's restart attempt label; a Workload evicted (preempted) before the pod was created; a
   training job's Restarting condition or failed pods counted before it;
+- its controller's Event for creating an earlier pod of the same name stem that is gone now (a
+  recreated Ray worker; an indexed Job's pod brought back);
 - a pod created well after the first pod of its run (`LATE`): a recreated Ray worker, a pod a
   controller brought back.
 """
@@ -31,6 +33,7 @@ from collector.model import EventFacts, JobFacts, ObjectRecord, PodFacts
 # cluster's head and workers); one created this much later than the run's first replaced another
 # (or joined later, which is no better evidence of where the run was).
 LATE = timedelta(minutes=5)
+ZERO = timedelta(0)
 # A training operator's condition while it recreates failed replicas (kubeflow training-operator).
 RESTARTING_CONDITIONS = frozenset({"Restarting"})
 EVICTION_CONDITIONS = frozenset({"Evicted", "Preempted"})  # a Workload's, present only after an eviction
@@ -108,7 +111,10 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
         if c is not None and c.restart_count > 0:
             # When it last started over; not known: as early as it can be (the pod's start), so no
             # step of the pre-restart process is taken for a mark it does not hold.
-            at = c.last_finished or f.start_time or pod.created
+            at = c.last_finished or f.start_time
+            if at is not None:  # the kubelet's stamps, on its node's clock, as the pod's log lines are
+                at -= ev.node_skew.get(f.node_name, ZERO)
+            at = at or pod.created
             if at is not None:
                 restarts.append(Restart(at, f"container {c.name} of pod {pod.ref.name} restarted "
                                             f"({c.restart_count} restart{'s' if c.restart_count != 1 else ''}"
@@ -142,6 +148,9 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
                    f"{'failed' if qf.phase == 'Failed' else 'was deleted'}"
     if f.attempt > 0:
         return f"pod {pod.ref.name} is JobSet restart attempt {f.attempt}"
+    gone = _created_gone(ev, pod)
+    if gone:
+        return gone
     for wl in ev.workloads:
         for c in wl.conditions:
             # Kueue sets these only once it evicts, and keeps them after re-admission (False, "Previously: ...")
@@ -176,4 +185,38 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
         # from suspension): one created well after came back for a pod that was lost
         return (f"pod {pod.ref.name} was created {human_age(born - jf.start_time)} after {job.ref.kind} "
                 f"{job.ref.name} started")
+    return ""
+
+
+# What a controller's Event says when it creates a pod (KubeRay: "Created worker Pod ns/name";
+# job-controller and training-operator: "Created pod: name").
+CREATE_REASONS = frozenset({"CreatedWorkerPod", "SuccessfulCreate", "SuccessfulCreatePod"})
+
+
+def _stem(name: str) -> str:
+    """A pod's name without its random suffix: a Ray worker group's, an indexed Job's index."""
+    return name.rsplit("-", 1)[0]
+
+
+def _created_gone(ev: RunEvidence, pod: ObjectRecord) -> str:
+    """Its controller's Event for creating another pod of its stem, earlier, that is gone now: a
+    recreated Ray worker, a Job's pod brought back after one was lost (the lost one's record and log
+    are gone; the Event stays for its time to live)."""
+    o, born = pod.controller, pod.created
+    if o is None or born is None:
+        return ""
+    present = {p.ref.name for p in (*ev.pods, *ev.retired_pods)}
+    stem = _stem(pod.ref.name)
+    for e in ev.events:
+        ef = e.facts
+        if not isinstance(ef, EventFacts) or ef.reason not in CREATE_REASONS or \
+                (ef.regarding.kind, ef.regarding.name) != (o.kind, o.name):
+            continue
+        at = ef.first or ef.last
+        words = ef.message.split()
+        named = words[-1].rsplit("/", 1)[-1] if words else ""
+        if at is not None and at <= born and named and named != pod.ref.name and named not in present \
+                and _stem(named) == stem:
+            return (f"{o.kind} {o.name} created pod {named} before pod {pod.ref.name} ({ef.reason}), and "
+                    f"{named} is gone")
     return ""

@@ -113,6 +113,9 @@ class ProgressView:
     replaying: Replaying | None = None  # the newest stream replaying below its mark now
     blind: Blind | None = None  # the newest stream whose steps since a restart prove nothing
     streams: tuple[StreamView, ...] = ()
+    # The current stream started over after its last advance (and shows nothing since): that advance
+    # was the process before the restart, no evidence the run goes on.
+    restarted: Restart | None = None
 
 
 def _samples(sig: Signal) -> list[ProgressSample]:
@@ -201,8 +204,10 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     skipped_since: Advance | None = None
     skipped_streak = 0
     recent: deque[tuple[bool, datetime]] = deque(maxlen=SKIP_RECENT)
+    latest_restart: dict[str, Restart] = {}
     for at, _, item, src, stream in events:
         if isinstance(item, Restart):
+            latest_restart[stream] = item
             # Its own mark is the only one that counts: another rank's says nothing sure about where
             # this one was (ranks lag each other, and some runs' ranks are not in lockstep at all).
             if stream in high:
@@ -291,6 +296,9 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     blind_view = max((Blind(blind.get(k) or restart_of[k], a) for k, a in blind_last.items()
                       if k in blind or k in restart_of), key=lambda b: b.last.at, default=None)
     floor_window, floor_basis = _window([], s)
+    restarted = latest_restart.get(current.last.stream) if current is not None else None
+    if restarted is not None and current is not None and restarted.at < current.last.at:
+        restarted = None
     return ProgressView(
         advances=tuple(advances),
         undated=undated,
@@ -314,6 +322,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         replaying=replaying,
         blind=blind_view,
         streams=tuple(streams),
+        restarted=restarted,
     )
 
 

@@ -137,6 +137,15 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"{what} at {_hm(last.at)}, but running is unknown: {running.reason}",
                       evidence, status_ev)
+    if in_window and not hangs and view.restarted is not None:
+        # the last step was the process before a restart: replaying since, unknown since, or nothing yet
+        replay = _after_restart(view, clock, s, a, status_ev, evidence, last)
+        if replay is not None:
+            return replay
+        r = view.restarted
+        return _claim(a.progressing, Observed.UNKNOWN, None,
+                      f"{what} at {_hm(last.at)} in {last.source}, but {r.why} at {_hm(r.at)}, after it, and no step"
+                      " since: whether it resumes is not known yet", evidence, status_ev)
     if in_window and not hangs:
         slow = ""
         if view.median_step_s and view.mad_step_s is not None and len(view.advances) >= 5:

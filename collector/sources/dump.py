@@ -26,7 +26,7 @@ import yaml
 
 from collector.claims.common import FUTURE_SKEW
 from collector.correlate import Signal, build_index
-from collector.kube import MalformedObject, normalize, parse_time
+from collector.kube import NODE_LEASE_NAMESPACE, MalformedObject, node_lease, normalize
 from collector.model import EventFacts, NodeFacts, ObjectRecord, PodFacts, Ref, TauRunFacts
 from collector.progress import LogScan, scan_text
 from collector.safeload import MAX_OBJECT_BYTES, UnsafeInput, check_size, json_loads, yaml_documents
@@ -50,9 +50,7 @@ OUTLIER_GAP = timedelta(hours=1)
 # How often a live kubelet refreshes what bounds the capture time from above: its node Lease (renewed
 # every 10 s; `leaseDurationSeconds` when the Lease says) and its node status heartbeat (posted at least
 # every nodeStatusReportFrequency, 5 min, when nothing changed; a minute of margin).
-NODE_LEASE_PERIOD = timedelta(seconds=40)
 NODE_HEARTBEAT_PERIOD = timedelta(minutes=6)
-NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_SKEW_TOLERANCE = timedelta(seconds=15)  # Lease renewals of live kubelets lie within 10 s of each other
 CLOCK_EXAMPLES = 3  # ignored stamps named in the one clock warning
 
@@ -399,20 +397,13 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
 def _node_lease(dump: Dump, obj: dict[str, Any], where: str) -> None:
     """A kubelet's node Lease (kube-node-lease): its renewals bound the capture time. Other Leases
     (leader election, a tenant's own) say nothing about it."""
-    meta, spec = obj.get("metadata"), obj.get("spec")
-    if not isinstance(meta, dict) or not isinstance(spec, dict) or meta.get("namespace") != NODE_LEASE_NAMESPACE:
-        return
     try:
-        renew = parse_time(spec.get("renewTime"))
-    except ValueError:
-        dump.problems.append(Problem(where, f"Lease spec.renewTime {spec.get('renewTime')!r} is unreadable", False))
+        lease = node_lease(obj)
+    except MalformedObject as e:
+        dump.problems.append(Problem(where, str(e), False))
         return
-    holder = spec.get("holderIdentity") or meta.get("name")
-    duration = spec.get("leaseDurationSeconds")
-    if renew is None or not isinstance(holder, str):
-        return
-    period = timedelta(seconds=duration) if type(duration) is int and 0 < duration <= 3600 else NODE_LEASE_PERIOD
-    dump.leases.append((holder, renew, period))
+    if lease is not None:
+        dump.leases.append((lease.node, lease.renewed, lease.period))
 
 
 def _documents(dump: Dump, data: bytes, rel: str, suffix: str) -> Iterator[tuple[str, Any]]:

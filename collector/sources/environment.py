@@ -11,7 +11,7 @@ and TauGrid run in), only there: the chart then grants the read in those namespa
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collector.environment import ClusterInventory, EnvironmentReport, check, inventory
 from collector.settings import ControllerSettings
@@ -34,18 +34,6 @@ ENVIRONMENT_READS: frozenset[tuple[str, str, str]] = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class _InNamespace(Resource):
-    """A namespaced resource listed in one namespace only."""
-
-    namespace: str = ""
-
-    @property
-    def path(self) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        return f"{base}/namespaces/{self.namespace}/{self.plural}"
-
-
-@dataclass(frozen=True, slots=True)
 class ClusterRead:
     inventory: ClusterInventory
     errors: tuple[str, ...]
@@ -64,10 +52,9 @@ def read_cluster(name: str, api: KubeApi,
         errors.append(f"{name}: /version: {e}")
     objects: list[JSON] = []
     deployments: list[Resource] = [DEPLOYMENTS] if not deployment_namespaces else [
-        _InNamespace(DEPLOYMENTS.kind, DEPLOYMENTS.group, DEPLOYMENTS.version, DEPLOYMENTS.plural, namespace=ns)
-        for ns in sorted(deployment_namespaces)]
+        replace(DEPLOYMENTS, namespace=ns) for ns in sorted(deployment_namespaces)]
     for res in (CRDS, *deployments):
-        where = f" in {res.namespace}" if isinstance(res, _InNamespace) else ""
+        where = f" in {res.namespace}" if res.namespace else ""
         try:
             objects += api.list_pages(res)[0]
         except SourceError as e:

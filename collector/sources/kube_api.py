@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 import urllib3
 
+from collector.kube import NODE_LEASE_NAMESPACE
 from collector.settings import TauGridContract
 from collector.sources.chunked import FramingError, StreamEnded, chunked_lines
 from collector.sources.decode import FULL, Decoder
@@ -78,6 +79,7 @@ class Resource:
     plural: str
     namespaced: bool = True
     optional: bool = True  # absent APIs (no Kueue, no KubeRay) are skipped, not errors
+    namespace: str = ""  # watched in this namespace only ("": all of them)
 
     @property
     def api_version(self) -> str:
@@ -86,7 +88,7 @@ class Resource:
     @property
     def path(self) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        return f"{base}/{self.plural}"
+        return f"{base}/namespaces/{self.namespace}/{self.plural}" if self.namespace else f"{base}/{self.plural}"
 
     @property
     def name(self) -> str:
@@ -113,6 +115,9 @@ DEFAULT_RESOURCES: tuple[Resource, ...] = (
     Resource("AdmissionCheck", "kueue.x-k8s.io", "v1beta1", "admissionchecks", namespaced=False),
     Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
     Resource("NodeClaim", "karpenter.sh", "v1", "nodeclaims", namespaced=False),
+    # Kubelets' node Leases: renewed every 10 s on each node's own clock, they say how far it runs
+    # ahead (collector/nodeclock.py). Only kube-node-lease: other Leases are tenants' own.
+    Resource("Lease", "coordination.k8s.io", "v1", "leases", namespace=NODE_LEASE_NAMESPACE),
 )
 
 
@@ -131,7 +136,7 @@ def resources_for(contract: TauGridContract) -> tuple[Resource, ...]:
 
 # Kinds whose absence from a cluster dump leaves a plane unseen, with the plural `kubectl get` takes.
 DUMP_KINDS: tuple[tuple[str, str], ...] = tuple((r.kind, r.plural) for r in DEFAULT_RESOURCES
-                                                if r.kind not in ("Pod", "Node", "Event"))
+                                                if r.kind not in ("Pod", "Node", "Event") and not r.namespace)
 
 
 def missing_kinds(present: set[str], directory: str) -> dict[str, Any]:

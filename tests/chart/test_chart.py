@@ -120,6 +120,7 @@ def test_every_core_object_is_valid_kubernetes(case: tuple[str, dict[str, Any], 
     expect = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Role", "RoleBinding",
               "Service", "ServiceAccount", "Secret"]
     expect += ["Role", "RoleBinding"] * 3  # the environment check's Deployment read, per namespace
+    expect += ["Role", "RoleBinding"]  # node Leases, read in kube-node-lease
     if name != "minimal":
         expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount",
                    "PodDisruptionBudget"]
@@ -142,7 +143,7 @@ def test_cluster_role_is_read_only_and_never_touches_secrets(
     # Exactly what the collector watches (collector/sources/kube_api.py), plus log tails.
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    used = {(res.group, res.plural, v) for res in DEFAULT_RESOURCES for v in ("list", "watch")}
+    used = {(res.group, res.plural, v) for res in DEFAULT_RESOURCES if not res.namespace for v in ("list", "watch")}
     deployments = {(DEPLOYMENTS.group, DEPLOYMENTS.plural, "list")}
     # The environment check's Deployment read is namespaced (a Role where the controllers run):
     # the ClusterRole grants no cluster-wide Deployment read.
@@ -152,9 +153,14 @@ def test_cluster_role_is_read_only_and_never_touches_secrets(
     assert {r["metadata"]["namespace"] for r in env} == {"kueue-system", "ray-system", "taugrid-system"}
     for r in env:
         assert r["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]
+    # Resources watched in one namespace (node Leases) are granted there alone, read-only.
+    in_ns = [r for r in roles if r["metadata"]["name"].endswith("-node-leases")]
+    assert {(r["metadata"]["namespace"], rule["apiGroups"][0], rule["resources"][0], tuple(rule["verbs"]))
+            for r in in_ns for rule in r["rules"]} == \
+        {(res.namespace, res.group, res.plural, ("list", "watch")) for res in DEFAULT_RESOURCES if res.namespace}
     # The one write is the Lease, in the release namespace only: get and update name it; create
     # (which RBAC cannot check by name) is the only verb without resourceNames.
-    [lease] = [r for r in roles if r not in env]
+    [lease] = [r for r in roles if r not in env and r not in in_ns]
     assert lease["metadata"]["namespace"] == "observability"
     lease_name = load_settings(None).controller.lease_name
     if case[0] == "custom":

@@ -344,12 +344,12 @@ def test_the_live_index_keeps_a_deleted_pods_mark_for_its_replacement() -> None:
     assert without.observed.value == "unknown", without.reason
 
 
-def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_unknown() -> None:
-    """The live controller has just started: gpu-1's heartbeat said nothing sure about its clock yet.
-    Pod a's newest line is stamped a minute after the controller read it: gpu-1's clock runs ahead by an
-    unknown amount, so pod b's fresh-looking steps on the same node may be minutes old too. Unknown
-    until the kubelet's next heartbeat measures it. Measured, only the line from the future is
-    distrusted (a clock ahead, or a trainer's own forged time), and pod b's steps count."""
+def test_a_node_clock_not_measured_yet_leaves_progress_unknown() -> None:
+    """The live controller has just started: gpu-1's heartbeat (minutes old, perhaps) said nothing sure
+    about its clock yet, and no node Lease measured it. Its clock may run ahead by any amount, so pod
+    b's fresh-looking steps may be minutes old. Unknown until a Lease renewal or the kubelet's next
+    heartbeat measures it. Measured, only the line from the future is distrusted (a clock ahead, or a
+    trainer's own forged time), and pod b's steps count."""
     from collector.claims import evaluate
     from collector.correlate import Signal, build_index
     from collector.kube import normalize
@@ -375,7 +375,7 @@ def test_a_node_clock_not_measured_yet_that_stamps_the_future_leaves_progress_un
     assert measured.observed.value == "true" and "train-1-x7k2p" in measured.evidence[1].ref, measured
     idx.node_clock_unsure.add("gpu-1")
     unsure = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
-    assert unsure.observed.value == "unknown" and "gpu-1's clock runs ahead" in unsure.reason, unsure.reason
+    assert unsure.observed.value == "unknown" and "gpu-1's clock is not measured yet" in unsure.reason, unsure.reason
 
 
 def test_a_pytorchjob_that_recreated_its_workers_under_their_names_is_known_to_have_restarted(
@@ -408,3 +408,83 @@ def test_a_pytorchjob_that_recreated_its_workers_under_their_names_is_known_to_h
     out = explain(write_dump(tmp_path / "e", [job, w0], logs=logs, captured=NOW))
     prog = run_of(out, "train")["claims"]["progressing"]
     assert prog["observed"] == "unknown" and "after PyTorchJob train started" in prog["reason"], prog
+
+
+def test_a_pod_its_controller_created_after_one_that_is_gone_replaces_it(tmp_path: Path) -> None:
+    """KubeRay recreated a lost worker, or a Job brought back a pod of its index, four minutes into the
+    run (under the 5-minute mark that a late pod alone would show): the lost pod's record and log are
+    gone, its controller's "created" Event is not. The new pod resumes from a checkpoint; how far the
+    lost one had got is unknown, so its steps prove nothing. A sibling created by the same Event batch
+    (still present) or a pod of another index is no such evidence."""
+    job = indexed_job("train", T0)
+    born = T0 + timedelta(minutes=4)
+    p = job_pod(job, "train-0-9qzmd", born)
+    created = [event("train.c1", NS, job, "SuccessfulCreate", "Created pod: train-0-x7k2p", T0,
+                     component="job-controller"),
+               event("train.c2", NS, job, "SuccessfulCreate", "Created pod: train-0-9qzmd", born,
+                     component="job-controller")]
+    logs = {(NS, "train-0-9qzmd"): text(steps(300, 400, NOW - timedelta(seconds=1000)))}
+    run = run_of(explain(write_dump(tmp_path / "d", [job, p, *created], logs=logs, captured=NOW)), "train")
+    prog = run["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "train-0-x7k2p is gone" in prog["reason"], prog
+    # only the Event for itself, or for another index's pod: nothing says it replaced one
+    other = event("train.c1", NS, job, "SuccessfulCreate", "Created pod: train-1-x7k2p", T0, component="job-controller")
+    run = run_of(explain(write_dump(tmp_path / "e", [job, p, other, created[1]], logs=logs, captured=NOW)), "train")
+    assert run["claims"]["progressing"]["observed"] == "true", run["claims"]["progressing"]
+
+
+def test_a_restart_on_a_node_whose_clock_runs_ahead_is_placed_on_the_same_clock_as_its_steps() -> None:
+    """The kubelet stamps a container's finishedAt on its node's clock, as it stamps the log lines. On
+    a node 60 s ahead the lines are read 60 s earlier: the restart must move with them, or the first
+    steps after it fall before it and pass for the pre-restart mark (a replay read as progress)."""
+    from collector.claims import evaluate
+    from collector.correlate import Signal, build_index
+    from collector.kube import normalize
+    from collector.progress import scan_text
+    from collector.settings import ClaimSettings
+
+    job = indexed_job("train", T0)
+    restarted = NOW - timedelta(minutes=20)  # on the API server's clock; gpu-2 stamps everything 60 s later
+    ahead = timedelta(seconds=60)
+    container = [{"name": "main", "ready": True, "restartCount": 1,
+                  "state": {"running": {"startedAt": ts(restarted + ahead + timedelta(seconds=10))}},
+                  "lastState": {"terminated": {"reason": "Error", "exitCode": 1,
+                                               "finishedAt": ts(restarted + ahead)}}}]
+    p = pod("train-0-x7k2p", NS, T0, node="gpu-2", gpus=8, owner=owner_of(job), containers=container,
+            labels={"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/job-completion-index": "0"})
+    n = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-2"},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    idx = build_index(r for o in (job, p, n) if (r := normalize(o).record) is not None)
+    idx.synced.update(dict.fromkeys(("Pod", "Node", "Job"), NOW))
+    # the replay after the restart, steps 300.. from 20 s after it, to 40 s ago (stamped 20 s ahead)
+    after = text(steps(300, 414, restarted + ahead + timedelta(seconds=20), every_s=10.0))
+    ref = next(r.ref for r in idx.objects() if r.ref.kind == "Pod")
+    idx.set_signal(Signal(ref, "main", scan_text(after, source="main"), NOW))
+    idx.node_skew["gpu-2"] = ahead
+    root = next(r for r in idx.roots() if r.name == "train")
+    prog = evaluate(idx.evidence(root), NOW, ClaimSettings()).progressing
+    assert prog.observed.value == "unknown" and "restarted" in prog.reason, prog.reason
+
+
+def test_a_restart_after_the_last_step_leaves_progress_unknown_inside_the_window(tmp_path: Path) -> None:
+    """torchelastic restarted the worker group 10 s after the last step; the capture is 20 s later.
+    That step was the process before the restart: it shows nothing about the one after it. Unknown,
+    not true; once the window has passed with no step, stalled as any run."""
+    job = indexed_job("train", T0)
+    p = job_pod(job, "train-0-x7k2p", T0)
+    last = NOW - timedelta(seconds=30)
+    before = steps(100, 160, last - timedelta(seconds=600))
+    elastic = [(last + timedelta(seconds=10), line)
+               for line in fixture_path("training_logs/torchelastic_worker_group_restart_doc2edag_24.txt")
+               .read_text().splitlines() if line.strip()]
+    logs = {(NS, p["metadata"]["name"]): text(before + elastic)}
+    dump = write_dump(tmp_path / "d", [job, p], logs=logs, captured=NOW)
+    prog = run_of(explain(dump), "train")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "no step since" in prog["reason"], prog
+    # without the restart lines, the same step is progress
+    dump = write_dump(tmp_path / "e", [job, p], logs={(NS, p["metadata"]["name"]): text(before)}, captured=NOW)
+    assert run_of(explain(dump), "train")["claims"]["progressing"]["observed"] == "true"
+    # ten minutes on, nothing since: stalled
+    late = write_dump(tmp_path / "f", [job, p], logs=logs, captured=NOW + timedelta(minutes=10))
+    prog = run_of(explain(late), "train")["claims"]["progressing"]
+    assert prog["observed"] == "false" and prog["cause"] == "stalled", prog

@@ -219,7 +219,7 @@ _SMALL: dict[str, Any] = {
 
 def test_node_loss_image_pull_failure_and_job_failure(sim: Simulator, clock: ManualClock) -> None:
     eng = ScenarioEngine(scenario_from_dict(_SMALL), sim.base_url, clock)
-    eng.step_to(30)
+    eng.step_to(70)  # node lost at 10 s, noticed after the monitor grace period (50 s)
     assert eng.errors == []
     worker = _pods(sim, "ml", "lost", "worker")[0]
     node = _one(sim, "v1", "Node", "", worker["spec"]["nodeName"])
