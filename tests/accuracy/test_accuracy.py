@@ -19,15 +19,11 @@ from kubesim.generate import CLASSES
 SEED = 11
 RUNS = 3 * len(CLASSES)  # three runs of each class
 
-# Classes the claim engine gets wrong today (claim code owned elsewhere; see docs/accuracy.md and
-# /work/brief/findings.md). strict: once a fix lands the test passes, the xfail turns into a
-# failure, and the mark goes.
+# Classes the claim engine gets wrong, each with its finding (docs/accuracy.md). strict: once a fix
+# lands the test passes, the xfail turns into a failure, and the mark goes. None today.
 FAIL_OPEN: dict[str, str] = {}
 WRONG_OWNER: dict[str, str] = {}
-_NO_CURRENT = ("the dump reader ignores CONTAINER-current.txt (`kubectl logs --timestamps`, the fuller procedure's "
-               "step): without --at explain reads logs.txt, which kubectl writes without timestamps, and says "
-               "progressing unknown where the controller verifies it (findings.md, note for the dump reader)")
-DISAGREE: dict[str, str] = {"healthy": _NO_CURRENT, "hf-loss-dicts": _NO_CURRENT, "eval-bars": _NO_CURRENT}
+DISAGREE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

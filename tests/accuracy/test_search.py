@@ -31,15 +31,6 @@ SEED = 7
 DRAWS = 300
 PER_SCENARIO = 150
 
-# Known failures of the claim engine at this branch's base, each a finding in /work/brief/findings.md
-# (collector/* is fixed elsewhere). strict: the fix makes the test pass, the xfail fails, the mark goes.
-FAIL_OPEN = ("F1 dumps judged at their newest step line; F2 pod replacement replays counted as progress; F4 skewed "
-             "kubelet stamps fresh; F5 stall window grown by the run's own pauses; F6 loss dicts after a restart")
-WITHOUT_EVIDENCE = ("F2 replacement restart whose mark is gone; F3 in-place restart without its previous log; F7 a "
-                    "pod whose Node is not in the dump counted as running on a healthy node")
-FULL_FLOOR = ("the dump reader ignores CONTAINER-current.txt (kubectl logs --timestamps): progressing unknown in "
-              "full-procedure dumps for trainers that print no time of their own")
-
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> SearchReport:
@@ -72,13 +63,11 @@ def test_every_draw_is_judged_by_every_source_and_every_dimension_is_drawn(repor
                    if s == "controller" and c == claim and t == "false") > 0
 
 
-@pytest.mark.xfail(strict=True, reason=FAIL_OPEN)
 def test_no_claim_is_true_where_the_truth_is_false(report: SearchReport) -> None:
     assert not any(k in ("false-verified", "false-true") for k, _, _ in report.errors), \
         _show(report, ("false-verified", "false-true"))
 
 
-@pytest.mark.xfail(strict=True, reason=WITHOUT_EVIDENCE)
 def test_no_claim_is_true_without_the_evidence_it_needs(report: SearchReport) -> None:
     assert not any(k == "true-without-evidence" for k, _, _ in report.errors), \
         _show(report, ("true-without-evidence",))
@@ -93,7 +82,6 @@ def test_the_controller_verifies_healthy_runs(report: SearchReport) -> None:
     assert report.floor_rate("controller") >= FLOOR, dict(report.floor["controller"])
 
 
-@pytest.mark.xfail(strict=True, reason=FULL_FLOOR)
 def test_full_procedure_dumps_verify_healthy_runs(report: SearchReport) -> None:
     assert report.floor["full"]["healthy"] >= 50
     assert report.floor_rate("full") >= FLOOR, dict(report.floor["full"])
