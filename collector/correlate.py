@@ -60,12 +60,17 @@ CLAIM_EVENT_REASONS = frozenset({
     "UnexpectedAdmissionError", "FailedPrepareDynamicResources", "FailedAllocateResource",  # devices
 })
 CLAIM_EVENT_KINDS = frozenset({"Workload", "NodeClaim"})
+# A run's controllers creating its pods (KubeRay, job-controller, training-operator): an Event naming a
+# pod that is gone shows its successor replaced it (claims.lineage). Not ReplicaSets' (most of a fleet's).
+CREATE_EVENT_REASONS = frozenset({"CreatedWorkerPod", "SuccessfulCreate", "SuccessfulCreatePod"})
+CREATE_EVENT_KINDS = frozenset({*JOB_KINDS, "RayCluster"})
 
 
 def claims_read(f: EventFacts) -> bool:
     """Whether any claim can read this Event (see CLAIM_EVENT_REASONS)."""
     return (f.type != "Normal" or f.reason in CLAIM_EVENT_REASONS or f.regarding.kind in CLAIM_EVENT_KINDS
-            or "nodeclaim/" in f.message)
+            or "nodeclaim/" in f.message
+            or (f.reason in CREATE_EVENT_REASONS and f.regarding.kind in CREATE_EVENT_KINDS))
 
 
 @dataclass(slots=True)

@@ -207,6 +207,11 @@ def _created_gone(ev: RunEvidence, pod: ObjectRecord) -> str:
         return ""
     present = {p.ref.name for p in (*ev.pods, *ev.retired_pods)}
     stem = _stem(pod.ref.name)
+    # Events name the object they regard by name alone: one older than the controller itself is an
+    # earlier incarnation's (a run deleted and submitted again under its name)
+    owner = next((r for r in (ev.root, *ev.jobs, *ev.rayclusters) if (r.ref.kind, r.ref.name) == (o.kind, o.name)),
+                 None)
+    since = owner.created if owner is not None else None
     for e in ev.events:
         ef = e.facts
         if not isinstance(ef, EventFacts) or ef.reason not in CREATE_REASONS or \
@@ -215,8 +220,8 @@ def _created_gone(ev: RunEvidence, pod: ObjectRecord) -> str:
         at = ef.first or ef.last
         words = ef.message.split()
         named = words[-1].rsplit("/", 1)[-1] if words else ""
-        if at is not None and at <= born and named and named != pod.ref.name and named not in present \
-                and _stem(named) == stem:
+        if at is not None and at <= born and (since is None or at >= since) and named and \
+                named != pod.ref.name and named not in present and _stem(named) == stem:
             return (f"{o.kind} {o.name} created pod {named} before pod {pod.ref.name} ({ef.reason}), and "
                     f"{named} is gone")
     return ""

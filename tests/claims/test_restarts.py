@@ -431,6 +431,11 @@ def test_a_pod_its_controller_created_after_one_that_is_gone_replaces_it(tmp_pat
     other = event("train.c1", NS, job, "SuccessfulCreate", "Created pod: train-1-x7k2p", T0, component="job-controller")
     run = run_of(explain(write_dump(tmp_path / "e", [job, p, other, created[1]], logs=logs, captured=NOW)), "train")
     assert run["claims"]["progressing"]["observed"] == "true", run["claims"]["progressing"]
+    # the run deleted and submitted again under its name: the Event is the earlier Job's (older than this one)
+    again = indexed_job("train", T0 + timedelta(minutes=3))
+    p2 = job_pod(again, "train-0-9qzmd", born)
+    run = run_of(explain(write_dump(tmp_path / "f", [again, p2, *created], logs=logs, captured=NOW)), "train")
+    assert run["claims"]["progressing"]["observed"] == "true", run["claims"]["progressing"]
 
 
 def test_a_restart_on_a_node_whose_clock_runs_ahead_is_placed_on_the_same_clock_as_its_steps() -> None:
