@@ -254,7 +254,7 @@ def collector() -> dict[str, Any]:
              description="1: the manager and every worker satisfy the supported-environment contract "
                          "(docs/environment.md); 0: some row fails, see the table and `explain`."),
         table("Environment contract violations",
-              "max by (cluster, check, reason) (taugrid_environment_violation == 1)", w=18, h=4),
+              "max by (checked_cluster, check, reason) (taugrid_environment_violation == 1)", w=18, h=4),
     ], [], time_from="now-6h")
 
 

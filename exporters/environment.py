@@ -2,8 +2,10 @@
 
 `taugrid_environment_supported` is 1 when the manager and every worker satisfy the admin guide's
 contract, 0 otherwise, and absent before the first check. `taugrid_environment_violation` has one
-series per failing (cluster, check, reason); `cluster` comes from configuration, `check` and
-`reason` are enums, so every label stays bounded (details go to `explain`, not to labels).
+series per failing (checked_cluster, check, reason); `checked_cluster` comes from configuration,
+`check` and `reason` are enums, so every label stays bounded (details go to `explain`, not to labels).
+Not `cluster`: multi-cluster Prometheus setups (Thanos, Mimir, kube-prometheus mixins) reserve that
+label for the Prometheus that scraped the series, and a target's own `cluster` would shadow it.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class EnvironmentExporter(Collector):
             "violation": GaugeMetricFamily(
                 "taugrid_environment_violation",
                 "1 per cluster, contract row (check) and reason that fails the supported-environment contract.",
-                labels=["cluster", "check", "reason"],
+                labels=["checked_cluster", "check", "reason"],
             ),
             "checked": GaugeMetricFamily(
                 "taugrid_environment_checked_timestamp_seconds",

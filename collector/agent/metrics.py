@@ -62,7 +62,7 @@ class AgentCollector(Collector):
         yield gauge("taugrid_gpu_sm_active_ratio", "Share of SMs busy (NVML GPM), 0-1; absent where not offered.",
                     lambda r: r.sm_active)
         yield gauge("taugrid_gpu_memory_used_bytes", "Device memory used.", lambda r: r.memory_used_bytes)
-        yield gauge("taugrid_gpu_memory_total_bytes", "Device memory size.", lambda r: r.memory_total_bytes)
+        yield gauge("taugrid_gpu_memory_capacity_bytes", "Device memory size.", lambda r: r.memory_total_bytes)
         yield gauge("taugrid_gpu_power_watts", "Power draw.", lambda r: r.power_w)
         yield gauge("taugrid_gpu_power_limit_watts", "Enforced power limit.", lambda r: r.power_limit_w)
         yield gauge("taugrid_gpu_temperature_celsius", "GPU core temperature.", lambda r: r.temperature_c)
@@ -86,12 +86,14 @@ class AgentCollector(Collector):
         reasons = GaugeMetricFamily("taugrid_gpu_clocks_event_active",
                                     "1 while a clocks-event (throttle) reason holds clocks down.",
                                     labels=[*GPU_LABELS, "reason"])
-        ecc = GaugeMetricFamily("taugrid_gpu_ecc_errors", "ECC error counts by type and counter (NVML).",
-                                labels=[*GPU_LABELS, "error_type", "scope"])
-        rows = GaugeMetricFamily("taugrid_gpu_remapped_rows", "Rows remapped, by cause.",
-                                 labels=[*GPU_LABELS, "error_type"])
-        nvlink = GaugeMetricFamily("taugrid_gpu_nvlink_errors", "NVLink error totals over all links, by type.",
+        # Cumulative device counts are counters (exposed with `_total`): NVML's volatile ones restart
+        # at a driver reload or GPU reset, which rate() and increase() read as a counter reset.
+        ecc = CounterMetricFamily("taugrid_gpu_ecc_errors", "ECC error counts by type and counter (NVML).",
+                                  labels=[*GPU_LABELS, "error_type", "scope"])
+        rows = CounterMetricFamily("taugrid_gpu_remapped_rows", "Rows remapped, by cause.",
                                    labels=[*GPU_LABELS, "error_type"])
+        nvlink = CounterMetricFamily("taugrid_gpu_nvlink_errors", "NVLink error totals over all links, by type.",
+                                     labels=[*GPU_LABELS, "error_type"])
         for r in gpus:
             lab = labels(r)
             if r.clocks_event_reasons is not None:

@@ -209,9 +209,9 @@ def test_row_remap_pending_and_its_xid63_on_one_gpu(tmp_path: Path, fixtures: Pa
         wait(lambda: agent.ready and bool(agent.xids.counts()))
         fam = families(generate_latest(agent.registry).decode())
     assert fam["taugrid_gpu_row_remap_pending"][0][1] == 1.0
-    rows = {s[0]["error_type"]: s[1] for s in fam["taugrid_gpu_remapped_rows"]}
+    rows = {s[0]["error_type"]: s[1] for s in fam["taugrid_gpu_remapped_rows_total"]}
     assert rows == {"correctable": 1.0, "uncorrectable": 0.0}
-    ecc = {(s[0]["error_type"], s[0]["scope"]): s[1] for s in fam["taugrid_gpu_ecc_errors"]}
+    ecc = {(s[0]["error_type"], s[0]["scope"]): s[1] for s in fam["taugrid_gpu_ecc_errors_total"]}
     assert ecc[("corrected", "volatile")] == 177.0 and ecc[("uncorrected", "aggregate")] == 0.0
     (x,) = fam["taugrid_gpu_xid_errors_total"]
     assert x[0] == {"uuid": dev.uuid, "code": "63", "origin": "kmsg"} and x[1] == 1.0

@@ -62,8 +62,8 @@ def test_controller_joins_workers_and_prometheus_sees_it(tmp_path: Path) -> None
                 mc.step_to(130)  # worker-2 upgraded to another minor; worker-1 lost the run
                 c.environment.check_once()
                 skew = prom.wait_for("taugrid_environment_violation == 1", timeout=20)
-                assert [(v["metric"]["cluster"], v["metric"]["check"], v["metric"]["reason"]) for v in skew] == [
-                    ("worker-2", "kubernetes", "skew")]
+                assert [(v["metric"]["checked_cluster"], v["metric"]["check"], v["metric"]["reason"])
+                        for v in skew] == [("worker-2", "kubernetes", "skew")]
                 prom.wait_for("taugrid_environment_supported == 0", timeout=20)
                 wait_until(waiting_again, what="the lost run waits for a worker again")
         finally:
