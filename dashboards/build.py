@@ -1,5 +1,6 @@
-"""Grafana 11 dashboards as code: `python dashboards/build.py` writes the JSON files beside it,
-`--check` exits 1 when a file differs from what this script builds (CI keeps them in step).
+"""Grafana 11 dashboards as code: `python dashboards/build.py` writes the JSON files beside it and
+the chart's copy (charts/taugrid-evidence/dashboards/), `--check` exits 1 when a file differs from
+what this script builds (CI keeps them in step).
 
 Plain dicts in Grafana's dashboard JSON model (schemaVersion 39, Grafana 11), over the `taugrid_`
 families of docs/metrics.md. Every PromQL here is evaluated against a real Prometheus in
@@ -26,6 +27,8 @@ AGENT_JOB = 'job=~".*taugrid-evidence-agent"'
 
 ADX = {"type": "grafana-azure-data-explorer-datasource", "uid": "${adx}"}
 QUERIES = HERE.parent / "queries"
+# The chart ships them as ConfigMaps for Grafana's sidecar (grafanaDashboards): a copy inside the chart.
+CHART_COPY = HERE.parent / "charts" / "taugrid-evidence" / "dashboards"
 
 Panel = dict[str, Any]
 
@@ -312,13 +315,14 @@ def render(name: str) -> str:
 def main(argv: list[str]) -> int:
     stale = []
     for name in DASHBOARDS:
-        path = HERE / name
         text = render(name)
-        if "--check" in argv:
-            if not path.exists() or path.read_text() != text:
-                stale.append(name)
-        else:
-            path.write_text(text)
+        for path in (HERE / name, CHART_COPY / name):
+            if "--check" in argv:
+                if not path.exists() or path.read_text() != text:
+                    stale.append(str(path.relative_to(HERE.parent)))
+            else:
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(text)
     if stale:
         print(f"out of date (run python dashboards/build.py): {', '.join(stale)}", file=sys.stderr)
         return 1

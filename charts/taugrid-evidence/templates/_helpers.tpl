@@ -78,3 +78,18 @@ adx-mon/path: /metrics
 {{- $ctl := default dict (get (default dict .Values.controller.config) "controller") -}}
 {{- default "taugrid-evidence-controller" (get $ctl "lease_name") -}}
 {{- end -}}
+
+{{/* How many of `nodes` (a NodeList as `lookup` returns it) carry every label of `selector`:
+     the nodes the agent DaemonSet can be scheduled on, affinity and taints aside. */}}
+{{- define "te.matchingNodes" -}}
+{{- $n := 0 -}}
+{{- range $node := (.nodes.items | default list) -}}
+{{- $labels := $node.metadata.labels | default dict -}}
+{{- $ok := true -}}
+{{- range $k, $v := $.selector -}}
+{{- if not (and (hasKey $labels $k) (eq (toString (index $labels $k)) (toString $v))) -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- if $ok -}}{{- $n = add1 $n -}}{{- end -}}
+{{- end -}}
+{{- $n -}}
+{{- end -}}
