@@ -145,14 +145,17 @@ def _prometheus_config(target: str, agent: str) -> str:
     return json.dumps({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in RULES],
+        # `cluster` as a multi-cluster setup sets it (here a target label; Thanos/Mimir: external)
         "scrape_configs": [{"job_name": "taugrid-evidence-controller", "honor_labels": True,
-                            "static_configs": [{"targets": [target]}]},
+                            "static_configs": [{"targets": [target], "labels": {"cluster": CLUSTER}}]},
                            # the chart's agent ServiceMonitor copies the pod's node name into `node`
                            {"job_name": "taugrid-evidence-agent", "honor_labels": True,
-                            "static_configs": [{"targets": [agent], "labels": {"node": "aks-a100-0"}}]}],
+                            "static_configs": [{"targets": [agent], "labels": {"node": "aks-a100-0",
+                                                                                 "cluster": CLUSTER}}]}],
     })
 
 
+CLUSTER = "aks-prod-westeurope"
 GPUS = [f"GPU-5d2c7a10-0000-0000-0000-00000000000{i}" for i in range(3)]
 
 
@@ -206,8 +209,9 @@ def _substitutions(prom: PromServer) -> list[dict[str, str]]:
     return [{"$namespace": ns, "$run": run} for ns, run in pairs] or [{}]
 
 
-def _expand(expr: str, subs: dict[str, str]) -> str:
+def _expand(expr: str, subs: dict[str, str], cluster: str = CLUSTER) -> str:
     expr = expr.replace("$__rate_interval", "1m").replace('=~"$node"', '=~".*"')  # the variable's All
+    expr = expr.replace("$cluster", cluster)
     for k, v in subs.items():
         expr = expr.replace(k, v)
     return expr
@@ -261,3 +265,23 @@ def test_chart_rules_evaluate_cleanly_on_live_data(live: PromServer) -> None:
 
 def test_the_prometheus_binary_is_real() -> None:
     assert shutil.which("prometheus"), "apt-get install -y --no-install-recommends prometheus"
+
+
+def test_every_query_filters_by_the_cluster_variable(live: PromServer) -> None:
+    """Semantically, on the same Prometheus: with `$cluster` naming a cluster it does not hold, no
+    query finds a series (`... or vector(0)` answers a bare 0); the cluster variable lists ours."""
+    prom = live
+    subs = _substitutions(prom)
+    leaks = []
+    for d in dashboards().values():
+        for where, expr in queries(d):
+            if where.endswith("/$cluster"):
+                continue
+            for s in (subs if "$run" in expr or "$namespace" in expr else [{}]):
+                found = prom.query(_expand(expr, s, cluster="aks-other-cluster"))
+                if [r for r in found if r["metric"] or float(r["value"][1]) != 0]:
+                    leaks.append(f"{where}: {expr}")
+                    break
+    assert leaks == [], "queries that show another cluster's series:\n" + "\n".join(leaks)
+    [cluster_var] = [e for d in dashboards().values() for w, e in queries(d) if w == "taugrid-fleet/$cluster"]
+    assert {r["metric"]["cluster"] for r in prom.query(cluster_var)} == {CLUSTER}
