@@ -49,6 +49,7 @@ CUSTOM: dict[str, Any] = {
                        "disabled": {"TaugridRunSlowedDown": True},
                        "alerts": {"TaugridRunBlockedTooLong": {"for": "15m", "severity": "critical"}}},
     "adxMon": {"enabled": True},
+    "grafanaDashboards": {"enabled": True, "labels": {"team": "ml"}},
     "networkPolicy": {"egressCIDRs": ["10.0.0.1/32"], "prometheusNamespaceSelector":
                       {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
 }
@@ -147,6 +148,8 @@ def test_every_core_object_is_valid_kubernetes(case: tuple[str, dict[str, Any], 
     if name != "minimal":
         expect += ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "Service", "ServiceAccount",
                    "PodDisruptionBudget"]
+    if name == "custom":
+        expect += ["ConfigMap"] * 4  # the Prometheus dashboards for Grafana's sidecar
     assert kinds == sorted(expect)
     for obj in core:
         try:
@@ -212,7 +215,7 @@ def test_without_environment_namespaces_deployments_are_read_cluster_wide() -> N
 def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], list[dict[str, Any]]],
                                              tmp_path: Path) -> None:
     name, values, objs = case
-    [cm] = by_kind(objs, "ConfigMap")
+    [cm] = [c for c in by_kind(objs, "ConfigMap") if "-dashboard-" not in c["metadata"]["name"]]
     path = tmp_path / "config.yaml"
     path.write_text(cm["data"]["config.yaml"])
     settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
