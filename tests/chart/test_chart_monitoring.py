@@ -123,9 +123,13 @@ def test_prometheus_rule_overrides(tmp_path: Path) -> None:
     assert any("record" in r for g in rule["spec"]["groups"] for r in g["rules"])
     own = _alerts(render({**REQUIRED, "prometheusRule": {
         "additionalAlertLabels": {"severity": "info", "team": "ml"},
-        "alerts": {"TaugridGpuLost": {"labels": {"team": "hw", "pager": "gpu"}}}}}))
+        "alerts": {"TaugridGpuLost": {"labels": {"team": "hw", "pager": "gpu"}},
+                   "TaugridGpuXidCritical": {"for": "2m", "severity": "warning"}}}}))
     assert own["TaugridRunStalled"]["labels"] == {"severity": "critical", "team": "ml"}
     assert own["TaugridGpuLost"]["labels"] == {"severity": "critical", "team": "hw", "pager": "gpu"}
+    assert "for" not in files["TaugridGpuXidCritical"]  # a `for:` where the file has none
+    assert own["TaugridGpuXidCritical"]["for"] == "2m"
+    assert own["TaugridGpuXidCritical"]["labels"] == {"severity": "warning", "team": "ml"}
     # A group whose alerts are all disabled goes; promtool accepts what remains.
     gone = {a: True for a in files if a.startswith("TaugridAgent")}
     [rule] = by_kind(render({**REQUIRED, "prometheusRule": {"disabled": gone}}), "PrometheusRule")
