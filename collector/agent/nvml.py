@@ -99,6 +99,7 @@ class _Device:
     uuid: str = ""
     name: str = ""
     pci: str = ""
+    minor: int | None = None  # /dev/nvidia<minor>: the NVIDIA DRA driver names a whole GPU "gpu-<minor>"
     lost: str = ""  # why, once lost
     gpm: bool | None = None  # GPM supported (None: not asked yet)
     gpm_samples: list[Any] = field(default_factory=list)
@@ -190,6 +191,10 @@ class NvmlSampler:
         """(index, handle, uuid) of each physical GPU seen so far and not lost."""
         return [(i, d.handle, d.uuid) for i, d in sorted(self._devices.items()) if not d.lost]
 
+    def minor_to_uuid(self) -> dict[int, str]:
+        """Device minor number → GPU UUID (DRA devices named by minor, `podresources.dra`)."""
+        return {d.minor: d.uuid for d in list(self._devices.values()) if d.minor is not None and d.uuid}
+
     def pci_to_uuid(self) -> dict[str, str]:
         """Bus id without function ("0000:9b:00") → GPU UUID, for kernel-log XIDs."""
         return {d.pci.rsplit(".", 1)[0]: d.uuid for d in self._devices.values() if d.pci}
@@ -229,6 +234,8 @@ class NvmlSampler:
                 except nv.NVMLError as e:
                     if getattr(e, "value", None) == GPU_IS_LOST:
                         raise
+                with contextlib.suppress(nv.NVMLError):
+                    dev.minor = int(nv.nvmlDeviceGetMinorNumber(dev.handle))
             if dev.lost:
                 # A lost GPU stays lost until reset; one cheap call says whether it came back.
                 nv.nvmlDeviceGetUUID(dev.handle)

@@ -44,6 +44,7 @@ class FakeDevice:
     mig: list[FakeDevice] = field(default_factory=list)
     mig_enabled: bool = False
     xid_events: bool = True
+    minor: int | None = None  # /dev/nvidia<minor>; None: its index
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # pynvml function name → NVML error code
 
@@ -113,6 +114,10 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: FakeDevice) -> str:
         self._call("nvmlDeviceGetUUID", h)
         return h.uuid
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeDevice) -> int:
+        self._call("nvmlDeviceGetMinorNumber", h)
+        return h.minor if h.minor is not None else self.devices.index(h)
 
     def nvmlDeviceGetName(self, h: FakeDevice) -> str:
         self._call("nvmlDeviceGetName", h)
