@@ -166,7 +166,7 @@ class ResourceSliceReader:
                 answer = httpget.get(url, connect_s=min(2.0, self.timeout_s), total_s=self.timeout_s,
                                      max_body=self.max_body, accept="application/json", headers=headers,
                                      context=self.context, chunked=True)
-                if answer.status == 404 and not slices and version != versions[-1]:
+                if answer.status == 404 and not slices:
                     break  # this API version is not served: try the next
                 if answer.status != 200:
                     raise httpget.HttpGetError(url, f"HTTP {answer.status}", retryable=answer.status >= 500)
@@ -178,5 +178,5 @@ class ResourceSliceReader:
                     return index_slices(slices, self.node, self.drivers)
             else:
                 raise httpget.HttpGetError(url, f"more than {MAX_PAGES} pages of ResourceSlices", retryable=False)
-        raise httpget.HttpGetError(f"{self.api}/apis/resource.k8s.io", "no ResourceSlice API version served",
-                                   retryable=False)
+        raise httpget.HttpGetError(f"{self.api}/apis/resource.k8s.io",
+                                   f"no ResourceSlice API version served ({', '.join(versions)})", retryable=False)
