@@ -104,6 +104,14 @@ class _Device:
     gpm: bool | None = None  # GPM supported (None: not asked yet)
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_primed: bool = False
+    mig_gpm: dict[str, _MigGpm] = field(default_factory=dict)  # MIG UUID → its GPU instance's GPM samples
+
+
+@dataclass(slots=True)
+class _MigGpm:
+    gi: int  # GPU instance id
+    samples: list[Any]
+    primed: bool = False
 
 
 def _text(v: object) -> str:
@@ -359,6 +367,11 @@ class NvmlSampler:
         if not dev.gpm_primed:
             dev.gpm_primed = True
             return None
+        return self._gpm_sm(prev, cur)
+
+    def _gpm_sm(self, prev: Any, cur: Any) -> float | None:
+        """SM activity between two GPM samples (of a GPU, or of one MIG GPU instance)."""
+        nv = self._nv
         mg = nv.c_nvmlGpmMetricsGet_t()
         mg.version = nv.NVML_GPM_METRICS_GET_VERSION
         mg.numMetrics = 1
@@ -382,6 +395,7 @@ class NvmlSampler:
             n = int(nv.nvmlDeviceGetMaxMigDeviceCount(dev.handle))
         except nv.NVMLError:
             return out
+        seen: set[str] = set()
         for k in range(n):
             try:
                 mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, k)
@@ -391,6 +405,7 @@ class NvmlSampler:
                 uuid = _text(nv.nvmlDeviceGetUUID(mh))
             except nv.NVMLError:
                 continue
+            seen.add(uuid)
             used = total = None
             try:
                 mem = nv.nvmlDeviceGetMemoryInfo(mh)
@@ -398,8 +413,35 @@ class NvmlSampler:
             except nv.NVMLError:
                 pass
             out.append(GpuReading(i, uuid, dev.name, dev.pci, parent_uuid=dev.uuid, memory_used_bytes=used,
-                                  memory_total_bytes=total, at=now))
+                                  memory_total_bytes=total, sm_active=self._mig_sm_active(dev, mh, uuid),
+                                  unsupported=frozenset() if dev.gpm else frozenset({"sm_active"}), at=now))
+        for gone in set(dev.mig_gpm) - seen:  # re-partitioned: that instance's samples are no use
+            del dev.mig_gpm[gone]
         return out
+
+    def _mig_sm_active(self, dev: _Device, mh: Any, uuid: str) -> float | None:
+        """One MIG instance's own SM activity: GPM sampled for its GPU instance on the parent (the
+        only per-instance activity NVML offers; utilization is NOT_SUPPORTED on MIG)."""
+        nv = self._nv
+        if not dev.gpm:
+            return None
+        state = dev.mig_gpm.get(uuid)
+        try:
+            if state is None:
+                state = _MigGpm(int(nv.nvmlDeviceGetGpuInstanceId(mh)),
+                                [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()])
+                dev.mig_gpm[uuid] = state
+            prev, cur = state.samples
+            nv.nvmlGpmMigSampleGet(dev.handle, state.gi, cur)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != NOT_SUPPORTED:
+                self.errors += 1
+            return None
+        state.samples = [cur, prev]
+        if not state.primed:
+            state.primed = True
+            return None
+        return self._gpm_sm(prev, cur)
 
 
 class XidEventThread:

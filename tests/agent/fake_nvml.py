@@ -45,6 +45,7 @@ class FakeDevice:
     mig_enabled: bool = False
     xid_events: bool = True
     minor: int | None = None  # /dev/nvidia<minor>; None: its index
+    gi: int = 0  # a MIG instance: its GPU instance id (GPM per instance: set `gpm_sm` on it)
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # pynvml function name → NVML error code
 
@@ -219,6 +220,19 @@ class FakeNvml:
         self._gpm[ctypes.addressof(sample.contents)] = float(self._value(h.gpm_sm))
         return sample
 
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeDevice) -> int:
+        self._call("nvmlDeviceGetGpuInstanceId", h)
+        return h.gi
+
+    def nvmlGpmMigSampleGet(self, h: FakeDevice, gi: int, sample: Any) -> Any:
+        self._call("nvmlGpmMigSampleGet", h)
+        mig = next((m for m in h.mig if m.gi == gi), None)
+        if mig is None:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        assert mig is not None
+        self._gpm[ctypes.addressof(sample.contents)] = float(self._value(mig.gpm_sm))
+        return sample
+
     def nvmlGpmMetricsGet(self, mg: Any) -> Any:
         self._call("nvmlGpmMetricsGet")
         for i in range(mg.numMetrics):
@@ -297,6 +311,7 @@ def devices_from_nvsmi_xml(path: Path) -> list[FakeDevice]:
             mt = _num(mfb.findtext("total")) if mfb is not None else None
             gi = (m.findtext("gpu_instance_id") or "").strip()
             dev.mig.append(FakeDevice(uuid=f"MIG-{uuid[4:]}-gi{gi}", name=dev.name, pci=dev.pci, util=NA,
+                                      gi=int(gi) if gi.isdigit() else 0,
                                       mem_used=int(mu * mib) if mu is not None else NA,
                                       mem_total=int(mt * mib) if mt is not None else NA))
         out.append(dev)

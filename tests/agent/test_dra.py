@@ -36,9 +36,9 @@ def nv(device: str, **kw: Any) -> dict[str, Any]:
 
 def gpus() -> list[FakeDevice]:
     devs = [FakeDevice(uuid=G[0], pci="00000000:1B:00.0", util=97, minor=0),
-            FakeDevice(uuid=G[1], pci="00000000:1C:00.0", util=None, minor=1, mig_enabled=True,
-                       mig=[FakeDevice(uuid=M[0], mem_used=3 << 30, mem_total=10 << 30),
-                            FakeDevice(uuid=M[1], mem_used=7 << 30, mem_total=10 << 30)]),
+            FakeDevice(uuid=G[1], pci="00000000:1C:00.0", util=None, minor=1, mig_enabled=True, gpm_sm=50.0,
+                       mig=[FakeDevice(uuid=M[0], mem_used=3 << 30, mem_total=10 << 30, gi=1, gpm_sm=20.0),
+                            FakeDevice(uuid=M[1], mem_used=7 << 30, mem_total=10 << 30, gi=2, gpm_sm=80.0)]),
             FakeDevice(uuid=G[2], pci="00000000:1D:00.0", util=55, minor=2)]
     return devs
 
@@ -130,6 +130,9 @@ def test_agent_attributes_claim_gpus_mig_instances_and_says_when_a_gpu_is_shared
     mem = holder("taugrid_gpu_memory_used_bytes")
     assert mem[M[0]] == ("research", "llm-0", "trainer") and mem[M[1]] == ("team-b", "small-0", "main")
     assert mem[G[1]] == ("", "", ""), "the MIG parent is no one pod's"
+    sm = {lab["uuid"]: (lab["pod"], v) for lab, v in fam["taugrid_gpu_sm_active_ratio"]}
+    assert sm[M[0]] == ("llm-0", 0.2) and sm[M[1]] == ("small-0", 0.8), "each instance's own activity, its pod's"
+    assert sm[G[1]] == ("", 0.5)
     # shared: no pod credited with the GPU's readings; the count and the holders say who shares it
     assert holder("taugrid_gpu_utilization_ratio")[G[2]] == ("", "", "")
     sharers = {lab["uuid"]: v for lab, v in fam["taugrid_gpu_sharers"]}
