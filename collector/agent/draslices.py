@@ -104,9 +104,8 @@ class ResourceSliceReader:
         self.node = node
         self.drivers = drivers
         self.token_file = token_file
-        self.context: ssl.SSLContext | None = None
-        if self.api.startswith("https://"):
-            self.context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        self.ca_file = ca_file
+        self.context: ssl.SSLContext | None = None  # made at the first read: a missing CA file is a status
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.max_body = max_body
@@ -136,7 +135,7 @@ class ResourceSliceReader:
     def _refresh(self) -> None:
         try:
             self._index = self._read()
-        except (httpget.HttpGetError, msgspec.DecodeError, OSError) as e:
+        except (httpget.HttpGetError, msgspec.DecodeError, OSError, ssl.SSLError) as e:
             self.errors += 1
             self._version = None  # ask every version again next time (an upgraded API server)
             if str(e) != self.error:
@@ -153,6 +152,8 @@ class ResourceSliceReader:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _read(self) -> Index:
+        if self.context is None and self.api.startswith("https://"):
+            self.context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
         headers = self._headers()
         versions = (self._version,) if self._version else VERSIONS
         for version in versions:

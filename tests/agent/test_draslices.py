@@ -3,6 +3,7 @@ malformed UUIDs left out, the older `basic` shape, and failures named while the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -91,3 +92,23 @@ def test_resolver_without_a_pool_name_needs_one_match() -> None:
     other = Allocation("ns", "p", "c", "gpu.example.com", "x", driver="gpu.example.com", dra_device="gpu-2",
                        resolved=False)
     assert not resolver((other,))[0].resolved, "the minor-number convention is the NVIDIA driver's only"
+
+
+def test_the_command_reads_slices_only_in_a_cluster_and_when_asked(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from collector.agent.command import agent as agent_command
+    from collector.agent.command import in_cluster_api
+
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert in_cluster_api(env, tmp_path) == ("https://[fd00::1]:443", tmp_path / "token", tmp_path / "ca.crt")
+    assert in_cluster_api({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+    result = CliRunner().invoke(agent_command, ["--node", NODE, "--resource-slices"],
+                                env={"KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""})
+    assert result.exit_code == 2 and "--resource-slices needs --node and the in-cluster API server" in result.output
+
+
+def test_a_missing_service_account_is_a_status_not_a_crash(tmp_path: Path) -> None:
+    r = ResourceSliceReader("https://127.0.0.1:1", NODE, drivers=DRIVERS, token_file=tmp_path / "token",
+                            ca_file=tmp_path / "ca.crt", timeout_s=1)
+    assert r() == {} and r.error.startswith("ResourceSlices: ") and r.errors == 1
