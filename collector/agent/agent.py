@@ -49,7 +49,7 @@ class Agent:
                                            token_file=settings.api_token_file, ca_file=settings.api_ca_file,
                                            interval_s=settings.resource_slices_interval_s)
                        if settings.api_server else None)
-        self.dra = DraResolver(self.sampler.minor_to_uuid, self.slices)
+        self.dra = DraResolver(self.sampler.minor_to_uuid, self.slices, self.sampler.mig_placements)
         self.attribution = AttributionCache(
             PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s),
             interval_s=settings.podresources_interval_s, max_age_s=settings.podresources_max_age_s,

@@ -104,13 +104,18 @@ class _Device:
     gpm: bool | None = None  # GPM supported (None: not asked yet)
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_primed: bool = False
-    mig_gpm: dict[str, _MigGpm] = field(default_factory=dict)  # MIG UUID → its GPU instance's GPM samples
+    migs: dict[str, _Mig] = field(default_factory=dict)  # MIG UUID → its GPU instance
 
 
 @dataclass(slots=True)
-class _MigGpm:
-    gi: int  # GPU instance id
-    samples: list[Any]
+class _Mig:
+    """A MIG instance's GPU instance: its id, and the (profile id, placement start) the NVIDIA DRA
+    driver names it by ("gpu-<minor>-mig-<profile>-<profile id>-<placement start>")."""
+
+    gi: int | None = None
+    profile_id: int | None = None
+    placement_start: int | None = None
+    samples: list[Any] = field(default_factory=list)  # GPM
     primed: bool = False
 
 
@@ -412,34 +417,56 @@ class NvmlSampler:
                 used, total = int(mem.used), int(mem.total)
             except nv.NVMLError:
                 pass
+            mig = dev.migs.get(uuid)
+            if mig is None:
+                mig = dev.migs[uuid] = self._mig_instance(dev, mh)
             out.append(GpuReading(i, uuid, dev.name, dev.pci, parent_uuid=dev.uuid, memory_used_bytes=used,
-                                  memory_total_bytes=total, sm_active=self._mig_sm_active(dev, mh, uuid),
+                                  memory_total_bytes=total, sm_active=self._mig_sm_active(dev, mig),
                                   unsupported=frozenset() if dev.gpm else frozenset({"sm_active"}), at=now))
-        for gone in set(dev.mig_gpm) - seen:  # re-partitioned: that instance's samples are no use
-            del dev.mig_gpm[gone]
+        for gone in set(dev.migs) - seen:  # re-partitioned: that instance's samples are no use
+            del dev.migs[gone]
         return out
 
-    def _mig_sm_active(self, dev: _Device, mh: Any, uuid: str) -> float | None:
+    def _mig_instance(self, dev: _Device, mh: Any) -> _Mig:
+        """Its GPU instance id, profile id and placement (asked once per instance)."""
+        nv = self._nv
+        mig = _Mig()
+        try:
+            mig.gi = int(nv.nvmlDeviceGetGpuInstanceId(mh))
+            info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(dev.handle, mig.gi))
+            mig.profile_id, mig.placement_start = int(info.profileId), int(info.placement.start)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != NOT_SUPPORTED:
+                self.errors += 1
+        return mig
+
+    def mig_placements(self) -> dict[tuple[int, int, int], str]:
+        """(parent minor, GPU instance profile id, placement start) → MIG UUID (DRA device names)."""
+        out = {}
+        for d in list(self._devices.values()):
+            for uuid, m in list(d.migs.items()):
+                if d.minor is not None and m.profile_id is not None and m.placement_start is not None:
+                    out[(d.minor, m.profile_id, m.placement_start)] = uuid
+        return out
+
+    def _mig_sm_active(self, dev: _Device, mig: _Mig) -> float | None:
         """One MIG instance's own SM activity: GPM sampled for its GPU instance on the parent (the
         only per-instance activity NVML offers; utilization is NOT_SUPPORTED on MIG)."""
         nv = self._nv
-        if not dev.gpm:
+        if not dev.gpm or mig.gi is None:
             return None
-        state = dev.mig_gpm.get(uuid)
         try:
-            if state is None:
-                state = _MigGpm(int(nv.nvmlDeviceGetGpuInstanceId(mh)),
-                                [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()])
-                dev.mig_gpm[uuid] = state
-            prev, cur = state.samples
-            nv.nvmlGpmMigSampleGet(dev.handle, state.gi, cur)
+            if not mig.samples:
+                mig.samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
+            prev, cur = mig.samples
+            nv.nvmlGpmMigSampleGet(dev.handle, mig.gi, cur)
         except nv.NVMLError as e:
             if getattr(e, "value", None) != NOT_SUPPORTED:
                 self.errors += 1
             return None
-        state.samples = [cur, prev]
-        if not state.primed:
-            state.primed = True
+        mig.samples = [cur, prev]
+        if not mig.primed:
+            mig.primed = True
             return None
         return self._gpm_sm(prev, cur)
 

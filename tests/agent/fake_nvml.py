@@ -46,6 +46,8 @@ class FakeDevice:
     xid_events: bool = True
     minor: int | None = None  # /dev/nvidia<minor>; None: its index
     gi: int = 0  # a MIG instance: its GPU instance id (GPM per instance: set `gpm_sm` on it)
+    profile_id: int = 19  # a MIG instance: its GPU instance profile id (19: A100 1g.10gb)
+    placement_start: int = 0
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # pynvml function name → NVML error code
 
@@ -223,6 +225,21 @@ class FakeNvml:
     def nvmlDeviceGetGpuInstanceId(self, h: FakeDevice) -> int:
         self._call("nvmlDeviceGetGpuInstanceId", h)
         return h.gi
+
+    def nvmlDeviceGetGpuInstanceById(self, h: FakeDevice, gi: int) -> FakeDevice:
+        self._call("nvmlDeviceGetGpuInstanceById", h)
+        mig = next((m for m in h.mig if m.gi == gi), None)
+        if mig is None:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        assert mig is not None
+        return mig  # the GPU instance's handle: its MIG device stands in for it
+
+    def nvmlGpuInstanceGetInfo(self, gi: FakeDevice) -> Any:
+        self._call("nvmlGpuInstanceGetInfo", gi)
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.profileId = gi.gi, gi.profile_id
+        info.placement.start, info.placement.size = gi.placement_start, 1
+        return info
 
     def nvmlGpmMigSampleGet(self, h: FakeDevice, gi: int, sample: Any) -> Any:
         self._call("nvmlGpmMigSampleGet", h)

@@ -37,8 +37,11 @@ def nv(device: str, **kw: Any) -> dict[str, Any]:
 def gpus() -> list[FakeDevice]:
     devs = [FakeDevice(uuid=G[0], pci="00000000:1B:00.0", util=97, minor=0),
             FakeDevice(uuid=G[1], pci="00000000:1C:00.0", util=None, minor=1, mig_enabled=True, gpm_sm=50.0,
-                       mig=[FakeDevice(uuid=M[0], mem_used=3 << 30, mem_total=10 << 30, gi=1, gpm_sm=20.0),
-                            FakeDevice(uuid=M[1], mem_used=7 << 30, mem_total=10 << 30, gi=2, gpm_sm=80.0)]),
+                       mig=[FakeDevice(uuid=M[0], mem_used=3 << 30, mem_total=10 << 30, gi=1, gpm_sm=20.0,
+                                       profile_id=19, placement_start=0),
+                            # NVML places it where MIG1's name does not say: only the ResourceSlice names it
+                            FakeDevice(uuid=M[1], mem_used=7 << 30, mem_total=10 << 30, gi=2, gpm_sm=80.0,
+                                       profile_id=19, placement_start=5)]),
             FakeDevice(uuid=G[2], pci="00000000:1D:00.0", util=55, minor=2)]
     return devs
 
@@ -164,26 +167,30 @@ def test_agent_attributes_claim_gpus_mig_instances_and_says_when_a_gpu_is_shared
     assert not any(d.lost for e in report.gpus for d in e.devices)
 
 
-def test_without_resourceslices_mig_claims_are_held_unresolved_not_lost(tmp_path: Path) -> None:
-    """No API server configured: a whole GPU is named by its minor number; a MIG instance cannot be,
-    so the pod holds a device the agent cannot name: counted, held, never called lost."""
-    pods = [("research", "llm-0", [("trainer", "", [], [("research", "llm-0-gpus", [nv("gpu-0"), nv(MIG0)])])])]
+def test_without_resourceslices_nvml_names_gpus_and_mig_instances_and_the_rest_is_held_not_lost(
+        tmp_path: Path) -> None:
+    """No API server configured: a whole GPU is named by its minor number, a MIG instance by its
+    parent's minor, GPU instance profile id and placement (what the NVIDIA driver names it by); a
+    device neither names is held by the pod but not named: counted, never called lost."""
+    pods = [("research", "llm-0", [("trainer", "", [], [("research", "llm-0-gpus",
+                                                         [nv("gpu-0"), nv(MIG0), nv(MIG1)])])])]
     with PodResourcesServer(pods) as kubelet, \
             Agent(settings(tmp_path, kubelet.socket), nv=FakeNvml(gpus())) as agent:  # type: ignore[arg-type]
         port = agent.serve("127.0.0.1", 0)
         base = f"http://127.0.0.1:{port}"
         wait(lambda: agent.ready and agent.attribution.up and agent.samples > 1
-             and any(a.resolved for a in agent.attribution.allocations()))
+             and sum(a.resolved for a in agent.attribution.allocations()) == 2)
         fam = families(get(base + "/metrics")[1])
         doc = json.loads(get(base + "/evidence")[1])
         health = get(base + "/healthz?verbose")[1]
     assert fam["taugrid_agent_dra_unresolved_devices"][0][1] == 1.0
     assert "dra: 1 claim devices without a GPU UUID; ResourceSlices not read" in health
-    assert {lab["uuid"] for lab, _ in fam["taugrid_gpu_allocation"]} == {G[0], f"gpu.nvidia.com/{NODE}/{MIG0}"}
+    assert {lab["uuid"] for lab, _ in fam["taugrid_gpu_allocation"]} == {G[0], M[0], f"gpu.nvidia.com/{NODE}/{MIG1}"}
     assert {lab["uuid"]: lab["pod"] for lab, _ in fam["taugrid_gpu_utilization_ratio"]}[G[0]] == "llm-0"
+    assert {lab["uuid"]: lab["pod"] for lab, _ in fam["taugrid_gpu_memory_used_bytes"]}[M[0]] == "llm-0"
     report = parse_evidence(doc, AgentEndpoint(NODE, "agent-0", "http://agent"), datetime.now(UTC))
     (e,) = report.gpus
-    assert {d.uuid: d.lost for d in e.devices} == {G[0]: False, f"gpu.nvidia.com/{NODE}/{MIG0}": False}
+    assert {d.uuid: d.lost for d in e.devices} == {G[0]: False, M[0]: False, f"gpu.nvidia.com/{NODE}/{MIG1}": False}
 
 
 def test_one_claim_shared_by_two_pods_is_shared(tmp_path: Path) -> None:

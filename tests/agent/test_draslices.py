@@ -112,3 +112,16 @@ def test_a_missing_service_account_is_a_status_not_a_crash(tmp_path: Path) -> No
     r = ResourceSliceReader("https://127.0.0.1:1", NODE, drivers=DRIVERS, token_file=tmp_path / "token",
                             ca_file=tmp_path / "ca.crt", timeout_s=1)
     assert r() == {} and r.error.startswith("ResourceSlices: ") and r.errors == 1
+
+
+def test_resolver_names_mig_instances_as_the_nvidia_driver_does() -> None:
+    """"gpu-<parent minor>-mig-<profile>-<GI profile id>-<placement start>", looked up in what NVML
+    says of each instance; another placement, profile or parent is not that instance."""
+    def alloc(device: str) -> Allocation:
+        return Allocation("ns", "p", "c", "gpu.nvidia.com", device, driver="gpu.nvidia.com", pool=NODE,
+                          dra_device=device, resolved=False)
+    resolver = DraResolver(lambda: {}, None, lambda: {(1, 19, 0): M[0], (1, 14, 4): M[1]})
+    names = ["gpu-1-mig-1g10gb-19-0", "gpu-1-mig-2g20gb-14-4", "gpu-1-mig-1g10gb-19-3", "gpu-2-mig-1g10gb-19-0",
+             "gpu-1-mig-" + "x" * 200 + "-19-0"]
+    out = resolver(tuple(alloc(n) for n in names))
+    assert [a.device if a.resolved else None for a in out] == [M[0], M[1], None, None, None]

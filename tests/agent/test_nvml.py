@@ -86,7 +86,7 @@ def test_each_mig_instance_has_its_own_sm_activity(fixtures: Path) -> None:
     migs = {r.uuid: r for r in s.sample() if r.parent_uuid == parent.uuid}
     assert migs["MIG-00000000-0000-0000-0000-00000000abcd"].sm_active == 0.99
     sampler_dev = s._devices[0]
-    assert gone.uuid not in sampler_dev.mig_gpm
+    assert gone.uuid not in sampler_dev.migs
 
 
 def test_a_lost_gpu_never_stops_the_others() -> None:

@@ -8,7 +8,9 @@ device names the runtime injected. A GPU UUID is found, in this order:
 1. in the names themselves: drivers that name devices by UUID (`GPU-…`, `MIG-…`);
 2. in the node's ResourceSlices (`collector.agent.draslices`): the device's `uuid` attribute,
    which the NVIDIA DRA driver publishes for GPUs and MIG instances alike;
-3. from the NVIDIA driver's naming convention `gpu-<minor>` and NVML's minor numbers (a whole GPU).
+3. from the NVIDIA driver's naming convention and NVML: a whole GPU is `gpu-<minor>`, a MIG
+   instance `gpu-<parent minor>-mig-<profile>-<GI profile id>-<placement start>`, the very
+   identity the driver itself looks the instance up by.
 
 A device none of these resolves stays an allocation with `resolved=False` (the pod holds a device
 the agent cannot name) and is counted, never guessed.
@@ -41,6 +43,7 @@ UUID_RE = re.compile(rf"(?:MIG-GPU-{_UUID}/\d{{1,3}}/\d{{1,3}}|(?:GPU|MIG)-{_UUI
 # The NVIDIA DRA driver's CDI device name: "<claim UID>-<device name>"
 _CLAIM_PREFIX = re.compile(rf"^{_UUID}-(.+)$")
 _MINOR_NAME = re.compile(r"^gpu-(\d{1,3})$")
+_MIG_NAME = re.compile(r"^gpu-(\d{1,3})-mig-.{1,64}-(\d{1,4})-(\d{1,3})$")
 
 # DRA drivers whose devices are GPUs (the NVIDIA driver; "gpu.resource.nvidia.com" before 2024).
 GPU_DRIVERS: tuple[str, ...] = ("gpu.nvidia.com", "gpu.resource.nvidia.com")
@@ -107,16 +110,18 @@ def driver_from_cdi(cdi: str) -> str:
 
 
 SliceIndex = Mapping[tuple[str, str, str], str]  # (driver, pool, device name) → UUID
+MigIndex = Mapping[tuple[int, int, int], str]  # (parent minor, GI profile id, placement start) → MIG UUID
 
 
 class DraResolver:
     """Gives each DRA allocation the GPU UUID behind it, from ResourceSlices (`slices`, read on
-    demand) and NVML minor numbers (`minors`); what neither names stays unresolved."""
+    demand) and NVML (`minors`, `migs`); what none of them names stays unresolved."""
 
-    def __init__(self, minors: Callable[[], Mapping[int, str]],
-                 slices: Callable[[], SliceIndex] | None = None) -> None:
+    def __init__(self, minors: Callable[[], Mapping[int, str]], slices: Callable[[], SliceIndex] | None = None,
+                 migs: Callable[[], MigIndex] | None = None) -> None:
         self._minors = minors
         self._slices = slices
+        self._migs = migs
         self.unresolved = 0  # in the last answer
 
     def __call__(self, allocs: tuple[Allocation, ...]) -> tuple[Allocation, ...]:
@@ -125,10 +130,11 @@ class DraResolver:
             return allocs
         index: SliceIndex = self._slices() if self._slices is not None else {}
         minors = self._minors()
+        migs = self._migs() if self._migs is not None else {}
         out = []
         for a in allocs:
             if not a.resolved:
-                uuid = self._resolve(a, index, minors)
+                uuid = self._resolve(a, index, minors, migs)
                 if uuid:
                     a = replace(a, device=uuid, resolved=True)
             out.append(a)
@@ -136,14 +142,17 @@ class DraResolver:
         return tuple(out)
 
     @staticmethod
-    def _resolve(a: Allocation, index: SliceIndex, minors: Mapping[int, str]) -> str:
+    def _resolve(a: Allocation, index: SliceIndex, minors: Mapping[int, str], migs: MigIndex) -> str:
         uuid = index.get((a.driver, a.pool, a.dra_device), "")
         if not uuid and not a.pool:  # a kubelet before 1.31 names no pool: unique on this node
             found = {u for (d, _, n), u in index.items() if d == a.driver and n == a.dra_device}
             uuid = found.pop() if len(found) == 1 else ""
         if uuid:
             return uuid
-        m = _MINOR_NAME.match(a.dra_device)
-        if m and a.driver in NVIDIA_DRIVERS:
+        if a.driver not in NVIDIA_DRIVERS:
+            return ""
+        if m := _MINOR_NAME.match(a.dra_device):
             return minors.get(int(m.group(1)), "")
+        if m := _MIG_NAME.match(a.dra_device):
+            return migs.get((int(m.group(1)), int(m.group(2)), int(m.group(3))), "")
         return ""
