@@ -180,7 +180,8 @@ class Agent:
             "nvml": self.sampler.status.message,
             "podresources": self.attribution.error or ("ok" if self.attribution.up else "not yet listed"),
             "dra": (f"{self.dra.unresolved} claim devices without a GPU UUID" if self.dra.unresolved else "ok")
-                   + (f"; {self.slices.status}" if self.slices is not None else "; ResourceSlices not read"),
+                   + (f"; ResourceSlices: {self.slices.status}" if self.slices is not None
+                      else "; ResourceSlices: off (--resource-slices)"),
             "kmsg": (self.kmsg.error or "ok") if self.kmsg is not None else "off",
             "logs": self.logs.error or f"{self.logs.followed} containers followed",
         }

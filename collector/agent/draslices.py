@@ -140,7 +140,7 @@ class ResourceSliceReader:
             self._version = None  # ask every version again next time (an upgraded API server)
             if str(e) != self.error:
                 log.warning("ResourceSlices not read", extra={"error": str(e)[:300]})
-            self.error = f"ResourceSlices: {str(e)[:300]}"
+            self.error = str(e)[:300]
             return
         self.error = ""
         self.reads += 1
@@ -153,7 +153,10 @@ class ResourceSliceReader:
 
     def _read(self) -> Index:
         if self.context is None and self.api.startswith("https://"):
-            self.context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+            try:
+                self.context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+            except OSError as e:  # ssl names no file
+                raise OSError(f"CA bundle {self.ca_file}: {e}") from e
         headers = self._headers()
         versions = (self._version,) if self._version else VERSIONS
         for version in versions:

@@ -149,7 +149,7 @@ def test_agent_attributes_claim_gpus_mig_instances_and_says_when_a_gpu_is_shared
                                                                             "false")
     assert alloc[("llm-0", "sidecar", G[0])]["shared"] == "false", "two containers of one pod are one holder"
     assert fam["taugrid_agent_dra_unresolved_devices"][0][1] == 0.0
-    assert "dra: ok; 3 devices" in health
+    assert "dra: ok; ResourceSlices: 3 devices" in health
 
     g2 = next(g for g in doc["gpus"] if g["uuid"] == G[2])
     assert g2["shared"] is True and g2["sharers"] == 2 and {p["pod"] for p in g2["pods"]} == {"ts-0", "ts-1"}
@@ -184,7 +184,7 @@ def test_without_resourceslices_nvml_names_gpus_and_mig_instances_and_the_rest_i
         doc = json.loads(get(base + "/evidence")[1])
         health = get(base + "/healthz?verbose")[1]
     assert fam["taugrid_agent_dra_unresolved_devices"][0][1] == 1.0
-    assert "dra: 1 claim devices without a GPU UUID; ResourceSlices not read" in health
+    assert "dra: 1 claim devices without a GPU UUID; ResourceSlices: off (--resource-slices)" in health
     assert {lab["uuid"] for lab, _ in fam["taugrid_gpu_allocation"]} == {G[0], M[0], f"gpu.nvidia.com/{NODE}/{MIG1}"}
     assert {lab["uuid"]: lab["pod"] for lab, _ in fam["taugrid_gpu_utilization_ratio"]}[G[0]] == "llm-0"
     assert {lab["uuid"]: lab["pod"] for lab, _ in fam["taugrid_gpu_memory_used_bytes"]}[M[0]] == "llm-0"

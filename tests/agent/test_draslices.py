@@ -62,7 +62,7 @@ def test_no_resourceslice_api_and_a_gone_server_are_named_and_the_last_index_kep
     assert r() == {("gpu.nvidia.com", NODE, "gpu-0"): G[0]}
     sim.close()
     assert r() == {("gpu.nvidia.com", NODE, "gpu-0"): G[0]}, "a failed read keeps the last good index"
-    assert r.error.startswith("ResourceSlices: ") and base in r.error
+    assert base in r.error and r.errors == 1
 
 
 def test_v1beta1_basic_attributes_and_qualified_names() -> None:
@@ -111,7 +111,7 @@ def test_the_command_reads_slices_only_in_a_cluster_and_when_asked(tmp_path: Pat
 def test_a_missing_service_account_is_a_status_not_a_crash(tmp_path: Path) -> None:
     r = ResourceSliceReader("https://127.0.0.1:1", NODE, drivers=DRIVERS, token_file=tmp_path / "token",
                             ca_file=tmp_path / "ca.crt", timeout_s=1)
-    assert r() == {} and r.error.startswith("ResourceSlices: ") and r.errors == 1
+    assert r() == {} and "ca.crt" in r.error and r.errors == 1
 
 
 def test_resolver_names_mig_instances_as_the_nvidia_driver_does() -> None:
