@@ -51,7 +51,8 @@ class Agent:
                        if settings.api_server else None)
         self.dra = DraResolver(self.sampler.minor_to_uuid, self.slices, self.sampler.mig_placements)
         self.attribution = AttributionCache(
-            PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s),
+            PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s,
+                               node=settings.node),
             interval_s=settings.podresources_interval_s, max_age_s=settings.podresources_max_age_s,
             prefixes=settings.gpu_resource_prefixes, drivers=settings.dra_drivers, resolver=self.dra)
         self.kmsg = KmsgReader(settings.kmsg_path, self.xids) if settings.kmsg_path is not None else None

@@ -85,7 +85,7 @@ def test_list_reads_resourceclaim_devices_of_gpu_drivers() -> None:
         ("team-c", "mixed", [("a", "nvidia.com/gpu", [f"{G[1]}::3"], [("team-c", "x", [nv("gpu-2")])])]),
     ]
     with PodResourcesServer(pods) as kubelet:  # type: ignore[arg-type]
-        client = PodResourcesClient(kubelet.socket)
+        client = PodResourcesClient(kubelet.socket, node=NODE)
         try:
             allocs = client.list()
         finally:
@@ -100,6 +100,7 @@ def test_list_reads_resourceclaim_devices_of_gpu_drivers() -> None:
     assert by[("by-uuid", "gpu-2")].resolved and by[("by-uuid", "gpu-2")].device == G[2]
     old = by[("old-kubelet", "gpu-0")]
     assert (old.driver, old.pool, old.dra_device) == ("gpu.nvidia.com", "", "gpu-0")
+    assert old.device == f"gpu.nvidia.com/{NODE}/gpu-0", "unnamed, it is still this node's device, not another's"
     assert by[("mps-0", "gpu-0")].shared and not by[("llm-0", "gpu-0")].shared
     assert by[("mixed", G[1])].shared, "a time-slicing replica is a share"
     assert client.rejected == {}

@@ -44,8 +44,9 @@ class PodResourcesError(Exception):
 
 
 class PodResourcesClient:
-    def __init__(self, socket: Path, *, timeout_s: float = 2.0) -> None:
+    def __init__(self, socket: Path, *, timeout_s: float = 2.0, node: str = "") -> None:
         self.socket = socket
+        self.node = node  # names a claim's device where the kubelet names no pool (before 1.31)
         self.timeout_s = timeout_s
         self._channel: grpc.Channel | None = None
         self._list: grpc.UnaryUnaryMultiCallable | None = None
@@ -97,7 +98,7 @@ class PodResourcesClient:
                         out.append(Allocation(ns, name, cname, resource, b.name(uuid), shared=bool(replica)))
                 for dr in c.dynamic_resources:
                     claim = f"{b.name(dr.claim_namespace or pod.namespace)}/{b.name(dr.claim_name)}"
-                    out.extend(_claim_devices(ns, name, cname, claim, dr.claim_resources, drivers, b))
+                    out.extend(_claim_devices(ns, name, cname, claim, dr.claim_resources, drivers, b, self.node))
         if len(out) > MAX_ALLOCATIONS:
             b.rejected["too-many"] += len(out) - MAX_ALLOCATIONS
             out = out[:MAX_ALLOCATIONS]
@@ -106,7 +107,7 @@ class PodResourcesClient:
 
 
 def _claim_devices(ns: str, pod: str, container: str, claim: str, resources: Any, drivers: tuple[str, ...],
-                   b: Bounds) -> list[Allocation]:
+                   b: Bounds, node: str) -> list[Allocation]:
     """The GPUs of one ResourceClaim a container references (other drivers' devices left out)."""
     out = []
     for r in resources:
@@ -123,7 +124,8 @@ def _claim_devices(ns: str, pod: str, container: str, claim: str, resources: Any
             b.rejected["malformed"] += 1
             continue
         uuid = literal_uuid(device, *cdi)
-        out.append(Allocation(ns, pod, container, driver, uuid or f"{driver}/{pool}/{device}", claim=claim,
+        # unresolved: keyed by driver, pool (or node) and device, unique in the cluster as a UUID is
+        out.append(Allocation(ns, pod, container, driver, uuid or f"{driver}/{pool or node}/{device}", claim=claim,
                               driver=driver, pool=pool, dra_device=device, shared=r.HasField("share_id"),
                               resolved=bool(uuid)))
     return out
