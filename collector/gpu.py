@@ -24,6 +24,7 @@ class GpuDevice:
     hang_hint: bool = False
     xids: tuple[int, ...] = ()  # codes seen recently on this GPU
     mig_profile: str = ""
+    shared: bool = False  # several pods use it (time-slicing, MPS, a shared claim): its readings are all of theirs
 
 
 @dataclass(frozen=True, slots=True)

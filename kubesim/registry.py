@@ -302,6 +302,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         "ResourceClaim",
         columns=(_AGE,),
     ),
+    # what each node's DRA drivers publish (the node agent reads its own node's, by spec.nodeName)
+    _rt(
+        "resource.k8s.io/v1",
+        "resourceslices",
+        "ResourceSlice",
+        namespaced=False,
+        status_subresource=False,
+        field_labels=(("spec.nodeName", "spec.nodeName"), ("spec.driver", "spec.driver")),
+        columns=(_C("Node", "spec.nodeName"), _C("Driver", "spec.driver"), _C("Pool", "spec.pool.name"), _AGE),
+    ),
     # --- Karpenter
     _rt(
         "karpenter.sh/v1",

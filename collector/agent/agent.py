@@ -24,12 +24,13 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
+from collector.agent.draslices import ResourceSliceReader
 from collector.agent.evidence import Snapshot, evidence_document
 from collector.agent.hang import HangHints
 from collector.agent.logs import LogEvidence
 from collector.agent.metrics import AgentCollector, AgentHealth
 from collector.agent.nvml import GpuReading, NvmlLib, NvmlSampler, XidEventThread
-from collector.agent.podresources import AttributionCache, PodResourcesClient
+from collector.agent.podresources import AttributionCache, DraResolver, PodResourcesClient
 from collector.agent.settings import AgentSettings
 from collector.agent.xids import KmsgReader, XidCounter
 from collector.endpoints import Answer, BoundedHTTPServer, HttpOptions, WithQuery
@@ -44,10 +45,16 @@ class Agent:
         self.sampler = NvmlSampler(nv, retry_s=settings.nvml_retry_s)
         self.xids = XidCounter(pci_to_uuid=self.sampler.pci_to_uuid)
         self.hangs = HangHints(settings.hang)
+        self.slices = (ResourceSliceReader(settings.api_server, settings.node, drivers=settings.dra_drivers,
+                                           token_file=settings.api_token_file, ca_file=settings.api_ca_file,
+                                           interval_s=settings.resource_slices_interval_s)
+                       if settings.api_server else None)
+        self.dra = DraResolver(self.sampler.minor_to_uuid, self.slices, self.sampler.mig_placements)
         self.attribution = AttributionCache(
-            PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s),
+            PodResourcesClient(settings.podresources_socket, timeout_s=settings.podresources_timeout_s,
+                               node=settings.node),
             interval_s=settings.podresources_interval_s, max_age_s=settings.podresources_max_age_s,
-            prefixes=settings.gpu_resource_prefixes)
+            prefixes=settings.gpu_resource_prefixes, drivers=settings.dra_drivers, resolver=self.dra)
         self.kmsg = KmsgReader(settings.kmsg_path, self.xids) if settings.kmsg_path is not None else None
         self.xid_events = XidEventThread(
             self.sampler, lambda uuid, code: self.xids.add(code, uuid=uuid, origin="nvml"))
@@ -69,6 +76,8 @@ class Agent:
             health.logs = lambda: (self.logs.followed, self.logs.lines_total, dict(self.logs.problems))
             health.sample_seconds = lambda: self.sample_seconds
             health.xid_counts = self.xids.counts
+            health.podresources_rejected = lambda: dict(self.attribution.rejected)
+            health.dra_unresolved = lambda: self.dra.unresolved
             self.registry.register(AgentCollector(self.snapshot, health))
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -171,6 +180,9 @@ class Agent:
         return {
             "nvml": self.sampler.status.message,
             "podresources": self.attribution.error or ("ok" if self.attribution.up else "not yet listed"),
+            "dra": (f"{self.dra.unresolved} claim devices without a GPU UUID" if self.dra.unresolved else "ok")
+                   + (f"; ResourceSlices: {self.slices.status}" if self.slices is not None
+                      else "; ResourceSlices: off (--resource-slices)"),
             "kmsg": (self.kmsg.error or "ok") if self.kmsg is not None else "off",
             "logs": self.logs.error or f"{self.logs.followed} containers followed",
         }

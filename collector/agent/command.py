@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -12,6 +15,18 @@ import click
 from collector.agent.agent import exposure_problem, run_agent
 from collector.agent.settings import AgentSettings, LogSettings
 from collector.logfmt import setup_json_logging
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def in_cluster_api(env: Mapping[str, str], account: Path = SERVICE_ACCOUNT) -> tuple[str, Path, Path] | None:
+    """(API server URL, token file, CA bundle) of the pod's service account; None outside a cluster."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port.isdigit():
+        return None
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return f"https://{host}:{port}", account / "token", account / "ca.crt"
 
 
 @click.command()
@@ -38,10 +53,21 @@ from collector.logfmt import setup_json_logging
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where log offsets persist across restarts (a hostPath).")
 @click.option("--sample-interval", type=float, default=1.0, show_default=True, help="Seconds between NVML samples.")
+@click.option("--dra-driver", "dra_drivers", multiple=True,
+              help="A DRA driver whose ResourceClaim devices are GPUs (repeatable; default: the NVIDIA driver's "
+              "names, gpu.nvidia.com and gpu.resource.nvidia.com).")
+@click.option("--resource-slices/--no-resource-slices", default=False, show_default=True,
+              help="Read this node's ResourceSlices from the API server (in-cluster service account; needs get/list "
+              "on resource.k8s.io resourceslices) to name the GPU behind each DRA device, MIG instances included.")
 def agent(address: str, token_file: Path | None, tls_cert_file: Path | None, tls_private_key_file: Path | None,
           allow_unauthenticated: bool, node: str, pod_resources_socket: Path, log_root: Path, log_scope: str,
-          namespaces: tuple[str, ...], kmsg: str, state_dir: Path | None, sample_interval: float) -> None:
+          namespaces: tuple[str, ...], kmsg: str, state_dir: Path | None, sample_interval: float,
+          dra_drivers: tuple[str, ...], resource_slices: bool) -> None:
     """The node agent: GPU readings with pod attribution, XIDs and node-local log evidence."""
+    api = in_cluster_api(os.environ) if resource_slices else None
+    if resource_slices and (api is None or not node):
+        raise click.UsageError("--resource-slices needs --node and the in-cluster API server "
+                               "(KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)")
     setup_json_logging()
     settings = AgentSettings(
         node=node, address=address, sample_interval_s=sample_interval, podresources_socket=pod_resources_socket,
@@ -50,6 +76,10 @@ def agent(address: str, token_file: Path | None, tls_cert_file: Path | None, tls
         token_file=token_file, tls_cert_file=tls_cert_file, tls_key_file=tls_private_key_file,
         allow_unauthenticated=allow_unauthenticated,
     )
+    if dra_drivers:
+        settings = replace(settings, dra_drivers=dra_drivers)
+    if api is not None:
+        settings = replace(settings, api_server=api[0], api_token_file=api[1], api_ca_file=api[2])
     problem = exposure_problem(settings)
     if problem:
         raise click.UsageError(problem)

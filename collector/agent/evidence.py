@@ -1,6 +1,7 @@
 """The agent's compact JSON evidence document (`GET /evidence`), read by the controller.
 
-Version 1. Parsed evidence only: GPU readings with the pods holding each GPU, device allocations,
+Version 1. Parsed evidence only: GPU readings with the pods holding each GPU (and whether several
+share it), device allocations (device plugins' and ResourceClaims'),
 recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No raw
 log lines; the only free text (an XID's kernel message) is redacted where it is read.
 
@@ -68,6 +69,7 @@ def _loss(x: float | None) -> float | str | None:
 
 def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) -> dict[str, object]:
     since = snap.hang_since.get(r.uuid)
+    sharers = len({(a.namespace, a.pod) for a in holders.get(r.uuid, [])})
     return {
         "index": r.index, "uuid": r.uuid, "name": r.name, "pci": r.pci, "parent_uuid": r.parent_uuid,
         "lost": r.lost, "error": r.error, "at": r.at,
@@ -78,6 +80,8 @@ def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) ->
         "hang_since": since, "hang_hint": since is not None and snap.at - since >= snap.hang_sustain_s,
         "pods": [{"namespace": a.namespace, "pod": a.pod, "container": a.container, "resource": a.resource}
                  for a in holders.get(r.uuid, [])],
+        # several pods on one device (time-slicing, MPS, a shared claim): its readings are all of theirs
+        "sharers": sharers, "shared": sharers > 1 or any(a.shared for a in holders.get(r.uuid, [])),
         "unsupported": sorted(r.unsupported),
     }
 
@@ -151,7 +155,9 @@ def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object
                          "error": snap.podresources_error},
         "gpus": gpus,
         "allocations": [{"namespace": a.namespace, "pod": a.pod, "container": a.container,
-                         "resource": a.resource, "device": a.device} for a in snap.allocations],
+                         "resource": a.resource, "device": a.device, "claim": a.claim, "driver": a.driver,
+                         "pool": a.pool, "dra_device": a.dra_device, "shared": a.shared, "resolved": a.resolved}
+                        for a in snap.allocations],
         "xids": xids,
         "logs": logs,
         "errors": errors,

@@ -1,8 +1,11 @@
 """The agent's Prometheus families, rendered from one snapshot per scrape (docs/metrics.md, "Node agent").
 
 Per-GPU families carry `gpu` (NVML index), `uuid`, and the holder's `pod`, `namespace`,
-`container` from the cached pod-resources answer (empty when no pod holds the GPU). A MIG
-instance is its own series with `uuid` the MIG UUID and `gpu` its parent's index.
+`container` from the cached pod-resources answer: empty when no pod holds the device, and empty
+too when several pods share it (time-slicing, MPS, a shared ResourceClaim): a shared GPU's
+readings are the sum of its sharers' work, so they are not credited to any one of them;
+`taugrid_gpu_sharers` counts the pods and `taugrid_gpu_allocation{shared="true"}` names them.
+A MIG instance is its own series with `uuid` the MIG UUID and `gpu` its parent's index.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from prometheus_client.registry import Collector
 from collector.agent.evidence import Snapshot
 from collector.agent.nvml import CLOCKS_EVENT_REASONS, GpuReading
 from collector.agent.podresources import Allocation
+from collector.agent.podresources.dra import REASONS
 from collector.progress.xid import describe
 
 GPU_LABELS = ["gpu", "uuid", "pod", "namespace", "container"]
@@ -30,6 +34,8 @@ class AgentHealth:
         self.logs: Callable[[], tuple[int, int, dict[str, int]]] = lambda: (0, 0, {})  # followed, lines, problems
         self.sample_seconds: Callable[[], float] = lambda: 0.0
         self.xid_counts: Callable[[], dict[tuple[str, int, str], int]] = dict
+        self.podresources_rejected: Callable[[], dict[str, int]] = dict  # names cut or cleaned, by reason
+        self.dra_unresolved: Callable[[], int] = lambda: 0
 
 
 class AgentCollector(Collector):
@@ -41,11 +47,13 @@ class AgentCollector(Collector):
         snap = self._snapshot()
         h = self._health
         holders: dict[str, Allocation] = {}
+        sharers: dict[str, set[tuple[str, str]]] = {}
         for a in sorted(snap.allocations, key=lambda a: (a.namespace, a.pod, a.container)):
             holders.setdefault(a.device, a)
+            sharers.setdefault(a.device, set()).add((a.namespace, a.pod))
 
         def labels(r: GpuReading) -> list[str]:
-            a = holders.get(r.uuid)
+            a = holders.get(r.uuid) if len(sharers.get(r.uuid, ())) == 1 else None  # shared: no one pod's
             return [str(r.index), r.uuid, a.pod if a else "", a.namespace if a else "", a.container if a else ""]
 
         def gauge(name: str, doc: str, value: Callable[[GpuReading], float | int | bool | None],
@@ -109,11 +117,21 @@ class AgentCollector(Collector):
                 nvlink.add_metric([*lab, etype], float(n))
         yield from (reasons, ecc, rows, nvlink)
 
-        alloc = GaugeMetricFamily("taugrid_gpu_allocation", "1 per device a container holds (kubelet pod-resources).",
-                                  labels=["uuid", "resource_name", "pod", "namespace", "container"])
+        alloc = GaugeMetricFamily("taugrid_gpu_allocation",
+                                  "1 per device a container holds (kubelet pod-resources: device plugins and "
+                                  "ResourceClaims); shared: time-slicing/MPS replica, DRA share, or several pods.",
+                                  labels=["uuid", "resource_name", "pod", "namespace", "container", "resource_claim",
+                                          "shared"])
         for a in snap.allocations:
-            alloc.add_metric([a.device, a.resource, a.pod, a.namespace, a.container], 1.0)
+            shared = a.shared or len(sharers.get(a.device, ())) > 1
+            alloc.add_metric([a.device, a.resource, a.pod, a.namespace, a.container, a.claim,
+                              "true" if shared else "false"], 1.0)
         yield alloc
+        count = GaugeMetricFamily("taugrid_gpu_sharers", "Pods holding this GPU or MIG instance (over 1: shared).",
+                                  labels=["gpu", "uuid"])
+        for r in snap.gpus:
+            count.add_metric([str(r.index), r.uuid], float(len(sharers.get(r.uuid, ()))))
+        yield count
 
         xid = CounterMetricFamily("taugrid_gpu_xid_errors", "XID events since the agent started.",
                                   labels=["uuid", "code", "origin"])
@@ -146,6 +164,16 @@ class AgentCollector(Collector):
                                 value=snap.podresources_last_success)
         yield CounterMetricFamily("taugrid_agent_podresources_errors", "Failed pod-resources List calls.",
                                   value=h.podresources_errors())
+        rejected = CounterMetricFamily("taugrid_agent_podresources_rejected",
+                                       "Names in pod-resources answers cut or cleaned, or entries dropped, by reason.",
+                                       labels=["reason"])
+        counts = h.podresources_rejected()
+        for reason in REASONS:
+            rejected.add_metric([reason], float(counts.get(reason, 0)))
+        yield rejected
+        yield GaugeMetricFamily("taugrid_agent_dra_unresolved_devices",
+                                "ResourceClaim devices held on this node that no GPU UUID was found for.",
+                                value=h.dra_unresolved())
         kup, records, malformed = h.kmsg()
         yield GaugeMetricFamily("taugrid_agent_kmsg_up", "1 while the kernel log is being followed.",
                                 value=1.0 if kup else 0.0)

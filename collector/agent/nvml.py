@@ -99,10 +99,24 @@ class _Device:
     uuid: str = ""
     name: str = ""
     pci: str = ""
+    minor: int | None = None  # /dev/nvidia<minor>: the NVIDIA DRA driver names a whole GPU "gpu-<minor>"
     lost: str = ""  # why, once lost
     gpm: bool | None = None  # GPM supported (None: not asked yet)
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_primed: bool = False
+    migs: dict[str, _Mig] = field(default_factory=dict)  # MIG UUID → its GPU instance
+
+
+@dataclass(slots=True)
+class _Mig:
+    """A MIG instance's GPU instance: its id, and the (profile id, placement start) the NVIDIA DRA
+    driver names it by ("gpu-<minor>-mig-<profile>-<profile id>-<placement start>")."""
+
+    gi: int | None = None
+    profile_id: int | None = None
+    placement_start: int | None = None
+    samples: list[Any] = field(default_factory=list)  # GPM
+    primed: bool = False
 
 
 def _text(v: object) -> str:
@@ -190,6 +204,10 @@ class NvmlSampler:
         """(index, handle, uuid) of each physical GPU seen so far and not lost."""
         return [(i, d.handle, d.uuid) for i, d in sorted(self._devices.items()) if not d.lost]
 
+    def minor_to_uuid(self) -> dict[int, str]:
+        """Device minor number → GPU UUID (DRA devices named by minor, `podresources.dra`)."""
+        return {d.minor: d.uuid for d in list(self._devices.values()) if d.minor is not None and d.uuid}
+
     def pci_to_uuid(self) -> dict[str, str]:
         """Bus id without function ("0000:9b:00") → GPU UUID, for kernel-log XIDs."""
         return {d.pci.rsplit(".", 1)[0]: d.uuid for d in self._devices.values() if d.pci}
@@ -229,6 +247,8 @@ class NvmlSampler:
                 except nv.NVMLError as e:
                     if getattr(e, "value", None) == GPU_IS_LOST:
                         raise
+                with contextlib.suppress(nv.NVMLError):
+                    dev.minor = int(nv.nvmlDeviceGetMinorNumber(dev.handle))
             if dev.lost:
                 # A lost GPU stays lost until reset; one cheap call says whether it came back.
                 nv.nvmlDeviceGetUUID(dev.handle)
@@ -352,6 +372,11 @@ class NvmlSampler:
         if not dev.gpm_primed:
             dev.gpm_primed = True
             return None
+        return self._gpm_sm(prev, cur)
+
+    def _gpm_sm(self, prev: Any, cur: Any) -> float | None:
+        """SM activity between two GPM samples (of a GPU, or of one MIG GPU instance)."""
+        nv = self._nv
         mg = nv.c_nvmlGpmMetricsGet_t()
         mg.version = nv.NVML_GPM_METRICS_GET_VERSION
         mg.numMetrics = 1
@@ -375,6 +400,7 @@ class NvmlSampler:
             n = int(nv.nvmlDeviceGetMaxMigDeviceCount(dev.handle))
         except nv.NVMLError:
             return out
+        seen: set[str] = set()
         for k in range(n):
             try:
                 mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, k)
@@ -384,15 +410,65 @@ class NvmlSampler:
                 uuid = _text(nv.nvmlDeviceGetUUID(mh))
             except nv.NVMLError:
                 continue
+            seen.add(uuid)
             used = total = None
             try:
                 mem = nv.nvmlDeviceGetMemoryInfo(mh)
                 used, total = int(mem.used), int(mem.total)
             except nv.NVMLError:
                 pass
+            mig = dev.migs.get(uuid)
+            if mig is None:
+                mig = dev.migs[uuid] = self._mig_instance(dev, mh)
             out.append(GpuReading(i, uuid, dev.name, dev.pci, parent_uuid=dev.uuid, memory_used_bytes=used,
-                                  memory_total_bytes=total, at=now))
+                                  memory_total_bytes=total, sm_active=self._mig_sm_active(dev, mig),
+                                  unsupported=frozenset() if dev.gpm else frozenset({"sm_active"}), at=now))
+        for gone in set(dev.migs) - seen:  # re-partitioned: that instance's samples are no use
+            del dev.migs[gone]
         return out
+
+    def _mig_instance(self, dev: _Device, mh: Any) -> _Mig:
+        """Its GPU instance id, profile id and placement (asked once per instance)."""
+        nv = self._nv
+        mig = _Mig()
+        try:
+            mig.gi = int(nv.nvmlDeviceGetGpuInstanceId(mh))
+            info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(dev.handle, mig.gi))
+            mig.profile_id, mig.placement_start = int(info.profileId), int(info.placement.start)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != NOT_SUPPORTED:
+                self.errors += 1
+        return mig
+
+    def mig_placements(self) -> dict[tuple[int, int, int], str]:
+        """(parent minor, GPU instance profile id, placement start) → MIG UUID (DRA device names)."""
+        out = {}
+        for d in list(self._devices.values()):
+            for uuid, m in list(d.migs.items()):
+                if d.minor is not None and m.profile_id is not None and m.placement_start is not None:
+                    out[(d.minor, m.profile_id, m.placement_start)] = uuid
+        return out
+
+    def _mig_sm_active(self, dev: _Device, mig: _Mig) -> float | None:
+        """One MIG instance's own SM activity: GPM sampled for its GPU instance on the parent (the
+        only per-instance activity NVML offers; utilization is NOT_SUPPORTED on MIG)."""
+        nv = self._nv
+        if not dev.gpm or mig.gi is None:
+            return None
+        try:
+            if not mig.samples:
+                mig.samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
+            prev, cur = mig.samples
+            nv.nvmlGpmMigSampleGet(dev.handle, mig.gi, cur)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != NOT_SUPPORTED:
+                self.errors += 1
+            return None
+        mig.samples = [cur, prev]
+        if not mig.primed:
+            mig.primed = True
+            return None
+        return self._gpm_sm(prev, cur)
 
 
 class XidEventThread:

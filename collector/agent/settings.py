@@ -53,6 +53,14 @@ class AgentSettings:
     # Attribution older than this is dropped (fail closed): a kubelet gone for long may have moved pods.
     podresources_max_age_s: float = 120.0
     gpu_resource_prefixes: tuple[str, ...] = ("nvidia.com/",)
+    # DRA drivers whose ResourceClaim devices are GPUs (pod-resources `dynamic_resources`)
+    dra_drivers: tuple[str, ...] = ("gpu.nvidia.com", "gpu.resource.nvidia.com")
+    # ResourceSlices read from this API server to name DRA devices' GPU UUIDs ("" off; read only:
+    # get/list on resource.k8s.io resourceslices), with this bearer token file and CA bundle.
+    api_server: str = ""
+    api_token_file: Path | None = None
+    api_ca_file: Path | None = None
+    resource_slices_interval_s: float = 60.0
     kmsg_path: Path | None = Path("/dev/kmsg")
     state_dir: Path | None = None  # where log offsets persist across restarts (a hostPath)
     hang: HangSettings = field(default_factory=HangSettings)

@@ -192,18 +192,21 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
         dev = GpuDevice(uuid=g["uuid"], index=_i(g.get("index")), utilization=_f(g.get("utilization")),
                         sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
                         power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
-                        hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))))
+                        hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))),
+                        shared=g.get("shared") is True)
         for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))
                 devs.append(dev)
                 containers.add(str(p.get("container") or ""))
-    # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held.
+    # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held;
+    # a ResourceClaim's device the agent found no UUID for (`resolved: false`) is held, not lost.
     listed = {d.uuid for devs, _ in pods.values() for d in devs}
     for a in _entries(doc.get("allocations")):
         if isinstance(a, dict) and a.get("pod") and isinstance(a.get("device"), str) and a["device"] not in listed:
             devs, containers = pods.setdefault((str(a.get("namespace") or ""), str(a["pod"])), ([], set()))
-            devs.append(GpuDevice(uuid=a["device"], lost=nv.get("state") == "ok"))
+            devs.append(GpuDevice(uuid=a["device"], lost=nv.get("state") == "ok" and a.get("resolved") is not False,
+                                  shared=a.get("shared") is True))
             containers.add(str(a.get("container") or ""))
     gpu_ev = tuple(PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(devs), tuple(sorted(c for c in cs if c)))
                    for (ns, pod), (devs, cs) in sorted(pods.items()))

@@ -44,6 +44,10 @@ class FakeDevice:
     mig: list[FakeDevice] = field(default_factory=list)
     mig_enabled: bool = False
     xid_events: bool = True
+    minor: int | None = None  # /dev/nvidia<minor>; None: its index
+    gi: int = 0  # a MIG instance: its GPU instance id (GPM per instance: set `gpm_sm` on it)
+    profile_id: int = 19  # a MIG instance: its GPU instance profile id (19: A100 1g.10gb)
+    placement_start: int = 0
     lost: bool = False
     fail: dict[str, int] = field(default_factory=dict)  # pynvml function name → NVML error code
 
@@ -113,6 +117,10 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: FakeDevice) -> str:
         self._call("nvmlDeviceGetUUID", h)
         return h.uuid
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeDevice) -> int:
+        self._call("nvmlDeviceGetMinorNumber", h)
+        return h.minor if h.minor is not None else self.devices.index(h)
 
     def nvmlDeviceGetName(self, h: FakeDevice) -> str:
         self._call("nvmlDeviceGetName", h)
@@ -214,6 +222,34 @@ class FakeNvml:
         self._gpm[ctypes.addressof(sample.contents)] = float(self._value(h.gpm_sm))
         return sample
 
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeDevice) -> int:
+        self._call("nvmlDeviceGetGpuInstanceId", h)
+        return h.gi
+
+    def nvmlDeviceGetGpuInstanceById(self, h: FakeDevice, gi: int) -> FakeDevice:
+        self._call("nvmlDeviceGetGpuInstanceById", h)
+        mig = next((m for m in h.mig if m.gi == gi), None)
+        if mig is None:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        assert mig is not None
+        return mig  # the GPU instance's handle: its MIG device stands in for it
+
+    def nvmlGpuInstanceGetInfo(self, gi: FakeDevice) -> Any:
+        self._call("nvmlGpuInstanceGetInfo", gi)
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.profileId = gi.gi, gi.profile_id
+        info.placement.start, info.placement.size = gi.placement_start, 1
+        return info
+
+    def nvmlGpmMigSampleGet(self, h: FakeDevice, gi: int, sample: Any) -> Any:
+        self._call("nvmlGpmMigSampleGet", h)
+        mig = next((m for m in h.mig if m.gi == gi), None)
+        if mig is None:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        assert mig is not None
+        self._gpm[ctypes.addressof(sample.contents)] = float(self._value(mig.gpm_sm))
+        return sample
+
     def nvmlGpmMetricsGet(self, mg: Any) -> Any:
         self._call("nvmlGpmMetricsGet")
         for i in range(mg.numMetrics):
@@ -292,6 +328,7 @@ def devices_from_nvsmi_xml(path: Path) -> list[FakeDevice]:
             mt = _num(mfb.findtext("total")) if mfb is not None else None
             gi = (m.findtext("gpu_instance_id") or "").strip()
             dev.mig.append(FakeDevice(uuid=f"MIG-{uuid[4:]}-gi{gi}", name=dev.name, pci=dev.pci, util=NA,
+                                      gi=int(gi) if gi.isdigit() else 0,
                                       mem_used=int(mu * mib) if mu is not None else NA,
                                       mem_total=int(mt * mib) if mt is not None else NA))
         out.append(dev)

@@ -1,4 +1,5 @@
-"""A real gRPC server speaking the kubelet's pod-resources v1 `List` on a unix socket (loopback only)."""
+"""A real gRPC server speaking the kubelet's pod-resources v1 `List` on a unix socket (loopback only),
+with device-plugin devices and ResourceClaims' devices (`dynamic_resources`, DRA)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ from collector.agent.podresources import podresources_v1_pb2
 
 pb: Any = podresources_v1_pb2
 
-# (namespace, pod, [(container, resource, [device ids])])
-PodSpec = tuple[str, str, list[tuple[str, str, list[str]]]]
+# A ResourceClaim a container references: (claim namespace, claim name, [device]), each device a dict
+# with `driver`, `pool`, `device` (absent: a kubelet before 1.31), `cdi` ([CDI names]), `share_id`.
+ClaimSpec = tuple[str, str, list[dict[str, Any]]]
+# (namespace, pod, [(container, resource, [device ids]) or (container, resource, [device ids], [claims])])
+ContainerSpec = tuple[str, str, list[str]] | tuple[str, str, list[str], list[ClaimSpec]]
+PodSpec = tuple[str, str, list[ContainerSpec]]
 
 
 class PodResourcesServer:
@@ -38,10 +43,20 @@ class PodResourcesServer:
         resp = pb.ListPodResourcesResponse()
         for ns, name, containers in self.pods:
             pr = resp.pod_resources.add(name=name, namespace=ns)
-            for cname, resource, devices in containers:
+            for spec in containers:
+                cname, resource, devices = spec[:3]
                 c = pr.containers.add(name=cname)
                 if devices:
                     c.devices.add(resource_name=resource, device_ids=devices)
+                for claim_ns, claim, devs in (spec[3] if len(spec) > 3 else []):  # type: ignore[misc]
+                    dr = c.dynamic_resources.add(claim_name=claim, claim_namespace=claim_ns)
+                    for d in devs:
+                        cr = dr.claim_resources.add(driver_name=d.get("driver", ""), pool_name=d.get("pool", ""),
+                                                    device_name=d.get("device", ""))
+                        for name in d.get("cdi", []):
+                            cr.cdi_devices.add(name=name)
+                        if d.get("share_id") is not None:
+                            cr.share_id = d["share_id"]
         return resp
 
     def start(self) -> PodResourcesServer:

@@ -61,6 +61,34 @@ def test_mig_instances_are_their_own_readings(fixtures: Path) -> None:
     assert s.errors == 0
 
 
+def test_each_mig_instance_has_its_own_sm_activity(fixtures: Path) -> None:
+    """GPM sampled per GPU instance on the parent: the one per-instance activity NVML gives, so an
+    instance's pod is credited with its own work, not the whole GPU's."""
+    devs = devices_from_nvsmi_xml(fixtures / "xid_nvsmi" / "nvidia_smi_q_x_a100_sxm4_80gb_mig_telegraf.xml")
+    parent = devs[0]
+    parent.gpm_sm = 40.0
+    for k, m in enumerate(parent.mig):
+        m.gpm_sm = 10.0 * (k + 1)
+    nv = FakeNvml(devs)
+    s = NvmlSampler(nv)
+    s.open()
+    s.sample()  # two samples for a rate
+    migs = {r.uuid: r for r in s.sample() if r.parent_uuid == parent.uuid}
+    assert len({m.gi for m in parent.mig}) == len(parent.mig) >= 2, "the capture's instances have their own ids"
+    assert {u: r.sm_active for u, r in migs.items()} == {m.uuid: m.gpm_sm / 100 for m in parent.mig}
+    assert s.minor_to_uuid() == {i: d.uuid for i, d in enumerate(devs)}
+    # re-partitioned: an instance gone takes its samples with it; a new one starts again
+    gone = parent.mig.pop()
+    parent.mig.append(FakeDevice(uuid="MIG-00000000-0000-0000-0000-00000000abcd", gi=gone.gi, gpm_sm=99.0))
+    migs = {r.uuid: r for r in s.sample() if r.parent_uuid == parent.uuid}
+    assert migs["MIG-00000000-0000-0000-0000-00000000abcd"].sm_active is None  # primed, no rate yet
+    assert migs["MIG-00000000-0000-0000-0000-00000000abcd"] and s.errors == 0
+    migs = {r.uuid: r for r in s.sample() if r.parent_uuid == parent.uuid}
+    assert migs["MIG-00000000-0000-0000-0000-00000000abcd"].sm_active == 0.99
+    sampler_dev = s._devices[0]
+    assert gone.uuid not in sampler_dev.migs
+
+
 def test_a_lost_gpu_never_stops_the_others() -> None:
     devs = _gpus(3)
     nv = FakeNvml(devs)

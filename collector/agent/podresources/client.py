@@ -2,6 +2,7 @@
 
 Only the message classes are generated (`podresources_v1_pb2.py`, from `podresources_v1.proto`);
 the one method is called through `grpc.Channel.unary_unary`, so no generated stub module is needed.
+Device-plugin devices and ResourceClaims' devices (DRA, `dra.py`) both become `Allocation`s.
 Mount the socket's directory, not the socket: a kubelet restart re-creates the socket file.
 """
 
@@ -10,13 +11,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from collector.agent.podresources import podresources_v1_pb2
+from collector.agent.podresources.dra import (
+    GPU_DRIVERS,
+    MAX_ALLOCATIONS,
+    MAX_CDI,
+    MAX_CDI_PER_DEVICE,
+    MAX_RESOURCE,
+    Allocation,
+    Bounds,
+    device_from_cdi,
+    driver_from_cdi,
+    literal_uuid,
+)
 
 pb: Any = podresources_v1_pb2  # generated: message classes are made at import time
 
@@ -29,21 +43,14 @@ class PodResourcesError(Exception):
     """The kubelet could not be asked (socket missing, kubelet restarting, timeout)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    namespace: str
-    pod: str
-    container: str
-    resource: str  # "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", ...
-    device: str  # a GPU or MIG UUID as the device plugin names it (a `::N` replica suffix removed)
-
-
 class PodResourcesClient:
-    def __init__(self, socket: Path, *, timeout_s: float = 2.0) -> None:
+    def __init__(self, socket: Path, *, timeout_s: float = 2.0, node: str = "") -> None:
         self.socket = socket
+        self.node = node  # names a claim's device where the kubelet names no pool (before 1.31)
         self.timeout_s = timeout_s
         self._channel: grpc.Channel | None = None
         self._list: grpc.UnaryUnaryMultiCallable | None = None
+        self.rejected: dict[str, int] = {}  # names cut or cleaned in the last answer, by reason
 
     def open(self) -> None:
         self._channel = grpc.insecure_channel(f"unix://{self.socket}")
@@ -58,8 +65,11 @@ class PodResourcesClient:
             self._channel.close()
         self._channel = self._list = None
 
-    def list(self, prefixes: tuple[str, ...] = ("nvidia.com/",)) -> tuple[Allocation, ...]:
-        """Every device allocation whose resource name starts with one of `prefixes`."""
+    def list(self, prefixes: tuple[str, ...] = ("nvidia.com/",),
+             drivers: tuple[str, ...] = GPU_DRIVERS) -> tuple[Allocation, ...]:
+        """Every device allocation whose resource name starts with one of `prefixes` (device
+        plugins), and every device of a ResourceClaim whose DRA driver is one of `drivers`.
+        What was cut or cleaned on the way is counted in `rejected` (reason → count, this call)."""
         if not self.socket.exists():
             raise PodResourcesError(f"pod-resources socket {self.socket} does not exist (kubelet down or "
                                     "directory not mounted)")
@@ -72,17 +82,53 @@ class PodResourcesClient:
             code = e.code() if hasattr(e, "code") else None
             raise PodResourcesError(f"pod-resources List on {self.socket}: {code}: "
                                     f"{e.details() if hasattr(e, 'details') else e}") from e
-        out = []
+        b = Bounds()
+        out: list[Allocation] = []
         for pod in resp.pod_resources:
+            ns, name = b.name(pod.namespace), b.name(pod.name)
             for c in pod.containers:
+                cname = b.name(c.name)
                 for d in c.devices:
                     if not d.resource_name.startswith(prefixes):
                         continue
+                    resource = b.name(d.resource_name, MAX_RESOURCE)
                     for dev in d.device_ids:
-                        # time-slicing replicas are announced as "<uuid>::<n>"
-                        out.append(Allocation(pod.namespace, pod.name, c.name, d.resource_name,
-                                              dev.split("::", 1)[0]))
+                        # time-slicing and MPS replicas are announced as "<uuid>::<n>"
+                        uuid, replica, _ = dev.partition("::")
+                        out.append(Allocation(ns, name, cname, resource, b.name(uuid), shared=bool(replica)))
+                for dr in c.dynamic_resources:
+                    claim = f"{b.name(dr.claim_namespace or pod.namespace)}/{b.name(dr.claim_name)}"
+                    out.extend(_claim_devices(ns, name, cname, claim, dr.claim_resources, drivers, b, self.node))
+        if len(out) > MAX_ALLOCATIONS:
+            b.rejected["too-many"] += len(out) - MAX_ALLOCATIONS
+            out = out[:MAX_ALLOCATIONS]
+        self.rejected = dict(b.rejected)
         return tuple(out)
+
+
+def _claim_devices(ns: str, pod: str, container: str, claim: str, resources: Any, drivers: tuple[str, ...],
+                   b: Bounds, node: str) -> list[Allocation]:
+    """The GPUs of one ResourceClaim a container references (other drivers' devices left out)."""
+    out = []
+    for r in resources:
+        if len(r.cdi_devices) > MAX_CDI_PER_DEVICE:
+            b.rejected["too-many"] += len(r.cdi_devices) - MAX_CDI_PER_DEVICE
+        cdi = [b.name(x.name, MAX_CDI) for x in r.cdi_devices[:MAX_CDI_PER_DEVICE]]
+        # a kubelet before 1.31 sends only the CDI names: the driver and device are read from them
+        driver = b.name(r.driver_name, MAX_RESOURCE) or next((driver_from_cdi(x) for x in cdi if x), "")
+        if driver not in drivers:
+            continue
+        device = b.name(r.device_name) or next((d for x in cdi if (d := device_from_cdi(x))), "")
+        pool = b.name(r.pool_name)
+        if not device:
+            b.rejected["malformed"] += 1
+            continue
+        uuid = literal_uuid(device, *cdi)
+        # unresolved: keyed by driver, pool (or node) and device, unique in the cluster as a UUID is
+        out.append(Allocation(ns, pod, container, driver, uuid or f"{driver}/{pool or node}/{device}", claim=claim,
+                              driver=driver, pool=pool, dra_device=device, shared=r.HasField("share_id"),
+                              resolved=bool(uuid)))
+    return out
 
 
 class AttributionCache:
@@ -93,11 +139,15 @@ class AttributionCache:
     """
 
     def __init__(self, client: PodResourcesClient, *, interval_s: float = 10.0, max_age_s: float = 120.0,
-                 prefixes: tuple[str, ...] = ("nvidia.com/",)) -> None:
+                 prefixes: tuple[str, ...] = ("nvidia.com/",), drivers: tuple[str, ...] = GPU_DRIVERS,
+                 resolver: Callable[[tuple[Allocation, ...]], tuple[Allocation, ...]] | None = None) -> None:
         self.client = client
         self.interval_s = interval_s
         self.max_age_s = max_age_s
         self.prefixes = prefixes
+        self.drivers = drivers
+        self.resolver = resolver  # DRA devices → GPU UUIDs (`dra.DraResolver`)
+        self.rejected: Counter[str] = Counter()  # names cut or cleaned since start, by reason
         self._allocations: tuple[Allocation, ...] = ()
         self._by_device: dict[str, tuple[Allocation, ...]] = {}
         self.last_success = 0.0  # unix seconds
@@ -124,7 +174,7 @@ class AttributionCache:
 
     def refresh(self) -> None:
         try:
-            allocs = self.client.list(self.prefixes)
+            allocs = self.client.list(self.prefixes, self.drivers)
         except PodResourcesError as e:
             self.errors += 1
             if self.error != str(e):
@@ -135,6 +185,12 @@ class AttributionCache:
             if self.last_success and time.time() - self.last_success > self.max_age_s:
                 self._set(())
             return
+        self.rejected.update(self.client.rejected)
+        if self.resolver is not None:
+            try:
+                allocs = self.resolver(allocs)
+            except Exception:  # a resolver failing must not cost the device-plugin attribution
+                log.exception("DRA device resolution failed")
         self.error = ""
         self.refreshes += 1
         self.last_success = time.time()
