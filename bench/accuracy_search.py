@@ -94,6 +94,9 @@ class Evidence:
     node_seen: bool = True  # the Node of every pod doing the run's work is in it
     times: bool = True  # its step lines carry trustworthy times (kubelet stamps, or the trainer's own)
     mark_seen: bool = True  # after a restart: a log holding the pre-restart high-water mark is in it
+    # its step lines' only times are the trainer's own, and the trainer forges them: no collector can
+    # tell a stall from progress by them (a forgery as large as the stall's age hides it exactly)
+    forged_only: bool = False
 
     def healthy(self) -> bool:
         return self.node_seen and self.times and self.mark_seen
@@ -126,6 +129,7 @@ def dump_evidence(dump: Path, d: Draw, t: RunTruth, uids: dict[str, tuple[str, s
             if _STAMP.search(f.read_bytes()[:4096]):
                 stamps = True
     times = stamps or (own and not d.forge)
+    forged_only = own and bool(d.forge) and not stamps
     mark_seen = True
     if t.restarts and not d.style_numbers_steps:
         mark_seen = False  # its lines carry no step number: no log shows the mark
@@ -141,7 +145,7 @@ def dump_evidence(dump: Path, d: Draw, t: RunTruth, uids: dict[str, tuple[str, s
                      else [base / "logs.txt", base / f"{container}{CURRENT_SUFFIX}"])
             if any(f.is_file() and f.stat().st_size for f in files):
                 mark_seen = True
-    return Evidence(node_seen, times, mark_seen)
+    return Evidence(node_seen, times, mark_seen, forged_only)
 
 
 def live_evidence(d: Draw, t: RunTruth, alive_uids: set[str]) -> Evidence:
@@ -184,6 +188,8 @@ class SearchReport:
     dims: Counter[str] = field(default_factory=Counter)  # how often each dimension was drawn
     missing: Counter[str] = field(default_factory=Counter)  # source → runs it did not report
     ghosts: Counter[str] = field(default_factory=Counter)  # source → runs reported that are no current run
+    # source → progressing `true` judged undecidable: a forged trainer clock is the only time on the lines
+    undecidable: Counter[str] = field(default_factory=Counter)
     shrunk: list[tuple[Failure, Draw, dict[str, str], bool]] = field(default_factory=list)
     floor_misses: list[tuple[str, int, str, str]] = field(default_factory=list)  # healthy runs not verified
 
@@ -233,7 +239,9 @@ def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, A
         label = "true" if want else ("false-in-tolerance" if t.in_tolerance(claim, tol) else "false")
         rep.observed[(source, claim, label, obs)] += 1
         kind = ""
-        if obs == "true" and t.true_is_error(claim, tol):
+        if obs == "true" and claim == "progressing" and ev.forged_only:
+            rep.undecidable[source] += 1
+        elif obs == "true" and t.true_is_error(claim, tol):
             kind = "false-verified" if verdict == "verified" else "false-true"
         elif obs == "true" and not evidence_for[claim]:
             kind = "true-without-evidence"
@@ -503,6 +511,12 @@ def render(rep: SearchReport) -> list[str]:
     if rep.ghosts:
         lines += ["Runs reported under the name of no current run (an earlier generation's pods, a RayCluster "
                   "without its RayJob): " + ", ".join(f"{k} {v}" for k, v in sorted(rep.ghosts.items())) + ".", ""]
+    lines += ["Undecidable, not counted as errors: progressing `true` where the step lines' only times are a "
+              "trainer's forged own times (no kubelet timestamps in that source): "
+              + (", ".join(f"{k} {v}" for k, v in sorted(rep.undecidable.items())) or "none") + ". A trainer "
+              "that prints times ahead by as much as its stall's age hides the stall from any reader of such a "
+              "log; the live controller and dumps with `kubectl logs --timestamps` judge by the kubelet's stamps.",
+              ""]
     lines += ["### Minimal failing cases", ""]
     if not rep.shrunk:
         lines += ["None.", ""]

@@ -249,11 +249,12 @@ def main() -> None:
         {"agent": role_agent, "sampler": role_sampler, "iterate": role_iterate}[args.role](args)
         return
 
-    from tests.agent.kubelet import PodResourcesServer
+    from tests.agent.kubelet import PodResourcesServer, PodSpec
     seconds = 10.0 if args.quick else args.seconds
     tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
-    pods = [("research", f"train-{i:03d}", [("trainer", "nvidia.com/gpu", [_uuid(i)] if i < GPUS else [])])
-            for i in range(PODS)]
+    pods: list[PodSpec] = [
+        ("research", f"train-{i:03d}", [("trainer", "nvidia.com/gpu", [_uuid(i)] if i < GPUS else [])])
+        for i in range(PODS)]
     writer = Writer(tmp / "pods")
     writer.start()
     try:

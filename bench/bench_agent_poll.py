@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 from collector.agent.evidence import Snapshot, evidence_document  # noqa: E402
 from collector.agent.logs import ContainerLog  # noqa: E402
 from collector.agent.nvml import GpuReading, NvmlStatus  # noqa: E402
-from collector.agent.podresources.client import Allocation  # noqa: E402
+from collector.agent.podresources import Allocation  # noqa: E402
 from collector.claims.progress import compacted  # noqa: E402
 from collector.controller import _adds_nothing  # noqa: E402
 from collector.correlate import Signal  # noqa: E402

@@ -106,7 +106,14 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
         restarts: list[Restart] = []
         replaced = run.replacement(pod)
         if replaced and pod.created is not None:
-            restarts.append(Restart(pod.created, replaced))
+            # Every line of a replacement's log comes after the replacement, whatever the clocks say:
+            # pod.created is the API server's, the lines are its node's (a clock behind, unmeasured,
+            # stamps them before the pod existed and would make its own replay the mark it passes).
+            born = pod.created
+            first = sig.scan.first_at
+            if first is not None:
+                born = min(born, first - ev.node_skew.get(f.node_name, ZERO) - BEFORE)
+            restarts.append(Restart(born, replaced))
         c = next((c for c in f.containers if c.name == sig.source and not c.init), None)
         if c is not None and c.restart_count > 0:
             # When it last started over; not known: as early as it can be (the pod's start), so no
@@ -121,6 +128,11 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
                                             + (f", last exit {c.last_reason}" if c.last_reason else "") + ")"))
         out[(pod.ref.key, sig.source)] = Lineage(stream, tuple(sorted(restarts, key=lambda r: r.at)))
     return out
+
+
+# A restart sorts after the samples of its own instant: placed this much before a pod's first line,
+# it sorts before it.
+BEFORE = timedelta(microseconds=1)
 
 
 def replaced_pods(ev: RunEvidence) -> list[tuple[ObjectRecord, str]]:

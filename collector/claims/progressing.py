@@ -95,6 +95,14 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
             return _claim(a.progressing, Observed.UNKNOWN, None,
                           f"progress lines carry no timestamps (last step {_step(top)}); cannot tell when it "
                           "advanced", evidence, status_ev)
+        if view.blind is not None:
+            b = view.blind.last
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"no step proves progress: {b.source} last printed "
+                          f"{'step ' + _step(b.step) if b.step is not None else 'activity'} at {_hm(b.at)}"
+                          f" ({human_age(now - b.at)} ago), but {view.blind.restart.why} at"
+                          f" {_hm(view.blind.restart.at)} and its steps before then are not in view: they may be"
+                          " replays of steps it had made", evidence, status_ev)
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"no progress signal in {len(fresh_signals)} source(s) read", evidence, status_ev)
     age = now - last.at

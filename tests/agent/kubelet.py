@@ -48,7 +48,7 @@ class PodResourcesServer:
                 c = pr.containers.add(name=cname)
                 if devices:
                     c.devices.add(resource_name=resource, device_ids=devices)
-                for claim_ns, claim, devs in (spec[3] if len(spec) > 3 else []):  # type: ignore[misc]
+                for claim_ns, claim, devs in (spec[3] if len(spec) > 3 else []):  # type: ignore[misc,unused-ignore]
                     dr = c.dynamic_resources.add(claim_name=claim, claim_namespace=claim_ns)
                     for d in devs:
                         cr = dr.claim_resources.add(driver_name=d.get("driver", ""), pool_name=d.get("pool", ""),

@@ -94,6 +94,9 @@ def _alerts(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
 
 
+BASE = "https://git.example/taugrid-evidence/blob/v0.1.0/docs/runbooks.md"
+
+
 def test_prometheus_rule_overrides(tmp_path: Path) -> None:
     files = {r["alert"]: r for f in sorted((CHART / "rules").glob("*.rules.yaml"))
              for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"] if "alert" in r}
@@ -102,8 +105,11 @@ def test_prometheus_rule_overrides(tmp_path: Path) -> None:
     headings = {line[3:].strip().lower() for line in (ROOT / "docs" / "runbooks.md").read_text().splitlines()
                 if line.startswith("## ")}
     for name, r in default.items():
+        # no base URL by default: no link rather than one that resolves nowhere
+        assert "runbook_url" not in r["annotations"] and files[name]["annotations"]["runbook_url"]
+    for name, r in _alerts(render({**REQUIRED, "prometheusRule": {"runbookBaseUrl": BASE}})).items():
         url = r["annotations"]["runbook_url"]
-        assert url.startswith("https://") and url.endswith(f"runbooks.md#{name.lower()}"), url
+        assert url == f"{BASE}#{name.lower()}", url
         assert url.rpartition("#")[2] in headings
     objs = render(CUSTOM)
     custom = _alerts(objs)
@@ -185,6 +191,8 @@ def test_agent_priority_class_and_the_notes_on_its_node_selector() -> None:
     # Offline (`lookup` finds nothing), the notes say the match is unchecked and how to check it,
     # never that no node matches.
     text = notes(REQUIRED)
+    assert "set prometheusRule.runbookBaseUrl" in text
+    assert "runbookBaseUrl" not in notes({**REQUIRED, "prometheusRule": {"runbookBaseUrl": BASE}})
     assert "kubectl get nodes -l nvidia.com/gpu.present=true" in text and "unchecked" in text
     assert "WARNING" not in text
     text = notes({**REQUIRED, "agent": {"nodeSelector": {"nvidia.com/gpu.present": None, "pool": "a100"}}})

@@ -206,6 +206,32 @@ def test_a_jobset_restart_leaves_progress_unknown_without_the_old_logs(tmp_path:
     assert prog["observed"] == "unknown" and "JobSet restart attempt 1" in prog["reason"], prog
 
 
+def test_a_replacement_on_a_node_whose_clock_runs_behind_replays_nothing_into_a_mark(tmp_path: Path) -> None:
+    """The new pods' nodes run 90 s behind, unmeasured (a clock behind is no Lease past the others'):
+    their first lines are stamped before the pods were created (the API server's clock). Those lines
+    are the replacement's own replay, not a mark before its restart that later steps pass."""
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {**meta("pretrain", NS, "uid-js", T0), "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+          "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1,
+                                       "template": {"spec": {"parallelism": 1, "completions": 1}}}]},
+          "status": {"restarts": 1}}
+    born = NOW - timedelta(seconds=1125)  # its last step (at 10 s a step) 10 s before the capture
+    child = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        **meta("pretrain-workers-0", NS, "uid-j0", born, owner=owner_of(js)),
+        "labels": {"jobset.sigs.k8s.io/jobset-name": "pretrain"}},
+        "spec": {"parallelism": 1, "completions": 1}, "status": {"active": 1, "ready": 1}}
+    labels = {"jobset.sigs.k8s.io/jobset-name": "pretrain", "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+              "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": "1",
+              "batch.kubernetes.io/job-name": "pretrain-workers-0", "batch.kubernetes.io/job-completion-index": "0"}
+    p = pod("pretrain-workers-0-0-abcde", NS, born, node="gpu-0", gpus=8, labels=labels, owner=owner_of(child))
+    # replayed 300..330 stamped before `born` by the slow clock, then on past 330 (the old mark unknown)
+    lines = steps(300, 420, born - timedelta(seconds=90) + timedelta(seconds=5))
+    out = explain(write_dump(tmp_path / "d", [js, child, p], logs={(NS, p["metadata"]["name"]): text(lines)},
+                             captured=NOW))
+    prog = run_of(out, "pretrain")["claims"]["progressing"]
+    assert prog["observed"] == "unknown" and "JobSet restart attempt 1" in prog["reason"], prog
+
+
 def test_a_recreated_ray_worker_is_not_a_fresh_start(tmp_path: Path) -> None:
     """KubeRay recreates a lost worker under a new name, 40 minutes after the cluster came up: its
     steps resume from a checkpoint. With its group's other worker still in view (lockstep, 4,000
