@@ -234,6 +234,7 @@ class RayProgress:
             self._notes.append(f"{reading.restart} at {at.isoformat()} (restart): later reports may replay ones"
                                " made before it")
             if self._samples:
+                # (past line 0: after the samples, for `restarts_inside`)
                 self._resumes.append(ResumeFinding(line=self.scrapes, at=at, step=None, format=FORMAT))
             else:
                 self._blind = True
@@ -242,7 +243,8 @@ class RayProgress:
             return None, reading.diagnostic
         if self._blind:
             return None, "Ray Train reports after a restart, none before it in view: replay or progress unknown"
-        sample = ProgressSample(step=None, at=at, loss=self._loss(families), line=self.scrapes, format=FORMAT)
+        # line 0 as the counter's: the signal's hang findings carry job-log line numbers, not scrapes
+        sample = ProgressSample(step=None, at=at, loss=self._loss(families), line=0, format=FORMAT)
         self.last_seen = at
         self._samples.append(sample)
         return sample, ""
