@@ -128,7 +128,7 @@ def play(scenario: Path, speed: float, scenario_seconds: float, tmp_path: Path,
     engine = session.engine
     base = Settings()
     settings = replace(base, controller=replace(base.controller, leader_election=False, tick=timedelta(seconds=1),
-                                                log_poll_interval=timedelta(seconds=max(0.5, 10 / speed))))
+                                                log_poll_interval=timedelta(seconds=max(1.0, 10 / speed))))
     s = settings.claims
     # Stalled: past the collector's window for a steady cadence (max(floor, multiplier x interval) and
     # its scrape), two of Prometheus's scrapes and the margin `state_of` adds.
@@ -191,15 +191,22 @@ def test_default_scenario_pages_for_the_stall_only(tmp_path: Path) -> None:
 
 def test_a_fleet_pages_for_its_stalls_only(tmp_path: Path) -> None:
     """The shipped fleet's templates (healthy, stalls, fails, crash-loops, queued), 1/200 of its runs
-    (31) submitted over a minute, nodes to match. 9.5 scenario minutes at 20x."""
+    (31, of 4 pods) submitted over a minute, nodes to match, and two runs replaying after an in-place restart.
+    9.5 scenario minutes at 15x."""
     doc = yaml.safe_load(FLEET.read_text())
     for entry in doc["runs"]:
         entry["count"] = max(2, entry["count"] // 200)
         entry["stagger"] = "1m"
     doc["cluster"]["nodes"][1]["count"] = 40
+    doc["cluster"]["profiles"][0]["workers"] = 3  # a head and 3 workers a run: the controller keeps up on 2 cores
+    # and runs that restart in place at 2 min and replay 50 steps (8 minutes of replay) from their checkpoint
+    doc["templates"]["replays"] = {**doc["templates"]["healthy"], "timeline": [
+        *doc["templates"]["healthy"]["timeline"][:-1], {"at": "55s", "train": {"every": "10s"}},
+        {"at": "2m", "restart": {"mode": "inplace", "rewind": 50, "resumeAfter": "20s"}}]}
+    doc["runs"].append({"name": "replaying", "template": "replays", "count": 2, "stagger": "30s"})
     path = tmp_path / "fleet-small.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    watch = play(path, 20.0, 570.0, tmp_path)
+    watch = play(path, 15.0, 570.0, tmp_path)
     assert watch.wrong == [], "critical alerts on runs that are not stalled:\n" + "\n".join(watch.wrong) + \
         "\n" + report(watch)
     stalled = watch.ever("stalled")
@@ -207,3 +214,4 @@ def test_a_fleet_pages_for_its_stalls_only(tmp_path: Path) -> None:
     for key in stalled:
         assert "TaugridRunStalled" in {a for a, _, _ in watch.alerts[key]}, report(watch)
     assert len(watch.ever("waiting")) >= 2 and len(watch.ever("healthy")) >= 23, report(watch)
+    assert {run for _, run in watch.ever("replaying")} == {"replaying-0", "replaying-1"}, report(watch)
