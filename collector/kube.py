@@ -679,6 +679,9 @@ def _workload(r: _Reader, raw: RawObject) -> Facts:
         admission_checks=tuple(checks),
         pod_count=pod_count,
         cluster_name=r.str_(_get(raw, "status.clusterName"), "status.clusterName"),
+        active=_get(raw, "spec.active") is not False,
+        gated_by=r.str_(_map(raw, "metadata.annotations").get("kueue.x-k8s.io/admission-gated-by"),
+                        "metadata.annotations[kueue.x-k8s.io/admission-gated-by]"),
     )
 
 

@@ -203,6 +203,8 @@ class WorkloadFacts:
     admission_checks: tuple[AdmissionCheck, ...] = ()
     pod_count: int | None = None  # sum of spec.podSets[].count
     cluster_name: str = ""  # MultiKueue: the worker cluster it was dispatched to (status.clusterName)
+    active: bool = True  # spec.active (false: deactivated by its user, or by Kueue past its requeuing limit)
+    gated_by: str = ""  # metadata.annotations[kueue.x-k8s.io/admission-gated-by]: controllers holding admission
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,9 +45,9 @@ def find_binary(binary: str | None = None) -> str:
 
 
 
-def _config(targets: Sequence[str], interval: str, honor_labels: bool) -> str:
+def _config(targets: Sequence[str], interval: str, honor_labels: bool, rule_files: Sequence[Path] = ()) -> str:
     # JSON is valid YAML: no YAML library needed, and quoting is exact.
-    cfg = {
+    cfg: dict[str, Any] = {
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "scrape_configs": [
             {
@@ -57,6 +57,8 @@ def _config(targets: Sequence[str], interval: str, honor_labels: bool) -> str:
             }
         ],
     }
+    if rule_files:
+        cfg["rule_files"] = [str(p) for p in rule_files]
     return json.dumps(cfg, indent=2)
 
 
@@ -81,12 +83,14 @@ class PromServer:
         honor_labels: bool = True,
         binary: str | None = None,
         ready_timeout: float = 20.0,
+        rule_files: Sequence[Path] = (),
     ) -> PromServer:
-        """Start Prometheus scraping `targets` ("host:port", path /metrics) and wait until ready."""
+        """Start Prometheus scraping `targets` ("host:port", path /metrics) and wait until ready;
+        `rule_files` are loaded and evaluated every `scrape_interval`."""
         exe = find_binary(binary)
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
-        config.write_text(_config(targets, scrape_interval, honor_labels))
+        config.write_text(_config(targets, scrape_interval, honor_labels, rule_files))
         last_error = ""
         # The free port can be taken between probing and binding: retry with another.
         for attempt in range(3):
@@ -148,6 +152,11 @@ class PromServer:
         data = self._get("/api/v1/query", {"query": promql})
         result: Result = data["result"] if data["resultType"] in ("vector", "matrix") else [data]
         return result
+
+    def alerts(self) -> Result:
+        """The pending and firing alerts (`/api/v1/alerts`): labels, annotations, state, activeAt."""
+        active: Result = self._get("/api/v1/alerts")["alerts"]
+        return active
 
     def targets(self) -> Result:
         active: Result = self._get("/api/v1/targets")["activeTargets"]

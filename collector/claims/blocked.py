@@ -45,6 +45,7 @@ _DRA = re.compile(r"cannot allocate all claims|resourceclaim in use|resourceclai
                   r"resourceclaim not found|pod has unallocated claims", re.I)
 # Kueue's AdmissionCheck controllers, by spec.controllerName (never by the check's own name).
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+GATED_BY = "kueue.x-k8s.io/admission-gated-by"  # the controllers that must clear a Workload's AdmissionGated
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"  # TAS: Kueue ungates each pod once it has placed it
 # Kueue's QuotaReserved=False reasons (tiered since UnadmittedWorkloadsObservability) and what they mean.
 _QUOTA_REASONS = {
@@ -56,7 +57,38 @@ _QUOTA_REASONS = {
     "WaitingForPreemptedWorkloads": "waiting for preempted workloads to release their quota",
     "WaitingForPodsReady": "waiting for another workload's pods to become ready (waitForPodsReady)",
     "PendingEvaluation": "not evaluated by the scheduler yet",
+    # Workload-wide holds (Kueue's tiers 1-6): no quota is sought until someone acts; who, `_who_acts` says.
+    "Deactivated": "the Workload is deactivated (spec.active: false); Kueue will not admit it until it is"
+                   " reactivated",
+    "OnHold": "its job's controller released the quota on purpose (e.g. a StatefulSet scaled to zero)",
+    "Misconfigured": "the Workload cannot be queued as configured",
+    "Suspended": "its LocalQueue or ClusterQueue is stopped (stopPolicy)",
+    "AdmissionGated": "admission is gated by an external controller (annotation kueue.x-k8s.io/admission-gated-by)",
 }
+# Who has to act on a hold that waiting alone never lifts: the run's owner (its user), a queue admin
+# (LocalQueue/ClusterQueue objects and their stopPolicy) or the platform (a gating controller).
+USER, QUEUE_ADMIN, PLATFORM = "the run's owner", "a Kueue queue admin", "the platform"
+_HOLDERS = {"Deactivated": USER, "OnHold": USER, "Suspended": QUEUE_ADMIN, "AdmissionGated": PLATFORM}
+_QUEUE_STOPPED = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})  # Evicted reasons
+
+
+def _who_acts(reason: str, message: str) -> str:
+    """Who must act on a QuotaReserved=False (or Evicted) hold; "" where waiting is the remedy."""
+    if reason in _HOLDERS:
+        return _HOLDERS[reason]
+    if reason.startswith("DeactivatedDueTo"):  # Evicted: Kueue set spec.active false (requeuing limit, ...)
+        return USER
+    if reason in _QUEUE_STOPPED:
+        return QUEUE_ADMIN
+    if reason in ("Misconfigured", "Inadmissible"):
+        # A missing LocalQueue is the run's (it names the queue); a missing or inactive ClusterQueue,
+        # or a LocalQueue pointing at one, is the queue admin's.
+        if re.search(r"ClusterQueue|is inactive|is stopped", message):
+            return QUEUE_ADMIN
+        if "LocalQueue" in message:
+            return USER
+        return f"{USER} or {QUEUE_ADMIN}"
+    return ""
 
 
 def blocked_stage(ev: RunEvidence, clock: Clock, fresh: Freshness, s: ClaimSettings) -> Blocked | None:
@@ -196,6 +228,10 @@ def _queue_admission(
         reason = f"evicted ({evicted.reason}): {evicted.message}" if evicted.message else f"evicted ({evicted.reason})"
         if reserved is not None and reserved.message:
             reason += f"; now pending: {reserved.message}"
+        who = _who_acts(reserved.reason, reserved.message) if reserved is not None else ""
+        who = who or _who_acts(evicted.reason, evicted.message)
+        if who:
+            reason += f"; for {who} to act on"
         return Blocked(Stage.QUEUE_ADMISSION, reason, evicted.last_transition, tuple(evidence))
     queue = f.queue_name or "?"
     if reserved is not None and reserved.message:
@@ -206,6 +242,18 @@ def _queue_admission(
         reason = f"Kueue has not reserved quota ({reserved.reason}: {_QUOTA_REASONS[reserved.reason]})"
     else:
         reason = f"waiting in LocalQueue {queue} for quota"
+    held = reserved.reason if reserved is not None else ""
+    if not f.active and held != "Deactivated":
+        # spec.active is false: Kueue's own word may lag (or predate its tiered reasons)
+        reason += f"; {_QUOTA_REASONS['Deactivated']}"
+        evidence.append(Evidence(Plane.KUEUE, ref, "spec.active", False, wl.newest))
+        held = "Deactivated"
+    who = _who_acts(held, reserved.message if reserved is not None else "")
+    if who:
+        reason += f"; for {who} to act on: waiting will not lift it"
+    if held == "AdmissionGated" and f.gated_by:
+        reason += f" (gated by {f.gated_by})"
+        evidence.append(Evidence(Plane.KUEUE, ref, f"metadata.annotations[{GATED_BY}]", f.gated_by, wl.newest))
     for q in (ev.local_queue, ev.cluster_queue):
         active = q.condition("Active") if q is not None else None
         if q is not None and active is not None and not active.is_true:

@@ -8,10 +8,8 @@ imports this module. Where a head and its workers answer (URLs from validated pa
 - `RayHead` reads one head: `GET /api/jobs/` (jobs), `GET /api/jobs/{id}/logs` (cut to a tail),
   `GET /api/v0/nodes` (alive nodes) and a metrics endpoint (Prometheus text, parsed with
   `prometheus_client.parser`). Failures raise `RaySourceError`, retryable or permanent.
-- `RayProgress` turns successive scrapes of a step counter into `ProgressSample`s. The counter's
-  raw value (summed over its label sets) is the step: a counter that falls after a restart and
-  climbs again is replay, not progress, until it passes its old high-water mark; that is exactly
-  how `collector.claims.progress.analyze` reads steps at or below the maximum already seen.
+- `RayProgress` (`collector.sources.ray_progress`) turns successive scrapes of a step counter, or
+  where a run has none, of Ray Train's own report totals and controller state, into `ProgressSample`s.
 - `RayPoller` reads many heads and hands on, per cluster as soon as it is read, a `RayRuntime`
   and the "ray-metrics" `Signal`. A head that cannot be read yields a runtime with `error` set and no signal, so the
   last signal ages out and the progressing claim fails closed. An unreadable metrics endpoint
@@ -24,7 +22,6 @@ import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -38,21 +35,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.correlate import RayRuntime, Signal
 from collector.model import Plane, Ref
-from collector.progress import HangFinding, LogScan, ProgressSample, scan_text
+from collector.progress import HangFinding, scan_text
 from collector.render import safe_text
 from collector.sources import httpget
+from collector.sources.ray_progress import DEFAULT_COUNTER, DEFAULT_LOSS, HISTORY, SOURCE, RayProgress
 from collector.sources.ray_urls import is_worker_metrics_url, normalize_url
 
-DEFAULT_COUNTER = "ray_train_steps_total"  # ray.util.metrics.Counter("train_steps")
-DEFAULT_LOSS = "ray_train_loss"  # ray.util.metrics.Gauge("train_loss")
-SOURCE = "ray-metrics"
-SAMPLE_FORMAT = "ray-metric"
-HISTORY = 512  # progress samples kept per cluster
 JOB_STATUSES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 TERMINAL_JOB_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 NODES_LIMIT = 10_000  # the state API's own maximum (RAY_MAX_LIMIT_FROM_API_SERVER)
 SNIPPET = 64  # characters of a tenant's answer a diagnostic may quote (redacted, controls escaped)
-_NOTES = 16  # lasting notes (counter resets) kept per cluster
 
 JSON = dict[str, Any]
 
@@ -313,11 +305,6 @@ class RayHead:
 # --- progress from scrapes ------------------------------------------------------------------------
 
 
-def _series(families: Iterable[Metric], name: str) -> list[float]:
-    names = {name} if name.endswith("_total") else {name, name + "_total"}
-    return [s.value for fam in families for s in fam.samples if s.name in names]
-
-
 GPU_UTILIZATION = "ray_node_gpus_utilization"
 GPU_POWER_MW = "ray_node_gpu_power_milliwatts"
 
@@ -333,90 +320,6 @@ def gpu_activity(families: Iterable[Metric]) -> dict[str, Any]:
         "gpu_utilization": math.fsum(util) / len(util) if util else None,
         "gpu_power_w": math.fsum(power) / len(power) / 1000 if power else None,
     }
-
-
-class RayProgress:
-    """Successive scrapes of one cluster → progress samples (one instance per cluster).
-
-    The step is the counter's value summed over its label sets (WorkerId, SessionName, ...),
-    as an int. A sample is kept for the first reading and then only when the step changes; a step
-    that falls (a restart: the series of a restarted node start again from zero) is kept too and
-    noted, and the analysis counts what follows as replay until it passes the old maximum.
-    """
-
-    def __init__(self, counter: str = DEFAULT_COUNTER, loss: str | None = DEFAULT_LOSS,
-                 history: int = HISTORY) -> None:
-        self.counter = counter
-        self.loss = loss
-        self._samples: deque[ProgressSample] = deque(maxlen=history)
-        self._high: ProgressSample | None = None  # kept even after it leaves the history
-        self._notes: deque[str] = deque(maxlen=_NOTES)
-        self.scrapes = 0
-        self.resets = 0
-        self.last_value: int | None = None
-        self.last_seen: datetime | None = None
-
-    def observe(self, families: Sequence[Metric], at: datetime) -> tuple[ProgressSample | None, str]:
-        """One scrape; returns (the new sample or None, a diagnostic for this scrape or "")."""
-        self.scrapes += 1
-        values = _series(families, self.counter)
-        if not values:
-            if self.last_seen is None:
-                return None, f"metric {self.counter} not exposed ({len(families)} metric families read)"
-            return None, f"metric {self.counter} not exposed since {self.last_seen.isoformat()}"
-        bad = [v for v in values if not math.isfinite(v) or v < 0]
-        if bad:
-            return None, f"metric {self.counter} has invalid value {bad[0]}: not progress"
-        step = int(math.fsum(values))
-        self.last_seen = at
-        if step == self.last_value:
-            return None, ""
-        prev = self.last_value
-        self.last_value = step
-        sample = ProgressSample(step=step, at=at, loss=self._loss(families), line=0, format=SAMPLE_FORMAT)
-        if prev is not None and step < prev:
-            self.resets += 1
-            high = self._high.step if self._high else prev
-            self._notes.append(f"{self.counter} fell from {prev} to {step} at {at.isoformat()} (restart); "
-                               f"steps up to {high} are replay")
-        if self._high is None or step > (self._high.step or 0):
-            self._high = sample
-        self._samples.append(sample)
-        return sample, ""
-
-    def _loss(self, families: Sequence[Metric]) -> float | None:
-        if not self.loss:
-            return None
-        values = [s.value for fam in families for s in fam.samples if s.name == self.loss]
-        if not values:
-            return None
-        bad = [v for v in values if not math.isfinite(v)]
-        return bad[0] if bad else math.fsum(values) / len(values)
-
-    @property
-    def samples(self) -> tuple[ProgressSample, ...]:
-        out = tuple(self._samples)
-        high = self._high
-        if high is not None and out and (high.step or 0) > max(s.step or 0 for s in out):
-            out = (high, *out)  # keep the high-water mark so replay stays replay
-        return out
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return tuple(self._notes)
-
-    def scan(self, *, hangs: Sequence[HangFinding] = (), diagnostics: Sequence[str] = (),
-             with_samples: bool = True) -> LogScan:
-        samples = self.samples if with_samples else ()
-        return LogScan(
-            source=SOURCE,
-            format=SAMPLE_FORMAT if samples else None,
-            samples=samples,
-            hangs=tuple(hangs),
-            xids=(),
-            diagnostics=(*self.notes, *(d for d in diagnostics if d)),
-            lines=self.scrapes,  # scrapes read, the metrics analogue of log lines
-        )
 
 
 # --- many heads -----------------------------------------------------------------------------------
