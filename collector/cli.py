@@ -17,25 +17,31 @@ import yaml
 
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
-from collector.correlate import build_index
 from collector.endpoints import HttpOptions
 from collector.environment import check, single_cluster
+from collector.explaincmd import (
+    EXIT_SKIPPED,
+    LiveOptions,
+    document,
+    evidence_index,
+    explain_live,
+    select,
+    write_document,
+)
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.malloc import fix_mmap_threshold
-from collector.model import RunClaims
 from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
-from collector.render import redact_json, render_scan, render_text, safe_text, to_json
+from collector.render import redact_json, render_scan, render_text, safe_text
 from collector.safeload import MAX_OBJECT_BYTES
 from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds, resources_for
 from collector.sources.kube_client import ConfigException
+from collector.sources.live import MAX_LOG_BYTES, MAX_PODS, LiveLimits
 from collector.workers import load_worker_dumps, parse_worker
 from collector.workerwatch import workers_from_specs
 from exporters.prometheus import new_registry
-
-EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,20 +66,18 @@ def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datet
     return t
 
 
-def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]:
-    if not wanted:
-        return claims
-    out = []
-    for rc in claims:
-        names = {rc.ref.name, f"{rc.ref.namespace}/{rc.ref.name}", f"{rc.ref.kind}/{rc.ref.namespace}/{rc.ref.name}"}
-        if names & set(wanted):
-            out.append(rc)
-    return out
-
-
 @main.command()
 @click.option("--from-dump", "dump_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              required=True, help="Directory written by `kubectl cluster-info dump --output-directory`.")
+              help="Directory written by `kubectl cluster-info dump --output-directory` (default: the live cluster).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Live: default $KUBECONFIG, else ~/.kube/config, else the in-cluster service account.")
+@click.option("--context", help="Live: the kubeconfig context (default: its current context).")
+@click.option("--namespace", "-n", default=None,
+              help="Live: the runs' namespace (default: NAMESPACE/NAME's, else the context's, else default).")
+@click.option("--max-pods", type=click.IntRange(min=0), default=MAX_PODS, show_default=True,
+              help="Live: read the logs of at most this many of the runs' pods.")
+@click.option("--max-log-bytes", type=click.IntRange(min=1), default=MAX_LOG_BYTES, show_default=True,
+              help="Live: the tail this big of each container's current and previous log.")
 @click.option("--at", "at", callback=_parse_at,
               help="Evaluation time (RFC3339). Default: the capture time its control-plane stamps give.")
 @click.option("--captured-at", "captured", callback=_parse_at,
@@ -82,24 +86,37 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
               help="YAML settings, the controller's file (claims windows, taugrid contract, per-profile regexes).")
 @click.option("--max-file-bytes", type=click.IntRange(min=1), default=MAX_OBJECT_BYTES, show_default=True,
               help="Largest JSON/YAML file read from the dump.")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
 @click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
               show_default=True, help="Where evidence bundles are; text output links each run's latest.")
 @click.option("--worker-dump", "worker_dumps", multiple=True, metavar="NAME=DIR",
               help="A MultiKueue worker's dump, NAME as the manager's status.clusterName says (repeatable).")
 @click.argument("runs", nargs=-1)
-def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
-            max_file_bytes: int, output: str, bundles_dir: Path, worker_dumps: tuple[str, ...],
-            runs: tuple[str, ...]) -> None:
-    """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
+def explain(dump_dir: Path | None, kubeconfig: str | None, context: str | None, namespace: str | None,
+            max_pods: int, max_log_bytes: int, at: datetime | None, captured: datetime | None,
+            config_path: Path | None, max_file_bytes: int, output: str, bundles_dir: Path,
+            worker_dumps: tuple[str, ...], runs: tuple[str, ...]) -> None:
+    """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none), live or from a dump.
 
-    The dump is one snapshot: every source counts as synced when it was captured, so evaluating
-    it --at a time past the freshness bound after capture gives unknown, never an old true.
+    Live (no --from-dump): the runs' namespace is read once with your kubeconfig's credentials, and
+    judged on the API server's clock; what RBAC refuses is named, and the claims it would have
+    supported are unknown. The dump is one snapshot: every source counts as synced when it was
+    captured, so evaluating it --at a time past the freshness bound after capture gives unknown.
     """
     try:
         settings = load_settings(config_path)
     except ConfigError as e:
         raise click.ClickException(safe_text(str(e))) from e
+    if dump_dir is None:
+        dump_only = [o for o, v in (("--at", at), ("--captured-at", captured), ("--worker-dump", worker_dumps)) if v]
+        if dump_only:
+            raise click.UsageError(f"{', '.join(dump_only)}: only with --from-dump")
+        opts = LiveOptions(kubeconfig, context, namespace, LiveLimits(max_pods=max_pods, max_log_bytes=max_log_bytes),
+                           output, bundles_dir)
+        sys.exit(explain_live(opts, runs, settings))
+    live_only = [o for o, v in (("--kubeconfig", kubeconfig), ("--context", context), ("--namespace", namespace)) if v]
+    if live_only:
+        raise click.UsageError(f"{', '.join(live_only)}: only live (without --from-dump)")
     dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
                      log_regex_by_profile=settings.controller.log_regex_by_profile)
     clock = dump.clock(captured)  # judged first: its warnings are printed below
@@ -112,14 +129,10 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         sys.exit(2)
     # --at fixes the instant; otherwise the capture is known to lie in [clock.at, clock.at + slack].
     slack = timedelta(0) if at is not None else clock.slack
-    index = build_index(dump.records, settings.taugrid)
-    inferred = index.infer_missing_roots()
     taken = clock.taken(at) or now
     # One snapshot: every kind it holds was read at capture time.
-    index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
-    index.node_skew.update(dump.node_skew())  # nodes whose clocks run ahead: their stamps read earlier
-    for sig in dump.signals(taken):
-        index.set_signal(sig)
+    index, inferred = evidence_index(dump.records, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
+                                     dump.node_skew(), settings.taugrid)
     try:
         worker_dirs = dict(parse_worker(w) for w in worker_dumps)
     except ValueError as e:
@@ -129,7 +142,7 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         click.echo(safe_text(problem), err=True)
     claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack,
                                     origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
-    selected = _select(claims, runs)
+    selected = select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
                              f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
@@ -139,12 +152,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
                                  settings.controller.environment_namespaces or None)
     if workers.inventories:
         environment = check([*environment.clusters, *workers.inventories])
-    if output == "json":
-        doc = to_json(selected, now)
-        doc["environment"] = environment.to_json()
-        if missing is not None:
-            doc["missing"] = missing
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    if output in ("json", "yaml"):
+        write_document(document(selected, now, environment=environment, missing=missing), output)
     else:
         from collector.bundlecmd import latest_bundles
 
@@ -157,8 +166,6 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         click.echo(safe_text(environment.summary()))
     if dump.skipped or workers.skipped:
         sys.exit(EXIT_SKIPPED)
-
-
 
 
 @main.command()
