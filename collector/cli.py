@@ -21,9 +21,11 @@ from collector.endpoints import HttpOptions
 from collector.environment import check, single_cluster
 from collector.explaincmd import (
     EXIT_SKIPPED,
+    ControllerOptions,
     LiveOptions,
     document,
     evidence_index,
+    explain_controller,
     explain_live,
     select,
     write_document,
@@ -78,6 +80,12 @@ def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datet
               help="Live: read the logs of at most this many of the runs' pods.")
 @click.option("--max-log-bytes", type=click.IntRange(min=1), default=MAX_LOG_BYTES, show_default=True,
               help="Live: the tail this big of each container's current and previous log.")
+@click.option("--controller", "controller_url", metavar="URL",
+              help="Show what the controller at URL holds (its /runs: claims as the alert saw them, and history).")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="--controller: the bearer token its /metrics and /runs require.")
+@click.option("--cacert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="--controller: the CA bundle its HTTPS certificate is checked against.")
 @click.option("--at", "at", callback=_parse_at,
               help="Evaluation time (RFC3339). Default: the capture time its control-plane stamps give.")
 @click.option("--captured-at", "captured", callback=_parse_at,
@@ -93,7 +101,8 @@ def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datet
               help="A MultiKueue worker's dump, NAME as the manager's status.clusterName says (repeatable).")
 @click.argument("runs", nargs=-1)
 def explain(dump_dir: Path | None, kubeconfig: str | None, context: str | None, namespace: str | None,
-            max_pods: int, max_log_bytes: int, at: datetime | None, captured: datetime | None,
+            max_pods: int, max_log_bytes: int, controller_url: str | None, token_file: Path | None,
+            cacert: Path | None, at: datetime | None, captured: datetime | None,
             config_path: Path | None, max_file_bytes: int, output: str, bundles_dir: Path,
             worker_dumps: tuple[str, ...], runs: tuple[str, ...]) -> None:
     """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none), live or from a dump.
@@ -107,6 +116,14 @@ def explain(dump_dir: Path | None, kubeconfig: str | None, context: str | None, 
         settings = load_settings(config_path)
     except ConfigError as e:
         raise click.ClickException(safe_text(str(e))) from e
+    if controller_url is not None:
+        other = [o for o, v in (("--from-dump", dump_dir), ("--kubeconfig", kubeconfig), ("--context", context),
+                                ("--at", at), ("--captured-at", captured), ("--worker-dump", worker_dumps)) if v]
+        if other:
+            raise click.UsageError(f"--controller: not with {', '.join(other)}")
+        sys.exit(explain_controller(ControllerOptions(controller_url, token_file, cacert, namespace, output), runs))
+    if token_file is not None or cacert is not None:
+        raise click.UsageError("--token-file, --cacert: only with --controller")
     if dump_dir is None:
         dump_only = [o for o, v in (("--at", at), ("--captured-at", captured), ("--worker-dump", worker_dumps)) if v]
         if dump_only:

@@ -24,6 +24,14 @@ from collector.environment import single_cluster
 from collector.model import ObjectRecord, Observed, Ref, RunClaims, verdict_for
 from collector.multicluster import evaluate_multicluster
 from collector.render import render_text, safe_text, to_json
+from collector.runsapi import (
+    MAX_DOCUMENT_BYTES,
+    BadDocument,
+    decode_runs,
+    dns1123_label,
+    dns1123_subdomain,
+    render_history,
+)
 from collector.settings import Settings
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, resources_for
 from collector.sources.kube_client import ConfigException
@@ -196,3 +204,77 @@ def explain_live(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> 
         echo_refusals(live.refused)
         click.echo(safe_text(environment.summary()))
     return EXIT_SKIPPED if live.refused or any(p.skipped for p in live.dump.problems) else 0
+
+
+# --- from the controller -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerOptions:
+    url: str
+    token_file: Path | None
+    cacert: Path | None
+    namespace: str | None
+    output: str
+    timeout_s: float = 30.0
+
+
+def _fetch(opts: ControllerOptions, path: str) -> bytes:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    headers = {"Accept": "application/json"}
+    if opts.token_file is not None:
+        headers["Authorization"] = "Bearer " + opts.token_file.read_text().strip()
+    context = ssl.create_default_context(cafile=str(opts.cacert)) if opts.cacert else None
+    req = urllib.request.Request(opts.url.rstrip("/") + path, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=opts.timeout_s, context=context) as resp:  # noqa: S310 (scheme checked)
+            data: bytes = resp.read(MAX_DOCUMENT_BYTES + 1)
+            return data
+    except urllib.error.HTTPError as e:
+        body = e.read(300).decode("utf-8", "replace").strip()
+        raise click.ClickException(safe_text(f"{opts.url}{path}: HTTP {e.code}: {body}")) from e
+    except (urllib.error.URLError, OSError) as e:
+        raise click.ClickException(safe_text(f"{opts.url}{path}: {e}")) from e
+
+
+def explain_controller(opts: ControllerOptions, runs: Sequence[str]) -> int:
+    """What the controller holds for RUNS (its claims as the alert saw them, and their history)."""
+    if not opts.url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--controller: expected an http:// or https:// URL, got {opts.url!r}")
+    qualified = [r.split("/") for r in runs if r.count("/") == 1]
+    for ns, name in qualified:  # checked before they become a path (and again by the controller)
+        if not dns1123_label(ns) or not dns1123_subdomain(name):
+            raise click.UsageError(safe_text(f"{ns}/{name}: not a Kubernetes namespace/name (DNS-1123)"))
+    all_qualified = bool(runs) and len(qualified) == len(runs)
+    paths = [f"/runs/{ns}/{name}" for ns, name in qualified] if all_qualified else ["/runs"]
+    found: list[tuple[RunClaims, list[dict[str, Any]]]] = []
+    now: datetime | None = None
+    for path in paths:
+        try:
+            at, got = decode_runs(_fetch(opts, path))
+        except BadDocument as e:
+            raise click.ClickException(safe_text(f"{opts.url}{path}: {e}")) from e
+        now = at if now is None else max(now, at)
+        found += got
+    if opts.namespace:
+        found = [(rc, h) for rc, h in found if rc.ref.namespace == opts.namespace]
+    history = {rc.ref.key: h for rc, h in found}
+    selected = select([rc for rc, _ in found], runs)
+    if runs and not selected:
+        click.echo(safe_text(f"error: the controller holds no run {', '.join(runs)}"), err=True)
+        return 2
+    assert now is not None
+    if opts.output in ("json", "yaml"):
+        doc = document(selected, now)
+        for rc, entry in zip(selected, doc["runs"], strict=True):
+            entry["history"] = history.get(rc.ref.key, [])
+        write_document(doc, opts.output)
+    else:
+        click.echo(render_text(selected, now) if selected else "the controller holds no runs")
+        for rc in selected:
+            for line in render_history(rc, history.get(rc.ref.key, [])):
+                click.echo(safe_text(line))
+    return 0
