@@ -8,7 +8,7 @@ import stat
 import sys
 import threading
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -23,8 +23,9 @@ from collector.explaincmd import (
     EXIT_SKIPPED,
     ControllerOptions,
     LiveOptions,
+    NoClock,
     document,
-    evidence_index,
+    dump_claims,
     explain_controller,
     explain_live,
     select,
@@ -33,15 +34,13 @@ from collector.explaincmd import (
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.malloc import fix_mmap_threshold
-from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
 from collector.render import redact_json, render_scan, render_text, safe_text
 from collector.safeload import MAX_OBJECT_BYTES
-from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds, resources_for
 from collector.sources.kube_client import ConfigException
 from collector.sources.live import MAX_LOG_BYTES, MAX_PODS, LiveLimits
-from collector.workers import load_worker_dumps, parse_worker
+from collector.workers import parse_worker
 from collector.workerwatch import workers_from_specs
 from exporters.prometheus import new_registry
 
@@ -134,31 +133,18 @@ def explain(dump_dir: Path | None, kubeconfig: str | None, context: str | None, 
     live_only = [o for o, v in (("--kubeconfig", kubeconfig), ("--context", context), ("--namespace", namespace)) if v]
     if live_only:
         raise click.UsageError(f"{', '.join(live_only)}: only live (without --from-dump)")
-    dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
-                     log_regex_by_profile=settings.controller.log_regex_by_profile)
-    clock = dump.clock(captured)  # judged first: its warnings are printed below
-    for p in dump.problems:
-        click.echo(safe_text(f"{'skipped' if p.skipped else 'warning'}: {p}"), err=True)
-    now = at or clock.at
-    if now is None:
-        click.echo(safe_text(f"error: {dump_dir}: no control-plane timestamps in the dump (node heartbeats, "
-                             "node Leases, Events, pod status); pass --at"), err=True)
-        sys.exit(2)
-    # --at fixes the instant; otherwise the capture is known to lie in [clock.at, clock.at + slack].
-    slack = timedelta(0) if at is not None else clock.slack
-    taken = clock.taken(at) or now
-    # One snapshot: every kind it holds was read at capture time.
-    index, inferred = evidence_index(dump.records, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
-                                     dump.node_skew(), settings.taugrid)
     try:
         worker_dirs = dict(parse_worker(w) for w in worker_dumps)
     except ValueError as e:
         raise click.ClickException(safe_text(str(e))) from e
-    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes)
-    for problem in workers.problems:
-        click.echo(safe_text(problem), err=True)
-    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack,
-                                    origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
+    try:
+        result = dump_claims(dump_dir, settings, at=at, captured=captured, max_file_bytes=max_file_bytes,
+                             worker_dirs=worker_dirs, on_problem=lambda p: click.echo(safe_text(p), err=True))
+    except NoClock:
+        click.echo(safe_text(f"error: {dump_dir}: no control-plane timestamps in the dump (node heartbeats, "
+                             "node Leases, Events, pod status); pass --at"), err=True)
+        sys.exit(2)
+    dump, workers, claims, now, inferred = result.dump, result.workers, result.claims, result.now, result.inferred
     selected = select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,7 +20,7 @@ import orjson
 import yaml
 
 from collector.correlate import RunIndex, Signal, build_index
-from collector.environment import single_cluster
+from collector.environment import EnvironmentReport, single_cluster
 from collector.model import ObjectRecord, Observed, Ref, RunClaims, verdict_for
 from collector.multicluster import evaluate_multicluster
 from collector.render import render_text, safe_text, to_json
@@ -32,10 +32,13 @@ from collector.runsapi import (
     dns1123_subdomain,
     render_history,
 )
+from collector.safeload import MAX_OBJECT_BYTES
 from collector.settings import Settings
+from collector.sources.dump import Dump, load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, resources_for
 from collector.sources.kube_client import ConfigException
 from collector.sources.live import LiveLimits, Refusal, read_live
+from collector.workers import WorkerDumps, load_worker_dumps
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read (or was refused)
 
@@ -107,6 +110,49 @@ def echo_refusals(refused: Sequence[Refusal]) -> None:
         click.echo(safe_text(str(r)))
 
 
+# --- from a dump ------------------------------------------------------------------------------------
+
+
+class NoClock(Exception):
+    """The dump holds no control-plane stamp to evaluate it at, and no --at was given."""
+
+
+@dataclass(frozen=True, slots=True)
+class DumpResult:
+    dump: Dump
+    workers: WorkerDumps
+    claims: list[RunClaims]
+    now: datetime
+    inferred: list[Ref]
+
+
+def dump_claims(dump_dir: Path, settings: Settings, *, at: datetime | None = None, captured: datetime | None = None,
+                max_file_bytes: int = MAX_OBJECT_BYTES, worker_dirs: Mapping[str, Path] | None = None,
+                on_problem: Callable[[str], None] = lambda _: None) -> DumpResult:
+    """Every run of a dump, judged at --at or its capture time; each problem is passed to `on_problem`
+    as it is known (the dump's, then its workers')."""
+    dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
+                     log_regex_by_profile=settings.controller.log_regex_by_profile)
+    clock = dump.clock(captured)  # judged first: its warnings are passed on below
+    for p in dump.problems:
+        on_problem(f"{'skipped' if p.skipped else 'warning'}: {p}")
+    now = at or clock.at
+    if now is None:
+        raise NoClock(str(dump_dir))
+    # --at fixes the instant; otherwise the capture is known to lie in [clock.at, clock.at + slack].
+    slack = timedelta(0) if at is not None else clock.slack
+    taken = clock.taken(at) or now
+    # One snapshot: every kind it holds was read at capture time.
+    index, inferred = evidence_index(dump.records, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
+                                     dump.node_skew(), settings.taugrid)
+    workers = load_worker_dumps(dict(worker_dirs or {}), settings, taken, max_object_bytes=max_file_bytes)
+    for problem in workers.problems:
+        on_problem(problem)
+    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack,
+                                    origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
+    return DumpResult(dump, workers, claims, now, inferred)
+
+
 # --- live -----------------------------------------------------------------------------------------
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -158,8 +204,19 @@ class LiveOptions:
     bundles_dir: Path
 
 
-def explain_live(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> int:
-    """Read the cluster as the kubeconfig's user, evaluate like a dump, print; returns the exit code."""
+@dataclass(frozen=True, slots=True)
+class LiveResult:
+    namespace: str
+    now: datetime  # the API server's clock
+    claims: list[RunClaims]  # every run of the namespace (refusals applied)
+    refused: list[Refusal]
+    problems: list[str]  # "skipped: ..." / "warning: ..." / "note: ..."
+    skipped: bool
+    environment: EnvironmentReport
+
+
+def live_claims(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> LiveResult:
+    """Read the cluster as the kubeconfig's user and judge every run of the namespace like a dump."""
     config_file = kubeconfig_path(opts.kubeconfig)
     try:
         api = KubeApi(load_api_client(config_file, opts.context))
@@ -177,33 +234,40 @@ def explain_live(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> 
     if not api.clock.seen:
         raise click.ClickException("the API server's answers carried no Date header: no clock to evaluate on")
     now = api.clock.now()  # the API server's clock, never this machine's
-    for p in live.dump.problems:
-        click.echo(safe_text(f"{'skipped' if p.skipped else 'warning'}: {p}"), err=True)
-    for note in live.notes:
-        click.echo(safe_text(f"note: {note}"), err=True)
+    problems = [f"{'skipped' if p.skipped else 'warning'}: {p}" for p in live.dump.problems]
+    problems += [f"note: {note}" for note in live.notes]
     index, _ = evidence_index(live.dump.records, live.synced, live.signals, live.dump.node_skew(), settings.taugrid)
     claims = [evaluate_multicluster(ev, {}, now, settings.claims, slack=timedelta(0),
                                     origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
-    claims = fail_closed(claims, live.refused)
-    selected = select(claims, runs)
-    if runs and not selected:
-        click.echo(safe_text(f"error: no run matches {', '.join(runs)} in namespace {namespace}; runs there: "
-                             f"{', '.join(c.ref.name for c in claims) or 'none'}"), err=True)
-        for r in live.refused:
-            click.echo(safe_text(str(r)), err=True)
-        return 2
     environment = single_cluster("manager", live.dump.version, live.dump.environment_objects,
                                  settings.controller.environment_namespaces or None)
+    return LiveResult(namespace, now, fail_closed(claims, live.refused), live.refused, problems,
+                      any(p.skipped for p in live.dump.problems), environment)
+
+
+def explain_live(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> int:
+    """`explain` live: print what `live_claims` found; returns the exit code."""
+    result = live_claims(opts, runs, settings)
+    for problem in result.problems:
+        click.echo(safe_text(problem), err=True)
+    selected = select(result.claims, runs)
+    if runs and not selected:
+        click.echo(safe_text(f"error: no run matches {', '.join(runs)} in namespace {result.namespace}; runs there: "
+                             f"{', '.join(c.ref.name for c in result.claims) or 'none'}"), err=True)
+        for r in result.refused:
+            click.echo(safe_text(str(r)), err=True)
+        return 2
+    now = result.now
     if opts.output in ("json", "yaml"):
-        write_document(document(selected, now, environment=environment, refused=live.refused), opts.output)
+        write_document(document(selected, now, environment=result.environment, refused=result.refused), opts.output)
     else:
         from collector.bundlecmd import latest_bundles
 
         click.echo(render_text(selected, now, bundles=latest_bundles(opts.bundles_dir, selected))
-                   if selected else f"no runs found in namespace {namespace}")
-        echo_refusals(live.refused)
-        click.echo(safe_text(environment.summary()))
-    return EXIT_SKIPPED if live.refused or any(p.skipped for p in live.dump.problems) else 0
+                   if selected else f"no runs found in namespace {result.namespace}")
+        echo_refusals(result.refused)
+        click.echo(safe_text(result.environment.summary()))
+    return EXIT_SKIPPED if result.refused or result.skipped else 0
 
 
 # --- from the controller -----------------------------------------------------------------------------
@@ -240,8 +304,9 @@ def _fetch(opts: ControllerOptions, path: str) -> bytes:
         raise click.ClickException(safe_text(f"{opts.url}{path}: {e}")) from e
 
 
-def explain_controller(opts: ControllerOptions, runs: Sequence[str]) -> int:
-    """What the controller holds for RUNS (its claims as the alert saw them, and their history)."""
+def controller_claims(opts: ControllerOptions, runs: Sequence[str],
+                      ) -> tuple[datetime, list[tuple[RunClaims, list[dict[str, Any]]]]]:
+    """The controller's runs (all, or RUNS given as NAMESPACE/NAME) with their history."""
     if not opts.url.startswith(("http://", "https://")):
         raise click.UsageError(f"--controller: expected an http:// or https:// URL, got {opts.url!r}")
     qualified = [r.split("/") for r in runs if r.count("/") == 1]
@@ -259,14 +324,20 @@ def explain_controller(opts: ControllerOptions, runs: Sequence[str]) -> int:
             raise click.ClickException(safe_text(f"{opts.url}{path}: {e}")) from e
         now = at if now is None else max(now, at)
         found += got
+    assert now is not None
     if opts.namespace:
         found = [(rc, h) for rc, h in found if rc.ref.namespace == opts.namespace]
+    return now, found
+
+
+def explain_controller(opts: ControllerOptions, runs: Sequence[str]) -> int:
+    """What the controller holds for RUNS (its claims as the alert saw them, and their history)."""
+    now, found = controller_claims(opts, runs)
     history = {rc.ref.key: h for rc, h in found}
     selected = select([rc for rc, _ in found], runs)
     if runs and not selected:
         click.echo(safe_text(f"error: the controller holds no run {', '.join(runs)}"), err=True)
         return 2
-    assert now is not None
     if opts.output in ("json", "yaml"):
         doc = document(selected, now)
         for rc, entry in zip(selected, doc["runs"], strict=True):
