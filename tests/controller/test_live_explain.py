@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import taugrid_evidence as te
 from collector.model import rfc3339
 from kubesim.clock import ManualClock
 from kubesim.engine import ScenarioEngine
@@ -162,6 +163,11 @@ def test_a_user_whose_rbac_forbids_logs_is_told_so(cluster: tuple[Simulator, Man
     assert text.returncode == 3, text.stderr
     assert "refused: get pods/log in namespace research: it would have shown training progress" in text.stdout
     assert "progressing cannot be true without it" in text.stdout
+    # The notebook API reads the same way (in this process, with the same kubeconfig).
+    ex = te.explain("llm-pretrain", kubeconfig=str(tmp / "researcher"))
+    assert ex.source == "live:research" and list(ex.refused["resource"]) == ["pods/log"]
+    assert ex.claims.set_index("claim").loc["progressing", "observed"] == "unknown"
+    assert ex.runs.loc[0, "running"] == "verified"
     yml = subprocess.run(["kubectl", "taugrid", "explain", "research/llm-pretrain", "-o", "yaml"],
                          capture_output=True, text=True, env=env, timeout=120, check=False)
     assert yml.returncode == 3 and "resource: pods/log" in yml.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import taugrid_evidence as te
 from collector.endpoints import HttpOptions
 from collector.runsapi import BadDocument, decode_runs, dns1123_label, dns1123_subdomain
 from kubesim.clock import ManualClock
@@ -82,6 +83,11 @@ def test_runs_are_served_with_their_history_behind_the_metrics_token(tmp_path: P
             assert js.returncode == 0, js.stderr
             again = json.loads(js.stdout)["runs"][0]
             assert again["claims"] == run["claims"] and again["history"] == run["history"]
+            ex = te.explain("research/r1", controller=base, token_file=token)
+            assert ex.source == f"controller:{base}" and list(ex.runs["name"]) == ["r1"]
+            moved = ex.transitions[ex.transitions["claim"] == "running"].iloc[-1]
+            assert (moved["from_observed"], moved["to_observed"]) == ("true", "false")
+            assert str(ex.transitions["at"].dtype) == "datetime64[ns, UTC]"
             denied = explain("--controller", base, "r1")
             assert denied.returncode == 1 and "HTTP 401" in denied.stderr
             bad = explain("--controller", base, "--token-file", str(token), "research/..")
