@@ -191,7 +191,8 @@ def _read_logs(api: KubeApi, out: LiveRead, namespace: str, contract: TauGridCon
             if c.init or (c.state in ("", "waiting") and c.restart_count == 0):
                 continue  # never started: nothing logged yet
             try:
-                chunk, read_at = _container_log(api, out, pod, c.name, c.restart_count > 0, limits)
+                chunk, read_at = _container_log(api, out, pod, c.name, previous=c.restart_count > 0,
+                                                current=c.state != "waiting", limits=limits)
             except _Refused as e:
                 out.refused.append(_refusal(e.error, "get", LOG_RESOURCE, pod.namespace,
                                             would_show(LOG_RESOURCE, contract)))
@@ -210,15 +211,16 @@ class _Refused(Exception):
         self.error = error
 
 
-def _container_log(api: KubeApi, out: LiveRead, pod: Ref, container: str, previous: bool,
+def _container_log(api: KubeApi, out: LiveRead, pod: Ref, container: str, *, previous: bool, current: bool,
                    limits: LiveLimits) -> tuple[bytes | None, datetime]:
-    """The container's previous log (when it restarted) followed by its current one, kubelet-stamped."""
+    """The container's previous log (when it restarted) followed by its current one (unless it waits
+    to restart: it has none), kubelet-stamped, as one signal like a dump's C-previous.txt + C-current.txt."""
     path = pod_log_path(pod.namespace, pod.name)
     query: list[tuple[str, Any]] = [("container", container), ("limitBytes", limits.max_log_bytes),
                                     ("timestamps", "true")]
     read_at = api.clock.now()
     parts: list[bytes] = []
-    for prev in ((True, False) if previous else (False,)):
+    for prev in [p for p, wanted in ((True, previous), (False, current)) if wanted]:
         try:
             text = api.get_text(path, [*query, ("previous", "true")] if prev else query)
         except PermanentSourceError as e:

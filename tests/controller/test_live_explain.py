@@ -122,6 +122,27 @@ def test_live_explain_agrees_with_a_dump_of_the_same_moment(cluster: tuple[Simul
     assert by_live["research/vision-finetune"]["blocked"]["stage"] == "queue-admission"
 
 
+def test_logs_are_bounded_and_a_restarted_container_is_read_with_its_previous_log(
+        cluster: tuple[Simulator, ManualClock, Path]) -> None:
+    sim, _, tmp = cluster
+    before = len(sim.request_log)
+    full = explain("--kubeconfig", str(tmp / "admin"), "-n", "team-b", "-o", "json")
+    assert full.returncode == 0, full.stderr
+    asked = [q for v, _, q in list(sim.request_log)[before:] if v == "logs"]
+    # bert-large's worker crash-loops: its previous log is read, its current one (it has none) is not.
+    assert [q["container"] for q in asked if q.get("previous") == "true"] == ["ray-worker"]
+    assert "waiting to start" not in full.stderr
+    bert = runs(json.loads(full.stdout))["team-b/bert-large"]
+    assert bert["claims"]["running"]["verdict"] == "contradicted"
+
+    before = len(sim.request_log)
+    capped = explain("--kubeconfig", str(tmp / "admin"), "-n", "team-b", "--max-pods", "1", "--max-log-bytes", "4096")
+    assert capped.returncode == 0, capped.stderr
+    assert "logs read for the first 1 by name (--max-pods)" in capped.stderr
+    asked = [q for v, _, q in list(sim.request_log)[before:] if v == "logs"]
+    assert 1 <= len(asked) <= 2 and all(q["limitBytes"] == "4096" for q in asked)
+
+
 def plugin_path(tmp: Path) -> str:
     """A `kubectl-taugrid` on PATH running this checkout's plugin module (the installed script's stand-in)."""
     bin_dir = tmp / "bin"
