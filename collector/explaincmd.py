@@ -159,15 +159,16 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
 def kubeconfig_path(explicit: str | None) -> str | None:
-    """kubectl's choice: --kubeconfig, else $KUBECONFIG (its first file), else ~/.kube/config; None
-    (the in-cluster service account) when none of them exists."""
+    """kubectl's choice: --kubeconfig, else $KUBECONFIG (its files merged, as kubectl merges them: the
+    client's loader takes the list as it is), else ~/.kube/config; None (the in-cluster service
+    account) when none of them exists."""
     if explicit:
         return explicit
     env = os.environ.get("KUBECONFIG", "")
-    for candidate in [*env.split(os.pathsep), DEFAULT_KUBECONFIG]:
-        if candidate and Path(candidate).expanduser().is_file():
-            return str(Path(candidate).expanduser())
-    return None
+    if any(p and Path(p).expanduser().is_file() for p in env.split(os.pathsep)):
+        return env
+    default = Path(DEFAULT_KUBECONFIG).expanduser()
+    return str(default) if default.is_file() else None
 
 
 def context_namespace(config_file: str | None, context: str | None) -> str:

@@ -155,7 +155,8 @@ def plugin_path(tmp: Path) -> str:
 
 def test_a_user_whose_rbac_forbids_logs_is_told_so(cluster: tuple[Simulator, ManualClock, Path]) -> None:
     _, _, tmp = cluster
-    env = {**ENV, "KUBECONFIG": str(tmp / "researcher"), "PATH": plugin_path(tmp)}
+    # KUBECONFIG as a list, as kubectl reads it (files merged; a missing one skipped).
+    env = {**ENV, "KUBECONFIG": f"{tmp / 'missing'}{os.pathsep}{tmp / 'researcher'}", "PATH": plugin_path(tmp)}
     # kubectl itself reads the simulator's refusal as the API server's Status.
     denied = subprocess.run(["kubectl", "logs", "-n", "research", "-l", "ray.io/node-type=head"],
                             capture_output=True, text=True, env=env, timeout=60, check=False)
