@@ -38,7 +38,8 @@ from collector.model import (
 )
 from collector.render import to_json
 
-HISTORY_PER_RUN = 32  # transitions kept per run
+HISTORY_PER_RUN = 16  # transitions kept per run (at 10,000 runs: ≤ 160,000 entries of ≤ ~0.5 KB)
+REASON_CHARS = 300  # of each transition's reason
 MAX_DOCUMENT_BYTES = 64 << 20  # the most a client reads of a /runs answer
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -89,12 +90,14 @@ class RunHistory:
                             continue
                         reason = rc.blocked.reason if rc.blocked else ""
                         hist.append({"at": rfc3339(rc.evaluated_at), "claim": "blocked",
-                                     "from": old[0] if old else None, "to": observed or None, "reason": reason})
+                                     "from": old[0] if old else None, "to": observed or None,
+                                     "reason": reason[:REASON_CHARS]})
                         continue
                     claim = rc.claims[name]
                     hist.append({"at": rfc3339(rc.evaluated_at), "claim": name,
                                  "from": {"observed": old[0], "verdict": old[1]} if old else None,
-                                 "to": {"observed": observed, "verdict": verdict}, "reason": claim.reason})
+                                 "to": {"observed": observed, "verdict": verdict},
+                                 "reason": claim.reason[:REASON_CHARS]})
 
     def forget(self, key: Key) -> None:
         """Drop a run no longer evaluated (gone from the cluster)."""

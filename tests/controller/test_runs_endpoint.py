@@ -111,3 +111,28 @@ def test_dns1123() -> None:
     assert dns1123_label("team-b") and not dns1123_label("Team") and not dns1123_label("a.b")
     assert dns1123_subdomain("llm-sft.v2") and not dns1123_subdomain("a..b") and not dns1123_subdomain("a/b")
     assert not dns1123_subdomain("a" * 254) and not dns1123_label("")
+
+
+def test_history_keeps_the_latest_transitions_of_each_run() -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from collector.controller import unknown_claims
+    from collector.model import Claim, Observed, Ref, Verdict
+    from collector.runsapi import HISTORY_PER_RUN, RunHistory
+
+    ref = Ref("TauRun", "research", "r1")
+    history = RunHistory()
+    base = unknown_claims(ref, None, T0, "x" * 1000)
+    up = Claim(True, Observed.TRUE, Verdict.VERIFIED, T0, "up")
+    for i in range(3 * HISTORY_PER_RUN):
+        rc = base if i % 2 == 0 else replace(base, running=up)
+        history.record([replace(rc, evaluated_at=T0 + timedelta(minutes=i))])
+    kept = history.of(ref.key)
+    assert len(kept) == HISTORY_PER_RUN
+    assert all(h["claim"] == "running" for h in kept[1:])  # an unchanged claim makes no entry
+    assert kept[-1]["to"] == {"observed": "true", "verdict": "verified"}
+    assert kept[-1]["at"] == "2026-01-10T12:47:00Z"
+    assert max(len(h["reason"]) for h in kept) <= 300
+    history.forget(ref.key)
+    assert history.of(ref.key) == []
