@@ -18,7 +18,7 @@ demo: setup
 	$(BIN)/taugrid-evidence demo --speed 20 --duration 45
 
 lint: setup
-	$(BIN)/ruff check collector exporters kubesim tests bench dashboards
+	$(BIN)/ruff check collector exporters kubesim tests bench dashboards taugrid_evidence
 
 typecheck: setup
 	$(BIN)/mypy

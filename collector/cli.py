@@ -8,7 +8,7 @@ import stat
 import sys
 import threading
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -17,25 +17,32 @@ import yaml
 
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
-from collector.correlate import build_index
 from collector.endpoints import HttpOptions
 from collector.environment import check, single_cluster
+from collector.explaincmd import (
+    EXIT_SKIPPED,
+    ControllerOptions,
+    LiveOptions,
+    NoClock,
+    document,
+    dump_claims,
+    explain_controller,
+    explain_live,
+    select,
+    write_document,
+)
 from collector.kube import parse_time
 from collector.logfmt import setup_json_logging
 from collector.malloc import fix_mmap_threshold
-from collector.model import RunClaims
-from collector.multicluster import evaluate_multicluster
 from collector.progress import scan_path, scan_report
-from collector.render import redact_json, render_scan, render_text, safe_text, to_json
+from collector.render import redact_json, render_scan, render_text, safe_text
 from collector.safeload import MAX_OBJECT_BYTES
-from collector.sources.dump import load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, missing_kinds, resources_for
 from collector.sources.kube_client import ConfigException
-from collector.workers import load_worker_dumps, parse_worker
+from collector.sources.live import MAX_LOG_BYTES, MAX_PODS, LiveLimits
+from collector.workers import parse_worker
 from collector.workerwatch import workers_from_specs
 from exporters.prometheus import new_registry
-
-EXIT_SKIPPED = 3  # evaluated, but some input could not be read
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,20 +67,24 @@ def _parse_at(_: click.Context, __: click.Parameter, value: str | None) -> datet
     return t
 
 
-def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]:
-    if not wanted:
-        return claims
-    out = []
-    for rc in claims:
-        names = {rc.ref.name, f"{rc.ref.namespace}/{rc.ref.name}", f"{rc.ref.kind}/{rc.ref.namespace}/{rc.ref.name}"}
-        if names & set(wanted):
-            out.append(rc)
-    return out
-
-
 @main.command()
 @click.option("--from-dump", "dump_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              required=True, help="Directory written by `kubectl cluster-info dump --output-directory`.")
+              help="Directory written by `kubectl cluster-info dump --output-directory` (default: the live cluster).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Live: default $KUBECONFIG, else ~/.kube/config, else the in-cluster service account.")
+@click.option("--context", help="Live: the kubeconfig context (default: its current context).")
+@click.option("--namespace", "-n", default=None,
+              help="Live: the runs' namespace (default: NAMESPACE/NAME's, else the context's, else default).")
+@click.option("--max-pods", type=click.IntRange(min=0), default=MAX_PODS, show_default=True,
+              help="Live: read the logs of at most this many of the runs' pods.")
+@click.option("--max-log-bytes", type=click.IntRange(min=1), default=MAX_LOG_BYTES, show_default=True,
+              help="Live: the tail this big of each container's current and previous log.")
+@click.option("--controller", "controller_url", metavar="URL",
+              help="Show what the controller at URL holds (its /runs: claims as the alert saw them, and history).")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="--controller: the bearer token its /metrics and /runs require.")
+@click.option("--cacert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="--controller: the CA bundle its HTTPS certificate is checked against.")
 @click.option("--at", "at", callback=_parse_at,
               help="Evaluation time (RFC3339). Default: the capture time its control-plane stamps give.")
 @click.option("--captured-at", "captured", callback=_parse_at,
@@ -82,54 +93,59 @@ def _select(claims: list[RunClaims], wanted: tuple[str, ...]) -> list[RunClaims]
               help="YAML settings, the controller's file (claims windows, taugrid contract, per-profile regexes).")
 @click.option("--max-file-bytes", type=click.IntRange(min=1), default=MAX_OBJECT_BYTES, show_default=True,
               help="Largest JSON/YAML file read from the dump.")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
 @click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
               show_default=True, help="Where evidence bundles are; text output links each run's latest.")
 @click.option("--worker-dump", "worker_dumps", multiple=True, metavar="NAME=DIR",
               help="A MultiKueue worker's dump, NAME as the manager's status.clusterName says (repeatable).")
 @click.argument("runs", nargs=-1)
-def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, config_path: Path | None,
-            max_file_bytes: int, output: str, bundles_dir: Path, worker_dumps: tuple[str, ...],
-            runs: tuple[str, ...]) -> None:
-    """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none) from a cluster dump.
+def explain(dump_dir: Path | None, kubeconfig: str | None, context: str | None, namespace: str | None,
+            max_pods: int, max_log_bytes: int, controller_url: str | None, token_file: Path | None,
+            cacert: Path | None, at: datetime | None, captured: datetime | None,
+            config_path: Path | None, max_file_bytes: int, output: str, bundles_dir: Path,
+            worker_dumps: tuple[str, ...], runs: tuple[str, ...]) -> None:
+    """Explain the claims of RUNS (NAME or NAMESPACE/NAME; all runs when none), live or from a dump.
 
-    The dump is one snapshot: every source counts as synced when it was captured, so evaluating
-    it --at a time past the freshness bound after capture gives unknown, never an old true.
+    Live (no --from-dump): the runs' namespace is read once with your kubeconfig's credentials, and
+    judged on the API server's clock; what RBAC refuses is named, and the claims it would have
+    supported are unknown. The dump is one snapshot: every source counts as synced when it was
+    captured, so evaluating it --at a time past the freshness bound after capture gives unknown.
     """
     try:
         settings = load_settings(config_path)
     except ConfigError as e:
         raise click.ClickException(safe_text(str(e))) from e
-    dump = load_dump(dump_dir, settings.taugrid, max_object_bytes=max_file_bytes,
-                     log_regex_by_profile=settings.controller.log_regex_by_profile)
-    clock = dump.clock(captured)  # judged first: its warnings are printed below
-    for p in dump.problems:
-        click.echo(safe_text(f"{'skipped' if p.skipped else 'warning'}: {p}"), err=True)
-    now = at or clock.at
-    if now is None:
-        click.echo(safe_text(f"error: {dump_dir}: no control-plane timestamps in the dump (node heartbeats, "
-                             "node Leases, Events, pod status); pass --at"), err=True)
-        sys.exit(2)
-    # --at fixes the instant; otherwise the capture is known to lie in [clock.at, clock.at + slack].
-    slack = timedelta(0) if at is not None else clock.slack
-    index = build_index(dump.records, settings.taugrid)
-    inferred = index.infer_missing_roots()
-    taken = clock.taken(at) or now
-    # One snapshot: every kind it holds was read at capture time.
-    index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
-    index.node_skew.update(dump.node_skew())  # nodes whose clocks run ahead: their stamps read earlier
-    for sig in dump.signals(taken):
-        index.set_signal(sig)
+    if controller_url is not None:
+        other = [o for o, v in (("--from-dump", dump_dir), ("--kubeconfig", kubeconfig), ("--context", context),
+                                ("--at", at), ("--captured-at", captured), ("--worker-dump", worker_dumps)) if v]
+        if other:
+            raise click.UsageError(f"--controller: not with {', '.join(other)}")
+        sys.exit(explain_controller(ControllerOptions(controller_url, token_file, cacert, namespace, output), runs))
+    if token_file is not None or cacert is not None:
+        raise click.UsageError("--token-file, --cacert: only with --controller")
+    if dump_dir is None:
+        dump_only = [o for o, v in (("--at", at), ("--captured-at", captured), ("--worker-dump", worker_dumps)) if v]
+        if dump_only:
+            raise click.UsageError(f"{', '.join(dump_only)}: only with --from-dump")
+        opts = LiveOptions(kubeconfig, context, namespace, LiveLimits(max_pods=max_pods, max_log_bytes=max_log_bytes),
+                           output, bundles_dir)
+        sys.exit(explain_live(opts, runs, settings))
+    live_only = [o for o, v in (("--kubeconfig", kubeconfig), ("--context", context), ("--namespace", namespace)) if v]
+    if live_only:
+        raise click.UsageError(f"{', '.join(live_only)}: only live (without --from-dump)")
     try:
         worker_dirs = dict(parse_worker(w) for w in worker_dumps)
     except ValueError as e:
         raise click.ClickException(safe_text(str(e))) from e
-    workers = load_worker_dumps(worker_dirs, settings, taken, max_object_bytes=max_file_bytes)
-    for problem in workers.problems:
-        click.echo(safe_text(problem), err=True)
-    claims = [evaluate_multicluster(ev, workers.runs, now, settings.claims, slack=slack,
-                                    origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
-    selected = _select(claims, runs)
+    try:
+        result = dump_claims(dump_dir, settings, at=at, captured=captured, max_file_bytes=max_file_bytes,
+                             worker_dirs=worker_dirs, on_problem=lambda p: click.echo(safe_text(p), err=True))
+    except NoClock:
+        click.echo(safe_text(f"error: {dump_dir}: no control-plane timestamps in the dump (node heartbeats, "
+                             "node Leases, Events, pod status); pass --at"), err=True)
+        sys.exit(2)
+    dump, workers, claims, now, inferred = result.dump, result.workers, result.claims, result.now, result.inferred
+    selected = select(claims, runs)
     if runs and not selected:
         click.echo(safe_text(f"error: no run matches {', '.join(runs)}; runs in the dump: "
                              f"{', '.join(f'{c.ref.namespace}/{c.ref.name}' for c in claims) or 'none'}"), err=True)
@@ -139,12 +155,8 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
                                  settings.controller.environment_namespaces or None)
     if workers.inventories:
         environment = check([*environment.clusters, *workers.inventories])
-    if output == "json":
-        doc = to_json(selected, now)
-        doc["environment"] = environment.to_json()
-        if missing is not None:
-            doc["missing"] = missing
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    if output in ("json", "yaml"):
+        write_document(document(selected, now, environment=environment, missing=missing), output)
     else:
         from collector.bundlecmd import latest_bundles
 
@@ -157,8 +169,6 @@ def explain(dump_dir: Path, at: datetime | None, captured: datetime | None, conf
         click.echo(safe_text(environment.summary()))
     if dump.skipped or workers.skipped:
         sys.exit(EXIT_SKIPPED)
-
-
 
 
 @main.command()

@@ -26,7 +26,7 @@ from collector.capture import EvidenceCapture, capture_for
 from collector.claims.gpu import apply_gpu
 from collector.claims.progress import compacted
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
-from collector.endpoints import BoundedHTTPServer, HttpOptions
+from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
 from collector.endpoints import serve as serve_http
 from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
@@ -51,6 +51,7 @@ from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
 from collector.runcaps import RunCaps
+from collector.runsapi import RunHistory, runs_answer
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
@@ -119,6 +120,7 @@ class Controller:
         self.index = RunIndex(settings.taugrid)
         self.clocks = NodeClocks(self.index)  # node clocks from their Leases and heartbeats
         self.claims: dict[Key, RunClaims] = {}
+        self.history = RunHistory()  # each run's latest claim transitions, for /runs
         self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         self._failure_logged: dict[str, float] = {}  # see _failed
@@ -747,6 +749,7 @@ class Controller:
                     self._dispatched.pop(gone, None)
                     self._rechecks.forget(gone)
                     self.exporter.forget(rc.ref)
+                    self.history.forget(gone)
                     if self.capture is not None:
                         self.capture.forget(gone, now)
                     self._targets_by_run.pop(gone, None)
@@ -795,6 +798,7 @@ class Controller:
                     self._targets_changed = True
         self.evaluations += 1
         self.runs_evaluated += len(targets)
+        self.history.record(out)
         self.health.set_runs_tracked(len(self.claims))
         self.health.set_runs_untracked(self.caps.untracked())
         leader = self.leader and self.view_complete
@@ -1094,10 +1098,14 @@ class Controller:
                 return 503, "text/plain", f"sources failing:\n{lines}".encode()
             return 200, "text/plain", b"ok\n"
 
+        def runs(path: str) -> tuple[int, str, bytes]:
+            return runs_answer(path, lambda: dict(self.claims), self.now, self.history, self.ready.is_set())
+
+        options = options or HttpOptions()  # /runs: behind /metrics' token and TLS
         self._http = serve_http(host, port, {
             "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.registry)),
-            "/healthz": healthz, "/readyz": readyz,
-        }, options)
+            "/healthz": healthz, "/readyz": readyz, "/runs": WithPath(runs),
+        }, replace(options, protected=options.protected | {"/runs"}))
         self._spawn(self._http.serve_forever, "http")
         return int(self._http.server_address[1])
 

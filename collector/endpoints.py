@@ -49,6 +49,14 @@ class WithQuery:
 
     answer: Callable[[str], Answer]
 
+
+@dataclass(frozen=True, slots=True)
+class WithPath:
+    """An endpoint for a path and everything under it (`/runs` and `/runs/NS/NAME`), given the path."""
+
+    answer: Callable[[str], Answer]
+
+
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers of a GET
 
 
@@ -335,8 +343,26 @@ def _close(sock: socket.socket) -> None:
         sock.close()
 
 
-def serve(host: str, port: int, endpoints: Mapping[str, Endpoint | WithQuery], options: HttpOptions | None = None,
-          ) -> BoundedHTTPServer:
+def _lookup(endpoints: Mapping[str, Endpoint | WithQuery | WithPath], path: str,
+            ) -> Endpoint | WithQuery | WithPath | None:
+    found = endpoints.get(path)
+    if found is not None:
+        return found
+    parent = path
+    while "/" in parent.rstrip("/"):  # /runs/a/b → /runs/a → /runs
+        parent = parent.rstrip("/").rpartition("/")[0]
+        found = endpoints.get(parent)
+        if isinstance(found, WithPath):
+            return found
+    return None
+
+
+def _protected(protected: frozenset[str], path: str) -> bool:
+    return path in protected or any(path.startswith(p + "/") for p in protected)
+
+
+def serve(host: str, port: int, endpoints: Mapping[str, Endpoint | WithQuery | WithPath],
+          options: HttpOptions | None = None) -> BoundedHTTPServer:
     """A bound server; call `serve_forever` in a thread, `shutdown` then `server_close` to stop."""
     opts = options or HttpOptions()
     token = _Token(opts.token_file) if opts.token_file is not None else None
@@ -364,14 +390,16 @@ def serve(host: str, port: int, endpoints: Mapping[str, Endpoint | WithQuery], o
 
         def do_GET(self) -> None:  # noqa: N802
             path, _, query = self.path.partition("?")
-            endpoint = endpoints.get(path)
+            endpoint = _lookup(endpoints, path)
             if endpoint is None:
                 code, ctype, body = 404, "text/plain", b"not found\n"
-            elif token is not None and path in opts.protected and not token.allows(
+            elif token is not None and _protected(opts.protected, path) and not token.allows(
                     self.headers.get("Authorization")):
                 code, ctype, body = 401, "text/plain", b"unauthorized\n"
             elif isinstance(endpoint, WithQuery):
                 code, ctype, body = endpoint.answer(query)
+            elif isinstance(endpoint, WithPath):
+                code, ctype, body = endpoint.answer(path)
             else:
                 code, ctype, body = endpoint()
             self.send_response(code)

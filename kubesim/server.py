@@ -26,6 +26,7 @@ from kubesim.errors import ApiError
 from kubesim.faults import Faults
 from kubesim.handlerbase import Dropped, Route, accept_table, log, qs, qs_bool, qs_int, too_large_error
 from kubesim.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
+from kubesim.rbac import Rbac
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import build_selector
 from kubesim.store import Obj, Store, StoreSettings, TooLarge
@@ -149,8 +150,9 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
             if path.startswith("/_sim/"):
                 self._admin(path, query)
                 return
+            user = self.sim.rbac.authenticate(self.headers.get("Authorization"))
             if self.command in ("GET", "HEAD") and self._discovery(path):
-                return
+                return  # every authenticated user may read discovery (system:discovery)
             route = self._route(path, query)
             if route is None:
                 self._body()
@@ -160,6 +162,13 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
                     reason="NotFound",
                     details={"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
                 )
+            logs = route.verb == "logs"  # RBAC's name for it: get pods/log
+            try:
+                self.sim.rbac.authorize(user, "get" if logs else route.verb, route.rt.group, route.rt.plural,
+                                        "log" if logs else route.subresource, route.namespace, route.name)
+            except ApiError:
+                self._body()  # a refused write's body is read: the connection stays usable
+                raise
             self._serve(route, query)
         except ApiError as err:
             self._error(err)
@@ -415,6 +424,7 @@ class Simulator:
             ),
         )
         self.faults = Faults(seed=self.settings.seed)
+        self.rbac = Rbac()  # off until a user is added (kubesim/rbac.py)
         # Requests served, by (verb, resource plural): tests count lists, watches and relists here.
         # "too-large" counts 504 Too large resource version answers.
         self.requests: Counter[tuple[str, str]] = Counter()
@@ -425,6 +435,7 @@ class Simulator:
         self._thread: threading.Thread | None = None
         self._sweeper: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._tls_servers: list[tuple[SimulatorServer, threading.Thread]] = []
 
     def count(self, verb: str, resource: str, query: dict[str, list[str]] | None = None) -> None:
         with self._count_lock:
@@ -467,6 +478,25 @@ class Simulator:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def start_tls(self, cert_file: str, key_file: str, address: str = "127.0.0.1:0") -> str:
+        """Also serve the same API over HTTPS (PEM certificate and key) on another port; returns its
+        base URL. Clients send bearer tokens only over TLS, as to a real API server (kubectl drops
+        them on plain HTTP): the users of `rbac` are reached here; `start`'s URL stays the admin's."""
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert_file, key_file)
+        host, _, port = address.rpartition(":")
+        server = SimulatorServer((host or "127.0.0.1", int(port or 0)), self)
+        # The handshake happens in the request's own thread, not in the accepting one.
+        server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                  name="k8s-simulator-tls", daemon=True)
+        thread.start()
+        self._tls_servers.append((server, thread))
+        bound_host, bound_port = server.server_address[:2]
+        return f"https://{bound_host!s}:{bound_port}"
+
     def restore_store(self) -> Store:
         """The API server's etcd is restored from an older backup (or swapped for another): a fresh,
         empty store behind the same address. Open watches on the old store end; requests from a
@@ -494,6 +524,12 @@ class Simulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        for server, thread in self._tls_servers:
+            server.shutdown()
+            server.drop_all()
+            server.server_close()
+            thread.join(timeout=5)
+        self._tls_servers.clear()
 
     def __enter__(self) -> Simulator:
         return self

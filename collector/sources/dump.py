@@ -272,7 +272,7 @@ def load_dump(root: Path, contract: TauGridContract | None = None, *,
         elif path.suffix in OBJECT_SUFFIXES:
             dump.files += 1
             _read_objects(dump, path, rel, contract, max_object_bytes)
-    regex_of = _regex_by_pod(dump.records, log_regex_by_profile) if log_regex_by_profile else {}
+    regex_of = regex_by_pod(dump.records, log_regex_by_profile) if log_regex_by_profile else {}
     _read_logs(dump, logs, regex_of)
     return dump
 
@@ -290,7 +290,7 @@ def unsafe_name(ref: Ref) -> str:
     return ""
 
 
-def _regex_by_pod(records: list[ObjectRecord], by_profile: Mapping[str, str]) -> dict[tuple[str, str], str]:
+def regex_by_pod(records: list[ObjectRecord], by_profile: Mapping[str, str]) -> dict[tuple[str, str], str]:
     """(namespace, pod) → the progress regex of its run's profile."""
     index = build_index(records)
     out: dict[tuple[str, str], str] = {}
@@ -375,23 +375,29 @@ def _read_objects(dump: Dump, path: Path, rel: str, contract: TauGridContract, l
             dump.version = doc
             continue
         for item_where, obj in _items(dump, doc, where):
-            if isinstance(obj, dict) and obj.get("kind") in ENVIRONMENT_KINDS:
-                dump.environment_objects.append(obj)
-                continue
-            if isinstance(obj, dict) and obj.get("kind") == "Lease":
-                _node_lease(dump, obj, item_where)
-                continue
-            try:
-                n = normalize(obj, contract, where=item_where)
-            except MalformedObject as e:
-                dump.problems.append(Problem(rel, str(e), True))
-                continue
-            if n.record is not None and (unsafe := unsafe_name(n.record.ref)):
-                dump.problems.append(Problem(rel, f"{item_where}: {unsafe}; refused, the object is not read", True))
-                continue
-            dump.problems.extend(Problem(rel, p, False) for p in n.problems)
-            if n.record is not None:
-                dump.records.append(n.record)
+            add_object(dump, obj, rel, item_where, contract)
+
+
+def add_object(dump: Dump, obj: Any, rel: str, where: str, contract: TauGridContract) -> None:
+    """One object as read (from a file of the dump, or a live list): kept as a record, a node Lease
+    or an environment object; a malformed or unsafely named one is a problem naming `rel`."""
+    if isinstance(obj, dict) and obj.get("kind") in ENVIRONMENT_KINDS:
+        dump.environment_objects.append(obj)
+        return
+    if isinstance(obj, dict) and obj.get("kind") == "Lease":
+        _node_lease(dump, obj, where)
+        return
+    try:
+        n = normalize(obj, contract, where=where)
+    except MalformedObject as e:
+        dump.problems.append(Problem(rel, str(e), True))
+        return
+    if n.record is not None and (unsafe := unsafe_name(n.record.ref)):
+        dump.problems.append(Problem(rel, f"{where}: {unsafe}; refused, the object is not read", True))
+        return
+    dump.problems.extend(Problem(rel, p, False) for p in n.problems)
+    if n.record is not None:
+        dump.records.append(n.record)
 
 
 def _node_lease(dump: Dump, obj: dict[str, Any], where: str) -> None:
@@ -515,11 +521,11 @@ def _read_log(dump: Dump, path: Path, rel: str, regex_of: Mapping[tuple[str, str
         if prev:
             used.add((ns, pod, container))
             chunk = prev + (b"" if prev.endswith(b"\n") else b"\n") + chunk
-        _scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
+        scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
     return used
 
 
-def _scan_log(dump: Dump, rel: str, ref: Ref, container: str, chunk: bytes, regex: str | None) -> None:
+def scan_log(dump: Dump, rel: str, ref: Ref, container: str, chunk: bytes, regex: str | None) -> None:
     source = f"{rel}:{container}" if container else rel
     try:
         scan = scan_text(chunk, source=source, custom_regex=regex)
@@ -580,11 +586,11 @@ def _read_logs(dump: Dump, logs: list[tuple[Path, str]], regex_of: Mapping[tuple
         if prev:
             used.add((ns, pod, container))
             chunk = prev + (b"" if prev.endswith(b"\n") else b"\n") + chunk
-        _scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
+        scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
     # A previous log whose container has no current log (it is waiting to restart): on its own.
     for (ns, pod, container), chunk in sorted(previous_of.items()):
         if (ns, pod, container) not in used:
-            _scan_log(dump, f"{ns}/{pod}/{container}{PREVIOUS}", Ref("Pod", ns, pod), container, chunk,
+            scan_log(dump, f"{ns}/{pod}/{container}{PREVIOUS}", Ref("Pod", ns, pod), container, chunk,
                       regex_of.get((ns, pod)))
 
 

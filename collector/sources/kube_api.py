@@ -38,6 +38,8 @@ class SourceError(Exception):
 
     retryable = True
     retry_after: float | None = None  # seconds the server asked us to wait (429/503 Retry-After)
+    code = 0  # the HTTP status the server answered (0: no answer)
+    status: JSON | None = None  # the Status object it answered with, when it sent one
 
 
 class RetryableSourceError(SourceError):
@@ -209,13 +211,17 @@ def classify(status: int, body: bytes, what: str, *, retry_after: str | None = N
     except orjson.JSONDecodeError:
         message = body[:200].decode("utf-8", "replace")
     text = f"{what}: HTTP {status}" + (f": {message}" if message else "")
+    err: SourceError
     if status == 410 or is_too_large_rv(status, doc if isinstance(doc, dict) else {"message": message}):
-        return Expired(text)
-    if status in (429,) or status >= 500:
+        err = Expired(text)
+    elif status in (429,) or status >= 500:
         err = RetryableSourceError(text)
         err.retry_after = retry_after_s(retry_after)
-        return err
-    return PermanentSourceError(text)
+    else:
+        err = PermanentSourceError(text)
+    err.code = status
+    err.status = doc if isinstance(doc, dict) and doc.get("kind") == "Status" else None
+    return err
 
 
 class LogApi(Protocol):

@@ -1,0 +1,277 @@
+"""The controller's runs as JSON: `/runs` and `/runs/NAMESPACE/NAME`, and the client side of it.
+
+The controller serves each run's current claims (the `explain` JSON contract, docs/explain.md) with
+its `history`: the latest claim transitions it saw (observed and verdict changes, blocked stage
+changes), so a researcher sees what the alert saw, even once the evidence is older than any log
+tail. `explain RUN --controller URL` decodes the document at a typed boundary (msgspec) back into
+`RunClaims` and prints it with `explain`'s own renderer.
+
+Names in the path are checked as Kubernetes checks them (namespace: a DNS-1123 label; name: a
+DNS-1123 subdomain) before they are used; anything else is 400 with no echo of the input.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import orjson
+
+from collector.kube import parse_time
+from collector.model import (
+    Blocked,
+    Claim,
+    Evidence,
+    Goodput,
+    Observed,
+    Plane,
+    Ref,
+    RunClaims,
+    Stage,
+    Verdict,
+    rfc3339,
+)
+from collector.render import to_json
+
+HISTORY_PER_RUN = 16  # transitions kept per run (at 10,000 runs: ≤ 160,000 entries of ≤ ~0.5 KB)
+REASON_CHARS = 300  # of each transition's reason
+MAX_DOCUMENT_BYTES = 64 << 20  # the most a client reads of a /runs answer
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+Answer = tuple[int, str, bytes]
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def dns1123_label(value: str) -> bool:
+    return len(value) <= 63 and _LABEL.fullmatch(value) is not None
+
+
+def dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _SUBDOMAIN.fullmatch(value) is not None
+
+
+# --- the server side -----------------------------------------------------------------------------
+
+
+def _state(rc: RunClaims) -> dict[str, tuple[str, str]]:
+    out = {k: (c.observed.value, c.verdict.value) for k, c in rc.claims.items()}
+    out["blocked"] = (rc.blocked.stage.value if rc.blocked else "", "")
+    return out
+
+
+class RunHistory:
+    """The latest transitions of each run's claims, as the controller evaluated them (bounded)."""
+
+    def __init__(self, per_run: int = HISTORY_PER_RUN) -> None:
+        self.per_run = per_run
+        self._last: dict[Key, dict[str, tuple[str, str]]] = {}
+        self._history: dict[Key, deque[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, claims: Iterable[RunClaims]) -> None:
+        with self._lock:
+            for rc in claims:
+                now = _state(rc)
+                before = self._last.get(rc.ref.key)
+                self._last[rc.ref.key] = now
+                hist = self._history.setdefault(rc.ref.key, deque(maxlen=self.per_run))
+                for name, (observed, verdict) in now.items():
+                    old = before.get(name) if before is not None else None
+                    if old == (observed, verdict):
+                        continue
+                    if name == "blocked":
+                        if before is None and not observed:
+                            continue
+                        reason = rc.blocked.reason if rc.blocked else ""
+                        hist.append({"at": rfc3339(rc.evaluated_at), "claim": "blocked",
+                                     "from": old[0] if old else None, "to": observed or None,
+                                     "reason": reason[:REASON_CHARS]})
+                        continue
+                    claim = rc.claims[name]
+                    hist.append({"at": rfc3339(rc.evaluated_at), "claim": name,
+                                 "from": {"observed": old[0], "verdict": old[1]} if old else None,
+                                 "to": {"observed": observed, "verdict": verdict},
+                                 "reason": claim.reason[:REASON_CHARS]})
+
+    def forget(self, key: Key) -> None:
+        """Drop a run no longer evaluated (gone from the cluster)."""
+        with self._lock:
+            self._last.pop(key, None)
+            self._history.pop(key, None)
+
+    def of(self, key: Key) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._history.get(key, ()))
+
+
+def _document(claims: list[RunClaims], now: datetime, history: RunHistory) -> bytes:
+    doc = to_json(claims, now)
+    for rc, entry in zip(claims, doc["runs"], strict=True):
+        entry["history"] = history.of(rc.ref.key)
+    return orjson.dumps(doc)
+
+
+def _error(code: int, message: str) -> Answer:
+    return code, "application/json", orjson.dumps({"error": message})
+
+
+def runs_answer(path: str, claims: Callable[[], Mapping[Key, RunClaims]], now: Callable[[], datetime],
+                history: RunHistory, ready: bool = True) -> Answer:
+    """The answer for `/runs` or `/runs/NAMESPACE/NAME` (anything else under /runs: 404; before the
+    first sync: 503, no claims yet)."""
+    if not ready:
+        return _error(503, "not synced")
+    parts = path.split("/")[2:] if path.startswith("/runs/") else []
+    if path == "/runs":
+        runs = sorted(claims().values(), key=lambda rc: (rc.ref.namespace, rc.ref.name, rc.ref.kind))
+        return 200, "application/json", _document(runs, now(), history)
+    if len(parts) != 2:
+        return _error(404, "not found: /runs or /runs/NAMESPACE/NAME")
+    namespace, name = parts
+    if not dns1123_label(namespace) or not dns1123_subdomain(name):
+        return _error(400, "namespace must be a DNS-1123 label and name a DNS-1123 subdomain")
+    found = [rc for rc in claims().values() if rc.ref.namespace == namespace and rc.ref.name == name]
+    if not found:
+        return _error(404, f"no run {namespace}/{name}")
+    return 200, "application/json", _document(found, now(), history)
+
+
+# --- the client side: the document back into RunClaims ----------------------------------------------
+
+
+class _Evidence(msgspec.Struct):
+    plane: str
+    ref: str
+    field: str
+    value: Any = None
+    at: str | None = None
+    cluster: str = ""
+
+
+class _Claim(msgspec.Struct):
+    asserted: bool | None
+    observed: str
+    verdict: str
+    since: str | None = None
+    reason: str = ""
+    cause: str = ""
+    evidence: list[_Evidence] = []
+
+
+class _Blocked(msgspec.Struct):
+    stage: str
+    reason: str = ""
+    since: str | None = None
+    evidence: list[_Evidence] = []
+    owner: str = ""
+
+
+class _Goodput(msgspec.Struct):
+    ratio: float | None
+    allocated_seconds: float = 0.0
+    productive_seconds: float = 0.0
+    badput_seconds: dict[str, float] = {}
+
+
+class _Run(msgspec.Struct):
+    namespace: str
+    name: str
+    kind: str
+    claims: dict[str, _Claim]
+    uid: str = ""
+    finished: bool = False
+    blocked: _Blocked | None = None
+    goodput: _Goodput | None = None
+    context: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+
+
+class _Document(msgspec.Struct):
+    evaluated_at: str
+    runs: list[_Run]
+
+
+class BadDocument(ValueError):
+    """The controller's answer is not the runs document."""
+
+
+def _time(value: str | None, where: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError) as e:
+        raise BadDocument(f"{where}: not an RFC3339 time") from e
+
+
+def _evidence(items: list[_Evidence], where: str) -> tuple[Evidence, ...]:
+    try:
+        return tuple(Evidence(Plane(e.plane), e.ref, e.field, e.value, _time(e.at, where), e.cluster) for e in items)
+    except ValueError as e:
+        raise BadDocument(f"{where}: {e}") from e
+
+
+def _claim(c: _Claim, where: str) -> Claim:
+    try:
+        observed, verdict = Observed(c.observed), Verdict(c.verdict)
+    except ValueError as e:
+        raise BadDocument(f"{where}: {e}") from e
+    return Claim(c.asserted, observed, verdict, _time(c.since, where), c.reason, _evidence(c.evidence, where), c.cause)
+
+
+def decode_runs(data: bytes) -> tuple[datetime, list[tuple[RunClaims, list[dict[str, Any]]]]]:
+    """The `/runs` document as (evaluated_at, [(claims, history)]); BadDocument when it is not one."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise BadDocument(f"answer larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        doc = msgspec.json.decode(data, type=_Document)
+    except msgspec.ValidationError as e:
+        raise BadDocument(f"not the runs document: {e}") from e
+    except msgspec.DecodeError as e:
+        raise BadDocument(f"not JSON: {e}") from e
+    now = _time(doc.evaluated_at, "evaluated_at")
+    if now is None:
+        raise BadDocument("evaluated_at: missing")
+    out = []
+    for i, r in enumerate(doc.runs):
+        where = f"runs[{i}] {r.namespace}/{r.name}"
+        missing = {"scheduled", "running", "progressing"} - set(r.claims)
+        if missing:
+            raise BadDocument(f"{where}: no {', '.join(sorted(missing))} claim")
+        blocked = None
+        if r.blocked is not None:
+            try:
+                stage = Stage(r.blocked.stage)
+            except ValueError as e:
+                raise BadDocument(f"{where}.blocked: {e}") from e
+            blocked = Blocked(stage, r.blocked.reason, _time(r.blocked.since, where),
+                              _evidence(r.blocked.evidence, where))
+        goodput = None
+        if r.goodput is not None:
+            g = r.goodput
+            goodput = Goodput(g.allocated_seconds, g.productive_seconds, dict(g.badput_seconds), g.ratio)
+        rc = RunClaims(Ref(r.kind, r.namespace, r.name, r.uid),
+                       _claim(r.claims["scheduled"], where), _claim(r.claims["running"], where),
+                       _claim(r.claims["progressing"], where), blocked, now, r.finished, goodput, dict(r.context))
+        out.append((rc, r.history))
+    return now, out
+
+
+def render_history(rc: RunClaims, history: list[dict[str, Any]]) -> list[str]:
+    """Text lines for a run's transitions, oldest first."""
+    lines = []
+    for h in history:
+        to, before = h.get("to"), h.get("from")
+        if isinstance(to, dict):
+            was = f"{before.get('verdict')} → " if isinstance(before, dict) else ""
+            change = f"{was}{to.get('verdict')} (observed {to.get('observed')})"
+        else:
+            change = f"{before or 'none'} → {to or 'none'}"
+        lines.append(f"  {h.get('at')}  {h.get('claim'):<12} {change}: {str(h.get('reason') or '')[:160]}")
+    return [f"{rc.ref.namespace}/{rc.ref.name} history (the controller's, oldest first):", *lines] if lines else []

@@ -1,0 +1,138 @@
+"""The controller's /runs and /runs/NAMESPACE/NAME (behind /metrics' token), and `explain --controller`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import taugrid_evidence as te
+from collector.endpoints import HttpOptions
+from collector.runsapi import BadDocument, decode_runs, dns1123_label, dns1123_subdomain
+from kubesim.clock import ManualClock
+from kubesim.server import Simulator
+from tests.controller.test_controller import FAST, T0, apply_run, observed, start, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 (a loopback test URL)
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def explain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from collector.cli import main; main()", "explain", *args],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          cwd=REPO, check=False)
+
+
+def test_runs_are_served_with_their_history_behind_the_metrics_token(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    clock = ManualClock(T0)
+    with Simulator(settings=FAST, watch_window=50) as sim:
+        sim.start()
+        apply_run(sim, "r1")
+        ctl = start(sim, clock)
+        try:
+            port = ctl.serve("127.0.0.1", 0, HttpOptions(token_file=token))
+            base = f"http://127.0.0.1:{port}"
+            wait_until(lambda: observed(ctl, "r1").get("running") == "true", what="r1 running")
+            apply_run(sim, "r1", crash=True)  # the run's pod crash-loops: running goes false
+            wait_until(lambda: observed(ctl, "r1").get("running") == "false", what="r1 crashing")
+
+            assert get(f"{base}/runs")[0] == 401  # the same token as /metrics
+            assert get(f"{base}/runs/research/r1", "wrong")[0] == 401
+            assert get(f"{base}/healthz")[0] == 200  # probes stay open
+            code, body = get(f"{base}/runs", "s3cret")
+            assert code == 200
+            doc = json.loads(body)
+            (run,) = doc["runs"]
+            assert (run["namespace"], run["name"]) == ("research", "r1")
+            assert run["claims"]["running"]["observed"] == "false"
+            moves = [(h["claim"], (h["from"] or {}).get("observed"), h["to"]["observed"])
+                     for h in run["history"] if h["claim"] == "running"]
+            assert moves[-1] == ("running", "true", "false"), run["history"]
+
+            code, body = get(f"{base}/runs/research/r1", "s3cret")
+            assert code == 200 and [r["name"] for r in json.loads(body)["runs"]] == ["r1"]
+            assert get(f"{base}/runs/research/nope", "s3cret")[0] == 404
+            for bad in ("Research/r1", "research/R1", "research/a..b", "-x/r1", "research/%2e%2e", "a" * 64 + "/r1"):
+                code, body = get(f"{base}/runs/{bad}", "s3cret")
+                assert code == 400 and bad.encode() not in body, bad
+            assert get(f"{base}/runs/research/r1/extra", "s3cret")[0] == 404
+
+            # explain --controller prints it with explain's renderer, history included.
+            out = explain("--controller", base, "--token-file", str(token), "research/r1")
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.startswith("research/r1   TauRun")
+            assert "running       contradicted" in out.stdout
+            assert "research/r1 history (the controller's, oldest first):" in out.stdout
+            js = explain("--controller", base, "--token-file", str(token), "r1", "-o", "json")
+            assert js.returncode == 0, js.stderr
+            again = json.loads(js.stdout)["runs"][0]
+            assert again["claims"] == run["claims"] and again["history"] == run["history"]
+            ex = te.explain("research/r1", controller=base, token_file=token)
+            assert ex.source == f"controller:{base}" and list(ex.runs["name"]) == ["r1"]
+            moved = ex.transitions[ex.transitions["claim"] == "running"].iloc[-1]
+            assert (moved["from_observed"], moved["to_observed"]) == ("true", "false")
+            assert str(ex.transitions["at"].dtype) == "datetime64[ns, UTC]"
+            denied = explain("--controller", base, "r1")
+            assert denied.returncode == 1 and "HTTP 401" in denied.stderr
+            bad = explain("--controller", base, "--token-file", str(token), "research/..")
+            assert bad.returncode == 2 and "DNS-1123" in bad.stderr
+        finally:
+            ctl.close()
+
+
+@pytest.mark.parametrize("doc", [
+    b"not json", b"{}", b'{"evaluated_at": "x", "runs": []}',
+    b'{"evaluated_at": "2026-01-01T00:00:00Z", "runs": [{"namespace": "a", "name": "b", "kind": "Job", "claims": {}}]}',
+    b'{"evaluated_at": "2026-01-01T00:00:00Z", "runs": [{"namespace": "a", "name": "b", "kind": "Job", "claims": '
+    b'{"scheduled": {"asserted": null, "observed": "maybe", "verdict": "pending"}}}]}',
+])
+def test_a_document_that_is_not_the_runs_document_is_refused(doc: bytes) -> None:
+    with pytest.raises(BadDocument):
+        decode_runs(doc)
+
+
+def test_dns1123() -> None:
+    assert dns1123_label("team-b") and not dns1123_label("Team") and not dns1123_label("a.b")
+    assert dns1123_subdomain("llm-sft.v2") and not dns1123_subdomain("a..b") and not dns1123_subdomain("a/b")
+    assert not dns1123_subdomain("a" * 254) and not dns1123_label("")
+
+
+def test_history_keeps_the_latest_transitions_of_each_run() -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from collector.controller import unknown_claims
+    from collector.model import Claim, Observed, Ref, Verdict
+    from collector.runsapi import HISTORY_PER_RUN, RunHistory
+
+    ref = Ref("TauRun", "research", "r1")
+    history = RunHistory()
+    base = unknown_claims(ref, None, T0, "x" * 1000)
+    up = Claim(True, Observed.TRUE, Verdict.VERIFIED, T0, "up")
+    for i in range(3 * HISTORY_PER_RUN):
+        rc = base if i % 2 == 0 else replace(base, running=up)
+        history.record([replace(rc, evaluated_at=T0 + timedelta(minutes=i))])
+    kept = history.of(ref.key)
+    assert len(kept) == HISTORY_PER_RUN
+    assert all(h["claim"] == "running" for h in kept[1:])  # an unchanged claim makes no entry
+    assert kept[-1]["to"] == {"observed": "true", "verdict": "verified"}
+    assert kept[-1]["at"] == "2026-01-10T12:47:00Z"
+    assert max(len(h["reason"]) for h in kept) <= 300
+    history.forget(ref.key)
+    assert history.of(ref.key) == []
