@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pandas as pd
+
+try:
+    import pandas as pd
+except ImportError as e:  # an extra: the controller's and agent's images leave it out
+    raise ImportError("the notebook API needs pandas: pip install 'taugrid-evidence[notebook]'") from e
 
 from collector.config import ConfigError, load_settings
 from collector.explaincmd import (
