@@ -16,7 +16,7 @@ from collector.claims.common import Clock, Freshness, human_age, latest
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
-from collector.claims.lineage import Lineage, lineages, replaced_pods
+from collector.claims.lineage import Lineage, RunPods, lineages, replaced_pods
 from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
@@ -144,7 +144,8 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
             and (sig.ref.key, sig.source) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
-    lineage = lineages(ev) if rate else None
+    run_pods = RunPods(ev)
+    lineage = lineages(ev, run_pods) if rate else None
     view = analyze(rate or durable, s, now, clock=clock, lineage=lineage) if fresh_signals else None
     durable_view = analyze(durable, s, now, clock=clock) if durable and rate else None
     if worker and not live:
@@ -154,7 +155,8 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         running = _claim(a.running, Observed.UNKNOWN, None, why, dispatch_ev, status_ev)
     else:
         scheduled = _scheduled(ev, a, status_ev, live, exp, fresh)
-        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock))
+        running = _running(ev, a, status_ev, live, exp, scheduled, fresh, clock, s, Recovery(view, lineage, clock),
+                           run_pods)
     progressing = progressing_claim(ev, a, status_ev, running, fresh_signals, view, clock, s, durable_view, lineage,
                                     off_clock=tuple(dict.fromkeys(off_clock.values())))
     scheduled_at = scheduled.since if scheduled.observed is Observed.TRUE else None
@@ -191,6 +193,11 @@ def _node_of(ev: RunEvidence, sig: Signal) -> str:
     return pod.facts.node_name if pod is not None and isinstance(pod.facts, PodFacts) else ""
 
 
+def _nodes(ev: RunEvidence) -> dict[Key, str]:
+    """Pod key → its node (one pass: a run of 64 pods has 64 signals or more)."""
+    return {p.ref.key: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
+
+
 def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tuple[Key, str], str]:
     """Signals whose stamps cannot be placed, with why: a line stamped after the signal was read (after
     the latest instant a dump can have been captured) comes from a clock that runs ahead or from a
@@ -198,6 +205,7 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
     goes with it (its kubelet's stamps are all on that clock)."""
     out: dict[tuple[Key, str], str] = {}
     ahead_nodes: dict[str, str] = {}
+    nodes = _nodes(ev)
     for sig in signals:
         if sig.retired or sig.durable:
             continue
@@ -206,7 +214,7 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
             continue
         # the latest instant the read can have happened: a dump's capture lies within the clock's slack
         latest = sig.read_at + clock.slack if clock.slack is not None else None
-        node = _node_of(ev, sig)
+        node = nodes.get(sig.ref.key, "") if sig.ref.kind == "Pod" else ""
         if node in ev.node_clock_unsure:
             # seen only in a list, whose heartbeat may be minutes old: how far its clock runs ahead is
             # not measured, and a clock 90 s ahead makes a stall 90 s younger
@@ -217,8 +225,8 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
             out[(sig.ref.key, sig.source)] = (
                 f"{sig.ref.name}/{sig.source} holds lines stamped {human_age(newest - latest)} after it was read:"
                 " its clock runs ahead or its times are not the kubelet's; its stamps cannot be placed")
-    for sig in signals:
-        why = ahead_nodes.get(_node_of(ev, sig))
+    for sig in signals if ahead_nodes else ():
+        why = ahead_nodes.get(nodes.get(sig.ref.key, "") if sig.ref.kind == "Pod" else "")
         if why is not None and not sig.retired:
             out[(sig.ref.key, sig.source)] = why
     return out
@@ -391,7 +399,7 @@ class Recovery:
 
 def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[ObjectRecord], exp: Expected,
              scheduled: Claim, fresh: Freshness, clock: Clock, s: ClaimSettings,
-             recovery: Recovery | None = None) -> Claim:
+             recovery: Recovery | None = None, run_pods: RunPods | None = None) -> Claim:
     now = clock.now
     want = max(exp.count, 1) if exp.count is not None else None
     if not fresh.ok("Pod"):
@@ -424,7 +432,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
     restarts = 0
     unseen: list[tuple[str, str]] = []  # (pod, node) on a node not in the evidence: health unknown
     # Pods that replaced an earlier incarnation of their rank are restarts too (a new pod, not a count).
-    replaced = {p.ref.key: why for p, why in replaced_pods(ev)}
+    replaced = {p.ref.key: why for p, why in replaced_pods(ev, run_pods)}
     for p in live:
         f = p.facts
         assert isinstance(f, PodFacts)

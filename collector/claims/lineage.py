@@ -22,7 +22,7 @@ Replacement is told from what the cluster shows, never assumed away:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from collector.claims.common import human_age
 from collector.correlate import Key, RunEvidence
@@ -55,8 +55,9 @@ class Lineage:
     restarts: tuple[Restart, ...] = ()  # when this signal started over, oldest first
 
 
-class _Run:
-    """A run's pods grouped by role (within the controller that owns them), and its first pod's birth."""
+class RunPods:
+    """A run's pods grouped by role (within the controller that owns them), and its first pod's birth;
+    built once per evaluation (lineages and running's replaced pods both ask it)."""
 
     def __init__(self, ev: RunEvidence) -> None:
         self.ev = ev
@@ -69,8 +70,13 @@ class _Run:
         for p in every:
             if (role := self.role_of(p)):
                 self.by_role.setdefault(role, []).append(p)
+        for pods in self.by_role.values():  # by birth: a pod's predecessors are a prefix
+            pods.sort(key=_born)
         self.alive = {id(p) for p in self.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal
                       and not p.facts.deleting}
+        self.alive_in = {role: sum(id(q) in self.alive for q in pods) for role, pods in self.by_role.items()}
+        self.present = {p.ref.name for p in every}
+        self._why: dict[int, str] = {}
 
     @staticmethod
     def role_of(pod: ObjectRecord) -> str:
@@ -82,14 +88,22 @@ class _Run:
         return f"{o.kind}/{o.name}:{f.role}" if o is not None else f.role
 
     def replacement(self, pod: ObjectRecord) -> str:
-        f = pod.facts
-        assert isinstance(f, PodFacts)
-        return _replacement(self.ev, pod, f, self.by_role.get(self.role_of(pod), ()), self.first)
+        why = self._why.get(id(pod))
+        if why is None:
+            f = pod.facts
+            assert isinstance(f, PodFacts)
+            why = self._why[id(pod)] = _replacement(self.ev, pod, f, self.by_role.get(self.role_of(pod), ()),
+                                                    self.first, self.present)
+        return why
 
 
-def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
+def _born(p: ObjectRecord) -> tuple[bool, datetime]:
+    return (p.created is None, p.created or datetime.min.replace(tzinfo=UTC))
+
+
+def lineages(ev: RunEvidence, run: RunPods | None = None) -> dict[tuple[Key, str], Lineage]:
     """(pod key, container) → lineage, for every container of the run's pods that has a signal."""
-    run = _Run(ev)
+    run = run or RunPods(ev)
     by_key = {p.ref.key: p for p in (*run.retired, *run.pods)}  # a live pod before a retired one of its name
     out: dict[tuple[Key, str], Lineage] = {}
     for sig in ev.signals:
@@ -101,7 +115,7 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
         role = run.role_of(pod)
         # A rank is one member of its role across incarnations; a role without ranks is one lineage
         # only while one pod of it lives at a time (a one-pod Job's successive pods).
-        rank = f.rank or ("solo" if role and sum(id(q) in run.alive for q in run.by_role.get(role, ())) <= 1 else "")
+        rank = f.rank or ("solo" if role and run.alive_in.get(role, 0) <= 1 else "")
         stream = f"{role}#{rank}/{sig.source}" if role and rank else f"{pod.ref.name}/{sig.source}"
         restarts: list[Restart] = []
         replaced = run.replacement(pod)
@@ -135,21 +149,24 @@ def lineages(ev: RunEvidence) -> dict[tuple[Key, str], Lineage]:
 BEFORE = timedelta(microseconds=1)
 
 
-def replaced_pods(ev: RunEvidence) -> list[tuple[ObjectRecord, str]]:
+def replaced_pods(ev: RunEvidence, run: RunPods | None = None) -> list[tuple[ObjectRecord, str]]:
     """The run's pods that replace an earlier incarnation, with what shows it (running's restart count)."""
-    run = _Run(ev)
+    run = run or RunPods(ev)
     return [(p, why) for p in run.pods if (why := run.replacement(p))]
 
 
 def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],
-                 first: datetime | None) -> str:
-    """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does."""
+                 first: datetime | None, present: set[str]) -> str:
+    """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does.
+    `role_pods`: by birth (`RunPods`)."""
     born = pod.created
     if born is None:
         return ""
     for q in role_pods:
         qf = q.facts
-        if q is pod or not isinstance(qf, PodFacts) or q.created is None or q.created >= born:
+        if q.created is None or q.created >= born:
+            break  # the rest were born with it or after it
+        if q is pod or not isinstance(qf, PodFacts):
             continue
         if q.ref.key == pod.ref.key:  # the same name, deleted and created again (a training operator's way)
             return f"pod {pod.ref.name} was created again after its predecessor of the same name was deleted"
@@ -160,7 +177,7 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
                    f"{'failed' if qf.phase == 'Failed' else 'was deleted'}"
     if f.attempt > 0:
         return f"pod {pod.ref.name} is JobSet restart attempt {f.attempt}"
-    gone = _created_gone(ev, pod)
+    gone = _created_gone(ev, pod, present)
     if gone:
         return gone
     for wl in ev.workloads:
@@ -210,14 +227,13 @@ def _stem(name: str) -> str:
     return name.rsplit("-", 1)[0]
 
 
-def _created_gone(ev: RunEvidence, pod: ObjectRecord) -> str:
+def _created_gone(ev: RunEvidence, pod: ObjectRecord, present: set[str]) -> str:
     """Its controller's Event for creating another pod of its stem, earlier, that is gone now: a
     recreated Ray worker, a Job's pod brought back after one was lost (the lost one's record and log
     are gone; the Event stays for its time to live)."""
     o, born = pod.controller, pod.created
     if o is None or born is None:
         return ""
-    present = {p.ref.name for p in (*ev.pods, *ev.retired_pods)}
     stem = _stem(pod.ref.name)
     # Events name the object they regard by name alone: one older than the controller itself is an
     # earlier incarnation's (a run deleted and submitted again under its name)

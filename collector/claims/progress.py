@@ -219,7 +219,10 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
         smp = item
         n = smp.covers  # samples this one stands for (compacted history: all of its kind)
         if smp.step is not None and (smp.skipped or stream not in high or smp.step > high[stream]):
-            recent.extend([(smp.skipped, at)] * min(n, SKIP_RECENT))
+            if n == 1:
+                recent.append((smp.skipped, at))
+            else:
+                recent.extend([(smp.skipped, at)] * min(n, SKIP_RECENT))
         if smp.skipped:
             skipped += n
             skipped_since = skipped_since or Advance(at, smp.step, src, stream=stream)
