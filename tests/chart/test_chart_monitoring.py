@@ -243,3 +243,35 @@ def test_as_a_subchart_with_global_values_and_the_node_match_the_notes_use(tmp_p
     assert {"Deployment", "DaemonSet", "ServiceMonitor", "PrometheusRule"} <= {o["kind"] for o in objs}
     report = helm.lint(parent, values, strict=True, kube_version=f"v{KUBE}.0")
     assert [m for m in report["messages"] if m["severity"] >= 2] + report["errors"] == []
+
+
+def test_agent_reads_resource_slices_only_when_asked() -> None:
+    from collector.agent.command import agent as agent_command
+
+    def daemonset(objs: list[dict[str, Any]]) -> dict[str, Any]:
+        [ds] = by_kind(objs, "DaemonSet")
+        return ds["spec"]["template"]["spec"]
+
+    off = render(REQUIRED)
+    spec = daemonset(off)
+    assert spec["automountServiceAccountToken"] is False  # no API access by default
+    assert not any(a.startswith(("--resource-slices", "--dra-driver")) for a in spec["containers"][0]["command"])
+    assert not [r for r in by_kind(off, "ClusterRole") if "resourceslices" in json.dumps(r)]
+
+    on = render({**REQUIRED, "agent": {"dra": {"drivers": ["gpu.example.com"], "resourceSlices": True}}})
+    spec = daemonset(on)
+    assert spec["automountServiceAccountToken"] is True
+    flags = [a for a in spec["containers"][0]["command"] if a.startswith(("--resource-slices", "--dra-driver"))]
+    assert flags == ["--dra-driver=gpu.example.com", "--resource-slices"]
+    # the agent's own command line accepts them
+    ctx = agent_command.make_context("agent", list(flags))
+    assert ctx.params["resource_slices"] is True and ctx.params["dra_drivers"] == ("gpu.example.com",)
+    [role] = [r for r in by_kind(on, "ClusterRole") if r["metadata"]["name"].endswith("-agent-resourceslices")]
+    assert role["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                              "verbs": ["get", "list"]}]
+    [binding] = [b for b in by_kind(on, "ClusterRoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert [s["name"] for s in binding["subjects"]] == [spec["serviceAccountName"]]
+    for obj in (role, binding):
+        kubernetes_validate.validate(obj, KUBE, strict=True)
+    with pytest.raises(helm.HelmError, match="agent/dra/drivers"):  # a driver name that is no DNS subdomain
+        render({**REQUIRED, "agent": {"dra": {"drivers": ["GPU Driver"]}}})
