@@ -13,6 +13,9 @@ from collector.correlate import RunEvidence
 from collector.model import BADPUT_CAUSES, Goodput, PodFacts
 
 
+ZERO = timedelta(0)
+
+
 def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime | None, now: datetime,
             *, crash_looping: bool = False, stalled_now: bool = False) -> Goodput:
     created = ev.root.created
@@ -44,19 +47,24 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         for c in p.facts.containers if c.last_finished is not None and c.last_finished >= scheduled_at
     )
     window = view.window
-    productive = 0.0
     bad["starting"] = _secs(advances[0].at - seen_from)
+    # advances are in time order: every gap is >= 0 (summed as timedeltas, converted once)
+    good = restarting = replaying = stalled = ZERO
     for a, b in zip(advances, advances[1:], strict=False):
         gap = b.at - a.at
         if b.replay_from is not None and a.at <= b.replay_from <= b.at:
-            bad["restarting"] += _secs(b.replay_from - a.at)
-            bad["replaying"] += _secs(b.at - b.replay_from)
+            restarting += b.replay_from - a.at
+            replaying += b.at - b.replay_from
         elif gap <= window or b.bridged:  # bridged: continuous progress (compacted history)
-            productive += _secs(gap)
+            good += gap
         elif any(a.at <= r <= b.at for r in restarts):
-            bad["restarting"] += _secs(gap)
+            restarting += gap
         else:
-            bad["stalled"] += _secs(gap)
+            stalled += gap
+    productive = _secs(good)
+    bad["restarting"] += _secs(restarting)
+    bad["replaying"] += _secs(replaying)
+    bad["stalled"] += _secs(stalled)
     last = advances[-1].at
     tail = now - last
     # Started over since the last advance and not past the mark yet: restarting until the replay

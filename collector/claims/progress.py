@@ -173,7 +173,8 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
             elif horizon is None or smp.at <= horizon:
                 events.append((smp.at, n, smp, src, stream))
                 n += 1
-                first = smp.at if first is None else min(first, smp.at)
+                if first is None or smp.at < first:
+                    first = smp.at
             elif clock is not None:
                 clock.expires(smp.at)  # stamped ahead of the clock (skew): it counts once reached
         if first is not None and (horizon is None or first <= horizon):
