@@ -754,6 +754,7 @@ def _raycluster(r: _Reader, raw: RawObject) -> Facts:
         head_service=r.str_(_get(status, "head.serviceName"), "status.head.serviceName"),
         dashboard_port=str(_get(status, "endpoints.dashboard") or ""),
         metrics_port=str(_get(status, "endpoints.metrics") or ""),
+        autoscaling=_get(raw, "spec.enableInTreeAutoscaling") is True,
     )
 
 

@@ -261,6 +261,7 @@ class RayClusterFacts:
     head_service: str = ""
     dashboard_port: str = ""
     metrics_port: str = ""
+    autoscaling: bool = False  # spec.enableInTreeAutoscaling: workers may be added at any time
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from collector.claims.progress import ProgressView
 from collector.correlate import RunEvidence
 from collector.model import BADPUT_CAUSES, Goodput, PodFacts
 
-
 ZERO = timedelta(0)
 
 

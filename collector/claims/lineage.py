@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from collector.claims.common import human_age
 from collector.correlate import Key, RunEvidence
 from collector.kube import JOB_KINDS
-from collector.model import EventFacts, JobFacts, ObjectRecord, PodFacts
+from collector.model import EventFacts, JobFacts, ObjectRecord, PodFacts, RayClusterFacts
 
 # The pods of one incarnation of a run are created within seconds of each other (a gang, a Ray
 # cluster's head and workers); one created this much later than the run's first replaced another
@@ -180,6 +180,9 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
     gone = _created_gone(ev, pod, present)
     if gone:
         return gone
+    late_worker = _late_ray_worker(ev, pod, f)
+    if late_worker:
+        return late_worker
     for wl in ev.workloads:
         for c in wl.conditions:
             # Kueue sets these only once it evicts, and keeps them after re-admission (False, "Previously: ...")
@@ -215,6 +218,27 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
         return (f"pod {pod.ref.name} was created {human_age(born - jf.start_time)} after {job.ref.kind} "
                 f"{job.ref.name} started")
     return ""
+
+
+# KubeRay creates a cluster's head and its workers in one reconcile (workers wait for the head in an
+# init container): a worker of a cluster that does not autoscale born this long after the cluster's
+# first pod came back for one that was lost.
+RAY_LATE = timedelta(seconds=90)
+
+
+def _late_ray_worker(ev: RunEvidence, pod: ObjectRecord, f: PodFacts) -> str:
+    o = pod.controller
+    if o is None or o.kind != "RayCluster" or f.ray_node_type != "worker" or pod.created is None:
+        return ""
+    rc = next((r for r in ev.rayclusters if r.ref.name == o.name), None)
+    if rc is None or not isinstance(rc.facts, RayClusterFacts) or rc.facts.autoscaling:
+        return ""  # not in view, or its autoscaler adds workers when it likes
+    first = min((p.created for p in (*ev.retired_pods, *ev.pods) if p.created is not None and p.controller is not None
+                 and (p.controller.kind, p.controller.name) == (o.kind, o.name)), default=None)
+    if first is None or pod.created - first <= RAY_LATE:
+        return ""
+    return (f"pod {pod.ref.name} is a worker RayCluster {o.name} created {human_age(pod.created - first)} after its"
+            " first pod, and the cluster does not autoscale: it replaced a lost worker")
 
 
 # What a controller's Event says when it creates a pod (KubeRay: "Created worker Pod ns/name";
