@@ -14,6 +14,7 @@ from collector.model import ObjectRecord, QueueFacts, RunClaims, Stage, Workload
 from collector.queuefacts import AdmissionEta, AheadWorkload, PendingSummary, QueueStatus, QuotaShort
 
 MAX_AHEAD = 5  # workloads ahead listed by name; the count covers them all
+WAITED = timedelta(seconds=60)  # a Workload admitted later than this after its creation waited for quota
 
 
 def pending_workload(ev: RunEvidence) -> ObjectRecord | None:
@@ -35,11 +36,14 @@ def cluster_queue_of(ev: RunEvidence, wl: ObjectRecord) -> str:
 
 
 def history(workloads: Iterable[ObjectRecord], cluster_queue: str) -> tuple[list[datetime], list[datetime],
+                                                                               list[tuple[datetime, datetime]],
                                                                                datetime | None]:
-    """The ClusterQueue's admissions (quota reservations) and finishes among the Workloads still kept,
-    and the oldest Workload's creation (the history begins no earlier)."""
+    """The ClusterQueue's admissions (quota reservations), finishes and waits (creation to admission,
+    where it took over WAITED) among the Workloads still kept, and the oldest Workload's creation (the
+    history begins no earlier)."""
     admissions: list[datetime] = []
     finishes: list[datetime] = []
+    waits: list[tuple[datetime, datetime]] = []
     oldest: datetime | None = None
     for wl in workloads:
         f = wl.facts
@@ -52,9 +56,20 @@ def history(workloads: Iterable[ObjectRecord], cluster_queue: str) -> tuple[list
         reserved, finished = wl.condition("QuotaReserved"), wl.condition("Finished")
         if reserved is not None and reserved.is_true and reserved.last_transition is not None:
             admissions.append(reserved.last_transition)
+            if wl.created is not None and reserved.last_transition - wl.created > WAITED:
+                waits.append((wl.created, reserved.last_transition))
         if finished is not None and finished.is_true and finished.last_transition is not None:
             finishes.append(finished.last_transition)
-    return admissions, finishes, oldest
+    return admissions, finishes, waits, oldest
+
+
+def pending_waits(summary: PendingSummary | None, workloads: Iterable[ObjectRecord], now: datetime
+                  ) -> list[tuple[datetime, datetime]]:
+    """The waits still going on: each pending Workload's creation to now."""
+    if summary is None:
+        return []
+    created = {(w.ref.namespace, w.ref.name): w.created for w in workloads}
+    return [(c, now) for i in summary.items if (c := created.get((i.namespace, i.name))) is not None and c < now]
 
 
 def queue_status(ev: RunEvidence, summary: PendingSummary | None, workloads: Sequence[ObjectRecord], now: datetime,
@@ -79,14 +94,15 @@ def queue_status(ev: RunEvidence, summary: PendingSummary | None, workloads: Seq
             other = by_name.get((i.namespace, i.name))
             reqs = other.facts.requests if other is not None and isinstance(other.facts, WorkloadFacts) else ()
             ahead.append(AheadWorkload(i.namespace, i.name, i.priority, i.position_cq, reqs))
-    admissions, finishes, oldest = history(workloads, cq)
+    admissions, finishes, waits, oldest = history(workloads, cq)
+    waits += pending_waits(summary, workloads, now)
     if mine is None:
         why = note or (f"the visibility API does not list {ns}/{name} in {summary.queue}" if summary
                        else "the visibility API was not read")
         eta = AdmissionEta(None, None, None, level, f"unknown: the run's position is unknown ({why})")
         source = why
     else:
-        eta = admission_eta(mine.position_cq, admissions, finishes, now, window=window, level=level,
+        eta = admission_eta(mine.position_cq, admissions, finishes, now, waits=waits, window=window, level=level,
                             min_admissions=min_admissions, observed_since=oldest, queue=cq)
         source = f"Kueue visibility API ({summary.queue if summary else ''})"
     cqf = ev.cluster_queue.facts if ev.cluster_queue is not None else None

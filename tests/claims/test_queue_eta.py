@@ -95,3 +95,21 @@ def test_quantities_and_quota_short() -> None:
                         [("a100", "nvidia.com/gpu", 32), ("h100", "nvidia.com/gpu", 8)])
     assert [(s.flavor, s.resource, s.free, s.short) for s in short] == [("a100", "nvidia.com/gpu", 8, 8),
                                                                          ("h100", "nvidia.com/gpu", 8, 8)]
+
+
+def test_the_rate_is_the_backlogs_and_batches_count_once() -> None:
+    # 12 admissions in 24 h, but 10 of them in the last 2 h, while workloads waited
+    hist = _every(12, 10) + [NOW - timedelta(hours=10), NOW - timedelta(hours=20)]
+    waits = [(NOW - timedelta(hours=2), NOW)]
+    idle = admission_eta(0, hist, [], NOW)
+    busy = admission_eta(0, hist, [], NOW, waits=waits)
+    assert idle.mid_s is not None and busy.mid_s is not None and busy.mid_s < idle.mid_s / 4
+    assert "10 of them while workloads waited, over 2h of backlog" in busy.basis
+    # the same admissions two at a time: half the events, each admitting two; the 5th in line needs 3 of
+    # them (not 5): about the same median, and a wider band (fewer, bigger steps)
+    pairs = [t for t in _every(24, 5) for _ in (0, 1)]
+    one_by_one = admission_eta(4, _every(12, 10), [], NOW, waits=waits)
+    batched = admission_eta(4, pairs, [], NOW, waits=waits)
+    assert one_by_one.mid_s is not None and batched.mid_s is not None
+    assert one_by_one.high_s is not None and batched.high_s is not None
+    assert 0.9 < batched.mid_s / one_by_one.mid_s < 1.4 and batched.high_s > 1.3 * one_by_one.high_s
