@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 for _p in (Path(__file__).resolve().parents[1],):
     if str(_p) not in sys.path:
@@ -28,9 +29,11 @@ for _p in (Path(__file__).resolve().parents[1],):
 from collector import kube  # noqa: E402
 from collector.claims.queue_eta import LEVEL, admission_eta  # noqa: E402
 from collector.claims.queue_status import history, pending_waits  # noqa: E402
-from collector.model import ObjectRecord  # noqa: E402
+from collector.model import Blocked, Claim, ObjectRecord, Observed, Ref, RunClaims, Stage, verdict_for  # noqa: E402
+from collector.queuefacts import AdmissionEta, QueueStatus  # noqa: E402
 from collector.sources.kube_api import KubeApi, Resource, api_client_for  # noqa: E402
 from collector.sources.visibility import read_cluster_queue  # noqa: E402
+from exporters.adx.rows import snapshot_row  # noqa: E402
 from kubesim import ManualClock, Simulator  # noqa: E402
 from kubesim.queueplay import QueuePlay, QueuePlayer  # noqa: E402
 
@@ -40,6 +43,7 @@ WORKLOADS = Resource("Workload", "kueue.x-k8s.io", "v1beta1", "workloads")
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
+    namespace: str
     workload: str
     at: datetime
     position: int
@@ -60,6 +64,8 @@ class Backtest:
     arrivals: int = 0
     admissions: int = 0
     samples: int = 0
+    admitted_at: dict[str, datetime] = field(default_factory=dict)  # the truth: each Workload's admission
+    end: datetime = T0
 
     @property
     def judged(self) -> int:
@@ -100,13 +106,15 @@ def backtest(days: float = 7, every: timedelta = timedelta(hours=1), seed: int =
                 if eta.low_s is None or eta.mid_s is None or eta.high_s is None:
                     out.unknown += 1
                     continue
-                out.predictions.append(Prediction(item.name, now, item.position_cq, eta.low_s, eta.mid_s,
-                                                  eta.high_s))
+                out.predictions.append(Prediction(item.namespace, item.name, now, item.position_cq, eta.low_s,
+                                                  eta.mid_s, eta.high_s))
 
         end = T0 + timedelta(days=days)
         player.run(timedelta(days=days), every, sample)
     out.arrivals = len(player.admissions) + sum(1 for w in player.workloads.values() if w.admitted is None)
     out.admissions = len(player.admissions)
+    out.admitted_at = dict(player.admissions)
+    out.end = end
     for p in out.predictions:
         admitted = player.admissions.get(p.workload)
         if admitted is None:
@@ -123,6 +131,28 @@ def backtest(days: float = 7, every: timedelta = timedelta(hours=1), seed: int =
         else:
             out.inside += 1
     return out
+
+
+def snapshot_rows(res: Backtest, cluster: str = "sim") -> list[dict[str, Any]]:
+    """The RunSnapshots rows the controller's ADX exporter would have written for this week (through
+    exporters.adx.rows): one per estimate while waiting, one as each run leaves the queue (a
+    snapshot is written when the blocked stage changes)."""
+    out = []
+    ns_of = {p.workload: p.namespace for p in res.predictions}
+    for p in res.predictions:
+        eta = AdmissionEta(p.low_s, p.mid_s, p.high_s, res.level, "")
+        q = QueueStatus("gpu", "", f"{p.namespace}/{p.workload}", p.position, None, None, (), (), eta, "")
+        out.append(snapshot_row(_claims(p.namespace, p.workload, p.at, queued=True, queue=q), cluster, None))
+    for name, at in res.admitted_at.items():
+        if name in ns_of:
+            out.append(snapshot_row(_claims(ns_of[name], name, at, queued=False), cluster, None))
+    return out
+
+
+def _claims(ns: str, name: str, at: datetime, *, queued: bool, queue: QueueStatus | None = None) -> RunClaims:
+    c = Claim(None, Observed.FALSE, verdict_for(None, Observed.FALSE), None, "")
+    blocked = Blocked(Stage.QUEUE_ADMISSION if queued else Stage.POD_SCHEDULING, "", None)
+    return RunClaims(Ref("Job", ns, name, f"uid-{name}"), c, c, c, blocked, at, queue=queue)
 
 
 def main() -> None:
