@@ -25,7 +25,7 @@ from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
 from collector.claims.gpu import apply_gpu
 from collector.claims.progress import compacted
-from collector.claims.queue_status import attach, cluster_queue_of, pending_workload
+from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
 from collector.endpoints import serve as serve_http
@@ -112,6 +112,7 @@ class Controller:
         # Kueue's visibility API for the queues of runs blocked in queue admission; 0 turns it off
         self.queues = QueueWatch(api)
         self.queue_poll_s = QUEUE_POLL_S
+        self._workloads: Workloads | None = None  # the Workloads indexed once per evaluation (queued runs)
         self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
@@ -751,6 +752,7 @@ class Controller:
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:
         now = self.now()
+        self._workloads = None
         with self.health.time_evaluation():
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
@@ -863,8 +865,10 @@ class Controller:
             return rc
         summary, note = self.queues.waiting(rc.ref.key, (cluster_queue_of(ev, wl), wl.ref.namespace,
                                                          wl.facts.queue_name))
-        workloads = [r for k in self.index.keys_of_kind("Workload") if (r := self.index.get(*k)) is not None]
-        return attach(rc, ev, summary, workloads, now, note=note)
+        if self._workloads is None:  # once per evaluation, for all its queued runs
+            self._workloads = Workloads(r for k in self.index.keys_of_kind("Workload")
+                                        if (r := self.index.get(*k)) is not None)
+        return attach(rc, ev, summary, self._workloads, now, note=note)
 
     def _poll_queues(self) -> None:
         """Kueue's visibility API, every `queue_poll_s`, for the queues runs wait in; a changed answer

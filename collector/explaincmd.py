@@ -19,7 +19,7 @@ import click
 import orjson
 import yaml
 
-from collector.claims.queue_status import attach, cluster_queue_of, pending_workload
+from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import RunEvidence, RunIndex, Signal, build_index
 from collector.environment import EnvironmentReport, single_cluster
 from collector.model import ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
@@ -255,7 +255,7 @@ def with_queues(api: KubeApi, claims: list[RunClaims], evidence: list[RunEvidenc
                 ) -> list[RunClaims]:
     """Each run blocked in queue admission with its place in the queue (Kueue's visibility API, read
     once per queue) and an admission estimate from the Workloads this reader sees."""
-    workloads = [r for k in index.keys_of_kind("Workload") if (r := index.get(*k)) is not None]
+    workloads = Workloads(r for k in index.keys_of_kind("Workload") if (r := index.get(*k)) is not None)
     now = api.clock.now()
     read: dict[tuple[str, str, str], tuple[PendingSummary | None, str]] = {}
     out = []

@@ -63,16 +63,39 @@ def history(workloads: Iterable[ObjectRecord], cluster_queue: str) -> tuple[list
     return admissions, finishes, waits, oldest
 
 
-def pending_waits(summary: PendingSummary | None, workloads: Iterable[ObjectRecord], now: datetime
+def pending_waits(summary: PendingSummary | None, workloads: Iterable[ObjectRecord] | Workloads, now: datetime
                   ) -> list[tuple[datetime, datetime]]:
     """The waits still going on: each pending Workload's creation to now."""
     if summary is None:
         return []
-    created = {(w.ref.namespace, w.ref.name): w.created for w in workloads}
-    return [(c, now) for i in summary.items if (c := created.get((i.namespace, i.name))) is not None and c < now]
+    index = workloads if isinstance(workloads, Workloads) else Workloads(workloads)
+    return [(w.created, now) for i in summary.items
+            if (w := index.get(i.namespace, i.name)) is not None and w.created is not None and w.created < now]
 
 
-def queue_status(ev: RunEvidence, summary: PendingSummary | None, workloads: Sequence[ObjectRecord], now: datetime,
+class Workloads:
+    """The Workloads a reader sees, indexed once for every queued run of one evaluation: by name, and
+    each ClusterQueue's history computed once."""
+
+    def __init__(self, records: Iterable[ObjectRecord]) -> None:
+        self.records = [r for r in records if isinstance(r.facts, WorkloadFacts)]
+        self._by_name = {(w.ref.namespace, w.ref.name): w for w in self.records}
+        self._history: dict[str, tuple[list[datetime], list[datetime], list[tuple[datetime, datetime]],
+                                       datetime | None]] = {}
+
+    def get(self, namespace: str, name: str) -> ObjectRecord | None:
+        return self._by_name.get((namespace, name))
+
+    def history(self, cluster_queue: str) -> tuple[list[datetime], list[datetime], list[tuple[datetime, datetime]],
+                                                   datetime | None]:
+        if cluster_queue not in self._history:
+            self._history[cluster_queue] = history(self.records, cluster_queue)
+        a, f, w, oldest = self._history[cluster_queue]
+        return list(a), list(f), list(w), oldest
+
+
+def queue_status(ev: RunEvidence, summary: PendingSummary | None, workloads: Sequence[ObjectRecord] | Workloads,
+                 now: datetime,
                  *, note: str = "", window: timedelta = WINDOW, level: float = LEVEL,
                  min_admissions: int = MIN_ADMISSIONS) -> QueueStatus | None:
     """The run's queue status; None when it has no Workload waiting for quota. `summary`: the visibility
@@ -85,17 +108,17 @@ def queue_status(ev: RunEvidence, summary: PendingSummary | None, workloads: Seq
     cq = cluster_queue_of(ev, wl)
     ns, name = wl.ref.namespace, wl.ref.name
     mine = next((i for i in summary.items if (i.namespace, i.name) == (ns, name)), None) if summary else None
-    by_name = {(w.ref.namespace, w.ref.name): w for w in workloads}
+    index = workloads if isinstance(workloads, Workloads) else Workloads(workloads)
     ahead: list[AheadWorkload] = []
     if summary is not None and mine is not None:
         for i in sorted(summary.items, key=lambda i: i.position_cq):
             if i.position_cq >= mine.position_cq or len(ahead) >= MAX_AHEAD:
                 break
-            other = by_name.get((i.namespace, i.name))
+            other = index.get(i.namespace, i.name)
             reqs = other.facts.requests if other is not None and isinstance(other.facts, WorkloadFacts) else ()
             ahead.append(AheadWorkload(i.namespace, i.name, i.priority, i.position_cq, reqs))
-    admissions, finishes, waits, oldest = history(workloads, cq)
-    waits += pending_waits(summary, workloads, now)
+    admissions, finishes, waits, oldest = index.history(cq)
+    waits += pending_waits(summary, index, now)
     if mine is None:
         why = note or (f"the visibility API does not list {ns}/{name} in {summary.queue}" if summary
                        else "the visibility API was not read")
@@ -128,7 +151,8 @@ def quota_short(requests: Mapping[str, float], quota: Iterable[tuple[str, str, f
     return tuple(out)
 
 
-def attach(rc: RunClaims, ev: RunEvidence, summary: PendingSummary | None, workloads: Sequence[ObjectRecord],
+def attach(rc: RunClaims, ev: RunEvidence, summary: PendingSummary | None,
+           workloads: Sequence[ObjectRecord] | Workloads,
            now: datetime, *, note: str = "") -> RunClaims:
     """`rc` with its queue status when it is blocked in queue admission (else unchanged)."""
     if rc.blocked is None or rc.blocked.stage is not Stage.QUEUE_ADMISSION or rc.finished:
