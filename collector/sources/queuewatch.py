@@ -42,8 +42,15 @@ class QueueWatch:
             keys = set(self._runs.values())
             self._answers = {k: v for k, v in self._answers.items() if k in keys}
         changed = []
+        by_cq: dict[str, PendingSummary] = {}  # a ClusterQueue's answer serves all its LocalQueues' runs
         for key in sorted(keys):
-            summary, note = read_pending(self._api, *key)
+            summary: PendingSummary | None
+            if key[0] in by_cq:
+                summary, note = by_cq[key[0]], ""
+            else:
+                summary, note = read_pending(self._api, *key)
+                if summary is not None and summary.queue.startswith("ClusterQueue/"):
+                    by_cq[key[0]] = summary
             with self._lock:
                 old = self._answers.get(key)
                 self._answers[key] = (summary, note)
