@@ -72,3 +72,17 @@ def test_a_researcher_reads_her_local_queue_and_refusals_are_named(
                            f"get localqueues/pendingworkloads.{VIS} research/a100: refused")
     text = explain("--kubeconfig", str(plain), "vision-finetune")
     assert "ClusterQueue gpu-a100: position unknown (get clusterqueues/pendingworkloads" in text.stdout
+
+
+def test_the_notebook_api_has_the_queue_columns(cluster: tuple[Simulator, ManualClock, Path]) -> None:
+    import pandas as pd
+
+    import taugrid_evidence as te
+
+    _, _, tmp = cluster
+    ex = te.explain(kubeconfig=str(tmp / "admin"), namespace="research")
+    frame = ex.runs.set_index("name")
+    queued = frame.loc["vision-finetune"]
+    assert queued["queue_position"] == 0 and pd.isna(queued["admission_eta_mid_s"])
+    assert "at least 5 admissions" in queued["admission_eta_basis"]
+    assert frame["queue_position"].isna().sum() == len(frame) - 1  # only the queued run has a position
