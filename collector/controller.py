@@ -25,6 +25,7 @@ from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
 from collector.claims.gpu import apply_gpu
 from collector.claims.progress import compacted
+from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import Key, RunEvidence, RunIndex, Signal
 from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
 from collector.endpoints import serve as serve_http
@@ -42,7 +43,9 @@ from collector.model import (
     RayJobFacts,
     Ref,
     RunClaims,
+    Stage,
     TauRunFacts,
+    WorkloadFacts,
     verdict_for,
 )
 from collector.multicluster import dispatch_target, evaluate_multicluster
@@ -68,6 +71,7 @@ from collector.sources.kube_api import (
 )
 from collector.sources.lease import LeaseElector
 from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
+from collector.sources.queuewatch import QueueWatch
 from collector.sources.ray import RayPoller, RayTarget
 from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
 from collector.sources.watch import Reflector
@@ -105,6 +109,10 @@ class Controller:
                  workers: tuple[WorkerCluster, ...] = ()) -> None:
         resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
+        # Kueue's visibility API for the queues of runs blocked in queue admission; 0 turns it off
+        self.queues = QueueWatch(api)
+        self.queue_poll_s = QUEUE_POLL_S
+        self._workloads: Workloads | None = None  # the Workloads indexed once per evaluation (queued runs)
         self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
@@ -224,6 +232,8 @@ class Controller:
             self._spawn(self._poll_ray, "ray-poller")
         if self.cfg.agents.poll_interval.total_seconds() > 0:
             self._spawn(self._poll_agents, "agent-poller")
+        if self.queue_poll_s > 0:
+            self._spawn(self._poll_queues, "queue-poller")
         for w in self.workers:
             w.open()
         self._spawn(lambda: self.environment.run(self._stop), "environment-check")
@@ -525,6 +535,8 @@ class Controller:
             for lease, ahead in c.payload:
                 self.clocks.lease(lease, ahead, listed=True)
             self.clocks.leases_listed({lease.node for lease, _ in c.payload})
+        elif c.op == "queue":
+            self._dirty.update(k for k in self.queues.runs_in(c.payload) if isinstance(k, tuple))
         elif c.op == "lease-gone":
             self.clocks.lease_gone(c.payload)
         elif c.op == "replace":
@@ -740,6 +752,7 @@ class Controller:
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:
         now = self.now()
+        self._workloads = None
         with self.health.time_evaluation():
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
@@ -753,6 +766,7 @@ class Controller:
                     if self.capture is not None:
                         self.capture.forget(gone, now)
                     self._targets_by_run.pop(gone, None)
+                    self.queues.waiting(gone, None)
                     self._targets_changed = True
                 self._roots_changed = False
                 self.caps.prune(roots.keys())
@@ -782,6 +796,7 @@ class Controller:
                         rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
                     if self._outage:
                         rc = self._with_outage(rc)
+                    rc = self._with_queue(rc, ev, now)
                     polled = self._poll_targets(ev, rc)
                 except Exception:  # one run's evidence that trips the evaluation costs only that run
                     self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
@@ -841,6 +856,26 @@ class Controller:
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
+
+    def _with_queue(self, rc: RunClaims, ev: RunEvidence, now: datetime) -> RunClaims:
+        """A run blocked in queue admission with its place in the queue (the poller's latest answer)."""
+        wl = pending_workload(ev) if rc.blocked is not None and rc.blocked.stage is Stage.QUEUE_ADMISSION else None
+        if wl is None or not isinstance(wl.facts, WorkloadFacts):
+            self.queues.waiting(rc.ref.key, None)
+            return rc
+        summary, note = self.queues.waiting(rc.ref.key, (cluster_queue_of(ev, wl), wl.ref.namespace,
+                                                         wl.facts.queue_name))
+        if self._workloads is None:  # once per evaluation, for all its queued runs
+            self._workloads = Workloads(r for k in self.index.keys_of_kind("Workload")
+                                        if (r := self.index.get(*k)) is not None)
+        return attach(rc, ev, summary, self._workloads, now, note=note)
+
+    def _poll_queues(self) -> None:
+        """Kueue's visibility API, every `queue_poll_s`, for the queues runs wait in; a changed answer
+        re-evaluates the runs waiting there."""
+        while not self._stop.wait(self.queue_poll_s):
+            for key in self.queues.poll():
+                self._put(_Change("queue", None, key))
 
     def _created(self, ref: Ref) -> datetime | None:
         rec = self.index.get(*ref.key)
@@ -1146,6 +1181,7 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
+QUEUE_POLL_S = 30.0  # Kueue's visibility API, for the queues runs wait in (Kueue computes each answer on demand)
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most

@@ -19,10 +19,12 @@ import click
 import orjson
 import yaml
 
-from collector.correlate import RunIndex, Signal, build_index
+from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
+from collector.correlate import RunEvidence, RunIndex, Signal, build_index
 from collector.environment import EnvironmentReport, single_cluster
-from collector.model import ObjectRecord, Observed, Ref, RunClaims, verdict_for
+from collector.model import ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import evaluate_multicluster
+from collector.queuefacts import PendingSummary
 from collector.render import render_text, safe_text, to_json
 from collector.runsapi import (
     MAX_DOCUMENT_BYTES,
@@ -38,6 +40,7 @@ from collector.sources.dump import Dump, load_dump
 from collector.sources.kube_api import KubeApi, SourceError, load_api_client, resources_for
 from collector.sources.kube_client import ConfigException
 from collector.sources.live import LiveLimits, Refusal, read_live
+from collector.sources.visibility import read_pending
 from collector.workers import WorkerDumps, load_worker_dumps
 
 EXIT_SKIPPED = 3  # evaluated, but some input could not be read (or was refused)
@@ -238,12 +241,35 @@ def live_claims(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> L
     problems = [f"{'skipped' if p.skipped else 'warning'}: {p}" for p in live.dump.problems]
     problems += [f"note: {note}" for note in live.notes]
     index, _ = evidence_index(live.dump.records, live.synced, live.signals, live.dump.node_skew(), settings.taugrid)
+    evidence = index.all_evidence()
     claims = [evaluate_multicluster(ev, {}, now, settings.claims, slack=timedelta(0),
-                                    origin=settings.controller.multikueue_origin) for ev in index.all_evidence()]
+                                    origin=settings.controller.multikueue_origin) for ev in evidence]
+    claims = with_queues(api, claims, evidence, index)
     environment = single_cluster("manager", live.dump.version, live.dump.environment_objects,
                                  settings.controller.environment_namespaces or None)
     return LiveResult(namespace, now, fail_closed(claims, live.refused), live.refused, problems,
                       any(p.skipped for p in live.dump.problems), environment)
+
+
+def with_queues(api: KubeApi, claims: list[RunClaims], evidence: list[RunEvidence], index: RunIndex
+                ) -> list[RunClaims]:
+    """Each run blocked in queue admission with its place in the queue (Kueue's visibility API, read
+    once per queue) and an admission estimate from the Workloads this reader sees."""
+    workloads = Workloads(r for k in index.keys_of_kind("Workload") if (r := index.get(*k)) is not None)
+    now = api.clock.now()
+    read: dict[tuple[str, str, str], tuple[PendingSummary | None, str]] = {}
+    out = []
+    for rc, ev in zip(claims, evidence, strict=True):
+        wl = pending_workload(ev) if rc.blocked is not None and rc.blocked.stage is Stage.QUEUE_ADMISSION else None
+        if wl is None or not isinstance(wl.facts, WorkloadFacts):
+            out.append(rc)
+            continue
+        key = (cluster_queue_of(ev, wl), wl.ref.namespace, wl.facts.queue_name)
+        if key not in read:
+            read[key] = read_pending(api, *key)
+        summary, note = read[key]
+        out.append(attach(rc, ev, summary, workloads, now, note=note))
+    return out
 
 
 def explain_live(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> int:

@@ -40,6 +40,7 @@ from collector.model import (
     TauRunFacts,
     WorkloadFacts,
 )
+from collector.queuefacts import quantity
 from collector.settings import TauGridContract
 
 RawObject = Mapping[str, Any]
@@ -673,6 +674,10 @@ def _workload(r: _Reader, raw: RawObject) -> Facts:
     pod_sets = _list(raw, "spec.podSets")
     counts = [r.int_(_get(p, "count"), "spec.podSets[].count") for p in pod_sets]
     pod_count = sum(c for c in counts if c is not None) if pod_sets else None
+    requests: dict[str, float] = {}
+    for p, n in zip(pod_sets, counts, strict=True):
+        for res, amount in _pod_requests(_get(p, "template.spec")).items():
+            requests[res] = requests.get(res, 0.0) + amount * (n if n is not None else 1)
     return WorkloadFacts(
         queue_name=r.str_(_get(raw, "spec.queueName"), "spec.queueName"),
         cluster_queue=r.str_(_get(raw, "status.admission.clusterQueue"), "status.admission.clusterQueue"),
@@ -682,7 +687,43 @@ def _workload(r: _Reader, raw: RawObject) -> Facts:
         active=_get(raw, "spec.active") is not False,
         gated_by=r.str_(_map(raw, "metadata.annotations").get("kueue.x-k8s.io/admission-gated-by"),
                         "metadata.annotations[kueue.x-k8s.io/admission-gated-by]"),
+        priority=r.int_(_get(raw, "spec.priority"), "spec.priority"),
+        requests=tuple(sorted(requests.items()))[:16],
     )
+
+
+def _pod_requests(spec: Any) -> dict[str, float]:
+    """A pod's requests as Kueue counts them: its containers' requests (limits where a request is not
+    set) summed, each init container's taken where it is larger."""
+    total: dict[str, float] = {}
+    for c in _list(spec, "containers")[:64]:
+        for res, v in _container_requests(c).items():
+            total[res] = total.get(res, 0.0) + v
+    for c in _list(spec, "initContainers")[:64]:
+        for res, v in _container_requests(c).items():
+            total[res] = max(total.get(res, 0.0), v)
+    return total
+
+
+def _container_requests(c: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key in ("limits", "requests"):  # requests win over limits
+        for res, raw in list(_map(c, f"resources.{key}").items())[:32]:
+            v = quantity(raw)
+            if v is not None and v >= 0 and isinstance(res, str) and len(res) <= 253:
+                out[res] = v
+    return out
+
+
+def _flavor_amounts(r: _Reader, flavors: list[Any], field: str, path: str) -> tuple[tuple[str, str, float], ...]:
+    out: list[tuple[str, str, float]] = []
+    for f in flavors[:32]:
+        flavor = r.str_(_get(f, "name"), f"{path}[].name")
+        for res in _list(f, "resources")[:32]:
+            v = quantity(_get(res, field))
+            if v is not None:
+                out.append((flavor, r.str_(_get(res, "name"), f"{path}[].resources[].name"), v))
+    return tuple(out)
 
 
 def _admission_check(r: _Reader, raw: RawObject) -> Facts:
@@ -705,6 +746,9 @@ def _queue(r: _Reader, raw: RawObject) -> Facts:
         cluster_queue=r.str_(_get(raw, "spec.clusterQueue"), "spec.clusterQueue"),
         pending=r.int_(_get(raw, "status.pendingWorkloads"), "status.pendingWorkloads"),
         admitted=r.int_(_get(raw, "status.admittedWorkloads"), "status.admittedWorkloads"),
+        quota=_flavor_amounts(r, [f for g in _list(raw, "spec.resourceGroups")[:16] for f in _list(g, "flavors")],
+                              "nominalQuota", "spec.resourceGroups[].flavors"),
+        reserved=_flavor_amounts(r, _list(raw, "status.flavorsReservation"), "total", "status.flavorsReservation"),
     )
 
 

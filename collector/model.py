@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from collector.queuefacts import QueueStatus
+
 
 class Plane(StrEnum):
     """Evidence planes (DESIGN.md §2); each is trusted only for its own scope."""
@@ -205,6 +207,8 @@ class WorkloadFacts:
     cluster_name: str = ""  # MultiKueue: the worker cluster it was dispatched to (status.clusterName)
     active: bool = True  # spec.active (false: deactivated by its user, or by Kueue past its requeuing limit)
     gated_by: str = ""  # metadata.annotations[kueue.x-k8s.io/admission-gated-by]: controllers holding admission
+    priority: int | None = None  # spec.priority (Kueue orders a queue by it, then by age)
+    requests: tuple[tuple[str, float], ...] = ()  # resource → total over spec.podSets (count × pod requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +240,9 @@ class QueueFacts:
     cluster_queue: str = ""  # LocalQueue spec.clusterQueue
     pending: int | None = None
     admitted: int | None = None
+    # ClusterQueue: (flavor, resource, amount) from spec.resourceGroups' nominalQuota and status.flavorsReservation
+    quota: tuple[tuple[str, str, float], ...] = ()
+    reserved: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +501,7 @@ class RunClaims:
     # The earliest later instant at which these claims could change with no new evidence (a freshness
     # bound, stall or restart window passing): the live controller re-evaluates the run then. None: never.
     recheck_at: datetime | None = None
+    queue: QueueStatus | None = None  # blocked in queue admission: its place in the queue, an admission estimate
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -512,6 +520,8 @@ class RunClaims:
         }
         if self.extra:
             out["context"] = dict(self.extra)
+        if self.queue is not None:
+            out["queue"] = self.queue.to_json()
         return out
 
 

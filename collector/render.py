@@ -18,6 +18,7 @@ import orjson
 
 from collector.claims.common import human_age
 from collector.model import Claim, Observed, RunClaims, rfc3339
+from collector.queuefacts import QueueStatus
 from collector.redact import redact
 
 # C0 and C1 controls, DEL, and the Unicode bidi overrides/isolates ("Trojan Source") and
@@ -126,10 +127,49 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
                 at = f" @ {rfc3339(e.at)}" if e.at else ""
                 where = f"[{e.cluster}] " if e.cluster else ""
                 out.append(f"  {'':<13} · {e.plane.value}: {where}{e.ref} {e.field} = {e.value}{at}")
+        if rc.queue is not None:
+            out += queue_lines(rc.queue)
         if bundles and rc.ref.key in bundles:
             out.append(f"  {'evidence':<13} {bundles[rc.ref.key]}")
         out.append("")
     return "\n".join(safe_text(line) for line in out)
+
+
+def queue_lines(q: QueueStatus) -> list[str]:
+    """A queued run's place in its queue, for people."""
+    pad = f"  {'':<13}"
+    if q.position_cq is None:
+        out = [f"  {'queue':<13} ClusterQueue {q.cluster_queue or '?'}: position unknown ({q.source})"]
+    else:
+        total = f" of {q.pending_cq}" if q.pending_cq is not None else ""
+        out = [f"  {'queue':<13} position {q.position_cq + 1}{total} in ClusterQueue {q.cluster_queue}, "
+               f"{q.position_lq + 1 if q.position_lq is not None else '?'} in LocalQueue {q.local_queue}"]
+    for a in q.ahead:
+        reqs = ", ".join(f"{k} {_amount(v)}" for k, v in a.requests if k in _SHOWN) or "requests not observed"
+        out.append(f"{pad} ahead: {a.namespace}/{a.name} (priority {a.priority}): {reqs}")
+    if q.position_cq is not None and q.position_cq > len(q.ahead):
+        out.append(f"{pad} ahead: … {q.position_cq - len(q.ahead)} more")
+    for sh in q.short:
+        out.append(f"{pad} quota not free: {sh.resource} in flavor {sh.flavor}: needs {_amount(sh.needed)}, "
+                   f"{_amount(sh.free)} of {_amount(sh.nominal)} free ({_amount(sh.short)} short)")
+    e = q.eta
+    if e.known and e.low_s is not None and e.mid_s is not None and e.high_s is not None:
+        band = f"{human_age(timedelta(seconds=e.low_s))}–{human_age(timedelta(seconds=e.high_s))}"
+        out.append(f"  {'admission':<13} estimated in {band} ({round(e.level * 100)}% band, median "
+                   f"{human_age(timedelta(seconds=e.mid_s))})")
+        out.append(f"{pad} {e.basis}")
+    else:
+        out.append(f"  {'admission':<13} estimate unknown: {e.basis.removeprefix('unknown: ')}")
+    return out
+
+
+_SHOWN = ("nvidia.com/gpu", "amd.com/gpu", "cpu", "memory", "google.com/tpu")
+
+
+def _amount(v: float) -> str:
+    if v >= 2 ** 30 and v % 2 ** 30 == 0:
+        return f"{v / 2 ** 30:.0f}Gi"
+    return f"{v:g}"
 
 
 def _asserted(a: bool | None) -> str:

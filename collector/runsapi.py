@@ -36,6 +36,7 @@ from collector.model import (
     Verdict,
     rfc3339,
 )
+from collector.queuefacts import AdmissionEta, AheadWorkload, QueueStatus, QuotaShort
 from collector.render import to_json
 
 HISTORY_PER_RUN = 16  # transitions kept per run (at 10,000 runs: ≤ 160,000 entries of ≤ ~0.5 KB)
@@ -179,6 +180,56 @@ class _Goodput(msgspec.Struct):
     badput_seconds: dict[str, float] = {}
 
 
+class _Eta(msgspec.Struct):
+    low_seconds: float | None = None
+    mid_seconds: float | None = None
+    high_seconds: float | None = None
+    level: float = 0.8
+    basis: str = ""
+
+
+class _Ahead(msgspec.Struct):
+    namespace: str
+    name: str
+    priority: int = 0
+    position_in_cluster_queue: int = 0
+    requests: dict[str, float] = {}
+
+
+class _Short(msgspec.Struct):
+    flavor: str
+    resource: str
+    needed: float
+    free: float
+    nominal: float
+
+
+class _Queue(msgspec.Struct):
+    cluster_queue: str = ""
+    local_queue: str = ""
+    workload: str = ""
+    position_in_cluster_queue: int | None = None
+    position_in_local_queue: int | None = None
+    pending_in_cluster_queue: int | None = None
+    ahead: list[_Ahead] = []
+    quota_short: list[_Short] = []
+    admission_eta: _Eta = msgspec.field(default_factory=_Eta)
+    source: str = ""
+
+
+def _queue(q: _Queue) -> QueueStatus:
+    e = q.admission_eta
+    known = e.low_seconds is not None and e.mid_seconds is not None and e.high_seconds is not None
+    eta = AdmissionEta(e.low_seconds if known else None, e.mid_seconds if known else None,
+                       e.high_seconds if known else None, e.level, e.basis)
+    return QueueStatus(q.cluster_queue, q.local_queue, q.workload, q.position_in_cluster_queue,
+                       q.position_in_local_queue, q.pending_in_cluster_queue,
+                       tuple(AheadWorkload(a.namespace, a.name, a.priority, a.position_in_cluster_queue,
+                                           tuple(sorted(a.requests.items()))) for a in q.ahead[:16]),
+                       tuple(QuotaShort(x.flavor, x.resource, x.needed, x.free, x.nominal) for x in q.quota_short[:16]),
+                       eta, q.source)
+
+
 class _Run(msgspec.Struct):
     namespace: str
     name: str
@@ -190,6 +241,7 @@ class _Run(msgspec.Struct):
     goodput: _Goodput | None = None
     context: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
+    queue: _Queue | None = None
 
 
 class _Document(msgspec.Struct):
@@ -258,7 +310,8 @@ def decode_runs(data: bytes) -> tuple[datetime, list[tuple[RunClaims, list[dict[
             goodput = Goodput(g.allocated_seconds, g.productive_seconds, dict(g.badput_seconds), g.ratio)
         rc = RunClaims(Ref(r.kind, r.namespace, r.name, r.uid),
                        _claim(r.claims["scheduled"], where), _claim(r.claims["running"], where),
-                       _claim(r.claims["progressing"], where), blocked, now, r.finished, goodput, dict(r.context))
+                       _claim(r.claims["progressing"], where), blocked, now, r.finished, goodput, dict(r.context),
+                       queue=_queue(r.queue) if r.queue is not None else None)
         out.append((rc, r.history))
     return now, out
 

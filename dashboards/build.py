@@ -232,6 +232,11 @@ def run() -> dict[str, Any]:
         series("Waiting to be scheduled", (f"max by (stage, owner) (taugrid_run_blocked_age_seconds{{{RUN}}})",
                                            "{{stage}} ({{owner}})"), unit="s", w=8,
                description="How long the run has waited in its current stage, and who owns the wait."),
+        series("Place in the Kueue queue", (f"max by (queue) (taugrid_run_queue_position{{{RUN}}})", "{{queue}}"),
+               unit="short", w=8,
+               description="While the run waits for Kueue quota: its 0-based position in its ClusterQueue (cluster) "
+                           "and LocalQueue (local), from Kueue's visibility API. The admission estimate is "
+                           "taugrid_run_admission_eta_seconds and `taugrid-evidence explain` (docs/queue-eta.md)."),
         series("Claim changes", (f"sum by (claim) (changes(taugrid_run_claim_since_timestamp_seconds{{{RUN}}}[5m]))",
                                  "{{claim}}"), w=8, unit="short",
                description="Transitions of each claim's observed value (events in Kubernetes terms "
@@ -363,6 +368,7 @@ def fleet_adx() -> dict[str, Any]:
         kql("contradictions_by_plane", "Contradictions by plane", w=12),
         kql("stalls_by_cause", "Stalls by cause", w=12),
         kql("time_to_schedule", "Time to schedule p50/p95 by queue and blocked stage"),
+        kql("admission_eta_backtest", "Admission estimate backtest: real admissions inside the band"),
         kql("goodput_by_queue_team", "Goodput by queue and team", w=12),
         kql("gpu_xids", "GPUs by XID count and code", w=12),
         kql("evidence_freshness", "Collector evidence freshness"),

@@ -195,6 +195,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "blocked": ("blocked", "blocked_age"),
     "evidence_age": ("evidence_age",),
     "last": ("last_step", "last_progress"),
+    "queue": ("admission_eta", "queue_position"),
 }
 
 
@@ -225,7 +226,19 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
         "blocked": (b.stage, b.since) if b is not None else None,
         "evidence_age": entry.newest,
         "last": _last_step(rc),
+        "queue": _queue_values(rc),
     }
+
+
+def _queue_values(rc: RunClaims) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]] | None:
+    """(admission estimate by bound, position by queue) of a run blocked in queue admission."""
+    q = rc.queue
+    if q is None:
+        return None
+    e = q.eta
+    eta = tuple((b, v) for b, v in (("low", e.low_s), ("mid", e.mid_s), ("high", e.high_s)) if v is not None)
+    pos = tuple((k, float(v)) for k, v in (("cluster", q.position_cq), ("local", q.position_lq)) if v is not None)
+    return eta, pos
 
 
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
@@ -276,6 +289,12 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         assert isinstance(last, tuple)
         add("last_step", last[0])
         add("last_progress", last[1])
+    queue = keys["queue"]
+    if "queue" in moved and isinstance(queue, tuple):
+        for bound, v in queue[0]:
+            add("admission_eta", v, bound=bound)
+        for which, v in queue[1]:
+            add("queue_position", v, queue=which)
     entry.text.update(_every_time_text(rc, _RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -463,6 +482,11 @@ class ClaimsExporter(Collector):
                 fam["run_time"].add_metric([*run, "productive"], g.productive_s)
                 for cause, secs in g.badput_s.items():
                     fam["run_time"].add_metric([*run, cause], secs)
+            if (queue := _queue_values(rc)) is not None:
+                for bound, v in queue[0]:
+                    fam["admission_eta"].add_metric([*run, bound], v)
+                for which, v in queue[1]:
+                    fam["queue_position"].add_metric([*run, which], v)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return list(fam.values())
@@ -526,6 +550,19 @@ class ClaimsExporter(Collector):
                 "taugrid_run_time_seconds",
                 "Seconds of the run's life by bucket: productive, or the badput cause (queued lies before allocation).",
                 labels=[*run, "bucket"],
+            ),
+            "admission_eta": GaugeMetricFamily(
+                "taugrid_run_admission_eta_seconds",
+                "An estimate, never a promise, of the seconds until Kueue admits a queued run: the low, mid and high "
+                "bound of a band (80% by default) from its ClusterQueue's recent admissions and the workloads ahead; "
+                "absent while unknown (a short history) or when the run is not waiting in a queue.",
+                labels=[*run, "bound"],
+            ),
+            "queue_position": GaugeMetricFamily(
+                "taugrid_run_queue_position",
+                "A queued run's 0-based position in its ClusterQueue (queue=cluster) and LocalQueue (queue=local), "
+                "from Kueue's visibility API; absent when it was not read.",
+                labels=[*run, "queue"],
             ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",

@@ -19,6 +19,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from kubesim import visibility
 from kubesim.admin import AdminHandler
 from kubesim.clock import Clock, SystemClock
 from kubesim.discovery import DiscoveryHandler
@@ -153,6 +154,15 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
             user = self.sim.rbac.authenticate(self.headers.get("Authorization"))
             if self.command in ("GET", "HEAD") and self._discovery(path):
                 return  # every authenticated user may read discovery (system:discovery)
+            vis = visibility.route(path)
+            if vis is not None:  # Kueue's aggregated visibility API: a read computed from the queues
+                self.sim.rbac.authorize(user, "get", visibility.GROUP, vis.plural, visibility.SUBRESOURCE,
+                                        vis.namespace, vis.name)
+                if self.command not in ("GET", "HEAD"):
+                    raise ApiError(405, "the server does not allow this method on the requested resource")
+                self.sim.count("get", f"{vis.plural}/{visibility.SUBRESOURCE}", query)
+                self._json(200, visibility.summary(self.sim.store, self.sim.registry, vis, query))
+                return
             route = self._route(path, query)
             if route is None:
                 self._body()

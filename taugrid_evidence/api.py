@@ -30,7 +30,8 @@ from collector.sources.live import MAX_LOG_BYTES, MAX_PODS, LiveLimits, Refusal
 
 RUN_COLUMNS = ["namespace", "name", "kind", "uid", "finished", "scheduled", "running", "progressing",
                "blocked_stage", "blocked_owner", "blocked_reason", "blocked_since", "goodput_ratio",
-               "allocated_s", "productive_s", "badput_s", "context"]
+               "allocated_s", "productive_s", "badput_s", "context", "queue_position", "admission_eta_low_s",
+               "admission_eta_mid_s", "admission_eta_high_s", "admission_eta_basis"]
 CLAIM_COLUMNS = ["namespace", "name", "claim", "asserted", "observed", "verdict", "since", "reason", "cause"]
 EVIDENCE_COLUMNS = ["namespace", "name", "claim", "plane", "ref", "field", "value", "at"]
 TRANSITION_COLUMNS = ["namespace", "name", "at", "claim", "from_observed", "from_verdict", "to_observed",
@@ -76,7 +77,13 @@ def _frames(claims: list[RunClaims], history: dict[tuple[str, str, str], list[di
             "allocated_s": g.allocated_s if g is not None else None,
             "productive_s": g.productive_s if g is not None else None,
             "badput_s": dict(g.badput_s) if g is not None else {},
-            "context": dict(rc.extra)})
+            "context": dict(rc.extra),
+            # a run waiting for quota: its place in its ClusterQueue and the estimate (never a promise)
+            "queue_position": rc.queue.position_cq if rc.queue is not None else None,
+            "admission_eta_low_s": rc.queue.eta.low_s if rc.queue is not None else None,
+            "admission_eta_mid_s": rc.queue.eta.mid_s if rc.queue is not None else None,
+            "admission_eta_high_s": rc.queue.eta.high_s if rc.queue is not None else None,
+            "admission_eta_basis": rc.queue.eta.basis if rc.queue is not None else None})
         for claim_name, c in rc.claims.items():
             rows.append({"namespace": ns, "name": name, "claim": claim_name, "asserted": c.asserted,
                          "observed": c.observed.value, "verdict": c.verdict.value, "since": _ts(c.since),

@@ -196,7 +196,18 @@ def snapshot_row(rc: RunClaims, cluster: str, rate: float | None) -> Row:
         "GoodputRatio": g.ratio if g else None,
         "Badput": {k: round(g.badput_s.get(k, 0.0), 3) for k in BADPUT_CAUSES} if g else None,
         "EvidenceAgeSeconds": evidence_age(rc),
+        **_queue_columns(rc),
     }
+
+
+def _queue_columns(rc: RunClaims) -> Row:
+    q = rc.queue
+    e = q.eta if q is not None else None
+    return {"QueuePosition": q.position_cq if q is not None else None,
+            "AdmissionEtaLowSeconds": e.low_s if e is not None else None,
+            "AdmissionEtaMidSeconds": e.mid_s if e is not None else None,
+            "AdmissionEtaHighSeconds": e.high_s if e is not None else None,
+            "AdmissionEtaLevel": e.level if e is not None and e.known else None}
 
 
 def event_row(rec: ObjectRecord, run: str, cluster: str) -> Row | None:

@@ -119,6 +119,13 @@ RUN_SNAPSHOTS = Table(
         _c("GoodputRatio", "real", "productive over allocated time; null without a dated progress signal"),
         _c("Badput", "dynamic", "seconds by cause: queued, starting, stalled, restarting, replaying"),
         _c("EvidenceAgeSeconds", "real", "age of the run's oldest newest-evidence plane at evaluation"),
+        _c("QueuePosition", "long", "0-based position in its ClusterQueue while waiting for quota (Kueue's "
+                                    "visibility API); null otherwise"),
+        _c("AdmissionEtaLowSeconds", "real", "the admission estimate's band, low bound: an estimate, never a "
+                                             "promise; null when unknown (docs/queue-eta.md)"),
+        _c("AdmissionEtaMidSeconds", "real", "its median"),
+        _c("AdmissionEtaHighSeconds", "real", "its high bound"),
+        _c("AdmissionEtaLevel", "real", "the band's stated coverage (0.8)"),
     ),
     "each run's state, periodically (every snapshot interval) and at each claim transition",
 )

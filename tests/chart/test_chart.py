@@ -20,6 +20,8 @@ from collector.cli import controller as cli_controller
 from collector.config import load_settings
 from collector.sources.environment import DEPLOYMENTS, ENVIRONMENT_READS
 from collector.sources.kube_api import DEFAULT_RESOURCES
+from collector.sources.visibility import CQ_RESOURCE
+from collector.sources.visibility import GROUP as VISIBILITY_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "taugrid-evidence"
@@ -173,7 +175,8 @@ def test_cluster_role_is_read_only_and_never_touches_secrets(
     deployments = {(DEPLOYMENTS.group, DEPLOYMENTS.plural, "list")}
     # The environment check's Deployment read is namespaced (a Role where the controllers run):
     # the ClusterRole grants no cluster-wide Deployment read.
-    assert granted == used | {("", "pods/log", "get")} | (ENVIRONMENT_READS - deployments)
+    visibility = {(VISIBILITY_GROUP, CQ_RESOURCE.removesuffix(f".{VISIBILITY_GROUP}"), "get")}  # what it reads
+    assert granted == used | {("", "pods/log", "get")} | visibility | (ENVIRONMENT_READS - deployments)
     roles = by_kind(objs, "Role")
     env = [r for r in roles if r["metadata"]["name"].endswith("-environment")]
     assert {r["metadata"]["namespace"] for r in env} == {"kueue-system", "ray-system", "taugrid-system"}

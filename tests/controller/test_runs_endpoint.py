@@ -136,3 +136,19 @@ def test_history_keeps_the_latest_transitions_of_each_run() -> None:
     assert max(len(h["reason"]) for h in kept) <= 300
     history.forget(ref.key)
     assert history.of(ref.key) == []
+
+
+def test_a_queued_runs_queue_status_survives_the_runs_document() -> None:
+    """What the controller serves of a queued run is what `explain --controller` prints."""
+    import orjson
+
+    from collector.render import render_text, to_json
+    from tests.exporters.exporter_samples import blocked_run
+
+    rc = blocked_run()
+    assert rc.queue is not None
+    doc = orjson.dumps({**to_json([rc], T0), "runs": [{**r, "history": []} for r in to_json([rc], T0)["runs"]]})
+    _, [(back, _)] = decode_runs(doc)
+    assert back.queue == rc.queue
+    assert render_text([back], T0) == render_text([rc], T0)
+    assert "admission     estimated in 10m–1h30m (80% band, median 30m)" in render_text([rc], T0)

@@ -19,6 +19,7 @@ from collector.model import (
     Stage,
     verdict_for,
 )
+from collector.queuefacts import AdmissionEta, QueueStatus
 
 T0 = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 
@@ -87,6 +88,8 @@ def blocked_run(name: str = "queued", namespace: str = "team-b", at: datetime = 
             (ev(Plane.KUEUE, at - timedelta(seconds=30), "status.conditions[QuotaReserved]"),),
         ),
         evaluated_at=at,
+        queue=QueueStatus("gpu-cq", "lq", f"{namespace}/job-{name}", 3, 1, 7, (), (),
+                          AdmissionEta(600.0, 1800.0, 5400.0, 0.8, "an estimate"), "Kueue visibility API"),
     )
 
 

@@ -325,3 +325,29 @@ def test_last_progress_is_exported_from_the_progressing_evidence() -> None:
     assert one(samples, "taugrid_run_last_progress_timestamp_seconds", run="llm-pretrain") == \
         (T0 - timedelta(minutes=4)).timestamp()
     assert [lab["run"] for lab, _ in samples["taugrid_run_progress_last_step"]] == ["llm-pretrain"]
+
+
+def test_queued_run_exports_its_position_and_admission_estimate(registry: CollectorRegistry) -> None:
+    exp = ClaimsExporter(registry)
+    queued = blocked_run()
+    exp.update([crashlooping_run(), queued], T0)
+    s = scrape(registry)
+    run = {"namespace": "team-b", "run": "queued", "kind": "RayJob"}
+    eta = "taugrid_run_admission_eta_seconds"
+    assert {lab["bound"]: v for lab, v in s[eta]} == {"low": 600.0, "mid": 1800.0, "high": 5400.0}
+    assert one(s, "taugrid_run_queue_position", queue="cluster", **run) == 3.0
+    assert one(s, "taugrid_run_queue_position", queue="local", **run) == 1.0
+    fast = {(f.name, tuple(sorted(x.labels.items())), x.value) for f in
+            text_string_to_metric_families(exp.exposition().decode()) for x in f.samples
+            if f.name in (eta, "taugrid_run_queue_position")}
+    assert fast == {(name, tuple(sorted(lab.items())), v) for name in (eta, "taugrid_run_queue_position")
+                    for lab, v in s[name]}  # the prepared text says what collect() says
+    # unknown: the bounds go, the position stays; admitted: both go
+    assert queued.queue is not None
+    unknown = replace(queued.queue, eta=replace(queued.queue.eta, low_s=None, mid_s=None, high_s=None))
+    exp.update([replace(queued, queue=unknown)], T0 + timedelta(seconds=1))
+    s = scrape(registry)
+    assert eta not in s and one(s, "taugrid_run_queue_position", queue="cluster", **run) == 3.0
+    exp.update([replace(queued, queue=None, blocked=None)], T0 + timedelta(seconds=2))
+    s = scrape(registry)
+    assert eta not in s and "taugrid_run_queue_position" not in s

@@ -1,0 +1,140 @@
+"""An estimate of the time until a queued run is admitted, from its ClusterQueue's own recent history.
+
+The model, stated with every estimate: admissions to the ClusterQueue come as a Poisson process of
+batches (one finish can free room for several workloads: the instants with an admission are the
+events, each admitting `per` workloads on average) at the rate the last `window` showed while the
+queue had a backlog (the hours some workload waited for quota: an idle queue admits only as fast as
+work arrives, which says nothing to a waiting run); with too little backlog in the window, the rate
+over the whole window. A run with k workloads ahead needs 1 + k/per such events. The rate itself is
+uncertain (a few events), so the estimate is the predictive distribution of the wait with the rate
+integrated out (a Gamma(events, hours) belief about it): wait / hours follows a beta-prime(1 + k/per,
+events) distribution. The band is its central `level` interval and `mid` its median. With fewer than
+`min_admissions` admissions in the window, the estimate is unknown: a short history says nothing
+honest.
+
+It is an estimate with a basis, never a promise: a preemption, a higher-priority arrival, a
+borrowing cohort or a quota change moves the real admission; the backtest (docs/queue-eta.md,
+bench/queue_eta_week.py, queries/admission_eta_backtest.kql) says how often the band held.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from collector.queuefacts import AdmissionEta
+
+WINDOW = timedelta(hours=24)
+LEVEL = 0.8
+MIN_ADMISSIONS = 5
+
+
+def admission_eta(ahead: int, admissions: Sequence[datetime], finishes: Sequence[datetime], now: datetime, *,
+                  waits: Sequence[tuple[datetime, datetime]] = (), window: timedelta = WINDOW, level: float = LEVEL,
+                  min_admissions: int = MIN_ADMISSIONS, observed_since: datetime | None = None,
+                  queue: str = "") -> AdmissionEta:
+    """The estimate for a run with `ahead` workloads before it, from the queue's admission and finish
+    times (any order; those outside (now - window, now] are not counted). `waits`: (queued, admitted
+    or now) of the workloads that waited for quota: while one waited the queue had a backlog, and the
+    rate that matters to a waiting run is the admissions per hour of backlog (an idle queue admits as
+    slowly as work arrives). Without enough admissions in backlog, the rate over the whole window.
+    `observed_since`: when the history begins (the oldest evidence kept); a younger history shortens
+    the window."""
+    start = now - window
+    if observed_since is not None and observed_since > start:
+        start = observed_since
+    span_h = (now - start).total_seconds() / 3600
+    inside = sorted(t for t in admissions if start < t <= now)
+    n = len(inside)
+    done = sum(1 for t in finishes if start < t <= now)
+    where = f" to ClusterQueue {queue}" if queue else ""
+    hist = f"{n} admissions{where} and {done} finishes in the last {_hours(span_h)}"
+    busy = _union([(max(a, start), min(b, now)) for a, b in waits if min(b, now) > max(a, start)])
+    busy_h = sum((b - a).total_seconds() for a, b in busy) / 3600
+    n_busy = sum(1 for t in inside if _covered(busy, t))
+    if ahead < 0 or span_h <= 0 or n < min_admissions:
+        return AdmissionEta(None, None, None, level, f"unknown: {hist}; at least {min_admissions} admissions are"
+                                                     f" needed to estimate")
+    if busy_h > 0 and n_busy >= min_admissions:
+        times, hours = [t for t in inside if _covered(busy, t)], busy_h
+        rate = f"{n_busy} of them while workloads waited, over {_hours(busy_h)} of backlog ({n_busy / busy_h:.2g}/h)"
+    else:
+        times, hours = inside, span_h
+        rate = f"{n / span_h:.2g}/h over the window (too little backlog to go by)"
+    # Kueue admits in batches (one finish can free room for several): the events are the instants
+    # with an admission, each admitting `per` workloads on average; the run needs the next one and
+    # one more per `per` workloads ahead.
+    events = len({t.replace(microsecond=0) for t in times})
+    per = len(times) / events
+    m = 1 + ahead / per
+    lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
+    low, mid, high = (hours * 3600 * _beta_prime_quantile(p, m, events) for p in (lo_q, 0.5, hi_q))
+    basis = (f"an estimate, not a promise: {hist}; {rate}; {ahead} workload(s) ahead; admissions taken as a"
+             f" Poisson process at that rate; {round(level * 100)}% band")
+    return AdmissionEta(low, mid, high, level, basis)
+
+
+def _union(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    out: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _covered(spans: list[tuple[datetime, datetime]], t: datetime) -> bool:
+    i = bisect.bisect_right(spans, (t, datetime.max.replace(tzinfo=t.tzinfo))) - 1
+    return i >= 0 and spans[i][0] <= t <= spans[i][1]
+
+
+def _hours(h: float) -> str:
+    return f"{h:.0f}h" if h >= 1 else f"{h * 60:.0f}min"
+
+
+def _beta_prime_quantile(p: float, a: float, b: float) -> float:
+    """x with P(X <= x) = p for X ~ beta-prime(a, b), i.e. B / (1 - B) with B ~ Beta(a, b)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # bisection on the Beta CDF: monotone; 60 halvings reach 1e-18
+        x = (lo + hi) / 2
+        if _beta_cdf(x, a, b) < p:
+            lo = x
+        else:
+            hi = x
+    x = (lo + hi) / 2
+    return x / (1 - x) if x < 1 else math.inf
+
+
+def _beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _beta_cf(x, a, b) / a
+    return 1.0 - math.exp(log_front) * _beta_cf(1 - x, b, a) / b
+
+
+def _beta_cf(x: float, a: float, b: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz evaluation)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for k in range(1, 400):
+        for num in (k * (b - k) * x / ((a + 2 * k - 1) * (a + 2 * k)),
+                    -(a + k) * (a + b + k) * x / ((a + 2 * k) * (a + 2 * k + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            delta = c * d
+            h *= delta
+        if abs(delta - 1.0) < 1e-12:
+            break
+    return h
