@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 from click.testing import CliRunner
 
-from collector.cli import EXIT_SKIPPED, main
+from collector.cli import main
+from collector.explaincmd import EXIT_SKIPPED
 from tests.dumpkit import (
     describe_events,
     event,
