@@ -74,6 +74,7 @@ from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
+from exporters.prometheus_fleet import RunSeries
 
 log = logging.getLogger("taugrid.controller")
 
@@ -110,7 +111,8 @@ class Controller:
         self.cfg: ControllerSettings = settings.controller
         self.now = now
         self.registry = registry or new_registry()
-        self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
+        self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention,
+                                       run_series=RunSeries(self.cfg.run_series))
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
                                     sources=[r.name for r in resources]
                                     + ["logs", "lease", "expstore", "ray", "controller", "export"]

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from collector.model import Observed, Plane, Ref, RunClaims
+from exporters.prometheus_fleet import HEALTHY_RUN_FAMILIES, RunSeries, RunState, fleet_family, run_state
 
 log = logging.getLogger("taugrid.prometheus")
 
@@ -110,6 +111,14 @@ def render(registry: CollectorRegistry) -> bytes:
     return b"".join(parts)
 
 
+class _Fixed(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
 class _Group(Collector):
     def __init__(self, collectors: list[Collector]) -> None:
         self._collectors = collectors
@@ -175,8 +184,9 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
         if g.ratio is not None:
             out["goodput"] = f"{_GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
         lines = [f'{_RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
+        # A cause with no time yet adds nothing to any sum: no series until it has some.
         lines.extend(f'{_RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
-                     for cause, secs in g.badput_s.items())
+                     for cause, secs in g.badput_s.items() if secs)
         out["run_time"] = "".join(lines).encode()
     out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
     out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
@@ -307,11 +317,14 @@ class ClaimsExporter(Collector):
     """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION
+        self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION,
+        run_series: RunSeries = RunSeries.ALL,
     ):
         if retention < timedelta(0):
             raise ValueError("retention must not be negative")
         self.retention = retention
+        # UNHEALTHY: a healthy run writes only HEALTHY_RUN_FAMILIES (exporters/prometheus_fleet.py).
+        self.run_series = RunSeries(run_series)
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str, str], _Entry] = {}
         # Finished runs already past retention, by key → uid, so a controller that keeps sending
@@ -406,10 +419,13 @@ class ClaimsExporter(Collector):
             text = self._text
             if text is not None:
                 return text
-            entries = sorted(self._runs.items())
+            every = sorted(self._runs.items())
+            full = every if self.run_series is RunSeries.ALL else \
+                [(k, e) for k, e in every if run_state(e.claims) is not RunState.HEALTHY]
             now_s = self._now
             out: list[bytes] = []
             for fam, metric in self._families().items():
+                entries = every if fam in HEALTHY_RUN_FAMILIES else full
                 doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 out.append(f"# HELP {metric.name} {doc}\n# TYPE {metric.name} gauge\n".encode())
                 if fam in _AGE_FAMILIES:
@@ -419,12 +435,13 @@ class ClaimsExporter(Collector):
                                    for _, e in entries for series, at in e.ages.get(fam, ()))
                 else:
                     out.extend(t for _, e in entries if (t := e.text.get(fam)) is not None)
+            out.append(generate_latest(_Group([_Fixed([fleet_family(e.claims for _, e in every)])])))
             self._text = b"".join(out)
             return self._text
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
-        return list(self._families().values())
+        return [*self._families().values(), fleet_family(())]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -433,9 +450,14 @@ class ClaimsExporter(Collector):
             now_s = self._now
         entries.sort(key=lambda e: e.claims.ref.key)
         fam = self._families()
+        brief = self.run_series is RunSeries.UNHEALTHY
         for entry in entries:
             rc = entry.claims
             run = (rc.ref.namespace, rc.ref.name, rc.ref.kind)
+            if brief and run_state(rc) is RunState.HEALTHY:
+                if (last := _last_step(rc)) is not None:  # HEALTHY_RUN_FAMILIES
+                    fam["last_step"].add_metric(list(run), last[0])
+                continue
             for name, claim in rc.claims.items():
                 fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
                 fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
@@ -462,10 +484,11 @@ class ClaimsExporter(Collector):
                     fam["goodput"].add_metric(list(run), g.ratio)
                 fam["run_time"].add_metric([*run, "productive"], g.productive_s)
                 for cause, secs in g.badput_s.items():
-                    fam["run_time"].add_metric([*run, cause], secs)
+                    if secs:
+                        fam["run_time"].add_metric([*run, cause], secs)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
-        return list(fam.values())
+        return [*fam.values(), fleet_family(e.claims for e in entries)]
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
