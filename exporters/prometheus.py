@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from importlib import metadata
+from itertools import chain, compress, repeat
+from operator import itemgetter, methodcaller, ne
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -34,7 +37,15 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from collector.model import Observed, Plane, Ref, RunClaims
-from exporters.prometheus_fleet import HEALTHY_RUN_FAMILIES, RunSeries, RunState, fleet_family, run_state
+from exporters.prometheus_fleet import (
+    HEALTHY_RUN_FAMILIES,
+    RunSeries,
+    RunState,
+    fleet_family,
+    fleet_family_of,
+    fleet_key,
+    run_state,
+)
 
 log = logging.getLogger("taugrid.prometheus")
 
@@ -336,6 +347,12 @@ class ClaimsExporter(Collector):
         self.failed = 0  # runs whose claims could not be rendered (logged; the run is left out)
         # The claims families as exposition text, rebuilt on the first scrape after a change.
         self._text: bytes | None = None
+        # What only a change of runs moves (not the clock): the families' text without the ages, by
+        # family, and the age families' (series, time counted from) rows. None: rebuilt on the next scrape.
+        self._still: tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]] | None = None
+        # Each exported run's (namespace, queue, state) in taugrid_fleet_runs, set by _upsert (and pruned
+        # by _prepare_still of the runs no longer exported).
+        self._fleet_keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         if registry is not None:
             registry.register(self)
 
@@ -361,8 +378,11 @@ class ClaimsExporter(Collector):
                     log.exception("run not exported", extra={"run": f"{rc.ref.namespace}/{rc.ref.name}"})
                     self._runs.pop(rc.ref.key, None)  # never its older (stale) series instead
                     self._finished.discard(rc.ref.key)
+            exported = len(self._runs)
             self._expire(now_s)
             self._text = None
+            if batch or replace or len(self._runs) != exported:
+                self._still = None
 
     def _upsert(self, rc: RunClaims) -> None:
         key = rc.ref.key
@@ -387,6 +407,7 @@ class ClaimsExporter(Collector):
             self._runs[key] = _prepare(_Entry(rc, old.newest, finished_at), old)
         else:
             self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at), old)
+        self._fleet_keys[key] = fleet_key(rc)
 
     def _expire(self, now_s: float) -> None:
         horizon = now_s - self.retention.total_seconds()
@@ -403,6 +424,7 @@ class ClaimsExporter(Collector):
             self._retired.pop(ref.key, None)
             self._finished.discard(ref.key)
             self._text = None
+            self._still = None
             return self._runs.pop(ref.key, None) is not None
 
     # --- reads --------------------------------------------------------------------------------
@@ -419,25 +441,48 @@ class ClaimsExporter(Collector):
             text = self._text
             if text is not None:
                 return text
-            every = sorted(self._runs.items())
-            full = every if self.run_series is RunSeries.ALL else \
-                [(k, e) for k, e in every if run_state(e.claims) is not RunState.HEALTHY]
+            if self._still is None:
+                self._still = self._prepare_still()
+            still, aged = self._still
             now_s = self._now
             out: list[bytes] = []
             for fam, metric in self._families().items():
-                entries = every if fam in HEALTHY_RUN_FAMILIES else full
                 doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 out.append(f"# HELP {metric.name} {doc}\n# TYPE {metric.name} gauge\n".encode())
                 if fam in _AGE_FAMILIES:
                     if now_s is not None:
                         # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
-                        out.extend(b"%s %s\n" % (series, _fmt(max(0.0, now_s - at)).encode())
-                                   for _, e in entries for series, at in e.ages.get(fam, ()))
+                        # `%a` of a float is its repr, what _fmt writes from 0 up to 1e6 (test_run_series.py).
+                        out.extend(b"%s %a\n" % (series, age) if 0.0 < (age := now_s - at) < 1e6
+                                   else b"%s %s\n" % (series, _fmt(max(0.0, age)).encode())
+                                   for series, at in aged.get(fam, ()))
                 else:
-                    out.extend(t for _, e in entries if (t := e.text.get(fam)) is not None)
-            out.append(generate_latest(_Group([_Fixed([fleet_family(e.claims for _, e in every)])])))
+                    out.append(still[fam])
+            out.append(still[""])
             self._text = b"".join(out)
             return self._text
+
+    def _prepare_still(self) -> tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]]:
+        # At fleet size this runs after every evaluation that moved a run: the per-run steps stay in C.
+        keys = sorted(self._runs)
+        if len(self._fleet_keys) > len(keys):
+            self._fleet_keys = {k: self._fleet_keys[k] for k in keys}
+        every = list(map(self._runs.__getitem__, keys))
+        marks = list(map(self._fleet_keys.__getitem__, keys))
+        full = every if self.run_series is RunSeries.ALL else \
+            list(compress(every, map(ne, map(itemgetter(2), marks), repeat(RunState.HEALTHY.value))))
+        still: dict[str, bytes] = {}
+        aged: dict[str, list[tuple[bytes, float]]] = {}
+        texts = {id(entries): [e.text for e in entries] for entries in (every, full)}
+        ages = {id(entries): [e.ages for e in entries] for entries in (every, full)}
+        for fam in self._families():
+            entries = every if fam in HEALTHY_RUN_FAMILIES else full
+            if fam in _AGE_FAMILIES:
+                aged[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), ages[id(entries)])))
+            else:
+                still[fam] = b"".join(filter(None, map(methodcaller("get", fam), texts[id(entries)])))
+        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(Tally(marks))])]))
+        return still, aged
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.

@@ -10,14 +10,15 @@ state in both modes, so the healthy rest stays visible as counts (docs/metrics.m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily
 
 from collector.model import Observed, RunClaims, Verdict
 
-__all__ = ["HEALTHY_RUN_FAMILIES", "STALLED_CAUSES", "RunSeries", "RunState", "fleet_family", "run_state"]
+__all__ = ["HEALTHY_RUN_FAMILIES", "STALLED_CAUSES", "RunSeries", "RunState", "fleet_family", "fleet_family_of",
+           "fleet_key", "run_state"]
 
 
 class RunSeries(StrEnum):
@@ -72,10 +73,19 @@ def _queue(rc: RunClaims) -> str:
     return q if isinstance(q, str) else ""
 
 
-def fleet_family(runs: Iterable[RunClaims]) -> GaugeMetricFamily:
-    """`taugrid_fleet_runs`: one series per (namespace, queue, state) that holds a run, sorted."""
-    counts = Counter((rc.ref.namespace, _queue(rc), run_state(rc).value) for rc in runs)
+def fleet_key(rc: RunClaims) -> tuple[str, str, str]:
+    """The run's labels in `taugrid_fleet_runs`: namespace, queue, state."""
+    return rc.ref.namespace, _queue(rc), run_state(rc).value
+
+
+def fleet_family_of(counts: Mapping[tuple[str, str, str], int]) -> GaugeMetricFamily:
+    """`taugrid_fleet_runs` from runs counted by `fleet_key`: one series per key, sorted."""
     fam = GaugeMetricFamily(_FLEET, _FLEET_HELP, labels=["namespace", "queue", "state"])
     for labels in sorted(counts):
         fam.add_metric(list(labels), float(counts[labels]))
     return fam
+
+
+def fleet_family(runs: Iterable[RunClaims]) -> GaugeMetricFamily:
+    """`taugrid_fleet_runs` of these runs."""
+    return fleet_family_of(Counter(map(fleet_key, runs)))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -242,3 +244,12 @@ def test_a_controller_scrape_with_unhealthy_run_series(tmp_path: Path) -> None:
     assert len(full) == sum(by_state.values()) - by_state["healthy"]
     assert stepping - full, "no healthy run exports its step"
     assert check_metrics(text) == ""
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1e6, exclude_min=True, exclude_max=True)
+       | st.sampled_from([1e-05, 5e-324, 999999.9999999999, 123456.789]))
+def test_ages_are_formatted_as_client_python_formats_them(v: float) -> None:
+    """The exposition writes an age in (0, 1e6) with `%a` (its repr) rather than client_python's call."""
+    from exporters.prometheus import _fmt
+    assert b"%a" % v == _fmt(v).encode()
