@@ -896,15 +896,20 @@ class Controller:
         """What the pollers should read for this run: container logs, checkpoints, Ray heads."""
         if rc.finished:
             return _PollTargets((), (), ())
-        regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
-        logs = tuple(
-            (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
-            if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
-            for c in pod.facts.containers if not c.init and c.state == "running"
-        )
+        # Only for the pollers that run: a tuple per running container costs memory at fleet size.
+        logs: tuple[tuple[Ref, str, str, int], ...] = ()
+        if self.cfg.log_poll_interval.total_seconds() > 0:
+            regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
+            logs = tuple(
+                (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
+                if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
+                for c in pod.facts.containers if not c.init and c.state == "running"
+            )
         t = ev.taurun.facts if ev.taurun is not None else None
-        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints else ()
-        return _PollTargets(logs, checkpoints, tuple(self._ray_targets_of(ev)))
+        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints \
+            and self.cfg.checkpoint_poll_interval.total_seconds() > 0 else ()
+        ray = tuple(self._ray_targets_of(ev)) if self.cfg.ray_poll_interval.total_seconds() > 0 else ()
+        return _PollTargets(logs, checkpoints, ray)
 
     def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
         ns = ev.root.ref.namespace
