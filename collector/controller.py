@@ -160,6 +160,7 @@ class Controller:
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
+        self._unlisted_logged = float("-inf")
         self._opened_at = time.monotonic()
         self._http: BoundedHTTPServer | None = None
         # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
@@ -831,6 +832,8 @@ class Controller:
             self._export("track", self.sink.track, out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
+        if self.leader and not leader:
+            self._log_unlisted()
         if self._targets_changed:
             # New lists, swapped in whole: the poller threads read them without a lock.
             runs = list(self._targets_by_run.values())
@@ -843,6 +846,17 @@ class Controller:
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
+
+    def _log_unlisted(self) -> None:
+        """Holding the Lease (or leading alone) but exporting nothing yet: say which watched resources
+        have not been listed, every UNLISTED_LOG_S at most, until they are or the start-up grace ends."""
+        now_m = time.monotonic()
+        if now_m - self._unlisted_logged < UNLISTED_LOG_S:
+            return
+        self._unlisted_logged = now_m
+        pending = sorted(r.resource.name for r in self._reflectors if not r.synced_once.is_set())
+        log.warning("leading, not exporting yet: watched resources not listed", extra={
+            "pending": ", ".join(pending[:20]), "exports_in_s": round(STARTUP_GRACE_S - (now_m - self._opened_at))})
 
     def _created(self, ref: Ref) -> datetime | None:
         rec = self.index.get(*ref.key)
@@ -1153,6 +1167,7 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
+UNLISTED_LOG_S = 10.0
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
