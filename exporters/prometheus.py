@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -159,6 +160,10 @@ def shutdown(server: WSGIServer, thread: threading.Thread, timeout: float = 5.0)
 def _seconds(t: datetime) -> float:
     # Naive datetimes are taken as UTC, like the rest of the collector, not as local time.
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+# One block of runs' prepared text: by family, the joined lines; the age families' rows; fleet counts.
+_Block = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], "Tally[tuple[str, str, str]]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +358,12 @@ class ClaimsExporter(Collector):
         # Each exported run's (namespace, queue, state) in taugrid_fleet_runs, set by _upsert (and pruned
         # by _prepare_still of the runs no longer exported).
         self._fleet_keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        # The runs' keys in exposition order, cut in blocks of _BLOCK runs whose text is joined once and
+        # kept until one of their runs moves: a tick that re-evaluates a few runs re-joins a few blocks.
+        # None: the set of runs changed, every block is joined again.
+        self._order: list[tuple[str, str, str]] | None = None
+        self._blocks: list[_Block | None] = []
+        self._moved: set[tuple[str, str, str]] = set()
         if registry is not None:
             registry.register(self)
 
@@ -366,6 +377,7 @@ class ClaimsExporter(Collector):
             if self._now is None or now_s > self._now:
                 self._now = now_s
             if replace:
+                self._order = None
                 keep = {rc.ref.key for rc in batch}
                 self._runs = {k: v for k, v in self._runs.items() if k in keep}
                 self._retired = {k: v for k, v in self._retired.items() if k in keep}
@@ -377,6 +389,7 @@ class ClaimsExporter(Collector):
                     self.failed += 1
                     log.exception("run not exported", extra={"run": f"{rc.ref.namespace}/{rc.ref.name}"})
                     self._runs.pop(rc.ref.key, None)  # never its older (stale) series instead
+                    self._order = None
                     self._finished.discard(rc.ref.key)
             exported = len(self._runs)
             self._expire(now_s)
@@ -393,6 +406,10 @@ class ClaimsExporter(Collector):
             # Not finished any more, or a new run under the same name: export it again.
             del self._retired[key]
         old = self._runs.get(key)
+        if old is None:
+            self._order = None
+        else:
+            self._moved.add(key)
         finished_at: float | None = None
         if rc.finished:
             same_run = old is not None and old.claims.ref.uid == rc.ref.uid
@@ -417,6 +434,7 @@ class ClaimsExporter(Collector):
                 del self._runs[key]
                 self._finished.discard(key)
                 self._retired[key] = entry.claims.ref.uid
+                self._order = None
 
     def forget(self, ref: Ref) -> bool:
         """Drop a run's series now (its object was deleted); True if it was exported."""
@@ -425,6 +443,7 @@ class ClaimsExporter(Collector):
             self._finished.discard(ref.key)
             self._text = None
             self._still = None
+            self._order = None
             return self._runs.pop(ref.key, None) is not None
 
     # --- reads --------------------------------------------------------------------------------
@@ -463,10 +482,34 @@ class ClaimsExporter(Collector):
             return self._text
 
     def _prepare_still(self) -> tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]]:
-        # At fleet size this runs after every evaluation that moved a run: the per-run steps stay in C.
-        keys = sorted(self._runs)
-        if len(self._fleet_keys) > len(keys):
-            self._fleet_keys = {k: self._fleet_keys[k] for k in keys}
+        if self._order is None:
+            self._order = sorted(self._runs)
+            self._blocks = [None] * -(-len(self._order) // _BLOCK)
+            self._moved.clear()
+            if len(self._fleet_keys) > len(self._order):
+                self._fleet_keys = {k: self._fleet_keys[k] for k in self._order}
+        elif self._moved:
+            order = self._order
+            for key in self._moved:
+                i = bisect_left(order, key)
+                if i < len(order) and order[i] == key:
+                    self._blocks[i // _BLOCK] = None
+            self._moved.clear()
+        blocks: list[_Block] = []
+        for i, block in enumerate(self._blocks):
+            if block is None:
+                block = self._blocks[i] = self._block(self._order[i * _BLOCK:(i + 1) * _BLOCK])
+            blocks.append(block)
+        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families() if fam not in _AGE_FAMILIES}
+        aged = {fam: list(chain.from_iterable(b[1][fam] for b in blocks)) for fam in _AGE_FAMILIES}
+        tally: Tally[tuple[str, str, str]] = Tally()
+        for b in blocks:
+            tally.update(b[2])
+        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(tally)])]))
+        return still, aged
+
+    def _block(self, keys: list[tuple[str, str, str]]) -> _Block:
+        """One block's families (text; age rows) and fleet counts; the per-run steps stay in C."""
         every = list(map(self._runs.__getitem__, keys))
         marks = list(map(self._fleet_keys.__getitem__, keys))
         full = every if self.run_series is RunSeries.ALL else \
@@ -481,8 +524,7 @@ class ClaimsExporter(Collector):
                 aged[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), ages[id(entries)])))
             else:
                 still[fam] = b"".join(filter(None, map(methodcaller("get", fam), texts[id(entries)])))
-        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(Tally(marks))])]))
-        return still, aged
+        return still, aged, Tally(marks)
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
@@ -610,6 +652,7 @@ class ClaimsExporter(Collector):
 
 _TEMPLATES = {fam: _template(m.name, m._labelnames) for fam, m in ClaimsExporter._families().items()}
 _AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
+_BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)
 # The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
 _RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
 _GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name

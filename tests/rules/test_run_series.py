@@ -253,3 +253,36 @@ def test_ages_are_formatted_as_client_python_formats_them(v: float) -> None:
     """The exposition writes an age in (0, 1e6) with `%a` (its repr) rather than client_python's call."""
     from exporters.prometheus import _fmt
     assert b"%a" % v == _fmt(v).encode()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["move", "add", "forget", "finish", "clock"]),
+                          st.lists(st.integers(0, 299), min_size=1, max_size=12)), min_size=1, max_size=8),
+       st.sampled_from(list(RunSeries)))
+def test_blocks_of_prepared_text_follow_every_change(ops: list[tuple[str, list[int]]], mode: RunSeries) -> None:
+    """Past one block (64 runs): runs moved, added, forgotten, finished and expired, the clock moved;
+    after each, the prepared text is what client_python renders from `collect()`."""
+    registry = new_registry()
+    exporter = ClaimsExporter(registry, run_series=mode, retention=timedelta(minutes=1))
+    names = [f"r{i:03d}" for i in range(300)]
+    m = 1
+    exporter.update([_run(n, EPOCH, step=(1, EPOCH)) for n in names[::2]], EPOCH)
+    assert render(registry) == generate_latest(registry)
+    for op, picks in ops:
+        m += 1
+        now = EPOCH + timedelta(minutes=m)
+        chosen = [names[i] for i in picks]
+        if op == "move":  # healthy ↔ unverified, a new step
+            batch = [_run(n, now, step=(m, now), progressing=Observed.UNKNOWN if m % 2 else Observed.TRUE)
+                     for n in chosen]
+        elif op == "add":
+            batch = [_run(n + "-new", now, step=(m, now)) for n in chosen]
+        elif op == "finish":
+            batch = [_run(n, now, finished=True, progressing=Observed.FALSE, cause="finished") for n in chosen]
+        else:
+            batch = []
+        if op == "forget":
+            for n in chosen:
+                exporter.forget(Ref("TauRun", "ml", n, f"uid-{n}"))
+        exporter.update(batch, now)
+        assert render(registry) == generate_latest(registry), op
