@@ -23,7 +23,10 @@ Latency samples come from the controller's own list; the bench swaps in a list t
 what the controller trims past 100k samples (phases 2-3 only). Other load on CPU 0 slows the
 wall-clock figures; "per CPU-second" is the figure to compare across runs on a busy machine.
 
-Usage: .venv/bin/python bench/bench_controller.py [--quick] [--help for sizes]
+Stream phases (2-4) run `--repeats` times (3); their figures are medians, met/missed read from the
+median, and the spread of the throughput rows is printed.
+
+Usage: .venv/bin/python bench/bench_controller.py [--quick] [--repeats 3] [--help for sizes]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import statistics
 import sys
 import time
 import tracemalloc
@@ -697,6 +701,24 @@ def serve_rate(url: str, rv: str, n: int) -> float:
 DECODE_PASSES = 3
 
 
+def median_of(results: list[Any]) -> Any:
+    """Results of repeated phases merged: numbers by their median, dicts key by key, anything else
+    (lists of sizes, allocation sites) from the first repeat."""
+    first = results[0]
+    if isinstance(first, dict):
+        return {k: median_of([r[k] for r in results if isinstance(r, dict) and k in r]) for k in first}
+    if all(isinstance(r, int) and not isinstance(r, bool) for r in results):
+        return statistics.median_low(results)  # a count stays a count
+    if all(isinstance(r, int | float) and not isinstance(r, bool) for r in results):
+        return statistics.median(results)
+    return first
+
+
+def spread(results: list[dict[str, Any]], phase: str, key: str) -> tuple[float, float]:
+    values = [r[phase][key] for r in results]
+    return min(values), max(values)
+
+
 def best_of(run: Callable[[], None], passes: int = DECODE_PASSES) -> float:
     """The least thread CPU time of `passes` calls of `run`, seconds."""
     best = float("inf")
@@ -851,6 +873,8 @@ def main() -> None:
     p.add_argument("--trace-pods", type=int, default=4000, help="pods added in the tracemalloc run")
     p.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs")
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="stream phases (throughput, latency, decode) run this many times; figures are medians")
     a = p.parse_args()
     if a.quick:
         a.runs, a.burst, a.sustain_s = 100, 20_000, 5
@@ -871,8 +895,11 @@ def main() -> None:
     mem = None if a.skip_memory else phase_memory(a, sim_cpu, small=a.mem_small, large=a.mem_large)
     if mem:
         print(f"  memory phase done ({time.monotonic() - t_start:.0f} s)", flush=True)
-    st = phase_stream(a, sim_cpu)
-    print(f"  stream phases done ({time.monotonic() - t_start:.0f} s)", flush=True)
+    streams = []
+    for i in range(max(1, a.repeats)):
+        streams.append(phase_stream(a, sim_cpu))
+        print(f"  stream phases {i + 1}/{max(1, a.repeats)} done ({time.monotonic() - t_start:.0f} s)", flush=True)
+    st = median_of(streams)
     tm = None
     if a.trace_memory or (mem and mem["per_pod"] > TARGET_BYTES_PER_POD):
         tm = phase_memory(a, sim_cpu, small=a.mem_small, large=a.mem_small + a.trace_pods, trace=True)
@@ -893,6 +920,11 @@ def main() -> None:
         return "ok" if good else "MISSED"
 
     bp = st["burst_prev"]
+    n = len(streams)
+    print(f"stream figures: medians of {n} repeats (met/missed from the median); spread of the throughput rows: "
+          + "; ".join(f"{name} {lo:,.0f}-{hi:,.0f}" for name, (lo, hi) in (
+              ("burst/s", spread(streams, "burst", "eps")), ("replayed/s", spread(streams, "replay", "eps")),
+              ("in-process/s", spread(streams, "decode", "typed_eps")))))
     row("end to end: burst events/s (typed pods, now)", f"{b['eps']:,.0f}", f">= {TARGET_EPS:,}",
         f"{ok(b['eps'] >= TARGET_EPS)}; {b['events']:,} in {b['wall_s']:.2f} s, CPU {b['cpu']:.2f} cores, "
         f"{b['evaluations']} evaluations; x{b['eps'] / d['baseline_eps']:.1f} baseline")

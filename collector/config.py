@@ -161,6 +161,7 @@ def _build(cls: Any, data: Any, where: str) -> Any:
 
 
 MAX_CONFIG_BYTES = 1 << 20
+RUN_SERIES = ("all", "unhealthy")  # exporters.prometheus_fleet.RunSeries (a sibling layer)
 MAX_LOG_READS = 32  # API log reads in flight; the client keeps POOL_SIZE (64) connections in all
 
 
@@ -229,6 +230,9 @@ def _validate(s: Settings) -> None:
     if c.log_poll_concurrency > MAX_LOG_READS:  # beside the watches, within the client's connection pool
         raise ConfigError(f"config.controller.log_poll_concurrency: at most {MAX_LOG_READS}, "
                           f"got {c.log_poll_concurrency}")
+    if c.run_series not in RUN_SERIES:
+        raise ConfigError(f"config.controller.run_series: expected one of {', '.join(RUN_SERIES)}, "
+                          f"got {c.run_series[:100]!r}")
     for ns in sorted(c.environment_namespaces):
         if not _NAMESPACE.match(ns):
             raise ConfigError(f"config.controller.environment_namespaces: {ns[:100]!r} is not a namespace name")

@@ -78,6 +78,7 @@ from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
+from exporters.prometheus_fleet import RunSeries
 
 log = logging.getLogger("taugrid.controller")
 
@@ -118,7 +119,8 @@ class Controller:
         self.cfg: ControllerSettings = settings.controller
         self.now = now
         self.registry = registry or new_registry()
-        self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention)
+        self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention,
+                                       run_series=RunSeries(self.cfg.run_series))
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
                                     sources=[r.name for r in resources]
                                     + ["logs", "lease", "expstore", "ray", "controller", "export"]
@@ -166,6 +168,7 @@ class Controller:
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
+        self._unlisted_logged = float("-inf")
         self._opened_at = time.monotonic()
         self._http: BoundedHTTPServer | None = None
         # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
@@ -844,6 +847,8 @@ class Controller:
             self._export("track", self.sink.track, out, led_until=self.elector.led_until)
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
+        if self.leader and not leader:
+            self._log_unlisted()
         if self._targets_changed:
             # New lists, swapped in whole: the poller threads read them without a lock.
             runs = list(self._targets_by_run.values())
@@ -876,6 +881,17 @@ class Controller:
         while not self._stop.wait(self.queue_poll_s):
             for key in self.queues.poll():
                 self._put(_Change("queue", None, key))
+
+    def _log_unlisted(self) -> None:
+        """Holding the Lease (or leading alone) but exporting nothing yet: say which watched resources
+        have not been listed, every UNLISTED_LOG_S at most, until they are or the start-up grace ends."""
+        now_m = time.monotonic()
+        if now_m - self._unlisted_logged < UNLISTED_LOG_S:
+            return
+        self._unlisted_logged = now_m
+        pending = sorted(r.resource.name for r in self._reflectors if not r.synced_once.is_set())
+        log.warning("leading, not exporting yet: watched resources not listed", extra={
+            "pending": ", ".join(pending[:20]), "exports_in_s": round(STARTUP_GRACE_S - (now_m - self._opened_at))})
 
     def _created(self, ref: Ref) -> datetime | None:
         rec = self.index.get(*ref.key)
@@ -929,15 +945,20 @@ class Controller:
         """What the pollers should read for this run: container logs, checkpoints, Ray heads."""
         if rc.finished:
             return _PollTargets((), (), ())
-        regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
-        logs = tuple(
-            (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
-            if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
-            for c in pod.facts.containers if not c.init and c.state == "running"
-        )
+        # Only for the pollers that run: a tuple per running container costs memory at fleet size.
+        logs: tuple[tuple[Ref, str, str, int], ...] = ()
+        if self.cfg.log_poll_interval.total_seconds() > 0:
+            regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
+            logs = tuple(
+                (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
+                if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
+                for c in pod.facts.containers if not c.init and c.state == "running"
+            )
         t = ev.taurun.facts if ev.taurun is not None else None
-        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints else ()
-        return _PollTargets(logs, checkpoints, tuple(self._ray_targets_of(ev)))
+        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints \
+            and self.cfg.checkpoint_poll_interval.total_seconds() > 0 else ()
+        ray = tuple(self._ray_targets_of(ev)) if self.cfg.ray_poll_interval.total_seconds() > 0 else ()
+        return _PollTargets(logs, checkpoints, ray)
 
     def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
         ns = ev.root.ref.namespace
@@ -1177,11 +1198,12 @@ def _profile(ev: RunEvidence) -> str:
 
 # The source a thread's failures are counted under (taugrid_collector_errors_total{source}).
 _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-poller": "ray",
-                   "agent-poller": "agents", "environment-check": "environment"}
+                   "agent-poller": "agents", "environment-check": "environment", "queue-poller": "kueue-visibility"}
 
 # How long after start the controller exports claims even if a watched resource never listed.
 STARTUP_GRACE_S = 60.0
 QUEUE_POLL_S = 30.0  # Kueue's visibility API, for the queues runs wait in (Kueue computes each answer on demand)
+UNLISTED_LOG_S = 10.0
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most

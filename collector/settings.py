@@ -96,6 +96,9 @@ class ControllerSettings:
     lease_duration: timedelta = timedelta(seconds=15)
     lease_renew: timedelta = timedelta(seconds=5)
     retention: timedelta = timedelta(minutes=15)  # series of finished runs are dropped after this
+    # Which runs get per-run series on /metrics: "all", or "unhealthy" (a healthy run keeps only its
+    # newest step; every run is counted in taugrid_fleet_runs). docs/metrics.md, "Large fleets".
+    run_series: str = "all"
     checkpoint_poll_interval: timedelta = timedelta(seconds=60)  # 0 turns the Expstore source off
     ray_poll_interval: timedelta = timedelta(seconds=15)  # 0 turns the Ray runtime source off
     ray_progress_counter: str = "ray_train_steps_total"  # a ray.util.metrics Counter("train_steps")

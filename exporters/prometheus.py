@@ -12,12 +12,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from bisect import bisect_left
+from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from importlib import metadata
+from itertools import chain, compress, repeat
+from operator import itemgetter, methodcaller, ne
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -34,6 +38,15 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from collector.model import Observed, Plane, Ref, RunClaims
+from exporters.prometheus_fleet import (
+    HEALTHY_RUN_FAMILIES,
+    RunSeries,
+    RunState,
+    fleet_family,
+    fleet_family_of,
+    fleet_key,
+    run_state,
+)
 
 log = logging.getLogger("taugrid.prometheus")
 
@@ -110,6 +123,14 @@ def render(registry: CollectorRegistry) -> bytes:
     return b"".join(parts)
 
 
+class _Fixed(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
 class _Group(Collector):
     def __init__(self, collectors: list[Collector]) -> None:
         self._collectors = collectors
@@ -139,6 +160,10 @@ def shutdown(server: WSGIServer, thread: threading.Thread, timeout: float = 5.0)
 def _seconds(t: datetime) -> float:
     # Naive datetimes are taken as UTC, like the rest of the collector, not as local time.
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+# One block of runs' prepared text: by family, the joined lines; the age families' rows; fleet counts.
+_Block = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], "Tally[tuple[str, str, str]]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +200,9 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
         if g.ratio is not None:
             out["goodput"] = f"{_GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
         lines = [f'{_RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
+        # A cause with no time yet adds nothing to any sum: no series until it has some.
         lines.extend(f'{_RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
-                     for cause, secs in g.badput_s.items())
+                     for cause, secs in g.badput_s.items() if secs)
         out["run_time"] = "".join(lines).encode()
     out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
     out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
@@ -326,11 +352,14 @@ class ClaimsExporter(Collector):
     """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION
+        self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION,
+        run_series: RunSeries = RunSeries.ALL,
     ):
         if retention < timedelta(0):
             raise ValueError("retention must not be negative")
         self.retention = retention
+        # UNHEALTHY: a healthy run writes only HEALTHY_RUN_FAMILIES (exporters/prometheus_fleet.py).
+        self.run_series = RunSeries(run_series)
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str, str], _Entry] = {}
         # Finished runs already past retention, by key → uid, so a controller that keeps sending
@@ -342,6 +371,18 @@ class ClaimsExporter(Collector):
         self.failed = 0  # runs whose claims could not be rendered (logged; the run is left out)
         # The claims families as exposition text, rebuilt on the first scrape after a change.
         self._text: bytes | None = None
+        # What only a change of runs moves (not the clock): the families' text without the ages, by
+        # family, and the age families' (series, time counted from) rows. None: rebuilt on the next scrape.
+        self._still: tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]] | None = None
+        # Each exported run's (namespace, queue, state) in taugrid_fleet_runs, set by _upsert (and pruned
+        # by _prepare_still of the runs no longer exported).
+        self._fleet_keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        # The runs' keys in exposition order, cut in blocks of _BLOCK runs whose text is joined once and
+        # kept until one of their runs moves: a tick that re-evaluates a few runs re-joins a few blocks.
+        # None: the set of runs changed, every block is joined again.
+        self._order: list[tuple[str, str, str]] | None = None
+        self._blocks: list[_Block | None] = []
+        self._moved: set[tuple[str, str, str]] = set()
         if registry is not None:
             registry.register(self)
 
@@ -355,6 +396,7 @@ class ClaimsExporter(Collector):
             if self._now is None or now_s > self._now:
                 self._now = now_s
             if replace:
+                self._order = None
                 keep = {rc.ref.key for rc in batch}
                 self._runs = {k: v for k, v in self._runs.items() if k in keep}
                 self._retired = {k: v for k, v in self._retired.items() if k in keep}
@@ -366,9 +408,13 @@ class ClaimsExporter(Collector):
                     self.failed += 1
                     log.exception("run not exported", extra={"run": f"{rc.ref.namespace}/{rc.ref.name}"})
                     self._runs.pop(rc.ref.key, None)  # never its older (stale) series instead
+                    self._order = None
                     self._finished.discard(rc.ref.key)
+            exported = len(self._runs)
             self._expire(now_s)
             self._text = None
+            if batch or replace or len(self._runs) != exported:
+                self._still = None
 
     def _upsert(self, rc: RunClaims) -> None:
         key = rc.ref.key
@@ -379,6 +425,10 @@ class ClaimsExporter(Collector):
             # Not finished any more, or a new run under the same name: export it again.
             del self._retired[key]
         old = self._runs.get(key)
+        if old is None:
+            self._order = None
+        else:
+            self._moved.add(key)
         finished_at: float | None = None
         if rc.finished:
             same_run = old is not None and old.claims.ref.uid == rc.ref.uid
@@ -393,6 +443,7 @@ class ClaimsExporter(Collector):
             self._runs[key] = _prepare(_Entry(rc, old.newest, finished_at), old)
         else:
             self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at), old)
+        self._fleet_keys[key] = fleet_key(rc)
 
     def _expire(self, now_s: float) -> None:
         horizon = now_s - self.retention.total_seconds()
@@ -402,6 +453,7 @@ class ClaimsExporter(Collector):
                 del self._runs[key]
                 self._finished.discard(key)
                 self._retired[key] = entry.claims.ref.uid
+                self._order = None
 
     def forget(self, ref: Ref) -> bool:
         """Drop a run's series now (its object was deleted); True if it was exported."""
@@ -409,6 +461,8 @@ class ClaimsExporter(Collector):
             self._retired.pop(ref.key, None)
             self._finished.discard(ref.key)
             self._text = None
+            self._still = None
+            self._order = None
             return self._runs.pop(ref.key, None) is not None
 
     # --- reads --------------------------------------------------------------------------------
@@ -425,7 +479,9 @@ class ClaimsExporter(Collector):
             text = self._text
             if text is not None:
                 return text
-            entries = sorted(self._runs.items())
+            if self._still is None:
+                self._still = self._prepare_still()
+            still, aged = self._still
             now_s = self._now
             out: list[bytes] = []
             for fam, metric in self._families().items():
@@ -434,16 +490,64 @@ class ClaimsExporter(Collector):
                 if fam in _AGE_FAMILIES:
                     if now_s is not None:
                         # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
-                        out.extend(b"%s %s\n" % (series, _fmt(max(0.0, now_s - at)).encode())
-                                   for _, e in entries for series, at in e.ages.get(fam, ()))
+                        # `%a` of a float is its repr, what _fmt writes from 0 up to 1e6 (test_run_series.py).
+                        out.extend(b"%s %a\n" % (series, age) if 0.0 < (age := now_s - at) < 1e6
+                                   else b"%s %s\n" % (series, _fmt(max(0.0, age)).encode())
+                                   for series, at in aged.get(fam, ()))
                 else:
-                    out.extend(t for _, e in entries if (t := e.text.get(fam)) is not None)
+                    out.append(still[fam])
+            out.append(still[""])
             self._text = b"".join(out)
             return self._text
 
+    def _prepare_still(self) -> tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]]:
+        if self._order is None:
+            self._order = sorted(self._runs)
+            self._blocks = [None] * -(-len(self._order) // _BLOCK)
+            self._moved.clear()
+            if len(self._fleet_keys) > len(self._order):
+                self._fleet_keys = {k: self._fleet_keys[k] for k in self._order}
+        elif self._moved:
+            order = self._order
+            for key in self._moved:
+                i = bisect_left(order, key)
+                if i < len(order) and order[i] == key:
+                    self._blocks[i // _BLOCK] = None
+            self._moved.clear()
+        blocks: list[_Block] = []
+        for i, block in enumerate(self._blocks):
+            if block is None:
+                block = self._blocks[i] = self._block(self._order[i * _BLOCK:(i + 1) * _BLOCK])
+            blocks.append(block)
+        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families() if fam not in _AGE_FAMILIES}
+        aged = {fam: list(chain.from_iterable(b[1][fam] for b in blocks)) for fam in _AGE_FAMILIES}
+        tally: Tally[tuple[str, str, str]] = Tally()
+        for b in blocks:
+            tally.update(b[2])
+        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(tally)])]))
+        return still, aged
+
+    def _block(self, keys: list[tuple[str, str, str]]) -> _Block:
+        """One block's families (text; age rows) and fleet counts; the per-run steps stay in C."""
+        every = list(map(self._runs.__getitem__, keys))
+        marks = list(map(self._fleet_keys.__getitem__, keys))
+        full = every if self.run_series is RunSeries.ALL else \
+            list(compress(every, map(ne, map(itemgetter(2), marks), repeat(RunState.HEALTHY.value))))
+        still: dict[str, bytes] = {}
+        aged: dict[str, list[tuple[bytes, float]]] = {}
+        texts = {id(entries): [e.text for e in entries] for entries in (every, full)}
+        ages = {id(entries): [e.ages for e in entries] for entries in (every, full)}
+        for fam in self._families():
+            entries = every if fam in HEALTHY_RUN_FAMILIES else full
+            if fam in _AGE_FAMILIES:
+                aged[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), ages[id(entries)])))
+            else:
+                still[fam] = b"".join(filter(None, map(methodcaller("get", fam), texts[id(entries)])))
+        return still, aged, Tally(marks)
+
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
-        return list(self._families().values())
+        return [*self._families().values(), fleet_family(())]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -452,9 +556,14 @@ class ClaimsExporter(Collector):
             now_s = self._now
         entries.sort(key=lambda e: e.claims.ref.key)
         fam = self._families()
+        brief = self.run_series is RunSeries.UNHEALTHY
         for entry in entries:
             rc = entry.claims
             run = (rc.ref.namespace, rc.ref.name, rc.ref.kind)
+            if brief and run_state(rc) is RunState.HEALTHY:
+                if (last := _last_step(rc)) is not None:  # HEALTHY_RUN_FAMILIES
+                    fam["last_step"].add_metric(list(run), last[0])
+                continue
             for name, claim in rc.claims.items():
                 fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
                 fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
@@ -481,7 +590,8 @@ class ClaimsExporter(Collector):
                     fam["goodput"].add_metric(list(run), g.ratio)
                 fam["run_time"].add_metric([*run, "productive"], g.productive_s)
                 for cause, secs in g.badput_s.items():
-                    fam["run_time"].add_metric([*run, cause], secs)
+                    if secs:
+                        fam["run_time"].add_metric([*run, cause], secs)
             if (queue := _queue_values(rc)) is not None:
                 for bound, v in queue[0]:
                     fam["admission_eta"].add_metric([*run, bound], v)
@@ -489,7 +599,7 @@ class ClaimsExporter(Collector):
                     fam["queue_position"].add_metric([*run, which], v)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
-        return list(fam.values())
+        return [*fam.values(), fleet_family(e.claims for e in entries)]
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
@@ -579,6 +689,7 @@ class ClaimsExporter(Collector):
 
 _TEMPLATES = {fam: _template(m.name, m._labelnames) for fam, m in ClaimsExporter._families().items()}
 _AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
+_BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)
 # The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
 _RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
 _GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name

@@ -20,6 +20,10 @@ from collector.sources.kube_api import JSON, KubeApi, PermanentSourceError, Sour
 
 log = logging.getLogger("taugrid.lease")
 
+# A replica that does not lead says why at once, then at most this often while the reason stays the
+# same kind (a standby beside a live leader logs once per period, not once per renewal).
+NOT_LEADING_LOG_S = 300.0
+
 
 def _micro(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -52,6 +56,14 @@ class LeaseElector:
         self.failing_since: datetime | None = None
         self.failing_since_m = 0.0
         self.failure = ""
+        # Why this replica did not lead after its last round ("" while it leads), its kind (held,
+        # conflict, failing), and when (monotonic) that was last logged.
+        self.not_leading = ""
+        self._not_leading_kind = ""
+        self._not_leading_logged = float("-inf")
+        # stop() gave up waiting for a request in flight: the thread releases the Lease on its way out.
+        self._release_on_exit = False
+        self._logged_kind = ""
 
     @property
     def is_leader(self) -> bool:
@@ -61,17 +73,26 @@ class LeaseElector:
         self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Stop renewing; a leader releases its Lease so that a standby takes over at once."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(5)
-        if self._leader.is_set():
-            self._leader.clear()
-            try:
-                self.release()
-            except SourceError as e:  # the standby waits out leaseDurationSeconds instead
-                log.warning("lease not released", extra={"error": str(e)})
+            self._thread.join(timeout)
+        was_leader = self._leader.is_set()
+        self._leader.clear()
+        if self._thread is not None and self._thread.is_alive():
+            # A request still in flight could renew (or take) the Lease after a release made here: the
+            # thread, which never sets leadership once stopped, releases it after that request instead.
+            self._release_on_exit = True
+            return
+        if was_leader:
+            self._release_quietly()
+
+    def _release_quietly(self) -> None:
+        try:
+            self.release()
+        except SourceError as e:  # the standby waits out leaseDurationSeconds instead
+            log.warning("lease not released", extra={"error": str(e)})
 
     def release(self) -> bool:
         """Clear the holder (as client-go's ReleaseOnCancel does) if we still hold the Lease."""
@@ -96,13 +117,36 @@ class LeaseElector:
                 log.warning("lease update failed", extra={"error": str(e)})
                 held = False
                 self.failure = str(e)[:300]
+                self._why_not("failing", f"the Lease could not be read or written: {self.failure}")
                 if self.failing_since is None:
                     self.failing_since_m = self.monotonic()
                     self.failing_since = self.now()
+            if self._stop.is_set():
+                break  # stopped during the request: never lead after stop()
             if held != self._leader.is_set():
                 log.info("leadership changed", extra={"leader": held, "identity": self.identity})
             (self._leader.set if held else self._leader.clear)()
+            self._log_not_leading(held)
             self._stop.wait(self.cfg.lease_renew.total_seconds())
+        if self._release_on_exit:
+            self._release_quietly()
+
+    def _why_not(self, kind: str, reason: str) -> None:
+        self._not_leading_kind, self.not_leading = kind, reason
+
+    def _log_not_leading(self, held: bool) -> None:
+        """Say why this replica does not lead: at once, then every NOT_LEADING_LOG_S while the kind of
+        reason stays the same (a change of kind is logged at once)."""
+        if held:
+            self.not_leading, self._not_leading_kind, self._not_leading_logged = "", "", float("-inf")
+            return
+        now_m = self.monotonic()
+        kind = self._not_leading_kind
+        if kind == self._logged_kind and now_m - self._not_leading_logged < NOT_LEADING_LOG_S:
+            return
+        self._logged_kind, self._not_leading_logged = kind, now_m
+        (log.warning if kind != "held" else log.info)(
+            "not leading", extra={"identity": self.identity, "reason": self.not_leading})
 
     def try_acquire_or_renew(self) -> bool:
         now = self.now()
@@ -130,8 +174,15 @@ class LeaseElector:
         # Until when another replica led (and wrote): its last renewal, or the time it released the Lease.
         if renewed is not None and (live or not holder) and (self.led_until is None or renewed > self.led_until):
             self.led_until = renewed
-        if live:
-            return False  # someone else holds a live lease
+        if live:  # someone else holds a live lease
+            unchanged = self.monotonic() - self._observed_at
+            left = max(0.0, duration.total_seconds() - unchanged)
+            who = f"the Lease is held by {str(holder)[:253]} (renewed {cur.get('renewTime')})"
+            if unchanged > 2 * self.cfg.lease_renew.total_seconds():  # a holder gone without releasing it?
+                self._why_not("stale", f"{who}, not renewed for {unchanged:.0f} s: taken over in {left:.0f} s")
+            else:
+                self._why_not("held", f"{who}; taken over if not renewed within {left:.0f} s")
+            return False
         new_spec = {**cur, **spec}
         if holder != self.identity:
             new_spec["acquireTime"] = _micro(now)
@@ -143,7 +194,8 @@ class LeaseElector:
         try:
             self.api.write_json(method, path, body)
         except PermanentSourceError as e:
-            if "409" in str(e):
-                return False  # lost the race; read again next round
+            if "409" in str(e):  # lost the race; read again next round
+                self._why_not("conflict", f"another replica wrote the Lease first ({method} answered 409 Conflict)")
+                return False
             raise
         return True

@@ -34,6 +34,7 @@ CUSTOM: dict[str, Any] = {
     "azureWorkloadIdentity": {"clientId": "00000000-1111-2222-3333-444444444444",
                               "tenantId": "55555555-6666-7777-8888-999999999999"},
     "controller": {"replicas": 3, "metricsPort": 9000, "logLevel": "debug", "priorityClassName": "system",
+                   "runSeries": "unhealthy",
                    "nodeSelector": {"pool": "system"},
                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
                    "config": {"claims": {"evidence_max_age": "3m", "stall_multiplier": 4},
@@ -104,6 +105,8 @@ def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], lis
     ({"controller": {"config": {"controller": {"no_such_setting": 1}}}}, "no_such_setting"),
     ({"agent": {"podResourcesPath": "relative/dir"}}, "podResourcesPath"),
     ({"agent": {"logScope": "heads"}}, "logScope"),
+    ({"controller": {"runSeries": "healthy"}}, "runSeries"),
+    ({"controller": {"config": {"controller": {"run_series": "all"}}}}, "run_series"),  # one knob: runSeries
     ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
     ({"auth": {"existingSecret": "Not_A_Secret_Name"}}, "existingSecret"),
     ({"auth": {"enabled": "yes"}}, "enabled"),
@@ -223,6 +226,7 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     path.write_text(cm["data"]["config.yaml"])
     settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
     assert settings.controller.lease_namespace == "observability"
+    assert settings.controller.run_series == ("unhealthy" if name == "custom" else "all")
     # the controller polls the agents on the port the DaemonSet serves (the chart's, not the command's default)
     [ds] = by_kind(objs, "DaemonSet") or [None]
     if ds is not None:

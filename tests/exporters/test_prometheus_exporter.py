@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from exporter_samples import T0, blocked_run, crashlooping_run, one, scrape
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.model import Observed, Plane, Ref, Stage
@@ -314,7 +314,19 @@ def test_goodput_is_exported_per_bucket() -> None:
     assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="productive") == 1200.0
     assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="restarting") == 300.0
     buckets = {labels["bucket"] for labels, _ in samples["taugrid_run_time_seconds"]}
-    assert buckets == {"productive", "queued", "starting", "stalled", "restarting", "replaying"}
+    # stalled and replaying hold 0 s: no series until they hold time (a zero adds nothing to a sum)
+    assert buckets == {"productive", "queued", "starting", "restarting"}
+
+
+def test_productive_is_exported_even_at_zero() -> None:
+    registry = new_registry()
+    rc = crashlooping_run()
+    assert rc.goodput is not None
+    idle = replace(rc, goodput=replace(rc.goodput, productive_s=0.0, ratio=0.0))
+    ClaimsExporter(registry).update([idle], T0)
+    samples = scrape(registry)
+    assert one(samples, "taugrid_run_time_seconds", run="llm-pretrain", bucket="productive") == 0.0
+    assert render(registry) == generate_latest(registry)
 
 
 def test_last_progress_is_exported_from_the_progressing_evidence() -> None:

@@ -1,0 +1,47 @@
+"""What the controller lists for its pollers: nothing for a poller that is off (no tuple per pod)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from collector.controller import Controller
+from collector.settings import Settings
+from collector.sources.kube_api import KubeApi, api_client_for
+from kubesim.run import start_simulation
+
+
+def _targets(**off: timedelta) -> tuple[int, int, int, int]:
+    """(runs, log targets, checkpoint targets, Ray targets) once the default scenario's pods run."""
+    session = start_simulation(None, "127.0.0.1:0", 20.0)
+    base = Settings()
+    cfg = replace(base.controller, leader_election=False, tick=timedelta(seconds=1), **off)
+    ctl = Controller(KubeApi(api_client_for(session.base_url)), replace(base, controller=cfg),
+                     session.engine.clock.now)
+    try:
+        ctl.open()
+        deadline = time.monotonic() + 40
+        while not (ctl.ready.is_set() and any(rc.running.observed.value == "true" for rc in ctl.claims.values())):
+            assert time.monotonic() < deadline, "no run ever ran"
+            time.sleep(0.2)
+        time.sleep(1.5)  # a tick after: every run evaluated with its pods running
+        return (len(ctl.claims), len(ctl._log_targets), len(ctl._checkpoint_targets), len(ctl._ray_targets))
+    finally:
+        ctl.close()
+        session.close()
+
+
+@pytest.mark.parametrize("poll", [False, True], ids=["pollers-off", "pollers-on"])
+def test_targets_are_listed_only_for_pollers_that_run(poll: bool) -> None:
+    # On: intervals long enough that no pass runs in the test (the lists are what is checked).
+    interval = timedelta(hours=1) if poll else timedelta(0)
+    runs, logs, checkpoints, ray = _targets(log_poll_interval=interval, checkpoint_poll_interval=interval,
+                                            ray_poll_interval=interval)
+    assert runs > 0
+    if poll:
+        assert logs > 0 and ray > 0, (logs, checkpoints, ray)
+    else:
+        assert (logs, checkpoints, ray) == (0, 0, 0)
