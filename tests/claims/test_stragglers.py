@@ -1,0 +1,126 @@
+"""Stragglers from logs (issue 28): the rank consistently last, by how much, since when; nobody named
+on healthy jitter, counter offsets, too few ranks or steps, or a lag that clocks can explain."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from collector.claims.stragglers import MIN_STEPS, Track, detect
+from collector.progress import scan_lines
+
+T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+
+
+def lockstep(n: int = 8, steps: int = 60, step_s: float = 10.0, slow: int | None = None, ratio: float = 0.0,
+             from_step: int = 0, jitter: float = 0.03, seed: int = 1, node: str = "n0") -> list[Track]:
+    """Ranks that synchronize every step: each prints step k once its own compute is done; the step
+    ends when the slowest rank is done (the others wait in the collective)."""
+    rng = random.Random(seed)
+    t = T0
+    at: list[list[datetime]] = [[] for _ in range(n)]
+    for k in range(steps):
+        done = []
+        for r in range(n):
+            c = step_s * (1 + rng.uniform(-jitter, jitter))
+            if r == slow and k >= from_step:
+                c *= 1 + ratio
+            done.append(c)
+        for r in range(n):
+            at[r].append(t + timedelta(seconds=done[r]))
+        t += timedelta(seconds=max(done))
+    return [Track(str(r), f"job-{r}", node, tuple(range(1, steps + 1)), tuple(at[r])) for r in range(n)]
+
+
+def now_of(ts: list[Track]) -> datetime:
+    return max(t.at[-1] for t in ts)
+
+
+def test_a_lockstep_rank_15_percent_slower_is_named_with_its_lag_and_since() -> None:
+    ts = lockstep(slow=5, ratio=0.15, from_step=20)
+    got = detect(ts, now_of(ts))
+    assert got is not None and [s.rank for s in got.suspects] == ["5"]
+    s = got.suspects[0]
+    assert s.basis == "arrival" and 0.10 < s.lag_ratio < 0.20 and s.lag_s is not None and 1.0 < s.lag_s < 2.0
+    # since: the onset (step 21 printed), give or take a step
+    assert s.since is not None and abs((s.since - ts[5].at[20]).total_seconds()) <= 25
+    assert "rank 5" in got.reason and "last" in got.reason
+
+
+def test_healthy_ranks_with_jitter_name_nobody_across_many_seeds() -> None:
+    for seed in range(200):
+        ts = lockstep(jitter=0.08, seed=seed)
+        got = detect(ts, now_of(ts))
+        assert got is not None and got.suspects == (), (seed, got.reason)
+    assert "no rank apart" in got.reason
+
+
+def test_too_few_ranks_or_steps_name_nobody() -> None:
+    ts = lockstep(n=2, slow=1, ratio=0.5)
+    got = detect(ts, now_of(ts))
+    assert got is not None and got.suspects == () and "too few" in got.reason
+    ts = lockstep(steps=MIN_STEPS - 2, slow=1, ratio=0.5)
+    got = detect(ts, now_of(ts))
+    assert got is not None and got.suspects == () and "needed" in got.reason
+    assert detect(lockstep(n=1), T0 + timedelta(days=1)) is None
+
+
+def test_a_log_lagging_whole_steps_at_equal_pace_is_no_straggler() -> None:
+    ts = lockstep(jitter=0.0)
+    # rank 3's counter (or its log) runs 2 steps behind at the same pace: lag of two steps
+    t3 = ts[3]
+    ts[3] = Track("3", t3.pod, t3.node, tuple(s - 2 for s in t3.steps[2:]), t3.at[2:])
+    got = detect(ts, now_of(ts))
+    assert got is not None and got.suspects == ()
+
+
+def test_steps_not_known_yet_are_not_judged() -> None:
+    ts = lockstep(slow=5, ratio=0.3, from_step=50)
+    got = detect(ts, ts[0].at[45])
+    assert got is not None and got.suspects == ()
+
+
+def test_across_nodes_a_lag_clocks_could_explain_is_not_named() -> None:
+    ts = lockstep(step_s=1.0, slow=2, ratio=0.15, jitter=0.0)  # 0.15 s behind: within clock tolerance
+    ts = [Track(t.rank, t.pod, f"node-{t.rank}", t.steps, t.at) for t in ts]
+    got = detect(ts, now_of(ts))
+    assert got is not None and got.suspects == ()
+    same = lockstep(step_s=1.0, slow=2, ratio=0.15, jitter=0.0)  # one node, one clock: decidable
+    got = detect(same, now_of(same))
+    assert got is not None and [s.rank for s in got.suspects] == ["2"]
+
+
+def test_ranks_that_drift_apart_name_the_slow_pace() -> None:
+    rng = random.Random(3)
+    ts = []
+    for r in range(6):
+        per = 10.0 * (1.25 if r == 4 else 1.0)
+        t, at = T0, []
+        for _ in range(40):
+            t += timedelta(seconds=per * (1 + rng.uniform(-0.03, 0.03)))
+            at.append(t)
+        ts.append(Track(str(r), f"w-{r}", f"n{r}", tuple(range(1, 41)), tuple(at)))
+    got = detect(ts, now_of(ts))
+    assert got is not None and [s.rank for s in got.suspects] == ["4"]
+    assert got.suspects[0].basis == "pace" and 0.2 < got.suspects[0].lag_ratio < 0.3
+
+
+def test_half_the_ranks_behind_is_no_single_straggler() -> None:
+    ts = lockstep(n=8, jitter=0.01)
+    for r in (1, 3, 5, 7):
+        ts[r] = Track(ts[r].rank, ts[r].pod, ts[r].node, ts[r].steps, tuple(a + timedelta(seconds=2) for a in ts[r].at))
+    got = detect(ts, now_of(ts))
+    assert got is not None and got.suspects == ()
+
+
+def test_rank_prefixed_lines_of_one_log_keep_every_ranks_pace() -> None:
+    line = (" iteration {s:>8}/  250000 | consumed samples: {c:>12} | elapsed time per iteration (ms): 10012.2 | "
+            "lm loss: 2.504220E+00 | loss scale: 1.0 | number of skipped iterations:   0 |")
+    ts = lockstep(n=4, steps=30, slow=2, ratio=0.2)
+    lines = sorted((t.at[k], f"[rank{t.rank}]:" + line.format(s=k + 1, c=(k + 1) * 1024))
+                   for t in ts for k in range(30))
+    scan = scan_lines([f"{a.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} {x}" for a, x in lines], source="t")
+    assert [r.rank for r in scan.ranks] == [0, 1, 2, 3] and all(len(r.steps) == 30 for r in scan.ranks)
+    assert scan.summary_of().seen == 30  # the progress stream is still rank 0's alone
+    got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in scan.ranks], lines[-1][0])
+    assert got is not None and [s.rank for s in got.suspects] == ["2"]
