@@ -195,6 +195,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "blocked": ("blocked", "blocked_age"),
     "evidence_age": ("evidence_age",),
     "last": ("last_step", "last_progress"),
+    "stragglers": ("straggler",),
 }
 
 
@@ -225,7 +226,17 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
         "blocked": (b.stage, b.since) if b is not None else None,
         "evidence_age": entry.newest,
         "last": _last_step(rc),
+        "stragglers": _suspects(rc),
     }
+
+
+def _suspects(rc: RunClaims) -> tuple[tuple[str, str, str, str, str, float], ...]:
+    """The run's named stragglers as (rank, pod, node, gpu, basis, lag ratio): only suspects are
+    series (at most claims.stragglers.MAX_SUSPECTS per run), so the family stays small."""
+    st = rc.stragglers
+    if st is None:
+        return ()
+    return tuple((x.rank, x.pod, x.node, x.gpu, x.basis, round(x.lag_ratio, 4)) for x in st.suspects)
 
 
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
@@ -276,6 +287,9 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         assert isinstance(last, tuple)
         add("last_step", last[0])
         add("last_progress", last[1])
+    if "stragglers" in moved:
+        for rank, pod, node, gpu, basis, ratio in _suspects(rc):
+            add("straggler", ratio, rank=rank, pod=pod, node=node, uuid=gpu, basis=basis)
     entry.text.update(_every_time_text(rc, _RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -463,6 +477,8 @@ class ClaimsExporter(Collector):
                 fam["run_time"].add_metric([*run, "productive"], g.productive_s)
                 for cause, secs in g.badput_s.items():
                     fam["run_time"].add_metric([*run, cause], secs)
+            for rank, pod, node, gpu, basis, ratio in _suspects(rc):
+                fam["straggler"].add_metric([*run, rank, pod, node, gpu, basis], ratio)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return list(fam.values())
@@ -526,6 +542,14 @@ class ClaimsExporter(Collector):
                 "taugrid_run_time_seconds",
                 "Seconds of the run's life by bucket: productive, or the badput cause (queued lies before allocation).",
                 labels=[*run, "bucket"],
+            ),
+            "straggler": GaugeMetricFamily(
+                "taugrid_run_straggler",
+                "A suspect holding the run back, valued by how much slower per step it is (0.12: 12 %): a rank or "
+                "pod consistently last (basis arrival) or slower (pace), or a GPU apart from its run's others while "
+                "the run is slower than its baseline (gpu-spread; the value is the run's slowdown). Only suspects "
+                "are series.",
+                labels=[*run, "rank", "pod", "node", "uuid", "basis"],
             ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",

@@ -166,12 +166,14 @@ def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
         if len(nodes) > 1 and behind < CLOCK_TOLERANCE.total_seconds():
             continue  # another node's clock may be this far off: not decidable
         since = _since(offsets[i], behind, center, by_step, i)
-        ratio = behind / step_s
+        # The step ends once the last rank is in: the others' own share of it is the step less the lag.
+        ratio = behind / (step_s - behind)
         suspects.append((ratio, Straggler(
             "rank", t.rank, t.pod, t.node, ratio, since, "arrival",
             f"{_who(t)} printed {share:.0%} of the last {len(offsets[i])} steps last, a median {behind:.2f} s "
-            f"after the other ranks ({ratio:.0%} of the run's {step_s:.2f} s step; {z:.0f} robust deviations "
-            f"from the {len(others)} others)", lag_s=behind)))
+            f"after the other ranks: {ratio:.0%} slower than they are, {behind / step_s:.0%} of the run's "
+            f"{step_s:.2f} s step spent waiting for it ({z:.0f} robust deviations from the {len(others)} others)",
+            lag_s=behind)))
     if not suspects and pace is not None and pace.suspects:
         return pace
     return _verdict(suspects, len(ts), len(common), step_s)

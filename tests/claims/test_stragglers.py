@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
 
 from collector.claims.stragglers import MIN_STEPS, Track, detect
+from collector.cli import main
 from collector.progress import scan_lines
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
@@ -124,3 +128,40 @@ def test_rank_prefixed_lines_of_one_log_keep_every_ranks_pace() -> None:
     assert scan.summary_of().seen == 30  # the progress stream is still rank 0's alone
     got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in scan.ranks], lines[-1][0])
     assert got is not None and [s.rank for s in got.suspects] == ["2"]
+
+
+def test_explain_names_the_straggler_in_json_and_text_and_leaves_the_claims_alone(tmp_path: Path) -> None:
+    """A dump: an indexed Job's pod whose log carries every rank's lines (torchrun --tee), stamped by
+    the kubelet; rank 6 of 8 is 20 % slower from step 30 on."""
+    from tests.claims.test_restarts import NS, explain, indexed_job, job_pod, megatron, run_of, stamp
+    from tests.claims.test_restarts import T0 as JOB_T0
+    from tests.dumpkit import write_dump
+
+    job = indexed_job("train", JOB_T0)
+    p = job_pod(job, "train-0-x7k2p", JOB_T0)
+    start = JOB_T0 + timedelta(minutes=100)
+    ts = lockstep(steps=60, slow=6, ratio=0.2, from_step=30)
+    shift = start - T0
+    lines = sorted((t.at[k] + shift, f"[rank{t.rank}]:{megatron(k + 1)}") for t in ts for k in range(60))
+    log = "".join(f"{stamp(a)} {x}\n" for a, x in lines)
+
+    def claims_of(text: str, d: str) -> tuple[dict[str, object], dict[str, object]]:
+        dump = write_dump(tmp_path / d, [job, p], logs={(NS, p["metadata"]["name"]): text},
+                          captured=lines[-1][0] + timedelta(seconds=5))
+        run = run_of(explain(dump), "train")
+        return run["claims"], run["stragglers"]
+
+    claims, st = claims_of(log, "d")
+    assert claims["progressing"]["observed"] == "true"  # type: ignore[index]
+    suspects = st["suspects"]
+    assert isinstance(suspects, list) and [(x["kind"], x["rank"], x["basis"]) for x in suspects] == \
+        [("rank", "6", "arrival")]
+    s = suspects[0]
+    assert 0.15 < s["lag_ratio"] < 0.25 and s["pod"] == "train-0-x7k2p" and s["node"] == "gpu-2"
+    assert s["since"] is not None and st["compared"] == 8
+    # rank 0's lines alone: the same claims, nobody to compare
+    only0 = "".join(f"{stamp(a)} {x}\n" for a, x in lines if x.startswith("[rank0]:"))
+    claims0, st0 = claims_of(only0, "e")
+    assert claims0 == claims and st0 is None
+    text = CliRunner().invoke(main, ["explain", "--from-dump", str(tmp_path / "d")])
+    assert "straggler" in text.stdout and "rank 6" in text.stdout and "slower per step (arrival)" in text.stdout

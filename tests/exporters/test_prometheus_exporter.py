@@ -325,3 +325,21 @@ def test_last_progress_is_exported_from_the_progressing_evidence() -> None:
     assert one(samples, "taugrid_run_last_progress_timestamp_seconds", run="llm-pretrain") == \
         (T0 - timedelta(minutes=4)).timestamp()
     assert [lab["run"] for lab, _ in samples["taugrid_run_progress_last_step"]] == ["llm-pretrain"]
+
+
+def test_stragglers_are_exported_as_suspects_only_and_follow_updates() -> None:
+    from collector.model import Straggler, Stragglers
+
+    registry = new_registry()
+    exp = ClaimsExporter(registry)
+    slow = Straggler("rank", "5", "llm-worker-5", "gpu-node-3", 0.15, T0, "arrival", "rank 5 printed last", lag_s=1.5)
+    rc = replace(crashlooping_run(), stragglers=Stragglers((slow,), 8, 40, "rank 5 printed last"))
+    exp.update([rc, blocked_run()], T0)
+    s = scrape(registry)
+    assert s["taugrid_run_straggler"] == [({"namespace": "research", "run": "llm-pretrain", "kind": "TauRun",
+                                             "rank": "5", "pod": "llm-worker-5", "node": "gpu-node-3", "uuid": "",
+                                             "basis": "arrival"}, 0.15)]
+    # the same run with no suspect any more: its series goes (the text path reuses nothing stale)
+    exp.update([replace(rc, stragglers=Stragglers((), 8, 40, "no rank apart")), blocked_run()], T0)
+    assert "taugrid_run_straggler" not in scrape(registry) or not scrape(registry)["taugrid_run_straggler"]
+    assert b"taugrid_run_straggler{" not in render(registry)
