@@ -149,6 +149,14 @@ def test_explain_names_the_straggler_in_json_and_text_and_leaves_the_claims_alon
         dump = write_dump(tmp_path / d, [job, p], logs={(NS, p["metadata"]["name"]): text},
                           captured=lines[-1][0] + timedelta(seconds=5))
         run = run_of(explain(dump), "train")
+        # the contract (docs/explain.md): every run entry has these keys, `stragglers` among them
+        assert set(run) == {"namespace", "name", "kind", "uid", "finished", "claims", "blocked", "goodput",
+                            "stragglers", "context"}
+        if run["stragglers"] is not None:
+            assert set(run["stragglers"]) == {"suspects", "compared", "steps", "reason", "untrusted_readings"}
+            for x in run["stragglers"]["suspects"]:
+                assert set(x) == {"kind", "rank", "pod", "node", "gpu", "lag_ratio", "lag_seconds", "since", "basis",
+                                  "evidence"}
         return run["claims"], run["stragglers"]
 
     claims, st = claims_of(log, "d")
