@@ -33,6 +33,7 @@ from collector.model import PodFacts, Straggler, Stragglers
 MIN_TRACKS = 3  # with two ranks, either could be the slow one
 MIN_STEPS = 12  # steps printed by enough ranks, in the window
 WINDOW = 40  # the most recent steps compared (an intermittent straggler is judged on its current stretch)
+SHORT_WINDOW = 16  # ... and the newest of them alone (a straggler that began lately)
 MAX_TRACKS = 512
 MAX_SUSPECTS = 3
 MIN_Z = 5.0  # robust deviations (MAD × 1.4826) from the ranks' median
@@ -140,9 +141,23 @@ def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
         (med[b] - med[a]).total_seconds() / (b - a) for a, b in zip(common, common[1:], strict=False))
     if step_s <= 0:
         return pace or Stragglers((), len(ts), len(common), "ranks print steps with no time between them")
+    # the whole window, then its newest SHORT_WINDOW steps: a straggler that began (or came back)
+    # lately is named once it lags most of those, not only once it lags most of the window
+    for window in (common, common[-SHORT_WINDOW:]):
+        suspects = _arrival(ts, by_step, med, window, step_s)
+        if suspects:
+            return _verdict(suspects, len(ts), len(window), step_s)
+    if pace is not None and pace.suspects:
+        return pace
+    return _verdict([], len(ts), len(common), step_s)
+
+
+def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]], med: Mapping[int, datetime],
+             window: Sequence[int], step_s: float) -> list[tuple[float, Straggler]]:
+    """Ranks consistently last over the steps of `window` (each step's arrivals against its median)."""
     offsets: dict[int, list[tuple[int, float]]] = {}
     last_of: dict[int, int] = {}
-    for k in common:
+    for k in window:
         arr = by_step[k]
         for i, at in arr.items():
             offsets.setdefault(i, []).append((k, (at - med[k]).total_seconds()))
@@ -174,9 +189,7 @@ def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
             f"after the other ranks: {ratio:.0%} slower than they are, {behind / step_s:.0%} of the run's "
             f"{step_s:.2f} s step spent waiting for it ({z:.0f} robust deviations from the {len(others)} others)",
             lag_s=behind)))
-    if not suspects and pace is not None and pace.suspects:
-        return pace
-    return _verdict(suspects, len(ts), len(common), step_s)
+    return suspects
 
 
 def _upto(t: Track, now: datetime) -> tuple[tuple[int, ...], tuple[datetime, ...]]:
