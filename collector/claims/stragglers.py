@@ -106,10 +106,22 @@ def _mad(xs: Sequence[float], center: float) -> float:
     return statistics.median(abs(x - center) for x in xs)
 
 
-def _robust_z(value: float, others: Sequence[float], floor: float) -> float:
-    center = statistics.median(others)
-    spread = max(MAD_SCALE * _mad(others, center), floor)
-    return (value - center) / spread
+LEAVE_ONE_OUT = 32  # up to this many ranks each is judged against the others alone; past it, against
+# all of them (one rank moves a median of that many by little, and n² work would not stay bounded)
+
+
+def _peers(values: Mapping[int, float]) -> dict[int, tuple[float, float, int]]:
+    """rank → (median, MAD) of the other ranks' values, and how many they are."""
+    if len(values) > LEAVE_ONE_OUT:
+        center = statistics.median(values.values())
+        mad = _mad(list(values.values()), center)
+        return {i: (center, mad, len(values) - 1) for i in values}
+    out = {}
+    for i in values:
+        others = [v for j, v in values.items() if j != i]
+        center = statistics.median(others)
+        out[i] = (center, _mad(others, center), len(others))
+    return out
 
 
 def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
@@ -167,13 +179,12 @@ def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]],
     suspects: list[tuple[float, Straggler]] = []
     floor = 0.01 * step_s
     nodes = {t.node for t in ts}
-    for i, lag in lags.items():
-        others = [v for j, v in lags.items() if j != i]
-        if len(others) < MIN_TRACKS - 1:
+    for i, (center, mad, n_others) in _peers(lags).items():
+        if n_others < MIN_TRACKS - 1:
             continue
-        center = statistics.median(others)
+        lag = lags[i]
         behind = lag - center
-        z = _robust_z(lag, others, floor)
+        z = behind / max(MAD_SCALE * mad, floor)
         share = last_of.get(i, 0) / len(offsets[i])
         t = ts[i]
         if z < MIN_Z or behind < MIN_RATIO * step_s or share < MIN_LAST_SHARE or behind >= step_s:
@@ -187,7 +198,7 @@ def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]],
             "rank", t.rank, t.pod, t.node, ratio, since, "arrival",
             f"{_who(t)} printed {share:.0%} of the last {len(offsets[i])} steps last, a median {behind:.2f} s "
             f"after the other ranks: {ratio:.0%} slower than they are, {behind / step_s:.0%} of the run's "
-            f"{step_s:.2f} s step spent waiting for it ({z:.0f} robust deviations from the {len(others)} others)",
+            f"{step_s:.2f} s step spent waiting for it ({z:.0f} robust deviations from the {n_others} others)",
             lag_s=behind)))
     return suspects
 
@@ -235,17 +246,16 @@ def _pace(ts: Sequence[Track], newest: datetime) -> Stragglers | None:
     if base <= 0:
         return None
     suspects = []
-    for i, p in per.items():
-        others = [v for j, v in per.items() if j != i]
-        center = statistics.median(others)
-        z = _robust_z(p, others, 0.01 * center)
+    for i, (center, mad, n_others) in _peers(per).items():
+        p = per[i]
+        z = (p - center) / max(MAD_SCALE * mad, 0.01 * center) if center > 0 else 0.0
         ratio = p / center - 1 if center > 0 else 0.0
         if z < MIN_Z or ratio < MIN_RATIO:
             continue
         t = ts[i]
         suspects.append((ratio, Straggler(
             "rank", t.rank, t.pod, t.node, ratio, None, "pace",
-            f"{_who(t)} takes a median {p:.2f} s per step against {center:.2f} s for the other {len(others)} ranks "
+            f"{_who(t)} takes a median {p:.2f} s per step against {center:.2f} s for the other {n_others} ranks "
             f"({ratio:.0%} slower; {z:.0f} robust deviations)", lag_s=p - center)))
     return _verdict(suspects, len(ts), n_steps, base)
 

@@ -173,3 +173,16 @@ def test_explain_names_the_straggler_in_json_and_text_and_leaves_the_claims_alon
     assert claims0 == claims and st0 is None
     text = CliRunner().invoke(main, ["explain", "--from-dump", str(tmp_path / "d")])
     assert "straggler" in text.stdout and "rank 6" in text.stdout and "slower per step (arrival)" in text.stdout
+
+
+def test_many_ranks_are_judged_against_all_of_them_and_stay_fast() -> None:
+    import time
+
+    ts = lockstep(n=96, steps=50, slow=40, ratio=0.12)
+    t = time.perf_counter()
+    got = detect(ts, now_of(ts))
+    assert time.perf_counter() - t < 2.0
+    assert got is not None and [s.rank for s in got.suspects] == ["40"] and got.compared == 96
+    healthy = lockstep(n=96, steps=50, jitter=0.08, seed=5)
+    got = detect(healthy, now_of(healthy))
+    assert got is not None and got.suspects == ()
