@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.straggler_accuracy import play, report
+from bench.straggler_accuracy import markdown, play, report
 
 SEED = 7
 RUNS = 8  # two of each class
@@ -17,9 +17,21 @@ MINUTES = 22.0
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict[str, Any]:
-    rep: dict[str, Any] = report(play(RUNS, SEED, MINUTES), SEED, MINUTES, 0.0)["classes"]
+def full() -> dict[str, Any]:
+    rep: dict[str, Any] = report(play(RUNS, SEED, MINUTES), SEED, MINUTES, 0.0)
     return rep
+
+
+@pytest.fixture(scope="module")
+def figures(full: dict[str, Any]) -> dict[str, Any]:
+    classes: dict[str, Any] = full["classes"]
+    return classes
+
+
+def test_the_markdown_carries_every_class(full: dict[str, Any]) -> None:
+    text = markdown(full)
+    assert all(f"| {cls} | 2 |" in text for cls in full["classes"]), text
+    assert "| straggler | 2 | 2 | 2 | 100.0 % |" in text
 
 
 def test_no_wrong_suspect_on_any_run(figures: dict[str, Any]) -> None:
