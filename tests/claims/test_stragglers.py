@@ -186,3 +186,24 @@ def test_many_ranks_are_judged_against_all_of_them_and_stay_fast() -> None:
     healthy = lockstep(n=96, steps=50, jitter=0.08, seed=5)
     got = detect(healthy, now_of(healthy))
     assert got is not None and got.suspects == ()
+
+
+def test_the_controllers_history_joins_each_ranks_steps_across_polls() -> None:
+    """A 500-line tail of a 64-rank log holds ~8 steps per rank: too few alone; the polls joined hold more."""
+    from collector.progress.history import merge_history
+
+    line = " iteration {s:>8}/  250000 | lm loss: 2.504220E+00 | loss scale: 1.0 |"
+    ts = lockstep(n=64, steps=40, slow=9, ratio=0.2, from_step=10)
+    lines = sorted((t.at[k], f"[rank{t.rank}]:" + line.format(s=k + 1)) for t in ts for k in range(40))
+    text = [f"{a.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} {x}" for a, x in lines]
+    held = None
+    for end in [*range(500, len(text), 500), len(text)]:  # a poll per 500 new lines, each reading the last 500
+        tail = scan_lines(text[max(0, end - 500):end], source="t")
+        held = tail if held is None else merge_history(held, tail)
+    assert held is not None and max(len(r.steps) for r in tail.ranks) <= 9
+    got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in tail.ranks], lines[-1][0])
+    assert got is not None and got.suspects == () and "needed" in got.reason
+    assert len(held.ranks) == 64 and all(len(r.steps) >= 35 for r in held.ranks)
+    assert all(list(r.steps) == sorted(set(r.steps)) for r in held.ranks)
+    got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in held.ranks], lines[-1][0])
+    assert got is not None and [s.rank for s in got.suspects] == ["9"]
