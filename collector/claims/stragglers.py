@@ -83,6 +83,15 @@ def tracks(ev: RunEvidence, signals: Sequence[Signal],
             return sig.ref.name, f.node_name, f.rank
         return sig.ref.name, "", ""
 
+    def role(sig: Signal) -> str:
+        p = pods.get(sig.ref.key)
+        return p.facts.role if p is not None and isinstance(p.facts, PodFacts) else ""
+
+    # A Ray head's driver reports a step once its workers have: last by construction, no peer of theirs.
+    workers = [s for s in live if role(s) != "ray/head"]
+    if len(workers) >= MIN_TRACKS:
+        live = workers
+
     ranked = [s for s in live if len(s.scan.ranks) >= 2]
     out: dict[str, Track] = {}
     if ranked:

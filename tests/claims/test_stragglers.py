@@ -207,3 +207,35 @@ def test_the_controllers_history_joins_each_ranks_steps_across_polls() -> None:
     assert all(list(r.steps) == sorted(set(r.steps)) for r in held.ranks)
     got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in held.ranks], lines[-1][0])
     assert got is not None and [s.rank for s in got.suspects] == ["9"]
+
+
+def test_a_ray_heads_driver_reporting_after_its_workers_is_no_straggler() -> None:
+    from collector.claims.stragglers import tracks
+    from collector.correlate import Signal, build_index
+    from collector.kube import normalize
+    from collector.model import Ref
+    from tests.claims.test_recheck_at import pod as mkpod
+    from tests.claims.test_recheck_at import taurun
+
+    ts = lockstep(n=4, jitter=0.02)
+    head = ts[0]
+    ts[0] = Track(head.rank, head.pod, head.node, head.steps, tuple(a + timedelta(seconds=2) for a in head.at))
+    objs = [taurun(workers=4)]
+    for i in range(4):
+        p = mkpod(f"r-{i}")
+        p["metadata"]["labels"].update({"ray.io/node-type": "head" if i == 0 else "worker", "ray.io/group": "gpu"})
+        objs.append(p)
+    index = build_index([n.record for n in map(normalize, objs) if n.record is not None])
+    line = " iteration {s:>8}/  250000 | lm loss: 2.504220E+00 | loss scale: 1.0 |"
+    for i, t in enumerate(ts):
+        text = "".join(f"{a.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} {line.format(s=s)}\n"
+                       for s, a in zip(t.steps, t.at, strict=True))
+        index.set_signal(Signal(Ref("Pod", "ns", f"r-{i}"), "main", scan_lines(text.splitlines(), source="t"),
+                                now_of(ts)))
+    ev = index.evidence(Ref("TauRun", "ns", "r"))
+    got = tracks(ev, ev.signals)
+    assert sorted(t.pod for t in got) == ["r-1", "r-2", "r-3"]
+    verdict = detect(got, now_of(ts))
+    assert verdict is not None and verdict.suspects == ()
+    # the same four as peers (no Ray head among them): the late one is named
+    assert [s.pod for s in detect(ts, now_of(ts)).suspects] == ["job-0"]  # type: ignore[union-attr]
