@@ -1,9 +1,10 @@
 """Straggler accuracy against the simulator's truth: detection rate, time to detection, false suspects.
 
 A seeded generator draws multi-pod training runs (4 or 8 ranks in lockstep, steps of 5–20 s, every
-rank's compute jittering by 1–5 % per step, 1–10 % on healthy runs) of four classes:
+rank's compute jittering by 1–5 % per step, 1–10 % on healthy runs) of five classes:
 
   healthy                 no rank slower: natural jitter only
+  healthy-noisy           no rank slower: 10–20 % jitter, and 1–3 % of each rank's steps 30–100 % longer
   straggler               one rank 10–50 % slower from a point on, for good
   straggler-intermittent  one rank 10–50 % slower for 4–8 minutes of every 10–16
   straggler-mild          one rank 5–10 % slower, for good (below the goal's 10 %; reported apart)
@@ -52,7 +53,7 @@ from kubesim.engine import ScenarioEngine  # noqa: E402
 from kubesim.scenario import scenario_from_dict  # noqa: E402
 from kubesim.server import Simulator, SimulatorSettings  # noqa: E402
 
-CLASSES = ("healthy", "straggler", "straggler-intermittent", "straggler-mild")
+CLASSES = ("healthy", "healthy-noisy", "straggler", "straggler-intermittent", "straggler-mild")
 DEADLINE = timedelta(minutes=10)
 EVERY_S = 30.0  # the harness reads and judges this often (scenario seconds)
 WARMUP = timedelta(minutes=5)  # wrong suspects are counted once this much training is in view
@@ -95,7 +96,10 @@ def draw(seed: int, runs: int, minutes: float) -> tuple[dict[str, Any], list[Dra
                                  "startIteration": rng.randrange(0, 5000), "checkpointEvery": 0,
                                  "rankJitter": round(rng.uniform(0.01, 0.10 if cls == "healthy" else 0.05), 3),
                                  "jitter": 0.02}
-        if cls != "healthy":
+        if cls == "healthy-noisy":
+            train.update({"rankJitter": round(rng.uniform(0.10, 0.20), 3),
+                          "hiccups": round(rng.uniform(0.01, 0.03), 3)})
+        if not cls.startswith("healthy"):
             d.straggler = rng.randrange(workers)
             d.slower = rng.uniform(0.05, 0.10) if cls == "straggler-mild" else rng.uniform(0.10, 0.50)
             d.slow_from = rng.uniform(3, 12) * 60
@@ -183,7 +187,7 @@ def play(runs: int, seed: int, minutes: float) -> list[Outcome]:
                         o.named_at = t
                     if t - TRAIN_AT >= WARMUP.total_seconds():
                         o.evaluations += 1
-                        wrong = [p for p in named[d.name] if d.cls == "healthy" or p != truth]
+                        wrong = [p for p in named[d.name] if d.cls.startswith("healthy") or p != truth]
                         if wrong:
                             o.wrong += 1
                             o.wrong_pods.update(wrong)
@@ -213,7 +217,7 @@ def report(outcomes: list[Outcome], seed: int, minutes: float, wall: float) -> d
             "wrong_suspect_rate": round(sum(o.wrong for o in os_) / evals, 4) if evals else None,
             "runs_with_a_wrong_suspect": sum(1 for o in os_ if o.wrong),
         }
-        if cls != "healthy":
+        if not cls.startswith("healthy"):
             # judged only where the play went on for the deadline after the first slow stretch began
             slow = [o for o in os_ if o.first_slow is not None and o.first_slow + DEADLINE.total_seconds() <= end]
             ttd = [o.named_at - o.first_slow for o in slow if o.named_at is not None and o.first_slow is not None]
@@ -249,7 +253,7 @@ def markdown(rep: dict[str, Any]) -> str:
     for cls, r in rep["classes"].items():
         wrong = f"{r['wrong_suspect_evaluations']} of {r['evaluations']}" + (
             f" ({100 * r['wrong_suspect_rate']:.2f} %)" if r["wrong_suspect_rate"] is not None else "")
-        if cls == "healthy":
+        if cls.startswith("healthy"):
             lines.append(f"| {cls} | {r['runs']} | — | — | — | — | {wrong} | {r['runs_with_a_wrong_suspect']} |")
             continue
         rate = f"{100 * r['detection_rate']:.1f} %" if r["detection_rate"] is not None else "—"

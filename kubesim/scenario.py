@@ -92,6 +92,7 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "slowFrom": (str, int, float),
         "slowFor": (str, int, float),
         "slowEvery": (str, int, float),
+        "hiccups": (int, float),
     },
     "stall": {},
     "crashLoop": {

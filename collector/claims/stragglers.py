@@ -21,6 +21,7 @@ tracks and the last WINDOW steps of each; at most MAX_SUSPECTS named. Pure: data
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,10 +39,12 @@ MAX_TRACKS = 512
 MAX_SUSPECTS = 3
 MIN_Z = 5.0  # robust deviations (MAD × 1.4826) from the ranks' median
 MIN_RATIO = 0.05  # of the run's step time: less is within what jitter and clocks make
-MIN_LAST_SHARE = 0.5  # arrival: last to print at least this share of the steps compared
+MIN_LAST_SHARE = 0.5  # arrival: last to print at least this share of the steps compared ...
+SHORT_LAST_SHARE = 0.75  # ... and of the newest SHORT_WINDOW (fewer steps: a median a few slow ones can move)
 CLOCK_TOLERANCE = timedelta(milliseconds=250)  # between two nodes' clocks, after the measured skew
 RECENT = timedelta(minutes=10)  # steps older than this before the newest are not the current stretch
 MAD_SCALE = 1.4826
+MEDIAN_SE = 1.2533  # a median's standard error is this × σ / √n (normal noise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +167,8 @@ def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
         return pace or Stragglers((), len(ts), len(common), "ranks print steps with no time between them")
     # the whole window, then its newest SHORT_WINDOW steps: a straggler that began (or came back)
     # lately is named once it lags most of those, not only once it lags most of the window
-    for window in (common, common[-SHORT_WINDOW:]):
-        suspects = _arrival(ts, by_step, med, window, step_s)
+    for window, share in ((common, MIN_LAST_SHARE), (common[-SHORT_WINDOW:], SHORT_LAST_SHARE)):
+        suspects = _arrival(ts, by_step, med, window, step_s, share)
         if suspects:
             return _verdict(suspects, len(ts), len(window), step_s)
     if pace is not None and pace.suspects:
@@ -174,7 +177,7 @@ def detect(ts: Sequence[Track], now: datetime) -> Stragglers | None:
 
 
 def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]], med: Mapping[int, datetime],
-             window: Sequence[int], step_s: float) -> list[tuple[float, Straggler]]:
+             window: Sequence[int], step_s: float, min_share: float) -> list[tuple[float, Straggler]]:
     """Ranks consistently last over the steps of `window` (each step's arrivals against its median)."""
     offsets: dict[int, list[tuple[int, float]]] = {}
     last_of: dict[int, int] = {}
@@ -187,16 +190,19 @@ def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]],
     lags = {i: statistics.median(o for _, o in xs) for i, xs in offsets.items() if len(xs) >= MIN_STEPS // 2}
     suspects: list[tuple[float, Straggler]] = []
     floor = 0.01 * step_s
+    noise = _noise({i: [o for _, o in offsets[i]] for i in lags}, lags)
     nodes = {t.node for t in ts}
     for i, (center, mad, n_others) in _peers(lags).items():
         if n_others < MIN_TRACKS - 1:
             continue
         lag = lags[i]
         behind = lag - center
-        z = behind / max(MAD_SCALE * mad, floor)
+        # the spread of the ranks' lags, never below what each step's own noise leaves in a median of
+        # this many steps (a few ranks' lags can agree by chance far more closely than that)
+        z = behind / max(MAD_SCALE * mad, floor, noise / math.sqrt(len(offsets[i])))
         share = last_of.get(i, 0) / len(offsets[i])
         t = ts[i]
-        if z < MIN_Z or behind < MIN_RATIO * step_s or share < MIN_LAST_SHARE or behind >= step_s:
+        if z < MIN_Z or behind < MIN_RATIO * step_s or share < min_share or behind >= step_s:
             continue
         if len(nodes) > 1 and behind < CLOCK_TOLERANCE.total_seconds():
             continue  # another node's clock may be this far off: not decidable
@@ -210,6 +216,13 @@ def _arrival(ts: Sequence[Track], by_step: Mapping[int, Mapping[int, datetime]],
             f"{step_s:.2f} s step spent waiting for it ({z:.0f} robust deviations from the {n_others} others)",
             lag_s=behind)))
     return suspects
+
+
+def _noise(samples: Mapping[int, Sequence[float]], centers: Mapping[int, float]) -> float:
+    """How far one step's value strays from its rank's own median (robust, pooled over the ranks),
+    times the factor that makes it a median's standard error once divided by √steps."""
+    residuals = [abs(x - centers[i]) for i, xs in samples.items() for x in xs]
+    return MEDIAN_SE * MAD_SCALE * statistics.median(residuals) if residuals else 0.0
 
 
 def _upto(t: Track, now: datetime) -> tuple[tuple[int, ...], tuple[datetime, ...]]:
@@ -242,12 +255,14 @@ def _since(offsets: list[tuple[int, float]], behind: float, center: float,
 def _pace(ts: Sequence[Track], newest: datetime) -> Stragglers | None:
     """Ranks that do not move in lockstep: a rank whose own steps take longer than the others'."""
     per: dict[int, float] = {}
+    each: dict[int, list[float]] = {}
     n_steps = 0
     for i, t in enumerate(ts):
         pts = [(s, a) for s, a in zip(t.steps, t.at, strict=True) if newest - a <= RECENT][-WINDOW:]
         rates = [(b[1] - a[1]).total_seconds() / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
         if len(rates) >= MIN_STEPS:
             per[i] = statistics.median(rates)
+            each[i] = rates
             n_steps = max(n_steps, len(rates) + 1)
     if len(per) < MIN_TRACKS:
         return None
@@ -255,9 +270,11 @@ def _pace(ts: Sequence[Track], newest: datetime) -> Stragglers | None:
     if base <= 0:
         return None
     suspects = []
+    noise = _noise(each, per)
     for i, (center, mad, n_others) in _peers(per).items():
         p = per[i]
-        z = (p - center) / max(MAD_SCALE * mad, 0.01 * center) if center > 0 else 0.0
+        spread = max(MAD_SCALE * mad, 0.01 * center, noise / math.sqrt(len(each[i])))
+        z = (p - center) / spread if center > 0 else 0.0
         ratio = p / center - 1 if center > 0 else 0.0
         if z < MIN_Z or ratio < MIN_RATIO:
             continue

@@ -67,7 +67,10 @@ class Training(Pods):
         slow_from = parse_duration(args.get("slowFrom", 0), "train.slowFrom")
         slow_for = parse_duration(args.get("slowFor", 0), "train.slowFor")
         slow_every = parse_duration(args.get("slowEvery", 0), "train.slowEvery")
-        lockstep = rank_jitter > 0 or straggler >= 0
+        # `hiccups`: the chance per rank and step that its compute takes 30–100 % longer once (a GC pause,
+        # a page fault storm, a noisy neighbour): heavy-tailed noise that names no straggler
+        hiccups = float(args.get("hiccups", 0.0))
+        lockstep = rank_jitter > 0 or straggler >= 0 or hiccups > 0
         began = self.elapsed
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
@@ -111,6 +114,8 @@ class Training(Pods):
                 slow = slow_now()
                 for pod in targets:
                     c = delay * (self._rng.uniform(1 - rank_jitter, 1 + rank_jitter) if rank_jitter else 1.0)
+                    if hiccups and self._rng.random() < hiccups:
+                        c *= 1 + self._rng.uniform(0.3, 1.0)
                     if pod.index == straggler:
                         note_slow(pod, slow)
                         if slow:
