@@ -67,8 +67,11 @@ class LineScanner:
     Public so the node agent can keep one per tailed container across reads.
     """
 
-    def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int) -> None:
+    def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int, *, paces: bool = True) -> None:
+        """`paces`: keep every rank's step times (LogScan.ranks); parsing the other ranks' lines costs up
+        to twice the scan where every rank prints (a reader that does not send them passes False)."""
         self.source = source
+        self.paces = paces
         self.custom = trainers.compile_custom(custom_regex) if custom_regex is not None else None
         self.max_line_bytes = max(1, max_line_bytes)
         self.lines = 0
@@ -198,8 +201,9 @@ class LineScanner:
             self.rank0_locked = True
             for key in [k for k in self.streams if k is not None and k != 0]:
                 old = self.streams.pop(key)
-                self.side[key] = old  # its parser state goes on (its samples are not kept)
-                old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
+                if self.paces:
+                    self.side[key] = old  # its parser state goes on (its samples are not kept)
+                    old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
 
     def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
@@ -290,7 +294,7 @@ class LineScanner:
             self.ignored_ranks.add(rank)
             # not a progress stream, only its pace is kept (a short parser state per rank, bounded)
             side = self.side.get(rank)
-            if side is None and len(self.side) < MAX_STREAMS:
+            if side is None and self.paces and len(self.side) < MAX_STREAMS:
                 side = self.side[rank] = Stream(SIDE_SAMPLES, rank)
             return side, s, rank
         st = self.streams.get(rank)
@@ -472,7 +476,7 @@ class LineScanner:
                 total = last.total  # one int object for the run's total, not one per sample kept
         at = self._time(ts, text)
         samples.append(ProgressSample(step, at, loss, n, fmt, skipped, total))
-        if st.rank is not None and step is not None and at is not None and not skipped:
+        if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
             self._pace(st.rank, step, at)
 
     def _pace(self, rank: int, step: int, at: datetime) -> None:

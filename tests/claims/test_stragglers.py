@@ -144,6 +144,13 @@ def test_rank_prefixed_lines_of_one_log_keep_every_ranks_pace() -> None:
     assert scan.summary_of().seen == 30  # the progress stream is still rank 0's alone
     got = detect([Track(str(r.rank), "p", "n", r.steps, r.at) for r in scan.ranks], lines[-1][0])
     assert got is not None and [s.rank for s in got.suspects] == ["2"]
+    # a reader that sends no paces (the node agent) parses only the progress stream, as before
+    from collector.progress.scan import LineScanner
+
+    sc = LineScanner("t", None, 1 << 20, paces=False)
+    sc.feed_all([f"{a.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} {x}" for a, x in lines])
+    quiet = sc.finish()
+    assert quiet.ranks == () and quiet.samples == scan.samples and not sc.side
 
 
 def test_explain_names_the_straggler_in_json_and_text_and_leaves_the_claims_alone(tmp_path: Path) -> None:
