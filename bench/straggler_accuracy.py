@@ -81,14 +81,16 @@ class Outcome:
     evaluations: int = 0
     wrong: int = 0  # evaluations (after warm-up) naming another pod, or anyone on a healthy run
     wrong_pods: set[str] = field(default_factory=set)
+    first_wrong: str = ""  # the first wrong naming's reason
 
 
-def draw(seed: int, runs: int, minutes: float) -> tuple[dict[str, Any], list[Drawn]]:
+def draw(seed: int, runs: int, minutes: float,
+         classes: tuple[str, ...] = CLASSES) -> tuple[dict[str, Any], list[Drawn]]:
     rng = random.Random(seed)
     drawn = []
     runs_doc = []
     for i in range(runs):
-        cls = CLASSES[i % len(CLASSES)]
+        cls = classes[i % len(classes)]
         workers = rng.choice([4, 8])
         every = rng.choice([5.0, 10.0, 15.0, 20.0])
         d = Drawn(f"run-{i:03d}", cls, workers, every)
@@ -131,7 +133,8 @@ def draw(seed: int, runs: int, minutes: float) -> tuple[dict[str, Any], list[Dra
     return doc, drawn
 
 
-def _judge(api: KubeApi, drawn: list[Drawn], now: datetime, s: ClaimSettings) -> dict[str, tuple[str, ...]]:
+def _judge(api: KubeApi, drawn: list[Drawn], now: datetime,
+           s: ClaimSettings) -> dict[str, tuple[tuple[str, ...], str]]:
     """Each run's named straggler pods at `now`, read through the API as the controller reads."""
     raw: list[dict[str, Any]] = []
     for path in (f"/api/v1/namespaces/{NS}/pods", f"/apis/batch/v1/namespaces/{NS}/jobs", "/api/v1/nodes"):
@@ -151,12 +154,13 @@ def _judge(api: KubeApi, drawn: list[Drawn], now: datetime, s: ClaimSettings) ->
     out = {}
     for d in drawn:
         rc = evaluate(index.evidence(Ref("Job", NS, d.name)), now, s)
-        out[d.name] = tuple(x.pod for x in rc.stragglers.suspects) if rc.stragglers else ()
+        st = rc.stragglers
+        out[d.name] = (tuple(x.pod for x in st.suspects), st.reason) if st else ((), "")
     return out
 
 
-def play(runs: int, seed: int, minutes: float) -> list[Outcome]:
-    doc, drawn = draw(seed, runs, minutes)
+def play(runs: int, seed: int, minutes: float, classes: tuple[str, ...] = CLASSES) -> list[Outcome]:
+    doc, drawn = draw(seed, runs, minutes, classes)
     scenario = scenario_from_dict(doc, f"<stragglers seed={seed}>")
     clock = ManualClock(scenario.start)
     s = ClaimSettings()
@@ -183,14 +187,16 @@ def play(runs: int, seed: int, minutes: float) -> list[Outcome]:
                         first = st.straggling[0][0]
                         o.first_slow = first if isinstance(first, float) else None
                     truth = st.straggler_pod
-                    if o.first_slow is not None and o.named_at is None and truth in named[d.name]:
+                    pods, why = named[d.name]
+                    if o.first_slow is not None and o.named_at is None and truth in pods:
                         o.named_at = t
                     if t - TRAIN_AT >= WARMUP.total_seconds():
                         o.evaluations += 1
-                        wrong = [p for p in named[d.name] if d.cls.startswith("healthy") or p != truth]
+                        wrong = [p for p in pods if d.cls.startswith("healthy") or p != truth]
                         if wrong:
                             o.wrong += 1
                             o.wrong_pods.update(wrong)
+                            o.first_wrong = o.first_wrong or f"at {t:.0f} s: {why}"
         finally:
             engine.client.close()
     return list(outcomes.values())
@@ -210,12 +216,16 @@ def report(outcomes: list[Outcome], seed: int, minutes: float, wall: float) -> d
                            "classes": {}}
     for cls in CLASSES:
         os_ = by.get(cls, [])
+        if not os_:
+            continue
         evals = sum(o.evaluations for o in os_)
         row: dict[str, Any] = {
             "runs": len(os_),
             "wrong_suspect_evaluations": sum(o.wrong for o in os_), "evaluations": evals,
             "wrong_suspect_rate": round(sum(o.wrong for o in os_) / evals, 4) if evals else None,
             "runs_with_a_wrong_suspect": sum(1 for o in os_ if o.wrong),
+            "wrong": [f"{o.drawn.name} ({o.drawn.workers} ranks, {o.drawn.every:g}s steps) {o.first_wrong}"
+                      for o in os_ if o.wrong],
         }
         if not cls.startswith("healthy"):
             # judged only where the play went on for the deadline after the first slow stretch began
@@ -266,6 +276,9 @@ def markdown(rep: dict[str, Any]) -> str:
               "goal's 10 % and reported apart.", ""]
     missed = [(cls, m) for cls, r in rep["classes"].items() for m in r.get("missed", [])]
     lines += ["Missed within 10 minutes:", ""] + ([f"- {cls}: {m}" for cls, m in missed] or ["None."])
+    wrong = [(cls, m) for cls, r in rep["classes"].items() for m in r.get("wrong", [])]
+    lines += ["", "Runs with a wrong suspect (the first naming):", ""] + (
+        [f"- {cls}: {m}" for cls, m in wrong] or ["None."])
     return "\n".join(lines) + "\n"
 
 
@@ -274,11 +287,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=30.0, help="training minutes played per run")
+    ap.add_argument("--classes", default=",".join(CLASSES), help="comma-separated classes to draw from")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--out", type=Path, help="write them as markdown here (docs/straggler_accuracy.md)")
     a = ap.parse_args()
     t0 = time.monotonic()
-    outcomes = play(a.runs, a.seed, a.minutes)
+    classes = tuple(c for c in a.classes.split(",") if c)
+    if not classes or any(c not in CLASSES for c in classes):
+        ap.error(f"--classes: choose from {', '.join(CLASSES)}")
+    outcomes = play(a.runs, a.seed, a.minutes, classes)
     rep = report(outcomes, a.seed, a.minutes, time.monotonic() - t0)
     text = json.dumps(rep, indent=2)
     print(text)
