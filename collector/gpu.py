@@ -25,6 +25,8 @@ class GpuDevice:
     xids: tuple[int, ...] = ()  # codes seen recently on this GPU
     mig_profile: str = ""
     shared: bool = False  # several pods use it (time-slicing, MPS, a shared claim): its readings are all of theirs
+    sm_clock_hz: float | None = None
+    clock_reasons: tuple[str, ...] = ()  # clocks-event (throttle) reasons holding its clocks down, by name
 
 
 @dataclass(frozen=True, slots=True)

@@ -486,6 +486,45 @@ class Goodput:
 
 
 @dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank (or pod) that is consistently behind its run's others, or a GPU whose readings sit
+    apart from its run's other GPUs while the run is slower than its own baseline."""
+
+    kind: str  # "rank" | "gpu"
+    rank: str  # the rank ("3"), or the pod's rank/stream where ranks are pods; "" for a GPU
+    pod: str
+    node: str
+    lag_ratio: float  # how much slower per step than its peers (0.12: 12 %); a GPU: the run's slowdown
+    since: datetime | None  # the first step (reading) of the stretch it has been behind (apart) for
+    basis: str  # "arrival" (last to print each step), "pace" (its own steps take longer), "gpu-spread"
+    evidence: str  # what shows it, for a human
+    lag_s: float | None = None  # seconds behind per step
+    gpu: str = ""  # GPU UUID (kind "gpu")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "rank": self.rank, "pod": self.pod, "node": self.node, "gpu": self.gpu or None,
+            "lag_ratio": round(self.lag_ratio, 4), "lag_seconds": None if self.lag_s is None else round(self.lag_s, 3),
+            "since": rfc3339(self.since), "basis": self.basis, "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Stragglers:
+    """Who holds a run back, from outside the trainer: suspects (empty: none named) and why."""
+
+    suspects: tuple[Straggler, ...]
+    compared: int  # ranks (or GPUs) compared
+    steps: int  # steps compared
+    reason: str  # the suspects in words, or why none is named
+    untrusted: tuple[str, ...] = ()  # GPU readings not to be believed ("<uuid>: why")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suspects": [x.to_json() for x in self.suspects], "compared": self.compared, "steps": self.steps,
+                "reason": self.reason, "untrusted_readings": list(self.untrusted)}
+
+
+@dataclass(frozen=True, slots=True)
 class RunClaims:
     """The verdicts for one run at one instant: what exporters receive."""
 
@@ -502,6 +541,8 @@ class RunClaims:
     # bound, stall or restart window passing): the live controller re-evaluates the run then. None: never.
     recheck_at: datetime | None = None
     queue: QueueStatus | None = None  # blocked in queue admission: its place in the queue, an admission estimate
+    # Stragglers and fail-slow GPUs (`claims.stragglers`): None where there was nothing to compare.
+    stragglers: Stragglers | None = None
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -517,6 +558,7 @@ class RunClaims:
             "claims": {k: c.to_json() for k, c in self.claims.items()},
             "blocked": self.blocked.to_json() if self.blocked else None,
             "goodput": self.goodput.to_json() if self.goodput else None,
+            "stragglers": self.stragglers.to_json() if self.stragglers else None,
         }
         if self.extra:
             out["context"] = dict(self.extra)

@@ -118,6 +118,15 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             parts += [f"{k} {human_age(timedelta(seconds=v))}" for k, v in g.badput_s.items()
                       if v >= 1 and k != "queued"]
             out.append(f"  {'goodput':<13} {ratio:<13} {' · '.join(parts)}")
+        st = rc.stragglers
+        if st is not None and (st.suspects or st.untrusted):
+            for x in st.suspects:
+                who = f"GPU {x.gpu}" if x.kind == "gpu" else f"rank {x.rank}"
+                since = f" since {rfc3339(x.since)}" if x.since is not None else ""
+                out.append(f"  {'straggler':<13} {who:<13} {x.lag_ratio:.0%} slower per step ({x.basis}){since}")
+                out.append(f"  {'':<13} {'':<13} {x.evidence}")
+            for u in st.untrusted:
+                out.append(f"  {'telemetry':<13} {'untrusted':<13} {u}")
         if rc.blocked is not None:
             b = rc.blocked
             age = f" for {human_age(now - b.since)}" if b.since is not None and b.since <= now else ""

@@ -222,6 +222,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "evidence_age": ("evidence_age",),
     "last": ("last_step", "last_progress"),
     "queue": ("admission_eta", "queue_position"),
+    "stragglers": ("straggler",),
 }
 
 
@@ -253,6 +254,7 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
         "evidence_age": entry.newest,
         "last": _last_step(rc),
         "queue": _queue_values(rc),
+        "stragglers": _suspects(rc),
     }
 
 
@@ -265,6 +267,15 @@ def _queue_values(rc: RunClaims) -> tuple[tuple[tuple[str, float], ...], tuple[t
     eta = tuple((b, v) for b, v in (("low", e.low_s), ("mid", e.mid_s), ("high", e.high_s)) if v is not None)
     pos = tuple((k, float(v)) for k, v in (("cluster", q.position_cq), ("local", q.position_lq)) if v is not None)
     return eta, pos
+
+
+def _suspects(rc: RunClaims) -> tuple[tuple[str, str, str, str, str, float], ...]:
+    """The run's named stragglers as (rank, pod, node, gpu, basis, lag ratio): only suspects are
+    series (at most claims.stragglers.MAX_SUSPECTS per run), so the family stays small."""
+    st = rc.stragglers
+    if st is None:
+        return ()
+    return tuple((x.rank, x.pod, x.node, x.gpu, x.basis, round(x.lag_ratio, 4)) for x in st.suspects)
 
 
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
@@ -321,6 +332,9 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
             add("admission_eta", v, bound=bound)
         for which, v in queue[1]:
             add("queue_position", v, queue=which)
+    if "stragglers" in moved:
+        for rank, pod, node, gpu, basis, ratio in _suspects(rc):
+            add("straggler", ratio, rank=rank, pod=pod, node=node, uuid=gpu, basis=basis)
     entry.text.update(_every_time_text(rc, _RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -597,6 +611,8 @@ class ClaimsExporter(Collector):
                     fam["admission_eta"].add_metric([*run, bound], v)
                 for which, v in queue[1]:
                     fam["queue_position"].add_metric([*run, which], v)
+            for rank, pod, node, gpu, basis, ratio in _suspects(rc):
+                fam["straggler"].add_metric([*run, rank, pod, node, gpu, basis], ratio)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return [*fam.values(), fleet_family(e.claims for e in entries)]
@@ -673,6 +689,14 @@ class ClaimsExporter(Collector):
                 "A queued run's 0-based position in its ClusterQueue (queue=cluster) and LocalQueue (queue=local), "
                 "from Kueue's visibility API; absent when it was not read.",
                 labels=[*run, "queue"],
+            ),
+            "straggler": GaugeMetricFamily(
+                "taugrid_run_straggler",
+                "A suspect holding the run back, valued by how much slower per step it is (0.12: 12 %): a rank or "
+                "pod consistently last (basis arrival) or slower (pace), or a GPU apart from its run's others while "
+                "the run is slower than its baseline (gpu-spread; the value is the run's slowdown). Only suspects "
+                "are series.",
+                labels=[*run, "rank", "pod", "node", "uuid", "basis"],
             ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",

@@ -86,6 +86,13 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "pauseFor": (str, int, float),
         "forgeTime": (str,),
         "stampPrefix": (bool,),
+        "rankJitter": (int, float),
+        "straggler": (int,),
+        "slower": (int, float),
+        "slowFrom": (str, int, float),
+        "slowFor": (str, int, float),
+        "slowEvery": (str, int, float),
+        "hiccups": (int, float),
     },
     "stall": {},
     "crashLoop": {

@@ -29,7 +29,7 @@ from typing import TypeVar
 import orjson
 
 from collector.agent.logs import ContainerLog
-from collector.agent.nvml import GpuReading, NvmlStatus
+from collector.agent.nvml import CLOCKS_EVENT_REASONS, GpuReading, NvmlStatus
 from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
 
@@ -75,6 +75,10 @@ def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) ->
         "lost": r.lost, "error": r.error, "at": r.at,
         "utilization": r.utilization, "sm_active": r.sm_active,
         "power_w": r.power_w, "power_limit_w": r.power_limit_w,
+        "sm_clock_hz": r.sm_clock_hz,
+        # the clocks-event (throttle) reasons that hold its clocks down now, by name
+        "clocks_event_reasons": None if r.clocks_event_reasons is None else
+        [name for bit, name in CLOCKS_EVENT_REASONS if r.clocks_event_reasons & bit],
         "memory_used_bytes": r.memory_used_bytes, "memory_total_bytes": r.memory_total_bytes,
         "temperature_c": r.temperature_c, "remap_pending": r.remap_pending, "remap_failed": r.remap_failed,
         "hang_since": since, "hang_hint": since is not None and snap.at - since >= snap.hang_sustain_s,

@@ -63,7 +63,8 @@ class _Followed:
         self.uid = uid
         self.container = container
         self.tail = tail
-        self.scanner = LineScanner(f"{namespace}/{pod}/{container}", None, max_line_bytes)
+        # ranks' paces stay with the controller's own reads (the evidence document does not carry them)
+        self.scanner = LineScanner(f"{namespace}/{pod}/{container}", None, max_line_bytes, paces=False)
         self.snapshot: LogScan | None = None
         self.read_at = 0.0
         self.lock = threading.Lock()  # the poll thread feeds the scanner; HTTP threads snapshot it

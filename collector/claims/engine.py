@@ -21,6 +21,7 @@ from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
 from collector.claims.progressing import progressing_claim
+from collector.claims.stragglers import stragglers
 from collector.correlate import Key, RunEvidence, Signal
 from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
@@ -183,6 +184,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping,
                         stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
         recheck_at=clock.recheck_at,
+        stragglers=None if a.finished else stragglers(ev, rate, now, lineage),
     )
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, hm
+from collector.claims.gpuspread import gpu_spread
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, gpu_summary
 from collector.model import Blocked, Claim, Evidence, Observed, Plane, PodFacts, RunClaims, Stage, verdict_for
@@ -129,7 +130,10 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     recheck = rc.recheck_at
     if clock.recheck_at is not None and (recheck is None or clock.recheck_at < recheck):
         recheck = clock.recheck_at
-    if (scheduled, running, progressing, blocked) == (rc.scheduled, rc.running, rc.progressing, rc.blocked):
+    # a GPU apart from the run's others while the run is slower than its baseline; untrusted readings
+    st = gpu_spread(rc.stragglers, ev, [g for k in keys if (g := gpus.get(k)) is not None], now, max_age)
+    if (scheduled, running, progressing, blocked, st) == (rc.scheduled, rc.running, rc.progressing, rc.blocked,
+                                                          rc.stragglers):
         return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
     return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
-                   recheck_at=recheck)
+                   recheck_at=recheck, stragglers=st)

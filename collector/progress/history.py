@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.progress.model import LogScan, ProgressSample, SampleSummary, summarize
-from collector.progress.scan import MAX_FINDINGS
+from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, summarize
+from collector.progress.scan import MAX_FINDINGS, RANK_STEPS
 
 RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
 BRIDGE = timedelta(seconds=60)  # the default stall floor: a gap under it is inside any stall window
@@ -80,7 +80,27 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
         resumes=tuple([replace(r, line=r.line - shift) for r in resumes] + list(new.resumes))[-MAX_FINDINGS:],
         summary=summary,
         first_at=old.first_at,
+        ranks=_joined_ranks(old, new),
     )
+
+
+def _joined_ranks(old: LogScan, new: LogScan) -> tuple[RankSteps, ...]:
+    """Each rank of the new tail led by its steps of earlier polls from before the tail's (a 500-line
+    tail of a 64-rank log holds a few steps per rank); a rank absent from the tail is not carried."""
+    if not old.ranks or not new.ranks:
+        return new.ranks
+    before = {r.rank: r for r in old.ranks}
+    out = []
+    for r in new.ranks:
+        o = before.get(r.rank)
+        if o is None or not r.steps:
+            out.append(r)
+            continue
+        keep = [(s, a) for s, a in zip(o.steps, o.at, strict=True) if s < r.steps[0] and a <= r.at[0]]
+        steps = (*(s for s, _ in keep), *r.steps)[-RANK_STEPS:]
+        at = (*(a for _, a in keep), *r.at)[-RANK_STEPS:]
+        out.append(RankSteps(r.rank, steps, at))
+    return tuple(out)
 
 
 def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTORY_SAMPLES) -> LogScan:

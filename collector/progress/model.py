@@ -108,6 +108,18 @@ class ResumeFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class RankSteps:
+    """One rank's recent steps in a log whose lines carry rank prefixes (`[rank3]:`): each step the
+    rank printed, with when it first printed it (its current run of rising steps only: a step that
+    went back started the record over). Kept for every rank, the chosen stream's and the others',
+    so the pace of ranks can be compared (`claims.stragglers`)."""
+
+    rank: int
+    steps: tuple[int, ...]
+    at: tuple[datetime, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SampleSummary:
     """Running aggregates over every sample a scan saw, kept or not (history is bounded)."""
 
@@ -158,6 +170,9 @@ class LogScan:
     summary: SampleSummary | None = None  # None: summarize(samples) (nothing was dropped)
     first_at: datetime | None = None  # the first timestamp in the input: evidence starts there
     resumes: tuple[ResumeFinding, ...] = ()  # checkpoint-resume lines (bounded like hangs)
+    # Per-rank step times where lines carry rank prefixes and at least two ranks print steps (bounded:
+    # scan.MAX_STREAMS ranks, scan.RANK_STEPS steps each). Not progress: the pace of ranks.
+    ranks: tuple[RankSteps, ...] = ()
 
     def summary_of(self) -> SampleSummary:
         return self.summary if self.summary is not None else summarize(self.samples)
@@ -180,6 +195,7 @@ def shift_scan(scan: LogScan, by: timedelta) -> LogScan:
         xids=tuple(replace(x, at=at(x.at)) for x in scan.xids),
         resumes=tuple(replace(r, at=at(r.at)) for r in scan.resumes),
         first_at=at(scan.first_at),
+        ranks=tuple(replace(r, at=tuple(t + by for t in r.at)) for r in scan.ranks),
         summary=None if sm is None else replace(sm, first=moved(sm.first), last=moved(sm.last),
                                                  high_water=moved(sm.high_water),
                                                  last_with_loss=moved(sm.last_with_loss),

@@ -20,7 +20,7 @@ MAX_STREAMS rank streams are tracked.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from collector.progress import hangs, trainers, xid
-from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, SampleSummary, XidFinding
+from collector.progress.model import (
+    HangFinding,
+    LogScan,
+    ProgressSample,
+    RankSteps,
+    ResumeFinding,
+    SampleSummary,
+    XidFinding,
+)
 from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
 from collector.progress.streams import MAX_DIAGNOSTICS, Stream
 from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
@@ -39,6 +47,11 @@ MAX_STREAMS = 64  # rank streams tracked before rank 0 speaks
 # Ranks other than 0 are kept only until rank 0 speaks (and one is chosen only when it never
 # does): a shorter history each keeps the worst case (64 ranks, no rank 0) to ~15 MB.
 MAX_OTHER_RANK_SAMPLES = 1_000
+# Every rank's recent step times are kept apart from the chosen stream (LogScan.ranks): this many
+# steps per rank, for at most MAX_STREAMS ranks. Once rank 0 speaks, the other ranks' lines are
+# parsed by a stream that keeps only its last samples (the parser's state), not their history.
+RANK_STEPS = 128
+SIDE_SAMPLES = 2
 # The longest text any pattern sees: real progress/NCCL lines are under 2 KB; this bounds the work
 # per frame whatever a tenant writes (the patterns are linear, this keeps the constant small).
 MAX_PATTERN_TEXT = 16_384
@@ -54,8 +67,11 @@ class LineScanner:
     Public so the node agent can keep one per tailed container across reads.
     """
 
-    def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int) -> None:
+    def __init__(self, source: str, custom_regex: str | None, max_line_bytes: int, *, paces: bool = True) -> None:
+        """`paces`: keep every rank's step times (LogScan.ranks); parsing the other ranks' lines costs up
+        to twice the scan where every rank prints (a reader that does not send them passes False)."""
         self.source = source
+        self.paces = paces
         self.custom = trainers.compile_custom(custom_regex) if custom_regex is not None else None
         self.max_line_bytes = max(1, max_line_bytes)
         self.lines = 0
@@ -73,6 +89,9 @@ class LineScanner:
         self.resumes: list[ResumeFinding] = []
         self.dropped_resumes = 0
         self.out_of_range = 0  # lines voided by a number out of range
+        # rank → its recent (step, first printed at): the pace of each rank (LogScan.ranks)
+        self.rank_steps: dict[int, deque[tuple[int, datetime]]] = {}
+        self.side: dict[int, Stream] = {}  # parsers for ranks other than 0 once rank 0 speaks
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -181,7 +200,10 @@ class LineScanner:
             # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
             self.rank0_locked = True
             for key in [k for k in self.streams if k is not None and k != 0]:
-                del self.streams[key]
+                old = self.streams.pop(key)
+                if self.paces:
+                    self.side[key] = old  # its parser state goes on (its samples are not kept)
+                    old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
 
     def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
@@ -270,14 +292,18 @@ class LineScanner:
                 rank = bounded(r.group(1), RANK_MAX, "rank")
         if rank is not None and rank != 0 and self.rank0_locked:
             self.ignored_ranks.add(rank)
-            return None, s, rank
+            # not a progress stream, only its pace is kept (a short parser state per rank, bounded)
+            side = self.side.get(rank)
+            if side is None and self.paces and len(self.side) < MAX_STREAMS:
+                side = self.side[rank] = Stream(SIDE_SAMPLES, rank)
+            return side, s, rank
         st = self.streams.get(rank)
         if st is None:
             if len(self.streams) >= MAX_STREAMS:
                 if rank is not None and len(self.ignored_ranks) < MAX_STREAMS:
                     self.ignored_ranks.add(rank)
                 return None, s, rank
-            st = self.streams[rank] = Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES)
+            st = self.streams[rank] = Stream(MAX_SAMPLES if rank in (None, 0) else MAX_OTHER_RANK_SAMPLES, rank)
         return st, s, rank
 
     def _frame(self, st: Stream, n: int, ts: str, f: str) -> None:
@@ -448,7 +474,23 @@ class LineScanner:
             st.commit(last)
             if total is not None and total == last.total:
                 total = last.total  # one int object for the run's total, not one per sample kept
-        samples.append(ProgressSample(step, self._time(ts, text), loss, n, fmt, skipped, total))
+        at = self._time(ts, text)
+        samples.append(ProgressSample(step, at, loss, n, fmt, skipped, total))
+        if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
+            self._pace(st.rank, step, at)
+
+    def _pace(self, rank: int, step: int, at: datetime) -> None:
+        """Record a rank's new step and when it printed it (its current run of rising steps)."""
+        steps = self.rank_steps.get(rank)
+        if steps is None:
+            if len(self.rank_steps) >= MAX_STREAMS:
+                return
+            steps = self.rank_steps[rank] = deque(maxlen=RANK_STEPS)
+        elif steps and step <= steps[-1][0]:
+            if step == steps[-1][0]:
+                return
+            steps.clear()  # it went back (a restart, a replay): a new run of steps
+        steps.append((step, at))
 
     # -- result -----------------------------------------------------------------------------------
     def finish(self) -> LogScan:
@@ -488,6 +530,8 @@ class LineScanner:
             diagnostics.append(f"{self.out_of_range - 1} more lines with a number out of range yielded nothing")
         if self.lines == 0:
             diagnostics.append("empty input")
+        paced = [RankSteps(r, tuple(x for x, _ in d), tuple(t for _, t in d))
+                 for r, d in sorted(self.rank_steps.items()) if len(d) >= 2]
         return LogScan(
             source=self.source,
             format=fmt,
@@ -499,6 +543,7 @@ class LineScanner:
             summary=summary,
             first_at=self.first_at,
             resumes=tuple(self.resumes),
+            ranks=tuple(paced) if len(paced) >= 2 else (),
         )
 
 

@@ -37,9 +37,11 @@ class Stream:
         "lt_maxn",
         "noted",
         "more_notes",
+        "rank",
     )
 
-    def __init__(self, max_samples: int) -> None:
+    def __init__(self, max_samples: int, rank: int | None = None) -> None:
+        self.rank = rank  # the rank whose lines it reads (None: untagged lines)
         self.samples: deque[ProgressSample] = deque(maxlen=max_samples)
         # running aggregates over every sample, committed when a sample stops being the last one
         # (the last one can still be updated by a redrawn frame)

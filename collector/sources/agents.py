@@ -127,6 +127,13 @@ def _at(v: object) -> datetime | None:
     return parse_iso(v) if isinstance(v, str) else None
 
 
+def _reasons(v: object) -> tuple[str, ...]:
+    """Clocks-event reason names (bounded: NVML defines nine; a hostile peer's list is cut)."""
+    if not isinstance(v, list):
+        return ()
+    return tuple(sorted({x[:40] for x in v[:16] if isinstance(x, str) and x}))
+
+
 def _i(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -193,7 +200,8 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                         sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
                         power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
                         hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))),
-                        shared=g.get("shared") is True)
+                        shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
+                        clock_reasons=_reasons(g.get("clocks_event_reasons")))
         for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))

@@ -138,6 +138,10 @@ class RunState:
     style: str = ""  # the trainer's line style
     forge: str = ""  # the trainer prints forged times ("+6h", "9999")
     resume_note: int = 0  # the checkpoint step the next printed step resumes from (after a restart)
+    # A straggler (train `straggler`): its pod's name and each stretch (scenario seconds, end None while
+    # it lasts) during which that rank was slower than the others (truth only).
+    straggler_pod: str = ""
+    straggling: list[list[float | None]] = field(default_factory=list)
     # Called after `submitted`, `admitted` or `finished` changes (QueueTally.track sets it), so the
     # queues' counts follow every write of those flags, wherever it happens.
     on_queue_change: Callable[[RunState], None] | None = field(default=None, repr=False, compare=False)

@@ -5,6 +5,7 @@ kubesim/waits.py), stalls, and free-form log lines.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from kubesim import waits
@@ -56,6 +57,21 @@ class Training(Pods):
         pause_for = parse_duration(args.get("pauseFor", 0), "train.pauseFor")
         forge = str(args.get("forgeTime", ""))
         stamp_prefix = bool(args.get("stampPrefix", False))
+        # Ranks in lockstep (data parallel): each prints a step once its own compute is done, and the
+        # step ends when the slowest is (the others wait in the collective). `rankJitter`: each rank's
+        # compute varies by up to this share; `straggler` (a pod index) is `slower` (0.2: 20 %) from
+        # `slowFrom` after training starts, for `slowFor` of every `slowEvery` (intermittent; 0: for good).
+        rank_jitter = float(args.get("rankJitter", 0.0))
+        straggler = int(args.get("straggler", -1))
+        slower = float(args.get("slower", 0.0))
+        slow_from = parse_duration(args.get("slowFrom", 0), "train.slowFrom")
+        slow_for = parse_duration(args.get("slowFor", 0), "train.slowFor")
+        slow_every = parse_duration(args.get("slowEvery", 0), "train.slowEvery")
+        # `hiccups`: the chance per rank and step that its compute takes 30–100 % longer once (a GC pause,
+        # a page fault storm, a noisy neighbour): heavy-tailed noise that names no straggler
+        hiccups = float(args.get("hiccups", 0.0))
+        lockstep = rank_jitter > 0 or straggler >= 0 or hiccups > 0
+        began = self.elapsed
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
         r.every = every
@@ -73,11 +89,39 @@ class Training(Pods):
                 t += timedelta(seconds=parse_duration(forge.lstrip("+"), "train.forgeTime"))
             return t
 
+        def slow_now() -> bool:
+            since = self.elapsed - began - slow_from
+            if straggler < 0 or slower <= 0 or since < 0:
+                return False
+            return not (slow_for > 0 and slow_every > 0) or since % slow_every < slow_for
+
+        def note_slow(pod: PodState, on: bool) -> None:
+            """The truth: when the straggler's stretches of slowness began and ended."""
+            r.straggler_pod = pod.ref.name
+            open_ = bool(r.straggling) and r.straggling[-1][1] is None
+            if on and not open_:
+                r.straggling.append([self.elapsed, None])
+            elif not on and open_:
+                r.straggling[-1][1] = self.elapsed
+
         def tick() -> None:
             if gen != r.train_gen or r.finished:
                 return
             delay = every * (self._rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0)
             targets = [p for p in self._pods(r, which) if p.ready]
+            computes: dict[str, float] = {}
+            if lockstep and targets:
+                slow = slow_now()
+                for pod in targets:
+                    c = delay * (self._rng.uniform(1 - rank_jitter, 1 + rank_jitter) if rank_jitter else 1.0)
+                    if hiccups and self._rng.random() < hiccups:
+                        c *= 1 + self._rng.uniform(0.3, 1.0)
+                    if pod.index == straggler:
+                        note_slow(pod, slow)
+                        if slow:
+                            c *= 1 + slower
+                    computes[pod.ref.name] = c
+                delay = max(computes.values())
             if targets and self.elapsed >= r.blocked_until and self._training_up(r):
                 r.iteration += 1
                 it = r.iteration
@@ -125,7 +169,11 @@ class Training(Pods):
                         lines = [f"{rfc3339_nano(t)} {line}" for line in lines]
                     if lag:
                         lines = [f"[rank{pod.index}]:{line}" for line in lines]
-                    self._logs(pod, lines)
+                    if computes:
+                        # printed once this rank's own compute is done, within the step
+                        self._after(computes[pod.ref.name], self._printer(pod, lines))
+                    else:
+                        self._logs(pod, lines)
                     pod.log_max = max(pod.log_max, it)
                 if pause_every and it % pause_every == 0:
                     delay += pause_for  # a checkpoint save or an evaluation holds the next step back
@@ -133,6 +181,9 @@ class Training(Pods):
                 self._after(delay, tick)
 
         tick()
+
+    def _printer(self, pod: PodState, lines: list[str]) -> Callable[[], None]:
+        return lambda: self._logs(pod, lines)
 
     def _do_stall(self, r: RunState, args: Obj) -> None:
         r.train_gen += 1

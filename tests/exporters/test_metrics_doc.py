@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.environment import check, inventory
-from collector.model import Observed
+from collector.model import Observed, Straggler, Stragglers
 from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 
@@ -64,7 +64,9 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     """Family name as users query it (counters with `_total`) → (type, labels seen)."""
     registry = new_registry()
     base = crashlooping_run(name="elastic")
-    replaying = replace(base, progressing=replace(base.progressing, observed=Observed.FALSE, cause="replaying"))
+    replaying = replace(base, progressing=replace(base.progressing, observed=Observed.FALSE, cause="replaying"),
+                        stragglers=Stragglers((Straggler("rank", "3", "elastic-3", "node-1", 0.2, T0, "arrival",
+                                                                         "last"),), 8, 40, "last"))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
         [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )

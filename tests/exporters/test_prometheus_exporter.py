@@ -363,3 +363,21 @@ def test_queued_run_exports_its_position_and_admission_estimate(registry: Collec
     exp.update([replace(queued, queue=None, blocked=None)], T0 + timedelta(seconds=2))
     s = scrape(registry)
     assert eta not in s and "taugrid_run_queue_position" not in s
+
+
+def test_stragglers_are_exported_as_suspects_only_and_follow_updates() -> None:
+    from collector.model import Straggler, Stragglers
+
+    registry = new_registry()
+    exp = ClaimsExporter(registry)
+    slow = Straggler("rank", "5", "llm-worker-5", "gpu-node-3", 0.15, T0, "arrival", "rank 5 printed last", lag_s=1.5)
+    rc = replace(crashlooping_run(), stragglers=Stragglers((slow,), 8, 40, "rank 5 printed last"))
+    exp.update([rc, blocked_run()], T0)
+    s = scrape(registry)
+    assert s["taugrid_run_straggler"] == [({"namespace": "research", "run": "llm-pretrain", "kind": "TauRun",
+                                             "rank": "5", "pod": "llm-worker-5", "node": "gpu-node-3", "uuid": "",
+                                             "basis": "arrival"}, 0.15)]
+    # the same run with no suspect any more: its series goes (the text path reuses nothing stale)
+    exp.update([replace(rc, stragglers=Stragglers((), 8, 40, "no rank apart")), blocked_run()], T0)
+    assert "taugrid_run_straggler" not in scrape(registry) or not scrape(registry)["taugrid_run_straggler"]
+    assert b"taugrid_run_straggler{" not in render(registry)

@@ -1,0 +1,163 @@
+"""Fail-slow GPUs: a GPU whose readings sit apart from its run's other GPUs while the run is slower
+than its own baseline, named with its node and UUID; and readings not to be believed.
+
+From the node agents' per-GPU readings (`collector.gpu.PodGpuEvidence`): SM activity, power (as a
+share of its limit where the limit is known), SM clock. Each is compared over the run's GPUs with a
+robust z-score (median and MAD × 1.4826, the MAD floored at MAD_FLOOR of the median so identical
+readings do not make a hair's difference infinite), never against a fixed threshold: a GPU is apart
+when one reading sits MIN_Z robust deviations *and* MIN_APART of the median away from the others'.
+A GPU apart is only a suspect while the run is slower than its own baseline (its recent median step
+time against its earlier one, from its progress logs, by at least MIN_SLOWDOWN): a run keeping its
+pace has no straggler to explain, and its spread stays unnamed.
+
+Telemetry trust: profiling readings (SM activity) that read 0 while utilization is near 100% are a
+known exporter failure mode, not an idle GPU: they are flagged untrustworthy and left out.
+
+Fail closed: fewer than MIN_GPUS fresh, whole (not MIG, not shared) GPUs, or no baseline, name
+nobody. Pure: readings, signals and a clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from collector.correlate import RunEvidence
+from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.model import Straggler, Stragglers
+
+MIN_GPUS = 4
+MIN_Z = 5.0
+MIN_APART = 0.10  # of the median reading
+MAD_FLOOR = 0.02  # of the median reading
+MAD_SCALE = 1.4826
+MIN_SLOWDOWN = 0.05  # recent step time over the run's own baseline
+RECENT_INTERVALS = 15  # the recent step time: the median of this many last intervals ...
+BASELINE_INTERVALS = 15  # ... against at least this many before them
+MAX_SUSPECTS = 3
+BUSY_UTIL = 0.90  # utilization at or above this with SM activity reading 0: the SM reading is wrong
+ZERO_SM = 0.01
+# Clocks-event reasons that slow a GPU down (not idle, not an application setting).
+SLOWDOWN_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                              "hw_power_brake_slowdown"})
+
+
+def untrusted(d: GpuDevice) -> str:
+    """Why this device's profiling readings are not to be believed ("" when nothing says so)."""
+    if d.sm_active is not None and d.utilization is not None and d.sm_active < ZERO_SM and \
+            d.utilization >= BUSY_UTIL:
+        return (f"{d.uuid}: SM activity reads {d.sm_active:.0%} while utilization is {d.utilization:.0%}; "
+                "the profiling reading is not trusted (a known exporter failure mode), the GPU is not idle")
+    return ""
+
+
+def slowdown(ev: RunEvidence) -> float | None:
+    """The run's recent step time against its own earlier one, from its live progress logs (the median
+    over them); None without enough steps to tell."""
+    ratios = []
+    for sig in ev.signals:
+        if sig.retired or sig.durable:
+            continue
+        pts: list[tuple[int, datetime]] = []
+        for x in sig.scan.samples:
+            if x.step is None or x.at is None or x.skipped:
+                continue
+            if pts and x.step <= pts[-1][0]:
+                if x.step < pts[-1][0]:
+                    pts = []  # a restart: its current incarnation only
+                continue
+            pts.append((x.step, x.at))
+        per = [(b[1] - a[1]).total_seconds() / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+        if len(per) < RECENT_INTERVALS + BASELINE_INTERVALS:
+            continue
+        base = statistics.median(per[:-RECENT_INTERVALS])
+        if base > 0:
+            ratios.append(statistics.median(per[-RECENT_INTERVALS:]) / base - 1)
+    return statistics.median(ratios) if ratios else None
+
+
+def _readings(d: GpuDevice, trusted: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if d.sm_active is not None and trusted:
+        out["SM activity"] = d.sm_active
+    if d.power_w is not None:
+        if d.power_limit_w:
+            out["power (of its limit)"] = d.power_w / d.power_limit_w
+        else:
+            out["power"] = d.power_w
+    if d.sm_clock_hz is not None:
+        out["SM clock"] = d.sm_clock_hz
+    return out
+
+
+def _fmt(name: str, v: float) -> str:
+    if name == "SM clock":
+        return f"{v / 1e6:.0f} MHz"
+    if name == "power":
+        return f"{v:.0f} W"
+    return f"{v:.0%}"
+
+
+def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: datetime,
+               max_age: timedelta) -> Stragglers | None:
+    """`current` (the log-based verdict) with the GPU suspects and untrusted readings added."""
+    devices: dict[str, tuple[GpuDevice, PodGpuEvidence]] = {}
+    for e in evidence:
+        if now - e.read_at > max_age:
+            continue
+        for d in e.devices:
+            if not d.lost and not d.shared and not d.mig_profile:
+                devices[d.uuid] = (d, e)
+    bad = tuple(sorted(w for d, _ in devices.values() if (w := untrusted(d))))
+    if len(devices) < MIN_GPUS:
+        if not bad:
+            return current
+        return _merged(current, (), bad, "")
+    trust = {u: not untrusted(d) for u, (d, _) in devices.items()}
+    per = {u: _readings(d, trust[u]) for u, (d, _) in devices.items()}
+    apart: dict[str, list[str]] = {}
+    for name in ("SM activity", "power (of its limit)", "power", "SM clock"):
+        vals = {u: r[name] for u, r in per.items() if name in r}
+        if len(vals) < MIN_GPUS:
+            continue
+        for u, v in vals.items():
+            others = [x for w, x in vals.items() if w != u]
+            center = statistics.median(others)
+            spread = max(MAD_SCALE * statistics.median(abs(x - center) for x in others), MAD_FLOOR * abs(center))
+            if spread <= 0:
+                continue
+            z = (v - center) / spread
+            if abs(z) >= MIN_Z and abs(v - center) >= MIN_APART * abs(center):
+                apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
+                                               f"over the run's other {len(others)} GPUs ({z:+.0f} robust deviations)")
+    if not apart:
+        return _merged(current, (), bad, "") if bad or current is not None else None
+    slow = slowdown(ev)
+    if len(apart) > max(1, len(devices) // 4):
+        return _merged(current, (), bad, f"{len(apart)} of {len(devices)} GPUs read apart: not one GPU; none named")
+    if slow is None or slow < MIN_SLOWDOWN:
+        pace = "its own pace is not known" if slow is None else f"it keeps its own pace ({slow:+.0%})"
+        note = (f"GPU {', '.join(sorted(apart))} reads apart from the run's other GPUs, but {pace}: "
+                "no straggler to explain, none named")
+        return _merged(current, (), bad, note)
+    named = []
+    for u in sorted(apart, key=lambda u: -len(apart[u]))[:MAX_SUSPECTS]:
+        d, e = devices[u]
+        reasons = sorted(set(d.clock_reasons) & SLOWDOWN_REASONS)
+        held = f"; clocks held down by {', '.join(reasons)}" if reasons else ""
+        named.append(Straggler(
+            "gpu", "", e.pod, e.node, slow, None, "gpu-spread",
+            f"GPU {u} (pod {e.pod} on node {e.node}): {'; '.join(apart[u])}{held}; the run is {slow:.0%} slower "
+            "than its own baseline", gpu=u))
+    return _merged(current, tuple(named), bad, "")
+
+
+def _merged(current: Stragglers | None, gpus: Sequence[Straggler], bad: tuple[str, ...], note: str) -> Stragglers:
+    base = current or Stragglers((), 0, 0, "")
+    reason = "; ".join(x for x in (base.reason if base.suspects or not gpus else "",
+                                   *(g.evidence for g in gpus), note) if x)
+    if not reason and bad:
+        reason = "GPU readings not trusted: " + "; ".join(bad)
+    return replace(base, suspects=(*base.suspects, *gpus), reason=reason or base.reason, untrusted=bad)

@@ -1,0 +1,121 @@
+"""Fail-slow GPUs (issue 28): a GPU apart from its run's others (robust z over the run) while the run is
+slower than its own baseline is named with node and UUID; readings of SM activity 0 at ~100 %
+utilization are untrusted, not idle; the claims themselves never change."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+from collector.claims import evaluate
+from collector.claims.gpu import apply_gpu
+from collector.claims.gpuspread import slowdown
+from collector.gpu import GpuDevice, PodGpuEvidence
+from tests.claims.test_recheck_at import NOW, S, evidence, pod, taucluster, taurun, ts
+
+
+def megatron_log(n: int = 60, step_s: float = 10.0, slow_from: int | None = None, slower: float = 0.0) -> str:
+    """n steps ending at NOW; from step `slow_from` on each step takes `slower` longer."""
+    per = [step_s * (1 + slower if slow_from is not None and i >= slow_from else 1.0) for i in range(n)]
+    t = NOW - timedelta(seconds=sum(per))
+    lines = []
+    for i, p in enumerate(per):
+        t += timedelta(seconds=p)
+        lines.append(f"{ts(t)} iteration {100 + i:8d}/ 100000 | lm loss: 2.5 |\n")
+    return "".join(lines)
+
+
+def gpus(n: int = 8, *, odd: int | None = None, clock_mhz: float = 1980.0, odd_clock_mhz: float = 1410.0,
+         reasons: tuple[str, ...] = (), seed: int = 1, sm: float = 0.92, odd_sm: float | None = None,
+         util: float = 0.99) -> dict[tuple[str, str], PodGpuEvidence]:
+    rng = random.Random(seed)
+    devs = []
+    for i in range(n):
+        jit = 1 + rng.uniform(-0.02, 0.02)
+        devs.append(GpuDevice(
+            uuid=f"GPU-{i:04d}", index=i, utilization=util, sm_active=(odd_sm if i == odd and odd_sm is not None
+                                                                           else sm * jit),
+            power_w=600 * jit, power_limit_w=700,
+            sm_clock_hz=(odd_clock_mhz if i == odd else clock_mhz * jit) * 1e6,
+            clock_reasons=reasons if i == odd else ()))
+    return {("ns", "r-0"): PodGpuEvidence("ns", "r-0", "node-r-0", "agent", NOW - timedelta(seconds=10), tuple(devs))}
+
+
+def run(log: str, g: dict[tuple[str, str], PodGpuEvidence]):  # type: ignore[no-untyped-def]
+    ev = evidence([taurun(), taucluster(timedelta(minutes=1)), pod()], log=log)
+    rc = evaluate(ev, NOW, S)
+    return rc, apply_gpu(rc, ev, g, {"node-r-0": NOW - timedelta(seconds=10)}, NOW, S)
+
+
+def test_a_throttled_gpu_on_a_slowed_run_is_named_with_node_and_uuid() -> None:
+    rc, out = run(megatron_log(slow_from=35, slower=0.3), gpus(odd=5, reasons=("hw_thermal_slowdown",)))
+    assert out.stragglers is not None
+    (s,) = out.stragglers.suspects
+    assert (s.kind, s.gpu, s.node, s.pod, s.basis) == ("gpu", "GPU-0005", "node-r-0", "r-0", "gpu-spread")
+    assert 0.2 < s.lag_ratio < 0.4  # the run's slowdown against its own baseline
+    assert "SM clock 1410 MHz" in s.evidence and "hw_thermal_slowdown" in s.evidence
+    _, same = run(megatron_log(slow_from=35, slower=0.3), gpus())  # the same GPUs, none apart
+    assert (out.scheduled, out.running, out.progressing, out.blocked) == \
+        (same.scheduled, same.running, same.progressing, same.blocked)
+    assert rc.stragglers is None  # one log without rank prefixes: nothing to compare from logs
+
+
+def test_a_gpu_apart_on_a_run_that_keeps_its_pace_is_not_named() -> None:
+    _, out = run(megatron_log(), gpus(odd=5))
+    assert out.stragglers is not None and out.stragglers.suspects == ()
+    assert "keeps its own pace" in out.stragglers.reason and "GPU-0005" in out.stragglers.reason
+
+
+def test_natural_spread_on_a_slowed_run_names_no_gpu() -> None:
+    for seed in range(50):
+        _, out = run(megatron_log(slow_from=35, slower=0.3), gpus(seed=seed))
+        assert out.stragglers is None or out.stragglers.suspects == (), seed
+
+
+def test_sm_activity_zero_at_full_utilization_is_untrusted_not_idle_nor_a_suspect() -> None:
+    _, out = run(megatron_log(slow_from=35, slower=0.3), gpus(odd=2, odd_clock_mhz=1980.0, odd_sm=0.0))
+    assert out.stragglers is not None and out.stragglers.suspects == ()
+    (u,) = out.stragglers.untrusted
+    assert u.startswith("GPU-0002:") and "not trusted" in u and "not idle" in u
+    # idle for real (utilization low too): an SM reading of 0 is believed
+    _, out = run(megatron_log(slow_from=35, slower=0.3), gpus(odd=2, odd_clock_mhz=1980.0, odd_sm=0.0, util=0.05))
+    assert out.stragglers is None or out.stragglers.untrusted == ()
+
+
+def test_too_few_gpus_or_no_baseline_name_nobody() -> None:
+    _, out = run(megatron_log(slow_from=35, slower=0.3), gpus(n=3, odd=1))
+    assert out.stragglers is None or out.stragglers.suspects == ()
+    _, out = run(megatron_log(n=20), gpus(odd=5))  # too few steps for a baseline
+    assert out.stragglers is not None and out.stragglers.suspects == ()
+    assert "own pace is not known" in out.stragglers.reason
+
+
+def test_stale_readings_are_not_compared() -> None:
+    g = gpus(odd=5)
+    old = {k: replace(v, read_at=NOW - S.evidence_max_age - timedelta(seconds=1)) for k, v in g.items()}
+    _, out = run(megatron_log(slow_from=35, slower=0.3), old)
+    assert out.stragglers is None or out.stragglers.suspects == ()
+
+
+def test_slowdown_is_the_recent_step_time_against_the_runs_own_earlier_one() -> None:
+    ev = evidence([taurun(), pod()], log=megatron_log(slow_from=40, slower=0.5))
+    got = slowdown(ev)
+    assert got is not None and abs(got - 0.5) < 0.01
+    assert slowdown(evidence([taurun(), pod()], log=megatron_log(n=20))) is None
+
+
+def test_the_controller_reads_the_agents_clock_and_throttle_reasons_bounded() -> None:
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+
+    doc = {"version": EVIDENCE_VERSION, "gpus": [
+        {"uuid": "GPU-1", "sm_clock_hz": 1.41e9, "clocks_event_reasons": ["hw_thermal_slowdown", 5, "x" * 100],
+         "pods": [{"namespace": "ns", "pod": "p"}]},
+        {"uuid": "GPU-2", "sm_clock_hz": "fast", "clocks_event_reasons": "sw_power_cap",
+         "pods": [{"namespace": "ns", "pod": "p"}]}]}
+    report = parse_evidence(doc, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
+    d1, d2 = report.gpus[0].devices
+    assert d1.sm_clock_hz == 1.41e9 and d1.clock_reasons == ("hw_thermal_slowdown", "x" * 40)
+    assert d2.sm_clock_hz is None and d2.clock_reasons == ()
