@@ -577,6 +577,8 @@ class ClaimsExporter(Collector):
             if brief and run_state(rc) is RunState.HEALTHY:
                 if (last := _last_step(rc)) is not None:  # HEALTHY_RUN_FAMILIES
                     fam["last_step"].add_metric(list(run), last[0])
+                for rank, pod, node, gpu, basis, ratio in _suspects(rc):
+                    fam["straggler"].add_metric([*run, rank, pod, node, gpu, basis], ratio)
                 continue
             for name, claim in rc.claims.items():
                 fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)

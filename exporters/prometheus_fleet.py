@@ -45,8 +45,9 @@ STALLED_CAUSES = frozenset({"stalled", "hung", "skipped-steps", "invalid-steps"}
 # What a healthy run keeps under RunSeries.UNHEALTHY (`ClaimsExporter` family keys): its newest
 # step, so that `taugrid:run_step_rate:deriv5m` and TaugridRunSlowedDown still see a healthy run
 # that slows down. Alerts exclude finished runs through `taugrid_run_finished == 1`; finished runs
-# are never healthy here, so they keep that series.
-HEALTHY_RUN_FAMILIES = frozenset({"last_step"})
+# are never healthy here, so they keep that series. A healthy run's straggler suspects too (at most
+# three series, only while one is named): a run can progress and still wait on one slow rank.
+HEALTHY_RUN_FAMILIES = frozenset({"last_step", "straggler"})
 
 _FLEET = "taugrid_fleet_runs"
 _FLEET_HELP = ("Runs the collector evaluates, by namespace, Kueue queue (empty: none) and state: healthy, finished, "

@@ -286,3 +286,21 @@ def test_blocks_of_prepared_text_follow_every_change(ops: list[tuple[str, list[i
                 exporter.forget(Ref("TauRun", "ml", n, f"uid-{n}"))
         exporter.update(batch, now)
         assert render(registry) == generate_latest(registry), op
+
+
+def test_a_healthy_run_keeps_its_straggler_suspects_with_unhealthy_run_series() -> None:
+    """A run can progress and still wait on one slow rank: its suspects stay exported (at most three)."""
+    from collector.model import Straggler, Stragglers
+
+    now = EPOCH + timedelta(minutes=5)
+    slow = Straggler("rank", "5", "p-5", "gpu-3", 0.15, now, "arrival", "rank 5 printed last", lag_s=1.5)
+    rc = replace(_run("steady", now, step=(500, now)), stragglers=Stragglers((slow,), 8, 40, "rank 5 printed last"))
+    assert run_state(rc) is RunState.HEALTHY
+    registry = new_registry()
+    exporter = ClaimsExporter(registry, run_series=RunSeries.UNHEALTHY)
+    exporter.update([rc], now)
+    text = render(registry)
+    assert text == generate_latest(registry)
+    names = {s.name for fam in text_string_to_metric_families(text.decode()) for s in fam.samples
+             if s.labels.get("run") == "steady"}
+    assert names == {"taugrid_run_progress_last_step", "taugrid_run_straggler"}
