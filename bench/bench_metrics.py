@@ -157,7 +157,7 @@ def measure(runs_n: int, repeat: int, unhealthy_share: float) -> dict[str, float
     for mode in ("all", "unhealthy"):
         registry = new_registry()
         try:
-            exp = ClaimsExporter(registry, run_series=mode)  # type: ignore[call-arg]
+            exp = ClaimsExporter(registry, run_series=mode)  # type: ignore[call-arg,arg-type,unused-ignore]
         except TypeError:  # a tree without run_series
             if mode == "unhealthy":
                 break

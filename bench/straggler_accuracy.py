@@ -141,7 +141,7 @@ def _judge(api: KubeApi, drawn: list[Drawn], now: datetime,
         doc = api.get_json(path)
         kind = {"pods": "Pod", "jobs": "Job", "nodes": "Node"}[path.rsplit("/", 1)[1]]
         api_version = "batch/v1" if kind == "Job" else "v1"
-        raw += [{"apiVersion": api_version, "kind": kind, **o} for o in doc.get("items", [])]  # type: ignore[union-attr]
+        raw += [{"apiVersion": api_version, "kind": kind, **o} for o in doc.get("items", [])]
     records = [n.record for n in map(normalize, raw) if n.record is not None]
     index = build_index(records)
     index.synced.update(dict.fromkeys(("Pod", "Job", "Node", "Workload", "Event"), now))
@@ -276,9 +276,9 @@ def markdown(rep: dict[str, Any]) -> str:
               "goal's 10 % and reported apart.", ""]
     missed = [(cls, m) for cls, r in rep["classes"].items() for m in r.get("missed", [])]
     lines += ["Missed within 10 minutes:", ""] + ([f"- {cls}: {m}" for cls, m in missed] or ["None."])
-    wrong = [(cls, m) for cls, r in rep["classes"].items() for m in r.get("wrong", [])]
+    wrongs = [(cls, m) for cls, r in rep["classes"].items() for m in r.get("wrong", [])]
     lines += ["", "Runs with a wrong suspect (the first naming):", ""] + (
-        [f"- {cls}: {m}" for cls, m in wrong] or ["None."])
+        [f"- {cls}: {m}" for cls, m in wrongs] or ["None."])
     return "\n".join(lines) + "\n"
 
 
