@@ -22,6 +22,7 @@ import yaml
 from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import RunEvidence, RunIndex, Signal, build_index
 from collector.environment import EnvironmentReport, single_cluster
+from collector.kube import dns1123_label, dns1123_subdomain
 from collector.model import ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import evaluate_multicluster
 from collector.queuefacts import PendingSummary
@@ -30,8 +31,6 @@ from collector.runsapi import (
     MAX_DOCUMENT_BYTES,
     BadDocument,
     decode_runs,
-    dns1123_label,
-    dns1123_subdomain,
     render_history,
 )
 from collector.safeload import MAX_OBJECT_BYTES

@@ -1024,3 +1024,16 @@ _BUILDERS: dict[str, Builder] = {
     "NodeClaim": _node_claim,
     **{k: _job for k in JOB_KINDS},
 }
+
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def dns1123_label(value: str) -> bool:
+    """A namespace's name (and most objects'): what may go into an API path as one segment."""
+    return len(value) <= 63 and _LABEL.fullmatch(value) is not None
+
+
+def dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _SUBDOMAIN.fullmatch(value) is not None

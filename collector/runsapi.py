@@ -12,7 +12,6 @@ DNS-1123 subdomain) before they are used; anything else is 400 with no echo of t
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -22,7 +21,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from collector.kube import parse_time
+from collector.kube import dns1123_label, dns1123_subdomain, parse_time
 from collector.model import (
     Blocked,
     Claim,
@@ -42,19 +41,9 @@ from collector.render import to_json
 HISTORY_PER_RUN = 16  # transitions kept per run (at 10,000 runs: ≤ 160,000 entries of ≤ ~0.5 KB)
 REASON_CHARS = 300  # of each transition's reason
 MAX_DOCUMENT_BYTES = 64 << 20  # the most a client reads of a /runs answer
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 Answer = tuple[int, str, bytes]
 Key = tuple[str, str, str]  # (kind, namespace, name)
-
-
-def dns1123_label(value: str) -> bool:
-    return len(value) <= 63 and _LABEL.fullmatch(value) is not None
-
-
-def dns1123_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _SUBDOMAIN.fullmatch(value) is not None
 
 
 # --- the server side -----------------------------------------------------------------------------

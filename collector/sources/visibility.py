@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from collector.kube import dns1123_label, dns1123_subdomain
 from collector.queuefacts import PendingItem, PendingSummary
 from collector.sources.kube_api import KubeApi, PermanentSourceError, SourceError
 
@@ -58,12 +59,16 @@ def _decode(doc: Any, queue: str, read_at: Any) -> PendingSummary:
 
 def read_cluster_queue(api: KubeApi, name: str) -> PendingSummary:
     """The ClusterQueue's pending Workloads (raises SourceError: 403 without RBAC, 404 without Kueue's API)."""
+    if not dns1123_subdomain(name):  # a tenant's Workload names its queue: never a path of its own making
+        raise ValueError("not a valid ClusterQueue name")
     read_at = api.clock.now()
     doc = api.get_json(f"{BASE}/clusterqueues/{name}/pendingworkloads", [("limit", LIMIT)])
     return _decode(doc, f"ClusterQueue/{name}", read_at)
 
 
 def read_local_queue(api: KubeApi, namespace: str, name: str) -> PendingSummary:
+    if not (dns1123_label(namespace) and dns1123_subdomain(name)):
+        raise ValueError("not a valid LocalQueue name")
     read_at = api.clock.now()
     doc = api.get_json(f"{BASE}/namespaces/{namespace}/localqueues/{name}/pendingworkloads", [("limit", LIMIT)])
     return _decode(doc, f"LocalQueue/{namespace}/{name}", read_at)

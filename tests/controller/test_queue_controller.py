@@ -50,3 +50,21 @@ def test_a_queued_run_gets_its_position_from_the_visibility_api() -> None:
                                b'run="vision-finetune"} 0.0' in c.exporter.exposition(), what="the position exported")
         finally:
             c.close()
+
+
+def test_queue_names_that_are_no_names_never_reach_an_api_path() -> None:
+    """A tenant's Workload names its LocalQueue; the visibility reads refuse what is no object name."""
+    from collector.sources.visibility import read_pending
+
+    class Api:
+        def __init__(self) -> None:
+            self.paths: list[str] = []
+
+        def get_json(self, path: str, params: object = None) -> object:
+            self.paths.append(path)
+            raise AssertionError("no request expected")
+
+    api = Api()
+    summary, why = read_pending(api, "../../api/v1/secrets", "research", "lq?x=1")  # type: ignore[arg-type]
+    assert summary is None and api.paths == []
+    assert "not a valid ClusterQueue name" in why and "not a valid LocalQueue name" in why
