@@ -339,8 +339,11 @@ def controller_claims(opts: ControllerOptions, runs: Sequence[str],
     for ns, name in qualified:  # checked before they become a path (and again by the controller)
         if not dns1123_label(ns) or not dns1123_subdomain(name):
             raise click.UsageError(safe_text(f"{ns}/{name}: not a Kubernetes namespace/name (DNS-1123)"))
+    if opts.namespace and not dns1123_label(opts.namespace):
+        raise click.UsageError(safe_text(f"{opts.namespace}: not a Kubernetes namespace (DNS-1123)"))
     all_qualified = bool(runs) and len(qualified) == len(runs)
-    paths = [f"/runs/{ns}/{name}" for ns, name in qualified] if all_qualified else ["/runs"]
+    whole = f"/runs/{opts.namespace}" if opts.namespace else "/runs"  # the server filters: one namespace's bytes
+    paths = [f"/runs/{ns}/{name}" for ns, name in qualified] if all_qualified else [whole]
     found: list[tuple[RunClaims, list[dict[str, Any]]]] = []
     now: datetime | None = None
     for path in paths:

@@ -113,16 +113,24 @@ def _error(code: int, message: str) -> Answer:
 
 def runs_answer(path: str, claims: Callable[[], Mapping[Key, RunClaims]], now: Callable[[], datetime],
                 history: RunHistory, ready: bool = True) -> Answer:
-    """The answer for `/runs` or `/runs/NAMESPACE/NAME` (anything else under /runs: 404; before the
-    first sync: 503, no claims yet)."""
+    """The answer for `/runs`, `/runs/NAMESPACE` (one namespace's runs: a fleet's whole document is tens
+    of MB) or `/runs/NAMESPACE/NAME` (anything else under /runs: 404; before the first sync: 503, no
+    claims yet)."""
     if not ready:
         return _error(503, "not synced")
     parts = path.split("/")[2:] if path.startswith("/runs/") else []
     if path == "/runs":
         runs = sorted(claims().values(), key=lambda rc: (rc.ref.namespace, rc.ref.name, rc.ref.kind))
         return 200, "application/json", _document(runs, now(), history)
+    if len(parts) == 1:
+        (namespace,) = parts
+        if not dns1123_label(namespace):
+            return _error(400, "namespace must be a DNS-1123 label")
+        runs = sorted((rc for rc in claims().values() if rc.ref.namespace == namespace),
+                      key=lambda rc: (rc.ref.name, rc.ref.kind))
+        return 200, "application/json", _document(runs, now(), history)  # none: an empty list, not 404
     if len(parts) != 2:
-        return _error(404, "not found: /runs or /runs/NAMESPACE/NAME")
+        return _error(404, "not found: /runs, /runs/NAMESPACE or /runs/NAMESPACE/NAME")
     namespace, name = parts
     if not dns1123_label(namespace) or not dns1123_subdomain(name):
         return _error(400, "namespace must be a DNS-1123 label and name a DNS-1123 subdomain")

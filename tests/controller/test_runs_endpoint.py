@@ -72,6 +72,14 @@ def test_runs_are_served_with_their_history_behind_the_metrics_token(tmp_path: P
                 code, body = get(f"{base}/runs/{bad}", "s3cret")
                 assert code == 400 and bad.encode() not in body, bad
             assert get(f"{base}/runs/research/r1/extra", "s3cret")[0] == 404
+            code, body = get(f"{base}/runs/research", "s3cret")  # one namespace's runs
+            assert code == 200 and [r["name"] for r in json.loads(body)["runs"]] == ["r1"]
+            code, body = get(f"{base}/runs/elsewhere", "s3cret")
+            assert code == 200 and json.loads(body)["runs"] == []
+            for bad in ("Research", "a..b", "-x", "%2e%2e"):
+                code, body = get(f"{base}/runs/{bad}", "s3cret")
+                assert code == 400 and bad.encode() not in body, bad
+            assert get(f"{base}/runs/research")[0] == 401
 
             # explain --controller prints it with explain's renderer, history included.
             out = explain("--controller", base, "--token-file", str(token), "research/r1")
@@ -79,7 +87,7 @@ def test_runs_are_served_with_their_history_behind_the_metrics_token(tmp_path: P
             assert out.stdout.startswith("research/r1   TauRun")
             assert "running       contradicted" in out.stdout
             assert "research/r1 history (the controller's, oldest first):" in out.stdout
-            js = explain("--controller", base, "--token-file", str(token), "r1", "-o", "json")
+            js = explain("--controller", base, "--token-file", str(token), "-n", "research", "r1", "-o", "json")
             assert js.returncode == 0, js.stderr
             again = json.loads(js.stdout)["runs"][0]
             assert again["claims"] == run["claims"] and again["history"] == run["history"]
