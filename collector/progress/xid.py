@@ -10,6 +10,7 @@ meaning is invented for it).
 
 from __future__ import annotations
 
+import logging
 import re
 from importlib import resources
 from typing import Literal
@@ -17,6 +18,8 @@ from typing import Literal
 import msgspec
 
 from collector.progress.numbers import XID_MAX, OutOfRange, bounded
+
+log = logging.getLogger("taugrid.progress.xid")
 
 UNKNOWN_MEANING = "unknown XID"
 UNKNOWN_ACTION = "not in NVIDIA's XID catalogue: consult NVIDIA support with the full kernel-log line"
@@ -26,6 +29,10 @@ UNKNOWN_ACTION = "not in NVIDIA's XID catalogue: consult NVIDIA support with the
 # support, software update, seating), gpu (reset the GPU), node (reboot the node), unrated (NVIDIA published
 # no bucket). `xid_build` lets a hand-written entry be stricter than NVIDIA's bucket, never laxer.
 Severity = Literal["info", "secondary", "app", "manual", "gpu", "unrated", "node"]
+# critical: the GPU must be reset or the node rebooted now (TaugridGpuXidCritical); warning: a person looks,
+# or hardware to watch (TaugridGpuXidWarning, which also takes every code the catalogue lacks); info: the
+# application faulted or nothing is needed (TaugridGpuXidApplication).
+AlertTier = Literal["critical", "warning", "info"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "secondary": 1, "app": 1, "manual": 2, "gpu": 2, "unrated": 2,
                                  "node": 3}
 
@@ -40,6 +47,7 @@ class XidEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     investigate: str  # NVIDIA's investigatory bucket, as published ("" where none)
     applies: tuple[str, ...]  # GPUs the catalogue says raise it (A100, H100, B100, GB200)
     node_risk: bool  # this product's choice: the node is at risk (drain advisor, alerts)
+    alert: AlertTier  # the node agent's XID alert it raises (charts/taugrid-evidence/rules, agent rules)
     curated: bool  # meaning and action written for this code, not derived from the bucket
 
 
@@ -69,7 +77,18 @@ def load_catalogue(data: bytes | None = None) -> XidCatalogue:
     return cat
 
 
-CATALOGUE = load_catalogue()
+def _packaged() -> tuple[XidCatalogue, str]:
+    """The packaged catalogue, or an empty one and why: every code then reads "unknown XID n" (fail
+    closed; tests/progress/test_xid_catalogue.py keeps the packaged file loadable, and `xid_build` can
+    still regenerate a file whose schema changed)."""
+    try:
+        return load_catalogue(), ""
+    except (OSError, ValueError) as e:  # msgspec's DecodeError and ValidationError are ValueErrors
+        log.error("XID catalogue not loaded: every XID reads unknown", extra={"error": str(e)[:300]})
+        return XidCatalogue(XidSource("", "", "", ""), ()), str(e)[:300]
+
+
+CATALOGUE, LOAD_ERROR = _packaged()
 ENTRIES: dict[int, XidEntry] = {e.code: e for e in CATALOGUE.entries}
 # code -> (meaning, recommended action), every code of NVIDIA's catalogue
 XID_CATALOGUE: dict[int, tuple[str, str]] = {e.code: (e.meaning, e.action) for e in CATALOGUE.entries}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from collector.progress.xid import SEVERITY_RANK, Severity, XidCatalogue, XidEntry, XidSource
+from collector.progress.xid import SEVERITY_RANK, AlertTier, Severity, XidCatalogue, XidEntry, XidSource
 
 HERE = Path(__file__).resolve().parent
 TABLE = HERE / "xid_nvidia_catalog.tsv"
@@ -147,6 +147,19 @@ CURATED: dict[int, tuple[str, str, Severity]] = {
 
 # Kept from this product's triage (issue 28): these drive node risk whatever NVIDIA's bucket says.
 NODE_RISK = frozenset({48, 63, 64, 74, 79, 94, 95})
+# Needs a reset, but one that can wait for the GPU to idle (remaps pending, corrected-error rates, a
+# contained error, a changed recovery action): a warning, not a page.
+WATCH = frozenset({32, 63, 92, 94, 121, 154})
+
+
+def alert_tier(code: int, severity: Severity, node_risk: bool) -> AlertTier:
+    if code in WATCH:
+        return "warning"
+    if severity in ("gpu", "node"):
+        return "critical"
+    if node_risk or severity in ("manual", "unrated"):
+        return "warning"
+    return "info"
 
 _ENGINES = (
     (re.compile(r"_CE(\d+)_ERROR$"), "copy engine {} exception"),
@@ -214,7 +227,8 @@ def build_entry(row: dict[str, str]) -> XidEntry:
                     action=_action(action, bucket, row["investigatory"]), severity=severity, bucket=bucket,
                     investigate=row["investigatory"],
                     applies=tuple(p for p, f in zip(PRODUCTS, flags, strict=True) if f == "Y"),
-                    node_risk=code in NODE_RISK, curated=curated is not None)
+                    node_risk=code in NODE_RISK, alert=alert_tier(code, severity, code in NODE_RISK),
+                    curated=curated is not None)
 
 
 def build(table_text: str) -> bytes:
