@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck layers check bench accuracy clean proto soak
+.PHONY: setup demo test lint typecheck layers check bench accuracy clean proto soak xids
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -59,3 +59,8 @@ proto: setup
 soak: setup
 	$(BIN)/python bench/soak_faults.py --minutes 10
 	$(BIN)/python bench/bench_fleet.py --pods 50000
+
+# NVIDIA's XID catalogue (collector/progress/xid_nvidia_catalog.tsv, with its provenance) -> the
+# xid_catalog.json the product loads; tests/progress/test_xid_catalogue.py fails when the two drift apart.
+xids: setup
+	$(BIN)/python -m collector.progress.xid_build

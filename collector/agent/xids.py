@@ -1,6 +1,8 @@
 """XID events from NVML's event API and from the kernel log, counted per GPU, code and origin.
 
-Meanings and actions come from `collector.progress.xid`, the table `scan` uses. Kernel-log records
+Meanings and actions come from `collector.progress.xid`, the table `scan` uses: NVIDIA's XID catalogue
+(every code it lists; one it does not stays "unknown XID n"), so the evidence, `taugrid_gpu_xid_info`
+and the GpuXids rows explain a code the same way. Kernel-log records
 come from `/dev/kmsg` (`PRIORITY,SEQ,USEC,FLAGS;MESSAGE`, continuation lines start with a space);
 a record that does not parse is counted as malformed and skipped, never fatal.
 """

@@ -1,112 +1,113 @@
 """NVIDIA XID events in kernel logs, and what they mean for a training run.
 
-Meanings and actions are a short paraphrase of NVIDIA's published XID catalogue (the "resolution
-bucket" columns: restart the application, reset the GPU, reboot the node, inspect hardware), limited
-to the codes seen on data-centre GPUs in practice.
+Every code of NVIDIA's published XID catalogue is explained from `xid_catalog.json`, which
+`collector/progress/xid_build.py` generates from the catalogue's table (`xid_nvidia_catalog.tsv`, with its
+provenance): NVIDIA's mnemonic and resolution buckets (immediate and investigatory action) as published, a
+short meaning and action in our words, a severity derived from the immediate bucket, and the codes this
+product treats as node risk. A code the catalogue does not list stays "unknown XID n" (fail closed: no
+meaning is invented for it).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from importlib import resources
+from typing import Literal
+
+import msgspec
 
 from collector.progress.numbers import XID_MAX, OutOfRange, bounded
 
+log = logging.getLogger("taugrid.progress.xid")
+
 UNKNOWN_MEANING = "unknown XID"
-UNKNOWN_ACTION = "consult NVIDIA XID catalogue"
+UNKNOWN_ACTION = "not in NVIDIA's XID catalogue: consult NVIDIA support with the full kernel-log line"
 
-_RESTART_APP = "restart the application; if it recurs on this GPU across workloads, run GPU diagnostics"
-_RESET_GPU = "drain the GPU and reset it; reboot the node if the reset fails; contact support if it recurs"
+# What a code needs, from NVIDIA's immediate resolution bucket (xid_build.BUCKETS holds the mapping):
+# info (no action), secondary (follows another XID), app (restart the application), manual (a person acts:
+# support, software update, seating), gpu (reset the GPU), node (reboot the node), unrated (NVIDIA published
+# no bucket). `xid_build` lets a hand-written entry be stricter than NVIDIA's bucket, never laxer.
+Severity = Literal["info", "secondary", "app", "manual", "gpu", "unrated", "node"]
+# critical: the GPU must be reset or the node rebooted now (TaugridGpuXidCritical); warning: a person looks,
+# or hardware to watch (TaugridGpuXidWarning, which also takes every code the catalogue lacks); info: the
+# application faulted or nothing is needed (TaugridGpuXidApplication).
+AlertTier = Literal["critical", "warning", "info"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "secondary": 1, "app": 1, "manual": 2, "gpu": 2, "unrated": 2,
+                                 "node": 3}
 
-# code -> (meaning, recommended action)
-XID_CATALOGUE: dict[int, tuple[str, str]] = {
-    8: ("GPU stopped processing: a channel timed out", _RESTART_APP),
-    13: (
-        "graphics engine exception: usually the application (bad instruction or out-of-range access), "
-        "rarely driver or hardware",
-        _RESTART_APP,
-    ),
-    31: (
-        "GPU memory page fault: a kernel accessed an unmapped or illegal address, usually an application bug",
-        _RESTART_APP,
-    ),
-    32: (
-        "corrupted command (push buffer) stream: PCIe or system-memory corruption, or a driver fault",
-        "check the PCIe link and host memory errors, reset the GPU; inspect hardware if it recurs",
-    ),
-    43: (
-        "GPU stopped processing a channel after a fault in the user's work; the GPU itself stays usable",
-        "restart the application; no GPU action needed",
-    ),
-    45: (
-        "preemptive cleanup: the driver tore down a channel because its process ended or an earlier error",
-        "no action by itself; act on the XIDs logged just before it",
-    ),
-    48: (
-        "uncorrectable double-bit ECC error in GPU memory",
-        "drain the GPU and reset it so the page is retired or the row remapped; replace the GPU if it recurs",
-    ),
-    61: ("GPU internal micro-controller hit a breakpoint or warning", _RESET_GPU),
-    62: ("GPU internal micro-controller halted", _RESET_GPU),
-    63: (
-        "ECC page retirement or row remapping recorded; it takes effect at the next GPU reset",
-        "reset the GPU when it is idle to apply the remap; running work is not affected",
-    ),
-    64: (
-        "ECC page retirement or row remapping could not be recorded",
-        "drain the GPU and reset it; replace the GPU if it recurs",
-    ),
-    68: ("video decoder (NVDEC) exception", _RESTART_APP),
-    69: ("graphics engine class error: invalid state or method sent to the engine", _RESTART_APP),
-    74: (
-        "NVLink error: a link faulted or exceeded its error threshold",
-        "drain the GPUs on the link and reset them (or reboot the node); check NVLink/NVSwitch and "
-        "Fabric Manager; inspect hardware if it recurs",
-    ),
-    79: (
-        "GPU has fallen off the bus: no longer reachable over PCIe",
-        "drain and reboot (power-cycle) the node; check PCIe seating, power and cooling; replace the GPU if it recurs",
-    ),
-    92: (
-        "high rate of corrected single-bit ECC errors",
-        "keep running; watch the ECC counters and schedule diagnostics if the rate stays high",
-    ),
-    94: (
-        "contained uncorrectable ECC error: only the application that used the bad memory is affected",
-        "restart the affected application; reset the GPU when convenient to remap the row",
-    ),
-    95: (
-        "uncontained uncorrectable ECC error: every process on the GPU may have read corrupt data",
-        "drain the GPU and reset it (reboot the node if needed); replace the GPU if it recurs",
-    ),
-    109: (
-        "context switch timeout: work did not yield in time (application, driver or hardware)",
-        _RESTART_APP,
-    ),
-    110: ("security fault detected by the GPU firmware", _RESET_GPU),
-    119: ("GSP firmware did not answer a driver RPC in time", _RESET_GPU),
-    120: ("GSP firmware reported an internal error", _RESET_GPU),
-    121: (
-        "corrected errors on the C2C link between Grace CPU and GPU; no immediate impact",
-        "keep running; reset the GPU when convenient to retrain the link; inspect hardware if it recurs",
-    ),
-    140: (
-        "uncorrectable ECC error the driver could not retire or remap",
-        "drain the GPU and reset it; contact the hardware vendor if it persists",
-    ),
-    143: ("GPU failed to initialize", _RESET_GPU),
-    154: (
-        "GPU recovery action changed: the driver states what this GPU now needs (reset, reboot, drain)",
-        "perform the recovery action named in the message",
-    ),
-}
 
-# Current drivers print `NVRM: Xid (PCI:0000:9b:00): 119, pid=...`; older ones omit `PCI:`.
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d+)")
+class XidEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    code: int
+    mnemonic: str  # NVIDIA's, as published
+    meaning: str  # ours: a short paraphrase
+    action: str  # ours, ending with NVIDIA's bucket(s) in brackets
+    severity: Severity
+    bucket: str  # NVIDIA's immediate resolution bucket, "" where none is published
+    investigate: str  # NVIDIA's investigatory bucket, as published ("" where none)
+    applies: tuple[str, ...]  # GPUs the catalogue says raise it (A100, H100, B100, GB200)
+    node_risk: bool  # this product's choice: the node is at risk (drain advisor, alerts)
+    alert: AlertTier  # the node agent's XID alert it raises (charts/taugrid-evidence/rules, agent rules)
+    curated: bool  # meaning and action written for this code, not derived from the bucket
+
+
+class XidSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    url: str
+    retrieved: str
+    licence: str
+    table_sha256: str  # of xid_nvidia_catalog.tsv, the transcribed table this file was generated from
+
+
+class XidCatalogue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    source: XidSource
+    entries: tuple[XidEntry, ...]
+
+
+CATALOGUE_FILE = "xid_catalog.json"
+
+
+def load_catalogue(data: bytes | None = None) -> XidCatalogue:
+    """The generated catalogue (the packaged file unless `data` is given); a malformed one raises."""
+    if data is None:
+        data = resources.files("collector.progress").joinpath(CATALOGUE_FILE).read_bytes()
+    cat = msgspec.json.decode(data, type=XidCatalogue)
+    codes = [e.code for e in cat.entries]
+    if len(set(codes)) != len(codes) or any(not 0 <= c <= XID_MAX for c in codes):
+        raise ValueError("XID catalogue: duplicate or out-of-range codes")
+    return cat
+
+
+def _packaged() -> tuple[XidCatalogue, str]:
+    """The packaged catalogue, or an empty one and why: every code then reads "unknown XID n" (fail
+    closed; tests/progress/test_xid_catalogue.py keeps the packaged file loadable, and `xid_build` can
+    still regenerate a file whose schema changed)."""
+    try:
+        return load_catalogue(), ""
+    except (OSError, ValueError) as e:  # msgspec's DecodeError and ValidationError are ValueErrors
+        log.error("XID catalogue not loaded: every XID reads unknown", extra={"error": str(e)[:300]})
+        return XidCatalogue(XidSource("", "", "", ""), ()), str(e)[:300]
+
+
+CATALOGUE, LOAD_ERROR = _packaged()
+ENTRIES: dict[int, XidEntry] = {e.code: e for e in CATALOGUE.entries}
+# code -> (meaning, recommended action), every code of NVIDIA's catalogue
+XID_CATALOGUE: dict[int, tuple[str, str]] = {e.code: (e.meaning, e.action) for e in CATALOGUE.entries}
+# Uncorrectable or uncontained memory errors, remap events and failures, NVLink faults and a GPU off the bus:
+# kept from this product's own triage where it is stricter than NVIDIA's bucket (63 is IGNORE there).
+NODE_RISK_XIDS: frozenset[int] = frozenset(e.code for e in CATALOGUE.entries if e.node_risk)
+
+
+def entry(code: int) -> XidEntry | None:
+    return ENTRIES.get(code)
 
 
 def describe(code: int) -> tuple[str, str]:
-    """(meaning, action) for an XID code; unknown codes point at the catalogue."""
-    return XID_CATALOGUE.get(code, (UNKNOWN_MEANING, UNKNOWN_ACTION))
+    """(meaning, action) for an XID code; a code the catalogue lacks is "unknown XID n"."""
+    return XID_CATALOGUE.get(code) or (f"{UNKNOWN_MEANING} {code}", UNKNOWN_ACTION)
+
+
+# Current drivers print `NVRM: Xid (PCI:0000:9b:00): 119, pid=...`; older ones omit `PCI:`.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d+)")
 
 
 def match_xid(line: str) -> tuple[int, str] | None:

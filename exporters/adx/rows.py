@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from collector.model import (
     rfc3339,
 )
 from collector.progress.model import HANG_KINDS, LogScan
+from collector.progress.xid import describe
 from collector.redact import redact
 from exporters.adx.schema import GPU_SAMPLES, GPU_XIDS, KUBE_EVENTS, PROGRESS_SAMPLES, RUN_CLAIMS, RUN_SNAPSHOTS
 
@@ -268,6 +269,10 @@ def gpu_sample_row(s: GpuSample, cluster: str) -> Row:
 
 
 def xid_row(x: GpuXid, cluster: str) -> Row:
+    """A record without a meaning or action (an older agent, a DCGM reading) is explained from NVIDIA's
+    catalogue here; a code the catalogue lacks stays "unknown XID n"."""
+    meaning, action = describe(x.code)
+    x = replace(x, meaning=x.meaning or meaning, action=x.action or action)
     return {
         "Timestamp": rfc3339(x.at), "RowId": row_id(cluster, x.node, x.pci or x.gpu, x.code, rfc3339(x.at)),
         "Cluster": cluster, "Node": x.node, "Gpu": x.gpu, "GpuUuid": x.uuid, "Pci": x.pci, "Code": x.code,
