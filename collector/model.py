@@ -525,6 +525,46 @@ class Stragglers:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRisk:
+    """One node under a run, with the risk signals the evidence shows on it (`claims.workrisk`)."""
+
+    node: str
+    score: float  # 0-100: how urgently to drain it (0: no signal seen)
+    signals: tuple[str, ...]  # fixed words: not-ready, gpu-lost, xid-79, cordoned, not-ready-recently, ...
+    reasons: tuple[str, ...]  # the same, for a human, with the evidence
+    gpus: int  # the run's GPUs on it
+    gpu_hours: float | None  # the run's GPU-hours at risk on it; None: unknown
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "score": round(self.score, 1), "signals": list(self.signals),
+                "reasons": list(self.reasons), "gpus": self.gpus,
+                "gpu_hours_at_risk": None if self.gpu_hours is None else round(self.gpu_hours, 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkAtRisk:
+    """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable
+    checkpoint (or since its pods started, when they started later), joined with its nodes' risk."""
+
+    gpu_hours: float | None  # None: unknown (no checkpoint evidence, a stale listing, a stamp from the future)
+    gpus: int
+    since: datetime | None  # where the work at risk starts
+    basis: str  # "checkpoint" | "run-start" (the listing is fresh and holds none yet) | "" (unknown)
+    reason: str
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = None
+    nodes: tuple[NodeRisk, ...] = ()
+    missing: tuple[str, ...] = ()  # node risk signals the evidence cannot show
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu_hours": None if self.gpu_hours is None else round(self.gpu_hours, 3), "gpus": self.gpus,
+                "since": rfc3339(self.since), "basis": self.basis or None, "reason": self.reason,
+                "checkpoint": None if self.checkpoint_at is None else
+                {"step": self.checkpoint_step, "at": rfc3339(self.checkpoint_at)},
+                "nodes": [n.to_json() for n in self.nodes], "missing_signals": list(self.missing)}
+
+
+@dataclass(frozen=True, slots=True)
 class RunClaims:
     """The verdicts for one run at one instant: what exporters receive."""
 
@@ -543,6 +583,9 @@ class RunClaims:
     queue: QueueStatus | None = None  # blocked in queue admission: its place in the queue, an admission estimate
     # Stragglers and fail-slow GPUs (`claims.stragglers`): None where there was nothing to compare.
     stragglers: Stragglers | None = None
+    # GPU-hours since the last durable checkpoint and the risk of the nodes under it (`claims.workrisk`);
+    # None for a finished run or one that holds no GPUs.
+    work_at_risk: WorkAtRisk | None = None
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -559,6 +602,7 @@ class RunClaims:
             "blocked": self.blocked.to_json() if self.blocked else None,
             "goodput": self.goodput.to_json() if self.goodput else None,
             "stragglers": self.stragglers.to_json() if self.stragglers else None,
+            "work_at_risk": self.work_at_risk.to_json() if self.work_at_risk else None,
         }
         if self.extra:
             out["context"] = dict(self.extra)
