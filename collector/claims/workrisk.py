@@ -55,18 +55,15 @@ MISSING = ("row-remap-pending", "ecc-trend", "agent-xid-time")
 MAX_NODES = 64  # nodes kept per run (a run of 64 nodes × 8 GPUs); the riskiest first
 
 
-def _node_record(ev: RunEvidence, name: str) -> NodeFacts | None:
-    rec = ev.nodes.get(name)
-    return rec.facts if rec is not None and isinstance(rec.facts, NodeFacts) else None
-
-
 def _kube_signals(ev: RunEvidence, name: str, clock: Clock) -> list[tuple[str, str]]:
     """(signal, reason) from the Node object: NotReady now, a recent NotReady spell, a cordon."""
     out: list[tuple[str, str]] = []
     rec = ev.nodes.get(name)
-    nf = _node_record(ev, name)
-    if rec is None or nf is None:
+    nf = rec.facts if rec is not None else None
+    if rec is None or type(nf) is not NodeFacts:
         return out
+    if nf.ready == "True" and nf.ready_since is None and not nf.unschedulable:
+        return out  # the common case, at once
     if nf.ready != "True":
         since = f" since {rfc3339(nf.ready_since)}" if nf.ready_since is not None else ""
         why = f" ({nf.ready_reason})" if nf.ready_reason else ""
@@ -82,8 +79,10 @@ def _kube_signals(ev: RunEvidence, name: str, clock: Clock) -> list[tuple[str, s
 
 def _log_xids(ev: RunEvidence, clock: Clock) -> dict[str, list[tuple[int, datetime]]]:
     """XIDs the run's own logs showed (agent- or API-read), by the node of the pod that printed them."""
-    nodes = {p.ref.key: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
     out: dict[str, list[tuple[int, datetime]]] = {}
+    if not any(sig.scan.xids for sig in ev.signals):
+        return out
+    nodes = {p.ref.key: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
     for sig in ev.signals:
         node = nodes.get(sig.ref.key, "") if sig.ref.kind == "Pod" else ""
         for x in sig.scan.xids if node else ():
@@ -126,17 +125,25 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
     """The run's work at risk at `clock.now`, with the Kubernetes plane's node signals; None for a run
     that holds no GPUs on bound pods (nothing to lose on a GPU)."""
     now = clock.now
-    live = [p for p in ev.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting
-            and p.facts.node_name and p.facts.gpus > 0]
-    if not live:
-        return None
     per_node: dict[str, int] = {}
-    for p in live:
-        assert isinstance(p.facts, PodFacts)
-        per_node[p.facts.node_name] = per_node.get(p.facts.node_name, 0) + p.facts.gpus
+    pods = 0
+    started: datetime | None = None
+    all_started = True
+    for p in ev.pods:
+        f = p.facts
+        if type(f) is not PodFacts or f.gpus <= 0 or not f.node_name or f.deleting or f.terminal:
+            continue
+        pods += 1
+        per_node[f.node_name] = per_node.get(f.node_name, 0) + f.gpus
+        if f.start_time is None:
+            all_started = False
+        elif started is None or f.start_time > started:
+            started = f.start_time  # the last of them: work since then is all-GPU
+    if not pods:
+        return None
+    if not all_started:
+        started = None
     gpus = sum(per_node.values())
-    starts = [p.facts.start_time for p in live if isinstance(p.facts, PodFacts) and p.facts.start_time is not None]
-    started = max(starts) if len(starts) == len(live) else None  # the last of them: work since then is all-GPU
     state, step, at, why = _checkpoint(ev, clock, max_age)
     since: datetime | None = None
     basis = ""
@@ -158,7 +165,7 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
     nodes = []
     for name, n in per_node.items():
         signals = _kube_signals(ev, name, clock)
-        for code, t in sorted(logs.get(name, ()), key=lambda x: x[1], reverse=True):
+        for code, t in sorted(logs[name], key=lambda x: x[1], reverse=True) if name in logs else ():
             sig = f"xid-{code}"
             if all(s != sig for s, _ in signals):
                 signals.append((sig, f"XID {code} in the run's logs at {rfc3339(t)}"))
@@ -167,8 +174,10 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
 
 
 def _node(name: str, n: int, gpus: int, hours: float | None, signals: Sequence[tuple[str, str]]) -> NodeRisk:
-    return NodeRisk(name, _score(signals), tuple(s for s, _ in signals), tuple(r for _, r in signals), n,
-                    None if hours is None else hours * n / gpus)
+    share = None if hours is None else hours * n / gpus
+    if not signals:
+        return NodeRisk(name, 0.0, (), (), n, share)
+    return NodeRisk(name, _score(signals), tuple(s for s, _ in signals), tuple(r for _, r in signals), n, share)
 
 
 def _ranked(nodes: Iterable[NodeRisk]) -> tuple[NodeRisk, ...]:
