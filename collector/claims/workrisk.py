@@ -12,11 +12,14 @@ out; `with_gpu_signals` adds what node agents say about the GPUs (XIDs, lost dev
   no checkpoint yet puts everything since the pods started at risk (basis `run-start`).
 - Node risk: a score 0-100 from the signals the controller holds, each with its reason: the node
   NotReady now, a GPU lost (NVML cannot see it), XIDs NVIDIA's catalogue counts as hardware or
-  infrastructure faults (48, 63, 64, 74, 79, 94, 95), a cordon (`spec.unschedulable`: a drain is
-  coming), a NotReady spell that ended within the lookback. Not in the evidence (named in
+  infrastructure faults (48, 63, 64, 74, 79, 94, 95) from the node agents (the kernel log, NVML), a
+  cordon (`spec.unschedulable`: a drain is coming), a NotReady spell that ended within the lookback.
+  XID lines in the run's own container logs are not used: a tenant prints them at will, and a drain
+  score a tenant can raise would let it empty another tenant's node. Not in the evidence (named in
   `missing`): pending or failed row remaps and ECC counter trends (the agent exports them as
-  metrics, its evidence document does not carry them to the controller), and XID times for agent
-  readings (the agent keeps its last XIDs per GPU without a time bound).
+  metrics, its evidence document does not carry them to the controller), XID times for agent
+  readings (the agent keeps its last XIDs per GPU without a time bound), and the Node objects
+  themselves when their source is older than the evidence bound (no signal from them then).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ WEIGHTS: Mapping[str, float] = {
     "cordoned": 30.0,
     "not-ready-recently": 25.0,
 }
-# How far back a NotReady spell (and a log's XID) still counts against a node.
+# How far back a NotReady spell still counts against a node.
 LOOKBACK = timedelta(hours=6)
 # A node Ready since this long after it was created had a spell of not being Ready (else it just joined).
 _JOINED = timedelta(minutes=10)
@@ -74,20 +77,6 @@ def _kube_signals(ev: RunEvidence, name: str, clock: Clock) -> list[tuple[str, s
                                           f"({human_age(clock.now - nf.ready_since)} ago): it was not Ready before"))
     if nf.unschedulable:
         out.append(("cordoned", "cordoned (spec.unschedulable): a drain is likely coming"))
-    return out
-
-
-def _log_xids(ev: RunEvidence, clock: Clock) -> dict[str, list[tuple[int, datetime]]]:
-    """XIDs the run's own logs showed (agent- or API-read), by the node of the pod that printed them."""
-    out: dict[str, list[tuple[int, datetime]]] = {}
-    if not any(sig.scan.xids for sig in ev.signals):
-        return out
-    nodes = {p.ref.key: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
-    for sig in ev.signals:
-        node = nodes.get(sig.ref.key, "") if sig.ref.kind == "Pod" else ""
-        for x in sig.scan.xids if node else ():
-            if x.code in RISK_XIDS and x.at is not None and clock.within(x.at, LOOKBACK):
-                out.setdefault(node, []).append((x.code, x.at))
     return out
 
 
@@ -161,16 +150,13 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
     hours = None if since is None else max(0.0, (now - since).total_seconds()) / 3600 * gpus
     if hours is not None:
         reason = f"{hours:.1f} GPU-hours at risk: {reason}"
-    logs = _log_xids(ev, clock)
-    nodes = []
-    for name, n in per_node.items():
-        signals = _kube_signals(ev, name, clock)
-        for code, t in sorted(logs[name], key=lambda x: x[1], reverse=True) if name in logs else ():
-            sig = f"xid-{code}"
-            if all(s != sig for s, _ in signals):
-                signals.append((sig, f"XID {code} in the run's logs at {rfc3339(t)}"))
-        nodes.append(_node(name, n, gpus, hours, signals))
-    return WorkAtRisk(hours, gpus, since, basis, reason, step, at, _ranked(nodes), MISSING)
+    # Node objects older than the evidence bound say nothing now: no signal from them (and none cleared)
+    synced = ev.synced.get("Node")
+    node_fresh = synced is not None and clock.within(synced, max_age)
+    nodes = [_node(name, n, gpus, hours, _kube_signals(ev, name, clock) if node_fresh else ())
+             for name, n in per_node.items()]
+    missing = MISSING if node_fresh else (*MISSING, "node-objects")
+    return WorkAtRisk(hours, gpus, since, basis, reason, step, at, _ranked(nodes), missing)
 
 
 def _node(name: str, n: int, gpus: int, hours: float | None, signals: Sequence[tuple[str, str]]) -> NodeRisk:
