@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collector.queuefacts import QueueStatus
+
+if TYPE_CHECKING:
+    from collector.riskfacts import WorkAtRisk
 
 
 class Plane(StrEnum):
@@ -522,46 +525,6 @@ class Stragglers:
     def to_json(self) -> dict[str, Any]:
         return {"suspects": [x.to_json() for x in self.suspects], "compared": self.compared, "steps": self.steps,
                 "reason": self.reason, "untrusted_readings": list(self.untrusted)}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRisk:
-    """One node under a run, with the risk signals the evidence shows on it (`claims.workrisk`)."""
-
-    node: str
-    score: float  # 0-100: how urgently to drain it (0: no signal seen)
-    signals: tuple[str, ...]  # fixed words: not-ready, gpu-lost, xid-79, cordoned, not-ready-recently, ...
-    reasons: tuple[str, ...]  # the same, for a human, with the evidence
-    gpus: int  # the run's GPUs on it
-    gpu_hours: float | None  # the run's GPU-hours at risk on it; None: unknown
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "score": round(self.score, 1), "signals": list(self.signals),
-                "reasons": list(self.reasons), "gpus": self.gpus,
-                "gpu_hours_at_risk": None if self.gpu_hours is None else round(self.gpu_hours, 3)}
-
-
-@dataclass(frozen=True, slots=True)
-class WorkAtRisk:
-    """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable
-    checkpoint (or since its pods started, when they started later), joined with its nodes' risk."""
-
-    gpu_hours: float | None  # None: unknown (no checkpoint evidence, a stale listing, a stamp from the future)
-    gpus: int
-    since: datetime | None  # where the work at risk starts
-    basis: str  # "checkpoint" | "run-start" (the listing is fresh and holds none yet) | "" (unknown)
-    reason: str
-    checkpoint_step: int | None = None
-    checkpoint_at: datetime | None = None
-    nodes: tuple[NodeRisk, ...] = ()
-    missing: tuple[str, ...] = ()  # node risk signals the evidence cannot show
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gpu_hours": None if self.gpu_hours is None else round(self.gpu_hours, 3), "gpus": self.gpus,
-                "since": rfc3339(self.since), "basis": self.basis or None, "reason": self.reason,
-                "checkpoint": None if self.checkpoint_at is None else
-                {"step": self.checkpoint_step, "at": rfc3339(self.checkpoint_at)},
-                "nodes": [n.to_json() for n in self.nodes], "missing_signals": list(self.missing)}
 
 
 @dataclass(frozen=True, slots=True)

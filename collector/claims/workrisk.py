@@ -31,7 +31,8 @@ from datetime import datetime, timedelta
 from collector.claims.common import FUTURE_SKEW, Clock, human_age
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence
-from collector.model import NodeFacts, NodeRisk, PodFacts, Ref, RunClaims, WorkAtRisk, rfc3339
+from collector.model import NodeFacts, PodFacts, Ref, RunClaims, rfc3339
+from collector.riskfacts import NodeRisk, WorkAtRisk
 
 # XIDs that say the node's hardware (or its driver's hold on it) is failing, with a weight: how much
 # each adds to a node's drain score. Application faults (13, 31, 43, 45) say nothing about the node.

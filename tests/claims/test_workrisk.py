@@ -251,3 +251,18 @@ def test_explain_text_says_the_work_at_risk_and_the_risky_nodes(tmp_path: Path) 
     assert "node-r-0" not in text.split("work at risk")[1]  # no signal: not listed
     unknown = render_text([evaluate(run_evidence(two_pods()), NOW, S)], NOW)
     assert "work at risk  unknown       no checkpoint evidence" in unknown
+
+
+def test_the_controllers_runs_document_carries_it_back_to_explain(tmp_path: Path) -> None:
+    """`explain --controller` decodes the controller's /runs document: work at risk survives the trip."""
+    from collector.render import render_text, to_json
+    from collector.runsapi import decode_runs
+
+    save(tmp_path, 2000, timedelta(minutes=30))
+    objs = [*two_pods(), node("node-r-1", ready="Unknown", ready_since=timedelta(minutes=3))]
+    rc = evaluate(run_evidence(objs, listing(tmp_path)), NOW, S)
+    import orjson
+
+    _, [(back, _)] = decode_runs(orjson.dumps(to_json([rc], NOW)))
+    assert back.work_at_risk == rc.work_at_risk
+    assert render_text([back], NOW) == render_text([rc], NOW)

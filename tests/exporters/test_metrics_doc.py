@@ -13,7 +13,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.environment import check, inventory
-from collector.model import NodeRisk, Observed, Straggler, Stragglers, WorkAtRisk
+from collector.model import Observed, Straggler, Stragglers
+from collector.riskfacts import NodeRisk, WorkAtRisk
 from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 

@@ -11,7 +11,8 @@ from datetime import timedelta
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.model import NodeRisk, Observed, Ref, RunClaims, WorkAtRisk
+from collector.model import Observed, Ref, RunClaims
+from collector.riskfacts import NodeRisk, WorkAtRisk
 from exporters.prometheus import ClaimsExporter, new_registry, render
 from exporters.prometheus_fleet import RunSeries
 from tests.exporters.exporter_samples import T0, crashlooping_run
