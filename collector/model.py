@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collector.queuefacts import QueueStatus
+
+if TYPE_CHECKING:
+    from collector.riskfacts import WorkAtRisk
 
 
 class Plane(StrEnum):
@@ -543,6 +546,9 @@ class RunClaims:
     queue: QueueStatus | None = None  # blocked in queue admission: its place in the queue, an admission estimate
     # Stragglers and fail-slow GPUs (`claims.stragglers`): None where there was nothing to compare.
     stragglers: Stragglers | None = None
+    # GPU-hours since the last durable checkpoint and the risk of the nodes under it (`claims.workrisk`);
+    # None for a finished run or one that holds no GPUs.
+    work_at_risk: WorkAtRisk | None = None
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -559,6 +565,7 @@ class RunClaims:
             "blocked": self.blocked.to_json() if self.blocked else None,
             "goodput": self.goodput.to_json() if self.goodput else None,
             "stragglers": self.stragglers.to_json() if self.stragglers else None,
+            "work_at_risk": self.work_at_risk.to_json() if self.work_at_risk else None,
         }
         if self.extra:
             out["context"] = dict(self.extra)

@@ -127,6 +127,7 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
                 out.append(f"  {'':<13} {'':<13} {x.evidence}")
             for u in st.untrusted:
                 out.append(f"  {'telemetry':<13} {'untrusted':<13} {u}")
+        out += work_at_risk_lines(rc)
         if rc.blocked is not None:
             b = rc.blocked
             age = f" for {human_age(now - b.since)}" if b.since is not None and b.since <= now else ""
@@ -142,6 +143,23 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             out.append(f"  {'evidence':<13} {bundles[rc.ref.key]}")
         out.append("")
     return "\n".join(safe_text(line) for line in out)
+
+
+def work_at_risk_lines(rc: RunClaims, nodes: int = 3) -> list[str]:
+    """GPU-hours a failure now would lose, and the riskiest nodes under the run (those with a signal)."""
+    w = rc.work_at_risk
+    if w is None:
+        return []
+    value = f"{w.gpu_hours:.1f} GPU-h" if w.gpu_hours is not None else "unknown"
+    out = [f"  {'work at risk':<13} {value:<13} {w.reason.split(': ', 1)[-1] if w.gpu_hours is not None else w.reason}"]
+    risky = [n for n in w.nodes if n.score > 0]
+    for n in risky[:nodes]:
+        at = f", {n.gpu_hours:.1f} GPU-h at risk there" if n.gpu_hours is not None else ""
+        out.append(f"  {'':<13} {'':<13} node {n.node} drain risk {n.score:.0f} ({n.gpus} GPUs{at}): "
+                   + "; ".join(n.reasons))
+    if len(risky) > nodes:
+        out.append(f"  {'':<13} {'':<13} … {len(risky) - nodes} more risky nodes")
+    return out
 
 
 def queue_lines(q: QueueStatus) -> list[str]:

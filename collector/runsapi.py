@@ -37,6 +37,7 @@ from collector.model import (
 )
 from collector.queuefacts import AdmissionEta, AheadWorkload, QueueStatus, QuotaShort
 from collector.render import to_json
+from collector.riskfacts import NodeRisk, WorkAtRisk
 
 HISTORY_PER_RUN = 16  # transitions kept per run (at 10,000 runs: ≤ 160,000 entries of ≤ ~0.5 KB)
 REASON_CHARS = 300  # of each transition's reason
@@ -227,6 +228,40 @@ def _queue(q: _Queue) -> QueueStatus:
                        eta, q.source)
 
 
+class _NodeRisk(msgspec.Struct):
+    node: str
+    score: float = 0.0
+    signals: list[str] = []
+    reasons: list[str] = []
+    gpus: int = 0
+    gpu_hours_at_risk: float | None = None
+
+
+class _Checkpoint(msgspec.Struct):
+    step: int | None = None
+    at: str | None = None
+
+
+class _WorkAtRisk(msgspec.Struct):
+    gpus: int
+    gpu_hours: float | None = None
+    since: str | None = None
+    basis: str | None = None
+    reason: str = ""
+    checkpoint: _Checkpoint | None = None
+    nodes: list[_NodeRisk] = []
+    missing_signals: list[str] = []
+
+
+def _work_at_risk(w: _WorkAtRisk, where: str) -> WorkAtRisk:
+    ck = w.checkpoint
+    return WorkAtRisk(w.gpu_hours, w.gpus, _time(w.since, where), w.basis or "", w.reason,
+                      ck.step if ck is not None else None, _time(ck.at, where) if ck is not None else None,
+                      tuple(NodeRisk(n.node, n.score, tuple(n.signals[:16]), tuple(n.reasons[:16]), n.gpus,
+                                     n.gpu_hours_at_risk) for n in w.nodes[:64]),
+                      tuple(w.missing_signals[:16]))
+
+
 class _Run(msgspec.Struct):
     namespace: str
     name: str
@@ -239,6 +274,7 @@ class _Run(msgspec.Struct):
     context: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
     queue: _Queue | None = None
+    work_at_risk: _WorkAtRisk | None = None
 
 
 class _Document(msgspec.Struct):
@@ -308,7 +344,8 @@ def decode_runs(data: bytes) -> tuple[datetime, list[tuple[RunClaims, list[dict[
         rc = RunClaims(Ref(r.kind, r.namespace, r.name, r.uid),
                        _claim(r.claims["scheduled"], where), _claim(r.claims["running"], where),
                        _claim(r.claims["progressing"], where), blocked, now, r.finished, goodput, dict(r.context),
-                       queue=_queue(r.queue) if r.queue is not None else None)
+                       queue=_queue(r.queue) if r.queue is not None else None,
+                       work_at_risk=_work_at_risk(r.work_at_risk, where) if r.work_at_risk is not None else None)
         out.append((rc, r.history))
     return now, out
 

@@ -371,6 +371,8 @@ def fleet_adx() -> dict[str, Any]:
         kql("admission_eta_backtest", "Admission estimate backtest: real admissions inside the band"),
         kql("goodput_by_queue_team", "Goodput by queue and team", w=12),
         kql("gpu_xids", "GPUs by XID count and code", w=12),
+        kql("drain_advisor", "Drain advisor: nodes to drain first, runs to checkpoint before", w=12),
+        kql("gpu_lemons", "Lemon GPUs: trouble that recurs on the same device across runs", w=12),
         kql("evidence_freshness", "Collector evidence freshness"),
         kql("claim_transitions", "Claim transitions by claim and verdict"),
         kql("progress_rate_adxmon", "Progress rate (adx-mon tables)", w=12),

@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from collector.claims.workrisk import DrainAdvice, drain_advice
 from collector.model import Observed, Plane, Ref, RunClaims
 from exporters.prometheus_fleet import (
     HEALTHY_RUN_FAMILIES,
@@ -223,6 +224,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "last": ("last_step", "last_progress"),
     "queue": ("admission_eta", "queue_position"),
     "stragglers": ("straggler",),
+    "work_at_risk": ("work_at_risk", "drain_exposure"),
 }
 
 
@@ -255,6 +257,7 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
         "last": _last_step(rc),
         "queue": _queue_values(rc),
         "stragglers": _suspects(rc),
+        "work_at_risk": _at_risk(rc),
     }
 
 
@@ -276,6 +279,46 @@ def _suspects(rc: RunClaims) -> tuple[tuple[str, str, str, str, str, float], ...
     if st is None:
         return ()
     return tuple((x.rank, x.pod, x.node, x.gpu, x.basis, round(x.lag_ratio, 4)) for x in st.suspects)
+
+
+# --- work at risk and the drain advisor (claims.workrisk) -------------------------------------------
+
+MAX_EXPOSED_NODES = 8  # taugrid_run_drain_exposure_gpu_hours series per run, riskiest nodes first
+
+
+def _at_risk(rc: RunClaims) -> tuple[float | None, tuple[tuple[str, float], ...]]:
+    """(GPU-hours at risk or None when unknown, (node, GPU-hours at risk there) for the run's nodes
+    with a risk signal, at most MAX_EXPOSED_NODES)."""
+    w = rc.work_at_risk
+    if w is None:
+        return None, ()
+    exposed = tuple((n.node, n.gpu_hours) for n in w.nodes if n.score > 0 and n.gpu_hours is not None)
+    return w.gpu_hours, exposed[:MAX_EXPOSED_NODES]
+
+
+def node_families(advice: Sequence[DrainAdvice]) -> list[GaugeMetricFamily]:
+    """The drain advisor as three node families: only nodes with a risk signal are series."""
+    risk = GaugeMetricFamily(
+        "taugrid_node_drain_risk",
+        "How urgently to drain a node, 0-100, from the risk signals on it seen by the runs it holds (NotReady, "
+        "a lost GPU, hardware XIDs, a cordon, a recent NotReady spell); only nodes with a signal are series.",
+        labels=["node"])
+    signal = GaugeMetricFamily(
+        "taugrid_node_drain_signal",
+        "1 for each risk signal seen on a node: not-ready, gpu-lost, xid-48/63/64/74/79/94/95, cordoned, "
+        "not-ready-recently.",
+        labels=["node", "signal"])
+    hours = GaugeMetricFamily(
+        "taugrid_node_work_at_risk_gpu_hours",
+        "GPU-hours since their last checkpoint of the runs on a risky node (runs whose work at risk is known): "
+        "what draining it now would throw away.",
+        labels=["node"])
+    for a in advice:
+        risk.add_metric([a.node], a.score)
+        for sig in a.signals:
+            signal.add_metric([a.node, sig], 1.0)
+        hours.add_metric([a.node], round(a.gpu_hours, 4))
+    return [risk, signal, hours]
 
 
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
@@ -335,6 +378,12 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     if "stragglers" in moved:
         for rank, pod, node, gpu, basis, ratio in _suspects(rc):
             add("straggler", ratio, rank=rank, pod=pod, node=node, uuid=gpu, basis=basis)
+    if "work_at_risk" in moved:
+        at_risk, exposed = _at_risk(rc)
+        if at_risk is not None:
+            add("work_at_risk", round(at_risk, 4))
+        for node, h in exposed:
+            add("drain_exposure", round(h, 4), node=node)
     entry.text.update(_every_time_text(rc, _RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -538,7 +587,8 @@ class ClaimsExporter(Collector):
         tally: Tally[tuple[str, str, str]] = Tally()
         for b in blocks:
             tally.update(b[2])
-        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(tally)])]))
+        advice = drain_advice(e.claims for e in self._runs.values() if e.claims.work_at_risk is not None)
+        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(tally), *node_families(advice)])]))
         return still, aged
 
     def _block(self, keys: list[tuple[str, str, str]]) -> _Block:
@@ -561,7 +611,7 @@ class ClaimsExporter(Collector):
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
-        return [*self._families().values(), fleet_family(())]
+        return [*self._families().values(), fleet_family(()), *node_families(())]
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -579,6 +629,8 @@ class ClaimsExporter(Collector):
                     fam["last_step"].add_metric(list(run), last[0])
                 for rank, pod, node, gpu, basis, ratio in _suspects(rc):
                     fam["straggler"].add_metric([*run, rank, pod, node, gpu, basis], ratio)
+                for node, h in _at_risk(rc)[1]:
+                    fam["drain_exposure"].add_metric([*run, node], round(h, 4))
                 continue
             for name, claim in rc.claims.items():
                 fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
@@ -615,9 +667,15 @@ class ClaimsExporter(Collector):
                     fam["queue_position"].add_metric([*run, which], v)
             for rank, pod, node, gpu, basis, ratio in _suspects(rc):
                 fam["straggler"].add_metric([*run, rank, pod, node, gpu, basis], ratio)
+            at_risk, exposed = _at_risk(rc)
+            if at_risk is not None:
+                fam["work_at_risk"].add_metric(list(run), round(at_risk, 4))
+            for node, h in exposed:
+                fam["drain_exposure"].add_metric([*run, node], round(h, 4))
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
-        return [*fam.values(), fleet_family(e.claims for e in entries)]
+        return [*fam.values(), fleet_family(e.claims for e in entries),
+                *node_families(drain_advice(e.claims for e in entries))]
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
@@ -699,6 +757,19 @@ class ClaimsExporter(Collector):
                 "the run is slower than its baseline (gpu-spread; the value is the run's slowdown). Only suspects "
                 "are series.",
                 labels=[*run, "rank", "pod", "node", "uuid", "basis"],
+            ),
+            "work_at_risk": GaugeMetricFamily(
+                "taugrid_run_work_at_risk_gpu_hours",
+                "GPU-hours a failure now would throw away: the run's GPUs times the hours since its last complete "
+                "checkpoint (or since its pods started, when later); absent while unknown (no fresh checkpoint "
+                "listing, or one stamped in the future).",
+                labels=run,
+            ),
+            "drain_exposure": GaugeMetricFamily(
+                "taugrid_run_drain_exposure_gpu_hours",
+                "The run's GPU-hours at risk on a node with a risk signal (taugrid_node_drain_risk): checkpoint "
+                "these runs before draining that node. Only risky nodes are series (at most 8 per run).",
+                labels=[*run, "node"],
             ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",

@@ -47,7 +47,9 @@ STALLED_CAUSES = frozenset({"stalled", "hung", "skipped-steps", "invalid-steps"}
 # that slows down. Alerts exclude finished runs through `taugrid_run_finished == 1`; finished runs
 # are never healthy here, so they keep that series. A healthy run's straggler suspects too (at most
 # three series, only while one is named): a run can progress and still wait on one slow rank.
-HEALTHY_RUN_FAMILIES = frozenset({"last_step", "straggler"})
+# Its GPU-hours at risk on nodes with a risk signal too (the drain advisor's "checkpoint these first"
+# is about healthy runs above all).
+HEALTHY_RUN_FAMILIES = frozenset({"last_step", "straggler", "drain_exposure"})
 
 _FLEET = "taugrid_fleet_runs"
 _FLEET_HELP = ("Runs the collector evaluates, by namespace, Kueue queue (empty: none) and state: healthy, finished, "

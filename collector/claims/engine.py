@@ -22,6 +22,7 @@ from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
 from collector.claims.progressing import progressing_claim
 from collector.claims.stragglers import stragglers
+from collector.claims.workrisk import work_at_risk
 from collector.correlate import Key, RunEvidence, Signal
 from collector.kube import MULTIKUEUE_MANAGER
 from collector.model import (
@@ -183,8 +184,9 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         # Goodput is a running figure (it grows with the clock): not a deadline, refreshed on each evaluation.
         goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping,
                         stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
-        recheck_at=clock.recheck_at,
         stragglers=None if a.finished else stragglers(ev, rate, now, lineage),
+        work_at_risk=None if a.finished else work_at_risk(ev, clock, s.evidence_max_age),
+        recheck_at=clock.recheck_at,
     )
 
 

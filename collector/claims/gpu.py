@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, hm
 from collector.claims.gpuspread import gpu_spread
+from collector.claims.workrisk import with_gpu_signals
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, gpu_summary
 from collector.model import Blocked, Claim, Evidence, Observed, Plane, PodFacts, RunClaims, Stage, verdict_for
@@ -131,9 +132,12 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     if clock.recheck_at is not None and (recheck is None or clock.recheck_at < recheck):
         recheck = clock.recheck_at
     # a GPU apart from the run's others while the run is slower than its baseline; untrusted readings
-    st = gpu_spread(rc.stragglers, ev, [g for k in keys if (g := gpus.get(k)) is not None], now, max_age)
-    if (scheduled, running, progressing, blocked, st) == (rc.scheduled, rc.running, rc.progressing, rc.blocked,
-                                                          rc.stragglers):
+    held = [g for k in keys if (g := gpus.get(k)) is not None]
+    st = gpu_spread(rc.stragglers, ev, held, now, max_age)
+    # lost GPUs and hardware XIDs on the nodes under the run join its work at risk
+    wr = with_gpu_signals(rc.work_at_risk, held, now, max_age)
+    if (scheduled, running, progressing, blocked, st, wr) == (rc.scheduled, rc.running, rc.progressing, rc.blocked,
+                                                              rc.stragglers, rc.work_at_risk):
         return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
     return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
-                   recheck_at=recheck, stragglers=st)
+                   recheck_at=recheck, stragglers=st, work_at_risk=wr)

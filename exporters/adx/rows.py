@@ -198,7 +198,31 @@ def snapshot_row(rc: RunClaims, cluster: str, rate: float | None) -> Row:
         "Badput": {k: round(g.badput_s.get(k, 0.0), 3) for k in BADPUT_CAUSES} if g else None,
         "EvidenceAgeSeconds": evidence_age(rc),
         **_queue_columns(rc),
+        **_risk_columns(rc),
     }
+
+
+def _risk_columns(rc: RunClaims) -> Row:
+    """Work at risk and its nodes, and the straggler suspects: what the drain advisor and the lemon
+    score read from history (queries/drain_advisor.kql, queries/gpu_lemons.kql)."""
+    w = rc.work_at_risk
+    st = rc.stragglers
+    return {
+        "WorkAtRiskGpuHours": None if w is None or w.gpu_hours is None else round(w.gpu_hours, 4),
+        "LastCheckpoint": rfc3339(w.checkpoint_at) if w is not None else None,
+        "Nodes": [{"Node": _text(n.node, MAX_VALUE), "Gpus": n.gpus,
+                   "GpuHoursAtRisk": None if n.gpu_hours is None else round(n.gpu_hours, 4),
+                   "Risk": round(n.score, 1), "Signals": list(n.signals)} for n in w.nodes] if w is not None else [],
+        "Stragglers": [{"Kind": x.kind, "Rank": _text(x.rank, MAX_VALUE), "Pod": _text(x.pod, MAX_VALUE),
+                        "Node": _text(x.node, MAX_VALUE), "GpuUuid": _text(x.gpu, MAX_VALUE), "Basis": x.basis,
+                        "LagRatio": round(x.lag_ratio, 4)} for x in st.suspects] if st is not None else [],
+    }
+
+
+def _suspects(rc: RunClaims) -> str:
+    """Who the run's straggler suspects are, as one word: a snapshot is written when it changes."""
+    st = rc.stragglers
+    return ",".join(sorted(f"{x.pod}/{x.rank}/{x.gpu}" for x in st.suspects)) if st is not None else ""
 
 
 def _queue_columns(rc: RunClaims) -> Row:
@@ -365,7 +389,7 @@ class RowBuilder:
                     elif self._led_until is None:  # first seen when no replica led: nobody wrote it
                         claims.append(claim_row(rc, name, rc.claims[name], "", self.cluster))
             last = self._snap.get(ident)
-            state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished))
+            state = (rc.blocked.stage.value if rc.blocked else "", stall_cause(rc), str(rc.finished), _suspects(rc))
             due = changed or last is None or last[2] != state or rc.evaluated_at - last[0] >= self.interval
             if due and last is not None and rc.evaluated_at <= last[0]:
                 # One snapshot per run and instant (queries take the latest by Timestamp): a change

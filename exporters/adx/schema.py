@@ -126,6 +126,15 @@ RUN_SNAPSHOTS = Table(
         _c("AdmissionEtaMidSeconds", "real", "its median"),
         _c("AdmissionEtaHighSeconds", "real", "its high bound"),
         _c("AdmissionEtaLevel", "real", "the band's stated coverage (0.8)"),
+        _c("WorkAtRiskGpuHours", "real", "GPU-hours since the last complete checkpoint (or since the pods started, "
+                                         "when later): what a failure now throws away; null when unknown (no fresh "
+                                         "checkpoint listing, a checkpoint stamped in the future) and for runs "
+                                         "without GPUs"),
+        _c("LastCheckpoint", "datetime", "when the run's last complete checkpoint was saved; null without one"),
+        _c("Nodes", "dynamic", "the run's nodes, riskiest first: [{Node, Gpus, GpuHoursAtRisk, Risk (0-100), "
+                               "Signals}] (docs/explain.md, work at risk)"),
+        _c("Stragglers", "dynamic", "suspects holding the run back: [{Kind (rank|gpu), Rank, Pod, Node, GpuUuid, "
+                                    "Basis, LagRatio}]; [] when none is named"),
     ),
     "each run's state, periodically (every snapshot interval) and at each claim transition",
 )

@@ -187,7 +187,9 @@ def test_query_command(filled: tuple[Path, dict[str, int]], tmp_path: Path) -> N
 
 
 def _wide(kql: str) -> str:
-    """Widen the time windows: the REST endpoint evaluates now() on the wall clock."""
+    """Widen the time windows: the REST endpoint evaluates now() on the wall clock. The lemon score's
+    recurrence threshold goes to 1: the scenario's runs each meet their trouble once."""
+    kql = kql.replace("min_runs:long = 2", "min_runs:long = 1")
     return re.sub(r"(\w+:timespan = )\d+[dhm]", lambda m: m.group(1) + "36500d" if "max_age" not in m.group(1)
                   else m.group(0), kql)
 

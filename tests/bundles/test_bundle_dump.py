@@ -49,6 +49,9 @@ def test_bundle_from_a_dump_holds_everything_and_hashes_match(tmp_path: Path) ->
     assert m["time_range"] == {"start": "2026-01-10T11:00:00Z", "end": AT}
     assert m["claims"]["claims"]["progressing"]["observed"] == "false"
     assert m["claims"]["claims"]["progressing"]["evidence"], "evidence travels with the verdict"
+    # work at risk travels too: a dump holds no checkpoint listing, so it is unknown, never 0 (issue 28)
+    wr = json.loads((b / "claims.json").read_text())["work_at_risk"]
+    assert wr["gpu_hours"] is None and "no checkpoint evidence" in wr["reason"] and wr["gpus"] > 0
     # Every file is listed with its size and sha256, and they match.
     listed = {f["path"]: f for f in m["files"]}
     on_disk = {p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file()} - {"manifest.json"}

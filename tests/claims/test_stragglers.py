@@ -174,7 +174,7 @@ def test_explain_names_the_straggler_in_json_and_text_and_leaves_the_claims_alon
         run = run_of(explain(dump), "train")
         # the contract (docs/explain.md): every run entry has these keys, `stragglers` among them
         assert set(run) == {"namespace", "name", "kind", "uid", "finished", "claims", "blocked", "goodput",
-                            "stragglers", "context"}
+                            "stragglers", "work_at_risk", "context"}
         if run["stragglers"] is not None:
             assert set(run["stragglers"]) == {"suspects", "compared", "steps", "reason", "untrusted_readings"}
             for x in run["stragglers"]["suspects"]:

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.environment import check, inventory
 from collector.model import Observed, Straggler, Stragglers
+from collector.riskfacts import NodeRisk, WorkAtRisk
 from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 
@@ -66,7 +67,10 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     base = crashlooping_run(name="elastic")
     replaying = replace(base, progressing=replace(base.progressing, observed=Observed.FALSE, cause="replaying"),
                         stragglers=Stragglers((Straggler("rank", "3", "elastic-3", "node-1", 0.2, T0, "arrival",
-                                                                         "last"),), 8, 40, "last"))
+                                                                         "last"),), 8, 40, "last"),
+                        work_at_risk=WorkAtRisk(3.5, 16, T0, "checkpoint", "x", 100, T0, (
+                            NodeRisk("node-1", 30.0, ("cordoned",), ("cordoned",), 8, 1.75),
+                            NodeRisk("node-2", 0.0, (), (), 8, 1.75))))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
         [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )

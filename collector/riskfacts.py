@@ -1,0 +1,50 @@
+"""Work at risk records (`claims.workrisk`): what a failure now would throw away, and the nodes under a run
+with their risk signals. Carried on `RunClaims.work_at_risk`; kept apart from `collector.model` for size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from collector.model import rfc3339
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRisk:
+    """One node under a run, with the risk signals the evidence shows on it (`claims.workrisk`)."""
+
+    node: str
+    score: float  # 0-100: how urgently to drain it (0: no signal seen)
+    signals: tuple[str, ...]  # fixed words: not-ready, gpu-lost, xid-79, cordoned, not-ready-recently, ...
+    reasons: tuple[str, ...]  # the same, for a human, with the evidence
+    gpus: int  # the run's GPUs on it
+    gpu_hours: float | None  # the run's GPU-hours at risk on it; None: unknown
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "score": round(self.score, 1), "signals": list(self.signals),
+                "reasons": list(self.reasons), "gpus": self.gpus,
+                "gpu_hours_at_risk": None if self.gpu_hours is None else round(self.gpu_hours, 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkAtRisk:
+    """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable
+    checkpoint (or since its pods started, when they started later), joined with its nodes' risk."""
+
+    gpu_hours: float | None  # None: unknown (no checkpoint evidence, a stale listing, a stamp from the future)
+    gpus: int
+    since: datetime | None  # where the work at risk starts
+    basis: str  # "checkpoint" | "run-start" (the listing is fresh and holds none yet) | "" (unknown)
+    reason: str
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = None
+    nodes: tuple[NodeRisk, ...] = ()
+    missing: tuple[str, ...] = ()  # node risk signals the evidence cannot show
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu_hours": None if self.gpu_hours is None else round(self.gpu_hours, 3), "gpus": self.gpus,
+                "since": rfc3339(self.since), "basis": self.basis or None, "reason": self.reason,
+                "checkpoint": None if self.checkpoint_at is None else
+                {"step": self.checkpoint_step, "at": rfc3339(self.checkpoint_at)},
+                "nodes": [n.to_json() for n in self.nodes], "missing_signals": list(self.missing)}
