@@ -1,4 +1,4 @@
-"""Runs the supported-environment check (collector/environment.py) periodically and exports it.
+"""Runs the supported-environment check (collector/envcontract.py) periodically and exports it.
 
 Kept out of the controller's loop: versions change at upgrades, not per event, so one read of
 `/version`, the CRDs and the Deployments every few minutes is enough. The manager is the
@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from collector.environment import EnvironmentReport
-from collector.sources.environment import read_environment
+from collector.envcontract import EnvironmentReport
+from collector.sources.inventory import read_environment
 from collector.sources.kube_api import KubeApi
-from exporters.environment import EnvironmentExporter
+from exporters.prometheus_envcontract import EnvironmentExporter
 
 __all__ = ["DEFAULT_INTERVAL", "EnvironmentPoller"]
 

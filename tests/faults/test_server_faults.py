@@ -23,7 +23,7 @@ from collector.cli import main
 from collector.controller import Controller
 from collector.model import RunClaims
 from collector.settings import ClaimSettings, Settings
-from collector.sources.environment import CRDS, DEPLOYMENTS
+from collector.sources.inventory import CRDS, DEPLOYMENTS
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.adx.rows import RowBuilder
 from exporters.adx.schema import RUN_CLAIMS
