@@ -37,7 +37,7 @@ def _feed(line: bytes) -> None:
     try:
         event: Any = r.decoder.event(line)
         r._apply(event)
-        c.flush(POD)
+        c.watch.flush(POD)
     except orjson.JSONDecodeError:
         pass  # the reflector turns this into a SourceError naming the resource
     except SourceError as e:
