@@ -60,7 +60,7 @@ def test_no_export_while_a_synced_listing_waits_in_the_queue() -> None:
                            key=lambda r: r.kind == "TauRun")
         assert any(r.kind == "TauRun" for r in resources) and any(r.kind == "RayJob" for r in resources)
         for r in resources:  # what each reflector does on its first listing (Reflector.relist)
-            refl = Reflector(c.api, r, c, clock.now)
+            refl = Reflector(c.api, r, c.watch, clock.now)
             c.watch.reflectors.append(refl)
             c.watch.replace(r, list(sim.iter_objects(r.api_version, r.kind)))
             c.watch.mark_synced(r, clock.now())

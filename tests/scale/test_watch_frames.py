@@ -29,7 +29,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1
 
 def _reflector() -> tuple[Reflector, Controller]:
     c = Controller(None, Settings(), lambda: datetime(2026, 1, 10, tzinfo=UTC))  # type: ignore[arg-type]
-    return Reflector(None, POD, c, c.now, decoder=decoder_for("v1", "Pod")), c  # type: ignore[arg-type]
+    return Reflector(None, POD, c.watch, c.now, decoder=decoder_for("v1", "Pod")), c  # type: ignore[arg-type]
 
 
 def _feed(line: bytes) -> None:
