@@ -35,7 +35,7 @@ from collector.gpu import PodGpuEvidence
 from collector.model import Claim, ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.nodeclock import NodeClocks
-from collector.planes.base import Change, SourceContext, SourceState
+from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
 from collector.planes.registry import build_sources, error_labels
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
@@ -493,6 +493,10 @@ class Controller(ChangeApplier):
 
     def latencies(self) -> list[float]:
         return list(self._latencies)
+
+    def source_health(self) -> list[SourceHealth]:
+        """Each source's own account: errors, its last error, its passes (collector/planes/base.py)."""
+        return [s.health() for s in self.composed.all]
 
     # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
 

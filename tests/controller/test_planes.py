@@ -75,6 +75,7 @@ def test_a_failing_visibility_pass_counts_as_its_own_source_not_the_controllers(
     assert c.registry.get_sample_value("taugrid_collector_thread_restarts_total", {"thread": "queue-poller"}) >= 1
     h = src.health()
     assert h.name == "kueue-visibility" and "nonsense" in h.last_error and h.last_error_at is not None
+    assert h in c.source_health()
 
 
 def test_source_state_keeps_errors_passes_and_the_pass_gauge() -> None:
