@@ -38,6 +38,7 @@ from click.testing import CliRunner  # noqa: E402
 from collector import kube  # noqa: E402
 from collector.cli import main as cli_main  # noqa: E402
 from collector.controller import Controller  # noqa: E402
+from collector.planes.api_logs import ApiLogSource  # noqa: E402
 from collector.settings import ControllerSettings, Settings  # noqa: E402
 from collector.sources.kube_api import KubeApi, api_client_for  # noqa: E402
 from kubesim.clock import ManualClock  # noqa: E402
@@ -97,8 +98,13 @@ class LiveController:
         self.ctl.open()
         _wait(self.ctl.ready.is_set, self.timeout, "controller ready")
 
+    def _log_targets(self) -> list[Any]:
+        logs = self.ctl.sources["logs"]
+        assert isinstance(logs, ApiLogSource)
+        return list(logs.targets.current)
+
     def _logs_done(self) -> bool:
-        targets = list(self.ctl._log_targets)
+        targets = self._log_targets()
         return all(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log" in self.api.logs_read
                    for ref, *_ in targets)
 
@@ -110,13 +116,13 @@ class LiveController:
     def settle(self) -> dict[str, Any]:
         """Claims once every log was read twice, every watch heard from the server and nothing changes."""
         since = time.monotonic()
-        _wait(lambda: bool(self.ctl._log_targets), self.timeout, "log targets")
+        _wait(lambda: bool(self._log_targets()), self.timeout, "log targets")
         self.log_pass()
         self.log_pass()
         ctl = self.ctl
 
         def steady() -> bool:
-            if not all(r.last_ok > since for r in ctl._reflectors):
+            if not all(r.last_ok > since for r in ctl.watch.reflectors):
                 return False
             a = _snapshot(ctl)
             time.sleep(1.0)

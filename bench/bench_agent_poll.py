@@ -22,7 +22,7 @@ measures what one pass costs the controller's process:
               AgentReader of another source tree, which must give the same reports.
   - loop:     what the controller's loop then does with each container's log evidence: extend its
               history with the increment (`extend_history`) or take the whole, then compact it; an
-              increment that adds nothing only moves the read time (`controller._adds_nothing`).
+              increment that adds nothing only moves the read time (`collector.planes.signals.adds_nothing`).
   - discover: the list the poller makes each pass of the agent pods (the DaemonSet), as JSON of the
               same size decoded and turned into endpoints (`endpoints_from_pods`).
 
@@ -54,9 +54,9 @@ from collector.agent.logs import ContainerLog  # noqa: E402
 from collector.agent.nvml import GpuReading, NvmlStatus  # noqa: E402
 from collector.agent.podresources import Allocation  # noqa: E402
 from collector.claims.progress import compacted  # noqa: E402
-from collector.controller import _adds_nothing  # noqa: E402
 from collector.correlate import Signal  # noqa: E402
 from collector.model import Ref  # noqa: E402
+from collector.planes.signals import adds_nothing  # noqa: E402
 from collector.progress.history import extend_history  # noqa: E402
 from collector.progress.model import LogScan, ProgressSample  # noqa: E402
 from collector.settings import ClaimSettings  # noqa: E402
@@ -184,7 +184,7 @@ def _loop(reports: list[Any], signals: dict[tuple[str, str, str], Signal], *, sk
         for c in r.logs:
             key = (c.namespace, c.pod, c.container)
             prev = signals.get(key)
-            if skip_empty and prev is not None and c.after is not None and _adds_nothing(prev.scan, c.scan, c.after):
+            if skip_empty and prev is not None and c.after is not None and adds_nothing(prev.scan, c.scan, c.after):
                 signals[key] = replace(prev, read_at=r.read_at)  # nothing new: only read now
                 continue
             sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, r.read_at)

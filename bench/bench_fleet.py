@@ -146,7 +146,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             self._mark_synced(self.last_ok)
             self.synced_once.set()
         watch.Reflector.relist = relist  # type: ignore[method-assign]
-        vars(ctl)["decoder_for"] = lambda *a, **k: FULL  # swapped where the controller looks it up
+        import importlib.util
+        # (since the controller is composed of sources, its watch source decodes)
+        watch_mod: Any = importlib.import_module("collector.planes.kube_watch") \
+            if importlib.util.find_spec("collector.planes") is not None else ctl
+        vars(watch_mod)["decoder_for"] = lambda *a, **k: FULL  # swapped where the controller looks it up
         ctl.FULL_PASS_SHARE = float("inf")  # the fixed tick: every full pass at `tick`, whatever it costs
     if variant in ("baseline", "tick-only"):
         from collector.recheck import Rechecks
@@ -157,7 +161,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     base = ControllerSettings()
     fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all")  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
-        ctl._same_devices = lambda a, b: False
+        try:
+            from collector.planes import node_agents
+            node_agents.same_devices = lambda a, b: False
+        except ImportError:  # (a `before` tree)
+            vars(ctl)["_same_devices"] = lambda a, b: False
     settings = Settings(controller=replace(base, leader_election=False,
                                            log_poll_interval=timedelta(seconds=30 if logs else 0),
                                            log_quiet_every=1 if variant == "logs-all" else base.log_quiet_every,
@@ -228,7 +236,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
 
         def first_pass_done() -> bool:
             if not has_timing:
-                return log_reads[0] >= len(c._log_targets) - len(getattr(c, "_agent_log_pods", ()))
+                return log_reads[0] >= len(_log_targets(c)) - len(_agent_log_pods(c))
             # (passes before the first targets read nothing; with every log the agents', none reads)
             return any(p[2] > 0 for p in passes) or (variant == "agents-all" and len(passes) >= 2)
         while time.monotonic() < deadline and not first_pass_done():
@@ -265,8 +273,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
     in_window = sorted(took for end, took, _ in passes if end >= w0)
     reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
-    logs_out = {"log_targets": len(c._log_targets), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
-                "agent_log_pods": len(getattr(c, "_agent_log_pods", ())), "reads_by_pass": reads_by_pass,
+    logs_out = {"log_targets": len(_log_targets(c)), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
+                "agent_log_pods": len(_agent_log_pods(c)), "reads_by_pass": reads_by_pass,
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
@@ -285,7 +293,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     pods = len(c.index.keys_of_kind("Pod"))
     runs = len(c.claims)
     rechecked = c.rechecked
-    for r in c._reflectors:  # the watches go quiet: no list, event or bookmark marks a source fresh
+    # the watches go quiet: no list, event or bookmark marks a source fresh
+    for r in (c.watch.reflectors if hasattr(c, "watch") else getattr(c, "_reflectors")):  # noqa: B009
         r.stop()
     time.sleep(2)  # a read in flight lands
     bound = max(c.index.synced.values()) + settings.claims.evidence_max_age
@@ -349,7 +358,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         wait = 30.0
         t = time.thread_time()
         gpu_pods = set(c._gpus)
-        for ref, container, _, _ in list(c._log_targets):
+        for ref, container, _, _ in list(_log_targets(c)):
             key = (ref.namespace, ref.name, container)
             first = key not in seen
             sent, stamp, fmt = seen.get(key, (0, "", None))
@@ -376,9 +385,10 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
                                 summary=None, lines=sent + n, format=fmt)
             seen[key] = (sent + n, (last_stamp(data) or stamp) if data else stamp, fmt)
             sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, c.now())
-            change = ctl._Change("agent-log", None, (sig, None if first else sent))
-            if hasattr(c, "_put_log"):  # within the backlog of log evidence, as the agent poller queues
-                c._put_log(change, sig.scan)
+            change = _change(ctl)("agent-log", None, (sig, None if first else sent))
+            put_log = getattr(c, "put_log", None) or getattr(c, "_put_log", None)
+            if put_log is not None:  # within the backlog of log evidence, as the agent poller queues
+                put_log(change, sig.scan)
             else:  # (a `before` tree)
                 c._put(change)
         used[0] += time.thread_time() - t
@@ -406,7 +416,27 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
-    c._put(ctl._Change("gpu", None, (gpus, nodes, read)))
+    (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
+
+
+def _change(ctl: Any) -> Any:
+    """The change type the loop takes (`collector.planes.base.Change`; the controller's own in a `before` tree)."""
+    if hasattr(ctl, "_Change"):
+        return ctl._Change
+    from collector.planes.base import Change
+    return Change
+
+
+def _log_targets(c: Any) -> list[Any]:
+    """The containers the API log source reads now (`_log_targets` on the controller in a `before` tree)."""
+    if hasattr(c, "sources"):
+        src = c.sources.get("logs")
+        return list(src.targets.current) if src is not None else []
+    return list(c._log_targets)
+
+
+def _agent_log_pods(c: Any) -> frozenset[Any]:
+    return frozenset(getattr(c, "agent_log_pods", getattr(c, "_agent_log_pods", ())))
 
 
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:

@@ -18,7 +18,7 @@ import yaml
 from collector.config import ConfigError, load_settings
 from collector.controller import Controller
 from collector.endpoints import HttpOptions
-from collector.environment import check, single_cluster
+from collector.envcontract import check, single_cluster
 from collector.explaincmd import (
     EXIT_SKIPPED,
     ControllerOptions,

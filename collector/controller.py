@@ -1,10 +1,13 @@
-"""The live controller: watch sources → run index → claims (on every change, when due, on a tick) → exporters.
+"""The live controller: evidence sources → run index → claims (on every change, when due, on a tick) → exporters.
 
-Reflector threads and the log poller only enqueue; one loop thread owns the index, applies
-changes in batches and re-evaluates the runs they touched. Evidence ageing past its bound turns
-claims unknown (or a run stalled) without any new event: each evaluation reports when the run's
-claims could next change by the clock alone (`RunClaims.recheck_at`) and the loop re-evaluates
-the run then. A full pass over every run on a tick remains as a backstop.
+The controller is composed of sources (collector/planes: the watched resources, API logs, node
+agents and dcgm-exporters, Ray heads, Expstore, Kueue's visibility API, MultiKueue workers, the
+environment check), built from the settings in one place (collector/planes/registry.py). Their
+threads only enqueue; one loop thread owns the index, applies changes in batches and re-evaluates
+the runs they touched. Evidence ageing past its bound turns claims unknown (or a run stalled) without
+any new event: each evaluation reports when the run's claims could next change by the clock alone
+(`RunClaims.recheck_at`) and the loop re-evaluates the run then. A full pass over every run on a
+tick remains as a backstop.
 """
 
 from __future__ import annotations
@@ -14,67 +17,34 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
+from collector.changes import ChangeApplier, describe
 from collector.claims.gpu import apply_gpu
-from collector.claims.progress import compacted
 from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
-from collector.correlate import Key, RunEvidence, RunIndex, Signal
+from collector.correlate import Key, RunEvidence, RunIndex
 from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
 from collector.endpoints import serve as serve_http
-from collector.envcheck import EnvironmentPoller
 from collector.gpu import PodGpuEvidence
-from collector.kube import MalformedObject, NodeLease, node_lease, normalize
-from collector.kube_pod import PodObject, normalize_pod, pod_record
-from collector.model import (
-    Claim,
-    NodeFacts,
-    ObjectRecord,
-    Observed,
-    PodFacts,
-    RayClusterFacts,
-    RayJobFacts,
-    Ref,
-    RunClaims,
-    Stage,
-    TauRunFacts,
-    WorkloadFacts,
-    verdict_for,
-)
+from collector.model import Claim, ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.nodeclock import NodeClocks
-from collector.progress.history import extend_history, merge_history
+from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.planes.registry import build_sources, error_labels
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, Rechecks
 from collector.runcaps import RunCaps
 from collector.runsapi import RunHistory, runs_answer
 from collector.settings import ControllerSettings, Settings
-from collector.sources.agents import AgentReader, AgentReport, discover_agents
-from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
-from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
-from collector.sources.decode import decoder_for
-from collector.sources.kube_api import (
-    JSON,
-    Backoff,
-    KubeApi,
-    PermanentSourceError,
-    Resource,
-    SourceError,
-    resources_for,
-)
+from collector.sources.kube_api import Backoff, KubeApi, Resource, resources_for
 from collector.sources.lease import LeaseElector
-from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
 from collector.sources.queuewatch import QueueWatch
-from collector.sources.ray import RayPoller, RayTarget
-from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
-from collector.sources.watch import Reflector
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
@@ -85,23 +55,7 @@ log = logging.getLogger("taugrid.controller")
 Now = Callable[[], datetime]
 
 
-@dataclass(frozen=True, slots=True)
-class _PollTargets:
-    logs: tuple[tuple[Ref, str, str, int], ...]  # (pod, container, progress regex or "", restart count)
-    checkpoints: tuple[tuple[Ref, str], ...]  # (run root, checkpoint URI)
-    ray: tuple[tuple[Ref, RayTarget], ...]  # (run root, head)
-
-
-@dataclass(slots=True)
-class _Change:
-    op: str  # "upsert" | "delete" | "replace" | "listed" | "synced" | "log" | "error" | "restart" | "worker"
-    resource: Resource | None
-    payload: Any
-    received: float = 0.0  # time.monotonic() when queued (`_put`); 0 inside a batch
-    weight: int = 0  # log evidence: what it took from the backlog (`_put_log`), given back once applied
-
-
-class Controller:
+class Controller(ChangeApplier):
     """Keeps every run's claims current from a Kubernetes API; read-only apart from its Lease."""
 
     def __init__(self, api: KubeApi, settings: Settings, now: Now, *, registry: CollectorRegistry | None = None,
@@ -110,9 +64,8 @@ class Controller:
                  workers: tuple[WorkerCluster, ...] = ()) -> None:
         resources = resources if resources is not None else resources_for(settings.taugrid)
         self.api = api
-        # Kueue's visibility API for the queues of runs blocked in queue admission; 0 turns it off
+        # Kueue's visibility API for the queues of runs blocked in queue admission (the `kueue-visibility` source)
         self.queues = QueueWatch(api)
-        self.queue_poll_s = QUEUE_POLL_S
         self._workloads: Workloads | None = None  # the Workloads indexed once per evaluation (queued runs)
         self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
@@ -122,11 +75,7 @@ class Controller:
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention,
                                        run_series=RunSeries(self.cfg.run_series))
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
-                                    sources=[r.name for r in resources]
-                                    + ["logs", "lease", "expstore", "ray", "controller", "export"]
-                                    + [f"worker:{w.name}" for w in workers])
-        self.wanted = resources
-        self.resources: list[Resource] = []
+                                    sources=error_labels(resources, tuple(w.name for w in workers)))
         self.index = RunIndex(settings.taugrid)
         self.clocks = NodeClocks(self.index)  # node clocks from their Leases and heartbeats
         self.claims: dict[Key, RunClaims] = {}
@@ -134,30 +83,18 @@ class Controller:
         self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         self._failure_logged: dict[str, float] = {}  # see _failed
-        # Bounded: a loop that falls behind makes the reflectors wait instead of growing memory.
-        self._changes: queue.Queue[_Change] = queue.Queue(maxsize=self.cfg.queue_max)
+        # Bounded: a loop that falls behind makes the sources wait instead of growing memory.
+        self._changes: queue.Queue[Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._log_backlog = Backlog(LOG_BACKLOG)  # ... and log evidence by its weight (collector/backlog.py)
-        self._pending: dict[str, list[_Change]] = {}  # per resource, filled by its reflector thread
         self._dirty: set[Key] = set()
         self._roots_memo: dict[Key, Ref | None] = {}  # see _root_of
         self._roots_shape = -1
         self._roots_changed = True
-        self._reflectors: list[Reflector] = []
-        self._listed: set[str] = set()  # resources whose first listing the loop has applied (its "synced")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._log_targets: list[tuple[Ref, str, str, int]] = []
-        self._checkpoint_targets: list[tuple[Ref, str]] = []
-        self._ray_targets: list[tuple[Ref, RayTarget]] = []
-        self._targets_by_run: dict[Key, _PollTargets] = {}
-        self._targets_changed = False
         self._latencies: list[float] = []
         self.evaluations = 0  # evaluation passes
         self.runs_evaluated = 0  # runs evaluated in them
-        # Resources whose API server does not answer: since when, and the error (for claim reasons).
-        self._outage: dict[str, tuple[datetime, str]] = {}
-        # ... and, on the monotonic clock, when each first failed and last failed (see failing_sources).
-        self._failed_m: dict[str, tuple[float, float]] = {}
         self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
@@ -168,98 +105,67 @@ class Controller:
         self.ready = threading.Event()
         self.elector = LeaseElector(api, self.cfg, now, identity=identity) if self.cfg.leader_election else None
         self._was_leader = False
-        self._unlisted_logged = float("-inf")
-        self._opened_at = time.monotonic()
         self._http: BoundedHTTPServer | None = None
         # Evidence bundles and lifecycle traces (settings.bundles); None when not configured.
         self.capture = capture or capture_for(settings, api, now)
         # Node agents (and dcgm-exporters): GPU evidence by pod, when each node was last read, and the
-        # pods whose logs an agent reads on the node (the API log poller skips those).
+        # pods whose logs an agent reads on the node (the API log source skips those).
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
-        self._agent_log_pods: frozenset[tuple[str, str]] = frozenset()
+        self.agent_log_pods: frozenset[tuple[str, str]] = frozenset()
         # Set once the loop holds the agents' first pass (at once without agents): the API log
-        # poller waits for it, so that it does not read every pod's log through the API server at
+        # source waits for it, so that it does not read every pod's log through the API server at
         # start (48,680 kubelet-proxied GETs at fleet size) only to leave most of them to the agents.
-        self._agents_first = threading.Event()
+        self.agents_first = threading.Event()
         if self.cfg.agents.poll_interval.total_seconds() <= 0:
-            self._agents_first.set()
-        # The supported-environment check (issue 14), on its own thread and interval.
+            self.agents_first.set()
         # MultiKueue workers, configured explicitly (collector/multicluster.py joins dispatched runs).
         self.workers = workers
         self._dispatched: dict[Key, str] = {}  # manager run → the worker it was dispatched to
-        self._workers_changed: set[str] = set()  # workers with changes not yet queued (coalesced)
-        self._workers_lock = threading.Lock()
-        for w in workers:
-            w.on_change, w.on_error = self._worker_changed, self._worker_error
-        self.environment = EnvironmentPoller(api, self.registry, now, workers=[(w.name, w.api) for w in workers],
-                                             deployment_namespaces=sorted(self.cfg.environment_namespaces))
+        self.composed = build_sources(SourceContext(
+            api, settings, now, self, self.health, self._stop, self.registry, self.queues, capture=self.capture,
+            exporting=sink is not None, workers=workers), resources)
+        self.watch = self.composed.watch  # the watched resources (their reflectors, listings, outages)
+        self.sources = {s.name: s for s in self.composed.all}
+        self._per_run = self.composed.per_run
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Discover APIs, start reflectors, the loop, the log poller, leader election."""
+        """Discover APIs and start the watches, the loop, the other sources, leader election."""
         if self.cfg.tune_gc:
             # The index holds frozen records and tuples, freed by reference counting; the default
             # generation-0 threshold makes the cycle collector rescan them thousands of times a second.
             gc.set_threshold(100_000, 50, 100)
-        self._opened_at = time.monotonic()
-        backoff = Backoff()
-        notes: list[str] = []
-        while not self._stop.is_set():
-            try:
-                self.resources, notes = self.api.discover(self.wanted)
-                break
-            except SourceError as e:
-                self.health.error("discovery", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
-                log.warning("discovery failed", extra={"error": str(e)})
-                if isinstance(e, PermanentSourceError):
-                    raise
-                self._stop.wait(backoff.next())
+        self.watch.open()
         if self._stop.is_set():
             return  # asked to stop before the API server ever answered
-        for note in notes:
-            log.info("optional API absent", extra={"note": note})
-        for r in self.resources:
-            # Evidence capture keeps whole objects; otherwise only the fields the records read are decoded.
-            decoder = decoder_for(r.api_version, r.kind, full=self.capture is not None)
-            refl = Reflector(self.api, r, self, self.now, watch_timeout_s=self.cfg.watch_timeout_s, decoder=decoder)
-            self._reflectors.append(refl)
-            refl.start()
-        self._spawn(self._loop, "controller-loop")
-        if self.cfg.log_poll_interval.total_seconds() > 0:
-            self._spawn(self._poll_logs, "log-poller")
-        if self.cfg.checkpoint_poll_interval.total_seconds() > 0:
-            self._spawn(self._poll_checkpoints, "checkpoint-poller")
-        if self.cfg.ray_poll_interval.total_seconds() > 0:
-            self._spawn(self._poll_ray, "ray-poller")
-        if self.cfg.agents.poll_interval.total_seconds() > 0:
-            self._spawn(self._poll_agents, "agent-poller")
-        if self.queue_poll_s > 0:
-            self._spawn(self._poll_queues, "queue-poller")
-        for w in self.workers:
-            w.open()
-        self._spawn(lambda: self.environment.run(self._stop), "environment-check")
+        self.spawn(self._loop, "controller-loop", None)
+        for s in self.composed.all:
+            if s is not self.watch:
+                s.open()
         if self.elector is not None:
             self.elector.start()
         if self.capture is not None:
             self.capture.open()
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    def spawn(self, target: Callable[[], None], name: str, state: SourceState | None) -> None:
         """`target` on a thread of its own; if it fails (a bug, or input nobody foresaw), the failure
-        is logged and counted and it starts again after a back-off: one source that trips must
-        not stop for good while the rest of the collector looks healthy."""
-        source = _THREAD_SOURCES.get(name, "controller")
-
+        is logged and counted (as the source's, `state`; else the controller's) and it starts again
+        after a back-off: one source that trips must not stop for good while the rest of the
+        collector looks healthy."""
         def supervised() -> None:
             backoff = Backoff(base=1.0, cap=60.0)
             while not self._stop.is_set():
                 try:
                     target()
                     return
-                except Exception:
+                except Exception as e:
                     log.exception("thread failed; starting it again", extra={"thread_name": name})
-                    self.health.error(source, ErrorClass.PERMANENT)
+                    if state is not None:
+                        state.error(ErrorClass.PERMANENT, f"{type(e).__name__}: {e}")
+                    else:
+                        self.health.error("controller", ErrorClass.PERMANENT)
                     self.health.thread_restarted(name)
                     self._stop.wait(backoff.next())
 
@@ -277,13 +183,13 @@ class Controller:
 
     def close(self) -> None:
         self._stop.set()
-        for r in self._reflectors:
-            r.stop()
+        self.watch.close()
         if self.elector is not None:
             self.elector.stop()  # releases the Lease: the series must not say this replica leads after that
             self.health.set_leader(self.elector.identity, False)
-        for w in self.workers:
-            w.close()
+        for s in self.composed.all:
+            if s is not self.watch:
+                s.close()
         if self._http is not None:
             self._http.shutdown()  # before the joins: serve_forever is one of the threads
             self._http.server_close()
@@ -300,127 +206,29 @@ class Controller:
         self.close()
 
     @property
+    def resources(self) -> list[Resource]:
+        """The watched resources the API server serves (discovered at `open`)."""
+        return self.watch.resources
+
+    @property
     def synced(self) -> bool:
-        """Every resource's first listing applied to the index by the loop. Not the reflectors' own
-        flags: a reflector queues its listing and then says it synced, so the loop could see a
-        resource synced while its listing still waits in the queue (a RayJob then evaluated as a
-        root before its TauRun arrives, and exported)."""
-        return all(r.resource.name in self._listed for r in self._reflectors)
+        """Every resource's first listing applied to the index by the loop (`KubeWatch.synced`)."""
+        return self.watch.synced
 
     def stale_sources(self) -> list[str]:
-        """Watched resources with nothing intact from the API server for longer than the evidence
-        bound (`claims.evidence_max_age`): past it their claims are unknown, so not ready."""
-        bound = self.settings.claims.evidence_max_age.total_seconds()
-        now_m = time.monotonic()
-        return [r.resource.name for r in self._reflectors if r.synced_once.is_set() and now_m - r.last_ok > bound]
+        return self.watch.stale()
 
     @property
     def view_complete(self) -> bool:
-        """Every watched resource listed once, or the startup grace past. Nothing is exported before:
-        a partial view shows runs under the wrong root (a RayJob before its TauRun), and those rows
-        would stay in the exported streams; but a resource that never lists (forbidden) must not
-        silence the others."""
-        return self.synced or time.monotonic() - self._opened_at > STARTUP_GRACE_S
+        return self.watch.view_complete
 
     @property
     def leader(self) -> bool:
         return self.elector is None or self.elector.is_leader
 
-    # --- WatchSink (called from reflector threads) -----------------------------------------------
+    # --- Loop: what the sources call (from their threads) ----------------------------------------
 
-    # Normalizing here, in the reflector's thread, keeps raw JSON out of the queue: the queue then
-    # holds small records, and a backlog no longer feeds the cycle collector big dicts.
-    # Watch events are buffered per resource (one reflector thread each) and queued once per read:
-    # one queue operation per network read instead of one per event.
-    def upsert(self, resource: Resource, obj: JSON | PodObject) -> None:
-        if resource.kind == "Lease":
-            lease = self._node_lease(resource, obj)
-            if lease is not None:  # how far ahead its renewal is, measured as it arrives
-                change = _Change("lease", resource, (lease, lease.renewed - self.now()))
-                self._pending.setdefault(resource.name, []).append(change)
-            return
-        rec = pod_record(obj, self.settings.taugrid) if type(obj) is PodObject else None
-        if rec is None:
-            rec = self._normalize(resource, obj)
-        if rec is not None:
-            if self.capture is not None and isinstance(obj, dict):  # capturing decodes in full: dicts
-                self.capture.observe(rec.ref, obj)
-            self._pending.setdefault(resource.name, []).append(_Change("upsert", resource, rec))
-
-    def delete(self, resource: Resource, obj: JSON) -> None:
-        meta = obj.get("metadata") or {}
-        if resource.kind == "Lease":
-            self._pending.setdefault(resource.name, []).append(_Change("lease-gone", resource, str(meta.get("name"))))
-            return
-        kind = self.settings.taugrid.role_of(resource.kind, resource.api_version) or resource.kind
-        ref = Ref(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if self.capture is not None:
-            self.capture.observe_deleted(ref, obj)
-        self._pending.setdefault(resource.name, []).append(_Change("delete", resource, ref))
-
-    def flush(self, resource: Resource) -> None:
-        changes = self._pending.pop(resource.name, None)
-        if changes:
-            self._put(_Change("batch", resource, changes))
-
-    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
-        if resource.kind == "Lease":
-            leases = [(lease, lease.renewed - self.now()) for obj in objs
-                      if (lease := self._node_lease(resource, obj)) is not None]
-            self._put(_Change("leases", resource, leases))
-            return
-        # Normalized as the pages arrive: only records are kept, never a whole list of raw objects.
-        recs: list[ObjectRecord] = []
-        # Without an exporter, Events no claim reads (most of a fleet's) are not held until the list
-        # ends: the index lets them go anyway. (An exporter gets them at the list's end, as before,
-        # when the objects they regard are more likely indexed, so their rows name their run.)
-        passing: list[ObjectRecord] = []
-        pass_through = self.sink is None
-        for obj in objs:
-            rec = self._normalize(resource, obj)
-            if rec is not None:
-                if self.capture is not None:
-                    self.capture.observe(rec.ref, obj)
-                if not pass_through or self.index.keeps(rec):
-                    recs.append(rec)
-                    continue
-                passing.append(rec)
-                if len(passing) >= 500:
-                    self._put(_Change("listed", resource, passing))
-                    passing = []
-        if passing:
-            self._put(_Change("listed", resource, passing))
-        self._put(_Change("replace", resource, recs))
-
-    def _node_lease(self, resource: Resource, obj: JSON | PodObject) -> NodeLease | None:
-        try:
-            return node_lease(obj)
-        except MalformedObject as e:
-            self._skip(str(e))
-            self.health.error(resource.name, ErrorClass.PERMANENT)
-            return None
-
-    def mark_synced(self, resource: Resource, at: datetime) -> None:
-        self._put(_Change("synced", resource, at))
-
-    def source_error(self, resource: Resource, error: SourceError) -> None:
-        self._put(_Change("error", resource, error))
-
-    def watch_restarted(self, resource: Resource, relist: bool) -> None:
-        self._put(_Change("restart", resource, relist))
-
-    def _worker_changed(self, name: str) -> None:
-        """A worker's index changed (reflector thread): re-evaluate the runs dispatched to it."""
-        with self._workers_lock:
-            if name in self._workers_changed:
-                return  # one queued change covers every change until the loop applies it
-            self._workers_changed.add(name)
-        self._put(_Change("worker", None, name))
-
-    def _worker_error(self, name: str, error: SourceError) -> None:
-        self.health.error(f"worker:{name}", ErrorClass.RETRYABLE if error.retryable else ErrorClass.PERMANENT)
-
-    def _put(self, change: _Change) -> None:
+    def put(self, change: Change) -> None:
         """Queue a change, waiting while the queue is full, but never past shutdown."""
         change.received = time.monotonic()
         while not self._stop.is_set():
@@ -430,12 +238,18 @@ class Controller:
             except queue.Full:
                 continue
 
-    def _put_log(self, change: _Change, scan: LogScan) -> None:
+    def put_log(self, change: Change, scan: LogScan) -> None:
         """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
         weight = len(scan.samples) + len(scan.hangs) + len(scan.xids) + 2  # (+ the signal and scan themselves)
         if self._log_backlog.take(weight, self._stop):
             change.weight = weight
-            self._put(change)
+            self.put(change)
+
+    def holds_signal(self, ref: Ref, container: str) -> bool:
+        return self.index.signal_of(ref, container) is not None
+
+    def keeps(self, rec: ObjectRecord) -> bool:
+        return self.index.keeps(rec)
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -457,7 +271,7 @@ class Controller:
                 # that runs faster or jumps (a simulator's) is followed closely enough.
                 until = max((due - self.now()).total_seconds(), self._recheck_budget.wait_s(now_m))
                 timeout = min(timeout, until)
-            batch: list[_Change] = []
+            batch: list[Change] = []
             try:
                 batch.append(self._changes.get(timeout=max(0.0, timeout)))
                 while len(batch) < self.cfg.batch_max:
@@ -472,7 +286,7 @@ class Controller:
                             self._apply(c)
                         except Exception:  # one change that trips (hostile input nobody foresaw) costs only itself
                             self._failed("change not applied; the rest of the batch goes on", c.op,
-                                         _describe(c))
+                                         describe(c))
                             continue
                         if c.op in ("upsert", "delete") and c.resource is not None:
                             counts[c.resource.name] = counts.get(c.resource.name, 0) + 1
@@ -519,239 +333,10 @@ class Controller:
                     if change.weight:
                         self._log_backlog.give(change.weight)
 
-    def _apply(self, c: _Change) -> None:
-        r = c.resource
-        if c.op == "worker":
-            with self._workers_lock:
-                self._workers_changed.discard(c.payload)
-            self._dirty.update(k for k, w in self._dispatched.items() if w == c.payload)
-        elif c.op == "upsert":
-            assert r is not None
-            self._upsert(r, c.payload)
-        elif c.op == "delete":
-            assert r is not None
-            self._delete_ref(r, c.payload)
-        elif c.op == "lease":
-            lease, ahead = c.payload
-            self.clocks.lease(lease, ahead, listed=False)
-        elif c.op == "leases":
-            for lease, ahead in c.payload:
-                self.clocks.lease(lease, ahead, listed=True)
-            self.clocks.leases_listed({lease.node for lease, _ in c.payload})
-        elif c.op == "queue":
-            self._dirty.update(k for k in self.queues.runs_in(c.payload) if isinstance(k, tuple))
-        elif c.op == "lease-gone":
-            self.clocks.lease_gone(c.payload)
-        elif c.op == "replace":
-            assert r is not None
-            self._replace(r, c.payload)
-        elif c.op == "listed":  # a list's Events that the index does not keep (see replace)
-            assert r is not None
-            for rec in c.payload:
-                self._upsert(r, rec)
-        elif c.op == "synced":
-            assert r is not None
-            self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
-            self.health.synced(r.name, c.payload)
-            self._listed.add(r.name)
-            self._outage.pop(r.name, None)
-            self._failed_m.pop(r.name, None)
-        elif c.op == "ray":
-            root_ref, cluster, runtime, ray_sig = c.payload
-            self.index.set_ray(cluster, runtime)
-            source = f"ray-metrics:{cluster.name}"
-            if ray_sig is None or runtime.error:
-                self.index.drop_signal(root_ref, source)  # a head we cannot read is no evidence now
-            else:
-                self.index.set_signal(replace(ray_sig, ref=root_ref, source=source))
-            self._dirty.add(root_ref.key)
-            if runtime.error:
-                self.health.error("ray", ErrorClass.RETRYABLE)
-        elif c.op == "gpu":
-            gpus, nodes, log_pods = c.payload
-            for ns, pod in set(self._gpus) | set(gpus):
-                root = self.index.root_of(Ref("Pod", ns, pod))
-                if root is None or root.key in self._dirty:
-                    continue
-                old, new = self._gpus.get((ns, pod)), gpus.get((ns, pod))
-                rc = self.claims.get(root.key)
-                if old is not None and new is not None and _same_devices(old, new) and rc is not None \
-                        and rc.progressing.observed is Observed.TRUE:
-                    # only readings moved (utilization, power), which a progressing run's claims do not
-                    # say: it is re-evaluated when its evidence would age out (`Clock.within`)
-                    continue
-                self._dirty.add(root.key)
-            self._gpus, self._agent_nodes, self._agent_log_pods = gpus, nodes, log_pods
-            self._agents_first.set()
-        elif c.op == "log-fresh":
-            ref, container, read_at = c.payload
-            prev = self.index.signal_of(ref, container)
-            if prev is not None:
-                self._refresh(prev, read_at)
-        elif c.op in ("log", "signal", "agent-log"):
-            after: int | None = None
-            if c.op == "agent-log":
-                sig, after = c.payload
-            else:
-                sig = c.payload
-            prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
-            if prev is not None and after is not None and _adds_nothing(prev.scan, sig.scan, after):
-                self._refresh(prev, sig.read_at)  # an agent's increment with nothing new: read now, as it was
-                return
-            if prev is not None and after is not None:
-                # a node agent's increment: what it read after the document before
-                sig = replace(sig, scan=extend_history(prev.scan, sig.scan, after))
-            elif prev is not None and not sig.scan.lines and c.op == "log":
-                sig = replace(prev, read_at=sig.read_at)  # no line since the last read: what it saw stands
-            elif prev is not None:
-                # a poll reads a bounded tail: keep what earlier polls saw (goodput, pre-restart mark)
-                sig = replace(sig, scan=merge_history(prev.scan, sig.scan))
-            read = sig.scan  # every sample read, for the sink; the index keeps the compacted history
-            if c.op != "signal":
-                sig = compacted(sig, self.settings.claims)
-            self.index.set_signal(sig)
-            root = self.index.root_of(sig.ref)
-            if root is not None:
-                self._dirty.add(root.key)
-                if self.sink is not None and self.leader:
-                    source = f"{sig.ref.name}/{sig.source}"
-                    self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,
-                                 read)
-        elif c.op == "error":
-            err: SourceError = c.payload
-            self.health.error(r.name if r else "logs", ErrorClass.RETRYABLE if err.retryable else ErrorClass.PERMANENT)
-            if r is not None and err.retryable:  # a watched resource failing: until it syncs again, an outage
-                self._outage.setdefault(r.name, (self.now(), str(err)))
-                first, _ = self._failed_m.get(r.name, (c.received, 0.0))
-                self._failed_m[r.name] = (first, c.received)
-        elif c.op == "restart":
-            assert r is not None
-            self.health.watch_restarted(r.name)
-            if c.payload:
-                self.health.relisted(r.name)
-
-    def _refresh(self, prev: Signal, read_at: datetime) -> None:
-        """`prev` read again at `read_at` with nothing new: only its read time moves."""
-        self.index.set_signal(replace(prev, read_at=read_at))
-        # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
-        # (`Clock.within`): re-evaluate now only if that is near or past.
-        if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
-            root = self.index.root_of(prev.ref)
-            if root is not None:
-                self._dirty.add(root.key)
-
-    def _normalize(self, r: Resource, obj: JSON | PodObject) -> ObjectRecord | None:
-        try:
-            if type(obj) is PodObject:  # `where` is built only for a warning
-                n = normalize_pod(obj, self.settings.taugrid)
-            else:
-                n = normalize(obj, self.settings.taugrid, where=f"{r.kind} {_name_of(obj)}")
-        except MalformedObject as e:
-            self._skip(str(e))
-            self.health.error(r.name, ErrorClass.PERMANENT)
-            return None
-        for p in n.problems:
-            log.debug("odd field", extra={"problem": p})
-        return n.record
-
-    def _skip(self, what: str) -> None:
+    def skip(self, what: str) -> None:
         log.warning("skipped", extra={"problem": what})
         self.skipped.append(what)
         del self.skipped[:-100]
-
-    def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:
-        """An exception inside the loop, contained to the one change, run or export it hit: counted
-        (errors_total{source}), and logged with its traceback once a minute per kind (a tenant who
-        keeps tripping it must not flood the log)."""
-        self.health.error(source, ErrorClass.PERMANENT)
-        now = time.monotonic()
-        if now - self._failure_logged.get(kind, -FAILURE_LOG_S) >= FAILURE_LOG_S:
-            self._failure_logged[kind] = now
-            log.exception(message, extra={"kind": kind, "what": what[:300]})
-        else:
-            log.debug(message, extra={"kind": kind, "what": what[:300]})
-
-    def _export(self, what: str, call: Callable[..., object], *args: Any, **kw: Any) -> None:
-        """A call into the record sink (ADX, embedded) or the evidence capture: a failure there costs
-        only these records."""
-        try:
-            call(*args, **kw)
-        except Exception:
-            self._failed("export failed; the evidence stays in the index", "export", what, source="export")
-
-    def _touch(self, ref: Ref) -> None:
-        root = self._root_of(ref)
-        if root is not None:
-            self._dirty.add(root.key)
-        if ref.kind in _ROOTISH:
-            self._roots_changed = True
-
-    def _root_of(self, ref: Ref) -> Ref | None:
-        """`index.root_of`, remembered while the index's links stay as they were (`RunIndex.shape`):
-        a burst of pod updates finds each pod's run once. Bounded: past the bound, it computes."""
-        memo = self._roots_memo
-        if self._roots_shape != self.index.shape:
-            memo.clear()
-            self._roots_shape = self.index.shape
-        key = ref.key
-        root = memo.get(key, _UNKNOWN_ROOT)
-        if root is _UNKNOWN_ROOT:
-            root = self.index.root_of(ref)
-            if len(memo) < ROOTS_MEMO_MAX:
-                memo[key] = root
-        return root  # type: ignore[return-value]
-
-    def _upsert(self, r: Resource, rec: ObjectRecord) -> None:
-        old = self.index.get(*rec.ref.key)
-        if isinstance(rec.facts, NodeFacts):
-            self._node_clock(old, rec)
-        if old is not None and _same_evidence(old, rec):
-            self.index.upsert(rec)  # a resourceVersion bump with nothing the claims read: no re-evaluation
-            return
-        before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
-        self.index.upsert(rec)
-        if before is not None:
-            self._dirty.add(before.key)
-        self._touch(rec.ref)
-        self._export_event(rec)
-
-    def _node_clock(self, old: ObjectRecord | None, rec: ObjectRecord) -> None:
-        """A node's status heartbeat, stamped on its own clock (`collector.nodeclock`)."""
-        f = rec.facts
-        assert isinstance(f, NodeFacts)
-        before = old.facts.heartbeat if old is not None and isinstance(old.facts, NodeFacts) else None
-        self.clocks.heartbeat(rec.ref.name, f.heartbeat, before, self.now())
-
-    def _export_event(self, rec: ObjectRecord) -> None:
-        """Events regarding a run's objects only: tenants create Events at will, and the rest (most
-        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md).
-        Until every resource has listed once, an Event whose object is not indexed yet may still
-        regard a run: it is exported as before (the first listing bounds those)."""
-        if self.sink is not None and rec.ref.kind == "Event" and self.leader:
-            regarding = getattr(rec.facts, "regarding", None)  # EventFacts
-            root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
-            if root is not None or not self.synced:
-                self._export(str(rec.ref), self.sink.event, rec, root.name if root is not None else "")
-
-    def _delete_ref(self, r: Resource, ref: Ref) -> None:
-        self._touch(ref)
-        self.index.delete(ref)
-        if ref.kind == "Node":
-            self.clocks.forget(ref.name)
-
-    def _replace(self, r: Resource, recs: list[ObjectRecord]) -> None:
-        """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
-        kind = self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind
-        gone = self.index.keys_of_kind(kind)
-        for rec in recs:
-            gone.discard(rec.ref.key)
-            if isinstance(rec.facts, NodeFacts):  # first sight (or a relist): its clock, as far as it says
-                self._node_clock(self.index.get(*rec.ref.key), rec)
-            self.index.upsert(rec)
-            self._touch(rec.ref)
-            self._export_event(rec)
-        for key in gone:
-            self._delete_ref(r, Ref(*key))
 
     def evaluate(self, *, full: bool = False) -> list[RunClaims]:
         now = self.now()
@@ -768,9 +353,9 @@ class Controller:
                     self.history.forget(gone)
                     if self.capture is not None:
                         self.capture.forget(gone, now)
-                    self._targets_by_run.pop(gone, None)
+                    for p in self._per_run:
+                        p.forget(gone)
                     self.queues.waiting(gone, None)
-                    self._targets_changed = True
                 self._roots_changed = False
                 self.caps.prune(roots.keys())
                 targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
@@ -797,23 +382,23 @@ class Controller:
                             self._dispatched.pop(ref.key, None)
                     if self._agent_nodes or self._gpus:
                         rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
-                    if self._outage:
+                    if self.watch.outage:
                         rc = self._with_outage(rc)
                     rc = self._with_queue(rc, ev, now)
-                    polled = self._poll_targets(ev, rc)
+                    for p in self._per_run:  # what the per-run sources read for it
+                        p.track(ref.key, ev, rc)
                 except Exception:  # one run's evidence that trips the evaluation costs only that run
                     self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
                     rc = unknown_claims(ref, self.claims.get(ref.key), now,
                                         "claims could not be evaluated (an internal error, in the collector's log)")
-                    ev, polled = None, _PollTargets((), (), ())
+                    ev = None
+                    for p in self._per_run:
+                        p.forget(ref.key)
                 self.claims[ref.key] = rc
                 self._rechecks.set(ref.key, rc.recheck_at, now)
                 out.append(rc)
                 if self.capture is not None and self.leader and ev is not None:
                     self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
-                if self._targets_by_run.get(ref.key) != polled:
-                    self._targets_by_run[ref.key] = polled
-                    self._targets_changed = True
         self.evaluations += 1
         self.runs_evaluated += len(targets)
         self.history.record(out)
@@ -848,14 +433,9 @@ class Controller:
         self._was_leader = leader
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self.leader and not leader:
-            self._log_unlisted()
-        if self._targets_changed:
-            # New lists, swapped in whole: the poller threads read them without a lock.
-            runs = list(self._targets_by_run.values())
-            self._log_targets = [t for r in runs for t in r.logs]
-            self._checkpoint_targets = [t for r in runs for t in r.checkpoints]
-            self._ray_targets = [t for r in runs for t in r.ray]
-            self._targets_changed = False
+            self.watch.log_unlisted()
+        for p in self._per_run:  # new lists, swapped in whole: the sources' threads read them without a lock
+            p.publish()
         if self.synced and not self.ready.is_set():
             self.ready.set()
             if self.cfg.tune_gc:
@@ -874,24 +454,6 @@ class Controller:
             self._workloads = Workloads(r for k in self.index.keys_of_kind("Workload")
                                         if (r := self.index.get(*k)) is not None)
         return attach(rc, ev, summary, self._workloads, now, note=note)
-
-    def _poll_queues(self) -> None:
-        """Kueue's visibility API, every `queue_poll_s`, for the queues runs wait in; a changed answer
-        re-evaluates the runs waiting there."""
-        while not self._stop.wait(self.queue_poll_s):
-            for key in self.queues.poll():
-                self._put(_Change("queue", None, key))
-
-    def _log_unlisted(self) -> None:
-        """Holding the Lease (or leading alone) but exporting nothing yet: say which watched resources
-        have not been listed, every UNLISTED_LOG_S at most, until they are or the start-up grace ends."""
-        now_m = time.monotonic()
-        if now_m - self._unlisted_logged < UNLISTED_LOG_S:
-            return
-        self._unlisted_logged = now_m
-        pending = sorted(r.resource.name for r in self._reflectors if not r.synced_once.is_set())
-        log.warning("leading, not exporting yet: watched resources not listed", extra={
-            "pending": ", ".join(pending[:20]), "exports_in_s": round(STARTUP_GRACE_S - (now_m - self._opened_at))})
 
     def _created(self, ref: Ref) -> datetime | None:
         rec = self.index.get(*ref.key)
@@ -912,14 +474,7 @@ class Controller:
         the API server's clock, the error). Read from the HTTP thread: copies, never iteration."""
         grace_s = SOURCE_FAIL_GRACE_S if grace_s is None else grace_s
         now_m = time.monotonic()
-        failed, outage = dict(self._failed_m), dict(self._outage)
-        out = []
-        for r in list(self._reflectors):
-            name = r.resource.name
-            if name in failed and name in outage:
-                first, last = failed[name]
-                if r.last_ok < last and now_m - first >= grace_s:
-                    out.append((name, *outage[name]))
+        out = self.watch.failing(grace_s)
         e = self.elector
         since = e.failing_since if e is not None else None
         if e is not None and since is not None and now_m - e.failing_since_m >= grace_s:
@@ -928,7 +483,7 @@ class Controller:
 
     def _with_outage(self, rc: RunClaims) -> RunClaims:
         """Unknown claims during an API outage say so: the cause, not only the evidence's age."""
-        since, error = min(self._outage.values())
+        since, error = min(self.watch.outage.values())
         note = f"; Kubernetes API failing since {since:%Y-%m-%dT%H:%M:%SZ} ({error[:200]})"
         def noted(c: Claim) -> Claim:
             return replace(c, reason=c.reason + note) if c.observed is Observed.UNKNOWN else c
@@ -939,199 +494,9 @@ class Controller:
     def latencies(self) -> list[float]:
         return list(self._latencies)
 
-    # --- logs ------------------------------------------------------------------------------------
-
-    def _poll_targets(self, ev: RunEvidence, rc: RunClaims) -> _PollTargets:
-        """What the pollers should read for this run: container logs, checkpoints, Ray heads."""
-        if rc.finished:
-            return _PollTargets((), (), ())
-        # Only for the pollers that run: a tuple per running container costs memory at fleet size.
-        logs: tuple[tuple[Ref, str, str, int], ...] = ()
-        if self.cfg.log_poll_interval.total_seconds() > 0:
-            regex = self.cfg.log_regex_by_profile.get(_profile(ev), "")
-            logs = tuple(
-                (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
-                if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
-                for c in pod.facts.containers if not c.init and c.state == "running"
-            )
-        t = ev.taurun.facts if ev.taurun is not None else None
-        checkpoints = ((rc.ref, t.checkpoints),) if isinstance(t, TauRunFacts) and t.checkpoints \
-            and self.cfg.checkpoint_poll_interval.total_seconds() > 0 else ()
-        ray = tuple(self._ray_targets_of(ev)) if self.cfg.ray_poll_interval.total_seconds() > 0 else ()
-        return _PollTargets(logs, checkpoints, ray)
-
-    def _ray_targets_of(self, ev: RunEvidence) -> list[tuple[Ref, RayTarget]]:
-        ns = ev.root.ref.namespace
-        clusters: dict[str, dict[str, str]] = {}
-        cluster_uids = {rcl.ref.name: rcl.ref.uid for rcl in ev.rayclusters}
-        for rj in ev.rayjobs:
-            jf = rj.facts
-            if isinstance(jf, RayJobFacts) and jf.cluster_name:
-                clusters.setdefault(jf.cluster_name, {}).update(job_id=jf.job_id, dashboard=jf.dashboard_url)
-        for rcl in ev.rayclusters:
-            cf = rcl.facts
-            if isinstance(cf, RayClusterFacts):
-                clusters.setdefault(rcl.ref.name, {}).update(service=cf.head_service, dport=cf.dashboard_port,
-                                                             mport=cf.metrics_port)
-        out = []
-        for name, info in sorted(clusters.items()):
-            dash = dashboard_url_for(ns, name, overrides=self.cfg.ray_dashboards,
-                                     rayjob_dashboard_url=info.get("dashboard"), head_service=info.get("service"),
-                                     dashboard_port=info.get("dport") or None, cluster_domain=self.cfg.cluster_domain)
-            if dash is None:
-                continue
-            metrics = metrics_url_for(ns, name, overrides=self.cfg.ray_metrics, head_service=info.get("service"),
-                                      metrics_port=info.get("mport") or None, cluster_domain=self.cfg.cluster_domain)
-            counter = self.cfg.ray_counter_by_profile.get(_profile(ev), self.cfg.ray_progress_counter)
-            workers = tuple(
-                url for pod in ev.pods
-                if isinstance(pf := pod.facts, PodFacts) and pf.ray_node_type == "worker" and pf.pod_ip
-                and pf.phase == "Running" and name in cluster_uids  # owned, not just labelled: labels are tenant's
-                and owned_by(pod.owners, "RayCluster", name, cluster_uids[name])
-                and (url := worker_metrics_url(pf.pod_ip, info.get("mport") or None))  # validated parts only
-            ) if self.cfg.ray_scrape_workers else ()
-            target = RayTarget(Ref("RayCluster", ns, name), dash, metrics, info.get("job_id") or None,
-                               counter=counter, worker_metrics_urls=workers)
-            out.append((ev.root.ref, target))
-        return out
-
-    def _poll_ray(self) -> None:
-        """Each Ray head's Jobs, state and metrics APIs: runtime state and a progress counter."""
-        poller = RayPoller()
-        interval = self.cfg.ray_poll_interval.total_seconds()
-        while not self._stop.wait(interval if self._ray_targets else min(interval, 1.0)):
-            pairs = list(self._ray_targets)
-            roots = {t.cluster.key: root for root, t in pairs}
-            for cluster, runtime, sig in poller.poll_each([t for _, t in pairs], self.now()):  # each as it is read
-                root = roots[cluster.key]
-                self._put(_Change("ray", None, (root, cluster, runtime, sig)))
-
-    def _poll_logs(self) -> None:
-        """Container logs through the API, one pass every `log_poll_interval` from the start of the
-        one before (a pass that outlasts it is followed at once; its length is in /metrics)."""
-        interval = self.cfg.log_poll_interval.total_seconds()
-        # Quiet containers are read every few passes, and always well inside the evidence's max age.
-        fresh_passes = int(self.settings.claims.evidence_max_age.total_seconds() / 2 // interval)
-        poller = ApiLogPoller(self.api, ApiLogSettings(
-            tail_lines=self.cfg.log_tail_lines, limit_bytes=self.cfg.log_limit_bytes,
-            quiet_every=max(1, min(self.cfg.log_quiet_every, fresh_passes)),
-            concurrency=self.cfg.log_poll_concurrency), self.now)
-        poller.open()
-        wait = interval
-        agents_by = time.monotonic() + interval  # agents that do not answer hold the API reads one interval at most
-        try:
-            while not self._stop.wait(wait if self._log_targets else min(interval, 1.0)):
-                if not self._agents_first.is_set() and time.monotonic() < agents_by:
-                    wait = min(interval, 0.1)
-                    continue
-                started = time.monotonic()
-                for out in poller.run_pass(list(self._log_targets), agent_pods=self._agent_log_pods,
-                                           held=self._holds_signal, stop=self._stop):
-                    if isinstance(out, Signal):
-                        self._put_log(_Change("log", None, out), out.scan)
-                    elif isinstance(out, LogFresh):
-                        self._put(_Change("log-fresh", None, (out.ref, out.container, out.at)))
-                    elif isinstance(out, BadRegex):
-                        self._skip(out.message)
-                    else:
-                        self._put(_Change("error", None, out))
-                took = time.monotonic() - started
-                self.health.poll_pass("logs", took)
-                wait = max(0.0, interval - took)
-        finally:
-            poller.close()
-
-    def _holds_signal(self, ref: Ref, container: str) -> bool:
-        return self.index.signal_of(ref, container) is not None
-
-    def _poll_agents(self) -> None:
-        """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters."""
-        cfg = self.cfg.agents
-        reader = AgentReader.from_settings(self.now, token_file=cfg.token_file, ca_file=cfg.ca_file,
-                                           server_name=cfg.server_name)
-        namespace = cfg.namespace or self.cfg.lease_namespace or "default"
-        interval = cfg.poll_interval.total_seconds()
-        wait = 0.0  # the first pass at once: the API log poller waits for it
-        while not self._stop.wait(wait):
-            started = time.monotonic()
-            gpus: dict[tuple[str, str], PodGpuEvidence] = {}
-            nodes: dict[str, datetime] = {}
-            log_pods: set[tuple[str, str]] = set()
-            try:
-                endpoints = discover_agents(self.api, namespace, selector=cfg.selector, port=cfg.port,
-                                            scheme=reader.scheme)
-            except SourceError as e:
-                self.health.error("agents", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
-                endpoints = []
-            # Each agent's logs are handed on as its document is read (a first pass carries every
-            # container's log, which need not all be held at once); its GPUs in the endpoints'
-            # order afterwards, so that a pod two agents name gets the later one's.
-            by_endpoint: list[tuple[int, AgentReport]] = []
-            for i, rep in reader.read_each(endpoints):
-                if self._stop.is_set():
-                    break  # (the reads still out end on their own)
-                if isinstance(rep, str):
-                    self.health.error("agents", ErrorClass.RETRYABLE)
-                    log.warning("node agent not read", extra={"error": rep})
-                    continue
-                for c in rep.logs:
-                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
-                    self._put_log(_Change("agent-log", None, (sig, c.after)), sig.scan)
-                log_pods |= rep.log_pods()
-                by_endpoint.append((i, replace(rep, logs=())))
-            reader.forget(endpoints)
-            for _, rep in sorted(by_endpoint, key=lambda x: x[0]):
-                nodes[rep.endpoint.node] = rep.read_at
-                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
-            for node, url in sorted(cfg.dcgm.items()):
-                try:
-                    scrape = read_dcgm(url)
-                except DcgmError as e:
-                    self.health.error("agents", ErrorClass.RETRYABLE)
-                    log.warning("dcgm-exporter not read", extra={"error": str(e)})
-                    continue
-                at = self.now()
-                nodes.setdefault(node, at)
-                for g in pod_evidence(scrape, node=node, read_at=at):
-                    gpus.setdefault((g.namespace, g.pod), g)  # the agent's answer wins where both exist
-            self._put(_Change("gpu", None, (gpus, nodes, frozenset(log_pods))))
-            took = time.monotonic() - started
-            self.health.poll_pass("agents", took)
-            wait = max(0.0, interval - took)  # from the start of the pass before
-
-    def _poll_checkpoints(self) -> None:
-        """List each running run's checkpoint location: durable progress from Expstore."""
-        stores: dict[tuple[str, str], tuple[CheckpointStore, str]] = {}
-        refused: set[tuple[str, str]] = set()
-        interval = self.cfg.checkpoint_poll_interval.total_seconds()
-        try:
-            while not self._stop.wait(interval if self._checkpoint_targets else min(interval, 1.0)):
-                for ref, uri in list(self._checkpoint_targets):
-                    key = (ref.namespace, uri)  # what a location may reach depends on the run's namespace
-                    if key in refused:
-                        continue
-                    try:
-                        if key not in stores:
-                            store, prefix = store_for(uri, self.settings.storage, namespace=ref.namespace)
-                            store.open()
-                            stores[key] = (store, prefix)
-                        store, prefix = stores[key]
-                        sig = read_checkpoints(store, prefix, ref, self.now())
-                    except ValueError as e:  # refused or unusable (docs/security.md): say so once, never fetch
-                        if len(refused) > 10_000:
-                            refused.clear()
-                        refused.add(key)
-                        self.health.error("expstore", ErrorClass.PERMANENT)
-                        self._skip(f"{ref}: {e}")
-                        continue
-                    except CheckpointSourceError as e:
-                        self.health.error("expstore", ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT)
-                        log.warning("checkpoint listing failed", extra={"run": str(ref), "error": str(e)})
-                        continue
-                    self._put(_Change("signal", None, sig))
-        finally:
-            for store, _ in stores.values():
-                store.close()
+    def source_health(self) -> list[SourceHealth]:
+        """Each source's own account: errors, its last error, its passes (collector/planes/base.py)."""
+        return [s.health() for s in self.composed.all]
 
     # --- HTTP: /metrics, /healthz, /readyz -------------------------------------------------------
 
@@ -1162,7 +527,7 @@ class Controller:
             "/metrics": lambda: (200, "text/plain; version=0.0.4", render(self.registry)),
             "/healthz": healthz, "/readyz": readyz, "/runs": WithPath(runs),
         }, replace(options, protected=options.protected | {"/runs"}))
-        self._spawn(self._http.serve_forever, "http")
+        self.spawn(self._http.serve_forever, "http", None)
         return int(self._http.server_address[1])
 
 
@@ -1181,35 +546,8 @@ def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str)
                    progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None)
 
 
-def _describe(c: _Change) -> str:
-    """A change in a few words for the log: its operation, resource and object (no payload)."""
-    p = c.payload
-    ref = p.ref if isinstance(p, ObjectRecord | Signal) else p if isinstance(p, Ref) else None
-    if ref is None and isinstance(p, tuple) and p and isinstance(p[0], Ref | Signal):
-        ref = p[0] if isinstance(p[0], Ref) else p[0].ref
-    where = f" {ref.kind} {ref.namespace}/{ref.name}" if ref is not None else ""
-    return f"{c.op}{' ' + c.resource.name if c.resource else ''}{where}"
-
-
-def _profile(ev: RunEvidence) -> str:
-    t = ev.taurun.facts if ev.taurun is not None else None
-    return t.profile if isinstance(t, TauRunFacts) else ""
-
-
-# The source a thread's failures are counted under (taugrid_collector_errors_total{source}).
-_THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-poller": "ray",
-                   "agent-poller": "agents", "environment-check": "environment", "queue-poller": "kueue-visibility"}
-
-# How long after start the controller exports claims even if a watched resource never listed.
-STARTUP_GRACE_S = 60.0
-QUEUE_POLL_S = 30.0  # Kueue's visibility API, for the queues runs wait in (Kueue computes each answer on demand)
-UNLISTED_LOG_S = 10.0
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
-FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
-
-ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
-_UNKNOWN_ROOT = object()
 # The most of one core the periodic full re-evaluation may take between events (issue 9).
 FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
 # Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 20 MiB; collector/backlog.py).
@@ -1218,40 +556,3 @@ LOG_BACKLOG = 100_000
 # (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.
 RECHECK_SHARE = 0.05
 RECHECK_BURST_S = 1.0
-
-_ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
-
-
-def _same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
-    """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
-    hint, XIDs; readings (utilization, power) and the read time aside."""
-    return (a.node == b.node and a.source == b.source and a.containers == b.containers
-            and len(a.devices) == len(b.devices)
-            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile)
-                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile)
-                    for x, y in zip(a.devices, b.devices, strict=True)))
-
-
-def _adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
-    """A node agent's increment (what it read after line `after`) that `extend_history` would add
-    nothing to `held` with: no finding, no sample but the lead one the history already holds as it
-    is, and the same line count and notes."""
-    return (not inc.hangs and not inc.xids and not inc.resumes and inc.lines == held.lines and inc.format == held.format
-            and inc.diagnostics == held.diagnostics and len(inc.samples) <= 1
-            and (not inc.samples or (inc.samples[0].line <= after and bool(held.samples)
-                                     and inc.samples[0] == held.samples[-1])))
-
-
-def _same_evidence(a: ObjectRecord, b: ObjectRecord) -> bool:
-    """Equal in everything the claims and correlation read (resourceVersion aside)."""
-    return (a.facts == b.facts and a.conditions == b.conditions and a.labels == b.labels
-            and a.owners == b.owners and a.generation == b.generation and a.ref.uid == b.ref.uid)
-
-
-def _name_of(obj: JSON | PodObject) -> str:
-    if type(obj) is PodObject:
-        return obj.name_of()
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if isinstance(meta, dict):
-        return f"{meta.get('namespace') or ''}/{meta.get('name') or '?'}".lstrip("/")
-    return "?"

@@ -21,7 +21,7 @@ import yaml
 
 from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import RunEvidence, RunIndex, Signal, build_index
-from collector.environment import EnvironmentReport, single_cluster
+from collector.envcontract import EnvironmentReport, single_cluster
 from collector.kube import dns1123_label, dns1123_subdomain
 from collector.model import ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import evaluate_multicluster

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from collector.correlate import RunEvidence, build_index
-from collector.environment import ClusterInventory, inventory
+from collector.envcontract import ClusterInventory, inventory
 from collector.settings import Settings
 from collector.sources.dump import Dump, load_dump
 

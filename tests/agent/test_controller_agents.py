@@ -18,8 +18,9 @@ import pytest
 from collector import controller as controller_module
 from collector.agent import Agent
 from collector.backlog import Backlog
-from collector.controller import Controller, _same_devices
+from collector.controller import Controller
 from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.planes.node_agents import same_devices
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
 from collector.sources import agents
 from collector.sources.kube_api import KubeApi, api_client_for
@@ -121,7 +122,7 @@ def test_controller_takes_logs_and_gpus_from_the_node_agent(tmp_path: Path, monk
         assert "step 30" in claims()["progressing"][1]
         wait_until(lambda: "8/8 GPUs allocated" in claims().get("scheduled", ("", ""))[1], timeout=10,
                    what="allocation from pod-resources")
-        assert c._agent_log_pods == frozenset({("research", "llm-w0")})
+        assert c.agent_log_pods == frozenset({("research", "llm-w0")})
         # later reads ask for what came after the last document (increments), and the history
         # the controller keeps from them is the whole log's
         afters: list[int | None] = []
@@ -159,7 +160,7 @@ def test_the_api_log_poller_leaves_the_agents_pods_from_its_first_pass(tmp_path:
                    what="progressing from the agent's log evidence")
         passes = live.c.health._poll_pass.labels("logs")._value.get()  # a pass has run (its length)
         time.sleep(1.0)  # five more API log passes
-        assert live.c._agent_log_pods == frozenset({("research", "llm-w0")})
+        assert live.c.agent_log_pods == frozenset({("research", "llm-w0")})
         assert reads == [], reads
         assert passes is not None
 
@@ -196,7 +197,7 @@ def test_same_devices_tells_readings_from_what_claims_say() -> None:
                         ("main",))
     readings = replace(ev, read_at=T0 + timedelta(seconds=30),
                        devices=tuple(replace(d, utilization=0.4, sm_active=0.1, power_w=300.0) for d in ev.devices))
-    assert _same_devices(ev, readings)
+    assert same_devices(ev, readings)
     first, second = ev.devices
     for changed in (replace(ev, devices=(replace(first, lost=True), second)),
                     replace(ev, devices=(replace(first, hang_hint=True), second)),
@@ -204,4 +205,4 @@ def test_same_devices_tells_readings_from_what_claims_say() -> None:
                     replace(ev, devices=(replace(first, uuid=UUIDS[2]), second)),
                     replace(ev, devices=(first,)), replace(ev, containers=("main", "sidecar")),
                     replace(ev, node="gpu-1"), replace(ev, source="dcgm")):
-        assert not _same_devices(ev, changed), changed
+        assert not same_devices(ev, changed), changed

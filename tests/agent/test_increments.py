@@ -12,7 +12,7 @@ from typing import Any
 from collector.agent.evidence import Snapshot, evidence_document
 from collector.agent.logs import MARKS, LogEvidence
 from collector.agent.nvml import NvmlStatus
-from collector.controller import _adds_nothing
+from collector.planes.signals import adds_nothing
 from collector.progress.history import extend_history
 from collector.progress.model import HangFinding, XidFinding
 from collector.sources.agents import AgentEndpoint, parse_evidence
@@ -136,32 +136,32 @@ def test_an_increment_with_nothing_new_only_refreshes(tmp_path: Path) -> None:
 
     inc, after = increment()  # no new line
     assert [s.step for s in inc.samples] == [3]  # the lead sample only
-    assert _adds_nothing(held, inc, after)
+    assert adds_nothing(held, inc, after)
     same = extend_history(held, inc, after)
     assert (same.samples, same.hangs, same.xids, same.lines, same.diagnostics) == \
         (held.samples, held.hangs, held.xids, held.lines, held.diagnostics)
-    assert not _adds_nothing(held, replace(inc, samples=(replace(inc.samples[0], loss=0.5),)), after)  # a redraw
+    assert not adds_nothing(held, replace(inc, samples=(replace(inc.samples[0], loss=0.5),)), after)  # a redraw
     node.write(node.line("a line with no step"))
     inc, after = increment()
-    assert not _adds_nothing(held, inc, after) and extend_history(held, inc, after).lines != held.lines
+    assert not adds_nothing(held, inc, after) and extend_history(held, inc, after).lines != held.lines
     held = extend_history(held, inc, after)
     cursor = ev.polls
     node.write(*node.steps(4, 4))
     inc, after = increment()
-    assert not _adds_nothing(held, inc, after)
+    assert not adds_nothing(held, inc, after)
     held, cursor = extend_history(held, inc, after), ev.polls
     inc, after = increment()
-    assert _adds_nothing(held, inc, after)
+    assert adds_nothing(held, inc, after)
     # each part on its own (a real poll that adds one also adds lines)
     later = replace(inc.samples[0], line=after + 1, step=5)
     for changed in (replace(inc, samples=(*inc.samples, later)), replace(inc, samples=(later,)),
                     replace(inc, hangs=(HangFinding("nccl-error", after + 1, None, None, 0, None),)),
                     replace(inc, xids=(XidFinding(79, "0000:18:00.0", after + 1, "", "", None),)),
                     replace(inc, diagnostics=("line 9: a note",)), replace(inc, format="deepspeed")):
-        assert not _adds_nothing(held, changed, after), changed
+        assert not adds_nothing(held, changed, after), changed
     node.write(node.line(WATCHDOG))
     inc, after = increment()
-    assert not _adds_nothing(held, inc, after) and extend_history(held, inc, after).hangs
+    assert not adds_nothing(held, inc, after) and extend_history(held, inc, after).hangs
 
 
 RESTART = ("W0110 10:15:40.117000 738248 torch/distributed/elastic/agent/server/api.py:704] [default] Worker group "
@@ -189,6 +189,6 @@ def test_a_restart_inside_the_container_travels_with_its_seq_and_in_increments(t
     # an increment holding only a resume is not "nothing new"
     only = replace(inc.scan, hangs=(), samples=base.scan.samples[-1:], lines=base.scan.lines,
                    diagnostics=base.scan.diagnostics, resumes=base.scan.resumes[:1])
-    assert not _adds_nothing(base.scan, only, base.scan.lines)
+    assert not adds_nothing(base.scan, only, base.scan.lines)
     whole = parse_evidence(_doc(ev, None), EP, READ_AT).logs[0]
     assert merged.resumes == whole.scan.resumes and merged.hangs == whole.scan.hangs

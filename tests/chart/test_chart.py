@@ -18,7 +18,7 @@ import yaml
 from collector.agent.command import agent as agent_command
 from collector.cli import controller as cli_controller
 from collector.config import load_settings
-from collector.sources.environment import DEPLOYMENTS, ENVIRONMENT_READS
+from collector.sources.inventory import DEPLOYMENTS, ENVIRONMENT_READS
 from collector.sources.kube_api import DEFAULT_RESOURCES
 from collector.sources.visibility import CQ_RESOURCE
 from collector.sources.visibility import GROUP as VISIBILITY_GROUP
@@ -456,10 +456,10 @@ def test_the_environment_check_reads_deployments_only_where_the_chart_grants_it(
     and a Deployment elsewhere (a tenant's look-alike) is not read; cluster-wide, it is."""
     from kubernetes import client as k8s
 
-    from collector.sources.environment import read_cluster
+    from collector.sources.inventory import read_cluster
     from collector.sources.kube_api import KubeApi, api_client_for
     from kubesim import Simulator
-    from tests.environment.envobjects import deployment, supported_objects
+    from tests.multicluster.envobjects import deployment, supported_objects
 
     objs = render(REQUIRED)
     [cm] = by_kind(objs, "ConfigMap")

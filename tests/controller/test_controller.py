@@ -13,6 +13,7 @@ import pytest
 
 from collector.controller import Controller
 from collector.model import Ref, RunClaims
+from collector.planes.ray_heads import ray_targets_of
 from collector.settings import ControllerSettings, Settings, StorageSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.clock import ManualClock
@@ -168,7 +169,7 @@ def settle(c: Controller, since: float | None = None) -> dict[str, Any]:
     since = time.monotonic() if since is None else since
 
     def steady() -> bool:
-        if not all(r.last_ok > since for r in c._reflectors):
+        if not all(r.last_ok > since for r in c.watch.reflectors):
             return False
         a = snapshot(c)
         time.sleep(0.5)
@@ -359,7 +360,7 @@ def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
         rec = normalize(obj).record
         assert rec is not None
         c.index.upsert(rec)
-    [(root, target)] = c._ray_targets_of(c.index.evidence(Ref("RayJob", "ns", "rj")))
+    [(root, target)] = ray_targets_of(c.index.evidence(Ref("RayJob", "ns", "rj")), c.cfg)
     assert root.name == "rj" and target.job_id == "rj-abc"
     assert target.dashboard_url == "http://rc-head-svc.ns.svc.cluster.local:8265"
     assert target.metrics_url == "http://rc-head-svc.ns.svc.cluster.local:8080/metrics"

@@ -55,9 +55,9 @@ def test_explain_on_a_kubectl_dump_agrees_with_the_live_controller(tmp_path: Pat
         try:
             wait_until(ctl.ready.is_set)
             # Every running container's log has been read at least once.
-            wait_until(lambda: ctl._log_targets and all(
+            wait_until(lambda: ctl.sources["logs"].targets.current and all(
                 any(sig.source == c for sig in ctl.index.evidence(rc.ref).signals)
-                for rc in ctl.claims.values() for pod, c, *_ in ctl._log_targets
+                for rc in ctl.claims.values() for pod, c, *_ in ctl.sources["logs"].targets.current
                 if ctl.index.root_of(pod) == rc.ref), timeout=20, what="logs read")
             live = settle(ctl)
         finally:

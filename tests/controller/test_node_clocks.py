@@ -43,7 +43,7 @@ class _Played:
         self.ctl = Controller(KubeApi(api_client_for(url)), settings(), self.clock.now)
         self.ctl.open()
         wait_until(self.ctl.ready.is_set, timeout=30, what="ready")
-        wait_until(lambda: all(r.synced_once.is_set() for r in self.ctl._reflectors), timeout=30, what="listed")
+        wait_until(lambda: all(r.synced_once.is_set() for r in self.ctl.watch.reflectors), timeout=30, what="listed")
         self.applied()
 
     def applied(self) -> None:
@@ -65,7 +65,7 @@ def test_node_leases_measure_each_clock_as_the_controller_starts() -> None:
     p = _Played(True, 240)
     try:
         idx = p.ctl.index
-        assert any(r.resource.kind == "Lease" for r in p.ctl._reflectors)
+        assert any(r.resource.kind == "Lease" for r in p.ctl.watch.reflectors)
         assert set(idx.node_skew) == {"fast"} and idx.node_clock_unsure == {"slow"}
         assert timedelta(seconds=90) <= idx.node_skew["fast"] <= timedelta(seconds=100)
         p.engine.step_to(260)  # every kubelet renews its Lease: watch events

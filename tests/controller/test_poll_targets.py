@@ -28,7 +28,8 @@ def _targets(**off: timedelta) -> tuple[int, int, int, int]:
             assert time.monotonic() < deadline, "no run ever ran"
             time.sleep(0.2)
         time.sleep(1.5)  # a tick after: every run evaluated with its pods running
-        return (len(ctl.claims), len(ctl._log_targets), len(ctl._checkpoint_targets), len(ctl._ray_targets))
+        return (len(ctl.claims), *(len(s.targets.current) if (s := ctl.sources.get(name)) is not None else 0
+                                    for name in ("logs", "expstore", "ray")))
     finally:
         ctl.close()
         session.close()

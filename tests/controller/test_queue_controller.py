@@ -20,7 +20,7 @@ def test_a_queued_run_gets_its_position_from_the_visibility_api() -> None:
         engine = ScenarioEngine(spec, url, clock=clock)
         engine.step_to(9 * 60)
         c = Controller(KubeApi(api_client_for(url)), settings(), clock.now)
-        c.queue_poll_s = 0.2
+        c.sources["kueue-visibility"].interval_s = 0.2  # (30 s in service)
         c.open()
         try:
             def queued() -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from collector import controller as controller_module
+from collector.planes import node_agents
 from collector.settings import AgentSourceSettings
 from kubesim.server import Simulator
 from tests.controller.test_controller import FAST, T0, Clock, start, wait_until
@@ -18,14 +18,14 @@ from tests.controller.test_controller import FAST, T0, Clock, start, wait_until
 def test_a_poller_that_raises_is_logged_counted_and_started_again(monkeypatch: pytest.MonkeyPatch,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     calls: list[int] = []
-    discover = controller_module.discover_agents
+    discover = node_agents.discover_agents
 
     def tripping(*a: Any, **k: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:
             raise TypeError("'int' object is not iterable")  # what a bug looks like
         return discover(*a, **k)
-    monkeypatch.setattr(controller_module, "discover_agents", tripping)
+    monkeypatch.setattr(node_agents, "discover_agents", tripping)
     caplog.set_level(logging.ERROR, logger="taugrid.controller")
     with Simulator(settings=FAST, watch_window=50) as sim:
         sim.start()

@@ -55,14 +55,15 @@ def test_no_export_while_a_synced_listing_waits_in_the_queue() -> None:
         engine.step_to(3 * 60)
         sink = Recorder()
         c = Controller(KubeApi(api_client_for(sim.base_url)), settings(), clock.now, sink=sink)
-        served = {(r.api_version, r.kind) for r in c.wanted if _served(sim, r.api_version, r.kind)}
-        resources = sorted((r for r in c.wanted if (r.api_version, r.kind) in served), key=lambda r: r.kind == "TauRun")
+        served = {(r.api_version, r.kind) for r in c.watch.wanted if _served(sim, r.api_version, r.kind)}
+        resources = sorted((r for r in c.watch.wanted if (r.api_version, r.kind) in served),
+                           key=lambda r: r.kind == "TauRun")
         assert any(r.kind == "TauRun" for r in resources) and any(r.kind == "RayJob" for r in resources)
         for r in resources:  # what each reflector does on its first listing (Reflector.relist)
-            refl = Reflector(c.api, r, c, clock.now)
-            c._reflectors.append(refl)
-            c.replace(r, list(sim.iter_objects(r.api_version, r.kind)))
-            c.mark_synced(r, clock.now())
+            refl = Reflector(c.api, r, c.watch, clock.now)
+            c.watch.reflectors.append(refl)
+            c.watch.replace(r, list(sim.iter_objects(r.api_version, r.kind)))
+            c.watch.mark_synced(r, clock.now())
             refl.synced_once.set()
             if r.kind != "TauRun":
                 _apply_queued(c)  # the loop applied these; the TauRun listing is still queued

@@ -12,11 +12,11 @@ from exporter_samples import T0, blocked_run, crashlooping_run
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.environment import check, inventory
+from collector.envcontract import check, inventory
 from collector.model import Observed, Straggler, Stragglers
 from collector.riskfacts import NodeRisk, WorkAtRisk
-from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
+from exporters.prometheus_envcontract import EnvironmentExporter
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

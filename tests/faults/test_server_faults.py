@@ -23,7 +23,7 @@ from collector.cli import main
 from collector.controller import Controller
 from collector.model import RunClaims
 from collector.settings import ClaimSettings, Settings
-from collector.sources.environment import CRDS, DEPLOYMENTS
+from collector.sources.inventory import CRDS, DEPLOYMENTS
 from collector.sources.kube_api import KubeApi, api_client_for
 from exporters.adx.rows import RowBuilder
 from exporters.adx.schema import RUN_CLAIMS
@@ -222,7 +222,7 @@ def test_events_expiring_during_an_outage_recover_to_an_uninterrupted_run() -> N
             s.faults.drop(count=None)
             s.faults.drop_watch(count=None)
             # Every reflector has lost the server (and will list again once it answers).
-            wait_until(lambda: all(r.resource_version == "" for r in c._reflectors), timeout=10, what="cut off")
+            wait_until(lambda: all(r.resource_version == "" for r in c.watch.reflectors), timeout=10, what="cut off")
             clock.advance(150)  # past the Events' TTL: the server deletes them while it is cut off
             wait_until(lambda: not list(s.iter_objects("v1", "Event", "research")), timeout=5, what="expired")
             apply_run(s, "llm", crash=True)  # and the cluster moves on

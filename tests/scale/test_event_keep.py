@@ -180,8 +180,8 @@ def test_the_controller_exports_the_events_it_does_not_keep() -> None:
         for sink in (None, _Sink()):
             c = Controller(KubeApi(api_client_for(sim.base_url)), Settings(controller=cfg), clock.now, sink=sink)
             ops: list[str] = []
-            put = c._put
-            c._put = lambda ch, put=put, ops=ops: (ops.append(ch.op), put(ch))[1]  # type: ignore[method-assign]
+            put = c.put
+            c.put = lambda ch, put=put, ops=ops: (ops.append(ch.op), put(ch))[1]  # type: ignore[method-assign]
             c.open()
             try:
                 wait(lambda c=c: c.ready.is_set() and len(c.claims) == 1, "controller ready")

@@ -29,7 +29,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1
 
 def _reflector() -> tuple[Reflector, Controller]:
     c = Controller(None, Settings(), lambda: datetime(2026, 1, 10, tzinfo=UTC))  # type: ignore[arg-type]
-    return Reflector(None, POD, c, c.now, decoder=decoder_for("v1", "Pod")), c  # type: ignore[arg-type]
+    return Reflector(None, POD, c.watch, c.now, decoder=decoder_for("v1", "Pod")), c  # type: ignore[arg-type]
 
 
 def _feed(line: bytes) -> None:
@@ -37,7 +37,7 @@ def _feed(line: bytes) -> None:
     try:
         event: Any = r.decoder.event(line)
         r._apply(event)
-        c.flush(POD)
+        c.watch.flush(POD)
     except orjson.JSONDecodeError:
         pass  # the reflector turns this into a SourceError naming the resource
     except SourceError as e:

@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry
 from collector.agent.evidence import Snapshot, evidence_document
 from collector.agent.nvml import NvmlStatus
 from collector.cli import main
-from collector.controller import Controller, _Change
+from collector.controller import Controller
 from collector.correlate import Signal
 from collector.model import Evidence, Plane, Ref, RunClaims
+from collector.planes.base import Change
 from collector.progress.model import LogScan, ProgressSample
 from collector.render import to_json
 from collector.sources.agents import AgentEndpoint, parse_evidence
@@ -92,8 +93,8 @@ def test_a_change_that_raises_costs_only_itself_not_the_batch(tmp_path: Path) ->
                                     **{"class": "permanent"})
             a = Signal(Ref("Pod", "team-a", "llm-w0"), "main", _scan(1, 2, HUGE), T0)
             b = Signal(Ref("Pod", "team-b", "other-w0"), "main", _scan(10, 11, 12), T0)
-            c._put(_Change("batch", None, [_Change("ray", None, ("a payload", "that cannot be applied")),
-                                           _Change("log", None, a), _Change("log", None, b)]))
+            c.put(Change("batch", None, [Change("ray", None, ("a payload", "that cannot be applied")),
+                                         Change("log", None, a), Change("log", None, b)]))
             wait_until(lambda: c.index.signal_of(b.ref, "main") is not None, what="B's evidence applied")
             wait_until(lambda: _metric(c.registry, "taugrid_collector_errors_total", source="controller",
                                        **{"class": "permanent"}) > errors_before, what="the failure counted")

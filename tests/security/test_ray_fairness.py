@@ -52,18 +52,19 @@ def test_one_trickling_head_does_not_hold_back_another_tenants_evidence(monkeypa
     c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")),
                    settings(ray_poll_interval=timedelta(seconds=0.2)), lambda: T0)
     put: list[tuple[float, Any]] = []
-    monkeypatch.setattr(c, "_put", lambda change: put.append((time.monotonic(), change)))
+    monkeypatch.setattr(c, "put", lambda change: put.append((time.monotonic(), change)))
 
     def published(name: str) -> list[float]:
         return [at for at, ch in put if ch.op == "ray" and ch.payload[1].name == name]
 
     with trickler(every_s=0.5, lasting_s=30) as slow, http_server(ray_head(step=11)) as good:
-        c._ray_targets = [
+        ray = c.sources["ray"]
+        ray.targets.current = [
             (Ref("RayJob", ns, name), RayTarget(Ref("RayCluster", ns, name), url, url + "/metrics"))
             for ns, name, url in (("tenant-a", "slow", slow), ("tenant-b", "good", good))
         ]
         t0 = time.monotonic()
-        poller = threading.Thread(target=c._poll_ray, daemon=True)
+        poller = threading.Thread(target=ray.run, daemon=True)
         poller.start()
         try:
             deadline = t0 + 10

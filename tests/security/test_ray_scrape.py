@@ -16,6 +16,7 @@ import pytest
 from collector.controller import Controller
 from collector.kube import normalize
 from collector.model import Ref
+from collector.planes.ray_heads import ray_targets_of
 from collector.sources.kube_api import KubeApi, api_client_for
 from collector.sources.ray import RayHead, RayPoller, RaySourceError, count_alive
 from collector.sources.ray_urls import dashboard_url_for
@@ -46,7 +47,7 @@ def targets(dashboard_url: str, pods: list[dict[str, Any]], *, metrics_port: str
         rec = normalize(obj).record
         assert rec is not None
         c.index.upsert(rec)
-    [(_, target)] = c._ray_targets_of(c.index.evidence(Ref("RayJob", "ns", "rj")))
+    [(_, target)] = ray_targets_of(c.index.evidence(Ref("RayJob", "ns", "rj")), c.cfg)
     return target
 
 

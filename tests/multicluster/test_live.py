@@ -14,10 +14,10 @@ from kubernetes import client as k8s
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.sources.environment import read_environment
+from collector.sources.inventory import read_environment
 from collector.sources.kube_api import KubeApi, api_client_for
-from exporters.environment import EnvironmentExporter
 from exporters.prometheus import new_registry
+from exporters.prometheus_envcontract import EnvironmentExporter
 from kubesim import ManualClock, Simulator, SimulatorSettings
 
 T0 = datetime(2026, 1, 10, 10, 0, 0, tzinfo=UTC)

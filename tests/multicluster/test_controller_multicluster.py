@@ -60,7 +60,7 @@ def test_controller_joins_workers_and_prometheus_sees_it(tmp_path: Path) -> None
                 prom.wait_for("taugrid_environment_supported == 1", timeout=20)
 
                 mc.step_to(130)  # worker-2 upgraded to another minor; worker-1 lost the run
-                c.environment.check_once()
+                c.sources["environment"].poller.check_once()
                 skew = prom.wait_for("taugrid_environment_violation == 1", timeout=20)
                 assert [(v["metric"]["checked_cluster"], v["metric"]["check"], v["metric"]["reason"])
                         for v in skew] == [("worker-2", "kubernetes", "skew")]

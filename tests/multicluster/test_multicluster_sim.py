@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from collector.sources.environment import read_environment
+from collector.sources.inventory import read_environment
 from collector.sources.kube_api import KubeApi, load_api_client
 from kubesim.multicluster import (
     MULTIKUEUE_MANAGED_BY,

@@ -1,4 +1,4 @@
-"""Prometheus export of the supported-environment check (collector/environment.py).
+"""Prometheus export of the supported-environment check (collector/envcontract.py).
 
 `taugrid_environment_supported` is 1 when the manager and every worker satisfy the admin guide's
 contract, 0 otherwise, and absent before the first check. `taugrid_environment_violation` has one
@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from collector.environment import EnvironmentReport
+from collector.envcontract import EnvironmentReport
 
 __all__ = ["EnvironmentExporter"]
 

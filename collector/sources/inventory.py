@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
-from collector.environment import ClusterInventory, EnvironmentReport, check, inventory
+from collector.envcontract import ClusterInventory, EnvironmentReport, check, inventory
 from collector.settings import ControllerSettings
 from collector.sources.kube_api import JSON, KubeApi, Resource, SourceError
 

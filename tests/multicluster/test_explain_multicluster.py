@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from collector.cli import main
-from collector.sources.environment import CRDS, DEPLOYMENTS
+from collector.sources.inventory import CRDS, DEPLOYMENTS
 from collector.sources.kube_api import DEFAULT_RESOURCES, KubeApi, api_client_for
 from kubesim.multicluster import MultiClusterSimulation, load_multicluster, multikueue_scenario_path
 

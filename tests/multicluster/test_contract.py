@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from envobjects import crd, supported_objects, version
 
-from collector.environment import Check, Reason, check, inventory
+from collector.envcontract import Check, Reason, check, inventory
 from collector.settings import ControllerSettings
 
 NS = ControllerSettings().environment_namespaces
@@ -94,7 +94,7 @@ def test_json_shape() -> None:
 def test_a_tenants_deployment_with_a_controllers_image_is_not_that_controller() -> None:
     """Tenants create Deployments in their own namespaces; one running Kueue's image (an old one) is
     not the cluster's Kueue, and must neither fail nor pass the check for it."""
-    from tests.environment.envobjects import deployment
+    from tests.multicluster.envobjects import deployment
 
     tenant = deployment("kueue-controller-manager", "research", "registry.k8s.io/kueue/kueue:v0.1.0")
     base = check([inventory("m", version(), supported_objects(), NS)])

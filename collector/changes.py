@@ -1,0 +1,275 @@
+"""How the controller's loop applies the changes its sources deliver (collector/planes) to the run
+index: objects and their listings, node clocks, progress signals, Ray heads, GPU evidence, queue and
+worker answers. Each change marks the runs whose claims it may move (`_dirty`); the controller
+re-evaluates those (collector/controller.py).
+
+A mixin of `Controller`: it works on the controller's own state, declared below, and runs only on
+the loop's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from collector.correlate import Key, RunIndex, Signal
+from collector.gpu import PodGpuEvidence
+from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
+from collector.nodeclock import NodeClocks
+from collector.planes.base import Change
+from collector.planes.kube_watch import KubeWatch
+from collector.planes.node_agents import runs_to_recheck
+from collector.planes.signals import folded
+from collector.settings import Settings
+from collector.sources.kube_api import Resource
+from collector.sources.queuewatch import QueueWatch
+from exporters.adx.exporter import EvidenceSink
+from exporters.prometheus import ErrorClass, HealthMetrics
+
+__all__ = ["FAILURE_LOG_S", "ROOTS_MEMO_MAX", "ChangeApplier", "describe"]
+
+log = logging.getLogger("taugrid.controller")
+
+FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
+ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
+_UNKNOWN_ROOT = object()
+_ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
+
+
+class ChangeApplier:
+    """Applies changes to the index (the loop's thread only)."""
+
+    settings: Settings
+    index: RunIndex
+    clocks: NodeClocks
+    claims: dict[Key, RunClaims]
+    queues: QueueWatch
+    watch: KubeWatch
+    health: HealthMetrics
+    sink: EvidenceSink | None
+    skipped: list[str]
+    agents_first: threading.Event
+    agent_log_pods: frozenset[tuple[str, str]]
+    _dirty: set[Key]
+    _dispatched: dict[Key, str]
+    _gpus: dict[tuple[str, str], PodGpuEvidence]
+    _agent_nodes: dict[str, datetime]
+    _roots_memo: dict[Key, Ref | None]
+    _roots_shape: int
+    _roots_changed: bool
+    _failure_logged: dict[str, float]
+
+    now: Callable[[], datetime]
+
+    @property
+    def leader(self) -> bool:
+        raise NotImplementedError  # the controller's
+
+    @property
+    def synced(self) -> bool:
+        raise NotImplementedError  # the controller's
+
+    def _apply(self, c: Change) -> None:
+        r = c.resource
+        if c.ack is not None:
+            c.ack()
+        if c.op == "worker":
+            self._dirty.update(k for k, w in self._dispatched.items() if w == c.payload)
+        elif c.op == "upsert":
+            assert r is not None
+            self._upsert(r, c.payload)
+        elif c.op == "delete":
+            assert r is not None
+            self._delete_ref(r, c.payload)
+        elif c.op == "lease":
+            lease, ahead = c.payload
+            self.clocks.lease(lease, ahead, listed=False)
+        elif c.op == "leases":
+            for lease, ahead in c.payload:
+                self.clocks.lease(lease, ahead, listed=True)
+            self.clocks.leases_listed({lease.node for lease, _ in c.payload})
+        elif c.op == "queue":
+            self._dirty.update(k for k in self.queues.runs_in(c.payload) if isinstance(k, tuple))
+        elif c.op == "lease-gone":
+            self.clocks.lease_gone(c.payload)
+        elif c.op == "replace":
+            assert r is not None
+            self._replace(r, c.payload)
+        elif c.op == "listed":  # a list's Events that the index does not keep (see KubeWatch.replace)
+            assert r is not None
+            for rec in c.payload:
+                self._upsert(r, rec)
+        elif c.op == "synced":
+            assert r is not None
+            self.index.synced[self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind] = c.payload
+            self.health.synced(r.name, c.payload)
+            self.watch.applied_listing(r.name)
+        elif c.op == "ray":
+            root_ref, cluster, runtime, ray_sig = c.payload
+            self.index.set_ray(cluster, runtime)
+            source = f"ray-metrics:{cluster.name}"
+            if ray_sig is None or runtime.error:
+                self.index.drop_signal(root_ref, source)  # a head we cannot read is no evidence now
+            else:
+                self.index.set_signal(replace(ray_sig, ref=root_ref, source=source))
+            self._dirty.add(root_ref.key)
+        elif c.op == "gpu":
+            gpus, nodes, log_pods = c.payload
+            self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.claims, self._dirty)
+            self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
+            self.agents_first.set()
+        elif c.op == "log-fresh":
+            ref, container, read_at = c.payload
+            prev = self.index.signal_of(ref, container)
+            if prev is not None:
+                self._refresh(prev, read_at)
+        elif c.op in ("log", "signal", "agent-log"):
+            sig, after = c.payload if c.op == "agent-log" else (c.payload, None)
+            prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
+            fold = folded(prev, sig, c.op, after, self.settings.claims)
+            if fold is None:
+                assert prev is not None
+                self._refresh(prev, sig.read_at)  # an agent's increment with nothing new: read now, as it was
+                return
+            sig, read = fold
+            self.index.set_signal(sig)
+            root = self.index.root_of(sig.ref)
+            if root is not None:
+                self._dirty.add(root.key)
+                if self.sink is not None and self.leader:
+                    source = f"{sig.ref.name}/{sig.source}"
+                    self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,
+                                 read)
+        elif c.op == "error":
+            assert r is not None
+            self.watch.applied_error(r.name, c.payload, c.received)
+        elif c.op == "restart":
+            assert r is not None
+            self.health.watch_restarted(r.name)
+            if c.payload:
+                self.health.relisted(r.name)
+
+    def _refresh(self, prev: Signal, read_at: datetime) -> None:
+        """`prev` read again at `read_at` with nothing new: only its read time moves."""
+        self.index.set_signal(replace(prev, read_at=read_at))
+        # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
+        # (`Clock.within`): re-evaluate now only if that is near or past.
+        if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
+            root = self.index.root_of(prev.ref)
+            if root is not None:
+                self._dirty.add(root.key)
+
+    def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:
+        """An exception inside the loop, contained to the one change, run or export it hit: counted
+        (errors_total{source}), and logged with its traceback once a minute per kind (a tenant who
+        keeps tripping it must not flood the log)."""
+        self.health.error(source, ErrorClass.PERMANENT)
+        now = time.monotonic()
+        if now - self._failure_logged.get(kind, -FAILURE_LOG_S) >= FAILURE_LOG_S:
+            self._failure_logged[kind] = now
+            log.exception(message, extra={"kind": kind, "what": what[:300]})
+        else:
+            log.debug(message, extra={"kind": kind, "what": what[:300]})
+
+    def _export(self, what: str, call: Callable[..., object], *args: Any, **kw: Any) -> None:
+        """A call into the record sink (ADX, embedded) or the evidence capture: a failure there costs
+        only these records."""
+        try:
+            call(*args, **kw)
+        except Exception:
+            self._failed("export failed; the evidence stays in the index", "export", what, source="export")
+
+    def _touch(self, ref: Ref) -> None:
+        root = self._root_of(ref)
+        if root is not None:
+            self._dirty.add(root.key)
+        if ref.kind in _ROOTISH:
+            self._roots_changed = True
+
+    def _root_of(self, ref: Ref) -> Ref | None:
+        """`index.root_of`, remembered while the index's links stay as they were (`RunIndex.shape`):
+        a burst of pod updates finds each pod's run once. Bounded: past the bound, it computes."""
+        memo = self._roots_memo
+        if self._roots_shape != self.index.shape:
+            memo.clear()
+            self._roots_shape = self.index.shape
+        key = ref.key
+        root = memo.get(key, _UNKNOWN_ROOT)
+        if root is _UNKNOWN_ROOT:
+            root = self.index.root_of(ref)
+            if len(memo) < ROOTS_MEMO_MAX:
+                memo[key] = root
+        return root  # type: ignore[return-value]
+
+    def _upsert(self, r: Resource, rec: ObjectRecord) -> None:
+        old = self.index.get(*rec.ref.key)
+        if isinstance(rec.facts, NodeFacts):
+            self._node_clock(old, rec)
+        if old is not None and _same_evidence(old, rec):
+            self.index.upsert(rec)  # a resourceVersion bump with nothing the claims read: no re-evaluation
+            return
+        before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
+        self.index.upsert(rec)
+        if before is not None:
+            self._dirty.add(before.key)
+        self._touch(rec.ref)
+        self._export_event(rec)
+
+    def _node_clock(self, old: ObjectRecord | None, rec: ObjectRecord) -> None:
+        """A node's status heartbeat, stamped on its own clock (`collector.nodeclock`)."""
+        f = rec.facts
+        assert isinstance(f, NodeFacts)
+        before = old.facts.heartbeat if old is not None and isinstance(old.facts, NodeFacts) else None
+        self.clocks.heartbeat(rec.ref.name, f.heartbeat, before, self.now())
+
+    def _export_event(self, rec: ObjectRecord) -> None:
+        """Events regarding a run's objects only: tenants create Events at will, and the rest (most
+        of a fleet's) would crowd the spool while saying nothing about any run (docs/security.md).
+        Until every resource has listed once, an Event whose object is not indexed yet may still
+        regard a run: it is exported as before (the first listing bounds those)."""
+        if self.sink is not None and rec.ref.kind == "Event" and self.leader:
+            regarding = getattr(rec.facts, "regarding", None)  # EventFacts
+            root = self.index.root_of(regarding) if isinstance(regarding, Ref) else None
+            if root is not None or not self.synced:
+                self._export(str(rec.ref), self.sink.event, rec, root.name if root is not None else "")
+
+    def _delete_ref(self, r: Resource, ref: Ref) -> None:
+        self._touch(ref)
+        self.index.delete(ref)
+        if ref.kind == "Node":
+            self.clocks.forget(ref.name)
+
+    def _replace(self, r: Resource, recs: list[ObjectRecord]) -> None:
+        """A (re)list: upsert all, and delete what was known but is gone (no lost DELETED)."""
+        kind = self.settings.taugrid.role_of(r.kind, r.api_version) or r.kind
+        gone = self.index.keys_of_kind(kind)
+        for rec in recs:
+            gone.discard(rec.ref.key)
+            if isinstance(rec.facts, NodeFacts):  # first sight (or a relist): its clock, as far as it says
+                self._node_clock(self.index.get(*rec.ref.key), rec)
+            self.index.upsert(rec)
+            self._touch(rec.ref)
+            self._export_event(rec)
+        for key in gone:
+            self._delete_ref(r, Ref(*key))
+
+
+def describe(c: Change) -> str:
+    """A change in a few words for the log: its operation, resource and object (no payload)."""
+    p = c.payload
+    ref = p.ref if isinstance(p, ObjectRecord | Signal) else p if isinstance(p, Ref) else None
+    if ref is None and isinstance(p, tuple) and p and isinstance(p[0], Ref | Signal):
+        ref = p[0] if isinstance(p[0], Ref) else p[0].ref
+    where = f" {ref.kind} {ref.namespace}/{ref.name}" if ref is not None else ""
+    return f"{c.op}{' ' + c.resource.name if c.resource else ''}{where}"
+
+
+def _same_evidence(a: ObjectRecord, b: ObjectRecord) -> bool:
+    """Equal in everything the claims and correlation read (resourceVersion aside)."""
+    return (a.facts == b.facts and a.conditions == b.conditions and a.labels == b.labels
+            and a.owners == b.owners and a.generation == b.generation and a.ref.uid == b.ref.uid)

@@ -1,0 +1,133 @@
+"""Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters, read in
+one pass every `agents.poll_interval`: the first at once, since the API log source waits for it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from collector.correlate import Key, Signal
+from collector.gpu import PodGpuEvidence
+from collector.model import Observed, Ref, RunClaims
+from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.sources.agents import AgentReader, AgentReport, discover_agents
+from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
+from collector.sources.kube_api import SourceError
+from exporters.prometheus import ErrorClass
+
+__all__ = ["AgentSource", "runs_to_recheck", "same_devices"]
+
+log = logging.getLogger("taugrid.controller")
+
+GpuByPod = Mapping[tuple[str, str], PodGpuEvidence]
+
+
+class AgentSource:
+    """The `agents` source: thread `agent-poller`."""
+
+    name = "agents"
+    thread = "agent-poller"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.settings.controller.agents
+        self.state = SourceState(self.name, ctx.health, pass_gauge=True)
+
+    @classmethod
+    def build(cls, ctx: SourceContext) -> AgentSource | None:
+        return cls(ctx) if ctx.settings.controller.agents.poll_interval.total_seconds() > 0 else None
+
+    def open(self) -> None:
+        self.ctx.loop.spawn(self.run, self.thread, self.state)
+
+    def close(self) -> None:
+        pass
+
+    def health(self) -> SourceHealth:
+        return self.state.health()
+
+    def run(self) -> None:
+        ctx, cfg, loop, stop = self.ctx, self.cfg, self.ctx.loop, self.ctx.stop
+        reader = AgentReader.from_settings(ctx.now, token_file=cfg.token_file, ca_file=cfg.ca_file,
+                                           server_name=cfg.server_name)
+        namespace = cfg.namespace or ctx.settings.controller.lease_namespace or "default"
+        interval = cfg.poll_interval.total_seconds()
+        wait = 0.0  # the first pass at once: the API log poller waits for it
+        while not stop.wait(wait):
+            started = time.monotonic()
+            gpus: dict[tuple[str, str], PodGpuEvidence] = {}
+            nodes: dict[str, datetime] = {}
+            log_pods: set[tuple[str, str]] = set()
+            try:
+                endpoints = discover_agents(ctx.api, namespace, selector=cfg.selector, port=cfg.port,
+                                            scheme=reader.scheme)
+            except SourceError as e:
+                self.state.error(ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT, str(e))
+                endpoints = []
+            # Each agent's logs are handed on as its document is read (a first pass carries every
+            # container's log, which need not all be held at once); its GPUs in the endpoints'
+            # order afterwards, so that a pod two agents name gets the later one's.
+            by_endpoint: list[tuple[int, AgentReport]] = []
+            for i, rep in reader.read_each(endpoints):
+                if stop.is_set():
+                    break  # (the reads still out end on their own)
+                if isinstance(rep, str):
+                    self.state.error(ErrorClass.RETRYABLE, rep)
+                    log.warning("node agent not read", extra={"error": rep})
+                    continue
+                for c in rep.logs:
+                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
+                    loop.put_log(Change("agent-log", None, (sig, c.after)), sig.scan)
+                log_pods |= rep.log_pods()
+                by_endpoint.append((i, replace(rep, logs=())))
+            reader.forget(endpoints)
+            for _, rep in sorted(by_endpoint, key=lambda x: x[0]):
+                nodes[rep.endpoint.node] = rep.read_at
+                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
+            for node, url in sorted(cfg.dcgm.items()):
+                try:
+                    scrape = read_dcgm(url)
+                except DcgmError as e:
+                    self.state.error(ErrorClass.RETRYABLE, str(e))
+                    log.warning("dcgm-exporter not read", extra={"error": str(e)})
+                    continue
+                at = ctx.now()
+                nodes.setdefault(node, at)
+                for g in pod_evidence(scrape, node=node, read_at=at):
+                    gpus.setdefault((g.namespace, g.pod), g)  # the agent's answer wins where both exist
+            loop.put(Change("gpu", None, (gpus, nodes, frozenset(log_pods))))
+            took = time.monotonic() - started
+            self.state.passed(took)
+            wait = max(0.0, interval - took)  # from the start of the pass before
+
+
+def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
+                    claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
+    """The runs (not already in `dirty`) whose claims a new pass of GPU evidence may change."""
+    out: set[Key] = set()
+    for ns, pod in set(old) | set(new):
+        root = root_of(Ref("Pod", ns, pod))
+        if root is None or root.key in dirty or root.key in out:
+            continue
+        was, now = old.get((ns, pod)), new.get((ns, pod))
+        rc = claims.get(root.key)
+        if was is not None and now is not None and same_devices(was, now) and rc is not None \
+                and rc.progressing.observed is Observed.TRUE:
+            # only readings moved (utilization, power), which a progressing run's claims do not
+            # say: it is re-evaluated when its evidence would age out (`Clock.within`)
+            continue
+        out.add(root.key)
+    return out
+
+
+def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
+    """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
+    hint, XIDs; readings (utilization, power) and the read time aside."""
+    return (a.node == b.node and a.source == b.source and a.containers == b.containers
+            and len(a.devices) == len(b.devices)
+            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile)
+                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile)
+                    for x, y in zip(a.devices, b.devices, strict=True)))
