@@ -2,7 +2,11 @@
 than its own baseline, named with its node and UUID; and readings not to be believed.
 
 From the node agents' per-GPU readings (`collector.gpu.PodGpuEvidence`): SM activity, power (as a
-share of its limit where the limit is known), SM clock. Each is compared over the run's GPUs with a
+share of its limit where the limit is known), SM clock, memory bandwidth use, PCIe and NVLink
+throughput. Bandwidth and throughput count only when *lower* than the others' (a starved GPU, a
+link trained down): one rank moving more data (rank 0 loading data, writing a checkpoint) is no
+fault; and only where the others' median is at least MIN_BPS (a link the run barely uses says
+nothing). Each is compared over the run's GPUs with a
 robust z-score (median and MAD × 1.4826, the MAD floored at MAD_FLOOR of the median so identical
 readings do not make a hair's difference infinite), never against a fixed threshold: a GPU is apart
 when one reading sits MIN_Z robust deviations *and* MIN_APART of the median away from the others'.
@@ -37,6 +41,11 @@ MIN_SLOWDOWN = 0.05  # recent step time over the run's own baseline
 RECENT_INTERVALS = 15  # the recent step time: the median of this many last intervals ...
 BASELINE_INTERVALS = 15  # ... against at least this many before them
 MAX_SUSPECTS = 3
+MIN_BPS = 1e7  # PCIe/NVLink: the others' median at least this many bytes/s, or the link is not compared
+# (name, compared when lower only)
+READINGS: tuple[tuple[str, bool], ...] = (
+    ("SM activity", False), ("power (of its limit)", False), ("power", False), ("SM clock", False),
+    ("memory bandwidth", True), ("PCIe throughput", True), ("NVLink throughput", True))
 BUSY_UTIL = 0.90  # utilization at or above this with SM activity reading 0: the SM reading is wrong
 ZERO_SM = 0.01
 # Clocks-event reasons that slow a GPU down (not idle, not an application setting).
@@ -89,6 +98,12 @@ def _readings(d: GpuDevice, trusted: bool) -> dict[str, float]:
             out["power"] = d.power_w
     if d.sm_clock_hz is not None:
         out["SM clock"] = d.sm_clock_hz
+    if d.memory_util is not None:
+        out["memory bandwidth"] = d.memory_util
+    if d.pcie_bps is not None:
+        out["PCIe throughput"] = d.pcie_bps
+    if d.nvlink_bps is not None:
+        out["NVLink throughput"] = d.nvlink_bps
     return out
 
 
@@ -97,6 +112,8 @@ def _fmt(name: str, v: float) -> str:
         return f"{v / 1e6:.0f} MHz"
     if name == "power":
         return f"{v:.0f} W"
+    if name.endswith("throughput"):
+        return f"{v / 1e9:.2f} GB/s"
     return f"{v:.0%}"
 
 
@@ -118,13 +135,15 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
     trust = {u: not untrusted(d) for u, (d, _) in devices.items()}
     per = {u: _readings(d, trust[u]) for u, (d, _) in devices.items()}
     apart: dict[str, list[str]] = {}
-    for name in ("SM activity", "power (of its limit)", "power", "SM clock"):
+    for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
             continue
         for u, v in vals.items():
             others = [x for w, x in vals.items() if w != u]
             center = statistics.median(others)
+            if lower_only and (v >= center or (name.endswith("throughput") and center < MIN_BPS)):
+                continue
             spread = max(MAD_SCALE * statistics.median(abs(x - center) for x in others), MAD_FLOOR * abs(center))
             if spread <= 0:
                 continue

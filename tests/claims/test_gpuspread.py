@@ -119,3 +119,65 @@ def test_the_controller_reads_the_agents_clock_and_throttle_reasons_bounded() ->
     d1, d2 = report.gpus[0].devices
     assert d1.sm_clock_hz == 1.41e9 and d1.clock_reasons == ("hw_thermal_slowdown", "x" * 40)
     assert d2.sm_clock_hz is None and d2.clock_reasons == ()
+
+
+def _with(g: dict[tuple[str, str], PodGpuEvidence], seed: int = 1,
+          **odd: float) -> dict[tuple[str, str], PodGpuEvidence]:
+    """Bandwidth readings with 5 % jitter on every GPU; `odd` sets GPU 5's."""
+    rng = random.Random(seed)
+    out = {}
+    for k, e in g.items():
+        devs = tuple(replace(d, **{**{"memory_util": 0.55 * (1 + rng.uniform(-0.05, 0.05)),
+                                      "pcie_bps": 4e9 * (1 + rng.uniform(-0.05, 0.05)),
+                                      "nvlink_bps": 120e9 * (1 + rng.uniform(-0.05, 0.05))},
+                                   **(odd if d.index == 5 else {})})
+                     for d in e.devices)
+        out[k] = replace(e, devices=devs)
+    return out
+
+
+def test_low_memory_bandwidth_or_link_throughput_names_the_gpu_higher_does_not() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+    for odd, said in (({"memory_util": 0.30}, "memory bandwidth 30%"), ({"pcie_bps": 1e9}, "PCIe throughput 1.00 GB/s"),
+                      ({"nvlink_bps": 40e9}, "NVLink throughput 40.00 GB/s")):
+        _, out = run(slowed, _with(gpus(), **odd))
+        assert out.stragglers is not None, odd
+        (s,) = out.stragglers.suspects
+        assert s.gpu == "GPU-0005" and said in s.evidence, (odd, s.evidence)
+    for odd in ({"memory_util": 0.95}, {"pcie_bps": 16e9}, {"nvlink_bps": 300e9}):  # more traffic: no fault
+        _, out = run(slowed, _with(gpus(), **odd))
+        assert out.stragglers is None or out.stragglers.suspects == (), odd
+    # a link the run barely uses is not compared: 0 against a few KB/s is no starved GPU
+    quiet = {k: replace(e, devices=tuple(replace(d, pcie_bps=0.0 if d.index == 5 else 5e3) for d in e.devices))
+             for k, e in _with(gpus()).items()}
+    _, out = run(slowed, quiet)
+    assert out.stragglers is None or out.stragglers.suspects == ()
+
+
+def test_natural_bandwidth_spread_on_a_slowed_run_names_no_gpu() -> None:
+    for seed in range(30):
+        _, out = run(megatron_log(slow_from=35, slower=0.3), _with(gpus(seed=seed), seed=seed))
+        assert out.stragglers is None or out.stragglers.suspects == (), seed
+
+
+def test_the_controller_reads_bandwidth_and_the_energy_window_bounded() -> None:
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+
+    p = [{"namespace": "ns", "pod": "p"}]
+    doc = {"version": EVIDENCE_VERSION, "at": 10_000.0, "gpus": [
+        {"uuid": "GPU-1", "memory_util": 0.5, "pcie_bps": 3e9, "nvlink_bps": 1e11,
+         "energy": [9_700.0, 9_998.0, 120_000.0], "pods": p},
+        {"uuid": "GPU-2", "memory_util": 7, "pcie_bps": -1, "nvlink_bps": "x", "energy": [9_990.0, 9_980.0, 5.0],
+         "pods": p},
+        {"uuid": "GPU-3", "energy": [9_000.0, 9_990.0, 1e12], "pods": p},  # 1 GW: no GPU
+        {"uuid": "GPU-4", "energy": [9_990.0, 10_100.0, 5.0], "pods": p},  # ends after the document
+        {"uuid": "GPU-5", "energy": [1.0, 9_999.0, 5.0], "pods": p},  # hours long
+        {"uuid": "GPU-6", "energy": [9_990.0, True, 5.0], "pods": p}]}
+    report = parse_evidence(doc, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
+    d1, *rest = report.gpus[0].devices
+    assert (d1.memory_util, d1.pcie_bps, d1.nvlink_bps) == (0.5, 3e9, 1e11)
+    assert (d1.energy_j, d1.energy_from_s, d1.energy_to_s) == (120_000.0, 300.0, 2.0)
+    assert all(d.energy_j is None and d.energy_from_s is None for d in rest)
+    assert (rest[0].memory_util, rest[0].pcie_bps, rest[0].nvlink_bps) == (None, None, None)
