@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, hm
+from collector.claims.energy import energy_per_step
 from collector.claims.gpuspread import gpu_spread
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, gpu_summary
@@ -131,9 +132,11 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     if clock.recheck_at is not None and (recheck is None or clock.recheck_at < recheck):
         recheck = clock.recheck_at
     # a GPU apart from the run's others while the run is slower than its baseline; untrusted readings
-    st = gpu_spread(rc.stragglers, ev, [g for k in keys if (g := gpus.get(k)) is not None], now, max_age)
-    if (scheduled, running, progressing, blocked, st) == (rc.scheduled, rc.running, rc.progressing, rc.blocked,
-                                                          rc.stragglers):
+    held = [g for k in keys if (g := gpus.get(k)) is not None]
+    st = gpu_spread(rc.stragglers, ev, held, now, max_age)
+    energy = energy_per_step(ev, held, now, max_age)  # joules per step over the run's GPUs
+    if (scheduled, running, progressing, blocked, st, energy) == (rc.scheduled, rc.running, rc.progressing,
+                                                                  rc.blocked, rc.stragglers, rc.energy):
         return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
     return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
-                   recheck_at=recheck, stragglers=st)
+                   recheck_at=recheck, stragglers=st, energy=energy)

@@ -197,6 +197,7 @@ def snapshot_row(rc: RunClaims, cluster: str, rate: float | None) -> Row:
         "Badput": {k: round(g.badput_s.get(k, 0.0), 3) for k in BADPUT_CAUSES} if g else None,
         "EvidenceAgeSeconds": evidence_age(rc),
         **_queue_columns(rc),
+        "JoulesPerStep": rc.energy.joules_per_step if rc.energy is not None else None,  # issue 28
     }
 
 

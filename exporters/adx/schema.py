@@ -126,6 +126,8 @@ RUN_SNAPSHOTS = Table(
         _c("AdmissionEtaMidSeconds", "real", "its median"),
         _c("AdmissionEtaHighSeconds", "real", "its high bound"),
         _c("AdmissionEtaLevel", "real", "the band's stated coverage (0.8)"),
+        _c("JoulesPerStep", "real", "energy per training step over the run's GPUs (NVML energy counters); null "
+                                    "when unknown (docs/metrics.md, taugrid_run_energy_joules_per_step)"),
     ),
     "each run's state, periodically (every snapshot interval) and at each claim transition",
 )

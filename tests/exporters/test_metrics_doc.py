@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.environment import check, inventory
-from collector.model import Observed, Straggler, Stragglers
+from collector.model import Energy, Observed, Straggler, Stragglers
 from exporters.environment import EnvironmentExporter
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 
@@ -66,7 +66,8 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     base = crashlooping_run(name="elastic")
     replaying = replace(base, progressing=replace(base.progressing, observed=Observed.FALSE, cause="replaying"),
                         stragglers=Stragglers((Straggler("rank", "3", "elastic-3", "node-1", 0.2, T0, "arrival",
-                                                                         "last"),), 8, 40, "last"))
+                                                                         "last"),), 8, 40, "last"),
+                        energy=Energy(41_000.0, 4_100.0, 8, 30.0, 300.0, "41,000 J per step"))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
         [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )
