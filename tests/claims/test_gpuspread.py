@@ -181,3 +181,58 @@ def test_the_controller_reads_bandwidth_and_the_energy_window_bounded() -> None:
     assert (d1.energy_j, d1.energy_from_s, d1.energy_to_s) == (120_000.0, 300.0, 2.0)
     assert all(d.energy_j is None and d.energy_from_s is None for d in rest)
     assert (rest[0].memory_util, rest[0].pcie_bps, rest[0].nvlink_bps) == (None, None, None)
+
+
+def test_a_clock_held_down_by_a_hard_slowdown_reason_counts_from_5_percent() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+    # 6 % lower: apart with a thermal reason the GPU reports; not without one, nor with a power cap
+    _, out = run(slowed, gpus(odd=5, odd_clock_mhz=1980 * 0.94, reasons=("hw_thermal_slowdown",), seed=3))
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-0005"]
+    for reasons in ((), ("sw_power_cap",)):
+        _, out = run(slowed, gpus(odd=5, odd_clock_mhz=1980 * 0.94, reasons=reasons, seed=3))
+        assert out.stragglers is None or out.stragglers.suspects == (), reasons
+
+
+def test_power_is_the_energy_windows_mean_where_there_is_one() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+
+    def metered(inst_w: float, mean_w: float) -> dict[tuple[str, str], PodGpuEvidence]:
+        return {k: replace(e, devices=tuple(
+            replace(d, power_w=inst_w if d.index == 5 else d.power_w, energy_from_s=302.0, energy_to_s=2.0,
+                    energy_j=300 * (mean_w if d.index == 5 else d.power_w or 0.0)) for d in e.devices))
+            for k, e in gpus().items()}
+
+    # a momentary dip (one collective wait) while its minutes of joules match the others': not apart
+    _, out = run(slowed, metered(inst_w=300.0, mean_w=600.0))
+    assert out.stragglers is None or out.stragglers.suspects == ()
+    # minutes at 300 W against the others' 600 W: apart, whatever the instant says
+    _, out = run(slowed, metered(inst_w=600.0, mean_w=300.0))
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-0005"]
+    assert "power (of its limit) 43%" in out.stragglers.suspects[0].evidence
+
+
+def test_most_of_one_nodes_gpus_apart_together_is_the_rank_not_a_gpu() -> None:
+    """A rank whose whole node computed longer this step (a hiccup): its GPUs are all busier than the
+    others waiting for it; no GPU of it is a suspect (the logs name ranks)."""
+    log = megatron_log(slow_from=35, slower=0.3)
+    ev = evidence([taurun(workers=4), taucluster(timedelta(minutes=1), workers=4),
+                   *(pod(f"r-{i}") for i in range(4))], log=log)
+    rc = evaluate(ev, NOW, S)
+
+    def four(**odd: float) -> dict[tuple[str, str], PodGpuEvidence]:
+        out = {}
+        for i in range(4):
+            ((_, e),) = gpus(seed=i, sm=0.45).items()
+            devs = tuple(replace(d, uuid=f"GPU-{i}{d.index}", **(odd if i == 0 and d.index in
+                                                                   (range(8) if "sm_active" in odd else (7,)) else {}))
+                         for d in e.devices)
+            out[("ns", f"r-{i}")] = replace(e, pod=f"r-{i}", node=f"node-r-{i}", devices=devs)
+        return out
+
+    nodes = {f"node-r-{i}": NOW - timedelta(seconds=10) for i in range(4)}
+    out = apply_gpu(rc, ev, four(sm_active=0.85), nodes, NOW, S)
+    assert out.stragglers is not None and out.stragglers.suspects == ()
+    assert "most GPUs of node node-r-0 read apart together" in out.stragglers.reason
+    # one GPU of that node apart on its own is still named
+    out = apply_gpu(rc, ev, four(sm_clock_hz=1.41e9), nodes, NOW, S)
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-07"]
