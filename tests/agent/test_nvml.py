@@ -217,7 +217,7 @@ def test_bandwidth_pcie_nvlink_and_the_energy_window() -> None:
         d.energy_mj += 4_000_000
         d.nvlink_kib = (d.nvlink_kib[0] + 10 * 1024, d.nvlink_kib[1] + 20 * 1024)
         r0, _ = s.sample()
-        assert r0.energy_from is not None
+        assert r0.energy_from is not None and r0.energy_mj is not None
         at, mj = r0.energy_from
         assert (r0.energy_mj - mj) / (now[0] - at) == 400_000  # mJ/s: the window's mean power, 400 W
         assert now[0] - at <= 300 + 15 and (k < 30 or now[0] - at >= 300)

@@ -35,7 +35,8 @@ def test_joules_per_step_is_the_gpus_energy_over_the_steps_in_the_same_window() 
     assert "J per step over 8 GPUs" in e.reason
     # slower steps at the same power: more joules per step
     _, out = run(megatron_log(n=60, step_s=20.0), metered())
-    assert out.energy is not None and abs(out.energy.joules_per_step - 80_000) < 800  # type: ignore[operator]
+    assert out.energy is not None and out.energy.joules_per_step is not None
+    assert abs(out.energy.joules_per_step - 80_000) < 800
     # the claims themselves never change
     _, bare = run(megatron_log(n=60, step_s=20.0), gpus())
     assert (out.scheduled, out.running, out.progressing) == (bare.scheduled, bare.running, bare.progressing)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
@@ -122,7 +123,7 @@ def test_the_controller_reads_the_agents_clock_and_throttle_reasons_bounded() ->
 
 
 def _with(g: dict[tuple[str, str], PodGpuEvidence], seed: int = 1,
-          **odd: float) -> dict[tuple[str, str], PodGpuEvidence]:
+          **odd: Any) -> dict[tuple[str, str], PodGpuEvidence]:
     """Bandwidth readings with 5 % jitter on every GPU; `odd` sets GPU 5's."""
     rng = random.Random(seed)
     out = {}
@@ -138,13 +139,16 @@ def _with(g: dict[tuple[str, str], PodGpuEvidence], seed: int = 1,
 
 def test_low_memory_bandwidth_or_link_throughput_names_the_gpu_higher_does_not() -> None:
     slowed = megatron_log(slow_from=35, slower=0.3)
-    for odd, said in (({"memory_util": 0.30}, "memory bandwidth 30%"), ({"pcie_bps": 1e9}, "PCIe throughput 1.00 GB/s"),
-                      ({"nvlink_bps": 40e9}, "NVLink throughput 40.00 GB/s")):
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
+        ({"memory_util": 0.30}, "memory bandwidth 30%"), ({"pcie_bps": 1e9}, "PCIe throughput 1.00 GB/s"),
+                      ({"nvlink_bps": 40e9}, "NVLink throughput 40.00 GB/s"))
+    for odd, said in cases:
         _, out = run(slowed, _with(gpus(), **odd))
         assert out.stragglers is not None, odd
         (s,) = out.stragglers.suspects
         assert s.gpu == "GPU-0005" and said in s.evidence, (odd, s.evidence)
-    for odd in ({"memory_util": 0.95}, {"pcie_bps": 16e9}, {"nvlink_bps": 300e9}):  # more traffic: no fault
+    more: tuple[dict[str, Any], ...] = ({"memory_util": 0.95}, {"pcie_bps": 16e9}, {"nvlink_bps": 300e9})
+    for odd in more:  # more traffic: no fault
         _, out = run(slowed, _with(gpus(), **odd))
         assert out.stragglers is None or out.stragglers.suspects == (), odd
     # a link the run barely uses is not compared: 0 against a few KB/s is no starved GPU
@@ -219,7 +223,7 @@ def test_most_of_one_nodes_gpus_apart_together_is_the_rank_not_a_gpu() -> None:
                    *(pod(f"r-{i}") for i in range(4))], log=log)
     rc = evaluate(ev, NOW, S)
 
-    def four(**odd: float) -> dict[tuple[str, str], PodGpuEvidence]:
+    def four(**odd: Any) -> dict[tuple[str, str], PodGpuEvidence]:
         out = {}
         for i in range(4):
             ((_, e),) = gpus(seed=i, sm=0.45).items()
