@@ -27,6 +27,14 @@ class GpuDevice:
     shared: bool = False  # several pods use it (time-slicing, MPS, a shared claim): its readings are all of theirs
     sm_clock_hz: float | None = None
     clock_reasons: tuple[str, ...] = ()  # clocks-event (throttle) reasons holding its clocks down, by name
+    memory_util: float | None = None  # ratio 0–1 of time device memory was read or written (bandwidth use)
+    pcie_bps: float | None = None  # PCIe bytes/s, TX + RX
+    nvlink_bps: float | None = None  # NVLink bytes/s over all links, TX + RX
+    # The energy counter's window: joules used from `energy_from_s` to `energy_to_s` seconds before the
+    # record's `read_at` (the agent's clock turned into the reader's); None: no counter, or one point yet.
+    energy_j: float | None = None
+    energy_from_s: float | None = None
+    energy_to_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

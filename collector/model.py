@@ -528,6 +528,26 @@ class Stragglers:
 
 
 @dataclass(frozen=True, slots=True)
+class Energy:
+    """Energy per step from NVML's total energy counters over the run's GPUs (`claims.energy`):
+    `joules_per_step` None when unknown, and `reason` says why."""
+
+    joules_per_step: float | None
+    watts: float | None  # the run's GPUs together, mean over their windows
+    gpus: int  # GPUs counted (or seen, when unknown)
+    steps: float | None  # steps advanced over the windows (median over the GPUs')
+    window_s: float | None  # the windows' median length
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        def r(x: float | None, n: int) -> float | None:
+            return None if x is None else round(x, n)
+
+        return {"joules_per_step": r(self.joules_per_step, 1), "watts": r(self.watts, 1), "gpus": self.gpus,
+                "steps": r(self.steps, 2), "window_seconds": r(self.window_s, 1), "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class RunClaims:
     """The verdicts for one run at one instant: what exporters receive."""
 
@@ -549,6 +569,8 @@ class RunClaims:
     # GPU-hours since the last durable checkpoint and the risk of the nodes under it (`claims.workrisk`);
     # None for a finished run or one that holds no GPUs.
     work_at_risk: WorkAtRisk | None = None
+    # Energy per step from the GPUs' energy counters (`claims.energy`): None without GPU evidence.
+    energy: Energy | None = None
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -567,6 +589,8 @@ class RunClaims:
             "stragglers": self.stragglers.to_json() if self.stragglers else None,
             "work_at_risk": self.work_at_risk.to_json() if self.work_at_risk else None,
         }
+        if self.energy is not None:
+            out["energy"] = self.energy.to_json()
         if self.extra:
             out["context"] = dict(self.extra)
         if self.queue is not None:

@@ -128,6 +128,10 @@ def render_text(claims: Iterable[RunClaims], now: datetime, *, evidence: int = 2
             for u in st.untrusted:
                 out.append(f"  {'telemetry':<13} {'untrusted':<13} {u}")
         out += work_at_risk_lines(rc)
+        if rc.energy is not None:  # energy per step from the GPUs' energy counters (issue 28)
+            en = rc.energy
+            value = f"{en.joules_per_step:,.0f} J/step" if en.joules_per_step is not None else "unknown"
+            out.append(f"  {'energy':<13} {value:<13} {en.reason}")
         if rc.blocked is not None:
             b = rc.blocked
             age = f" for {human_age(now - b.since)}" if b.since is not None and b.since <= now else ""

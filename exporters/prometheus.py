@@ -205,6 +205,9 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
         lines.extend(f'{_RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
                      for cause, secs in g.badput_s.items() if secs)
         out["run_time"] = "".join(lines).encode()
+    # --- energy per step (issue 28): a series only while known ---
+    if rc.energy is not None and rc.energy.joules_per_step is not None:
+        out["energy_per_step"] = f"{_ENERGY}{{{body}}} {_fmt(rc.energy.joules_per_step)}\n".encode()
     out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
     out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
     return out
@@ -672,6 +675,8 @@ class ClaimsExporter(Collector):
                 fam["work_at_risk"].add_metric(list(run), round(at_risk, 4))
             for node, h in exposed:
                 fam["drain_exposure"].add_metric([*run, node], round(h, 4))
+            if rc.energy is not None and rc.energy.joules_per_step is not None:  # energy per step (issue 28)
+                fam["energy_per_step"].add_metric(list(run), rc.energy.joules_per_step)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return [*fam.values(), fleet_family(e.claims for e in entries),
@@ -771,6 +776,14 @@ class ClaimsExporter(Collector):
                 "these runs before draining that node. Only risky nodes are series (at most 8 per run).",
                 labels=[*run, "node"],
             ),
+            # --- energy per step (issue 28) ---
+            "energy_per_step": GaugeMetricFamily(
+                "taugrid_run_energy_joules_per_step",
+                "Joules the run's GPUs used per training step: NVML total energy counters over the run's GPUs, "
+                "each over its own window divided by the steps the run advanced in it; absent while unknown (a GPU "
+                "without a counter, shared or MIG, windows that do not overlap, no step advanced).",
+                labels=run,
+            ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",
                 "1 once the run's root reached a terminal state; its series go after the retention time.",
@@ -789,6 +802,7 @@ _AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
 _BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)
 # The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
 _RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
+_ENERGY = ClaimsExporter._families()["energy_per_step"].name
 _GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name
                                               for f in ("goodput", "run_time", "finished", "evaluated"))
 assert [_TEMPLATES[f] for f in ("goodput", "run_time", "finished", "evaluated")] == [

@@ -93,6 +93,11 @@ RUN_ACTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "slowFor": (str, int, float),
         "slowEvery": (str, int, float),
         "hiccups": (int, float),
+        "gpus": (bool,),
+        "gpuJitter": (int, float),
+        "smActivity": (int, float),
+        "throttleGpu": (int,),
+        "throttleReason": (str,),
     },
     "stall": {},
     "crashLoop": {

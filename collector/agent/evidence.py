@@ -76,6 +76,12 @@ def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) ->
         "utilization": r.utilization, "sm_active": r.sm_active,
         "power_w": r.power_w, "power_limit_w": r.power_limit_w,
         "sm_clock_hz": r.sm_clock_hz,
+        # bandwidth: memory (share of time read or written), PCIe and NVLink bytes/s (TX + RX)
+        "memory_util": r.memory_util, "pcie_bps": _sum(r.pcie_tx_bps, r.pcie_rx_bps),
+        "nvlink_bps": _sum(r.nvlink_tx_bps, r.nvlink_rx_bps),
+        # the energy counter's window on this agent's clock: [from, to, joules]; none without two points
+        "energy": None if r.energy_from is None or r.energy_mj is None else
+        [r.energy_from[0], r.at, (r.energy_mj - r.energy_from[1]) / 1000.0],
         # the clocks-event (throttle) reasons that hold its clocks down now, by name
         "clocks_event_reasons": None if r.clocks_event_reasons is None else
         [name for bit, name in CLOCKS_EVENT_REASONS if r.clocks_event_reasons & bit],
@@ -88,6 +94,10 @@ def _gpu(r: GpuReading, snap: Snapshot, holders: dict[str, list[Allocation]]) ->
         "sharers": sharers, "shared": sharers > 1 or any(a.shared for a in holders.get(r.uuid, [])),
         "unsupported": sorted(r.unsupported),
     }
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 def _log(c: ContainerLog, samples: int) -> dict[str, object]:

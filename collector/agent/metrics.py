@@ -38,6 +38,16 @@ class AgentHealth:
         self.dra_unresolved: Callable[[], int] = lambda: 0
 
 
+def _directed(name: str, doc: str, gpus: list[GpuReading], labels: Callable[[GpuReading], list[str]],
+              value: Callable[[GpuReading], tuple[float | None, float | None]]) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=[*GPU_LABELS, "direction"])
+    for r in gpus:
+        for direction, v in zip(("tx", "rx"), value(r), strict=True):
+            if v is not None:
+                g.add_metric([*labels(r), direction], v)
+    return g
+
+
 class AgentCollector(Collector):
     def __init__(self, snapshot: Callable[[], Snapshot], health: AgentHealth) -> None:
         self._snapshot = snapshot
@@ -76,6 +86,21 @@ class AgentCollector(Collector):
         yield gauge("taugrid_gpu_temperature_celsius", "GPU core temperature.", lambda r: r.temperature_c)
         yield gauge("taugrid_gpu_sm_clock_hertz", "SM clock.", lambda r: r.sm_clock_hz)
         yield gauge("taugrid_gpu_memory_clock_hertz", "Memory clock.", lambda r: r.memory_clock_hz)
+        yield gauge("taugrid_gpu_memory_utilization_ratio",
+                    "Share of time device memory was read or written (NVML), 0-1: memory bandwidth use.",
+                    lambda r: r.memory_util)
+        yield _directed("taugrid_gpu_pcie_bytes_per_second", "PCIe throughput (NVML, a short sample), by direction.",
+                        gpus, labels, lambda r: (r.pcie_tx_bps, r.pcie_rx_bps))
+        yield _directed("taugrid_gpu_nvlink_bytes_per_second",
+                        "NVLink data throughput over all links since the previous sample, by direction.",
+                        gpus, labels, lambda r: (r.nvlink_tx_bps, r.nvlink_rx_bps))
+        energy = CounterMetricFamily("taugrid_gpu_energy_joules",
+                                     "Energy the GPU used since the driver loaded (NVML total energy counter).",
+                                     labels=GPU_LABELS)
+        for r in gpus:
+            if r.energy_mj is not None:
+                energy.add_metric(labels(r), r.energy_mj / 1000.0)
+        yield energy
         yield gauge("taugrid_gpu_lost", "1 when NVML says the GPU is lost (fallen off the bus).",
                     lambda r: r.lost if not r.parent_uuid else None)
         yield gauge("taugrid_gpu_row_remap_pending", "1 when a row remap waits for a GPU reset.",

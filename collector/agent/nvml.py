@@ -31,6 +31,15 @@ GPU_IS_LOST = 15
 
 # nvmlDeviceGetFieldValues ids: NVLink error totals over all lanes (nvml.h NVML_FI_DEV_NVLINK_*_TOTAL).
 NVLINK_FIELDS: tuple[tuple[int, str], ...] = ((38, "crc_flit"), (45, "crc_data"), (52, "replay"), (59, "recovery"))
+# ... and NVLink data through the device, KiB since the driver loaded (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX).
+NVLINK_TX_KIB, NVLINK_RX_KIB = 138, 139
+PCIE_TX, PCIE_RX = 0, 1  # nvmlPcieUtilCounter_t: KB/s over NVML's own short sampling interval
+
+# The energy window the agent sends: the total energy counter (mJ since the driver loaded) read
+# now and at most ENERGY_WINDOW_S ago, points kept at least ENERGY_POINT_S apart; a counter that
+# goes back (driver reload, GPU reset) starts the window over.
+ENERGY_WINDOW_S = 300.0
+ENERGY_POINT_S = 15.0
 
 # nvmlClocksEventReasons bits (formerly "throttle reasons").
 CLOCKS_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -77,6 +86,14 @@ class GpuReading:
     remap_failed: bool | None = None
     nvlink_errors: tuple[tuple[str, int], ...] = ()
     sm_active: float | None = None  # ratio 0–1 (GPM, Hopper and later)
+    memory_util: float | None = None  # ratio 0–1 of time device memory was read or written (bandwidth use)
+    pcie_tx_bps: float | None = None  # bytes/s
+    pcie_rx_bps: float | None = None
+    nvlink_tx_bps: float | None = None  # bytes/s over all links since the previous reading
+    nvlink_rx_bps: float | None = None
+    energy_mj: int | None = None  # the total energy counter now
+    # the energy window: (when, counter) of its oldest point; with `at`/`energy_mj` its newest
+    energy_from: tuple[float, int] | None = None
     unsupported: frozenset[str] = frozenset()
     at: float = 0.0
 
@@ -105,6 +122,8 @@ class _Device:
     gpm_samples: list[Any] = field(default_factory=list)
     gpm_primed: bool = False
     migs: dict[str, _Mig] = field(default_factory=dict)  # MIG UUID → its GPU instance
+    energy: list[tuple[float, int]] = field(default_factory=list)  # (when, mJ) points, oldest first
+    nvlink_kib: tuple[float, int, int] | None = None  # (when, TX KiB, RX KiB) at the previous reading
 
 
 @dataclass(slots=True)
@@ -295,6 +314,9 @@ class NvmlSampler:
                 return None
 
         util = get("utilization", nv.nvmlDeviceGetUtilizationRates)
+        energy = get("energy", nv.nvmlDeviceGetTotalEnergyConsumption)
+        pcie_tx = get("pcie_throughput", nv.nvmlDeviceGetPcieThroughput, PCIE_TX)
+        pcie_rx = get("pcie_throughput", nv.nvmlDeviceGetPcieThroughput, PCIE_RX) if pcie_tx is not None else None
         mem = get("memory", nv.nvmlDeviceGetMemoryInfo)
         power = get("power", nv.nvmlDeviceGetPowerUsage)
         limit = get("power_limit", nv.nvmlDeviceGetEnforcedPowerLimit)
@@ -312,7 +334,10 @@ class NvmlSampler:
             if "ecc" in unsupported:
                 break
         rows = get("remapped_rows", nv.nvmlDeviceGetRemappedRows)
-        nvlink = self._nvlink(get, unsupported)
+        nvlink, nvlink_tx, nvlink_rx = self._nvlink(dev, now, get, unsupported)
+        energy_from = self._energy(dev, now, int(energy)) if energy is not None else None
+        if energy is None:
+            dev.energy = []
         sm_active = self._sm_active(dev, get, unsupported)
         readings = [GpuReading(
             index=i, uuid=dev.uuid, name=dev.name, pci=dev.pci,
@@ -333,6 +358,11 @@ class NvmlSampler:
             remap_failed=bool(rows[3]) if rows is not None else None,
             nvlink_errors=nvlink,
             sm_active=sm_active,
+            memory_util=float(util.memory) / 100.0 if util is not None else None,
+            pcie_tx_bps=float(pcie_tx) * 1024.0 if pcie_tx is not None else None,
+            pcie_rx_bps=float(pcie_rx) * 1024.0 if pcie_rx is not None else None,
+            nvlink_tx_bps=nvlink_tx, nvlink_rx_bps=nvlink_rx,
+            energy_mj=int(energy) if energy is not None else None, energy_from=energy_from,
             unsupported=frozenset(unsupported),
             at=now,
         )]
@@ -341,17 +371,46 @@ class NvmlSampler:
             readings.extend(self._mig(i, dev, now))
         return readings
 
-    def _nvlink(self, get: Callable[..., Any], unsupported: set[str]) -> tuple[tuple[str, int], ...]:
-        values = get("nvlink", self._nv.nvmlDeviceGetFieldValues, [fid for fid, _ in NVLINK_FIELDS])
+    def _nvlink(self, dev: _Device, now: float, get: Callable[..., Any],
+                unsupported: set[str]) -> tuple[tuple[tuple[str, int], ...], float | None, float | None]:
+        """NVLink error totals, and TX/RX bytes/s since the previous reading (None the first time,
+        after a counter went back, or where the device offers no NVLink throughput)."""
+        ids = [fid for fid, _ in NVLINK_FIELDS] + [NVLINK_TX_KIB, NVLINK_RX_KIB]
+        values = get("nvlink", self._nv.nvmlDeviceGetFieldValues, ids)
         if values is None:
-            return ()
+            dev.nvlink_kib = None
+            return (), None, None
         out = []
         for (_, name), v in zip(NVLINK_FIELDS, values, strict=False):
             if v.nvmlReturn == 0:
                 out.append((name, int(v.value.ullVal)))
         if not out:
             unsupported.add("nvlink")
-        return tuple(out)
+        tx_rx = list(values)[len(NVLINK_FIELDS):]
+        if len(tx_rx) != 2 or any(v.nvmlReturn != 0 for v in tx_rx):
+            unsupported.add("nvlink_throughput")
+            dev.nvlink_kib = None
+            return tuple(out), None, None
+        tx, rx = int(tx_rx[0].value.ullVal), int(tx_rx[1].value.ullVal)
+        prev, dev.nvlink_kib = dev.nvlink_kib, (now, tx, rx)
+        if prev is None or now <= prev[0] or tx < prev[1] or rx < prev[2]:
+            return tuple(out), None, None
+        dt = now - prev[0]
+        return tuple(out), (tx - prev[1]) * 1024.0 / dt, (rx - prev[2]) * 1024.0 / dt
+
+    @staticmethod
+    def _energy(dev: _Device, now: float, mj: int) -> tuple[float, int] | None:
+        """The oldest point of this GPU's energy window, `now`/`mj` being its newest; None while the
+        window holds no earlier point (the first reading, or just after the counter went back)."""
+        pts = dev.energy
+        if pts and (mj < pts[-1][1] or now < pts[-1][0]):
+            pts.clear()  # a driver reload or GPU reset restarted the counter: no delta spans it
+        if not pts or now - pts[-1][0] >= ENERGY_POINT_S:
+            pts.append((now, mj))
+        while len(pts) > 1 and now - pts[1][0] >= ENERGY_WINDOW_S:
+            pts.pop(0)
+        first = pts[0]
+        return first if first[0] < now and first[1] <= mj else None
 
     def _sm_active(self, dev: _Device, get: Callable[..., Any], unsupported: set[str]) -> float | None:
         """SM activity from GPM (two samples one interval apart); None where the GPU lacks GPM."""

@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.claims.common import Clock, hm
+from collector.claims.energy import energy_per_step
 from collector.claims.gpuspread import gpu_spread
 from collector.claims.workrisk import with_gpu_signals
 from collector.correlate import RunEvidence
@@ -136,8 +137,9 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     st = gpu_spread(rc.stragglers, ev, held, now, max_age)
     # lost GPUs and hardware XIDs on the nodes under the run join its work at risk
     wr = with_gpu_signals(rc.work_at_risk, held, now, max_age)
-    if (scheduled, running, progressing, blocked, st, wr) == (rc.scheduled, rc.running, rc.progressing, rc.blocked,
-                                                              rc.stragglers, rc.work_at_risk):
+    energy = energy_per_step(ev, held, now, max_age)  # joules per step over the run's GPUs
+    if (scheduled, running, progressing, blocked, st, wr, energy) == (
+            rc.scheduled, rc.running, rc.progressing, rc.blocked, rc.stragglers, rc.work_at_risk, rc.energy):
         return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
     return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
-                   recheck_at=recheck, stragglers=st, work_at_risk=wr)
+                   recheck_at=recheck, stragglers=st, work_at_risk=wr, energy=energy)

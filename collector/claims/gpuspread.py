@@ -2,10 +2,18 @@
 than its own baseline, named with its node and UUID; and readings not to be believed.
 
 From the node agents' per-GPU readings (`collector.gpu.PodGpuEvidence`): SM activity, power (as a
-share of its limit where the limit is known), SM clock. Each is compared over the run's GPUs with a
-robust z-score (median and MAD × 1.4826, the MAD floored at MAD_FLOOR of the median so identical
+share of its limit where the limit is known), SM clock, memory bandwidth use, PCIe and NVLink
+throughput. Bandwidth and throughput count only when *lower* than the others' (a starved GPU, a
+link trained down): one rank moving more data (rank 0 loading data, writing a checkpoint) is no
+fault; and only where the others' median is at least MIN_BPS (a link the run barely uses says
+nothing). Power is the mean over the GPU's energy counter window where the agent sends one (NVML's
+instantaneous power swings with every collective wait; minutes of joules do not), the instantaneous
+reading otherwise. Each is compared over the run's GPUs with a robust z-score (median and MAD ×
+1.4826, the MAD floored at MAD_FLOOR of the median, MAD_FLOOR_CLOCK for clocks, so identical
 readings do not make a hair's difference infinite), never against a fixed threshold: a GPU is apart
-when one reading sits MIN_Z robust deviations *and* MIN_APART of the median away from the others'.
+when one reading sits MIN_Z robust deviations *and* MIN_APART of the median away from the others'
+(an SM clock held down by a thermal, hardware-slowdown or power-brake reason the GPU itself reports:
+MIN_APART_HELD; a 10 % slower GPU runs its clock 9 % lower).
 A GPU apart is only a suspect while the run is slower than its own baseline (its recent median step
 time against its earlier one, from its progress logs, by at least MIN_SLOWDOWN): a run keeping its
 pace has no straggler to explain, and its spread stays unnamed.
@@ -14,7 +22,9 @@ Telemetry trust: profiling readings (SM activity) that read 0 while utilization 
 known exporter failure mode, not an idle GPU: they are flagged untrustworthy and left out.
 
 Fail closed: fewer than MIN_GPUS fresh, whole (not MIG, not shared) GPUs, or no baseline, name
-nobody. Pure: readings, signals and a clock.
+nobody; nor do more than a quarter of the run's GPUs apart, or most GPUs of one node apart together
+(a rank whose whole node computes longer or waits less, a hiccup or its input: the logs name the
+rank; one GPU's fault is one GPU's). Pure: readings, signals and a clock.
 """
 
 from __future__ import annotations
@@ -31,17 +41,25 @@ from collector.model import Straggler, Stragglers
 MIN_GPUS = 4
 MIN_Z = 5.0
 MIN_APART = 0.10  # of the median reading
+MIN_APART_HELD = 0.05  # an SM clock its GPU says a hard slowdown reason holds down
 MAD_FLOOR = 0.02  # of the median reading
+MAD_FLOOR_CLOCK = 0.01  # SM clocks: healthy GPUs' agree within a clock bin or two (15 MHz bins, ~0.8 %)
 MAD_SCALE = 1.4826
 MIN_SLOWDOWN = 0.05  # recent step time over the run's own baseline
 RECENT_INTERVALS = 15  # the recent step time: the median of this many last intervals ...
 BASELINE_INTERVALS = 15  # ... against at least this many before them
 MAX_SUSPECTS = 3
+MIN_BPS = 1e7  # PCIe/NVLink: the others' median at least this many bytes/s, or the link is not compared
+# (name, compared when lower only)
+READINGS: tuple[tuple[str, bool], ...] = (
+    ("SM activity", False), ("power (of its limit)", False), ("power", False), ("SM clock", False),
+    ("memory bandwidth", True), ("PCIe throughput", True), ("NVLink throughput", True))
 BUSY_UTIL = 0.90  # utilization at or above this with SM activity reading 0: the SM reading is wrong
 ZERO_SM = 0.01
 # Clocks-event reasons that slow a GPU down (not idle, not an application setting).
 SLOWDOWN_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                               "hw_power_brake_slowdown"})
+HARD_SLOWDOWN = SLOWDOWN_REASONS - {"sw_power_cap"}  # a power cap is everyday under load; these are not
 
 
 def untrusted(d: GpuDevice) -> str:
@@ -82,13 +100,23 @@ def _readings(d: GpuDevice, trusted: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     if d.sm_active is not None and trusted:
         out["SM activity"] = d.sm_active
-    if d.power_w is not None:
+    watts = d.power_w
+    if d.energy_j is not None and d.energy_from_s is not None and d.energy_to_s is not None and \
+            d.energy_from_s > d.energy_to_s:
+        watts = d.energy_j / (d.energy_from_s - d.energy_to_s)  # the mean over its energy window
+    if watts is not None:
         if d.power_limit_w:
-            out["power (of its limit)"] = d.power_w / d.power_limit_w
+            out["power (of its limit)"] = watts / d.power_limit_w
         else:
-            out["power"] = d.power_w
+            out["power"] = watts
     if d.sm_clock_hz is not None:
         out["SM clock"] = d.sm_clock_hz
+    if d.memory_util is not None:
+        out["memory bandwidth"] = d.memory_util
+    if d.pcie_bps is not None:
+        out["PCIe throughput"] = d.pcie_bps
+    if d.nvlink_bps is not None:
+        out["NVLink throughput"] = d.nvlink_bps
     return out
 
 
@@ -97,6 +125,8 @@ def _fmt(name: str, v: float) -> str:
         return f"{v / 1e6:.0f} MHz"
     if name == "power":
         return f"{v:.0f} W"
+    if name.endswith("throughput"):
+        return f"{v / 1e9:.2f} GB/s"
     return f"{v:.0%}"
 
 
@@ -118,18 +148,23 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
     trust = {u: not untrusted(d) for u, (d, _) in devices.items()}
     per = {u: _readings(d, trust[u]) for u, (d, _) in devices.items()}
     apart: dict[str, list[str]] = {}
-    for name in ("SM activity", "power (of its limit)", "power", "SM clock"):
+    for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
             continue
         for u, v in vals.items():
             others = [x for w, x in vals.items() if w != u]
             center = statistics.median(others)
-            spread = max(MAD_SCALE * statistics.median(abs(x - center) for x in others), MAD_FLOOR * abs(center))
+            if lower_only and (v >= center or (name.endswith("throughput") and center < MIN_BPS)):
+                continue
+            spread = max(MAD_SCALE * statistics.median(abs(x - center) for x in others),
+                         (MAD_FLOOR_CLOCK if name == "SM clock" else MAD_FLOOR) * abs(center))
             if spread <= 0:
                 continue
             z = (v - center) / spread
-            if abs(z) >= MIN_Z and abs(v - center) >= MIN_APART * abs(center):
+            floor = MIN_APART_HELD if name == "SM clock" and set(devices[u][0].clock_reasons) & HARD_SLOWDOWN \
+                else MIN_APART
+            if abs(z) >= MIN_Z and abs(v - center) >= floor * abs(center):
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
                                                f"over the run's other {len(others)} GPUs ({z:+.0f} robust deviations)")
     if not apart:
@@ -137,6 +172,19 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
     slow = slowdown(ev)
     if len(apart) > max(1, len(devices) // 4):
         return _merged(current, (), bad, f"{len(apart)} of {len(devices)} GPUs read apart: not one GPU; none named")
+    # Most of one node's GPUs apart together: its rank's work (its input, its host), which the logs
+    # name; a GPU fault is one GPU's
+    per_node: dict[str, list[str]] = {}
+    for u in apart:
+        per_node.setdefault(devices[u][1].node, []).append(u)
+    whole = sorted(n for n, us in per_node.items() if len(us) >= 2 and
+                   2 * len(us) >= sum(1 for _, e in devices.values() if e.node == n))
+    if whole:
+        together = [u for n in whole for u in per_node[n]]
+        if len(together) == len(apart):
+            return _merged(current, (), bad, f"most GPUs of node {', '.join(whole)} read apart together: "
+                                             "the node's or rank's work, not one GPU; none named")
+        apart = {u: why for u, why in apart.items() if u not in together}
     if slow is None or slow < MIN_SLOWDOWN:
         pace = "its own pace is not known" if slow is None else f"it keeps its own pace ({slow:+.0%})"
         note = (f"GPU {', '.join(sorted(apart))} reads apart from the run's other GPUs, but {pace}: "

@@ -15,6 +15,8 @@ from exporters.prometheus import ErrorClass
 __all__ = ["ApiLogSource"]
 
 
+AGENTS_FIRST_WAIT_S = 15.0  # the longest the first API log pass waits for the node agents' first pass
+
 class ApiLogSource:
     """The `logs` source: thread `log-poller`."""
 
@@ -72,7 +74,10 @@ class ApiLogSource:
             concurrency=self.cfg.log_poll_concurrency), ctx.now)
         poller.open()
         wait = interval
-        agents_by = time.monotonic() + interval  # agents that do not answer hold the API reads one interval at most
+        # Agents that do not answer hold the API reads a bounded while: one interval, and never less than
+        # AGENTS_FIRST_WAIT_S (a loaded node takes seconds for the first agents' pass; reading every pod
+        # through the API server meanwhile is the cost the wait avoids).
+        agents_by = time.monotonic() + max(interval, AGENTS_FIRST_WAIT_S)
         try:
             while not stop.wait(wait if self.targets.current else min(interval, 1.0)):
                 if not loop.agents_first.is_set() and time.monotonic() < agents_by:

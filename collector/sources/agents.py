@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import math
 import ssl
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -134,6 +135,36 @@ def _reasons(v: object) -> tuple[str, ...]:
     return tuple(sorted({x[:40] for x in v[:16] if isinstance(x, str) and x}))
 
 
+# An energy window the controller believes: at most this long, ending at most this long before the
+# document was made, at most this many joules per second (a GPU draws ~1 kW; 10 kW is no GPU).
+ENERGY_WINDOW_MAX_S = 3600.0
+ENERGY_MAX_W = 10_000.0
+
+
+def _energy(v: object, doc_at: float | None) -> tuple[float, float, float] | None:
+    """[from, to, joules] on the agent's clock → (joules, from, to seconds before the document's
+    instant); None where it does not hold together (a hostile or broken peer's numbers)."""
+    if doc_at is None or not isinstance(v, list) or len(v) != 3:
+        return None
+    a, b, j = (_f(x) for x in v)
+    if a is None or b is None or j is None or not all(map(math.isfinite, (a, b, j, doc_at))):
+        return None
+    from_s, to_s = doc_at - a, doc_at - b
+    if not (0 <= to_s < from_s <= ENERGY_WINDOW_MAX_S) or not 0 <= j <= ENERGY_MAX_W * (b - a):
+        return None
+    return j, from_s, to_s
+
+
+def _ratio(v: object) -> float | None:
+    x = _f(v)
+    return x if x is not None and 0.0 <= x <= 1.0 else None
+
+
+def _rate(v: object) -> float | None:
+    x = _f(v)
+    return x if x is not None and math.isfinite(x) and 0.0 <= x < 1e13 else None  # bytes/s: 10 TB/s is no GPU link
+
+
 def _i(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -192,16 +223,21 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
         if isinstance(x, dict) and isinstance(x.get("uuid"), str) and _i(x.get("code")) is not None:
             xids_by_uuid.setdefault(x["uuid"], set()).add(x["code"])
     pods: dict[tuple[str, str], tuple[list[GpuDevice], set[str]]] = {}
+    doc_at = _f(doc.get("at"))
     for g in _entries(doc.get("gpus")):
         if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
             problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid skipped")
             continue
+        energy = _energy(g.get("energy"), doc_at)
         dev = GpuDevice(uuid=g["uuid"], index=_i(g.get("index")), utilization=_f(g.get("utilization")),
                         sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
                         power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
                         hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))),
                         shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
-                        clock_reasons=_reasons(g.get("clocks_event_reasons")))
+                        clock_reasons=_reasons(g.get("clocks_event_reasons")),
+                        memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
+                        nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
+                        energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None)
         for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))

@@ -135,6 +135,8 @@ RUN_SNAPSHOTS = Table(
                                "Signals}] (docs/explain.md, work at risk)"),
         _c("Stragglers", "dynamic", "suspects holding the run back: [{Kind (rank|gpu), Rank, Pod, Node, GpuUuid, "
                                     "Basis, LagRatio}]; [] when none is named"),
+        _c("JoulesPerStep", "real", "energy per training step over the run's GPUs (NVML energy counters); null "
+                                    "when unknown (docs/metrics.md, taugrid_run_energy_joules_per_step)"),
     ),
     "each run's state, periodically (every snapshot interval) and at each claim transition",
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesim.gpus import GpuPlay
 from kubesim.scenario import NodeSpec, RunSpec
 
 Obj = dict[str, Any]
@@ -142,6 +143,8 @@ class RunState:
     # it lasts) during which that rank was slower than the others (truth only).
     straggler_pod: str = ""
     straggling: list[list[float | None]] = field(default_factory=list)
+    # Its pods' GPUs as NVML would read them (train `gpus`; kubesim/gpus.py): readings and truth.
+    gpu_play: GpuPlay | None = None
     # Called after `submitted`, `admitted` or `finished` changes (QueueTally.track sets it), so the
     # queues' counts follow every write of those flags, wherever it happens.
     on_queue_change: Callable[[RunState], None] | None = field(default=None, repr=False, compare=False)

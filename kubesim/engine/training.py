@@ -12,6 +12,7 @@ from kubesim import waits
 from kubesim.clock import rfc3339_nano
 from kubesim.engine.pods import Pods
 from kubesim.engine.state import Obj, PodState, RunState
+from kubesim.gpus import HW_THERMAL, POWER_BRAKE, SW_THERMAL, GpuPlay
 from kubesim.scenario import parse_duration
 
 # Megatron-LM's training log line, with the wall-clock prefix recent Megatron versions print;
@@ -71,6 +72,15 @@ class Training(Pods):
         # a page fault storm, a noisy neighbour): heavy-tailed noise that names no straggler
         hiccups = float(args.get("hiccups", 0.0))
         lockstep = rank_jitter > 0 or straggler >= 0 or hiccups > 0
+        # `gpus`: play the pods' GPUs (kubesim/gpus.py) in lockstep; `throttleGpu` (an index on the
+        # straggler's pod): the straggler's slowness is that GPU throttling (`throttleReason`: thermal,
+        # power-brake)
+        if args.get("gpus"):
+            r.gpu_play = GpuPlay(self._rng, jitter=float(args.get("gpuJitter", 0.02)),
+                                 sm_level=float(args.get("smActivity", 0.85)),
+                                 throttle_index=int(args.get("throttleGpu", -1)),
+                                 throttle_reason=POWER_BRAKE if args.get("throttleReason") == "power-brake"
+                                 else HW_THERMAL | SW_THERMAL)
         began = self.elapsed
         if "startIteration" in args:
             r.iteration = int(args["startIteration"])
@@ -122,6 +132,12 @@ class Training(Pods):
                             c *= 1 + slower
                     computes[pod.ref.name] = c
                 delay = max(computes.values())
+                play = r.gpu_play
+                if play is not None:
+                    if play.throttle_index >= 0 and not play.throttle_pod:
+                        play.throttle_pod = next((p.ref.name for p in targets if p.index == straggler), "")
+                    play.step([(p.ref.name, p.node, p.gpus, computes[p.ref.name]) for p in targets], delay,
+                              slow, slower)
             if targets and self.elapsed >= r.blocked_until and self._training_up(r):
                 r.iteration += 1
                 it = r.iteration

@@ -29,6 +29,7 @@ class FakeDevice:
     name: str = "NVIDIA H100 80GB HBM3"
     pci: str = "00000000:1B:00.0"
     util: int | None = 0  # percent
+    mem_util: int = 0  # percent of time device memory was read or written (with `util`)
     mem_used: int | None = 1 << 30
     mem_total: int | None = 80 << 30
     power_mw: int | None = 70_000
@@ -40,6 +41,9 @@ class FakeDevice:
     ecc: dict[tuple[int, int], int] | None = field(default_factory=lambda: {(1, 0): 0, (1, 1): 0, (0, 0): 3, (0, 1): 7})
     rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)
     nvlink: dict[int, int] | None = field(default_factory=lambda: {38: 0, 45: 0, 52: 2, 59: 0})
+    nvlink_kib: tuple[int, int] | None = None  # NVLink TX, RX data KiB counters; None: NOT_SUPPORTED
+    pcie_kbs: tuple[int, int] | None = (0, 0)  # PCIe TX, RX KB/s
+    energy_mj: int | None = 1_000_000  # total energy counter, mJ; None: NOT_SUPPORTED
     gpm_sm: float | None = None  # percent; None: no GPM on this device
     mig: list[FakeDevice] = field(default_factory=list)
     mig_enabled: bool = False
@@ -136,7 +140,7 @@ class FakeNvml:
         self._call("nvmlDeviceGetUtilizationRates", h)
         u = pynvml.c_nvmlUtilization_t()
         u.gpu = self._value(h.util)
-        u.memory = 0
+        u.memory = h.mem_util
         return u
 
     def nvmlDeviceGetMemoryInfo(self, h: FakeDevice, version: Any = None) -> Any:
@@ -150,6 +154,14 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, h: FakeDevice) -> int:
         self._call("nvmlDeviceGetPowerUsage", h)
         return int(self._value(h.power_mw))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeDevice) -> int:
+        self._call("nvmlDeviceGetTotalEnergyConsumption", h)
+        return int(self._value(h.energy_mj))
+
+    def nvmlDeviceGetPcieThroughput(self, h: FakeDevice, counter: int) -> int:
+        self._call("nvmlDeviceGetPcieThroughput", h)
+        return int(self._value(h.pcie_kbs)[counter])
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeDevice) -> int:
         self._call("nvmlDeviceGetEnforcedPowerLimit", h)
@@ -181,12 +193,15 @@ class FakeNvml:
         values = (pynvml.c_nvmlFieldValue_t * len(ids))()
         for i, fid in enumerate(ids):
             values[i].fieldId = fid
-            if h.nvlink is None or fid not in h.nvlink:
+            kib = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: h.nvlink_kib[0],
+                   pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: h.nvlink_kib[1]} if h.nvlink_kib else {}
+            fields = {**(h.nvlink or {}), **kib}
+            if fid not in fields:
                 values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             else:
                 values[i].nvmlReturn = pynvml.NVML_SUCCESS
                 values[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                values[i].value.ullVal = h.nvlink[fid]
+                values[i].value.ullVal = fields[fid]
         return values
 
     def nvmlDeviceGetMigMode(self, h: FakeDevice) -> tuple[int, int]:
@@ -321,6 +336,7 @@ def devices_from_nvsmi_xml(path: Path) -> list[FakeDevice]:
             mem_mhz=int(c) if clocks is not None and (c := _num(clocks.findtext("mem_clock"))) is not None else NA,
             rows=NA if (g.findtext("remapped_rows") or "").strip() == "N/A" else (0, 0, 0, 0),
             nvlink=None, mig_enabled=mig_on,
+            energy_mj=NA,  # these captures do not show the total energy counter
         )
         for m in g.findall("mig_devices/mig_device"):
             mfb = m.find("fb_memory_usage")

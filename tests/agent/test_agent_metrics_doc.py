@@ -45,7 +45,7 @@ def documented(text: str) -> tuple[dict[str, tuple[str, frozenset[str]]], set[st
 
 
 def exported(tmp_path: Path) -> dict[str, tuple[str, frozenset[str]]]:
-    devs = [FakeDevice(uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", gpm_sm=50.0),
+    devs = [FakeDevice(uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", gpm_sm=50.0, nvlink_kib=(1, 2)),
             FakeDevice(uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000", pci="00000000:1C:00.0", mig_enabled=True,
                        mig=[FakeDevice(uuid="MIG-bbbbbbbb-0000-0000-0000-000000000000")])]
     nv = FakeNvml(devs)
@@ -55,7 +55,7 @@ def exported(tmp_path: Path) -> dict[str, tuple[str, frozenset[str]]]:
     pods = [("research", "llm-worker-0", [("trainer", "nvidia.com/gpu", [devs[0].uuid])])]
     with PodResourcesServer(pods) as kubelet, Agent(settings(tmp_path, kubelet.socket), nv=nv) as agent:
         wait(lambda: agent.ready and agent.attribution.up and agent.logs.followed == 1 and bool(agent.xids.counts()))
-        time.sleep(0.2)  # a second GPM sample: SM activity
+        time.sleep(0.2)  # a second GPM (and NVLink counter) sample: SM activity, NVLink throughput
         text = generate_latest(agent.registry).decode()
     out = {}
     for fam in text_string_to_metric_families(text):

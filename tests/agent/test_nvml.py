@@ -196,3 +196,42 @@ def test_hang_hint_needs_busy_and_cold_sustained() -> None:
     devs[0].util = 40
     (r,) = s.sample()
     assert busy_and_cold(r, hs) is False
+
+
+def test_bandwidth_pcie_nvlink_and_the_energy_window() -> None:
+    """Memory bandwidth use, PCIe and NVLink throughput, and the energy counter's window (issue 28)."""
+    devs = _gpus(2)
+    d = devs[0]
+    d.util, d.mem_util, d.pcie_kbs, d.nvlink_kib, d.energy_mj = 99, 63, (2_000, 3_000), (1_000, 2_000), 5_000_000
+    devs[1].energy_mj = devs[1].pcie_kbs = None  # a device without them: unsupported, not an error
+    now = [1000.0]
+    s = NvmlSampler(FakeNvml(devs), clock=lambda: now[0])
+    s.open()
+    r0, r1 = s.sample()
+    assert r0.memory_util == 0.63 and r0.pcie_tx_bps == 2_000 * 1024 and r0.pcie_rx_bps == 3_000 * 1024
+    assert r0.nvlink_tx_bps is None and r0.energy_mj == 5_000_000 and r0.energy_from is None  # one point yet
+    assert r1.energy_mj is None and r1.pcie_tx_bps is None and {"energy", "pcie_throughput"} <= r1.unsupported
+    assert r1.nvlink_tx_bps is None and "nvlink_throughput" in r1.unsupported and not r1.error and s.errors == 0
+    for k in range(1, 41):  # 400 s at 10 s: 400 W
+        now[0] += 10
+        d.energy_mj += 4_000_000
+        d.nvlink_kib = (d.nvlink_kib[0] + 10 * 1024, d.nvlink_kib[1] + 20 * 1024)
+        r0, _ = s.sample()
+        assert r0.energy_from is not None and r0.energy_mj is not None
+        at, mj = r0.energy_from
+        assert (r0.energy_mj - mj) / (now[0] - at) == 400_000  # mJ/s: the window's mean power, 400 W
+        assert now[0] - at <= 300 + 15 and (k < 30 or now[0] - at >= 300)
+    assert r0.nvlink_tx_bps == 1024 * 1024 and r0.nvlink_rx_bps == 2 * 1024 * 1024
+    # a driver reload: the counter starts over, and no window spans the reset
+    now[0] += 10
+    d.energy_mj = 1_000
+    r0, _ = s.sample()
+    assert r0.energy_mj == 1_000 and r0.energy_from is None
+    now[0] += 20
+    d.energy_mj = 8_001_000
+    r0, _ = s.sample()
+    assert r0.energy_from == (now[0] - 20, 1_000)
+    d.energy_mj = None  # the counter no longer read (NOT_SUPPORTED): unknown, and the window is gone
+    now[0] += 10
+    r0, _ = s.sample()
+    assert r0.energy_mj is None and r0.energy_from is None and "energy" in r0.unsupported

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
@@ -119,3 +120,123 @@ def test_the_controller_reads_the_agents_clock_and_throttle_reasons_bounded() ->
     d1, d2 = report.gpus[0].devices
     assert d1.sm_clock_hz == 1.41e9 and d1.clock_reasons == ("hw_thermal_slowdown", "x" * 40)
     assert d2.sm_clock_hz is None and d2.clock_reasons == ()
+
+
+def _with(g: dict[tuple[str, str], PodGpuEvidence], seed: int = 1,
+          **odd: Any) -> dict[tuple[str, str], PodGpuEvidence]:
+    """Bandwidth readings with 5 % jitter on every GPU; `odd` sets GPU 5's."""
+    rng = random.Random(seed)
+    out = {}
+    for k, e in g.items():
+        devs = tuple(replace(d, **{**{"memory_util": 0.55 * (1 + rng.uniform(-0.05, 0.05)),
+                                      "pcie_bps": 4e9 * (1 + rng.uniform(-0.05, 0.05)),
+                                      "nvlink_bps": 120e9 * (1 + rng.uniform(-0.05, 0.05))},
+                                   **(odd if d.index == 5 else {})})
+                     for d in e.devices)
+        out[k] = replace(e, devices=devs)
+    return out
+
+
+def test_low_memory_bandwidth_or_link_throughput_names_the_gpu_higher_does_not() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
+        ({"memory_util": 0.30}, "memory bandwidth 30%"), ({"pcie_bps": 1e9}, "PCIe throughput 1.00 GB/s"),
+                      ({"nvlink_bps": 40e9}, "NVLink throughput 40.00 GB/s"))
+    for odd, said in cases:
+        _, out = run(slowed, _with(gpus(), **odd))
+        assert out.stragglers is not None, odd
+        (s,) = out.stragglers.suspects
+        assert s.gpu == "GPU-0005" and said in s.evidence, (odd, s.evidence)
+    more: tuple[dict[str, Any], ...] = ({"memory_util": 0.95}, {"pcie_bps": 16e9}, {"nvlink_bps": 300e9})
+    for odd in more:  # more traffic: no fault
+        _, out = run(slowed, _with(gpus(), **odd))
+        assert out.stragglers is None or out.stragglers.suspects == (), odd
+    # a link the run barely uses is not compared: 0 against a few KB/s is no starved GPU
+    quiet = {k: replace(e, devices=tuple(replace(d, pcie_bps=0.0 if d.index == 5 else 5e3) for d in e.devices))
+             for k, e in _with(gpus()).items()}
+    _, out = run(slowed, quiet)
+    assert out.stragglers is None or out.stragglers.suspects == ()
+
+
+def test_natural_bandwidth_spread_on_a_slowed_run_names_no_gpu() -> None:
+    for seed in range(30):
+        _, out = run(megatron_log(slow_from=35, slower=0.3), _with(gpus(seed=seed), seed=seed))
+        assert out.stragglers is None or out.stragglers.suspects == (), seed
+
+
+def test_the_controller_reads_bandwidth_and_the_energy_window_bounded() -> None:
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+
+    p = [{"namespace": "ns", "pod": "p"}]
+    doc = {"version": EVIDENCE_VERSION, "at": 10_000.0, "gpus": [
+        {"uuid": "GPU-1", "memory_util": 0.5, "pcie_bps": 3e9, "nvlink_bps": 1e11,
+         "energy": [9_700.0, 9_998.0, 120_000.0], "pods": p},
+        {"uuid": "GPU-2", "memory_util": 7, "pcie_bps": -1, "nvlink_bps": "x", "energy": [9_990.0, 9_980.0, 5.0],
+         "pods": p},
+        {"uuid": "GPU-3", "energy": [9_000.0, 9_990.0, 1e12], "pods": p},  # 1 GW: no GPU
+        {"uuid": "GPU-4", "energy": [9_990.0, 10_100.0, 5.0], "pods": p},  # ends after the document
+        {"uuid": "GPU-5", "energy": [1.0, 9_999.0, 5.0], "pods": p},  # hours long
+        {"uuid": "GPU-6", "energy": [9_990.0, True, 5.0], "pods": p}]}
+    report = parse_evidence(doc, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
+    d1, *rest = report.gpus[0].devices
+    assert (d1.memory_util, d1.pcie_bps, d1.nvlink_bps) == (0.5, 3e9, 1e11)
+    assert (d1.energy_j, d1.energy_from_s, d1.energy_to_s) == (120_000.0, 300.0, 2.0)
+    assert all(d.energy_j is None and d.energy_from_s is None for d in rest)
+    assert (rest[0].memory_util, rest[0].pcie_bps, rest[0].nvlink_bps) == (None, None, None)
+
+
+def test_a_clock_held_down_by_a_hard_slowdown_reason_counts_from_5_percent() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+    # 6 % lower: apart with a thermal reason the GPU reports; not without one, nor with a power cap
+    _, out = run(slowed, gpus(odd=5, odd_clock_mhz=1980 * 0.94, reasons=("hw_thermal_slowdown",), seed=3))
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-0005"]
+    for reasons in ((), ("sw_power_cap",)):
+        _, out = run(slowed, gpus(odd=5, odd_clock_mhz=1980 * 0.94, reasons=reasons, seed=3))
+        assert out.stragglers is None or out.stragglers.suspects == (), reasons
+
+
+def test_power_is_the_energy_windows_mean_where_there_is_one() -> None:
+    slowed = megatron_log(slow_from=35, slower=0.3)
+
+    def metered(inst_w: float, mean_w: float) -> dict[tuple[str, str], PodGpuEvidence]:
+        return {k: replace(e, devices=tuple(
+            replace(d, power_w=inst_w if d.index == 5 else d.power_w, energy_from_s=302.0, energy_to_s=2.0,
+                    energy_j=300 * (mean_w if d.index == 5 else d.power_w or 0.0)) for d in e.devices))
+            for k, e in gpus().items()}
+
+    # a momentary dip (one collective wait) while its minutes of joules match the others': not apart
+    _, out = run(slowed, metered(inst_w=300.0, mean_w=600.0))
+    assert out.stragglers is None or out.stragglers.suspects == ()
+    # minutes at 300 W against the others' 600 W: apart, whatever the instant says
+    _, out = run(slowed, metered(inst_w=600.0, mean_w=300.0))
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-0005"]
+    assert "power (of its limit) 43%" in out.stragglers.suspects[0].evidence
+
+
+def test_most_of_one_nodes_gpus_apart_together_is_the_rank_not_a_gpu() -> None:
+    """A rank whose whole node computed longer this step (a hiccup): its GPUs are all busier than the
+    others waiting for it; no GPU of it is a suspect (the logs name ranks)."""
+    log = megatron_log(slow_from=35, slower=0.3)
+    ev = evidence([taurun(workers=4), taucluster(timedelta(minutes=1), workers=4),
+                   *(pod(f"r-{i}") for i in range(4))], log=log)
+    rc = evaluate(ev, NOW, S)
+
+    def four(**odd: Any) -> dict[tuple[str, str], PodGpuEvidence]:
+        out = {}
+        for i in range(4):
+            ((_, e),) = gpus(seed=i, sm=0.45).items()
+            devs = tuple(replace(d, uuid=f"GPU-{i}{d.index}", **(odd if i == 0 and d.index in
+                                                                   (range(8) if "sm_active" in odd else (7,)) else {}))
+                         for d in e.devices)
+            out[("ns", f"r-{i}")] = replace(e, pod=f"r-{i}", node=f"node-r-{i}", devices=devs)
+        return out
+
+    nodes = {f"node-r-{i}": NOW - timedelta(seconds=10) for i in range(4)}
+    out = apply_gpu(rc, ev, four(sm_active=0.85), nodes, NOW, S)
+    assert out.stragglers is not None and out.stragglers.suspects == ()
+    assert "most GPUs of node node-r-0 read apart together" in out.stragglers.reason
+    # one GPU of that node apart on its own is still named
+    out = apply_gpu(rc, ev, four(sm_clock_hz=1.41e9), nodes, NOW, S)
+    assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-07"]

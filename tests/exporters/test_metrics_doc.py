@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.envcontract import check, inventory
-from collector.model import Observed, Straggler, Stragglers
+from collector.model import Energy, Observed, Straggler, Stragglers
 from collector.riskfacts import NodeRisk, WorkAtRisk
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 from exporters.prometheus_envcontract import EnvironmentExporter
@@ -70,7 +70,8 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
                                                                          "last"),), 8, 40, "last"),
                         work_at_risk=WorkAtRisk(3.5, 16, T0, "checkpoint", "x", 100, T0, (
                             NodeRisk("node-1", 30.0, ("cordoned",), ("cordoned",), 8, 1.75),
-                            NodeRisk("node-2", 0.0, (), (), 8, 1.75))))
+                            NodeRisk("node-2", 0.0, (), (), 8, 1.75))),
+                        energy=Energy(41_000.0, 4_100.0, 8, 30.0, 300.0, "41,000 J per step"))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
         [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )

@@ -1,0 +1,121 @@
+"""Energy per step: joules from NVML's total energy counters over a run's GPUs, divided by the steps
+the run advanced over the same interval (issue 28).
+
+Each GPU's node agent sends its counter's window (`collector.gpu.GpuDevice.energy_j` over
+`energy_from_s`..`energy_to_s` before the record was read, on the reader's clock). The steps the
+run advanced over a window are read off its progress logs' step timeline (step against time,
+linear between the steps seen; past the newest step by at most one step's share of its usual
+interval, so a stall adds no steps), the median over the run's live logs that cover the window.
+The run's joules per step is the sum over its GPUs of each GPU's joules over its window divided by
+the steps over that same window: each GPU's own interval, never another's.
+
+Fail closed: unknown (with the reason) when any GPU of the run has no counter window (NOT_SUPPORTED,
+a MIG instance, the first reading, just after a counter reset), is shared with other pods (its
+energy is theirs too), a pod that holds GPUs has no fresh readings, the windows do not overlap
+(a node read long before the others), no log covers a window, or no step advanced in one (a stall
+has no joules per step). Pure: readings, signals and a clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from collector.correlate import RunEvidence
+from collector.gpu import PodGpuEvidence
+from collector.model import Energy, PodFacts
+
+MIN_WINDOW_S = 60.0  # a shorter window holds too few steps to divide by
+
+
+def timelines(ev: RunEvidence) -> list[tuple[list[float], list[int], float]]:
+    """Each live progress log's (times, steps, median step interval), its current incarnation only."""
+    out = []
+    for sig in ev.signals:
+        if sig.retired or sig.durable:
+            continue
+        ts: list[float] = []
+        steps: list[int] = []
+        for x in sig.scan.samples:
+            if x.step is None or x.at is None or x.skipped:
+                continue
+            t = x.at.timestamp()
+            if steps and (x.step <= steps[-1] or t < ts[-1]):
+                if x.step < steps[-1]:
+                    ts, steps = [], []  # a restart: its current incarnation only
+                else:
+                    continue
+            ts.append(t)
+            steps.append(x.step)
+        if len(steps) >= 3:
+            per = [(b - a) / (sb - sa) for a, b, sa, sb in zip(ts, ts[1:], steps, steps[1:], strict=False)]
+            out.append((ts, steps, statistics.median(per)))
+    return out
+
+
+def step_at(ts: Sequence[float], steps: Sequence[int], interval: float, t: float) -> float | None:
+    """The step reached at `t` (fractional); None before the first step seen."""
+    if not ts or t < ts[0]:
+        return None
+    i = bisect.bisect_right(ts, t) - 1
+    if i + 1 < len(ts):
+        a, b = ts[i], ts[i + 1]
+        return steps[i] + (steps[i + 1] - steps[i]) * ((t - a) / (b - a) if b > a else 0.0)
+    return steps[-1] + (min(1.0, (t - ts[-1]) / interval) if interval > 0 else 0.0)
+
+
+def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: datetime,
+                    max_age: timedelta) -> Energy | None:
+    """The run's joules per step now; None where no GPU of the run reports anything (nothing to say)."""
+    held = {(p.ref.namespace, p.ref.name): p.facts.gpus for p in ev.pods
+            if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting and p.facts.gpus > 0}
+    fresh = {(e.namespace, e.pod): e for e in evidence if now - e.read_at <= max_age}
+    devices = [(d, e) for k, e in fresh.items() if k in held for d in e.devices]
+    if not devices:
+        return None
+
+    def unknown(why: str) -> Energy:
+        return Energy(None, None, len(devices), None, None, why)
+
+    missing = sorted(f"{ns}/{pod}" for (ns, pod), n in held.items()
+                     if (ns, pod) not in fresh or len(fresh[(ns, pod)].devices) < n)
+    if missing:
+        return unknown(f"pod {missing[0]} holds GPUs with no fresh readings: energy per step unknown")
+    windows: list[tuple[str, float, float, float]] = []  # (uuid, from, to, joules): unix seconds
+    for d, e in devices:
+        if d.shared or d.mig_profile:
+            return unknown(f"GPU {d.uuid} is shared or a MIG instance: its energy is not the run's alone")
+        if d.energy_j is None or d.energy_from_s is None or d.energy_to_s is None:
+            return unknown(f"GPU {d.uuid} (node {e.node}) has no energy counter window (not offered, "
+                           "just started, or reset): energy per step unknown")
+        end = e.read_at.timestamp()
+        windows.append((d.uuid, end - d.energy_from_s, end - d.energy_to_s, d.energy_j))
+    if max(w[1] for w in windows) >= min(w[2] for w in windows):
+        return unknown("the GPUs' energy windows do not overlap (one node read long before the others): "
+                       "energy per step unknown")
+    short = min(windows, key=lambda w: w[2] - w[1])
+    if short[2] - short[1] < MIN_WINDOW_S:
+        return unknown(f"GPU {short[0]}'s energy window is {short[2] - short[1]:.0f} s, under {MIN_WINDOW_S:.0f} s: "
+                       "too few steps to divide by yet")
+    lines = timelines(ev)
+    if not lines:
+        return unknown("no progress log gives the run's steps: energy per step unknown")
+    joules_per_step = watts = 0.0
+    advanced: list[float] = []
+    for uuid, a, b, j in windows:
+        counts = [sb - sa for ts, st, iv in lines
+                  if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
+        if not counts:
+            return unknown(f"no progress log covers GPU {uuid}'s energy window: energy per step unknown")
+        n = statistics.median(counts)
+        if n <= 0:
+            return unknown(f"no step advanced over GPU {uuid}'s energy window ({b - a:.0f} s): no joules per step")
+        advanced.append(n)
+        joules_per_step += j / n
+        watts += j / (b - a)
+    span = statistics.median(b - a for _, a, b, _ in windows)
+    return Energy(joules_per_step, watts, len(windows), statistics.median(advanced), span,
+                  f"{joules_per_step:,.0f} J per step over {len(windows)} GPUs ({watts:,.0f} W, "
+                  f"{statistics.median(advanced):.1f} steps in {span:.0f} s)")
