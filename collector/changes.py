@@ -23,7 +23,7 @@ from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
 from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
-from collector.planes.node_agents import runs_to_recheck
+from collector.planes.node_agents import gpu_records, runs_to_recheck
 from collector.planes.signals import folded
 from collector.settings import Settings
 from collector.sources.kube_api import Resource
@@ -121,6 +121,9 @@ class ChangeApplier:
         elif c.op == "gpu":
             gpus, nodes, log_pods = c.payload
             self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.claims, self._dirty)
+            if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
+                samples, xids = gpu_records(self._gpus, gpus, self.index.root_of)
+                self._export("gpu", self.sink.gpu, samples, xids)
             self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
             self.agents_first.set()
         elif c.op == "log-fresh":

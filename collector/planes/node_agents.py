@@ -16,9 +16,10 @@ from collector.planes.base import Change, SourceContext, SourceHealth, SourceSta
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
+from exporters.adx.rows import GpuSample, GpuXid
 from exporters.prometheus import ErrorClass
 
-__all__ = ["AgentSource", "runs_to_recheck", "same_devices"]
+__all__ = ["AgentSource", "gpu_records", "runs_to_recheck", "same_devices"]
 
 log = logging.getLogger("taugrid.controller")
 
@@ -131,3 +132,33 @@ def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
             and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile)
                     == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile)
                     for x, y in zip(a.devices, b.devices, strict=True)))
+
+
+def gpu_records(old: GpuByPod, new: GpuByPod, run_of: Callable[[Ref], Ref | None],
+                ) -> tuple[list[GpuSample], list[GpuXid]]:
+    """A pass of GPU evidence as ADX records: one reading per device (a shared GPU once, under the
+    first pod that holds it) and one XID record per code a device reports that it did not report in
+    the pass before (the agents send the codes seen recently, not each event: a code is recorded
+    when it appears, stamped with the pass that saw it)."""
+    before: dict[tuple[str, str], set[int]] = {}
+    for g in old.values():
+        for d in g.devices:
+            before.setdefault((g.node, d.uuid), set()).update(d.xids)
+    samples: list[GpuSample] = []
+    xids: list[GpuXid] = []
+    seen: set[tuple[str, str]] = set()
+    for (ns, pod), g in sorted(new.items()):
+        root = run_of(Ref("Pod", ns, pod))
+        run = root.name if root is not None else ""
+        for d in g.devices:
+            key = (g.node, d.uuid)
+            if key in seen:
+                continue
+            seen.add(key)
+            index = d.index if d.index is not None else -1
+            samples.append(GpuSample(g.read_at, g.node, index, d.uuid,
+                                     None if d.utilization is None else round(d.utilization * 100.0, 3),
+                                     None, d.power_w, None, ns, pod, run))
+            xids += [GpuXid(g.read_at, g.node, code, d.index, d.uuid, namespace=ns, pod=pod, run=run)
+                     for code in sorted(set(d.xids) - before.get(key, set()))]
+    return samples, xids

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from collector import controller as controller_module
@@ -20,10 +21,14 @@ from collector.agent import Agent
 from collector.backlog import Backlog
 from collector.controller import Controller
 from collector.gpu import GpuDevice, PodGpuEvidence
-from collector.planes.node_agents import same_devices
+from collector.model import Ref
+from collector.planes.node_agents import gpu_records, same_devices
 from collector.settings import AgentSourceSettings, ControllerSettings, Settings
 from collector.sources import agents
 from collector.sources.kube_api import KubeApi, api_client_for
+from exporters.adx import AdxExporter, ExportSettings
+from exporters.adx.embedded import DuckDBTarget
+from exporters.adx.exporter import EvidenceSink
 from kubesim.server import Simulator
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
@@ -46,7 +51,7 @@ def _agent_pod(port_node: str) -> dict[str, object]:
 @contextmanager
 def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2), *,
                     log_poll: timedelta = timedelta(0), agent_poll: timedelta = timedelta(seconds=0.3),
-                    api_reads: list[str] | None = None) -> Iterator[_Live]:
+                    api_reads: list[str] | None = None, sink: EvidenceSink | None = None) -> Iterator[_Live]:
     """A run `llm` whose pod's log (steps 1-30, every 10 s up to T0) and 8 GPUs a node agent reads,
     and a live controller polling that agent every 0.3 s."""
     # the run's container log, written on the node as the kubelet does
@@ -87,11 +92,11 @@ def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2), *,
                 out: bytes = get_text(path, query)
                 return out
             api.get_text = recorded  # type: ignore[method-assign]
-        c = Controller(api, Settings(controller=cfg), clock.now)
+        c = Controller(api, Settings(controller=cfg), clock.now, sink=sink)
         c.open()
         try:
             wait_until(c.ready.is_set, what="controller ready")
-            yield _Live(c, devs, clock, d)
+            yield _Live(c, devs, clock, d, nv)
         finally:
             c.close()
 
@@ -102,6 +107,7 @@ class _Live:
     devs: list[FakeDevice]
     clock: Clock
     log_dir: Path
+    nv: FakeNvml
 
     def claims(self) -> dict[str, tuple[str, str]]:
         rc = next((r for r in self.c.claims.values() if r.ref.name == "llm"), None)
@@ -206,3 +212,47 @@ def test_same_devices_tells_readings_from_what_claims_say() -> None:
                     replace(ev, devices=(first,)), replace(ev, containers=("main", "sidecar")),
                     replace(ev, node="gpu-1"), replace(ev, source="dcgm")):
         assert not same_devices(ev, changed), changed
+
+
+def test_gpu_records_take_each_device_once_and_each_xid_when_it_appears() -> None:
+    at = T0
+    dev = GpuDevice("GPU-a", 0, utilization=0.97, power_w=550.0)
+    shared = GpuDevice("GPU-s", 1, utilization=0.5, shared=True)
+    old = {("research", "p0"): PodGpuEvidence("research", "p0", "n1", "agent", at, (dev, shared))}
+    new = {("research", "p0"): PodGpuEvidence("research", "p0", "n1", "agent", at,
+                                              (replace(dev, xids=(79, 48)), shared)),
+           ("research", "p1"): PodGpuEvidence("research", "p1", "n1", "agent", at, (shared,))}
+    samples, xids = gpu_records(old, new, lambda ref: Ref("TauRun", "research", "run-" + ref.name))
+    assert [(s.uuid, s.pod, s.run, s.utilization) for s in samples] == [
+        ("GPU-a", "p0", "run-p0", 97.0), ("GPU-s", "p0", "run-p0", 50.0)]  # the shared GPU once
+    assert [(x.code, x.uuid, x.gpu, x.run) for x in xids] == [(48, "GPU-a", 0, "run-p0"), (79, "GPU-a", 0, "run-p0")]
+    assert gpu_records(new, new, lambda ref: None)[1] == []  # a code already reported is not recorded again
+
+
+def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -> None:
+    """The controller writes each agent pass's readings (GpuSamples) and newly reported XIDs (GpuXids)
+    through the real exporter into the embedded store: the tables the lemon score, the drain advisor
+    and gpu_xids.kql read."""
+    store = tmp_path / "store.duckdb"
+    exporter = AdxExporter(ExportSettings(cluster="c1", spool_dir=tmp_path / "spool"), DuckDBTarget(store))
+    exporter.open()
+    try:
+        with _run_with_agent(tmp_path, sink=exporter) as live:
+            wait_until(lambda: "8/8 GPUs allocated" in live.claims().get("scheduled", ("", ""))[1],
+                       timeout=20, what="the run's GPUs from the agent")
+            live.nv.inject_xid(live.devs[2], 79)
+            wait_until(lambda: any(79 in d.xids for g in live.c._gpus.values() for d in g.devices),
+                       timeout=10, what="the XID in the agent's evidence")
+            time.sleep(0.7)  # two more passes: the XID is recorded once
+    finally:
+        exporter.close()
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        rows = con.execute('SELECT DISTINCT "GpuUuid" FROM "GpuSamples" WHERE "Run" = ?', ["llm"]).fetchall()
+        uuids = {r[0] for r in rows}
+        assert uuids == set(UUIDS)
+        got = con.execute('SELECT "Code", "GpuUuid", "Run", "Meaning" FROM "GpuXids"').fetchall()
+    finally:
+        con.close()
+    assert [(code, uuid, run) for code, uuid, run, _ in got] == [(79, UUIDS[2], "llm")]
+    assert "unknown" not in got[0][3].lower()  # explained from NVIDIA's catalogue
