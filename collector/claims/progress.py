@@ -124,7 +124,7 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     bad_since, invalid = _loss_streak([x for x in losses if finite is None or x[0] > finite])
     last_loss = max(((key(w.last_loss[0], p), w.last_loss[1]) for w, p in walks if w.last_loss is not None),
                     default=None)
-    recent = sorted((key(k, p), sk, at) for w, p in walks for k, sk, at in w.recent)[-SKIP_RECENT:]
+    recent = _last_reports(walks)
     views = [w.view for w, p in sorted((x for x in walks if x[0].first_adv is not None),
                                        key=lambda x: key(_some(x[0].first_adv), x[1])) if w.view is not None]
     # The run's current stream: the one whose window closes last (ties: the newest advance).
@@ -166,6 +166,23 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
         streams=tuple(views),
         restarted=restarted,
     )
+
+
+def _last_reports(walks: list[tuple[Walk, list[int]]]) -> list[tuple[tuple[datetime, int, int], bool, datetime]]:
+    """The run's last SKIP_RECENT step reports, from each walk's last ones (in order within a walk): those
+    stamped no earlier than a bound the SKIP_RECENT-th newest cannot be older than (the newest few of
+    every walk, enough of them to make SKIP_RECENT), then ordered."""
+    each = -(-SKIP_RECENT // max(1, len(walks)))
+    ends = sorted((r[2] for w, _ in walks for r in list(w.recent)[-each:]), reverse=True)
+    bound = None if len(ends) < SKIP_RECENT else ends[SKIP_RECENT - 1]
+    out = []
+    for w, places in walks:
+        for k, sk, at in reversed(w.recent):
+            if bound is not None and at < bound:
+                break
+            out.append(((k[0], places[k[1]], k[2]), sk, at))
+    out.sort()
+    return out[-SKIP_RECENT:]
 
 
 def _some(k: tuple[datetime, int, int] | None) -> tuple[datetime, int, int]:
