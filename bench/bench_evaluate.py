@@ -3,8 +3,8 @@
 A TauRun whose workers are an Indexed Job's pods on Ready nodes, 32 Events, and each pod's log (64
 Megatron lines stamped as `kubectl logs --timestamps` writes them, read as the controller reads a
 tail): `evaluate` is timed on it many times at 1, 8 and 64 workers: on the same evidence ("same"),
-and with one pod's log scan new before each call ("1 new"), the way the live controller evaluates a
-run after each log poll (a new scan object for that container, the others' as they were); the median
+and with one pod's log a step apart before each call ("1 new"), the way the live controller evaluates
+a run after each log poll (a new scan for that container, the others' as they were); the median
 of 5 repeats. `--baseline REF` checks out REF (a commit) into a temporary worktree and runs this
 same script against that tree's `collector` as its own process, so both figures come from one
 invocation on one machine.
@@ -110,8 +110,10 @@ def measure(calls: int) -> dict[str, float]:
                 evaluate(ev, now, s)
             took.append((time.perf_counter() - t) / calls)
         out[f"{workers} workers, same"] = statistics.median(took) * 1e6
-        # two scan objects of equal content per pod, swapped in one pod at a time
-        copies = [(sig, replace(sig, scan=replace(sig.scan))) for sig in ev.signals]
+        # per pod, its log and the same log a step later (the last step at `now`), swapped in one pod at
+        # a time: each evaluation follows one container's poll that brought a step (or took it back)
+        newer = scan_text(_log(now + timedelta(seconds=10), 1001), source="b")
+        copies = [(sig, replace(sig, scan=replace(newer))) for sig in ev.signals]
         took = []
         for _ in range(REPEATS):
             t = time.perf_counter()

@@ -37,7 +37,7 @@ from collector.claims.progress_view import (
     StreamView,
     stall_window,
 )
-from collector.claims.progress_walk import Part, Walk, restarts_in, walked
+from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, restarts_in, walked
 from collector.correlate import Key, Signal
 from collector.progress import ProgressSample
 from collector.progress.history import RECENT, compact
@@ -101,8 +101,8 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
 
 def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressView:
     """The run's view from its streams' walks (each with its signals' places in the run's order)."""
-    def key(k: tuple[datetime, int, int], places: list[int]) -> tuple[datetime, int, int]:
-        return (k[0], places[k[1]], k[2])
+    def key(k: tuple[datetime, int], places: list[int]) -> tuple[datetime, int, int]:
+        return (k[0], places[k[1] >> SLOT], k[1] & POSITION)
 
     # advances by time, ties by the signal's place, then the sample's: each slot's list is in order,
     # so the lists in place order, sorted stably by time
@@ -116,11 +116,13 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     high = {w.stream: w.high for w, _ in walks if w.high is not None}
     # the run-wide streaks, from what follows the last place that ended them
     last_adv = max((key(w.last_adv, p) for w, p in walks if w.last_adv is not None), default=None)
-    skips = sorted((key(k, p), n, at, step, src, w.stream) for w, p in walks for k, n, at, step, src in w.skip_tail)
+    skips = sorted(((at, p[o >> SLOT], o & POSITION), n, at, step, src, w.stream)
+                   for w, p in walks for at, o, n, step, src in w.skip_tail)
     skips = [x for x in skips if last_adv is None or x[0] > last_adv]
     skipped_since = Advance(skips[0][2], skips[0][3], skips[0][4], stream=skips[0][5]) if skips else None
     finite = max((key(w.finite_key, p) for w, p in walks if w.finite_key is not None), default=None)
-    losses = sorted((key(k, p), loss, n, adv) for w, p in walks for k, loss, n, adv in w.loss_tail)
+    losses = sorted(((at, p[o >> SLOT], o & POSITION), loss, n, adv)
+                    for w, p in walks for at, o, loss, n, adv in w.loss_tail)
     bad_since, invalid = _loss_streak([x for x in losses if finite is None or x[0] > finite])
     last_loss = max(((key(w.last_loss[0], p), w.last_loss[1]) for w, p in walks if w.last_loss is not None),
                     default=None)
@@ -135,7 +137,7 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     blind = max((w.blind for w, p in sorted((x for x in walks if x[0].blind is not None),
                                             key=lambda x: key(_some(x[0].blind_key), x[1]))
                  if w.blind is not None), key=lambda b: b.last.at, default=None)
-    floor_window, floor_basis = _window([], s)
+    floor_window, floor_basis = _window([], s) if current is None else (current.window, current.basis)
     restarted = None
     if current is not None:
         restarted = next(w.latest_restart for w, _ in walks if w.stream == current.last.stream)
@@ -158,8 +160,8 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
         high_water=high,
         skipped_since=skipped_since,
         skipped_streak=sum(x[1] for x in skips),
-        recent_skipped=(sum(1 for _, sk, _ in recent if sk), len(recent)),
-        recent_skipped_since=recent[0][2] if recent else None,
+        recent_skipped=(sum(1 for _, _, sk in recent if sk), len(recent)),
+        recent_skipped_since=recent[0][0] if recent else None,
         last=current.last if current else None,
         replaying=replaying,
         blind=blind,
@@ -168,24 +170,26 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     )
 
 
-def _last_reports(walks: list[tuple[Walk, list[int]]]) -> list[tuple[tuple[datetime, int, int], bool, datetime]]:
+def _last_reports(walks: list[tuple[Walk, list[int]]]) -> Sequence[tuple[datetime, int, bool]]:
     """The run's last SKIP_RECENT step reports, from each walk's last ones (in order within a walk): those
     stamped no earlier than a bound the SKIP_RECENT-th newest cannot be older than (the newest few of
     every walk, enough of them to make SKIP_RECENT), then ordered."""
+    if len(walks) == 1:
+        return walks[0][0].recent  # (the order within it is the run's)
     each = -(-SKIP_RECENT // max(1, len(walks)))
-    ends = sorted((r[2] for w, _ in walks for r in list(w.recent)[-each:]), reverse=True)
+    ends = sorted((r[0] for w, _ in walks for r in list(w.recent)[-each:]), reverse=True)
     bound = None if len(ends) < SKIP_RECENT else ends[SKIP_RECENT - 1]
     out = []
     for w, places in walks:
-        for k, sk, at in reversed(w.recent):
+        for at, o, sk in reversed(w.recent):
             if bound is not None and at < bound:
                 break
-            out.append(((k[0], places[k[1]], k[2]), sk, at))
+            out.append((at, places[o >> SLOT], o & POSITION, sk))
     out.sort()
-    return out[-SKIP_RECENT:]
+    return [(at, 0, sk) for at, _, _, sk in out[-SKIP_RECENT:]]
 
 
-def _some(k: tuple[datetime, int, int] | None) -> tuple[datetime, int, int]:
+def _some(k: tuple[datetime, int] | None) -> tuple[datetime, int]:
     assert k is not None
     return k
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from operator import itemgetter
+from typing import Any, Generic, TypeVar
 from weakref import ref
 
 from collector.claims.common import Clock
@@ -38,10 +39,15 @@ from collector.claims.progress_view import (
 from collector.progress import LogScan, ProgressSample
 from collector.settings import ClaimSettings
 
-# A place in the walk: (at, signal's slot in its stream, sample's position in its signal). Across
-# streams the slot becomes the signal's place among the run's signals.
-Key = tuple[datetime, int, int]
-_order = itemgetter(0, 1, 2, 3)
+# A sample's place in the walk: (at, order), order = its signal's slot in the stream << SLOT | its
+# position in its signal (a restart's order has AFTER set: after every sample of its instant). Across
+# streams the slot becomes the signal's place among the run's signals (`claims.progress.analyze`).
+Key = tuple[datetime, int]
+SLOT = 24
+POSITION = (1 << SLOT) - 1
+AFTER = 1 << 40
+T = TypeVar("T")
+_order = itemgetter(0, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +107,12 @@ class Walk:
         self.blind: Blind | None = None
         self.blind_key: Key | None = None
         self.latest_restart: Restart | None = None
-        # the last SKIP_RECENT step reports: (key, skipped, at)
-        self.recent: deque[tuple[Key, bool, datetime]] = deque(maxlen=SKIP_RECENT)
-        # skipped samples since its last advance: (key, covers, at, step, src)
-        self.skip_tail: list[tuple[Key, int, datetime, int | None, str]] = []
-        # samples with a loss since its last finite non-zero one: (key, loss, covers, advance)
-        self.loss_tail: list[tuple[Key, float, int, Advance]] = []
+        # the last SKIP_RECENT step reports: (at, order, skipped)
+        self.recent: deque[tuple[datetime, int, bool]] = deque(maxlen=SKIP_RECENT)
+        # skipped samples since its last advance: (at, order, covers, step, src)
+        self.skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
+        # samples with a loss since its last finite non-zero one: (at, order, loss, covers, advance)
+        self.loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
         self.finite_key: Key | None = None  # its last finite non-zero loss
         self.last_loss: tuple[Key, float] | None = None
 
@@ -115,17 +121,17 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
          clock: Clock | None) -> Walk:
     """One stream's walk (the single walk of `analyze` as it was, restricted to this stream)."""
     w = Walk(stream, len(parts))
-    events: list[tuple[datetime, int, int, int, ProgressSample | Restart, str]] = []
+    events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
     top: datetime | None = None
     for slot, p in enumerate(parts):
         first = p.scan.first_at
-        i = 0
+        i = slot << SLOT
         for smp in samples_of(p.scan):
             at = smp.at
             if at is None:
                 w.undated += 1
             elif horizon is None or at <= horizon:
-                events.append((at, 0, slot, i, smp, p.src))
+                events.append((at, i, smp, p.src))
                 i += 1
                 if first is None or at < first:
                     first = at
@@ -144,7 +150,7 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
                 clock.expires(first)
         for r in (*p.restarts, *restarts_in(p.scan, p.label)):
             if horizon is None or r.at <= horizon:
-                events.append((r.at, 1, slot, i, r, p.src))
+                events.append((r.at, AFTER | i, r, p.src))
                 i += 1
                 top = r.at if top is None else max(top, r.at)
             else:
@@ -155,8 +161,8 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     return w
 
 
-def _run(w: Walk, events: list[tuple[datetime, int, int, int, ProgressSample | Restart, str]],
-         s: ClaimSettings) -> None:
+def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings) -> None:
+    """The walk proper, over `events` in order: (at, order, sample or restart, src)."""
     stream = w.stream
     high: int | None = None
     last_seen: datetime | None = None  # stepless signals: the last activity
@@ -169,9 +175,14 @@ def _run(w: Walk, events: list[tuple[datetime, int, int, int, ProgressSample | R
     prev_adv: Advance | None = None
     recent, skip_tail, loss_tail = w.recent, w.skip_tail, w.loss_tail
     advs = w.advs
-    for at, is_restart, slot, i, item, src in events:
-        if is_restart:
-            assert isinstance(item, Restart)
+    isfinite = math.isfinite
+    last_loss: tuple[datetime, int, float] | None = None
+    finite: tuple[datetime, int] | None = None
+    first_adv: tuple[datetime, int] | None = None
+    last_at, last_order = None, 0  # the last advance's place
+    item: Any
+    for at, order, item, src in events:
+        if order & AFTER:
             w.latest_restart = item
             # Its own mark is the only one that counts: another rank's says nothing sure about where
             # this one was (ranks lag each other, and some runs' ranks are not in lockstep at all).
@@ -181,36 +192,35 @@ def _run(w: Walk, events: list[tuple[datetime, int, int, int, ProgressSample | R
             else:
                 blind = item
             continue
-        assert isinstance(item, ProgressSample)
-        smp = item
-        key = (at, slot, i)
+        smp: ProgressSample = item
         n = smp.covers  # samples this one stands for (compacted history: all of its kind)
         step = smp.step
         if step is not None and (smp.skipped or high is None or step > high):
             if n == 1:
-                recent.append((key, smp.skipped, at))
+                recent.append((at, order, smp.skipped))
             else:
-                recent.extend([(key, smp.skipped, at)] * min(n, SKIP_RECENT))
+                recent.extend([(at, order, smp.skipped)] * min(n, SKIP_RECENT))
         if smp.skipped:
             w.skipped += n
-            skip_tail.append((key, n, at, step, src))
+            skip_tail.append((at, order, n, step, src))
             continue
         adv: Advance | None = None
         loss = smp.loss
         if loss is not None:
-            w.last_loss = (key, loss)
-            if math.isfinite(loss) and loss != 0.0:
-                w.finite_key = key
-                loss_tail.clear()
+            last_loss = (at, order, loss)
+            if loss != 0.0 and isfinite(loss):
+                finite = (at, order)
+                if loss_tail:
+                    loss_tail.clear()
             else:
                 adv = Advance(at, step, src, bridged=n > 1, stream=stream)
-                loss_tail.append((key, loss, n, adv))
+                loss_tail.append((at, order, loss, n, adv))
         if blind is not None or (step is None and restart_of is not None):
             # Started over with no mark in view, or activity without a step since it did: replay or
             # progress, nobody can tell (only a step past the mark can).
             blind_last = Advance(at, step, src, stream=stream)
             if w.blind_key is None:
-                w.blind_key = key
+                w.blind_key = (at, order)
             continue
         if step is None:
             if last_seen is not None and at <= last_seen:
@@ -226,26 +236,31 @@ def _run(w: Walk, events: list[tuple[datetime, int, int, int, ProgressSample | R
                     if replay_from is None:
                         replay_from = at
                     if replay_last is None:
-                        w.replay_key = key
+                        w.replay_key = (at, order)
                     replay_last = Advance(at, step, src, stream=stream)
                 continue
             high = step
             replay_last = restart_of = None
             adv = Advance(at, step, src, replay_from, n > 1, stream)
             replay_from = None
-        if loss is not None and not math.isfinite(loss):
+        if loss is not None and not isfinite(loss):
             continue
         if prev_adv is not None and adv.replay_from is None and not adv.bridged:
             # (a bridged gap spans a compacted stretch: not one step interval)
             steps = (adv.step - prev_adv.step) if adv.step is not None and prev_adv.step is not None else 0
             intervals.append((at, (at - prev_adv.at).total_seconds(), steps))
         prev_adv = adv
-        advs[slot].append(adv)
-        if w.first_adv is None:
-            w.first_adv = key
-        w.last_adv = key
-        skip_tail.clear()
+        advs[order >> SLOT].append(adv)
+        if first_adv is None:
+            first_adv = (at, order)
+        last_at, last_order = at, order
+        if skip_tail:
+            skip_tail.clear()
     w.high = high
+    w.first_adv = first_adv
+    w.last_adv = (last_at, last_order) if last_at is not None else None
+    w.finite_key = finite
+    w.last_loss = ((last_loss[0], last_loss[1]), last_loss[2]) if last_loss is not None else None
     if prev_adv is not None:
         window, basis = stall_window(intervals, s)
         step_times = [secs / k for _, secs, k in intervals[-RECENT_INTERVALS:] if k > 0]
@@ -270,15 +285,32 @@ class _Kept:
     walk: Walk
 
 
-# id(first scan) -> (a weak reference to it, what was walked): by identity (a scan's hash would hash
-# every sample), forgotten when the scan goes
-_KEPT: dict[int, tuple[ref[LogScan], _Kept]] = {}
+class ByScan(Generic[T]):
+    """Values kept per scan object, by identity (a scan's hash would hash every sample), each
+    forgotten when its scan goes."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[ref[LogScan], T]] = {}
+
+    def get(self, scan: LogScan) -> T | None:
+        e = self._kept.get(id(scan))
+        return e[1] if e is not None and e[0]() is scan else None
+
+    def put(self, scan: LogScan, value: T) -> None:
+        self._kept[id(scan)] = (ref(scan, partial(self._forget, id(scan))), value)
+
+    def _forget(self, i: int, gone: ref[LogScan]) -> None:
+        e = self._kept.get(i)
+        if e is not None and e[0] is gone:
+            del self._kept[i]
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
 
-def _forget(i: int, gone: ref[LogScan]) -> None:
-    e = _KEPT.get(i)
-    if e is not None and e[0] is gone:
-        del _KEPT[i]
+_KEPT: ByScan[_Kept] = ByScan()  # by the stream's first scan
 
 
 def walked(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
@@ -286,8 +318,7 @@ def walked(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: dateti
     """`walk(...)`, taken from the last evaluation when nothing it depends on changed."""
     head = parts[0].scan
     ids = tuple((p.src, p.label, p.restarts) for p in parts)
-    e = _KEPT.get(id(head))
-    kept = e[1] if e is not None and e[0]() is head else None
+    kept = _KEPT.get(head)
     if kept is not None and kept.stream == stream and kept.parts == ids and len(kept.rest) == len(parts) - 1 \
             and all(a is b.scan for a, b in zip(kept.rest, parts[1:], strict=True)) \
             and (kept.settings is s or kept.settings == s):
@@ -297,6 +328,5 @@ def walked(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: dateti
     w = walk(stream, parts, s, horizon, clock)
     if w.complete:
         # (a walk that left samples past the horizon out is walked again: they count once reached)
-        _KEPT[id(head)] = (ref(head, partial(_forget, id(head))),
-                           _Kept(stream, tuple(p.scan for p in parts[1:]), ids, s, w))
+        _KEPT.put(head, _Kept(stream, tuple(p.scan for p in parts[1:]), ids, s, w))
     return w
