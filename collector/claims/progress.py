@@ -106,11 +106,11 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
 
     # advances by time, ties by the signal's place, then the sample's: each slot's list is in order,
     # so the lists in place order, sorted stably by time
-    slots = sorted((place, w.advs[slot]) for w, places in walks for slot, place in enumerate(places))
+    slots = sorted((place, slot, w) for w, places in walks for slot, place in enumerate(places))
     if len(slots) == 1:
-        advances = tuple(slots[0][1])
+        advances = tuple(slots[0][2].advances(slots[0][1]))
     else:
-        advances = tuple(sorted(chain.from_iterable(a for _, a in slots), key=_by_at))
+        advances = tuple(sorted(chain.from_iterable(w.advances(slot) for _, slot, w in slots), key=_by_at))
     undated = sum(w.undated for w, _ in walks)
     observed_from = min((w.first for w, _ in walks if w.first is not None), default=None)
     high = {w.stream: w.high for w, _ in walks if w.high is not None}

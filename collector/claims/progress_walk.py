@@ -86,9 +86,9 @@ def restarts_in(scan: LogScan, label: str) -> list[Restart]:
 class Walk:
     """What one stream's samples and restarts say, walked in order (read-only once built)."""
 
-    __slots__ = ("stream", "undated", "first", "complete", "max_at", "high", "advs", "first_adv",
-                 "last_adv", "view", "replayed", "skipped", "replaying", "replay_key", "blind", "blind_key",
-                 "latest_restart", "recent", "skip_tail", "loss_tail", "finite_key", "last_loss")
+    __slots__ = ("stream", "srcs", "undated", "first", "complete", "max_at", "high", "advs", "replayed_to",
+                 "first_adv", "last_adv", "view", "replayed", "skipped", "replaying", "replay_key", "blind",
+                 "blind_key", "latest_restart", "recent", "skip_tail", "loss_tail", "finite_key", "last_loss")
 
     def __init__(self, stream: str, parts: int) -> None:
         self.stream = stream
@@ -97,7 +97,11 @@ class Walk:
         self.complete = True  # nothing lay past the horizon: valid at any horizon from max_at on
         self.max_at: datetime | None = None
         self.high: int | None = None
-        self.advs: list[list[Advance]] = [[] for _ in range(parts)]  # advances, per slot
+        self.srcs: tuple[str, ...] = ()  # each slot's src
+        # the samples that advanced, per slot (`advances` makes them Advance records: kept as samples,
+        # the walk costs a pointer per advance between evaluations, not a record)
+        self.advs: list[list[ProgressSample]] = [[] for _ in range(parts)]
+        self.replayed_to: dict[int, datetime] = {}  # slot << 32 | index → replay_from of that advance
         self.first_adv: Key | None = None
         self.last_adv: Key | None = None
         self.view: StreamView | None = None
@@ -116,11 +120,21 @@ class Walk:
         self.finite_key: Key | None = None  # its last finite non-zero loss
         self.last_loss: tuple[Key, float] | None = None
 
+    def advances(self, slot: int) -> list[Advance]:
+        """The advances of one slot, in order."""
+        src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
+        base = slot << 32
+        if not rf:
+            return [Advance(x.at, x.step, src, None, x.covers > 1, stream) for x in self.advs[slot]]  # type: ignore[arg-type]
+        return [Advance(x.at, x.step, src, rf.get(base | i), x.covers > 1, stream)  # type: ignore[arg-type]
+                for i, x in enumerate(self.advs[slot])]
+
 
 def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
          clock: Clock | None) -> Walk:
     """One stream's walk (the single walk of `analyze` as it was, restricted to this stream)."""
     w = Walk(stream, len(parts))
+    w.srcs = tuple(p.src for p in parts)
     events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
     top: datetime | None = None
     for slot, p in enumerate(parts):
@@ -172,7 +186,10 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     blind: Restart | None = None  # started over with no mark in view
     blind_last: Advance | None = None
     intervals: list[tuple[datetime, float, int]] = []
-    prev_adv: Advance | None = None
+    prev_at: datetime | None = None  # the last advance's
+    prev_step: int | None = None
+    last_smp: ProgressSample | None = None
+    last_rf: datetime | None = None
     recent, skip_tail, loss_tail = w.recent, w.skip_tail, w.loss_tail
     advs = w.advs
     isfinite = math.isfinite
@@ -222,11 +239,11 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
             if w.blind_key is None:
                 w.blind_key = (at, order)
             continue
+        rf: datetime | None = None  # the advance's replay_from
         if step is None:
             if last_seen is not None and at <= last_seen:
                 continue
             last_seen = at
-            adv = adv or Advance(at, None, src, bridged=n > 1, stream=stream)
         else:
             if high is not None and step <= high:
                 # The same step redrawn, or this stream went back: a restart replaying from an older
@@ -241,16 +258,20 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
                 continue
             high = step
             replay_last = restart_of = None
-            adv = Advance(at, step, src, replay_from, n > 1, stream)
-            replay_from = None
+            rf, replay_from = replay_from, None
         if loss is not None and not isfinite(loss):
             continue
-        if prev_adv is not None and adv.replay_from is None and not adv.bridged:
+        if prev_at is not None and rf is None and n <= 1:
             # (a bridged gap spans a compacted stretch: not one step interval)
-            steps = (adv.step - prev_adv.step) if adv.step is not None and prev_adv.step is not None else 0
-            intervals.append((at, (at - prev_adv.at).total_seconds(), steps))
-        prev_adv = adv
-        advs[order >> SLOT].append(adv)
+            steps = (step - prev_step) if step is not None and prev_step is not None else 0
+            intervals.append((at, (at - prev_at).total_seconds(), steps))
+        prev_at, prev_step = at, step
+        slot = order >> SLOT
+        got = advs[slot]
+        if rf is not None:
+            w.replayed_to[slot << 32 | len(got)] = rf
+        got.append(smp)
+        last_smp, last_rf = smp, rf
         if first_adv is None:
             first_adv = (at, order)
         last_at, last_order = at, order
@@ -261,7 +282,10 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     w.last_adv = (last_at, last_order) if last_at is not None else None
     w.finite_key = finite
     w.last_loss = ((last_loss[0], last_loss[1]), last_loss[2]) if last_loss is not None else None
-    if prev_adv is not None:
+    if last_smp is not None:
+        assert last_smp.at is not None
+        prev_adv = Advance(last_smp.at, last_smp.step, w.srcs[last_order >> SLOT], last_rf, last_smp.covers > 1,
+                           stream)
         window, basis = stall_window(intervals, s)
         step_times = [secs / k for _, secs, k in intervals[-RECENT_INTERVALS:] if k > 0]
         median = statistics.median(step_times) if step_times else None
