@@ -5,7 +5,8 @@ Megatron lines stamped as `kubectl logs --timestamps` writes them, read as the c
 tail): `evaluate` is timed on it many times at 1, 8 and 64 workers: on the same evidence ("same"),
 and with one pod's log a step apart before each call ("1 new"), the way the live controller evaluates
 a run after each log poll (a new scan for that container, the others' as they were); the median
-of 5 repeats. `--baseline REF` checks out REF (a commit) into a temporary worktree and runs this
+of 5 repeats, in CPU time of the process (a shared machine's load stretches wall time, not this).
+`--baseline REF` checks out REF (a commit) into a temporary worktree and runs this
 same script against that tree's `collector` as its own process, so both figures come from one
 invocation on one machine.
 
@@ -105,23 +106,23 @@ def measure(calls: int) -> dict[str, float]:
         assert rc.progressing.observed.value == "true", rc.progressing.reason
         took = []
         for _ in range(REPEATS):
-            t = time.perf_counter()
+            t = time.process_time()
             for _ in range(calls):
                 evaluate(ev, now, s)
-            took.append((time.perf_counter() - t) / calls)
+            took.append((time.process_time() - t) / calls)
         out[f"{workers} workers, same"] = statistics.median(took) * 1e6
         # per pod, its log and the same log a step later (the last step at `now`), swapped in one pod at
         # a time: each evaluation follows one container's poll that brought a step (or took it back)
         newer = scan_text(_log(now + timedelta(seconds=10), 1001), source="b")
         copies = [(sig, replace(sig, scan=replace(newer))) for sig in ev.signals]
         took = []
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            for k in range(calls):
+        for r in range(REPEATS):
+            t = time.process_time()
+            for k in range(r * calls, (r + 1) * calls):  # (k runs on across repeats: each call swaps)
                 i = k % len(copies)
                 ev.signals[i] = copies[i][(k // len(copies)) % 2 ^ 1]
                 evaluate(ev, now, s)
-            took.append((time.perf_counter() - t) / calls)
+            took.append((time.process_time() - t) / calls)
         out[f"{workers} workers, 1 new"] = statistics.median(took) * 1e6
     return out
 
@@ -150,7 +151,7 @@ def main() -> None:
                 base = json.loads(done.stdout.strip().splitlines()[-1])
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-    print(f"evaluate() of one running run, median of {REPEATS} × {args.calls} calls (µs per evaluation)")
+    print(f"evaluate() of one running run, median of {REPEATS} × {args.calls} calls (CPU µs per evaluation)")
     print(f"{'run':<20} {'this tree':>10} {'baseline ' + args.baseline if args.baseline else '':>20}")
     for k, v in here.items():
         b = base.get(k)

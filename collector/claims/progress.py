@@ -160,8 +160,8 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
         high_water=high,
         skipped_since=skipped_since,
         skipped_streak=sum(x[1] for x in skips),
-        recent_skipped=(sum(1 for _, _, sk in recent if sk), len(recent)),
-        recent_skipped_since=recent[0][0] if recent else None,
+        recent_skipped=(sum(1 for x in recent if x.skipped), len(recent)),
+        recent_skipped_since=recent[0].at if recent else None,
         last=current.last if current else None,
         replaying=replaying,
         blind=blind,
@@ -170,23 +170,24 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     )
 
 
-def _last_reports(walks: list[tuple[Walk, list[int]]]) -> Sequence[tuple[datetime, int, bool]]:
+def _last_reports(walks: list[tuple[Walk, list[int]]]) -> Sequence[ProgressSample]:
     """The run's last SKIP_RECENT step reports, from each walk's last ones (in order within a walk): those
     stamped no earlier than a bound the SKIP_RECENT-th newest cannot be older than (the newest few of
     every walk, enough of them to make SKIP_RECENT), then ordered."""
     if len(walks) == 1:
         return walks[0][0].recent  # (the order within it is the run's)
     each = -(-SKIP_RECENT // max(1, len(walks)))
-    ends = sorted((r[0] for w, _ in walks for r in list(w.recent)[-each:]), reverse=True)
+    ends = sorted((x.at for w, _ in walks for x in w.recent[-each:] if x.at is not None), reverse=True)
     bound = None if len(ends) < SKIP_RECENT else ends[SKIP_RECENT - 1]
-    out = []
+    out: list[tuple[datetime, int, int, int, ProgressSample]] = []
     for w, places in walks:
-        for at, o, sk in reversed(w.recent):
-            if bound is not None and at < bound:
+        for x, o in zip(reversed(w.recent), reversed(w.recent_orders), strict=True):
+            assert x.at is not None
+            if bound is not None and x.at < bound:
                 break
-            out.append((at, places[o >> SLOT], o & POSITION, sk))
+            out.append((x.at, places[o >> SLOT], o & POSITION, len(out), x))
     out.sort()
-    return [(at, 0, sk) for at, _, _, sk in out[-SKIP_RECENT:]]
+    return [x for *_, x in out[-SKIP_RECENT:]]
 
 
 def _some(k: tuple[datetime, int] | None) -> tuple[datetime, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,7 +89,8 @@ class Walk:
 
     __slots__ = ("stream", "srcs", "undated", "first", "complete", "max_at", "high", "advs", "replayed_to",
                  "first_adv", "last_adv", "view", "replayed", "skipped", "replaying", "replay_key", "blind",
-                 "blind_key", "latest_restart", "recent", "skip_tail", "loss_tail", "finite_key", "last_loss")
+                 "blind_key", "latest_restart", "recent", "recent_orders", "skip_tail", "loss_tail", "finite_key",
+                 "last_loss")
 
     def __init__(self, stream: str, parts: int) -> None:
         self.stream = stream
@@ -111,8 +113,9 @@ class Walk:
         self.blind: Blind | None = None
         self.blind_key: Key | None = None
         self.latest_restart: Restart | None = None
-        # the last SKIP_RECENT step reports: (at, order, skipped)
-        self.recent: deque[tuple[datetime, int, bool]] = deque(maxlen=SKIP_RECENT)
+        # the last SKIP_RECENT step reports (a sample standing for several repeats), and their orders
+        self.recent: tuple[ProgressSample, ...] = ()
+        self.recent_orders = array("q")
         # skipped samples since its last advance: (at, order, covers, step, src)
         self.skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
         # samples with a loss since its last finite non-zero one: (at, order, loss, covers, advance)
@@ -190,7 +193,8 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     prev_step: int | None = None
     last_smp: ProgressSample | None = None
     last_rf: datetime | None = None
-    recent, skip_tail, loss_tail = w.recent, w.skip_tail, w.loss_tail
+    recent: deque[tuple[ProgressSample, int]] = deque(maxlen=SKIP_RECENT)
+    skip_tail, loss_tail = w.skip_tail, w.loss_tail
     advs = w.advs
     isfinite = math.isfinite
     last_loss: tuple[datetime, int, float] | None = None
@@ -214,9 +218,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         step = smp.step
         if step is not None and (smp.skipped or high is None or step > high):
             if n == 1:
-                recent.append((at, order, smp.skipped))
+                recent.append((smp, order))
             else:
-                recent.extend([(at, order, smp.skipped)] * min(n, SKIP_RECENT))
+                recent.extend([(smp, order)] * min(n, SKIP_RECENT))
         if smp.skipped:
             w.skipped += n
             skip_tail.append((at, order, n, step, src))
@@ -278,6 +282,8 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         if skip_tail:
             skip_tail.clear()
     w.high = high
+    w.recent = tuple(x for x, _ in recent)
+    w.recent_orders = array("q", (o for _, o in recent))
     w.first_adv = first_adv
     w.last_adv = (last_at, last_order) if last_at is not None else None
     w.finite_key = finite
