@@ -19,16 +19,18 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.claims import progress_walk
+from collector.claims import engine, evaluate, progress_walk
 from collector.claims.common import Clock
 from collector.claims.lineage import Lineage, Restart
 from collector.claims.progress import analyze, compacted
-from collector.correlate import Signal
+from collector.correlate import Signal, build_index
+from collector.kube import normalize
 from collector.model import Ref
 from collector.progress import LogScan, ProgressSample
 from collector.progress.model import ResumeFinding, summarize
 from collector.settings import ClaimSettings
 from tests.claims.analyze_reference import analyze as reference
+from tests.claims.test_recheck_at import NOW, pod, taurun
 
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 LOSSES = (2.5, 2.4, 1.0, 0.0, float("nan"), float("inf"), None)
@@ -198,3 +200,50 @@ def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> No
     import gc
     gc.collect()
     assert len(progress_walk._KEPT) <= before - 4
+
+
+def _claims_scenario(seed: int) -> None:
+    """`evaluate` with the kept walks against `evaluate` with the single walk: the same claims (verdict,
+    reason, evidence, goodput, stragglers) after every increment of a run of 2-4 pods, each with a
+    trainer and a sidecar container (a helper's log is no progress), some restarted, some on a node
+    whose clock runs ahead, some with lines stamped after they were read (no place in time)."""
+
+    rng = random.Random(seed)
+    s = ClaimSettings()
+    n = rng.randrange(2, 5)
+    objs = [taurun(workers=n)]
+    for i in range(n):
+        p = pod(f"r-{i}", restarted_ago=timedelta(minutes=rng.choice((5, 40))) if rng.random() < 0.3 else None)
+        p["spec"]["containers"].append({"name": "shipper"})  # no GPU beside one that has them: a helper
+        p["status"]["containerStatuses"].append({"name": "shipper", "ready": True, "restartCount": 0,
+                                                 "state": {"running": {}}})
+        objs.append(p)
+    index = build_index([x.record for x in map(normalize, objs) if x.record is not None])
+    index.synced.update(dict.fromkeys(("Pod", "TauRun", "Node", "Event"), NOW))
+    if rng.random() < 0.3:
+        index.node_skew[f"node-r-{rng.randrange(n)}"] = timedelta(seconds=rng.choice((2, 20)))
+    now = NOW
+    logs = {(f"r-{i}", c): Log(rng, f"r-{i}", now - timedelta(minutes=rng.randrange(1, 30)))
+            for i in range(n) for c in ("main", "shipper")}
+    for log in logs.values():
+        log.stepless = False
+    for _ in range(rng.randrange(4, 14)):
+        for (name, c), log in rng.sample(sorted(logs.items()), rng.randrange(1, len(logs) + 1)):
+            log.grow(rng.randrange(1, 10))
+            log.rescan(s)
+            index.set_signal(Signal(Ref("Pod", "ns", name), c, log.scan, now))
+        now += timedelta(seconds=rng.choice((5, 30, 30, 120)))
+        ev = index.evidence(Ref("TauRun", "ns", "r"))
+        got = evaluate(ev, now, s)
+        engine.analyze = reference  # type: ignore[assignment]
+        try:
+            want = evaluate(ev, now, s)
+        finally:
+            engine.analyze = analyze
+        assert got == want, seed
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(0, 2**32 - 1))
+def test_claims_with_kept_walks_equal_the_single_walks(seed: int) -> None:
+    _claims_scenario(seed)
