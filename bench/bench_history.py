@@ -16,8 +16,10 @@ Variants, in one run:
               come again); one read in RESYNC is whole.
 
 Figures: samples kept after the last poll, their bytes (tracemalloc), × 5,000 runs (one
-progress-carrying head each, DESIGN.md's fleet), `analyze` per evaluation (what every evaluation
-of the run does), and CPU per poll (scan, merge, compaction; no HTTP) with its share of a core
+progress-carrying head each, DESIGN.md's fleet), what the analysis keeps per signal between
+evaluations (its stream's walk and straggler track), `analyze` per evaluation on a scan it has not
+walked (the evaluation after this container's poll) and on the same scan (an evaluation after
+another signal's poll, or the clock's), and CPU per poll (scan, merge, compaction; no HTTP) with its share of a core
 for 5,000 heads every 30 s.
 
 Usage: .venv/bin/python bench/bench_history.py [--hours 34] [--cadences 1,10,60,300]
@@ -28,9 +30,11 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import statistics
 import sys
 import time
 import tracemalloc
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,6 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from collector.claims.progress import analyze, compacted  # noqa: E402
+from collector.claims.stragglers import _sample_track  # noqa: E402
 from collector.correlate import Signal  # noqa: E402
 from collector.logrotation import RESYNC  # noqa: E402
 from collector.model import Ref  # noqa: E402
@@ -113,16 +118,35 @@ def size_of(sig: Signal) -> int:
     return after - before
 
 
-def analyze_us(sig: Signal, now: datetime) -> float:
-    n, best = 0, float("inf")
+def analyze_us(sig: Signal, now: datetime, *, fresh: bool = True) -> float:
+    """`analyze` of the one signal, µs (median of 5): each call on a scan object it has not walked
+    (`fresh`: an evaluation after this container's poll), or on the same one (its walk kept)."""
+    copies = [replace(sig, scan=replace(sig.scan)) for _ in range(200)] if fresh else [sig] * 200
+    took = []
     for _ in range(5):
         t = time.perf_counter()
-        n = 0
-        while time.perf_counter() - t < 0.2:
-            analyze([sig], S, now)
-            n += 1
-        best = min(best, (time.perf_counter() - t) / n)
-    return best * 1e6
+        for c in copies:
+            analyze([c], S, now)
+        took.append((time.perf_counter() - t) / len(copies))
+        copies = [replace(sig, scan=replace(sig.scan)) for _ in range(200)] if fresh else copies
+    return statistics.median(took) * 1e6
+
+
+def kept_bytes(sig: Signal, now: datetime) -> int:
+    """Bytes the analysis keeps for the signal between evaluations: its stream's walk (advances, tails)
+    and its straggler track (`claims.progress_walk`, `claims.stragglers`), while the scan is held."""
+    analyze([sig], S, now)  # (first calls fill interpreter caches: not per signal)
+    _sample_track(sig.scan)
+    copy = replace(sig, scan=replace(sig.scan))
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    analyze([copy], S, now)
+    _sample_track(copy.scan)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return after - before
 
 
 def main() -> None:
@@ -131,21 +155,23 @@ def main() -> None:
     ap.add_argument("--cadences", default="1,10,60,300", help="seconds between progress lines")
     args = ap.parse_args()
     print(f"history after {args.hours:g} h of {POLL_S} s polls (tail {TAIL} lines), one container")
-    print("| step every | variant | samples kept | bytes | × 5,000 runs | analyze per evaluation "
-          "| CPU per poll | 5,000 heads / 30 s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| step every | variant | samples kept | bytes | × 5,000 runs | analysis kept | analyze, new scan "
+          "| analyze, same scan | CPU per poll | 5,000 heads / 30 s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for cadence in (float(c) for c in args.cadences.split(",")):
         now = T0 + timedelta(hours=args.hours)
         rows = []
         for name, compact, since in VARIANTS:
             sig, poll_s = simulate(args.hours, cadence, compact=compact, since=since)
             size = size_of(sig)
+            kept = kept_bytes(sig, now)
             rows.append((len(sig.scan.samples), size, analyze_us(sig, now), poll_s))
             print(f"| {cadence:g} s | {name} | {len(sig.scan.samples):,} | {size / 1024:,.1f} KiB "
-                  f"| {size * FLEET_RUNS / 2**20:,.0f} MiB | {rows[-1][2]:,.0f} µs | {poll_s * 1e6:,.0f} µs "
+                  f"| {size * FLEET_RUNS / 2**20:,.0f} MiB | {kept / 1024:,.1f} KiB | {rows[-1][2]:,.0f} µs "
+                  f"| {analyze_us(sig, now, fresh=False):,.0f} µs | {poll_s * 1e6:,.0f} µs "
                   f"| {poll_s * FLEET_RUNS / POLL_S:.3f} core |", flush=True)
         (n0, b0, a0, p0), _, (n1, b1, a1, p1) = rows
-        print(f"|  | baseline / now | {n0 / n1:.1f}× | {b0 / b1:.1f}× | | {a0 / a1:.1f}× | {p0 / p1:.1f}× | |",
+        print(f"|  | baseline / now | {n0 / n1:.1f}× | {b0 / b1:.1f}× | | | {a0 / a1:.1f}× | | {p0 / p1:.1f}× | |",
               flush=True)
 
 

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from collector.claims.lineage import Lineage
+from collector.claims.progress_walk import ByScan
 from collector.correlate import Key, RunEvidence, Signal
 from collector.model import PodFacts, Straggler, Stragglers
+from collector.progress import LogScan
 
 MIN_TRACKS = 3  # with two ranks, either could be the slow one
 MIN_STEPS = 12  # steps printed by enough ranks, in the window
@@ -100,18 +102,38 @@ def tracks(ev: RunEvidence, signals: Sequence[Signal],
     if ranked:
         for sig in sorted(ranked, key=lambda s: s.read_at):
             pod, node, _ = where(sig)
-            for r in sig.scan.ranks:
-                steps, at = _rising(zip(r.steps, r.at, strict=False))
-                out[str(r.rank)] = Track(str(r.rank), pod, node, steps, at)  # the newest read wins
+            for rank, (steps, at) in _rank_tracks(sig.scan):
+                out[rank] = Track(rank, pod, node, steps, at)  # the newest read wins
     else:
         for sig in sorted(live, key=lambda s: s.read_at):
             pod, node, rank = where(sig)
             lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
             key = lin.stream if lin is not None else f"{pod}/{sig.source}"
-            steps, at = _rising((x.step, x.at) for x in sig.scan.samples[-4 * WINDOW:]
-                                if x.step is not None and x.at is not None and not x.skipped)
-            out[key] = Track(rank or pod, pod, node, steps, at)
+            out[key] = Track(rank or pod, pod, node, *_sample_track(sig.scan))
     return [t for t in out.values() if len(t.steps) >= 2][:MAX_TRACKS]
+
+
+Rising = tuple[tuple[int, ...], tuple[datetime, ...]]
+# what `_rising` made of a scan, kept while the scan is held (one log poll changes one scan)
+_BY_RANK: ByScan[tuple[tuple[str, Rising], ...]] = ByScan()
+_BY_SAMPLES: ByScan[Rising] = ByScan()
+
+
+def _rank_tracks(scan: LogScan) -> tuple[tuple[str, Rising], ...]:
+    got = _BY_RANK.get(scan)
+    if got is None:
+        got = tuple((str(r.rank), _rising(zip(r.steps, r.at, strict=False))) for r in scan.ranks)
+        _BY_RANK.put(scan, got)
+    return got
+
+
+def _sample_track(scan: LogScan) -> Rising:
+    got = _BY_SAMPLES.get(scan)
+    if got is None:
+        got = _rising((x.step, x.at) for x in scan.samples[-4 * WINDOW:]
+                      if x.step is not None and x.at is not None and not x.skipped)
+        _BY_SAMPLES.put(scan, got)
+    return got
 
 
 def _mad(xs: Sequence[float], center: float) -> float:
@@ -304,7 +326,26 @@ def _who(t: Track) -> str:
     return f"rank {t.rank} ({where})" if t.rank and t.rank != t.pod else where
 
 
+KEPT_VERDICTS = 65536  # runs whose last verdict is kept (the oldest go first)
+_VERDICTS: dict[Key, tuple[tuple[Track, ...], Stragglers | None]] = {}
+
+
 def stragglers(ev: RunEvidence, signals: Sequence[Signal], now: datetime,
                lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> Stragglers | None:
-    """The engine's hook: the run's rank tracks from its progress signals, judged at `now`."""
-    return detect(tracks(ev, signals, lineage), now)
+    """The engine's hook: the run's rank tracks from its progress signals, judged at `now`.
+
+    A run's verdict is kept with the tracks it was judged from: while they are the same and none
+    holds a step stamped after `now` (`detect` reads the clock for nothing else), it stands."""
+    ts = tuple(tracks(ev, signals, lineage))
+    if any(t.at[-1] > now for t in ts):
+        return detect(ts, now)
+    key = ev.root.ref.key
+    kept = _VERDICTS.get(key)
+    if kept is not None and kept[0] == ts:
+        return kept[1]
+    verdict = detect(ts, now)
+    _VERDICTS.pop(key, None)
+    _VERDICTS[key] = (ts, verdict)
+    if len(_VERDICTS) > KEPT_VERDICTS:
+        del _VERDICTS[next(iter(_VERDICTS))]
+    return verdict

@@ -158,7 +158,7 @@ def summarize(samples: tuple[ProgressSample, ...]) -> SampleSummary:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)  # weakly referenced: claims.progress_walk keeps walks by scan
 class LogScan:
     source: str
     format: str | None

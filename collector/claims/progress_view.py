@@ -1,0 +1,151 @@
+"""The records of the progress analysis (`claims.progress.analyze`) and the stall window rule.
+
+Kept apart from the analysis so that its per-stream walk (`claims.progress_walk`) and the run-wide
+combination share them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from collector.claims.common import human_age
+from collector.claims.lineage import Restart
+from collector.settings import ClaimSettings
+
+RECENT_INTERVALS = 50  # the stall window is built from this many most recent intervals
+OUTLIER_MADS = 10.0  # an interval past median + this many MADs is an outlier (clipped unless it recurs)
+SKIPPED_STREAK = 8  # this many skipped samples in a row (fp16 overflow) and no real step: not progress now
+SKIP_RECENT = 20  # the last this many step reports judge the share of skipped steps ...
+SKIP_RECENT_MIN = 10  # ... once there are at least this many
+ZERO_LOSS_STREAK = 3  # this many consecutive losses of exactly 0.0: the loss is stuck, not learning
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    at: datetime
+    step: int | None  # None: activity with no step number (Hugging Face loss dicts)
+    source: str  # pod/container (or the signal) the sample was read from
+    replay_from: datetime | None = None  # steps were being replayed from then until this advance
+    # the log advanced continuously since its signal's sample before this one (a compacted stretch
+    # of history, `ProgressSample.covers`): the gap to the advance before is progress, however long
+    bridged: bool = False
+    stream: str = ""  # the high-water mark it passed is this stream's ("": its source's)
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Steps that advance but are not progress (validity), since when."""
+
+    since: Advance
+    why: str  # "loss is nan", "loss stuck at 0.0", ...
+
+
+@dataclass(frozen=True, slots=True)
+class Replaying:
+    """A stream below its own high-water mark since a restart, not past it yet."""
+
+    since: datetime  # its first replayed step
+    last: Advance  # its newest replayed step
+    mark: int  # the high-water mark it must pass
+    restart: Restart | None  # the restart it follows, when one is known (else: inside one log)
+
+
+@dataclass(frozen=True, slots=True)
+class Blind:
+    """Steps of a stream that started over where its pre-restart mark cannot be seen."""
+
+    restart: Restart
+    last: Advance  # its newest step since
+
+
+@dataclass(frozen=True, slots=True)
+class StreamView:
+    """One stream's last advance and its own stall window."""
+
+    last: Advance
+    window: timedelta
+    basis: str
+    median_step_s: float | None
+    mad_step_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressView:
+    """What a run's progress signals say, before it becomes a claim."""
+
+    advances: tuple[Advance, ...]  # samples that moved their stream's high-water mark forward, by time
+    undated: int  # samples with no timestamp (cannot be placed in time)
+    replayed: int  # samples below their stream's high-water mark (after a restart)
+    skipped: int  # steps the trainer itself skipped (fp16 overflow)
+    last_step: int | None
+    last_loss: float | None
+    nonfinite_since: Advance | None  # first sample of the current non-finite-loss streak
+    window: timedelta  # stall window of the current stream (`last`): its own cadence
+    median_step_s: float | None
+    mad_step_s: float | None
+    window_basis: str = ""  # what the window was built from, for the reason
+    invalid: Invalid | None = None  # the current streak of steps that are not progress (any cause)
+    observed_from: datetime | None = None  # the first timestamp any signal holds: evidence starts there
+    skipped_since: Advance | None = None  # the first skipped step after the last real one (fp16 overflow)
+    skipped_streak: int = 0  # skipped samples since the last real step
+    high_water: dict[str, int] | None = None  # per stream
+    # (skipped, of) over the last SKIP_RECENT step reports: most skipped is overflow, not training
+    recent_skipped: tuple[int, int] = (0, 0)
+    recent_skipped_since: datetime | None = None  # the oldest report of those
+    # The advance whose stream's window closes last (the run progresses while any stream's is open).
+    last: Advance | None = None
+    replaying: Replaying | None = None  # the newest stream replaying below its mark now
+    blind: Blind | None = None  # the newest stream whose steps since a restart prove nothing
+    streams: tuple[StreamView, ...] = ()
+    # The current stream started over after its last advance (and shows nothing since): that advance
+    # was the process before the restart, no evidence the run goes on.
+    restarted: Restart | None = None
+
+
+def stall_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
+    """max(stall_multiplier × robust high quantile of the recent intervals, stall_floor) + scrape.
+
+    The quantile is p99 of the last RECENT_INTERVALS intervals, clipped at median + OUTLIER_MADS ×
+    MAD: one past pause (an hour-long checkpoint save) cannot stretch the window for hours. Pauses
+    that recur (two or more in the recent intervals) are the run's cadence and are kept, up to the
+    second longest.
+    """
+    xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
+    floor = f"floor {human_age(s.stall_floor)}"
+    if not xs:
+        return s.stall_floor + s.scrape_interval, f"{floor}: no step interval yet"
+    p99 = quantile(xs, 0.99)
+    med = statistics.median(xs)
+    mad = statistics.median(abs(x - med) for x in xs)
+    cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
+    ys = sorted(xs)
+    second = ys[-2] if len(ys) >= 2 else ys[-1]
+    est = min(p99, max(cap, second))
+    what = f"p99 of last {len(xs)} step interval{'s' if len(xs) != 1 else ''}"
+    if est < p99:
+        what += f", one {human_age(timedelta(seconds=ys[-1]))} outlier clipped"
+    scaled = timedelta(seconds=s.stall_multiplier * est)
+    if scaled < s.stall_floor:
+        return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
+    # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped
+    # absolutely (a signal whose usual step is itself long, an hourly checkpoint, keeps 3 of them).
+    by_cadence = s.stall_ceiling_multiplier * med  # seconds; infinite where a profile sets the ceiling itself
+    ceiling = max(s.stall_floor, timedelta(seconds=s.stall_multiplier * med),
+                  s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
+                  else timedelta(seconds=by_cadence))
+    if scaled > ceiling:
+        return ceiling + s.scrape_interval, (f"ceiling {human_age(ceiling)} ({s.stall_multiplier:g} × "
+                                             f"{human_age(timedelta(seconds=est))} from {what} is wider)")
+    return scaled + s.scrape_interval, f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}"
+
+
+def quantile(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    if len(ys) == 1:
+        return ys[0]
+    pos = q * (len(ys) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)

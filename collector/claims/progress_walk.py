@@ -1,0 +1,362 @@
+"""One stream's part of the progress analysis (`claims.progress.analyze`), kept between evaluations.
+
+The analysis once sorted every sample of every signal of a run into one walk, on every evaluation.
+What it derives is per stream (the high-water mark, replays, a blind restart, the step intervals and
+the window they give), but for a few run-wide streaks (the loss's, the skipped steps', the last
+SKIP_RECENT step reports) that only the newest samples decide. So each stream is walked on its own
+(`walk`), and the walk is kept (`walked`: weakly, on its first signal's scan) while its signals'
+scans, sources and restarts and the settings are those it was walked with and nothing it holds lies
+past the clock's horizon. An evaluation after one container's log poll walks that container's
+stream again and takes every other stream's walk as it was. The run-wide parts are rebuilt from each
+walk's tails (what follows its last advance, its last finite non-zero loss, its last reports), in
+the order of the single walk: by time, then the signal's place, then the sample's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from array import array
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from operator import itemgetter
+from typing import Any, Generic, TypeVar
+from weakref import ref
+
+from collector.claims.common import Clock
+from collector.claims.lineage import Restart
+from collector.claims.progress_view import (
+    RECENT_INTERVALS,
+    SKIP_RECENT,
+    Advance,
+    Blind,
+    Replaying,
+    StreamView,
+    stall_window,
+)
+from collector.progress import LogScan, ProgressSample
+from collector.settings import ClaimSettings
+
+# A sample's place in the walk: (at, order), order = its signal's slot in the stream << SLOT | its
+# position in its signal (a restart's order has AFTER set: after every sample of its instant). Across
+# streams the slot becomes the signal's place among the run's signals (`claims.progress.analyze`).
+Key = tuple[datetime, int]
+SLOT = 24
+POSITION = (1 << SLOT) - 1
+AFTER = 1 << 40
+T = TypeVar("T")
+_order = itemgetter(0, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One signal of a stream, in the run's order of signals."""
+
+    scan: LogScan
+    src: str  # pod/container: what its advances name
+    label: str  # name/source: what its in-process restarts name
+    restarts: tuple[Restart, ...]  # its lineage's (replacement, container restart)
+
+
+def samples_of(scan: LogScan) -> list[ProgressSample]:
+    """The scan's kept samples, led by its high-water sample when older ones were dropped."""
+    samples = list(scan.samples)
+    sm = scan.summary
+    if sm is not None and sm.dropped and sm.high_water is not None and sm.high_water not in samples:
+        samples.insert(0, sm.high_water)
+    return samples
+
+
+def restarts_in(scan: LogScan, label: str) -> list[Restart]:
+    """`claims.progress.restarts_inside` of a scan read as `label` (name/source)."""
+    first = min((x.line for x in scan.samples), default=None)
+    if first is None:
+        return []
+    out = []
+    for r in scan.resumes:
+        if r.at is not None and r.line > first:
+            what = ("torchelastic restarted its worker group" if r.format == "torchelastic" else
+                    f"the trainer resumed from its checkpoint{f' at step {r.step:,}' if r.step is not None else ''}")
+            out.append(Restart(r.at, f"{what} inside {label}"))
+    return out
+
+
+class Walk:
+    """What one stream's samples and restarts say, walked in order (read-only once built)."""
+
+    __slots__ = ("stream", "srcs", "undated", "first", "complete", "max_at", "high", "advs", "replayed_to",
+                 "first_adv", "last_adv", "view", "replayed", "skipped", "replaying", "replay_key", "blind",
+                 "blind_key", "latest_restart", "recent", "recent_orders", "skip_tail", "loss_tail", "finite_key",
+                 "last_loss")
+
+    def __init__(self, stream: str, parts: int) -> None:
+        self.stream = stream
+        self.undated = 0
+        self.first: datetime | None = None  # the earliest stamp it holds (evidence starts there)
+        self.complete = True  # nothing lay past the horizon: valid at any horizon from max_at on
+        self.max_at: datetime | None = None
+        self.high: int | None = None
+        self.srcs: tuple[str, ...] = ()  # each slot's src
+        # the samples that advanced, per slot (`advances` makes them Advance records: kept as samples,
+        # the walk costs a pointer per advance between evaluations, not a record)
+        self.advs: list[list[ProgressSample]] = [[] for _ in range(parts)]
+        self.replayed_to: dict[int, datetime] = {}  # slot << 32 | index → replay_from of that advance
+        self.first_adv: Key | None = None
+        self.last_adv: Key | None = None
+        self.view: StreamView | None = None
+        self.replayed = self.skipped = 0
+        self.replaying: Replaying | None = None
+        self.replay_key: Key | None = None  # when its current replay began to be recorded
+        self.blind: Blind | None = None
+        self.blind_key: Key | None = None
+        self.latest_restart: Restart | None = None
+        # the last SKIP_RECENT step reports (a sample standing for several repeats), and their orders
+        self.recent: tuple[ProgressSample, ...] = ()
+        self.recent_orders = array("q")
+        # skipped samples since its last advance: (at, order, covers, step, src)
+        self.skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
+        # samples with a loss since its last finite non-zero one: (at, order, loss, covers, advance)
+        self.loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
+        self.finite_key: Key | None = None  # its last finite non-zero loss
+        self.last_loss: tuple[Key, float] | None = None
+
+    def advances(self, slot: int) -> list[Advance]:
+        """The advances of one slot, in order."""
+        src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
+        base = slot << 32
+        if not rf:
+            return [Advance(x.at, x.step, src, None, x.covers > 1, stream) for x in self.advs[slot]]  # type: ignore[arg-type]
+        return [Advance(x.at, x.step, src, rf.get(base | i), x.covers > 1, stream)  # type: ignore[arg-type]
+                for i, x in enumerate(self.advs[slot])]
+
+
+def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
+         clock: Clock | None) -> Walk:
+    """One stream's walk (the single walk of `analyze` as it was, restricted to this stream)."""
+    w = Walk(stream, len(parts))
+    w.srcs = tuple(p.src for p in parts)
+    events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
+    top: datetime | None = None
+    for slot, p in enumerate(parts):
+        first = p.scan.first_at
+        i = slot << SLOT
+        for smp in samples_of(p.scan):
+            at = smp.at
+            if at is None:
+                w.undated += 1
+            elif horizon is None or at <= horizon:
+                events.append((at, i, smp, p.src))
+                i += 1
+                if first is None or at < first:
+                    first = at
+                if top is None or at > top:
+                    top = at
+            else:
+                w.complete = False
+                if clock is not None:
+                    clock.expires(at)  # stamped ahead of the clock (skew): it counts once reached
+        if first is not None and (horizon is None or first <= horizon):
+            w.first = first if w.first is None else min(w.first, first)
+            top = first if top is None else max(top, first)
+        elif first is not None:
+            w.complete = False
+            if clock is not None:
+                clock.expires(first)
+        for r in (*p.restarts, *restarts_in(p.scan, p.label)):
+            if horizon is None or r.at <= horizon:
+                events.append((r.at, AFTER | i, r, p.src))
+                i += 1
+                top = r.at if top is None else max(top, r.at)
+            else:
+                w.complete = False
+    w.max_at = top
+    events.sort(key=_order)
+    _run(w, events, s)
+    return w
+
+
+def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings) -> None:
+    """The walk proper, over `events` in order: (at, order, sample or restart, src)."""
+    stream = w.stream
+    high: int | None = None
+    last_seen: datetime | None = None  # stepless signals: the last activity
+    replay_from: datetime | None = None
+    replay_last: Advance | None = None
+    restart_of: Restart | None = None  # the restart its current replay follows
+    blind: Restart | None = None  # started over with no mark in view
+    blind_last: Advance | None = None
+    intervals: list[tuple[datetime, float, int]] = []
+    prev_at: datetime | None = None  # the last advance's
+    prev_step: int | None = None
+    last_smp: ProgressSample | None = None
+    last_rf: datetime | None = None
+    recent: deque[tuple[ProgressSample, int]] = deque(maxlen=SKIP_RECENT)
+    skip_tail, loss_tail = w.skip_tail, w.loss_tail
+    advs = w.advs
+    isfinite = math.isfinite
+    last_loss: tuple[datetime, int, float] | None = None
+    finite: tuple[datetime, int] | None = None
+    first_adv: tuple[datetime, int] | None = None
+    last_at, last_order = None, 0  # the last advance's place
+    item: Any
+    for at, order, item, src in events:
+        if order & AFTER:
+            w.latest_restart = item
+            # Its own mark is the only one that counts: another rank's says nothing sure about where
+            # this one was (ranks lag each other, and some runs' ranks are not in lockstep at all).
+            if high is not None:
+                blind = None
+                restart_of = item
+            else:
+                blind = item
+            continue
+        smp: ProgressSample = item
+        n = smp.covers  # samples this one stands for (compacted history: all of its kind)
+        step = smp.step
+        if step is not None and (smp.skipped or high is None or step > high):
+            if n == 1:
+                recent.append((smp, order))
+            else:
+                recent.extend([(smp, order)] * min(n, SKIP_RECENT))
+        if smp.skipped:
+            w.skipped += n
+            skip_tail.append((at, order, n, step, src))
+            continue
+        adv: Advance | None = None
+        loss = smp.loss
+        if loss is not None:
+            last_loss = (at, order, loss)
+            if loss != 0.0 and isfinite(loss):
+                finite = (at, order)
+                if loss_tail:
+                    loss_tail.clear()
+            else:
+                adv = Advance(at, step, src, bridged=n > 1, stream=stream)
+                loss_tail.append((at, order, loss, n, adv))
+        if blind is not None or (step is None and restart_of is not None):
+            # Started over with no mark in view, or activity without a step since it did: replay or
+            # progress, nobody can tell (only a step past the mark can).
+            blind_last = Advance(at, step, src, stream=stream)
+            if w.blind_key is None:
+                w.blind_key = (at, order)
+            continue
+        rf: datetime | None = None  # the advance's replay_from
+        if step is None:
+            if last_seen is not None and at <= last_seen:
+                continue
+            last_seen = at
+        else:
+            if high is not None and step <= high:
+                # The same step redrawn, or this stream went back: a restart replaying from an older
+                # checkpoint. Not progress until it passes its own high-water mark.
+                if step < high:
+                    w.replayed += n
+                    if replay_from is None:
+                        replay_from = at
+                    if replay_last is None:
+                        w.replay_key = (at, order)
+                    replay_last = Advance(at, step, src, stream=stream)
+                continue
+            high = step
+            replay_last = restart_of = None
+            rf, replay_from = replay_from, None
+        if loss is not None and not isfinite(loss):
+            continue
+        if prev_at is not None and rf is None and n <= 1:
+            # (a bridged gap spans a compacted stretch: not one step interval)
+            steps = (step - prev_step) if step is not None and prev_step is not None else 0
+            intervals.append((at, (at - prev_at).total_seconds(), steps))
+        prev_at, prev_step = at, step
+        slot = order >> SLOT
+        got = advs[slot]
+        if rf is not None:
+            w.replayed_to[slot << 32 | len(got)] = rf
+        got.append(smp)
+        last_smp, last_rf = smp, rf
+        if first_adv is None:
+            first_adv = (at, order)
+        last_at, last_order = at, order
+        if skip_tail:
+            skip_tail.clear()
+    w.high = high
+    w.recent = tuple(x for x, _ in recent)
+    w.recent_orders = array("q", (o for _, o in recent))
+    w.first_adv = first_adv
+    w.last_adv = (last_at, last_order) if last_at is not None else None
+    w.finite_key = finite
+    w.last_loss = ((last_loss[0], last_loss[1]), last_loss[2]) if last_loss is not None else None
+    if last_smp is not None:
+        assert last_smp.at is not None
+        prev_adv = Advance(last_smp.at, last_smp.step, w.srcs[last_order >> SLOT], last_rf, last_smp.covers > 1,
+                           stream)
+        window, basis = stall_window(intervals, s)
+        step_times = [secs / k for _, secs, k in intervals[-RECENT_INTERVALS:] if k > 0]
+        median = statistics.median(step_times) if step_times else None
+        mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
+        w.view = StreamView(prev_adv, window, basis, median, mad)
+    if replay_last is not None and replay_from is not None and high is not None:
+        w.replaying = Replaying(replay_from, replay_last, high, restart_of)
+    mark = blind or restart_of
+    if blind_last is not None and mark is not None:
+        w.blind = Blind(mark, blind_last)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A walk and what it was walked from (the scans after the first one held weakly)."""
+
+    stream: str
+    rest: tuple[LogScan, ...]
+    parts: tuple[tuple[str, str, tuple[Restart, ...]], ...]
+    settings: ClaimSettings
+    walk: Walk
+
+
+class ByScan(Generic[T]):
+    """Values kept per scan object, by identity (a scan's hash would hash every sample), each
+    forgotten when its scan goes."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[ref[LogScan], T]] = {}
+
+    def get(self, scan: LogScan) -> T | None:
+        e = self._kept.get(id(scan))
+        return e[1] if e is not None and e[0]() is scan else None
+
+    def put(self, scan: LogScan, value: T) -> None:
+        self._kept[id(scan)] = (ref(scan, partial(self._forget, id(scan))), value)
+
+    def _forget(self, i: int, gone: ref[LogScan]) -> None:
+        e = self._kept.get(i)
+        if e is not None and e[0] is gone:
+            del self._kept[i]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+_KEPT: ByScan[_Kept] = ByScan()  # by the stream's first scan
+
+
+def walked(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
+           clock: Clock | None) -> Walk:
+    """`walk(...)`, taken from the last evaluation when nothing it depends on changed."""
+    head = parts[0].scan
+    ids = tuple((p.src, p.label, p.restarts) for p in parts)
+    kept = _KEPT.get(head)
+    if kept is not None and kept.stream == stream and kept.parts == ids and len(kept.rest) == len(parts) - 1 \
+            and all(a is b.scan for a, b in zip(kept.rest, parts[1:], strict=True)) \
+            and (kept.settings is s or kept.settings == s):
+        w = kept.walk
+        if w.complete and (horizon is None or w.max_at is None or w.max_at <= horizon):
+            return w
+    w = walk(stream, parts, s, horizon, clock)
+    if w.complete:
+        # (a walk that left samples past the horizon out is walked again: they count once reached)
+        _KEPT.put(head, _Kept(stream, tuple(p.scan for p in parts[1:]), ids, s, w))
+    return w
