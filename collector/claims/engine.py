@@ -20,6 +20,7 @@ from collector.claims.lineage import Lineage, RunPods, lineages, replaced_pods
 from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
 from collector.claims.progress import ProgressView, analyze
+from collector.claims.progress_walk import ByScan
 from collector.claims.progressing import progressing_claim
 from collector.claims.stragglers import stragglers
 from collector.claims.workrisk import work_at_risk
@@ -43,6 +44,7 @@ from collector.model import (
     WorkloadFacts,
 )
 from collector.progress import shift_scan
+from collector.progress.model import LogScan
 from collector.settings import ClaimSettings
 
 # A log line stamped this long after it was read comes from a clock ahead (or a tenant's own forged
@@ -242,7 +244,18 @@ def _on_our_clock(sig: Signal, ev: RunEvidence) -> Signal:
     if not ev.node_skew or sig.ref.kind != "Pod":
         return sig
     skew = ev.node_skew.get(_node_of(ev, sig))
-    return replace(sig, scan=shift_scan(sig.scan, -skew)) if skew else sig
+    if not skew:
+        return sig
+    # The same scan shifted by the same skew is the same object on the next evaluation, so that its
+    # progress walk is reused (collector/claims/progress_walk.py keeps walks by scan identity).
+    kept = _SHIFTED.get(sig.scan)
+    if kept is None or kept[0] != skew:
+        kept = (skew, shift_scan(sig.scan, -skew))
+        _SHIFTED.put(sig.scan, kept)
+    return replace(sig, scan=kept[1])
+
+
+_SHIFTED: ByScan[tuple[timedelta, LogScan]] = ByScan()  # a scan's stamps on our clock, by the scan
 
 
 def _context(ev: RunEvidence, expected: int | None) -> dict[str, object]:

@@ -247,3 +247,41 @@ def _claims_scenario(seed: int) -> None:
 @given(st.integers(0, 2**32 - 1))
 def test_claims_with_kept_walks_equal_the_single_walks(seed: int) -> None:
     _claims_scenario(seed)
+
+
+def test_a_node_clock_ahead_keeps_its_streams_walks() -> None:
+    """A signal from a node whose clock runs ahead is shifted onto our clock before it is analysed: the
+    same scan and skew give the same shifted scan on the next evaluation, so its walk is kept too."""
+    rng = random.Random(3)
+    s = ClaimSettings()
+    objs = [taurun(workers=2), pod("r-0"), pod("r-1")]
+    index = build_index([x.record for x in map(normalize, objs) if x.record is not None])
+    index.synced.update(dict.fromkeys(("Pod", "TauRun", "Node", "Event"), NOW))
+    index.node_skew["node-r-0"] = timedelta(seconds=20)
+    for name in ("r-0", "r-1"):
+        log = Log(rng, name, NOW - timedelta(hours=2))
+        log.stepless = False
+        log.grow(20)
+        log.rescan(s)
+        index.set_signal(Signal(Ref("Pod", "ns", name), "main", log.scan, NOW))
+    ev = index.evidence(Ref("TauRun", "ns", "r"))
+    calls: list[str] = []
+    real = progress_walk.walk
+
+    def counted(stream: str, *a: object, **kw: object) -> progress_walk.Walk:
+        calls.append(stream)
+        return real(stream, *a, **kw)  # type: ignore[arg-type]
+
+    progress_walk.walk = counted  # type: ignore[assignment]
+    try:
+        first = evaluate(ev, NOW, s)
+        assert sorted(calls) == ["r-0/main", "r-1/main"]
+        calls.clear()
+        again = evaluate(ev, NOW + timedelta(seconds=5), s)
+        assert calls == [], "a skewed node's stream was walked again with nothing new"
+        index.node_skew["node-r-0"] = timedelta(seconds=40)  # the skew measured anew: shifted again
+        evaluate(index.evidence(Ref("TauRun", "ns", "r")), NOW + timedelta(seconds=10), s)
+        assert calls == ["r-0/main"]
+    finally:
+        progress_walk.walk = real  # type: ignore[assignment]
+    assert first.progressing.observed == again.progressing.observed
