@@ -35,6 +35,9 @@ class GpuDevice:
     energy_j: float | None = None
     energy_from_s: float | None = None
     energy_to_s: float | None = None
+    # NVML's remapped rows: a remap waits for the next GPU reset / a remap failed (replace the GPU)
+    remap_pending: bool = False
+    remap_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ out; `with_gpu_signals` adds what node agents say about the GPUs (XIDs, lost dev
   no checkpoint yet puts everything since the pods started at risk (basis `run-start`).
 - Node risk: a score 0-100 from the signals the controller holds, each with its reason: the node
   NotReady now, a GPU lost (NVML cannot see it), XIDs NVIDIA's catalogue counts as hardware or
-  infrastructure faults (48, 63, 64, 74, 79, 94, 95) from the node agents (the kernel log, NVML), a
-  cordon (`spec.unschedulable`: a drain is coming), a NotReady spell that ended within the lookback.
+  infrastructure faults (48, 63, 64, 74, 79, 94, 95) and row remaps pending or failed (NVML) from the
+  node agents, a cordon (`spec.unschedulable`: a drain is coming), a NotReady spell that ended within the lookback.
   XID lines in the run's own container logs are not used: a tenant prints them at will, and a drain
   score a tenant can raise would let it empty another tenant's node. Not in the evidence (named in
-  `missing`): pending or failed row remaps and ECC counter trends (the agent exports them as
-  metrics, its evidence document does not carry them to the controller), XID times for agent
+  `missing`): ECC counter trends (the agent exports them as metrics, its evidence document does not
+  carry them to the controller), XID times for agent
   readings (the agent keeps its last XIDs per GPU without a time bound), and the Node objects
   themselves when their source is older than the evidence bound (no signal from them then).
 """
@@ -50,12 +50,14 @@ WEIGHTS: Mapping[str, float] = {
     "gpu-lost": 80.0,
     "cordoned": 30.0,
     "not-ready-recently": 25.0,
+    "row-remap-failed": 60.0,  # as XID 64: the GPU has no spare rows left to remap; replace it
+    "row-remap-pending": 20.0,  # as XID 63: a remap waits for the next GPU reset
 }
 # How far back a NotReady spell still counts against a node.
 LOOKBACK = timedelta(hours=6)
 # A node Ready since this long after it was created had a spell of not being Ready (else it just joined).
 _JOINED = timedelta(minutes=10)
-MISSING = ("row-remap-pending", "ecc-trend", "agent-xid-time")
+MISSING = ("ecc-trend", "agent-xid-time")
 MAX_NODES = 64  # nodes kept per run (a run of 64 nodes × 8 GPUs); the riskiest first
 
 
@@ -173,7 +175,8 @@ def _ranked(nodes: Iterable[NodeRisk]) -> tuple[NodeRisk, ...]:
 
 def with_gpu_signals(w: WorkAtRisk | None, evidence: Iterable[PodGpuEvidence], now: datetime,
                      max_age: timedelta) -> WorkAtRisk | None:
-    """`w` with what fresh node-agent readings show on its nodes: lost GPUs and hardware XIDs. Readings
+    """`w` with what fresh node-agent readings show on its nodes: lost GPUs, row remaps pending or failed,
+    hardware XIDs. Readings
     older than `max_age` add nothing (fail closed: an old reading is not a healthy one either, so the
     node keeps only the signals it had)."""
     if w is None or not w.nodes:
@@ -185,6 +188,12 @@ def with_gpu_signals(w: WorkAtRisk | None, evidence: Iterable[PodGpuEvidence], n
         for d in e.devices:
             if d.lost:
                 found.setdefault(e.node, []).append(("gpu-lost", f"GPU {d.uuid} lost (NVML cannot reach it)"))
+            if d.remap_failed:
+                found.setdefault(e.node, []).append(("row-remap-failed", f"GPU {d.uuid}: a row remap failed "
+                                                                         "(NVML remapped rows; replace the GPU)"))
+            elif d.remap_pending:
+                found.setdefault(e.node, []).append(("row-remap-pending", f"GPU {d.uuid}: a row remap waits for "
+                                                                          "the next GPU reset"))
             for code in d.xids:
                 if code in RISK_XIDS:
                     found.setdefault(e.node, []).append((f"xid-{code}", f"XID {code} on GPU {d.uuid} (node agent)"))

@@ -126,11 +126,11 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
 
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
-    hint, XIDs; readings (utilization, power) and the read time aside."""
+    hint, XIDs, row remaps; readings (utilization, power) and the read time aside."""
     return (a.node == b.node and a.source == b.source and a.containers == b.containers
             and len(a.devices) == len(b.devices)
-            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile)
-                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile)
+            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile, x.remap_pending, x.remap_failed)
+                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile, y.remap_pending, y.remap_failed)
                     for x, y in zip(a.devices, b.devices, strict=True)))
 
 

@@ -237,7 +237,8 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                         clock_reasons=_reasons(g.get("clocks_event_reasons")),
                         memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
                         nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
-                        energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None)
+                        energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None,
+                        remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True)
         for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))

@@ -67,7 +67,8 @@ def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2), *,
     nv = FakeNvml(devs)
     pods = [("research", "llm-w0", [("main", "nvidia.com/gpu", UUIDS)])]
     clock = Clock(T0)
-    with PodResourcesServer(pods) as kubelet, Agent(agent_settings(tmp_path, kubelet.socket), nv=nv) as agent, \
+    with PodResourcesServer(pods) as kubelet, \
+            Agent(replace(agent_settings(tmp_path, kubelet.socket), node="gpu-0"), nv=nv) as agent, \
             Simulator(settings=FAST, watch_window=50) as sim:
         port = agent.serve("127.0.0.1", 0)
 
@@ -244,6 +245,15 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
             wait_until(lambda: any(79 in d.xids for g in live.c._gpus.values() for d in g.devices),
                        timeout=10, what="the XID in the agent's evidence")
             time.sleep(0.7)  # two more passes: the XID is recorded once
+            # a row remap waiting for a GPU reset (NVML remapped rows) joins the node's drain risk at once
+            live.devs[4].rows = (0, 1, 1, 0)
+
+            def remap_signal() -> tuple[str, ...]:
+                rc = next((r for r in live.c.claims.values() if r.ref.name == "llm"), None)
+                w = rc.work_at_risk if rc is not None else None
+                return tuple(sig for n in (w.nodes if w is not None else ()) for sig in n.signals)
+            wait_until(lambda: "row-remap-pending" in remap_signal(), timeout=10, what="the remap in the node's risk")
+            assert "xid-79" in remap_signal()
     finally:
         exporter.close()
     con = duckdb.connect(str(store), read_only=True)

@@ -84,7 +84,7 @@ def test_gpu_hours_since_the_last_complete_checkpoint(tmp_path: Path) -> None:
     assert w.since == NOW - timedelta(minutes=30)
     assert [(n.node, n.gpus, n.score) for n in w.nodes] == [("node-r-0", 8, 0.0), ("node-r-1", 8, 0.0)]
     assert w.nodes[0].gpu_hours == pytest.approx(4.0)
-    assert set(w.missing) == {"row-remap-pending", "ecc-trend", "agent-xid-time"}
+    assert set(w.missing) == {"ecc-trend", "agent-xid-time"}
     doc = rc.to_json()["work_at_risk"]
     assert doc["gpu_hours"] == 8.0 and doc["checkpoint"]["step"] == 2000
     # the clock moves on: more at risk (a pure function of the evidence and the clock)
