@@ -363,7 +363,7 @@ class Controller:
         if changes:
             self._put(_Change("batch", resource, changes))
 
-    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+    def replace(self, resource: Resource, objs: Iterable[JSON | PodObject]) -> None:
         if resource.kind == "Lease":
             leases = [(lease, lease.renewed - self.now()) for obj in objs
                       if (lease := self._node_lease(resource, obj)) is not None]
