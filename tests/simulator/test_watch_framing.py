@@ -120,3 +120,33 @@ def test_a_backlog_of_small_events_shares_2k_chunks_as_go_writes_them(sim: Simul
     assert len(chunks) < 30
     assert all(len(c) == 2048 for c in chunks[:-1]) and 0 < len(chunks[-1]) <= 2048
     assert any(not c.endswith(b"\n") for c in chunks), "a 2 KiB chunk boundary falls inside a line"
+
+
+def _chunks(wire: bytes) -> list[bytes]:
+    out = []
+    while wire:
+        size, _, rest = wire.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out.append(rest[:n])
+        assert rest[n:n + 2] == b"\r\n"
+        wire = rest[n + 2:]
+    return out
+
+
+def test_go_chunks_cuts_as_bufio_writer_does() -> None:
+    """Go's bufio.Writer (2 KiB) in front of the chunk encoder, write by write."""
+    from kubesim.streaming import GoChunks
+
+    sent: list[bytes] = []
+    w = GoChunks(sent.append)
+    w.write(b"a" * 5000)  # nothing buffered: the write is a chunk of its own
+    w.write(b"b" * 100)  # buffered
+    w.write(b"c" * 5000)  # fills the buffer (1,948 bytes of it), then the rest goes out whole
+    w.write(b"d" * 2048)  # exactly the buffer's size: buffered, not sent
+    w.write(b"e")  # the full buffer goes out first
+    w.end()
+    assert [(len(c), c[:1], c[-1:]) for c in _chunks(b"".join(sent))] == [
+        (5000, b"a", b"a"), (2048, b"b", b"c"), (3052, b"c", b"c"), (2048, b"d", b"d"), (1, b"e", b"e")]
+    assert b"".join(sent).endswith(b"0\r\n\r\n") and w.chunks == 5
