@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The tree whose code is measured: this one, or a baseline checkout (--baseline: a child process).
+TREE = Path(os.environ.get("TAUGRID_BENCH_TREE") or ROOT)
+if str(TREE) not in sys.path:
+    sys.path.insert(0, str(TREE))
 
 import orjson  # noqa: E402
 
@@ -650,6 +652,8 @@ def phase_stream(a: argparse.Namespace, cpu: int | None) -> dict[str, Any]:
             if res.kind in ("Pod", "TauRun", "Node"):
                 initial.extend(api.list_pages(res)[0])
         out["decode"] = decode_paths(lines, initial, a.baseline_lines)
+        if a.baseline_tree:
+            out["decode_base"] = baseline_decode(a.baseline_tree, lines, initial, a.baseline_lines)
     finally:
         if c is not None:
             c.close()
@@ -842,6 +846,28 @@ def decode_paths(lines: list[bytes], initial: list[Obj], baseline_n: int) -> dic
     return res
 
 
+def baseline_decode(tree: Path, lines: list[bytes], initial: list[Obj], baseline_n: int) -> dict[str, Any]:
+    """`decode_paths` over the same lines with a baseline tree's code, in a child process."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        f.write(orjson.dumps({"lines": [x.decode() for x in lines], "initial": initial, "n": baseline_n}))
+    try:
+        done = subprocess.run([sys.executable, __file__, "--decode-only", f.name], capture_output=True, text=True,
+                              check=True, env={**os.environ, "TAUGRID_BENCH_TREE": str(tree)})
+    finally:
+        os.unlink(f.name)
+    res: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return res
+
+
+def _decode_only(path: str) -> None:
+    doc = orjson.loads(Path(path).read_bytes())
+    print(orjson.dumps(decode_paths([x.encode() for x in doc["lines"]], doc["initial"], doc["n"])).decode())
+
+
 def _source_line(site: str) -> str:
     path, _, line = site.rpartition(":")
     try:
@@ -875,7 +901,14 @@ def main() -> None:
     p.add_argument("--skip-memory", action="store_true")
     p.add_argument("--repeats", type=int, default=3,
                    help="stream phases (throughput, latency, decode) run this many times; figures are medians")
+    p.add_argument("--baseline", default="",
+                   help="a commit whose in-process path is measured over the same lines, in the same run")
+    p.add_argument("--decode-only", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.decode_only:
+        _decode_only(a.decode_only)
+        return
+    a.baseline_tree = None
     if a.quick:
         a.runs, a.burst, a.sustain_s = 100, 20_000, 5
         a.mem_small, a.mem_large, a.trace_pods = 1000, 5000, 2000
@@ -896,9 +929,27 @@ def main() -> None:
     if mem:
         print(f"  memory phase done ({time.monotonic() - t_start:.0f} s)", flush=True)
     streams = []
-    for i in range(max(1, a.repeats)):
-        streams.append(phase_stream(a, sim_cpu))
-        print(f"  stream phases {i + 1}/{max(1, a.repeats)} done ({time.monotonic() - t_start:.0f} s)", flush=True)
+    tmp = None
+    if a.baseline:
+        import subprocess
+        import tempfile
+
+        tmp = tempfile.TemporaryDirectory(prefix="bench-controller-")
+        a.baseline_tree = Path(tmp.name) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(a.baseline_tree),
+                        a.baseline], check=True)
+    try:
+        for i in range(max(1, a.repeats)):
+            streams.append(phase_stream(a, sim_cpu))
+            print(f"  stream phases {i + 1}/{max(1, a.repeats)} done ({time.monotonic() - t_start:.0f} s)",
+                  flush=True)
+    finally:
+        if tmp is not None:
+            import subprocess
+
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(a.baseline_tree)],
+                           check=False)
+            tmp.cleanup()
     st = median_of(streams)
     tm = None
     if a.trace_memory or (mem and mem["per_pod"] > TARGET_BYTES_PER_POD):
@@ -950,6 +1001,12 @@ def main() -> None:
         f"{ok(d['typed_eps'] >= 50_000)}; x{d['typed_eps'] / d['baseline_eps']:.1f} baseline; "
         f"{d['typed_share']:.0%} of lines typed; best of {DECODE_PASSES} passes (every in-process row)")
     row("  typed decode only (msgspec Structs)/s", f"{d['typed_decode_eps']:,.0f}", "", "")
+    if "decode_base" in st:
+        db = st["decode_base"]
+        lo, hi = spread(streams, "decode_base", "typed_eps")
+        row(f"  baseline {a.baseline}: typed decode+record+upsert/s", f"{db['typed_eps']:,.0f}", "",
+            f"the same lines, that tree's code, a child process in each repeat; now "
+            f"x{d['typed_eps'] / db['typed_eps']:.2f}; spread {lo:,.0f}-{hi:,.0f}")
     row("in-process: selective dicts+normalize+upsert/s", f"{d['selective_eps']:,.0f}", "",
         f"x{d['selective_eps'] / d['baseline_eps']:.1f} baseline; the previous path")
     row("  selective decode only (msgspec TypedDicts)/s", f"{d['selective_decode_eps']:,.0f}", "", "")

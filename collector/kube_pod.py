@@ -87,7 +87,7 @@ class _Spec(Struct, gc=False):
     tolerations: msgspec.Raw | UnsetType = UNSET
 
 
-class _Condition(Struct, gc=False):
+class _Condition(Struct, frozen=True, gc=False):
     type: _Str = UNSET
     status: _Str = UNSET
     reason: _Str = UNSET
@@ -96,7 +96,7 @@ class _Condition(Struct, gc=False):
     lastUpdateTime: _Str = UNSET
 
 
-class _Detail(Struct, gc=False):
+class _Detail(Struct, frozen=True, gc=False):
     reason: _Str = UNSET
     message: _Str = UNSET
     startedAt: _Str = UNSET
@@ -104,13 +104,13 @@ class _Detail(Struct, gc=False):
     exitCode: _Int = UNSET
 
 
-class _State(Struct, gc=False):
+class _State(Struct, frozen=True, gc=False):
     waiting: _Detail | None | UnsetType = UNSET
     running: _Detail | None | UnsetType = UNSET
     terminated: _Detail | None | UnsetType = UNSET
 
 
-class _ContainerStatus(Struct, gc=False):
+class _ContainerStatus(Struct, frozen=True, gc=False):
     name: _Str = UNSET
     ready: bool | None | UnsetType = UNSET
     restartCount: _Int = UNSET
@@ -219,9 +219,48 @@ assert (len(ContainerFacts._fields), len(PodFacts._fields), len(ObjectRecord._fi
         len(Ref._fields)) == (12, 18, 10, 5, 4), "a record changed: update the tuples built below"
 
 
+# Built parts by the decoded Struct (frozen: hashed and compared by value). A watch repeats most of
+# a pod's status in every update (conditions, the containers that did not change), and a gang's pods
+# share them: each is built once, and the records share the tuples. Bounded by clearing.
+_PARTS_MAX = 1 << 14
+_CONDITIONS: dict[_Condition, tuple[Condition | None, datetime | None]] = {}
+_CONTAINERS: dict[tuple[_ContainerStatus, bool], tuple[ContainerFacts, datetime | None]] = {}
+
+
+def _condition(c: _Condition) -> tuple[Condition | None, datetime | None]:
+    """A pod condition's record (None for a type no claim reads) and its time."""
+    ctype = c.type
+    if not ctype:
+        raise _UNCLEAN
+    if ctype not in kube.POD_CONDITIONS:
+        return None, None
+    cstatus = c.status
+    if cstatus not in kube.CONDITION_STATUSES:
+        raise _UNCLEAN
+    v = c.lastTransitionTime or c.lastUpdateTime
+    t = _seen(v) or _time(v)
+    assert type(ctype) is str and type(cstatus) is str
+    cond: Condition = _new(Condition, (_intern(ctype), _intern(cstatus),
+                                       _intern(c.reason) if type(c.reason) is str else "", _s(c.message), t))
+    return cond, t
+
+
 def _container(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
-    if type(c.allocatedResourcesStatus) is list and c.allocatedResourcesStatus:
-        raise _UNCLEAN  # device health: rare, read by normalize
+    if c.allocatedResourcesStatus is not UNSET:
+        if type(c.allocatedResourcesStatus) is list and c.allocatedResourcesStatus:
+            raise _UNCLEAN  # device health: rare, read by normalize
+        return _container_facts(c, init)  # (an Any field: not hashable in general)
+    key = (c, init)
+    found = _CONTAINERS.get(key)
+    if found is None:
+        found = _container_facts(c, init)
+        if len(_CONTAINERS) >= _PARTS_MAX:
+            _CONTAINERS.clear()
+        _CONTAINERS[key] = found
+    return found
+
+
+def _container_facts(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, datetime | None]:
     state = c.state if type(c.state) is _State else _NO_STATE
     # The first of waiting, running, terminated present (null counts: it names the state).
     d = state.waiting
@@ -362,21 +401,17 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     spec = p.spec if type(p.spec) is _Spec else _NO_SPEC
     conditions = []
     for c in status.conditions or ():
-        ctype = c.type
-        if not ctype:
-            raise _UNCLEAN
-        if ctype not in kube.POD_CONDITIONS:
-            continue
-        cstatus = c.status
-        if cstatus not in kube.CONDITION_STATUSES:
-            raise _UNCLEAN
-        v = c.lastTransitionTime or c.lastUpdateTime
-        t = _seen(v) or _time(v)
-        if t is not None and (newest is None or t > newest):
-            newest = t
-        assert type(ctype) is str and type(cstatus) is str
-        conditions.append(_new(Condition, (_intern(ctype), _intern(cstatus),
-                                           _intern(c.reason) if type(c.reason) is str else "", _s(c.message), t)))
+        found = _CONDITIONS.get(c)
+        if found is None:
+            found = _condition(c)
+            if len(_CONDITIONS) >= _PARTS_MAX:
+                _CONDITIONS.clear()
+            _CONDITIONS[c] = found
+        cond, t = found
+        if cond is not None:
+            conditions.append(cond)
+            if t is not None and (newest is None or t > newest):
+                newest = t
     containers = []
     for statuses, init in ((status.initContainerStatuses, True), (status.containerStatuses, False)):
         for cs in statuses or ():

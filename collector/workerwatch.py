@@ -111,7 +111,7 @@ class WorkerCluster:
                 self._version += 1
             self._changed()
 
-    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+    def replace(self, resource: Resource, objs: Iterable[JSON | PodObject]) -> None:
         recs = [rec for o in objs if (rec := self._record(resource, o)) is not None]
         kind = self.contract.role_of(resource.kind, resource.api_version) or resource.kind
         with self._lock:

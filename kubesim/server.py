@@ -76,12 +76,22 @@ class SimulatorSettings:
     # The ResourceVersionTooLarge cause of that answer, as API servers of each age send it: "reason"
     # (1.18.6 on: reason and message), "message" (1.17.0-1.18.5: the message only), "none" (older).
     too_large_cause: Literal["reason", "message", "none"] = "reason"
+    # The WatchList feature gate (streaming lists: sendInitialEvents=true on a watch): None follows
+    # git_version (on by default from 1.32, where it went beta; 1.27-1.31 servers answer such a
+    # watch 422 Invalid unless it was turned on).
+    watch_list: bool | None = None
     # Events are deleted this many scenario seconds after their last write (kube-apiserver
     # --event-ttl, 1 h by default there); None keeps them for ever.
     event_ttl_s: float | None = None
 
 
 ETCD_FUTURE_REVISION = "etcdserver: mvcc: required revision is a future revision"
+
+
+def _minor_at_least(git_version: str, minor: int) -> bool:
+    """Whether a reported `v1.N...` version is 1.`minor` or later (an unparsable one counts as new)."""
+    m = re.match(r"v?(\d+)\.(\d+)", git_version)
+    return m is None or (int(m[1]), int(m[2])) >= (1, minor)
 
 
 def _exact_lists_from_cache(git_version: str) -> bool:
@@ -480,6 +490,12 @@ class Simulator:
         """Expire Events as the (scenario) clock passes their TTL; a manual clock is read each turn."""
         while not self._stopping.wait(0.05):
             self.store.expire_events()
+
+    @property
+    def watch_list(self) -> bool:
+        """Whether streaming lists (a watch with sendInitialEvents) are served (SimulatorSettings.watch_list)."""
+        gate = self.settings.watch_list
+        return _minor_at_least(self.settings.git_version, 32) if gate is None else gate
 
     @property
     def base_url(self) -> str:

@@ -1,5 +1,12 @@
 """The streaming answers: watches (initial events, bookmarks, resumption, injected drops and 410s)
-and pod logs, followed or not."""
+and pod logs, followed or not.
+
+Watch framing is kube-apiserver's over HTTP/1.1 (`WatchServer.HandleHTTP` behind Go's net/http):
+each event is one `Write` of its JSON line into the response writer, which holds up to 2 KiB
+(net/http's bufferBeforeChunkingSize) before the chunked encoder; a `Flush` follows whenever the
+event channel is drained. So a live event, or one of 2 KiB or more written while nothing is
+buffered (a fleet's pods), is a chunk of its own, while a backlog of small events (bookmarks,
+small objects) shares chunks of at most 2 KiB, a line possibly cut between two (`GoChunks`)."""
 
 from __future__ import annotations
 
@@ -18,6 +25,90 @@ from kubesim.handlerbase import HandlerBase, Route, accept_table, qs, qs_bool, q
 from kubesim.selectors import build_selector
 from kubesim.store import Entry, Expired, Obj, TooLarge
 from kubesim.tables import table_row, to_table
+
+GO_CHUNK_BUFFER = 2048  # net/http: bufferBeforeChunkingSize
+
+
+class GoChunks:
+    """Go's chunked response body as net/http writes it: a `bufio.Writer` of GO_CHUNK_BUFFER bytes
+    in front of the chunk encoder (a write that does not fit goes out in the same pieces
+    `bufio.Writer.Write` makes: filling the buffer, or whole when the buffer is empty), and the
+    framed chunks kept here until `flush` sends them in one socket write (the chunk boundaries the
+    client sees are Go's; only the system calls are fewer)."""
+
+    def __init__(self, send: Any) -> None:
+        self._send = send  # the socket's write: bytes -> None
+        self._buf = bytearray()  # the bufio.Writer's pending bytes: no chunk yet
+        self._out = bytearray()  # framed chunks not sent yet
+        self.chunks = 0
+
+    def _chunk(self, data: bytes | bytearray | memoryview) -> None:
+        self._out += b"%x\r\n" % len(data)
+        self._out += data
+        self._out += b"\r\n"
+        self.chunks += 1
+        if len(self._out) >= 1 << 16:
+            self._send(bytes(self._out))
+            self._out.clear()
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while len(view) > GO_CHUNK_BUFFER - len(self._buf):
+            if not self._buf:  # a large write, nothing buffered: one chunk of its own
+                self._chunk(view)
+                return
+            room = GO_CHUNK_BUFFER - len(self._buf)
+            self._buf += view[:room]
+            view = view[room:]
+            self._chunk(self._buf)
+            self._buf.clear()
+        self._buf += view
+
+    def flush(self) -> None:
+        """`http.Flusher.Flush`: what is buffered becomes a chunk, and everything goes out."""
+        if self._buf:
+            self._chunk(self._buf)
+            self._buf.clear()
+        if self._out:
+            self._send(bytes(self._out))
+            self._out.clear()
+
+    def end(self) -> None:
+        self.flush()
+        self._send(b"0\r\n\r\n")
+
+
+def watch_options_error(query: dict[str, list[str]], watch_list: bool) -> ApiError | None:
+    """kube-apiserver's validation of a watch's ListOptions (1.27 on; `watch_list` is its WatchList
+    feature gate): sendInitialEvents needs resourceVersionMatch=NotOlderThan and the gate, and
+    resourceVersionMatch on a watch needs sendInitialEvents. Servers before 1.27 refuse any
+    resourceVersionMatch on a watch, which reads the same to a client: 422 Invalid."""
+    match = qs(query, "resourceVersionMatch")
+    send_initial = "sendInitialEvents" in query
+    causes: list[tuple[str, str, str]] = []  # (reason, field, message)
+    if send_initial:
+        if match != "NotOlderThan":
+            causes.append(("FieldValueForbidden", "resourceVersionMatch",
+                           "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+        if not watch_list:
+            causes.append(("FieldValueForbidden", "sendInitialEvents",
+                           "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"))
+    if match:
+        if not send_initial:
+            causes.append(("FieldValueForbidden", "resourceVersionMatch",
+                           "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+        if match != "NotOlderThan":
+            causes.append(("FieldValueNotSupported", "resourceVersionMatch",
+                           f'Unsupported value: "{match}": supported values: "NotOlderThan"'))
+    if not causes:
+        return None
+    kinds = {"FieldValueForbidden": "Forbidden", "FieldValueNotSupported": "Unsupported value"}
+    texts = [f"{f}: {kinds[r]}: {m}" if r == "FieldValueForbidden" else f"{f}: {m}" for r, f, m in causes]
+    listed = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    message = f'ListOptions.meta.k8s.io "" is invalid: {listed}'
+    return ApiError(422, message, details={"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
+        {"reason": r, "message": (f"{kinds[r]}: {m}" if r == "FieldValueForbidden" else m), "field": f}
+        for r, f, m in causes]})
 
 
 class StreamHandler(HandlerBase):
@@ -110,6 +201,9 @@ class StreamHandler(HandlerBase):
                 rt.field_path,
             )
         rv = qs(query, "resourceVersion")
+        invalid = watch_options_error(query, self.sim.watch_list)
+        if invalid is not None:
+            raise invalid
         send_initial_raw = qs(query, "sendInitialEvents").lower()
         initial = send_initial_raw == "true" or (rv in ("", "0") and send_initial_raw != "false")
         bookmarks = qs_bool(query, "allowWatchBookmarks")
@@ -155,10 +249,11 @@ class StreamHandler(HandlerBase):
             )
 
         self._start_stream("application/json")
+        out = GoChunks(self.wfile.write)
         try:
             if gone:
-                self._chunk(expired_line(f"too old resource version: {rv or 0} ({store.resource_version})"))
-                self._end_stream()
+                out.write(expired_line(f"too old resource version: {rv or 0} ({store.resource_version})"))
+                out.end()
                 return
             try:
                 try:
@@ -169,32 +264,47 @@ class StreamHandler(HandlerBase):
                         status = too_large_error(exc, settings.too_large_retry_after_s,
                                                  settings.too_large_cause).status()
                         self.sim.count("too-large", rt.plural)
-                        self._chunk(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-                        self._end_stream()
+                        out.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                        out.end()
                         return
                     watch = store.watch(rt, r.namespace, sel, rv, initial_events=initial)
             except Expired as exc:
-                self._chunk(expired_line(str(exc)))
-                self._end_stream()
+                out.write(expired_line(str(exc)))
+                out.end()
                 return
+
+            def send(lines: list[bytes]) -> bool:
+                """One Write per event, as the API server's watch encoder does; False once an
+                injected drop cut the connection."""
+                nonlocal sent
+                if drop is not None and sent + len(lines) > drop.after_events:
+                    keep = drop.after_events - sent
+                    for line in lines[:keep]:
+                        out.write(line)
+                    cut = lines[keep]
+                    out.write(cut[: max(1, len(cut) // 2)])
+                    out.flush()
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return False
+                sent += len(lines)
+                for line in lines:
+                    out.write(line)
+                return True
+
             pending = watch.initial or []
             watch.initial = None
-            lines = [encode("ADDED", o) for o in pending]
-            if send_initial_raw == "true" and bookmarks:
-                lines.append(bookmark(watch.pos, initial_end=True))
+            for i in range(0, len(pending), 512):  # encoded as they go out, not all at once
+                if not send([encode("ADDED", o) for o in pending[i:i + 512]]):
+                    return
+            del pending
+            lines = [bookmark(watch.pos, initial_end=True)] if send_initial_raw == "true" and bookmarks else []
             last_mark = time.monotonic()
             while not store.closed:
-                if lines:
-                    if drop is not None and sent + len(lines) > drop.after_events:
-                        keep = drop.after_events - sent
-                        cut = lines[keep]
-                        self._chunk(b"".join(lines[:keep]) + cut[: max(1, len(cut) // 2)])
-                        self.close_connection = True
-                        with contextlib.suppress(OSError):
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                    sent += len(lines)
-                    self._chunk(b"".join(lines))
+                if lines and not send(lines):
+                    return
+                out.flush()  # the backlog is drained: Flush
                 now = time.monotonic()
                 if now >= deadline:
                     break
@@ -204,12 +314,12 @@ class StreamHandler(HandlerBase):
                 try:
                     batch = watch.poll(wait)
                 except Expired as exc:
-                    self._chunk(expired_line(str(exc)))
+                    out.write(expired_line(str(exc)))
                     break
                 lines = [encode(t, item) for t, item in batch]
                 if bookmarks and not no_marks and time.monotonic() - last_mark >= settings.bookmark_interval_s:
                     lines.append(bookmark(watch.pos))
                     last_mark = time.monotonic()
-            self._end_stream()
+            out.end()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True

@@ -194,7 +194,7 @@ class KubeWatch:
         if changes:
             self.ctx.loop.put(Change("batch", resource, changes))
 
-    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
+    def replace(self, resource: Resource, objs: Iterable[JSON | PodObject]) -> None:
         loop = self.ctx.loop
         if resource.kind == "Lease":
             leases = [(lease, lease.renewed - self.ctx.now()) for obj in objs

@@ -317,11 +317,18 @@ class KubeApi:
         """Every object of a resource, one page in memory at a time (see `Listing`)."""
         return Listing(self, resource, limit, decoder)
 
-    def open_watch(self, resource: Resource, resource_version: str, *, timeout_s: int) -> Any:
-        """Start a watch from `resource_version`; the server has accepted it when this returns."""
-        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
-                 ("timeoutSeconds", timeout_s)]
-        return self._call("GET", resource.path, query, read_timeout=timeout_s + 15, stream=True)
+    def open_watch(self, resource: Resource, resource_version: str, *, timeout_s: int,
+                   initial_events: bool = False, read_timeout: float | None = None) -> Any:
+        """Start a watch from `resource_version`; the server has accepted it when this returns.
+
+        `initial_events`: a streaming list (WatchList): the current state as ADDED events first, then
+        a BOOKMARK annotated `k8s.io/initial-events-end` (`collector.sources.watch`). A server
+        without the feature refuses it (422 Invalid). `read_timeout`: the longest wait for data."""
+        query: list[tuple[str, Any]] = [("watch", "true"), ("resourceVersion", resource_version),
+                                        ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout_s)]
+        if initial_events:
+            query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        return self._call("GET", resource.path, query, read_timeout=read_timeout or timeout_s + 15, stream=True)
 
     def watch_lines(self, resource: Resource, raw: Any) -> Iterator[list[bytes]]:
         """Raw watch event lines of an opened watch, a read's worth at a time, until the stream ends."""

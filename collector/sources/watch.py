@@ -3,6 +3,14 @@
 On 410 Gone the reflector relists and hands the whole set to the sink, which diffs it against
 what it knew: a delete that happened while the watch was down is not lost. Bookmarks advance the
 resourceVersion and prove the source alive (freshness) without any object changing.
+
+A list is read page by page, or, with `stream_lists`, as a streaming list (WatchList, KEP-3157): a
+watch with sendInitialEvents=true whose ADDED events are the current state, ended by a BOOKMARK
+annotated `k8s.io/initial-events-end: "true"` at the version a watch then resumes from. One request,
+objects one at a time (no page of hundreds in memory), and the API server answers it from its watch
+cache. A server without the feature (before 1.32 unless its WatchList gate is on; aggregated API
+servers with gates of their own) refuses it (400/422), or streams without the end bookmark: the
+reflector then lists page by page, and keeps doing so for its life.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -24,13 +32,27 @@ from collector.sources.kube_api import (
     Backoff,
     Expired,
     KubeApi,
+    PermanentSourceError,
     Resource,
+    RetryableSourceError,
     SourceError,
     Unreachable,
     is_too_large_rv,
 )
 
 log = logging.getLogger("taugrid.watch")
+
+
+# New reflectors read lists as streaming lists (WatchList) when this is set; see the module docstring.
+STREAM_LISTS = False
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# A streaming list's longest silence before its end bookmark: a server writes its initial events
+# without pause, so one that says nothing this long is not sending that bookmark.
+STREAM_LIST_IDLE_S = 60.0
+
+
+class WatchListUnsupported(SourceError):
+    """The server does not serve streaming lists: refused, or streamed without the end bookmark."""
 
 
 class WatchSink(Protocol):
@@ -41,8 +63,9 @@ class WatchSink(Protocol):
 
     def delete(self, resource: Resource, obj: JSON) -> None: ...
 
-    def replace(self, resource: Resource, objs: Iterable[JSON]) -> None:
-        """A whole (re)list, read page by page while it is iterated: keep records, not `objs`."""
+    def replace(self, resource: Resource, objs: Iterable[JSON | PodObject]) -> None:
+        """A whole (re)list, read as it is iterated (page by page, or a streaming list's events, pods
+        from the typed decoder as `PodObject`s): keep records, not `objs`."""
 
     def mark_synced(self, resource: Resource, at: datetime) -> None: ...
 
@@ -58,7 +81,8 @@ class Reflector:
     """One resource's list+watch loop, in its own thread."""
 
     def __init__(self, api: KubeApi, resource: Resource, sink: WatchSink, now: Callable[[], datetime], *,
-                 watch_timeout_s: int = 300, backoff: Backoff | None = None, decoder: Decoder = FULL) -> None:
+                 watch_timeout_s: int = 300, backoff: Backoff | None = None, decoder: Decoder = FULL,
+                 stream_lists: bool | None = None) -> None:
         self.api = api
         self.resource = resource
         self.sink = sink
@@ -66,6 +90,8 @@ class Reflector:
         self.watch_timeout_s = watch_timeout_s
         self.backoff = backoff or Backoff()
         self.decoder = decoder
+        self.stream_lists = STREAM_LISTS if stream_lists is None else stream_lists
+        self.list_mode = ""  # how the last (re)list was read: "stream" or "pages"
         self.resource_version = ""
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
@@ -133,9 +159,90 @@ class Reflector:
                           f"({self.resource_version}): restored or replaced")
 
     def relist(self) -> None:
+        if self.stream_lists:
+            try:
+                self._stream_list()
+                return
+            except WatchListUnsupported as e:
+                self.stream_lists = False
+                log.info("streaming list not served: listing page by page",
+                         extra={"resource": self.resource.name, "error": str(e)})
         listing = self.api.iter_list(self.resource, decoder=self.decoder)
         self.sink.replace(self.resource, listing)
-        self.resource_version = listing.resource_version
+        self._listed(listing.resource_version, "pages")
+
+    def _stream_list(self) -> None:
+        """A (re)list as a streaming list; the watch then resumes from its end bookmark's version."""
+        try:
+            raw = self.api.open_watch(self.resource, "", timeout_s=self.watch_timeout_s, initial_events=True,
+                                      read_timeout=STREAM_LIST_IDLE_S)
+        except PermanentSourceError as e:
+            if e.code in (400, 422):  # Invalid: no WatchList gate, or a server from before it
+                raise WatchListUnsupported(f"watch {self.resource.name}: streaming list refused: {e}") from e
+            raise
+        end: list[str] = []
+        self.sink.replace(self.resource, self._initial_events(raw, end))
+        if not end:  # the sink stopped reading before the end: not a whole list
+            raise SourceError(f"watch {self.resource.name}: streaming list not read to its end")
+        self._listed(end[0], "stream")
+
+    def _initial_events(self, raw: Any, end: list[str]) -> Iterator[JSON | PodObject]:
+        """The objects of a streaming list, as they arrive; `end` gets the end bookmark's version."""
+        decode, name = self.decoder.event, self.resource.name
+        lines_of = iter(self.api.watch_lines(self.resource, raw))
+        last = time.monotonic()
+        try:
+            for lines in lines_of:
+                last = time.monotonic()
+                if self._stop.is_set():
+                    raise SourceError(f"watch {name}: stopped during a streaming list")
+                for line in lines:
+                    try:
+                        event = decode(line)
+                    except orjson.JSONDecodeError as e:
+                        raise SourceError(f"watch {name}: undecodable event ({e})") from e
+                    if type(event) is PodEvent:  # the pod decoder's typed path: ADDED or MODIFIED
+                        obj = event.object
+                        if event.type != "ADDED" or type(obj) is not PodObject:
+                            raise WatchListUnsupported(f"watch {name}: {event.type} before the initial events ended")
+                        if obj.kind is UNSET:
+                            obj.kind = self.resource.kind
+                        if obj.apiVersion is UNSET:
+                            obj.apiVersion = self.resource.api_version
+                        yield obj
+                        continue
+                    kind = event.get("type") if isinstance(event, dict) else None
+                    if kind == "ADDED":
+                        obj = event.get("object")
+                        if not isinstance(obj, dict):
+                            raise SourceError(f"watch {name}: ADDED event without object")
+                        obj.setdefault("kind", self.resource.kind)
+                        obj.setdefault("apiVersion", self.resource.api_version)
+                        yield obj
+                    elif kind == "BOOKMARK":
+                        rv = _end_bookmark(line)  # decoded whole: a selective decoder drops annotations
+                        if rv is None:
+                            raise WatchListUnsupported(f"watch {name}: a bookmark before the initial-events-end one")
+                        end.append(rv)
+                        return
+                    elif kind == "ERROR":
+                        self._apply(event)  # raises: Expired (410, too large) or SourceError
+                    else:
+                        raise WatchListUnsupported(f"watch {name}: {kind} before the initial events ended")
+        except RetryableSourceError as e:
+            if time.monotonic() - last >= STREAM_LIST_IDLE_S * 0.9:
+                raise WatchListUnsupported(f"watch {name}: no initial-events-end bookmark after "
+                                           f"{STREAM_LIST_IDLE_S:.0f} s of silence") from e
+            raise
+        finally:
+            close = getattr(lines_of, "close", None)
+            if close is not None:
+                close()  # a generator's: closes the connection: the watch resumes from the bookmark on a new one
+        raise WatchListUnsupported(f"watch {name}: the stream ended without the initial-events-end bookmark")
+
+    def _listed(self, resource_version: str, mode: str) -> None:
+        self.resource_version = resource_version
+        self.list_mode = mode
         self._resumed = False
         self.last_ok = time.monotonic()
         self._mark_synced(self.last_ok)
@@ -226,6 +333,18 @@ class Reflector:
     def _mark_synced(self, now_m: float) -> None:
         self._marked = now_m
         self.sink.mark_synced(self.resource, self.now())
+
+
+def _end_bookmark(line: bytes) -> str | None:
+    """The resourceVersion of an initial-events-end bookmark; None for any other bookmark."""
+    try:
+        doc = orjson.loads(line)
+        meta = doc["object"]["metadata"]
+        if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+            return str(meta.get("resourceVersion") or "")
+    except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        pass
+    return None
 
 
 def _older(rv: str, than: str) -> bool:
