@@ -70,7 +70,15 @@ from collector.sources.kube_api import (
     resources_for,
 )
 from collector.sources.lease import LeaseElector
-from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh
+from collector.sources.logs import (
+    ApiLogPoller,
+    ApiLogSettings,
+    BadRegex,
+    LogFresh,
+    LogTarget,
+    PassReport,
+    quiet_until,
+)
 from collector.sources.queuewatch import QueueWatch
 from collector.sources.ray import RayPoller, RayTarget
 from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
@@ -79,6 +87,7 @@ from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
 from exporters.prometheus_fleet import RunSeries
+from exporters.prometheus_logs import LogPassMetrics
 
 log = logging.getLogger("taugrid.controller")
 
@@ -150,6 +159,10 @@ class Controller:
         self._checkpoint_targets: list[tuple[Ref, str]] = []
         self._ray_targets: list[tuple[Ref, RayTarget]] = []
         self._targets_by_run: dict[Key, _PollTargets] = {}
+        # Runs whose claims need no API log read before a deadline (`quiet_until`), with their targets.
+        self._log_quiet: dict[Key, tuple[datetime, tuple[LogTarget, ...]]] = {}
+        self.log_metrics = LogPassMetrics(self.registry, max_gets=self.cfg.log_pass_max_gets,
+                                          max_bytes=self.cfg.log_pass_max_bytes)
         self._targets_changed = False
         self._latencies: list[float] = []
         self.evaluations = 0  # evaluation passes
@@ -592,6 +605,8 @@ class Controller:
             after: int | None = None
             if c.op == "agent-log":
                 sig, after = c.payload
+                if self.ready.is_set() and self.index.get(*sig.ref.key) is not None and self._root_of(sig.ref) is None:
+                    return  # a pod no run owns (a node's own pods, which agents read with logScope all)
             else:
                 sig = c.payload
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
@@ -769,6 +784,7 @@ class Controller:
                     if self.capture is not None:
                         self.capture.forget(gone, now)
                     self._targets_by_run.pop(gone, None)
+                    self._log_quiet.pop(gone, None)
                     self.queues.waiting(gone, None)
                     self._targets_changed = True
                 self._roots_changed = False
@@ -811,6 +827,11 @@ class Controller:
                 out.append(rc)
                 if self.capture is not None and self.leader and ev is not None:
                     self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
+                until = quiet_until(rc) if polled.logs else None
+                if until is None:
+                    self._log_quiet.pop(ref.key, None)
+                else:
+                    self._log_quiet[ref.key] = (until, polled.logs)
                 if self._targets_by_run.get(ref.key) != polled:
                     self._targets_by_run[ref.key] = polled
                     self._targets_changed = True
@@ -1015,7 +1036,9 @@ class Controller:
         poller = ApiLogPoller(self.api, ApiLogSettings(
             tail_lines=self.cfg.log_tail_lines, limit_bytes=self.cfg.log_limit_bytes,
             quiet_every=max(1, min(self.cfg.log_quiet_every, fresh_passes)),
-            concurrency=self.cfg.log_poll_concurrency), self.now)
+            concurrency=self.cfg.log_poll_concurrency, interval_s=interval,
+            max_gets=self.cfg.log_pass_max_gets, max_bytes=self.cfg.log_pass_max_bytes), self.now)
+        bitten = 0.0  # when the ceiling was last logged (monotonic; 0: it is not biting)
         poller.open()
         wait = interval
         agents_by = time.monotonic() + interval  # agents that do not answer hold the API reads one interval at most
@@ -1025,8 +1048,10 @@ class Controller:
                     wait = min(interval, 0.1)
                     continue
                 started = time.monotonic()
+                quiet = {(ref.namespace, ref.name): until for until, targets in list(self._log_quiet.values())
+                         for ref, *_ in targets}
                 for out in poller.run_pass(list(self._log_targets), agent_pods=self._agent_log_pods,
-                                           held=self._holds_signal, stop=self._stop):
+                                           held=self._holds_signal, stop=self._stop, quiet=quiet):
                     if isinstance(out, Signal):
                         self._put_log(_Change("log", None, out), out.scan)
                     elif isinstance(out, LogFresh):
@@ -1037,9 +1062,27 @@ class Controller:
                         self._put(_Change("error", None, out))
                 took = time.monotonic() - started
                 self.health.poll_pass("logs", took)
+                bitten = self._log_pass_done(poller.last_pass, bitten)
                 wait = max(0.0, interval - took)
         finally:
             poller.close()
+
+    def _log_pass_done(self, p: PassReport, bitten: float) -> float:
+        """A pass's cost into /metrics; a ceiling that bites is logged when it starts and every
+        LOG_CEILING_LOG_S while it goes on, and when passes fit again. Returns when it was last logged."""
+        self.log_metrics.update(gets=p.gets, read_bytes=p.bytes, due=p.due, deferred=p.deferred, skipped=p.skipped)
+        now_m = time.monotonic()
+        if p.deferred and (not bitten or now_m - bitten >= LOG_CEILING_LOG_S):
+            log.warning("API log pass ceiling reached: containers left for the next pass", extra={
+                "ceiling": p.ceiling, "gets": p.gets, "bytes": p.bytes, "due": p.due, "deferred": p.deferred,
+                "tenants_deferred": p.tenants_deferred, "urgent_deferred": p.urgent_deferred,
+                "max_gets": self.cfg.log_pass_max_gets,
+                "max_bytes": self.cfg.log_pass_max_bytes})
+            return now_m
+        if not p.deferred and bitten:
+            log.info("API log passes fit their ceiling again", extra={"gets": p.gets, "bytes": p.bytes})
+            return 0.0
+        return bitten
 
     def _holds_signal(self, ref: Ref, container: str) -> bool:
         return self.index.signal_of(ref, container) is not None
@@ -1204,6 +1247,7 @@ _THREAD_SOURCES = {"log-poller": "logs", "checkpoint-poller": "expstore", "ray-p
 STARTUP_GRACE_S = 60.0
 QUEUE_POLL_S = 30.0  # Kueue's visibility API, for the queues runs wait in (Kueue computes each answer on demand)
 UNLISTED_LOG_S = 10.0
+LOG_CEILING_LOG_S = 600.0  # a log pass ceiling that keeps biting is logged this often
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
