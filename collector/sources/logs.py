@@ -56,6 +56,7 @@ class Candidate:
     target: LogTarget
     urgent: bool  # never read, restarted, or printing the steps of a run whose claims change before the next pass
     cost: int = 1  # GETs: 2 when its previous log is read too
+    rank: int = 0  # its place among its pod's containers (0: the first, usually the trainer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +91,9 @@ def quiet_until(rc: RunClaims) -> datetime | None:
 def fair_order(candidates: Iterable[Candidate], waited: Mapping[LogKey, int], turn: int) -> list[Candidate]:
     """This pass's reads in the order they are asked: the urgent ones, then the rest; in each, one
     container of each tenant (namespace) in turn, from a tenant that changes every pass, and within
-    a tenant those that waited longest first. A ceiling that cuts the list then leaves every tenant
-    an equal share (none starves another) and the containers it cut first in the next pass."""
+    a tenant those that waited longest first, then every pod's first container before any pod's
+    second (a trainer before its sidecar). A ceiling that cuts the list then leaves every tenant an
+    equal share (none starves another) and the containers it cut first in the next pass."""
     classes: tuple[dict[str, list[Candidate]], dict[str, list[Candidate]]] = ({}, {})
     for c in candidates:
         classes[0 if c.urgent else 1].setdefault(c.key[0], []).append(c)
@@ -102,7 +104,7 @@ def fair_order(candidates: Iterable[Candidate], waited: Mapping[LogKey, int], tu
             continue
         k = turn % len(tenants)
         runs: deque[Iterator[Candidate]] = deque(
-            iter(sorted(by_tenant[t], key=lambda c: -waited.get(c.key, 0)))  # stable: targets' order within
+            iter(sorted(by_tenant[t], key=lambda c: (-waited.get(c.key, 0), c.rank)))  # stable: targets' order
             for t in tenants[k:] + tenants[:k])
         while runs:
             it = runs.popleft()
@@ -303,8 +305,12 @@ class ApiLogPoller:
         out: list[Candidate] = []
         agent = rotation = claims = 0
         passes = self.rotation.passes
+        pod: tuple[str, str] = ("", "")
+        rank = 0
         for target in targets:
             ref, container, regex, restarts = target
+            rank = rank + 1 if (ref.namespace, ref.name) == pod else 0  # (a pod's containers come together)
+            pod = (ref.namespace, ref.name)
             if not regex and (ref.namespace, ref.name) in agent_pods:
                 agent += 1  # a node agent reads this pod's logs where they are written
                 continue
@@ -322,7 +328,7 @@ class ApiLogPoller:
                 claims += 1
                 continue
             urgent = last is None or restarted or (until is not None and last[1])
-            out.append(Candidate(key, target, urgent, 2 if restarts > self._previous_read.get(key, 0) else 1))
+            out.append(Candidate(key, target, urgent, 2 if restarts > self._previous_read.get(key, 0) else 1, rank))
         return out, {"agent": agent, "rotation": rotation, "claims": claims}
 
     def _ask(self, cand: Candidate) -> _Ask:

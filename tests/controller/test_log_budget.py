@@ -46,6 +46,13 @@ def test_a_cut_order_gives_each_tenant_an_equal_share_urgent_reads_first() -> No
     assert [c.key[1] for c in order if c.key[0] == BIG][:3] == ["p0", "p1", "p2"]  # in the targets' order
 
 
+def test_every_pods_first_container_before_any_pods_second() -> None:
+    cands = [Candidate((BIG, f"p{i}", c), (Ref("Pod", BIG, f"p{i}"), c, "", 0), False, rank=r)
+             for i in range(3) for r, c in enumerate(("main", "fluentbit"))]
+    assert [(c.key[1], c.key[2]) for c in fair_order(cands, {}, turn=0)] == [
+        ("p0", "main"), ("p1", "main"), ("p2", "main"), ("p0", "fluentbit"), ("p1", "fluentbit"), ("p2", "fluentbit")]
+
+
 def test_what_waited_longest_comes_first_within_a_tenant_and_the_first_tenant_turns() -> None:
     cands = [_cand(BIG, f"p{i}") for i in range(6)] + [_cand(SMALL, "s0")]
     waited: dict[LogKey, int] = {(BIG, "p4", "main"): 2, (BIG, "p5", "main"): 1}
