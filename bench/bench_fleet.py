@@ -27,6 +27,11 @@ Variants, all in the same run:
   logs       mmap with container logs polled every 30 s as deployed (the others poll none): what
              the log poller costs at fleet size, measured over 150 s (a rotation and more) after its first pass
   logs-all   the same, every container read every pass (log_quiet_every: 1, the path before rotation)
+  logs-unbounded  logs without the log budget (README "Log budget"): no per-pass ceiling on GETs and
+             bytes, and every printing container read every pass whatever its run's claims (the path
+             before); `logs` is the chart's default without agents: the ceiling (2,000 GETs, 64 MiB a
+             pass) and no GET for a run whose claims stand past the next pass. Both print the GETs
+             and bytes of each pass (medians), what a ceiling left, and idle core per 1k pods
   logs-gpu   logs, and every 30 s the GPU evidence node agents would hand the loop: each running
              GPU pod's devices with new utilization and power readings (what re-evaluating runs on
              GPU readings costs; the feed's own CPU is the same in every variant that has it)
@@ -39,6 +44,10 @@ Variants, all in the same run:
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
+
+BENCH_DRAINED=1 starts the idle window of the log variants only once a pass left no urgent read
+(every container read once since the start: with a ceiling below the fleet's first pass that takes
+containers / log_pass_max_gets passes), for steady-state figures rather than the start's backlog.
 
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
 scenario engine (TauRuns, RayJobs, Workloads, pods bound, pulled, started, Events, log lines) on a
@@ -124,7 +133,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
-    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all"):
+    if variant in ("arena2", "mmap", "logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents",
+                   "agents-all"):
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -157,8 +167,13 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
     # container logs polled as deployed (every 30 s)
-    logs = variant in ("logs", "logs-all", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all")
+    logs = variant in ("logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all")
     base = ControllerSettings()
+    if variant == "logs-unbounded":  # the path before the log budget: no ceiling, no claims-based skip
+        if hasattr(base, "log_pass_max_gets"):
+            base = replace(base, log_pass_max_gets=0, log_pass_max_bytes=0)
+        if hasattr(ctl, "quiet_until"):
+            vars(ctl)["quiet_until"] = lambda rc: None
     fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all")  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
         try:
@@ -193,6 +208,18 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     api.get_text = counted(api.get_text)  # type: ignore[method-assign]
     c = ctl.Controller(api, settings, lambda: datetime.now(UTC) + shift[0])
     passes: list[tuple[float, float, int]] = []  # (when it ended, monotonic; seconds; log GETs by then) a log pass
+    reports: list[tuple[float, Any]] = []  # (when it ended, monotonic; its PassReport): what each pass asked
+    # where a tree reports a log pass (the API log source's pass_done; an older tree: the controller's)
+    hook = c.sources.get("logs") if hasattr(c, "sources") else c
+    name = "pass_done" if hasattr(hook, "pass_done") else "_log_pass_done"
+    if hook is not None and hasattr(hook, name):
+        done = getattr(hook, name)
+
+        def log_pass_done(p: Any, bitten: float) -> float:
+            reports.append((time.monotonic(), p))
+            out: float = done(p, bitten)
+            return out
+        setattr(hook, name, log_pass_done)
     if hasattr(c.health, "poll_pass"):  # (a `before` tree may not time its passes)
         timed = c.health.poll_pass
 
@@ -241,7 +268,14 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             return any(p[2] > 0 for p in passes) or (variant == "agents-all" and len(passes) >= 2)
         while time.monotonic() < deadline and not first_pass_done():
             time.sleep(0.5)
+        drained_at = time.monotonic()
+        if os.environ.get("BENCH_DRAINED"):  # steady state: a log pass ceiling has read every container once
+            while time.monotonic() < deadline and not (reports and getattr(reports[-1][1], "urgent_deferred", 0) == 0):
+                time.sleep(0.5)
+        drain_s = time.monotonic() - drained_at
         idle_s = max(idle_s, 5 * 30.0)
+    else:
+        drain_s = 0.0
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     spy = None
@@ -273,7 +307,20 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
     in_window = sorted(took for end, took, _ in passes if end >= w0)
     reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
+    window = [p for end, p in reports if end >= w0]
+
+    def median(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2] if xs else float("nan")
+    budget = {"gets": median([p.gets for p in window]), "bytes": median([p.bytes for p in window]),
+              "due": median([p.due for p in window]), "deferred": median([p.deferred for p in window]),
+              "urgent_deferred": median([getattr(p, "urgent_deferred", 0) for p in window]),
+              "claims": median([p.skipped.get("claims", 0) for p in window]),
+              "rotation": median([p.skipped.get("rotation", 0) for p in window]),
+              "agent": median([p.skipped.get("agent", 0) for p in window]), "passes": len(window),
+              "ceiling": (getattr(c.cfg, "log_pass_max_gets", 0), getattr(c.cfg, "log_pass_max_bytes", 0)),
+              "drain_s": drain_s}
     logs_out = {"log_targets": len(_log_targets(c)), "log_reads": log_reads[0] - reads0, "idle_s": idle_s,
+                "budget": budget,
                 "agent_log_pods": len(_agent_log_pods(c)), "reads_by_pass": reads_by_pass,
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
@@ -743,6 +790,40 @@ def main() -> None:
                 print(f"{r['variant']}: {n} log passes ended in the idle window, median {median:.1f} s, "
                       f"longest {longest:.1f} s (interval 30 s)")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
+    _print_log_budget(results)
+
+
+def _print_log_budget(results: list[dict[str, Any]]) -> None:
+    """Issue 30's goal for the default path without agents, each variant beside the baseline of
+    the same run (`logs-unbounded`): idle core at this size and per 1k pods, GETs and bytes a pass."""
+    rows = [r for r in results if r.get("budget") and r["budget"]["passes"]]
+    if not rows:
+        return
+    print("\nwithout agents (controller alone), API log reads per pass (medians over the passes in the idle window):")
+    print("(window after the start's backlog: " + ", ".join(f"{r['variant']} {r['budget'].get('drain_s', 0):.0f} s"
+                                                           for r in rows) + ")")
+    print(f"{'variant':<16} {'pods':>7} {'ceiling gets/MiB':>17} {'GETs/pass':>10} {'MiB/pass':>9} {'due':>7} "
+          f"{'deferred':>9} {'urgent cut':>10} {'skip claims':>11} {'skip rot.':>10} {'idle core':>10} "
+          f"{'core/1k pods':>13} {'RSS after MiB':>14}")
+    for r in rows:
+        b = r["budget"]
+        gets, mib = b["ceiling"]
+        print(f"{r['variant']:<16} {r['pods']:>7} {f'{gets}/{mib / 2**20:.0f}':>17} {b['gets']:>10.0f} "
+              f"{b['bytes'] / 2**20:>9.2f} {b['due']:>7.0f} {b['deferred']:>9.0f} {b['urgent_deferred']:>10.0f} "
+              f"{b['claims']:>11.0f} {b['rotation']:>10.0f} {r['idle_core']:>10.3f} "
+              f"{1000 * r['idle_core'] / max(1, r['pods']):>13.4f} {r['after_idle'] / 2**20:>14.0f}")
+    base = next((r for r in rows if r["variant"] == "logs-unbounded"), None)
+    for r in rows:
+        if r["variant"] == "logs":
+            # (not extrapolated: the ceiling holds the GETs whatever the size; run two sizes for the slope)
+            print(f"goal: without agents, idle <= 0.15 core at 50k pods: {r['idle_core']:.3f} core at {r['pods']} pods "
+                  f"({'met' if r['idle_core'] <= 0.15 else 'missed'} at this size; "
+                  f"{1000 * r['idle_core'] / max(1, r['pods']):.4f} core per 1k pods); "
+                  f"{r['budget']['gets']:.0f} GETs and {r['budget']['bytes'] / 2**20:.1f} MiB a pass, "
+                  f"{r['budget']['deferred']:.0f} left by the ceiling"
+                  + (f"; baseline (logs-unbounded, same run) {base['idle_core']:.3f} core, "
+                     f"{base['budget']['gets']:.0f} GETs and {base['budget']['bytes'] / 2**20:.1f} MiB a pass"
+                     if base is not None else ""))
 
 
 if __name__ == "__main__":

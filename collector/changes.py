@@ -54,6 +54,7 @@ class ChangeApplier:
     sink: EvidenceSink | None
     skipped: list[str]
     agents_first: threading.Event
+    ready: threading.Event
     agent_log_pods: frozenset[tuple[str, str]]
     _dirty: set[Key]
     _dispatched: dict[Key, str]
@@ -133,6 +134,9 @@ class ChangeApplier:
                 self._refresh(prev, read_at)
         elif c.op in ("log", "signal", "agent-log"):
             sig, after = c.payload if c.op == "agent-log" else (c.payload, None)
+            if c.op == "agent-log" and self.ready.is_set() and self.index.get(*sig.ref.key) is not None \
+                    and self.index.root_of(sig.ref) is None:
+                return  # a pod no run owns (a node's own pods, which agents read with logScope all)
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
             fold = folded(prev, sig, c.op, after, self.settings.claims)
             if fold is None:

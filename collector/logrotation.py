@@ -76,6 +76,11 @@ class LogRotation:
         # At most quiet_every passes apart; exactly that once in step with its slot.
         return self.passes > last.at_pass and (self.passes - _slot(key)) % self.quiet_every == 0
 
+    def read_pass(self, key: LogKey) -> tuple[int, bool] | None:
+        """(the pass of the container's last read, whether it ever carried progress); None: never read."""
+        last = self._last.get(key)
+        return None if last is None else (last.at_pass, last.progress)
+
     def since(self, key: LogKey) -> str | None:
         """The `sinceTime` for this pass's read: None for a whole read (never read, nothing dated
         read yet, or its resync read)."""

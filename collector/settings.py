@@ -90,6 +90,11 @@ class ControllerSettings:
     # A container whose last read showed no progress is read every this many passes (collector/logrotation.py)
     log_quiet_every: int = 4
     log_poll_concurrency: int = 16  # API log reads in flight (each a kubelet-proxied round trip)
+    # The most one API log pass asks of the API server and the kubelets: GETs (a restarted
+    # container's previous log counts) and bytes read; 0: no ceiling. Past either, the containers
+    # left are read first next pass, each tenant (namespace) an equal share (README, "Log budget").
+    log_pass_max_gets: int = 2000
+    log_pass_max_bytes: int = 64 << 20
     leader_election: bool = True
     lease_namespace: str = ""  # "": the controller's own namespace (its service account's)
     lease_name: str = "taugrid-evidence-controller"

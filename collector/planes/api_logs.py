@@ -4,18 +4,33 @@ outlasts it is followed at once; its length is in /metrics)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import datetime
 
 from collector.correlate import Key, RunEvidence, Signal
 from collector.model import PodFacts, RunClaims
 from collector.planes.base import Change, SourceContext, SourceHealth, SourceState, Targets, profile_of
-from collector.sources.logs import ApiLogPoller, ApiLogSettings, BadRegex, LogFresh, LogTarget
+from collector.sources.logs import (
+    ApiLogPoller,
+    ApiLogSettings,
+    BadRegex,
+    LogFresh,
+    LogTarget,
+    PassReport,
+    quiet_until,
+)
 from exporters.prometheus import ErrorClass
+from exporters.prometheus_logs import LogPassMetrics
 
 __all__ = ["ApiLogSource"]
 
 
+log = logging.getLogger("taugrid.controller")
+
 AGENTS_FIRST_WAIT_S = 15.0  # the longest the first API log pass waits for the node agents' first pass
+LOG_CEILING_LOG_S = 600.0  # a log pass ceiling that keeps biting is logged this often
+
 
 class ApiLogSource:
     """The `logs` source: thread `log-poller`."""
@@ -29,6 +44,11 @@ class ApiLogSource:
         self.interval = self.cfg.log_poll_interval.total_seconds()
         self.targets: Targets[LogTarget] = Targets()
         self.state = SourceState(self.name, ctx.health, pass_gauge=True)
+        # Runs whose claims need no API log read before a deadline (`quiet_until`), with their targets:
+        # written by the loop's evaluations, read by the poller thread (whole values swapped, never changed).
+        self.quiet: dict[Key, tuple[datetime, tuple[LogTarget, ...]]] = {}
+        self.metrics = LogPassMetrics(ctx.registry, max_gets=self.cfg.log_pass_max_gets,
+                                      max_bytes=self.cfg.log_pass_max_bytes)
 
     @classmethod
     def build(cls, ctx: SourceContext) -> ApiLogSource | None:
@@ -48,16 +68,24 @@ class ApiLogSource:
     def track(self, key: Key, ev: RunEvidence, rc: RunClaims) -> None:
         if rc.finished:
             self.targets.set(key, ())
+            self.quiet.pop(key, None)
             return
         regex = self.cfg.log_regex_by_profile.get(profile_of(ev), "")
-        self.targets.set(key, tuple(
+        targets = tuple(
             (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
             if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
             for c in pod.facts.containers if not c.init and c.state == "running"
-        ))
+        )
+        self.targets.set(key, targets)
+        until = quiet_until(rc) if targets else None
+        if until is None:
+            self.quiet.pop(key, None)
+        else:
+            self.quiet[key] = (until, targets)
 
     def forget(self, key: Key) -> None:
         self.targets.set(key, ())
+        self.quiet.pop(key, None)
 
     def publish(self) -> None:
         self.targets.publish()
@@ -71,7 +99,9 @@ class ApiLogSource:
         poller = ApiLogPoller(ctx.api, ApiLogSettings(
             tail_lines=self.cfg.log_tail_lines, limit_bytes=self.cfg.log_limit_bytes,
             quiet_every=max(1, min(self.cfg.log_quiet_every, fresh_passes)),
-            concurrency=self.cfg.log_poll_concurrency), ctx.now)
+            concurrency=self.cfg.log_poll_concurrency, interval_s=interval,
+            max_gets=self.cfg.log_pass_max_gets, max_bytes=self.cfg.log_pass_max_bytes), ctx.now)
+        bitten = 0.0  # when the ceiling was last logged (monotonic; 0: it is not biting)
         poller.open()
         wait = interval
         # Agents that do not answer hold the API reads a bounded while: one interval, and never less than
@@ -84,8 +114,10 @@ class ApiLogSource:
                     wait = min(interval, 0.1)
                     continue
                 started = time.monotonic()
+                quiet = {(ref.namespace, ref.name): until for until, targets in list(self.quiet.values())
+                         for ref, *_ in targets}
                 for out in poller.run_pass(list(self.targets.current), agent_pods=loop.agent_log_pods,
-                                           held=loop.holds_signal, stop=stop):
+                                           held=loop.holds_signal, stop=stop, quiet=quiet):
                     if isinstance(out, Signal):
                         loop.put_log(Change("log", None, out), out.scan)
                     elif isinstance(out, LogFresh):
@@ -96,6 +128,23 @@ class ApiLogSource:
                         self.state.error(ErrorClass.RETRYABLE if out.retryable else ErrorClass.PERMANENT, str(out))
                 took = time.monotonic() - started
                 self.state.passed(took)
+                bitten = self.pass_done(poller.last_pass, bitten)
                 wait = max(0.0, interval - took)
         finally:
             poller.close()
+
+    def pass_done(self, p: PassReport, bitten: float) -> float:
+        """A pass's cost into /metrics; a ceiling that bites is logged when it starts and every
+        LOG_CEILING_LOG_S while it goes on, and when passes fit again. Returns when it was last logged."""
+        self.metrics.update(gets=p.gets, read_bytes=p.bytes, due=p.due, deferred=p.deferred, skipped=p.skipped)
+        now_m = time.monotonic()
+        if p.deferred and (not bitten or now_m - bitten >= LOG_CEILING_LOG_S):
+            log.warning("API log pass ceiling reached: containers left for the next pass", extra={
+                "ceiling": p.ceiling, "gets": p.gets, "bytes": p.bytes, "due": p.due, "deferred": p.deferred,
+                "tenants_deferred": p.tenants_deferred, "urgent_deferred": p.urgent_deferred,
+                "max_gets": self.cfg.log_pass_max_gets, "max_bytes": self.cfg.log_pass_max_bytes})
+            return now_m
+        if not p.deferred and bitten:
+            log.info("API log passes fit their ceiling again", extra={"gets": p.gets, "bytes": p.bytes})
+            return 0.0
+        return bitten

@@ -8,6 +8,13 @@ than ≈ 2 ms, and a real kubelet-proxied read takes 5–50 ms. So `concurrency`
 once on daemon threads that only do the GET; which containers are due, what to ask (`sinceTime`)
 and what came back (scan, unchanged answers, the rotation's bookkeeping) stay on the polling
 thread, so `LogRotation` needs no lock and a pass hands on its results as the reads complete.
+
+What a pass asks is planned first (`LogPlanner`, pure): of the containers the rotation says are due,
+none an agent reads, none of a run whose claims need no fresh read before the next pass
+(`quiet_until`), then at most `max_gets` GETs and `max_bytes` bytes (the operator's ceiling on what
+a pass costs the API server and the kubelets), asked one tenant (namespace) at a time in turn, the
+containers a ceiling cut first the pass after. Skipping a read never makes a claim true: the held
+evidence keeps its read time and ages towards its bound like any other (then unknown).
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from collector.correlate import Signal
 from collector.logrotation import LogKey, LogRotation, last_stamp
-from collector.model import Ref
+from collector.model import Observed, Ref, RunClaims
 from collector.progress import scan_text
 from collector.sources.kube_api import LogApi, SourceError, pod_log_path
 
@@ -35,6 +43,95 @@ class ApiLogSettings:
     limit_bytes: int = 256 * 1024
     quiet_every: int = 4  # passes between reads of a container whose last read showed no progress
     concurrency: int = 16  # reads in flight
+    interval_s: float = 30.0  # between the starts of two passes (what "before the next pass" means)
+    max_gets: int = 0  # GETs a pass asks at most (a restarted container's previous log counts); 0: no ceiling
+    max_bytes: int = 0  # bytes a pass reads at most: no new read once reached; 0: no ceiling
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A container due for a read this pass."""
+
+    key: LogKey
+    target: LogTarget
+    urgent: bool  # never read, restarted, or printing the steps of a run whose claims change before the next pass
+    cost: int = 1  # GETs: 2 when its previous log is read too
+    rank: int = 0  # its place among its pod's containers (0: the first, usually the trainer)
+
+
+@dataclass(frozen=True, slots=True)
+class PassReport:
+    """What one pass asked of the API server, and what it left."""
+
+    targets: int = 0  # containers polled through the API
+    gets: int = 0  # GETs asked (previous logs included)
+    bytes: int = 0  # bytes read
+    due: int = 0  # containers due (after the skips below)
+    deferred: int = 0  # due, not asked: the ceiling bit (read first next pass)
+    tenants_deferred: int = 0  # namespaces with a deferred container
+    urgent_deferred: int = 0  # of those, never read, restarted, or printing a true run's steps near its window's end
+    skipped: Mapping[str, int] = field(default_factory=dict)  # agent | rotation | claims -> containers
+    ceiling: str = ""  # "gets" | "bytes": the ceiling that ended the asking; "": the pass asked all it had
+
+
+def quiet_until(rc: RunClaims) -> datetime | None:
+    """Until when a run's claims need no API log read beyond the rotation's quiet cadence: running
+    and progressing are true, and nothing in them changes by the clock before `recheck_at` (its
+    step window, and every signal's freshness bound, are inside it). None: read as the rotation says.
+
+    A run whose claims are false or unknown is read as due (a stall may end, an unknown may become
+    known); a true one's progress containers are read when its window nears, or at the quiet
+    cadence, whichever comes first, so a hang printed inside the window is seen as late as a quiet
+    rank's is."""
+    if rc.progressing.observed is Observed.TRUE and rc.running.observed is Observed.TRUE:
+        return rc.recheck_at
+    return None
+
+
+def fair_order(candidates: Iterable[Candidate], waited: Mapping[LogKey, int], turn: int) -> list[Candidate]:
+    """This pass's reads in the order they are asked: the urgent ones, then the rest; in each, one
+    container of each tenant (namespace) in turn, from a tenant that changes every pass, and within
+    a tenant those that waited longest first, then every pod's first container before any pod's
+    second (a trainer before its sidecar). A ceiling that cuts the list then leaves every tenant an
+    equal share (none starves another) and the containers it cut first in the next pass."""
+    classes: tuple[dict[str, list[Candidate]], dict[str, list[Candidate]]] = ({}, {})
+    for c in candidates:
+        classes[0 if c.urgent else 1].setdefault(c.key[0], []).append(c)
+    out: list[Candidate] = []
+    for by_tenant in classes:
+        tenants = sorted(by_tenant)
+        if not tenants:
+            continue
+        k = turn % len(tenants)
+        runs: deque[Iterator[Candidate]] = deque(
+            iter(sorted(by_tenant[t], key=lambda c: (-waited.get(c.key, 0), c.rank)))  # stable: targets' order
+            for t in tenants[k:] + tenants[:k])
+        while runs:
+            it = runs.popleft()
+            nxt = next(it, None)
+            if nxt is not None:
+                out.append(nxt)
+                runs.append(it)
+    return out
+
+
+class LogPlanner:
+    """The order of a pass's reads (`fair_order`) and the containers a ceiling left waiting."""
+
+    def __init__(self) -> None:
+        self.waited: dict[LogKey, int] = {}  # due and not asked: passes waited since
+        self.turn = 0
+
+    def order(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        self.turn += 1
+        return fair_order(candidates, self.waited, self.turn)
+
+    def settle(self, candidates: Iterable[Candidate], asked: Collection[LogKey]) -> list[Candidate]:
+        """After a pass: the candidates it did not ask wait one pass more (due next pass whatever
+        the rotation says); returns them."""
+        left = [c for c in candidates if c.key not in asked]
+        self.waited = {c.key: self.waited.get(c.key, 0) + 1 for c in left}
+        return left
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +209,10 @@ class ApiLogPoller:
         self._readers: _Readers | None = None
         self._hold_until = 0.0  # monotonic: no new read before (the server's Retry-After)
         self.reads = 0  # GETs of current logs answered, all passes
+        self.planner = LogPlanner()
+        self.last_pass = PassReport()
+        self._last_pass_s = 0.0
+        self._pass_bytes = 0
 
     def open(self) -> None:
         if self._readers is None:
@@ -123,67 +224,123 @@ class ApiLogPoller:
             self._readers = None
 
     def run_pass(self, targets: Sequence[LogTarget], *, agent_pods: Collection[tuple[str, str]],
-                 held: Callable[[Ref, str], bool], stop: threading.Event) -> Iterator[LogResult]:
-        """Read the containers due in this pass, yielding what each read found as it completes.
+                 held: Callable[[Ref, str], bool], stop: threading.Event,
+                 quiet: Mapping[tuple[str, str], datetime] | None = None) -> Iterator[LogResult]:
+        """Read the containers due in this pass, yielding what each read found as it completes;
+        what the pass cost is in `last_pass` once it ends.
 
         `agent_pods`: (namespace, pod) whose logs a node agent reads (skipped unless a profile
         regex asks for the API read); `held`: whether the index holds a signal for a container
-        (an unchanged answer refreshes only a held one). Ends early, its reads dropped, on `stop`.
+        (an unchanged answer refreshes only a held one); `quiet`: (namespace, pod) → until when its
+        run's claims need no read (`quiet_until`). Ends early, its reads dropped, on `stop`.
         """
         readers = self._readers
         if readers is None:
             raise RuntimeError("ApiLogPoller.run_pass before open()")
+        started = time.monotonic()
         wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
         for key in [k for k in self._previous_read if k not in wanted]:
             del self._previous_read[key]
         self.rotation.begin_pass(wanted)
+        horizon = self.now() + timedelta(seconds=self.settings.interval_s + self._last_pass_s)
+        candidates, skipped = self._candidates(targets, agent_pods, held, quiet or {}, horizon)
+        todo = iter(self.planner.order(candidates))
+        asked: set[LogKey] = set()
+        gets = 0
+        self._pass_bytes = 0
+        ceiling = ""
+        max_gets, max_bytes = self.settings.max_gets, self.settings.max_bytes
         window = 2 * self.settings.concurrency  # asked ahead, so a reader never waits for the scan
-        todo = iter(targets)
         in_flight = 0
         exhausted = False
-        while True:
-            hold = self._hold_until - time.monotonic()
-            while hold <= 0 and not exhausted and in_flight < window:
-                ask = self._next_ask(todo, agent_pods)
-                if ask is None:
-                    exhausted = True
-                else:
-                    readers.submit(ask)
-                    in_flight += 1
-            if stop.is_set() or (in_flight == 0 and exhausted):
-                return  # (on stop, the answers still out are dropped when they come)
-            if in_flight == 0:  # the server asked us to wait
-                stop.wait(min(hold, 0.25))
-                continue
-            try:
-                ask, out = readers.done.get(timeout=min(hold, 0.25) if hold > 0 else 0.25)
-            except queue.Empty:
-                continue
-            if ask.pass_no != self.rotation.passes:
-                continue  # from a pass that ended early
-            in_flight -= 1
-            if isinstance(out, SourceError) and out.retry_after:
-                # 429/503 with Retry-After (API priority and fairness): no new read until then,
-                # at most HOLD_MAX_S; the reads already asked finish, the failed one is due next pass
-                self._hold_until = max(self._hold_until, time.monotonic() + min(out.retry_after, HOLD_MAX_S))
-            yield from self._answered(ask, out, held)
+        try:
+            while True:
+                hold = self._hold_until - time.monotonic()
+                while hold <= 0 and not exhausted and in_flight < window:
+                    if max_bytes and self._pass_bytes >= max_bytes:
+                        ceiling, exhausted = "bytes", True
+                        break
+                    cand = next(todo, None)
+                    if cand is None:
+                        exhausted = True
+                    elif max_gets and gets + cand.cost > max_gets:
+                        ceiling, exhausted = "gets", True
+                    else:
+                        readers.submit(self._ask(cand))
+                        asked.add(cand.key)
+                        gets += cand.cost
+                        in_flight += 1
+                if stop.is_set() or (in_flight == 0 and exhausted):
+                    return  # (on stop, the answers still out are dropped when they come)
+                if in_flight == 0:  # the server asked us to wait
+                    stop.wait(min(hold, 0.25))
+                    continue
+                try:
+                    ask, out = readers.done.get(timeout=min(hold, 0.25) if hold > 0 else 0.25)
+                except queue.Empty:
+                    continue
+                if ask.pass_no != self.rotation.passes:
+                    continue  # from a pass that ended early
+                in_flight -= 1
+                if isinstance(out, SourceError) and out.retry_after:
+                    # 429/503 with Retry-After (API priority and fairness): no new read until then,
+                    # at most HOLD_MAX_S; the reads already asked finish, the failed one is due next pass
+                    self._hold_until = max(self._hold_until, time.monotonic() + min(out.retry_after, HOLD_MAX_S))
+                elif isinstance(out, bytes):
+                    self._pass_bytes += len(out)
+                yield from self._answered(ask, out, held)
+        finally:
+            left = self.planner.settle(candidates, asked) if not stop.is_set() else []
+            self._last_pass_s = time.monotonic() - started
+            self.last_pass = PassReport(len(wanted), gets, self._pass_bytes, len(candidates), len(left),
+                                        len({c.key[0] for c in left}), sum(c.urgent for c in left), skipped,
+                                        ceiling if left else "")
 
-    def _next_ask(self, todo: Iterator[LogTarget], agent_pods: Collection[tuple[str, str]]) -> _Ask | None:
-        for ref, container, regex, restarts in todo:
+    def _candidates(self, targets: Sequence[LogTarget], agent_pods: Collection[tuple[str, str]],
+                    held: Callable[[Ref, str], bool], quiet: Mapping[tuple[str, str], datetime],
+                    horizon: datetime) -> tuple[list[Candidate], dict[str, int]]:
+        """The containers due this pass, and how many were not, by why: an agent reads them, the
+        rotation reads them another pass, or their run's claims need no read before `horizon`
+        (the next pass's end, at the last pass's length)."""
+        out: list[Candidate] = []
+        agent = rotation = claims = 0
+        passes = self.rotation.passes
+        pod: tuple[str, str] = ("", "")
+        rank = 0
+        for target in targets:
+            ref, container, regex, restarts = target
+            rank = rank + 1 if (ref.namespace, ref.name) == pod else 0  # (a pod's containers come together)
+            pod = (ref.namespace, ref.name)
             if not regex and (ref.namespace, ref.name) in agent_pods:
-                continue  # a node agent reads this pod's logs where they are written
-            key = (ref.namespace, ref.name, container)
-            if not self.rotation.due(key, restarted=restarts != self._previous_read.get(key, restarts)):
+                agent += 1  # a node agent reads this pod's logs where they are written
                 continue
-            query: list[tuple[str, object]] = [
-                ("container", container), ("tailLines", self.settings.tail_lines),
-                ("limitBytes", self.settings.limit_bytes), ("timestamps", "true")]
-            since = self.rotation.since(key)
-            if since is not None:
-                query.append(("sinceTime", since))  # the lines since the last read (and its second)
-            return _Ask(key, ref, regex, restarts, since, restarts > self._previous_read.get(key, 0), tuple(query),
-                        self.rotation.passes)
-        return None
+            key = (ref.namespace, ref.name, container)
+            restarted = restarts != self._previous_read.get(key, restarts)
+            if key not in self.planner.waited and not self.rotation.due(key, restarted):
+                rotation += 1
+                continue
+            last = self.rotation.read_pass(key)
+            until = quiet.get((ref.namespace, ref.name))
+            if until is not None and until > horizon and last is not None and not restarted \
+                    and passes - last[0] < self.rotation.quiet_every and held(ref, container):
+                # its run's claims stand past the next pass, and this container was read within the
+                # quiet cadence: read again when its window nears or the cadence comes round
+                claims += 1
+                continue
+            urgent = last is None or restarted or (until is not None and last[1])
+            out.append(Candidate(key, target, urgent, 2 if restarts > self._previous_read.get(key, 0) else 1, rank))
+        return out, {"agent": agent, "rotation": rotation, "claims": claims}
+
+    def _ask(self, cand: Candidate) -> _Ask:
+        key, (ref, container, regex, restarts) = cand.key, cand.target
+        query: list[tuple[str, object]] = [
+            ("container", container), ("tailLines", self.settings.tail_lines),
+            ("limitBytes", self.settings.limit_bytes), ("timestamps", "true")]
+        since = self.rotation.since(key)
+        if since is not None:
+            query.append(("sinceTime", since))  # the lines since the last read (and its second)
+        return _Ask(key, ref, regex, restarts, since, restarts > self._previous_read.get(key, 0), tuple(query),
+                    self.rotation.passes)
 
     def _fetch(self, ask: _Ask) -> bytes:
         """On a reader thread: the GETs only."""

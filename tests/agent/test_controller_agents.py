@@ -243,7 +243,7 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
                        timeout=20, what="the run's GPUs from the agent")
             live.nv.inject_xid(live.devs[2], 79)
             wait_until(lambda: any(79 in d.xids for g in live.c._gpus.values() for d in g.devices),
-                       timeout=10, what="the XID in the agent's evidence")
+                       timeout=30, what="the XID in the agent's evidence")
             time.sleep(0.7)  # two more passes: the XID is recorded once
             # a row remap waiting for a GPU reset (NVML remapped rows) joins the node's drain risk at once
             live.devs[4].rows = (0, 1, 1, 0)
@@ -252,7 +252,7 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
                 rc = next((r for r in live.c.claims.values() if r.ref.name == "llm"), None)
                 w = rc.work_at_risk if rc is not None else None
                 return tuple(sig for n in (w.nodes if w is not None else ()) for sig in n.signals)
-            wait_until(lambda: "row-remap-pending" in remap_signal(), timeout=10, what="the remap in the node's risk")
+            wait_until(lambda: "row-remap-pending" in remap_signal(), timeout=30, what="the remap in the node's risk")
             assert "xid-79" in remap_signal()
     finally:
         exporter.close()

@@ -18,6 +18,7 @@ import yaml
 from collector.agent.command import agent as agent_command
 from collector.cli import controller as cli_controller
 from collector.config import load_settings
+from collector.settings import ControllerSettings
 from collector.sources.inventory import DEPLOYMENTS, ENVIRONMENT_READS
 from collector.sources.kube_api import DEFAULT_RESOURCES
 from collector.sources.visibility import CQ_RESOURCE
@@ -106,6 +107,8 @@ def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], lis
     ({"agent": {"podResourcesPath": "relative/dir"}}, "podResourcesPath"),
     ({"agent": {"logScope": "heads"}}, "logScope"),
     ({"controller": {"runSeries": "healthy"}}, "runSeries"),
+    ({"controller": {"config": {"controller": {"log_pass_max_gets": -1}}}}, "log_pass_max_gets"),
+    ({"controller": {"config": {"controller": {"log_pass_max_bytes": "64MiB"}}}}, "log_pass_max_bytes"),
     ({"controller": {"config": {"controller": {"run_series": "all"}}}}, "run_series"),  # one knob: runSeries
     ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
     ({"auth": {"existingSecret": "Not_A_Secret_Name"}}, "existingSecret"),
@@ -227,6 +230,9 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
     assert settings.controller.lease_namespace == "observability"
     assert settings.controller.run_series == ("unhealthy" if name == "custom" else "all")
+    # the API log pass's ceiling, as the chart states it (the same as the collector's own default)
+    assert (settings.controller.log_pass_max_gets, settings.controller.log_pass_max_bytes) == (
+        ControllerSettings().log_pass_max_gets, ControllerSettings().log_pass_max_bytes) == (2000, 64 << 20)
     # the controller polls the agents on the port the DaemonSet serves (the chart's, not the command's default)
     [ds] = by_kind(objs, "DaemonSet") or [None]
     if ds is not None:
@@ -259,7 +265,7 @@ def test_agent_daemonset_reads_the_node_read_only(tmp_path: Path) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     [c] = pod["containers"]
     assert c["command"] == ["taugrid-evidence", "agent", "--address=$(POD_IP):9465", "--node=$(NODE_NAME)",
-                            "--log-scope=gpu", "--token-file=/etc/taugrid-evidence/auth/token"]
+                            "--log-scope=all", "--token-file=/etc/taugrid-evidence/auth/token"]
     # The agent's own CLI parses what the DaemonSet runs (the env references as the kubelet expands them).
     ctx = agent_command.make_context("agent", [a.replace("$(POD_IP)", "10.0.0.7").replace("$(NODE_NAME)", "n1")
                                                for a in mounted(c["command"][2:], tmp_path)])
@@ -282,11 +288,12 @@ def test_agent_daemonset_reads_the_node_read_only(tmp_path: Path) -> None:
     # not followed either
     assert agent_command.make_context("agent", mounted(c["command"][2:], tmp_path)).params["kmsg"] == ""
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    # Every pod's logs (the Ray heads' too), a flag the agent command accepts.
-    [ds] = by_kind(render({**REQUIRED, "agent": {"logScope": "all"}}), "DaemonSet")
-    [c] = ds["spec"]["template"]["spec"]["containers"]
-    assert "--log-scope=all" in c["command"]
+    # By default every pod's logs (the Ray heads' too); only GPU pods' on request: flags the agent accepts.
     assert agent_command.make_context("agent", mounted(c["command"][2:], tmp_path)).params["log_scope"] == "all"
+    [ds] = by_kind(render({**REQUIRED, "agent": {"logScope": "gpu"}}), "DaemonSet")
+    [c] = ds["spec"]["template"]["spec"]["containers"]
+    assert "--log-scope=gpu" in c["command"]
+    assert agent_command.make_context("agent", mounted(c["command"][2:], tmp_path)).params["log_scope"] == "gpu"
 
 
 def test_workload_identity_and_adx_mon_annotations() -> None:

@@ -17,6 +17,7 @@ from collector.model import Energy, Observed, Straggler, Stragglers
 from collector.riskfacts import NodeRisk, WorkAtRisk
 from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
 from exporters.prometheus_envcontract import EnvironmentExporter
+from exporters.prometheus_logs import LogPassMetrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -87,6 +88,8 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     health.set_leader("collector-0-abc123", True)
     health.observe_evaluation(0.01)
     health.poll_pass("logs", 2.5)
+    LogPassMetrics(registry, max_gets=2000, max_bytes=64 << 20).update(
+        gets=120, read_bytes=90_000, due=130, deferred=10, skipped={"agent": 5, "rotation": 300, "claims": 40})
     EnvironmentExporter(registry).update(check([inventory("manager", None, [], None)]), T0)
     out: dict[str, tuple[str, frozenset[str]]] = {}
     for fam in text_string_to_metric_families(generate_latest(registry).decode()):
