@@ -34,6 +34,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tree_bench() -> Any:
+    """The tree's own bench_controller (the tree first on sys.path), imported by its package path at
+    run time: the benchmarks import each other by name for mypy, which a `bench.` import would clash with."""
+    import importlib
+    return importlib.import_module("bench.bench_controller")
+
+
 def _client_rate(url: str, rv0: str, events: int) -> float:
     from kubernetes import client as k8s
     from kubernetes import watch as k8s_watch
@@ -56,7 +63,7 @@ def _client_rate(url: str, rv0: str, events: int) -> float:
 
 def measure_client(pods: int, events: int, repeats: int) -> dict[str, Any]:
     """The official client through this tree's simulator (the tree is first on sys.path)."""
-    from bench.bench_controller import SimProcess
+    SimProcess = _tree_bench().SimProcess
 
     sim = SimProcess(None, window=repeats * events + pods + 10_000)
     try:
@@ -75,7 +82,8 @@ def _sync_main(conn: Any, root: str, url: str, stream: bool, pods: int) -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    from bench.bench_controller import open_controller, rss_bytes, wait_until
+    b = _tree_bench()
+    open_controller, rss_bytes, wait_until = b.open_controller, b.rss_bytes, b.wait_until
     from collector.sources import watch as watch_mod
 
     gc.collect()
@@ -95,7 +103,7 @@ def _sync_main(conn: Any, root: str, url: str, stream: bool, pods: int) -> None:
 
 
 def measure_sync(pods: int, repeats: int) -> dict[str, Any]:
-    from bench.bench_controller import SimProcess
+    SimProcess = _tree_bench().SimProcess
 
     sim = SimProcess(None, window=pods + 10_000)
     ctx = mp.get_context("spawn")

@@ -538,13 +538,16 @@ class Energy:
     steps: float | None  # steps advanced over the windows (median over the GPUs')
     window_s: float | None  # the windows' median length
     reason: str
+    # the run's watts over the tokens/s its trainer printed (per GPU × GPUs): None where it prints none
+    joules_per_token: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         def r(x: float | None, n: int) -> float | None:
             return None if x is None else round(x, n)
 
         return {"joules_per_step": r(self.joules_per_step, 1), "watts": r(self.watts, 1), "gpus": self.gpus,
-                "steps": r(self.steps, 2), "window_seconds": r(self.window_s, 1), "reason": self.reason}
+                "steps": r(self.steps, 2), "window_seconds": r(self.window_s, 1),
+                "joules_per_token": r(self.joules_per_token, 6), "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)

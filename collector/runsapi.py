@@ -25,6 +25,7 @@ from collector.kube import dns1123_label, dns1123_subdomain, parse_time
 from collector.model import (
     Blocked,
     Claim,
+    Energy,
     Evidence,
     Goodput,
     Observed,
@@ -32,6 +33,8 @@ from collector.model import (
     Ref,
     RunClaims,
     Stage,
+    Straggler,
+    Stragglers,
     Verdict,
     rfc3339,
 )
@@ -262,6 +265,43 @@ def _work_at_risk(w: _WorkAtRisk, where: str) -> WorkAtRisk:
                       tuple(w.missing_signals[:16]))
 
 
+class _Straggler(msgspec.Struct):
+    kind: str
+    rank: str = ""
+    pod: str = ""
+    node: str = ""
+    gpu: str | None = None
+    lag_ratio: float = 0.0
+    lag_seconds: float | None = None
+    since: str | None = None
+    basis: str = ""
+    evidence: str = ""
+
+
+class _Stragglers(msgspec.Struct):
+    suspects: list[_Straggler] = []
+    compared: int = 0
+    steps: int = 0
+    reason: str = ""
+    untrusted_readings: list[str] = []
+
+
+def _stragglers(s: _Stragglers, where: str) -> Stragglers:
+    return Stragglers(tuple(Straggler(x.kind, x.rank, x.pod, x.node, x.lag_ratio, _time(x.since, where), x.basis,
+                                      x.evidence, x.lag_seconds, x.gpu or "") for x in s.suspects[:16]),
+                      s.compared, s.steps, s.reason, tuple(s.untrusted_readings[:16]))
+
+
+class _Energy(msgspec.Struct):
+    gpus: int
+    joules_per_step: float | None = None
+    watts: float | None = None
+    steps: float | None = None
+    window_seconds: float | None = None
+    joules_per_token: float | None = None
+    reason: str = ""
+
+
 class _Run(msgspec.Struct):
     namespace: str
     name: str
@@ -275,6 +315,8 @@ class _Run(msgspec.Struct):
     history: list[dict[str, Any]] = []
     queue: _Queue | None = None
     work_at_risk: _WorkAtRisk | None = None
+    stragglers: _Stragglers | None = None
+    energy: _Energy | None = None
 
 
 class _Document(msgspec.Struct):
@@ -345,7 +387,11 @@ def decode_runs(data: bytes) -> tuple[datetime, list[tuple[RunClaims, list[dict[
                        _claim(r.claims["scheduled"], where), _claim(r.claims["running"], where),
                        _claim(r.claims["progressing"], where), blocked, now, r.finished, goodput, dict(r.context),
                        queue=_queue(r.queue) if r.queue is not None else None,
-                       work_at_risk=_work_at_risk(r.work_at_risk, where) if r.work_at_risk is not None else None)
+                       work_at_risk=_work_at_risk(r.work_at_risk, where) if r.work_at_risk is not None else None,
+                       stragglers=_stragglers(r.stragglers, where) if r.stragglers is not None else None,
+                       energy=None if (en := r.energy) is None else Energy(
+                           en.joules_per_step, en.watts, en.gpus, en.steps, en.window_seconds, en.reason,
+                           en.joules_per_token))
         out.append((rc, r.history))
     return now, out
 

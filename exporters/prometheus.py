@@ -208,6 +208,8 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
     # --- energy per step (issue 28): a series only while known ---
     if rc.energy is not None and rc.energy.joules_per_step is not None:
         out["energy_per_step"] = f"{_ENERGY}{{{body}}} {_fmt(rc.energy.joules_per_step)}\n".encode()
+    if rc.energy is not None and rc.energy.joules_per_token is not None:
+        out["energy_per_token"] = f"{_ENERGY_TOKEN}{{{body}}} {_fmt(rc.energy.joules_per_token)}\n".encode()
     out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
     out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
     return out
@@ -677,6 +679,8 @@ class ClaimsExporter(Collector):
                 fam["drain_exposure"].add_metric([*run, node], round(h, 4))
             if rc.energy is not None and rc.energy.joules_per_step is not None:  # energy per step (issue 28)
                 fam["energy_per_step"].add_metric(list(run), rc.energy.joules_per_step)
+            if rc.energy is not None and rc.energy.joules_per_token is not None:
+                fam["energy_per_token"].add_metric(list(run), rc.energy.joules_per_token)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
         return [*fam.values(), fleet_family(e.claims for e in entries),
@@ -784,6 +788,13 @@ class ClaimsExporter(Collector):
                 "without a counter, shared or MIG, windows that do not overlap, no step advanced).",
                 labels=run,
             ),
+            "energy_per_token": GaugeMetricFamily(
+                "taugrid_run_energy_joules_per_token",
+                "Joules the run's GPUs used per token trained: their watts over the tokens/s per GPU the trainer "
+                "printed (torchtitan, NeMo Automodel) times the GPUs; absent where energy per step is unknown or "
+                "the trainer prints no tokens/s.",
+                labels=run,
+            ),
             "finished": GaugeMetricFamily(
                 "taugrid_run_finished",
                 "1 once the run's root reached a terminal state; its series go after the retention time.",
@@ -803,6 +814,7 @@ _BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)
 # The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
 _RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
 _ENERGY = ClaimsExporter._families()["energy_per_step"].name
+_ENERGY_TOKEN = ClaimsExporter._families()["energy_per_token"].name
 _GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name
                                               for f in ("goodput", "run_time", "finished", "evaluated"))
 assert [_TEMPLATES[f] for f in ("goodput", "run_time", "finished", "evaluated")] == [

@@ -130,6 +130,8 @@ def _log(c: ContainerLog, samples: int) -> dict[str, object]:
         # a trainer's resume or torchrun's worker-group restart: the only word of a restart inside
         # the container, which the claims need to tell replayed steps from progress
         "resumes": [{"line": r.line, "at": _iso(r.at), "step": r.step, "format": r.format} for r in resumes],
+        # the newest tokens/s per GPU the trainer printed: [per GPU, at] (energy per token)
+        "tokens": None if s.tokens is None else [s.tokens.per_gpu, _iso(s.tokens.at)],
         "diagnostics": list(s.diagnostics[-10:]),
     }
 

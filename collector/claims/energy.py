@@ -13,7 +13,9 @@ Fail closed: unknown (with the reason) when any GPU of the run has no counter wi
 a MIG instance, the first reading, just after a counter reset), is shared with other pods (its
 energy is theirs too), a pod that holds GPUs has no fresh readings, the windows do not overlap
 (a node read long before the others), no log covers a window, or no step advanced in one (a stall
-has no joules per step). Pure: readings, signals and a clock.
+has no joules per step). Joules per token where the trainer prints its tokens/s per GPU (torchtitan,
+NeMo Automodel) inside the windows: the run's watts over that rate times its GPUs. Pure: readings,
+signals and a clock.
 """
 
 from __future__ import annotations
@@ -116,6 +118,21 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
         joules_per_step += j / n
         watts += j / (b - a)
     span = statistics.median(b - a for _, a, b, _ in windows)
+    per_token = joules_per_token(ev, watts, len(windows), min(a for _, a, _, _ in windows), now)
+    tokens = f", {per_token:.3g} J per token" if per_token is not None else ""
     return Energy(joules_per_step, watts, len(windows), statistics.median(advanced), span,
-                  f"{joules_per_step:,.0f} J per step over {len(windows)} GPUs ({watts:,.0f} W, "
-                  f"{statistics.median(advanced):.1f} steps in {span:.0f} s)")
+                  f"{joules_per_step:,.0f} J per step{tokens} over {len(windows)} GPUs ({watts:,.0f} W, "
+                  f"{statistics.median(advanced):.1f} steps in {span:.0f} s)", per_token)
+
+
+def joules_per_token(ev: RunEvidence, watts: float, gpus: int, since: float, now: datetime) -> float | None:
+    """The run's watts over the tokens it trains per second: the tokens/s per GPU its trainer printed
+    (torchtitan, NeMo Automodel) inside the energy windows, median over its live logs, times its GPUs.
+    None where no log printed a dated rate in the windows (another trainer, an older line)."""
+    end = now.timestamp()
+    rates = [sig.scan.tokens.per_gpu for sig in ev.signals
+             if not sig.retired and not sig.durable and sig.scan.tokens is not None
+             and sig.scan.tokens.at is not None and since <= sig.scan.tokens.at.timestamp() <= end]
+    if not rates:
+        return None
+    return watts / (statistics.median(rates) * gpus)

@@ -81,6 +81,7 @@ def merge_history(old: LogScan, new: LogScan, *, keep: int = HISTORY_SAMPLES) ->
         summary=summary,
         first_at=old.first_at,
         ranks=_joined_ranks(old, new),
+        tokens=new.tokens or old.tokens,
     )
 
 
@@ -118,6 +119,7 @@ def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTOR
         resumes=tuple([r for r in old.resumes if r.line <= after] + list(new.resumes))[-MAX_FINDINGS:],
         summary=None,
         first_at=old.first_at or new.first_at,
+        tokens=new.tokens or old.tokens,
     )
 
 

@@ -158,6 +158,14 @@ def summarize(samples: tuple[ProgressSample, ...]) -> SampleSummary:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TokenRate:
+    """Tokens per second per GPU as the trainer printed it last (torchtitan, NeMo Automodel), and when."""
+
+    per_gpu: float
+    at: datetime | None
+
+
 @dataclass(frozen=True, slots=True, weakref_slot=True)  # weakly referenced: claims.progress_walk keeps walks by scan
 class LogScan:
     source: str
@@ -173,6 +181,7 @@ class LogScan:
     # Per-rank step times where lines carry rank prefixes and at least two ranks print steps (bounded:
     # scan.MAX_STREAMS ranks, scan.RANK_STEPS steps each). Not progress: the pace of ranks.
     ranks: tuple[RankSteps, ...] = ()
+    tokens: TokenRate | None = None  # the newest tokens/s per GPU the trainer printed (energy per token)
 
     def summary_of(self) -> SampleSummary:
         return self.summary if self.summary is not None else summarize(self.samples)
@@ -196,6 +205,7 @@ def shift_scan(scan: LogScan, by: timedelta) -> LogScan:
         resumes=tuple(replace(r, at=at(r.at)) for r in scan.resumes),
         first_at=at(scan.first_at),
         ranks=tuple(replace(r, at=tuple(t + by for t in r.at)) for r in scan.ranks),
+        tokens=None if scan.tokens is None else replace(scan.tokens, at=at(scan.tokens.at)),
         summary=None if sm is None else replace(sm, first=moved(sm.first), last=moved(sm.last),
                                                  high_water=moved(sm.high_water),
                                                  last_with_loss=moved(sm.last_with_loss),

@@ -35,6 +35,7 @@ from collector.progress.model import (
     RankSteps,
     ResumeFinding,
     SampleSummary,
+    TokenRate,
     XidFinding,
 )
 from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
@@ -91,6 +92,7 @@ class LineScanner:
         self.out_of_range = 0  # lines voided by a number out of range
         # rank → its recent (step, first printed at): the pace of each rank (LogScan.ranks)
         self.rank_steps: dict[int, deque[tuple[int, datetime]]] = {}
+        self.tokens: TokenRate | None = None  # the newest tokens/s per GPU printed (LogScan.tokens)
         self.side: dict[int, Stream] = {}  # parsers for ranks other than 0 once rank 0 speaks
 
     # -- diagnostics ------------------------------------------------------------------------------
@@ -362,11 +364,13 @@ class LineScanner:
             titan = trainers.parse_torchtitan(f)
             if titan is not None:
                 self._emit(st, n, ts, f, titan.step, titan.loss, "torchtitan", False, None)
+                self._tokens(titan.tps, ts, f)
                 return
         if "| loss " in f:
             auto = trainers.parse_automodel(f)
             if auto is not None:
                 self._emit(st, n, ts, f, auto.step, auto.loss, "automodel", False, None)
+                self._tokens(auto.tps, ts, f)
                 return
         rest = f
         if "%|" in f:
@@ -479,6 +483,11 @@ class LineScanner:
         if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
             self._pace(st.rank, step, at)
 
+    def _tokens(self, tps: float | None, ts: str, text: str) -> None:
+        """The newest tokens/s per GPU a step line printed (the line's own stamp, when it has one)."""
+        if tps is not None:
+            self.tokens = TokenRate(tps, self._time(ts, text))
+
     def _pace(self, rank: int, step: int, at: datetime) -> None:
         """Record a rank's new step and when it printed it (its current run of rising steps)."""
         steps = self.rank_steps.get(rank)
@@ -544,6 +553,7 @@ class LineScanner:
             first_at=self.first_at,
             resumes=tuple(self.resumes),
             ranks=tuple(paced) if len(paced) >= 2 else (),
+            tokens=self.tokens,
         )
 
 

@@ -240,6 +240,21 @@ class StepLine(NamedTuple):
     step: int | None  # None: the line shows activity whose step it cannot place (see parse_nemo)
     loss: float | None
     total: int | None = None
+    tps: float | None = None  # tokens per second per GPU, where the trainer prints it
+
+
+# Tokens per second per GPU as torchtitan ("tps: 5,856", per device) and NeMo Automodel
+# ("tps 11278.56(1409.82/gpu)": the run's, then per GPU) print them. Bounded: a tenant's number.
+_TITAN_TPS = re.compile(r"\btps:\s{0,16}(\d{1,3}(?:,\d{3}){0,4}(?:\.\d{1,6})?|\d{1,15}(?:\.\d{1,6})?)\b")
+_AUTOMODEL_TPS = re.compile(r"\| tps [\d.]{1,24}\((\d{1,15}(?:\.\d{1,6})?)/gpu\)")
+MAX_TPS = 1e9  # tokens per second per GPU: far above any device
+
+
+def _tps(m: re.Match[str] | None) -> float | None:
+    if m is None:
+        return None
+    v = _num(m.group(1).replace(",", ""))
+    return v if v is not None and 0.0 < v <= MAX_TPS else None
 
 
 def parse_torchtitan(s: str) -> StepLine | None:
@@ -247,7 +262,8 @@ def parse_torchtitan(s: str) -> StepLine | None:
     if m is None or "memory:" not in s[m.end() :] or s.endswith("validate ", 0, m.start()):
         return None
     loss = _num(m.group(2))
-    return StepLine(bounded(m.group(1), COUNT_MAX, "step"), None if loss == -1.0 else loss)
+    return StepLine(bounded(m.group(1), COUNT_MAX, "step"), None if loss == -1.0 else loss,
+                    tps=_tps(_TITAN_TPS.search(s, m.end())))
 
 
 # --- NeMo 2 (Lightning) ProgressPrinter ----------------------------------------------------------
@@ -291,7 +307,8 @@ def parse_automodel(s: str) -> StepLine | None:
     if m is None or s.rfind("[val", 0, m.start()) != -1:
         return None
     bounded(m.group(2), COUNT_MAX, "epoch")
-    return StepLine(bounded(m.group(1), COUNT_MAX, "step"), _num(m.group(3)))
+    return StepLine(bounded(m.group(1), COUNT_MAX, "step"), _num(m.group(3)),
+                    tps=_tps(_AUTOMODEL_TPS.search(s, m.end())))
 
 
 # --- checkpoint resumes --------------------------------------------------------------------------

@@ -30,9 +30,10 @@ from typing import Any
 import orjson
 
 from collector.gpu import GpuDevice, PodGpuEvidence
-from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, XidFinding
+from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, TokenRate, XidFinding
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
+from collector.progress.trainers import MAX_TPS
 from collector.progress.xid import describe
 from collector.sources import httpget
 from collector.sources.kube_api import KubeApi, SourceError
@@ -201,10 +202,16 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
             meaning, action = describe(code)
             xids.append(XidFinding(code, _s(x.get("pci")) or "", _i(x.get("line")) or 0, meaning, action,
                                    _at(x.get("at"))))
+    tok = c.get("tokens")
+    tokens = None
+    if isinstance(tok, list) and len(tok) == 2:
+        per_gpu = _f(tok[0])
+        if per_gpu is not None and 0 < per_gpu <= MAX_TPS:
+            tokens = TokenRate(per_gpu, _at(tok[1]))
     return LogScan(source=source, format=fmt, samples=tuple(samples),
                    hangs=hangs, xids=tuple(xids), resumes=resumes,
                    diagnostics=tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]),
-                   lines=_i(c.get("lines")) or 0)
+                   lines=_i(c.get("lines")) or 0, tokens=tokens)
 
 
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:

@@ -200,6 +200,7 @@ def snapshot_row(rc: RunClaims, cluster: str, rate: float | None) -> Row:
         **_queue_columns(rc),
         **_risk_columns(rc),
         "JoulesPerStep": rc.energy.joules_per_step if rc.energy is not None else None,  # issue 28
+        "JoulesPerToken": rc.energy.joules_per_token if rc.energy is not None else None,
     }
 
 

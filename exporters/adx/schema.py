@@ -137,6 +137,8 @@ RUN_SNAPSHOTS = Table(
                                     "Basis, LagRatio}]; [] when none is named"),
         _c("JoulesPerStep", "real", "energy per training step over the run's GPUs (NVML energy counters); null "
                                     "when unknown (docs/metrics.md, taugrid_run_energy_joules_per_step)"),
+        _c("JoulesPerToken", "real", "energy per token trained (the run's watts over the tokens/s per GPU its "
+                                     "trainer printed, times its GPUs); null where unknown or not printed"),
     ),
     "each run's state, periodically (every snapshot interval) and at each claim transition",
 )

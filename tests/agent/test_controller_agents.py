@@ -266,3 +266,21 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
         con.close()
     assert [(code, uuid, run) for code, uuid, run, _ in got] == [(79, UUIDS[2], "llm")]
     assert "unknown" not in got[0][3].lower()  # explained from NVIDIA's catalogue
+
+
+def test_the_trainers_tokens_per_second_cross_the_agents_document() -> None:
+    """Energy per token needs the tokens/s a trainer printed: the agent's document carries it and the
+    controller's parser takes it back (bounded: a rate no device reaches is dropped)."""
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import AgentEndpoint, parse_evidence
+
+    doc = {"version": agents.EVIDENCE_VERSION, "node": "n1", "gpus": [], "logs": [
+        {"namespace": "research", "pod": "p0", "container": "main", "read_at": 1.0, "lines": 3, "format": "torchtitan",
+         "samples": [[5, "2026-12-03T12:00:00Z", 2.0, False, None, 1]], "tokens": [5862.0, "2026-12-03T12:00:00Z"]},
+        {"namespace": "research", "pod": "p1", "container": "main", "read_at": 1.0, "lines": 3, "format": "torchtitan",
+         "samples": [[5, "2026-12-03T12:00:00Z", 2.0, False, None, 1]], "tokens": [1e12, "2026-12-03T12:00:00Z"]},
+    ]}
+    rep = parse_evidence(doc, AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
+    by = {c.pod: c.scan.tokens for c in rep.logs}
+    assert by["p0"] is not None and by["p0"].per_gpu == 5862.0 and by["p1"] is None

@@ -116,3 +116,36 @@ def test_explain_says_it() -> None:
     _, unknown = run(megatron_log(n=60), gpus())
     line = next(x for x in render_text([unknown], NOW).splitlines() if x.strip().startswith("energy"))
     assert "unknown" in line and "no energy counter window" in line
+
+
+def titan_log(n: int = 60, step_s: float = 10.0, tps: str = "1,000") -> str:
+    """torchtitan's step lines, n steps of `step_s` ending at NOW, each with its tokens/s per GPU."""
+    from tests.claims.test_recheck_at import ts
+    t = NOW - timedelta(seconds=n * step_s)
+    lines = []
+    for i in range(n):
+        t += timedelta(seconds=step_s)
+        lines.append(f"{ts(t)} [titan] step: {100 + i}  loss:  2.5000  memory: 40.00GiB(50.00%)  tps: {tps}  "
+                     "tflops: 300.00  mfu: 30.00%\n")
+    return "".join(lines)
+
+
+def test_joules_per_token_from_the_tokens_per_second_the_trainer_prints() -> None:
+    # 8 GPUs at 500 W = 4,000 W; 1,000 tokens/s per GPU = 8,000 tokens/s: 0.5 J per token
+    _, out = run(titan_log(), metered())
+    e = out.energy
+    assert e is not None and e.joules_per_step is not None and e.joules_per_token is not None
+    assert abs(e.joules_per_token - 0.5) < 0.005, e
+    assert "J per token" in e.reason and out.to_json()["energy"]["joules_per_token"] == round(e.joules_per_token, 6)
+    reg = CollectorRegistry()
+    exp = ClaimsExporter(reg)
+    exp.update([out], NOW)
+    for text in (render(reg).decode(), generate_latest(reg).decode()):  # prepared text, client_python's
+        line = next(x for x in text.splitlines() if x.startswith("taugrid_run_energy_joules_per_token{"))
+        assert 'run="r"' in line and 0.49 < float(line.rsplit(" ", 1)[1]) < 0.51, line
+    # a trainer that prints no tokens/s: joules per step only, and no per-token series
+    _, bare = run(megatron_log(n=60), metered())
+    assert bare.energy is not None and bare.energy.joules_per_step is not None and bare.energy.joules_per_token is None
+    exp.update([bare], NOW)
+    for text in (render(reg).decode(), generate_latest(reg).decode()):
+        assert "taugrid_run_energy_joules_per_token{" not in text

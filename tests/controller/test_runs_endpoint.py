@@ -160,3 +160,29 @@ def test_a_queued_runs_queue_status_survives_the_runs_document() -> None:
     assert back.queue == rc.queue
     assert render_text([back], T0) == render_text([rc], T0)
     assert "admission     estimated in 10m–1h30m (80% band, median 30m)" in render_text([rc], T0)
+
+
+def test_stragglers_energy_and_work_at_risk_survive_the_runs_document() -> None:
+    """`explain --controller` shows what the controller holds: every part of a run's record comes back
+    from /runs as it went (it dropped stragglers and energy before)."""
+    from datetime import UTC, datetime
+
+    from collector.model import Claim, Energy, Observed, Ref, RunClaims, Straggler, Stragglers, Verdict
+    from collector.riskfacts import NodeRisk, WorkAtRisk
+    from collector.runsapi import RunHistory, decode_runs, runs_answer
+
+    at = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    claim = Claim(None, Observed.TRUE, Verdict.VERIFIED, at, "ok")
+    rc = RunClaims(Ref("TauRun", "research", "r1", "u1"), claim, claim, claim, None, at,
+                   stragglers=Stragglers((Straggler("rank", "3", "r1-w3", "n3", 0.12, at, "arrival", "last 16 of 16",
+                                                    1.5),
+                                          Straggler("gpu", "", "r1-w1", "n1", 0.2, at, "gpu-spread", "SM clock",
+                                                    gpu="GPU-1")), 8, 40, "rank 3 is 12 % slower"),
+                   energy=Energy(40_000.0, 4_000.0, 8, 30.0, 300.0, "40,000 J per step", 0.5),
+                   work_at_risk=WorkAtRisk(2.0, 16, at, "checkpoint", "x", 100, at,
+                                           (NodeRisk("n1", 30.0, ("cordoned",), ("cordoned",), 8, 1.0),), ()))
+    code, _, body = runs_answer("/runs", lambda: {rc.ref.key: rc}, lambda: at, RunHistory())
+    assert code == 200
+    _, [(back, _)] = decode_runs(body)
+    assert back.stragglers is not None and back.energy is not None and back.work_at_risk is not None
+    assert back.to_json() == rc.to_json()

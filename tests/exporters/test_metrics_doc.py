@@ -72,7 +72,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
                         work_at_risk=WorkAtRisk(3.5, 16, T0, "checkpoint", "x", 100, T0, (
                             NodeRisk("node-1", 30.0, ("cordoned",), ("cordoned",), 8, 1.75),
                             NodeRisk("node-2", 0.0, (), (), 8, 1.75))),
-                        energy=Energy(41_000.0, 4_100.0, 8, 30.0, 300.0, "41,000 J per step"))
+                        energy=Energy(41_000.0, 4_100.0, 8, 30.0, 300.0, "41,000 J per step", 0.25))
     ClaimsExporter(registry, retention=timedelta(hours=1)).update(
         [crashlooping_run(), crashlooping_run(name="done", finished=True), blocked_run(), replaying], T0
     )

@@ -227,3 +227,20 @@ def test_a_trainers_own_rfc3339_time_after_the_kubelets_is_read_past() -> None:
     scan = scan_text(line, source="t")
     assert [(x.step, x.at is not None) for x in scan.samples] == [(450, True)]
     assert scan.samples[0].at is not None and scan.samples[0].at.microsecond == 123456
+
+
+def test_tokens_per_second_per_gpu_where_the_trainer_prints_it(fixtures: Path) -> None:
+    """Energy per token needs the trainer's own tokens/s per GPU: torchtitan's `tps:` (per device,
+    thousands separated), NeMo Automodel's `tps N(M/gpu)`; the newest line's, with its time."""
+    titan = scan_path(fixtures / TRAINING / "torchtitan_step_lines_rank0_prefix_torchtitan_1287.txt")
+    assert titan.tokens is not None and titan.tokens.per_gpu == 5862.0
+    assert titan.tokens.at is not None and titan.tokens.at.strftime("%H:%M:%S") == "22:32:00"
+    auto = scan_path(fixtures / TRAINING / "automodel_step_lines_automodel_3473.txt")
+    assert auto.tokens is not None and auto.tokens.per_gpu == 2539.60
+    assert auto.tokens.at is not None and auto.tokens.at.strftime("%H:%M:%S") == "15:55:36"
+    # a rate no device reaches, or none at all, is no rate
+    huge = scan_text("2026-01-10T12:00:00Z step: 5  loss: 2.0  memory: 1GiB(1%)  tps: 9,999,999,999  mfu: 1%\n",
+                     source="x")
+    assert huge.samples and huge.tokens is None
+    megatron = scan_path(fixtures / TRAINING / "megatron_iteration_log_lines_epfllm_megatron_llm_11_truncated.txt")
+    assert megatron.samples and megatron.tokens is None  # Megatron prints no tokens/s
