@@ -220,6 +220,13 @@ def run() -> dict[str, Any]:
                description="Steps per second over 5 minutes. TaugridRunSlowedDown fires 10 min under 85% of the "
                            "run's median rate of the hour before (recording rule "
                            "taugrid:run_step_rate_baseline:median1h)."),
+        table("Straggler suspects",
+              f"max by (rank, pod, node, uuid, basis) (taugrid_run_straggler{{{RUN}}})", unit="percentunit",
+              description="The rank, pod or GPU holding the run back, from outside the trainer: how much slower "
+                          "per step than its peers (arrival: last to print each step; pace: its own steps take "
+                          "longer; gpu-spread: a GPU whose readings sit apart while the run is slower than its "
+                          "baseline). At most 3 per run; `taugrid-evidence explain` gives the evidence, "
+                          "TaugridRunStraggler and TaugridGpuFailSlow alert on them (docs/runbooks.md)."),
         stat("Since last progress", f"time() - max(taugrid_run_last_progress_timestamp_seconds{{{RUN}}})",
              unit="s", w=4, description="Time since the newest step was seen."),
         stat("Goodput", f"max(taugrid_run_goodput_ratio{{{RUN}}})", unit="percentunit", w=4,

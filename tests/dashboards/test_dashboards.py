@@ -1,6 +1,7 @@
 """The Grafana dashboards: built from dashboards/build.py, valid against a JSON schema generated from
 npm `@grafana/schema` (Grafana 11.6), and every PromQL query answered with data by a real Prometheus
-that scraped the live controller while the simulator played its default scenario."""
+that scraped the live controller while the simulator played its default scenario (and one run with a
+straggler, for the straggler panel)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from collector.agent import Agent, AgentSettings, HangSettings, LogSettings
 from collector.controller import Controller
 from collector.settings import Settings
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.run import start_simulation
+from kubesim.scenario import default_scenario_path
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
 from tests.promserver import PromServer
@@ -159,11 +162,37 @@ CLUSTER = "aks-prod-westeurope"
 GPUS = [f"GPU-5d2c7a10-0000-0000-0000-00000000000{i}" for i in range(3)]
 
 
+def with_a_straggler(out: Path) -> Path:
+    """The default scenario and one more run that the straggler panel has something to show for: four
+    workers on nodes and quota of their own (the default runs' quota stays as it is), one of them 40 %
+    slower per step from its third minute."""
+    doc = yaml.safe_load(default_scenario_path().read_text())
+    cluster = doc["cluster"]
+    cluster["namespaces"].append("team-s")
+    cluster["nodes"].append({"name": "aks-a100s", "count": 4, "pool": "gpua100", "gpus": 8,
+                             "gpuProduct": "NVIDIA-A100-SXM4-80GB", "cpu": "96", "memory": "1800Gi"})
+    cluster["clusterQueues"].append({"name": "gpu-s", "flavor": "a100", "gpus": 32})
+    cluster["localQueues"].append({"name": "s", "namespace": "team-s", "clusterQueue": "gpu-s"})
+    cluster["profiles"].append({"name": "s-4x8", "localQueue": "s", "clusterQueue": "gpu-s", "flavors": ["a100"],
+                                "workers": 4, "gpusPerWorker": 8})
+    doc["runs"].append({
+        "name": "slow-rank", "namespace": "team-s", "kind": "Job", "profile": "s-4x8", "queue": "s",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3", "at": "3s",
+        "timeline": [{"at": "2s", "admit": {}}, {"at": "4s", "schedule": {}}, {"at": "5s", "pull": {}},
+                     {"at": "40s", "start": {}},
+                     {"at": "45s", "train": {"every": "5s", "iterations": 250000, "pods": "workers",
+                                             "checkpointEvery": 0, "rankJitter": 0.02, "jitter": 0.02,
+                                             "straggler": 2, "slower": 0.4, "slowFrom": "120s"}}]})
+    path = out / "default-with-a-straggler.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     """The default scenario at 20x, the controller scraped as the chart's ServiceMonitor would, with
     the chart's rules loaded."""
-    session = start_simulation(None, "127.0.0.1:0", SPEED)
+    session = start_simulation(with_a_straggler(tmp_path_factory.mktemp("scenario")), "127.0.0.1:0", SPEED)
     base = Settings()
     settings = replace(base, controller=replace(base.controller, leader_election=False, tick=timedelta(seconds=1),
                                                 log_poll_interval=timedelta(seconds=0.5)))
