@@ -89,11 +89,8 @@ WATCHDOG = ("[rank2]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 2]
 
 
 def test_live_poller_reads_the_quiet_ranks_less_and_still_sees_their_hang() -> None:
-    """Rank 0 prints steps, ranks 1 and 2 print nothing. While the run's claims stand (progressing
-    true, its window far on this fixed clock) rank 0 too is read at the quiet cadence, every third
-    pass (collector/sources/logs.py, `quiet_until`); a watchdog timeout that rank 2 prints later still
-    reaches the run's evidence within a rotation; the run is then stalled (hung), and rank 0 is
-    read every pass, the others every third."""
+    """Rank 0 prints steps, ranks 1 and 2 print nothing: rank 0 is read every pass, the others
+    every third; a watchdog timeout that rank 2 prints later still reaches the run's evidence."""
     clock = Clock(T0)
     with Simulator(watch_window=50, clock=clock) as sim:
         sim.start()
@@ -115,26 +112,18 @@ def test_live_poller_reads_the_quiet_ranks_less_and_still_sees_their_hang() -> N
                                      log_regex_by_profile={"a100-2x8": r"step=(?P<step>\d+)"}), clock.now)
         c.open()
         try:
-            wait_until(lambda: min(reads["llm-w0"], reads["llm-w1"], reads["llm-w2"]) >= 5, what="5 rotations")
-            rc = next(r for r in c.claims.values() if r.ref.name == "llm")
-            assert rc.progressing.observed.value == "true", rc.progressing.reason
+            wait_until(lambda: reads["llm-w0"] >= 13, what="13 passes")
             w0, w1, w2 = reads["llm-w0"], reads["llm-w1"], reads["llm-w2"]
-            assert max(w0, w1, w2) - min(w0, w1, w2) <= 2, reads  # all at the quiet cadence
+            assert 3 <= w1 <= w0 / 3 + 2 and 3 <= w2 <= w0 / 3 + 2, reads
             sim.store.append_log("research", "llm-w2", "main", [WATCHDOG], T0)
 
             def hang_seen() -> bool:
                 rc = next(r for r in c.claims.values() if r.ref.name == "llm")
                 return any(h.kind == "nccl-watchdog-timeout" for sig in c.index.evidence(rc.ref).signals
                            if sig.ref.name == "llm-w2" for h in sig.scan.hangs)
-            before = reads["llm-w2"]
+            before = reads["llm-w0"]
             wait_until(hang_seen, what="rank 2's watchdog timeout in the run's evidence")
-            assert reads["llm-w2"] - before <= 2  # at its next turn (and a pass in flight)
-            wait_until(lambda: next(r for r in c.claims.values() if r.ref.name == "llm").progressing.observed.value
-                       == "false", what="the run hung")
-            base = Counter(reads)
-            wait_until(lambda: reads["llm-w0"] - base["llm-w0"] >= 12, what="12 passes")
-            w0, w1 = reads["llm-w0"] - base["llm-w0"], reads["llm-w1"] - base["llm-w1"]
-            assert 2 <= w1 <= w0 / 3 + 2, (w0, w1)  # a stalled run's printing rank every pass, the quiet every third
+            assert reads["llm-w0"] - before <= 3 + 2  # within one rotation (and a pass in flight)
         finally:
             c.close()
 

@@ -192,7 +192,7 @@ def test_the_controller_indexes_the_same_either_way(monkeypatch: pytest.MonkeyPa
             c.open()
             try:
                 wait_until(lambda c=c: c.synced, what="every resource listed")  # type: ignore[misc]
-                assert {r.list_mode for r in c._reflectors} == {"stream" if stream else "pages"}
+                assert {r.list_mode for r in c.watch.reflectors} == {"stream" if stream else "pages"}
                 wait_until(lambda c=c: len(c.claims) == 3, what="claims")  # type: ignore[misc]
                 records.append(sorted(map(repr, (c.index.get(*k) for k in c.index.keys_of_kind("Pod")))))
                 # The fleet's lists only: the agents' discovery lists pods by a label of its own.
