@@ -255,7 +255,7 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
             wait_until(lambda: "row-remap-pending" in remap_signal(), timeout=30, what="the remap in the node's risk")
             assert "xid-79" in remap_signal()
     finally:
-        exporter.close()
+        exporter.close(drain_timeout=60.0)  # a loaded machine ships the last segments late
     con = duckdb.connect(str(store), read_only=True)
     try:
         rows = con.execute('SELECT DISTINCT "GpuUuid" FROM "GpuSamples" WHERE "Run" = ?', ["llm"]).fetchall()
