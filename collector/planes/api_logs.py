@@ -10,7 +10,7 @@ from datetime import datetime
 
 from collector.correlate import Key, RunEvidence, Signal
 from collector.model import PodFacts, RunClaims
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState, Targets, profile_of
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets, profile_of
 from collector.sources.logs import (
     ApiLogPoller,
     ApiLogSettings,
@@ -38,7 +38,7 @@ LOG_CEILING_LOG_S = 600.0  # a log pass ceiling that keeps biting is logged this
 SKIP_SETTLED_RUNS = False
 
 
-class ApiLogSource:
+class ApiLogSource(PolledSource):
     """The `logs` source: thread `log-poller`."""
 
     name = "logs"
@@ -59,15 +59,6 @@ class ApiLogSource:
     @classmethod
     def build(cls, ctx: SourceContext) -> ApiLogSource | None:
         return cls(ctx) if ctx.settings.controller.log_poll_interval.total_seconds() > 0 else None
-
-    def open(self) -> None:
-        self.ctx.loop.spawn(self.run, self.thread, self.state)
-
-    def close(self) -> None:
-        pass  # the poller closes its readers as its thread ends
-
-    def health(self) -> SourceHealth:
-        return self.state.health()
 
     # --- PerRun ----------------------------------------------------------------------------------
 

@@ -140,6 +140,27 @@ class PerRun(Protocol):
         """After an evaluation: swap in the new list if any run's part changed."""
 
 
+class PolledSource:
+    """A source read by one thread of its own (`run`), spawned through the loop so that it is
+    supervised and its failures counted under `state`; it ends with the controller's stop event."""
+
+    thread: str
+    ctx: SourceContext
+    state: SourceState
+
+    def open(self) -> None:
+        self.ctx.loop.spawn(self.run, self.thread, self.state)
+
+    def close(self) -> None:
+        pass  # the thread ends on ctx.stop, closing what it opened
+
+    def health(self) -> SourceHealth:
+        return self.state.health()
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
 class SourceState:
     """The bookkeeping every source shares: errors counted under its name, its last error, and its
     passes (the pass-duration gauge for the sources that export one)."""

@@ -8,7 +8,7 @@ import logging
 
 from collector.correlate import Key, RunEvidence
 from collector.model import Ref, RunClaims, TauRunFacts
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState, Targets
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
 from exporters.prometheus import ErrorClass
 
@@ -18,7 +18,7 @@ log = logging.getLogger("taugrid.controller")
 REFUSED_MAX = 10_000  # locations remembered as refused (then forgotten all at once, and said again)
 
 
-class CheckpointSource:
+class CheckpointSource(PolledSource):
     """The `expstore` source: thread `checkpoint-poller`."""
 
     name = "expstore"
@@ -32,15 +32,6 @@ class CheckpointSource:
     @classmethod
     def build(cls, ctx: SourceContext) -> CheckpointSource | None:
         return cls(ctx) if ctx.settings.controller.checkpoint_poll_interval.total_seconds() > 0 else None
-
-    def open(self) -> None:
-        self.ctx.loop.spawn(self.run, self.thread, self.state)
-
-    def close(self) -> None:
-        pass  # the stores are closed as the thread ends
-
-    def health(self) -> SourceHealth:
-        return self.state.health()
 
     def track(self, key: Key, ev: RunEvidence, rc: RunClaims) -> None:
         t = ev.taurun.facts if ev.taurun is not None else None

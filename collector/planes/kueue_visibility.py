@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import time
 
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState
 
 __all__ = ["QUEUE_POLL_S", "QueueSource"]
 
 QUEUE_POLL_S = 30.0
 
 
-class QueueSource:
+class QueueSource(PolledSource):
     """The `kueue-visibility` source: thread `queue-poller`."""
 
     name = "kueue-visibility"
@@ -28,15 +28,6 @@ class QueueSource:
     @classmethod
     def build(cls, ctx: SourceContext) -> QueueSource | None:
         return cls(ctx) if QUEUE_POLL_S > 0 else None
-
-    def open(self) -> None:
-        self.ctx.loop.spawn(self.run, self.thread, self.state)
-
-    def close(self) -> None:
-        pass
-
-    def health(self) -> SourceHealth:
-        return self.state.health()
 
     def run(self) -> None:
         """A pass that fails is counted under this source's name by the thread's supervisor

@@ -12,7 +12,7 @@ from datetime import datetime
 from collector.correlate import Key, Signal
 from collector.gpu import PodGpuEvidence
 from collector.model import Observed, Ref, RunClaims
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
@@ -26,7 +26,7 @@ log = logging.getLogger("taugrid.controller")
 GpuByPod = Mapping[tuple[str, str], PodGpuEvidence]
 
 
-class AgentSource:
+class AgentSource(PolledSource):
     """The `agents` source: thread `agent-poller`."""
 
     name = "agents"
@@ -40,15 +40,6 @@ class AgentSource:
     @classmethod
     def build(cls, ctx: SourceContext) -> AgentSource | None:
         return cls(ctx) if ctx.settings.controller.agents.poll_interval.total_seconds() > 0 else None
-
-    def open(self) -> None:
-        self.ctx.loop.spawn(self.run, self.thread, self.state)
-
-    def close(self) -> None:
-        pass
-
-    def health(self) -> SourceHealth:
-        return self.state.health()
 
     def run(self) -> None:
         ctx, cfg, loop, stop = self.ctx, self.cfg, self.ctx.loop, self.ctx.stop

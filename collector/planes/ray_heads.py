@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collector.correlate import Key, RunEvidence
 from collector.model import PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState, Targets, profile_of
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets, profile_of
 from collector.settings import ControllerSettings
 from collector.sources.ray import RayPoller, RayTarget
 from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
@@ -14,7 +14,7 @@ from exporters.prometheus import ErrorClass
 __all__ = ["RaySource", "ray_targets_of"]
 
 
-class RaySource:
+class RaySource(PolledSource):
     """The `ray` source: thread `ray-poller`. A head that cannot be read is counted here; its answer
     still goes to the loop, which withdraws the head's evidence."""
 
@@ -30,15 +30,6 @@ class RaySource:
     @classmethod
     def build(cls, ctx: SourceContext) -> RaySource | None:
         return cls(ctx) if ctx.settings.controller.ray_poll_interval.total_seconds() > 0 else None
-
-    def open(self) -> None:
-        self.ctx.loop.spawn(self.run, self.thread, self.state)
-
-    def close(self) -> None:
-        pass
-
-    def health(self) -> SourceHealth:
-        return self.state.health()
 
     def track(self, key: Key, ev: RunEvidence, rc: RunClaims) -> None:
         self.targets.set(key, () if rc.finished else tuple(ray_targets_of(ev, self.cfg)))
