@@ -13,6 +13,8 @@ must leave the clock the same recheck instant.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -160,6 +162,24 @@ def test_incremental_analysis_equals_the_single_walk(seed: int) -> None:
     _scenario(seed)
 
 
+
+@contextmanager
+def counted_walks() -> Iterator[list[str]]:
+    """The streams `progress_walk.walk` is called for (a walk not kept), while the block runs."""
+    calls: list[str] = []
+    real = progress_walk.walk
+
+    def counted(stream: str, *a: object, **kw: object) -> progress_walk.Walk:
+        calls.append(stream)
+        return real(stream, *a, **kw)  # type: ignore[arg-type]
+
+    progress_walk.walk = counted  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        progress_walk.walk = real  # type: ignore[assignment]
+
+
 def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> None:
     """The point of it: an evaluation after one signal changed walks that signal's stream only, and a
     scan no longer held takes its walk with it."""
@@ -171,15 +191,7 @@ def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> No
         g.grow(30)
         g.rescan(s)
     now = T0 + timedelta(hours=1)
-    calls: list[str] = []
-    real = progress_walk.walk
-
-    def counted(stream: str, *a: object, **kw: object) -> progress_walk.Walk:
-        calls.append(stream)
-        return real(stream, *a, **kw)  # type: ignore[arg-type]
-
-    progress_walk.walk = counted  # type: ignore[assignment]
-    try:
+    with counted_walks() as calls:
         def signals() -> list[Signal]:
             return [Signal(Ref("Pod", "ns", g.pod), "main", g.scan, now) for g in logs]
         analyze(signals(), s, now)
@@ -192,8 +204,6 @@ def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> No
         view = analyze(signals(), s, now)
         assert calls == ["w2/main"]
         assert view == reference(signals(), s, now)
-    finally:
-        progress_walk.walk = real  # type: ignore[assignment]
     before = len(progress_walk._KEPT)
     for g in logs:
         g.scan = replace(g.scan)
@@ -265,15 +275,7 @@ def test_a_node_clock_ahead_keeps_its_streams_walks() -> None:
         log.rescan(s)
         index.set_signal(Signal(Ref("Pod", "ns", name), "main", log.scan, NOW))
     ev = index.evidence(Ref("TauRun", "ns", "r"))
-    calls: list[str] = []
-    real = progress_walk.walk
-
-    def counted(stream: str, *a: object, **kw: object) -> progress_walk.Walk:
-        calls.append(stream)
-        return real(stream, *a, **kw)  # type: ignore[arg-type]
-
-    progress_walk.walk = counted  # type: ignore[assignment]
-    try:
+    with counted_walks() as calls:
         first = evaluate(ev, NOW, s)
         assert sorted(calls) == ["r-0/main", "r-1/main"]
         calls.clear()
@@ -282,6 +284,4 @@ def test_a_node_clock_ahead_keeps_its_streams_walks() -> None:
         index.node_skew["node-r-0"] = timedelta(seconds=40)  # the skew measured anew: shifted again
         evaluate(index.evidence(Ref("TauRun", "ns", "r")), NOW + timedelta(seconds=10), s)
         assert calls == ["r-0/main"]
-    finally:
-        progress_walk.walk = real  # type: ignore[assignment]
     assert first.progressing.observed == again.progressing.observed
