@@ -69,6 +69,7 @@ FLOOR_SOURCES = ("controller", "full")
 FLOOR = 0.90
 RESTART_WINDOW = ClaimSettings().restart_window.total_seconds()
 ERRORS = ("false-verified", "false-true", "true-without-evidence", "wrong-owner")
+STALL_EXAMPLES = 8  # false stalls shown in the report
 PROCEDURE_LINES = [PROCEDURE[k] for k in PROCEDURE]
 _STAMP = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", re.M)
 
@@ -191,6 +192,9 @@ class SearchReport:
     # source → progressing `true` judged undecidable: a forged trainer clock is the only time on the lines
     undecidable: Counter[str] = field(default_factory=Counter)
     shrunk: list[tuple[Failure, Draw, dict[str, str], bool]] = field(default_factory=list)
+    # source → progressing judged STALLED while the run was running and advancing (a false page)
+    false_stalls: Counter[str] = field(default_factory=Counter)
+    stall_examples: list[Failure] = field(default_factory=list)  # the first few, for the report
     floor_misses: list[tuple[str, int, str, str]] = field(default_factory=list)  # healthy runs not verified
 
     def error_count(self) -> int:
@@ -245,6 +249,12 @@ def judge(rep: SearchReport, d: Draw, t: RunTruth, source: str, run: dict[str, A
             kind = "false-verified" if verdict == "verified" else "false-true"
         elif obs == "true" and not evidence_for[claim]:
             kind = "true-without-evidence"
+        if claim == "progressing" and obs == "false" and reason.startswith("STALLED") and want and t.running:
+            # not an error of the fail-closed kind (no false true), but a false page: counted and shown
+            rep.false_stalls[source] += 1
+            if len(rep.stall_examples) < STALL_EXAMPLES:
+                rep.stall_examples.append(Failure("false-stall", source, claim, d.index, "true", f"false ({verdict})",
+                                                  reason, _facts(d, t)))
         if kind:
             f = Failure(kind, source, claim, d.index, "false" if not want else "unknown (evidence absent)",
                         f"{obs} ({verdict})", reason, _facts(d, t))
@@ -511,6 +521,12 @@ def render(rep: SearchReport) -> list[str]:
     if rep.ghosts:
         lines += ["Runs reported under the name of no current run (an earlier generation's pods, a RayCluster "
                   "without its RayJob): " + ", ".join(f"{k} {v}" for k, v in sorted(rep.ghosts.items())) + ".", ""]
+    lines += ["False stalls (progressing judged STALLED while the run was running and advancing, within 1.5 step "
+              "intervals): " + (", ".join(f"{k} {v}" for k, v in sorted(rep.false_stalls.items())) or "none") + ".",
+              ""]
+    lines += [f"- draw {f.draw} · {f.source}: {f.reason[:200]} ({f.facts})" for f in rep.stall_examples]
+    if rep.stall_examples:
+        lines.append("")
     lines += ["Undecidable, not counted as errors: progressing `true` where the step lines' only times are a "
               "trainer's forged own times (no kubelet timestamps in that source): "
               + (", ".join(f"{k} {v}" for k, v in sorted(rep.undecidable.items())) or "none") + ". A trainer "

@@ -172,7 +172,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if variant == "logs-unbounded":  # the path before the log budget: no ceiling, no claims-based skip
         if hasattr(base, "log_pass_max_gets"):
             base = replace(base, log_pass_max_gets=0, log_pass_max_bytes=0)
-        if hasattr(ctl, "quiet_until"):
+        if hasattr(base, "log_skip_settled"):
+            base = replace(base, log_skip_settled=False)
+        elif hasattr(ctl, "quiet_until"):  # (a `before` tree)
             vars(ctl)["quiet_until"] = lambda rc: None
     fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all")  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)

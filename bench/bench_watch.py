@@ -95,7 +95,9 @@ def _sync_main(conn: Any, root: str, url: str, stream: bool, pods: int) -> None:
         wait_until(lambda: c.synced and len(c.index.keys_of_kind("Pod")) >= pods, 600, "synced", step=0.02)
         took = time.monotonic() - t
         gc.collect()
-        modes = sorted({r.list_mode for r in c._reflectors})
+        # (the reflectors moved from the controller to its watch source; a baseline tree may predate that)
+        reflectors = c.watch.reflectors if hasattr(c, "watch") else c._reflectors
+        modes = sorted({r.list_mode for r in reflectors})
         conn.send({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0,
                    "steady": rss_bytes() - rss0, "sync_s": took, "modes": modes})
     finally:

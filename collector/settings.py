@@ -84,6 +84,10 @@ class ControllerSettings:
     max_runs: int = 10_000
     max_runs_per_namespace: int = 2_000
     watch_timeout_s: int = 300
+    # Initial lists as streaming lists (WatchList, `sendInitialEvents`; Kubernetes 1.32+): objects
+    # arrive as watch events instead of pages held whole, a lower start-up peak. A server that
+    # refuses them (older, or the feature gate off) is listed page by page, as with false.
+    stream_lists: bool = False
     log_poll_interval: timedelta = timedelta(seconds=30)
     log_tail_lines: int = 500
     log_limit_bytes: int = 256 * 1024
@@ -95,6 +99,9 @@ class ControllerSettings:
     # left are read first next pass, each tenant (namespace) an equal share (README, "Log budget").
     log_pass_max_gets: int = 2000
     log_pass_max_bytes: int = 64 << 20
+    # No API log read for a run whose running and progressing claims hold past the next pass, until
+    # its stall window nears (README, "Log budget"); false: every printing container every pass.
+    log_skip_settled: bool = True
     leader_election: bool = True
     lease_namespace: str = ""  # "": the controller's own namespace (its service account's)
     lease_name: str = "taugrid-evidence-controller"

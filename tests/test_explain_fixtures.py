@@ -403,8 +403,14 @@ def test_megatron_progress_verified_then_stalled(tmp_path: Path) -> None:
     assert claim(run, "progressing") == (True, "true", "verified")
     ev = {e["field"]: e["value"] for e in run["claims"]["progressing"]["evidence"]}
     assert ev["last_step"] == 125 and ev["last_loss"] == pytest.approx(2.477393)
-    # 87 s cadence → window max(3 × 87 s, 60 s) + 15 s = 276 s; past it the run is stalled.
+    # 87 s cadence → window max(3 × 87 s, 60 s) + 15 s = 276 s; judged past it, a dump captured before
+    # the window closed cannot tell whether a step came after the capture: unknown, not STALLED ...
     run = only_run(explain(dump, "--at", ts(last + timedelta(seconds=290))), "llm")
+    assert claim(run, "progressing") == (True, "unknown", "unconfirmed")
+    assert "a stall is judged on a read after the window" in run["claims"]["progressing"]["reason"]
+    # ... while a dump captured after the window closed shows the stall
+    late = healthy_taurun(tmp_path / "late", log, captured=last + timedelta(seconds=290))
+    run = only_run(explain(late), "llm")
     assert claim(run, "progressing") == (True, "false", "contradicted")
     assert run["claims"]["progressing"]["reason"].startswith("STALLED 4m50s: last step 125")
 

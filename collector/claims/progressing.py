@@ -167,6 +167,15 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         restarted = _after_restart(view, clock, s, a, status_ev, evidence, last)
         if restarted is not None:
             return restarted
+        unread = _read_before(fresh_signals, last.at + view.window)
+        if unread is not None:
+            # No step after `last` in what was read proves nothing for the time after the read: a
+            # stall is only seen by a read after its window closed (a late or skipped read is not one).
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"{what} at {_hm(last.at)}; its stall window closed at {_hm(last.at + view.window)} "
+                          f"({window}), but {unread.ref.name}/{unread.source} was last read at "
+                          f"{_hm(unread.read_at)}, before then: not read since (a stall is judged on a read after "
+                          "the window)", evidence, status_ev)
     reason = f"STALLED {human_age(age)}: last {what} at {_hm(last.at)} ({window}){skipped}{durability}"
     if after:
         reason += f"; {_hang_text(after)}"
@@ -220,6 +229,16 @@ def _after_restart(view: ProgressView, clock: Clock, s: ClaimSettings, a: Assert
                       f"below the high-water mark {_step(replay.mark)} it reached {why}; replayed steps are not "
                       "progress", evidence, status_ev, "replaying")
     return None
+
+
+def _read_before(signals: list[Signal], closed: datetime) -> Signal | None:
+    """A progress source last read before `closed` (its read cannot have shown a later step), the
+    earliest such; None when every source that prints progress was read at or after it. Sources with
+    no progress line (sidecars), checkpoint listings (no pace of their own) and a deleted pod's last
+    read (it prints nothing more) do not hold a stall back."""
+    late = [sig for sig in signals
+            if not sig.retired and not sig.durable and sig.scan.samples and sig.read_at < closed]
+    return min(late, key=lambda sig: sig.read_at, default=None)
 
 
 def _uncertain(clock: Clock) -> str:

@@ -30,12 +30,6 @@ log = logging.getLogger("taugrid.controller")
 
 AGENTS_FIRST_WAIT_S = 15.0  # the longest the first API log pass waits for the node agents' first pass
 LOG_CEILING_LOG_S = 600.0  # a log pass ceiling that keeps biting is logged this often
-# Skip the reads of runs whose claims hold past the next pass (`quiet_until`): off. A true run read
-# only as its stall window nears can miss the step printed after that read and be judged STALLED for
-# a pass (the claim judges on the last step's time, not on a read after the window closed): the
-# alerts' live test paged on healthy runs with it on. On again once a stall needs a read after the
-# window (docs/benchmarks.md, issue 30).
-SKIP_SETTLED_RUNS = False
 
 
 class ApiLogSource(PolledSource):
@@ -74,7 +68,9 @@ class ApiLogSource(PolledSource):
             for c in pod.facts.containers if not c.init and c.state == "running"
         )
         self.targets.set(key, targets)
-        until = quiet_until(rc) if targets and SKIP_SETTLED_RUNS else None
+        # A true run's reads wait until its window nears (`quiet_until`): a read that comes late makes
+        # the claim unknown at the window's close, never STALLED (a stall needs a read after it).
+        until = quiet_until(rc) if targets and self.cfg.log_skip_settled else None
         if until is None:
             self.quiet.pop(key, None)
         else:

@@ -83,7 +83,7 @@ class KubeWatch:
             # Evidence capture keeps whole objects; otherwise only the fields the records read are decoded.
             decoder = decoder_for(r.api_version, r.kind, full=ctx.capture is not None)
             refl = Reflector(ctx.api, r, self, ctx.now, watch_timeout_s=ctx.settings.controller.watch_timeout_s,
-                             decoder=decoder)
+                             decoder=decoder, stream_lists=ctx.settings.controller.stream_lists)
             self.reflectors.append(refl)
             refl.start()
 

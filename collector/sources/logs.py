@@ -165,16 +165,20 @@ class _Ask:
     pass_no: int  # an answer from a pass that ended early is not this pass's
 
 
-_Done = tuple[_Ask, bytes | BaseException]
+# (what was asked, its answer, the clock as the answer came: the read's time. The answer may be
+# handled seconds later, and a line printed meanwhile is not in it: a later time could call a stall
+# window that closed unread "read after it", a false stall.)
+_Done = tuple[_Ask, bytes | BaseException, datetime]
 
 
 class _Readers:
     """Daemon threads that do the GETs (a stuck read never holds up the process's exit)."""
 
-    def __init__(self, n: int, fetch: Callable[[_Ask], bytes]) -> None:
+    def __init__(self, n: int, fetch: Callable[[_Ask], bytes], now: Callable[[], datetime]) -> None:
         self._asks: queue.SimpleQueue[_Ask | None] = queue.SimpleQueue()
         self.done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._fetch = fetch
+        self._now = now
         self._threads = [threading.Thread(target=self._work, name=f"log-read-{i}", daemon=True) for i in range(n)]
         for t in self._threads:
             t.start()
@@ -185,7 +189,7 @@ class _Readers:
                 out: bytes | BaseException = self._fetch(ask)
             except BaseException as e:  # handed to the polling thread, which decides
                 out = e
-            self.done.put((ask, out))
+            self.done.put((ask, out, self._now()))
 
     def submit(self, ask: _Ask) -> None:
         self._asks.put(ask)
@@ -212,11 +216,12 @@ class ApiLogPoller:
         self.planner = LogPlanner()
         self.last_pass = PassReport()
         self._last_pass_s = 0.0
+        self._last_pass_at: datetime | None = None  # the clock at the last pass's start
         self._pass_bytes = 0
 
     def open(self) -> None:
         if self._readers is None:
-            self._readers = _Readers(self.settings.concurrency, self._fetch)
+            self._readers = _Readers(self.settings.concurrency, self._fetch, self.now)
 
     def close(self) -> None:
         if self._readers is not None:
@@ -242,7 +247,15 @@ class ApiLogPoller:
         for key in [k for k in self._previous_read if k not in wanted]:
             del self._previous_read[key]
         self.rotation.begin_pass(wanted)
-        horizon = self.now() + timedelta(seconds=self.settings.interval_s + self._last_pass_s)
+        # The next pass's end: one interval and a pass away, or as far as the clock moved since the last
+        # pass began if that is further (a loaded poller, or a server clock that runs fast: the clock
+        # is the API server's) - a read skipped now must still come before its run's deadline.
+        now = self.now()
+        step = timedelta(seconds=self.settings.interval_s)
+        if self._last_pass_at is not None and timedelta(0) < now - self._last_pass_at:
+            step = max(step, now - self._last_pass_at)  # (further only reads more: never unsafe)
+        self._last_pass_at = now
+        horizon = now + step + timedelta(seconds=self._last_pass_s)
         candidates, skipped = self._candidates(targets, agent_pods, held, quiet or {}, horizon)
         todo = iter(self.planner.order(candidates))
         asked: set[LogKey] = set()
@@ -276,7 +289,7 @@ class ApiLogPoller:
                     stop.wait(min(hold, 0.25))
                     continue
                 try:
-                    ask, out = readers.done.get(timeout=min(hold, 0.25) if hold > 0 else 0.25)
+                    ask, out, at = readers.done.get(timeout=min(hold, 0.25) if hold > 0 else 0.25)
                 except queue.Empty:
                     continue
                 if ask.pass_no != self.rotation.passes:
@@ -288,7 +301,7 @@ class ApiLogPoller:
                     self._hold_until = max(self._hold_until, time.monotonic() + min(out.retry_after, HOLD_MAX_S))
                 elif isinstance(out, bytes):
                     self._pass_bytes += len(out)
-                yield from self._answered(ask, out, held)
+                yield from self._answered(ask, out, at, held)
         finally:
             left = self.planner.settle(candidates, asked) if not stop.is_set() else []
             self._last_pass_s = time.monotonic() - started
@@ -366,7 +379,8 @@ class ApiLogPoller:
             text = b""  # kubelet kept no previous log (rotated, or the pod was recreated): nothing to add
         return text if not text or text.endswith(b"\n") else text + b"\n"
 
-    def _answered(self, ask: _Ask, out: bytes | BaseException, held: Callable[[Ref, str], bool]) -> Iterator[LogResult]:
+    def _answered(self, ask: _Ask, out: bytes | BaseException, at: datetime,
+                  held: Callable[[Ref, str], bool]) -> Iterator[LogResult]:
         key, ref, container = ask.key, ask.ref, ask.key[2]
         if isinstance(out, SourceError):
             self.rotation.failed(key)
@@ -380,7 +394,7 @@ class ApiLogPoller:
             # no line after the last one read: what the signal holds stands, read now (a signal the
             # index no longer holds is read in full again)
             self.rotation.read(key, progress=False, since=ask.since, data=out)
-            yield LogFresh(ref, container, self.now())
+            yield LogFresh(ref, container, at)
             return
         source = f"{ref.namespace}/{ref.name}/{container}"
         try:
@@ -390,4 +404,4 @@ class ApiLogPoller:
             scan = scan_text(out, source=source)
         self.rotation.read(key, progress=bool(scan.samples), last_line=last_stamp(out), since=ask.since,
                            data=None if ask.previous else out)
-        yield Signal(ref, container, scan, self.now())
+        yield Signal(ref, container, scan, at)

@@ -35,7 +35,7 @@ CUSTOM: dict[str, Any] = {
     "azureWorkloadIdentity": {"clientId": "00000000-1111-2222-3333-444444444444",
                               "tenantId": "55555555-6666-7777-8888-999999999999"},
     "controller": {"replicas": 3, "metricsPort": 9000, "logLevel": "debug", "priorityClassName": "system",
-                   "runSeries": "unhealthy",
+                   "runSeries": "unhealthy", "streamLists": True,
                    "nodeSelector": {"pool": "system"},
                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
                    "config": {"claims": {"evidence_max_age": "3m", "stall_multiplier": 4},
@@ -110,6 +110,8 @@ def test_values_validate_against_the_schema(case: tuple[str, dict[str, Any], lis
     ({"controller": {"config": {"controller": {"log_pass_max_gets": -1}}}}, "log_pass_max_gets"),
     ({"controller": {"config": {"controller": {"log_pass_max_bytes": "64MiB"}}}}, "log_pass_max_bytes"),
     ({"controller": {"config": {"controller": {"run_series": "all"}}}}, "run_series"),  # one knob: runSeries
+    ({"controller": {"config": {"controller": {"stream_lists": True}}}}, "stream_lists"),  # one knob: streamLists
+    ({"controller": {"streamLists": "yes"}}, "streamLists"),
     ({"azureWorkloadIdentity": {"clientId": "not-a-guid"}}, "clientId"),
     ({"auth": {"existingSecret": "Not_A_Secret_Name"}}, "existingSecret"),
     ({"auth": {"enabled": "yes"}}, "enabled"),
@@ -230,6 +232,7 @@ def test_controller_runs_the_rendered_config(case: tuple[str, dict[str, Any], li
     settings = load_settings(path)  # the collector's own parser: unknown keys and bad durations fail
     assert settings.controller.lease_namespace == "observability"
     assert settings.controller.run_series == ("unhealthy" if name == "custom" else "all")
+    assert settings.controller.stream_lists is (name == "custom")
     # the API log pass's ceiling, as the chart states it (the same as the collector's own default)
     assert (settings.controller.log_pass_max_gets, settings.controller.log_pass_max_bytes) == (
         ControllerSettings().log_pass_max_gets, ControllerSettings().log_pass_max_bytes) == (2000, 64 << 20)

@@ -137,9 +137,47 @@ def assert_flips_at(ev: RunEvidence, expected: datetime, s: ClaimSettings = S) -
 def test_stall_window_closing() -> None:
     # steps every 10 s, the last 30 s ago: window max(3 × 10 s, 60 s) + 15 s = 75 s
     ev = evidence([taurun(), pod()], log=steps(*range(120, 20, -10)))
-    before, after = assert_flips_at(ev, NOW + timedelta(seconds=45))
+    closed = NOW + timedelta(seconds=45)
+    before, after = assert_flips_at(ev, closed)
     assert before.progressing.observed.value == "true"
-    assert after.progressing.observed.value == "false" and after.progressing.reason.startswith("STALLED")
+    # the read came before the window closed: it cannot show a step after it, so not STALLED yet
+    assert after.progressing.observed.value == "unknown" and "a stall is judged on a read after the window" \
+        in after.progressing.reason
+    # read again after the window closed, still no new step: now it is a stall
+    reread = evidence([taurun(), pod()], log=steps(*range(120, 20, -10)), read_at=closed + EPS)
+    stalled = evaluate(reread, closed + EPS, S)
+    assert stalled.progressing.observed.value == "false" and stalled.progressing.reason.startswith("STALLED")
+
+
+def test_a_stall_waits_only_for_the_sources_that_print_progress() -> None:
+    """Every source that prints progress must be read after the window closed; a sidecar that never
+    printed any, or a replaced pod's last read, does not hold a stall back."""
+    closed = NOW + timedelta(seconds=45)  # steps every 10 s, the last 30 s ago (as above)
+    log = steps(*range(120, 20, -10))
+
+    def judged(extra: list[Signal], main_read: datetime) -> RunClaims:
+        ev = evidence([taurun(), pod()], log=log, read_at=main_read)
+        return evaluate(replace(ev, signals=[*ev.signals, *extra]), closed + EPS, S)
+
+    pod_ref = evidence([taurun(), pod()], log=log).signals[0].ref
+    sidecar = Signal(pod_ref, "fluentbit", scan_text("shipping logs\n", source="t"), NOW)
+    retired = Signal(Ref("Pod", "ns", "r-0-old", "old"), "main", scan_text(log, source="t"), NOW, retired=True)
+    rc = judged([sidecar, retired], closed + EPS)
+    assert rc.progressing.observed.value == "false" and rc.progressing.reason.startswith("STALLED"), \
+        rc.progressing.reason
+    # a second printing container read before the close holds it back: it may have printed since
+    rank1 = Signal(pod_ref, "rank1", scan_text(log, source="t"), NOW)
+    rc = judged([rank1], closed + EPS)
+    assert rc.progressing.observed.value == "unknown" and "r-0/rank1 was last read at 12:00:00" in \
+        rc.progressing.reason
+
+
+def test_a_hang_after_the_last_step_needs_no_read_after_the_window() -> None:
+    """A collective timeout printed after the last step is positive evidence: stalled (hung) at the
+    close, whenever the log was read."""
+    ev = evidence([taurun(), pod()], log=steps(*range(120, 20, -10), hang_at=25))
+    rc = evaluate(ev, NOW + timedelta(seconds=46), S)
+    assert rc.progressing.observed.value == "false", rc.progressing.reason
 
 
 def test_progress_read_ageing_past_its_freshness() -> None:

@@ -173,6 +173,48 @@ def test_a_run_whose_claims_stand_past_the_next_pass_costs_no_get(sim: Simulator
         p.close()
 
 
+def test_a_skipped_read_still_comes_before_its_deadline_when_passes_run_long(sim: Simulator) -> None:
+    """The skip's horizon is the next pass's end: one interval away, or as far as the clock moved since
+    the last pass began when that is more (a loaded poller, a server clock that runs fast). A deadline
+    inside it is read now: read later, the read would come after the window closed."""
+    now = [T0]
+    api = _Counting(KubeApi(api_client_for(sim.base_url)))
+    p = ApiLogPoller(api, ApiLogSettings(concurrency=2, quiet_every=100, interval_s=30.0), lambda: now[0])
+    p.open()
+    targets = _targets(SMALL, 1)
+    key = (SMALL, "llm-w0", "main")
+    try:
+        _pass(p, targets)
+        p.rotation.read(key, progress=True)
+        deadline = {(SMALL, "llm-w0"): T0 + timedelta(seconds=150)}
+        now[0] = T0 + timedelta(seconds=30)  # passes an interval apart: 2 min to the deadline, not read
+        _pass(p, targets, quiet=deadline)
+        assert p.last_pass.skipped["claims"] == 1
+        now[0] = T0 + timedelta(seconds=100)  # this pass began 70 s after the last: the next ends past it
+        api.pods.clear()
+        _pass(p, targets, quiet=deadline)
+        assert p.last_pass.skipped["claims"] == 0 and api.pods[(SMALL, "llm-w0")] == 1
+    finally:
+        p.close()
+
+
+def test_a_read_is_timed_when_its_answer_came_not_when_it_was_handled(sim: Simulator) -> None:
+    """A read's time is the clock as its answer arrived (on the reader thread): handled later, a line
+    printed in between is not in it, and a later time would call a stall window that closed unread
+    "read after it"."""
+    def clock() -> Any:
+        on_reader = threading.current_thread().name.startswith("log-read")
+        return T0 if on_reader else T0 + timedelta(minutes=5)
+
+    p = ApiLogPoller(KubeApi(api_client_for(sim.base_url)), ApiLogSettings(concurrency=2), clock)
+    p.open()
+    try:
+        out = [r for r in _pass(p, _targets(SMALL, 3)) if isinstance(r, Signal)]
+    finally:
+        p.close()
+    assert len(out) == 3 and {s.read_at for s in out} == {T0}
+
+
 # --- a live controller: the pass's cost on /metrics, a log line when the ceiling bites ---------
 
 

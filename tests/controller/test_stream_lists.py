@@ -19,7 +19,6 @@ import pytest
 
 from collector.controller import Controller
 from collector.kube_pod import PodObject
-from collector.sources import watch as watch_mod
 from collector.sources.decode import decoder_for
 from collector.sources.kube_api import Expired, KubeApi, Resource, api_client_for
 from collector.sources.watch import Reflector
@@ -179,16 +178,15 @@ def test_an_error_event_is_an_error_not_a_fall_back() -> None:
         _relist([_event("ADDED", _pod("a")), gone])
 
 
-def test_the_controller_indexes_the_same_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_controller_indexes_the_same_either_way() -> None:
     records = []
-    for stream in (False, True):
-        monkeypatch.setattr(watch_mod, "STREAM_LISTS", stream)
+    for stream in (False, True):  # the controller setting `stream_lists`
         clock = Clock(T0)
         with Simulator(settings=FAST, clock=clock) as s:
             s.start()
             for i in range(3):
                 apply_run(s, f"run-{i}", workers=2)
-            c = Controller(KubeApi(api_client_for(s.base_url)), settings(), clock.now)
+            c = Controller(KubeApi(api_client_for(s.base_url)), settings(stream_lists=stream), clock.now)
             c.open()
             try:
                 wait_until(lambda c=c: c.synced, what="every resource listed")  # type: ignore[misc]
