@@ -232,7 +232,8 @@ class RunIndex:
         self._ray: dict[Key, RayRuntime] = {}
         self.synced: dict[str, datetime] = {}
         self.node_skew: dict[str, timedelta] = {}  # node → how far its clock runs ahead (set by the sources)
-        self.node_clock_unsure: set[str] = set()  # nodes whose clock is not measured yet (live controller)
+        # nodes whose clock is not measured (live: not yet; a dump: ahead by more than a heartbeat shows)
+        self.node_clock_unsure: set[str] = set()
         # run root → its deleted pods with signals: (last record, signals), oldest first (bounded)
         self._retired: dict[Key, dict[Key, tuple[ObjectRecord, tuple[Signal, ...]]]] = {}
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):

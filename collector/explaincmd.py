@@ -57,12 +57,14 @@ def select(claims: list[RunClaims], wanted: Sequence[str]) -> list[RunClaims]:
 
 
 def evidence_index(records: Iterable[ObjectRecord], synced: Mapping[str, datetime], signals: Iterable[Signal],
-                   node_skew: Mapping[str, timedelta], contract: Any) -> tuple[RunIndex, list[Ref]]:
+                   node_skew: Mapping[str, timedelta], contract: Any,
+                   unplaced: Iterable[str] = ()) -> tuple[RunIndex, list[Ref]]:
     """The index the claim engine reads: records, each kind's read time, node clocks, log signals."""
     index = build_index(records, contract)
     inferred = index.infer_missing_roots()
     index.synced.update(synced)
     index.node_skew.update(node_skew)  # nodes whose clocks run ahead: their stamps read earlier
+    index.node_clock_unsure.update(unplaced)  # nodes whose clocks run ahead by an unmeasured amount
     for sig in signals:
         index.set_signal(sig)
     return index, inferred
@@ -146,7 +148,7 @@ def dump_claims(dump_dir: Path, settings: Settings, *, at: datetime | None = Non
     taken = clock.taken(at) or now
     # One snapshot: every kind it holds was read at capture time.
     index, inferred = evidence_index(dump.records, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
-                                     dump.node_skew(), settings.taugrid)
+                                     dump.node_skew(), settings.taugrid, dump.unplaced_nodes())
     workers = load_worker_dumps(dict(worker_dirs or {}), settings, taken, max_object_bytes=max_file_bytes)
     for problem in workers.problems:
         on_problem(problem)
@@ -239,7 +241,8 @@ def live_claims(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> L
     now = api.clock.now()  # the API server's clock, never this machine's
     problems = [f"{'skipped' if p.skipped else 'warning'}: {p}" for p in live.dump.problems]
     problems += [f"note: {note}" for note in live.notes]
-    index, _ = evidence_index(live.dump.records, live.synced, live.signals, live.dump.node_skew(), settings.taugrid)
+    index, _ = evidence_index(live.dump.records, live.synced, live.signals, live.dump.node_skew(), settings.taugrid,
+                              live.dump.unplaced_nodes())
     evidence = index.all_evidence()
     claims = [evaluate_multicluster(ev, {}, now, settings.claims, slack=timedelta(0),
                                     origin=settings.controller.multikueue_origin) for ev in evidence]

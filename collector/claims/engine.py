@@ -224,9 +224,10 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
         if node in ev.node_clock_unsure:
             # seen only in a list, whose heartbeat may be minutes old: how far its clock runs ahead is
             # not measured, and a clock 90 s ahead makes a stall 90 s younger
-            ahead_nodes.setdefault(node, f"node {node}'s clock is not measured yet (no node Lease read, and no "
-                                         "heartbeat posted since the collector started): its stamps cannot be "
-                                         "placed until its kubelet's next Lease renewal or heartbeat")
+            ahead_nodes.setdefault(node, f"node {node}'s clock is not measured yet: its stamps cannot be placed"
+                                         " (live: no node Lease read, and no heartbeat posted since the collector"
+                                         " started, until its kubelet's next one; a dump: no Lease of it, and its"
+                                         " heartbeat stands far past the other nodes')")
         elif latest is not None and newest - latest > NODE_CLOCK_TOLERANCE:
             out[(sig.ref.key, sig.source)] = (
                 f"{sig.ref.name}/{sig.source} holds lines stamped {human_age(newest - latest)} after it was read:"

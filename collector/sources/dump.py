@@ -122,6 +122,21 @@ class Dump:
         mid = sorted(renewed.values())[len(renewed) // 2]
         return {n: t - mid for n, t in renewed.items() if t - mid > NODE_SKEW_TOLERANCE}
 
+    def unplaced_nodes(self) -> frozenset[str]:
+        """Nodes with no Lease in the dump whose status heartbeat stands further past the median of the
+        Ready nodes' (three at least) than a heartbeat period: their clocks run ahead by an amount a
+        heartbeat cannot measure (kubelets post one every 5 min when nothing changes). Their stamps set
+        no clock (one node hours ahead would make every run of the dump look stalled) and their pods'
+        log stamps are not placed (`RunEvidence.node_clock_unsure`): unknown, never a stall or a step."""
+        held = {holder for holder, _, _ in self.leases}
+        beats = {r.ref.name: r.facts.heartbeat for r in self.records if isinstance(r.facts, NodeFacts)
+                 and r.facts.ready == "True" and r.facts.heartbeat is not None}
+        if len(beats) < 3:
+            return frozenset()
+        mid = sorted(beats.values())[len(beats) // 2]
+        return frozenset(n for n, t in beats.items()
+                         if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE)
+
     def snapshot_kinds(self) -> set[str]:
         """The kinds this snapshot holds: those read as a typed List (an empty NodeList says "no
         nodes"), and any kind it has an object of. A kind not in it was not captured: its source is
@@ -139,7 +154,7 @@ class Dump:
         """Control-plane stamps: what the API server, kubelets and controllers wrote, never a log
         line, a custom resource's status (tenants may write it) or a deadline."""
         out: list[tuple[datetime, str]] = []
-        skew = self.node_skew()
+        skew, unplaced = self.node_skew(), self.unplaced_nodes()
         for r in self.records:
             what = f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}" if r.ref.namespace else f"{r.ref.kind} {r.ref.name}"
             times: list[datetime | None] = [r.created]
@@ -161,6 +176,8 @@ class Dump:
                     kubelet += [c.state_since, c.last_finished]
                 node = f.node_name
             off = skew.get(node, timedelta(0))
+            if node in unplaced:
+                kubelet = []  # a clock ahead by an amount nothing measures: none of its stamps
             t = max([x for x in times if x is not None] + [x - off for x in kubelet if x is not None], default=None)
             if t is not None:
                 out.append((t, what))
@@ -180,8 +197,10 @@ class Dump:
         if leases:
             t, holder, renew = max(leases)
             bounds.append((t, f"node Lease of {holder} renewed {renew.isoformat()}"))
+        unplaced = self.unplaced_nodes()
         beats = [(r.facts.heartbeat - skew.get(r.ref.name, timedelta(0)), r.ref.name) for r in self.records
-                 if isinstance(r.facts, NodeFacts) and r.facts.heartbeat is not None and r.ref.name in ready]
+                 if isinstance(r.facts, NodeFacts) and r.facts.heartbeat is not None and r.ref.name in ready
+                 and r.ref.name not in unplaced]
         if beats:
             t, node = max(beats)
             bounds.append((t + NODE_HEARTBEAT_PERIOD, f"node {node} heartbeat {t.isoformat()}"))

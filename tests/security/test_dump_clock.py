@@ -261,3 +261,32 @@ def test_a_node_clock_running_ahead_is_read_on_the_clusters_clock(tmp_path: Path
     assert claim_of(out, "ok", "progressing")["verdict"] == "verified", claim_of(out, "ok", "progressing")
     p = claim_of(out, "llm", "progressing")
     assert p["observed"] == "false" and p["reason"].startswith("STALLED 6m"), p
+
+
+def test_a_node_hours_ahead_in_a_dump_without_leases_does_not_stall_every_run(tmp_path: Path) -> None:
+    """A bare `kubectl cluster-info dump` (no node Leases): gpu-9's clock runs two hours ahead, so its
+    heartbeat and its pod's status times are stamped two hours late. Taken as the capture time, they
+    made every run of the dump look stalled for two hours. Against the median of three Ready nodes'
+    heartbeats it stands further out than a heartbeat period: its stamps set no clock and its pods'
+    log lines are placed nowhere."""
+    captured = NOW
+    ahead = timedelta(hours=2)
+    ok_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60))
+    far_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60) + ahead)
+    objs = []
+    for name, node_name in (("ok", "gpu-2"), ("far", "gpu-9")):
+        objs.append(taurun(name, "research", "Running", NOW - timedelta(hours=1), workers=1))
+        objs.append(pod(f"{name}-w0", "research", NOW - timedelta(hours=1) + (ahead if name == "far" else
+                                                                               timedelta(0)),
+                        node=node_name, gpus=8, labels={"taugrid.io/run": name}))
+    objs += [node("gpu-2", captured), node("gpu-3", captured - timedelta(minutes=2)),
+             node("gpu-9", captured, heartbeat=captured + ahead)]
+    dump = write_dump(tmp_path / "d", objs, logs={("research", "ok-w0"): ok_log, ("research", "far-w0"): far_log},
+                      captured=captured, nodes=False, leases=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)  # gpu-2's heartbeat, not gpu-9's
+    ok = claim_of(out, "ok", "progressing")
+    assert ok["observed"] != "false" and not ok["reason"].startswith("STALLED"), ok["reason"]
+    far = claim_of(out, "far", "progressing")
+    assert far["observed"] == "unknown" and "gpu-9's clock is not measured yet" in far["reason"], far["reason"]

@@ -26,14 +26,15 @@ controller:
 """
 
 
-def custom_trainer_dump(tmp_path: Path) -> tuple[Path, Any]:
+def custom_trainer_dump(tmp_path: Path, captured: Any = None) -> tuple[Path, Any]:
     tr = taurun("cx", "research", "Running", NOW - timedelta(hours=1), workers=1, profile="custom")
     p = pod("cx-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "cx"})
     start = NOW - timedelta(minutes=5)
     lines = [f"{ts(start + timedelta(seconds=10 * i))} [my-trainer] step={i + 1} objective=0.{90 - i}"
              for i in range(10)]
     last = start + timedelta(seconds=90)
-    return write_dump(tmp_path / "d", [tr, p], logs={("research", "cx-w0"): "\n".join(lines) + "\n"}), last
+    return write_dump(tmp_path / "d", [tr, p], logs={("research", "cx-w0"): "\n".join(lines) + "\n"},
+                      captured=captured), last
 
 
 def progressing(dump: Path, at: Any, *args: str) -> dict[str, Any]:
@@ -55,12 +56,13 @@ def test_profile_regex_from_the_settings_file_reads_a_custom_trainer(tmp_path: P
 
 
 def test_windows_from_the_settings_file_change_the_verdict(tmp_path: Path) -> None:
-    dump, last = custom_trainer_dump(tmp_path)
+    at = NOW - timedelta(minutes=5) + timedelta(seconds=90 + 180)  # 3 min after the last step
+    dump, last = custom_trainer_dump(tmp_path, captured=at)  # (a stall needs the logs read after the window)
     regex_only = tmp_path / "regex.yaml"
     regex_only.write_text(CONFIG.replace("claims:\n  stall_floor: 10m\n", ""))
     wide = tmp_path / "wide.yaml"
     wide.write_text(CONFIG)
-    at = last + timedelta(minutes=3)  # past max(3 × 10 s, 60 s) + 15 s, inside 10 minutes
+    assert at == last + timedelta(minutes=3)  # past max(3 × 10 s, 60 s) + 15 s, inside 10 minutes
     assert progressing(dump, at, "--config", str(regex_only))["reason"].startswith("STALLED")
     assert progressing(dump, at, "--config", str(wide))["observed"] == "true"
 
