@@ -162,6 +162,7 @@ class Agent:
             podresources_up=self.attribution.up, podresources_last_success=self.attribution.last_success,
             podresources_error=self.attribution.error, xids=tuple(self.xids.recent()),
             logs=tuple(self.logs.containers(since=poll)), log_epoch=self.logs.epoch, log_poll=log_poll,
+            xid_first_seen=self.xids.first_seen(),
         )
 
     @property
