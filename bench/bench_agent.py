@@ -17,7 +17,10 @@ done (/readyz) plus the warmup, so catching up on the files' tails (up to 1 MiB 
 window (--no-wait-ready: the warmup only, as this bench measured before).
 --repeats N measures the agent (and the baseline agent, alternating with it) N times and prints
 medians beside each run's figures; CPU is utime+stime of the process from /proc, also as seconds.
+--history S writes S seconds of lines first and has each agent read the files whole: a long-running
+agent's retained samples (up to LogSettings.samples_kept per container) are then in its memory.
 Usage: .venv/bin/python bench/bench_agent.py [--seconds 30] [--quick] [--repeats 3] [--baseline 9421385]
+       [--history 900]
 """
 
 from __future__ import annotations
@@ -130,15 +133,37 @@ class Writer(threading.Thread):
         self.root = root
         self.stop = threading.Event()
         self.files = []
+        self.paths: list[Path] = []
         for c in range(CONTAINERS):
             d = root / f"research_train-{c:03d}_0000-{c:04d}" / "trainer"
             d.mkdir(parents=True)
+            self.paths.append(d / "0.log")
             self.files.append(open(d / "0.log", "ab", buffering=0))  # noqa: SIM115
         self.lines = 0
+        self.rng = random.Random(0)
+        self.step = [0] * CONTAINERS
+
+    def _lines(self, c: int, k: int, ts: str) -> str:
+        buf = []
+        for _ in range(k):
+            if self.rng.random() < 0.05:
+                self.step[c] += 1
+                text = PROGRESS.format(step=self.step[c], cs=self.step[c] * 1024)
+            else:
+                text = self.rng.choice(NOISE)
+            buf.append(f"{ts} stdout F {text}\n")
+        return "".join(buf)
+
+    def prefill(self, seconds: float) -> None:
+        """`seconds` of lines per container written at once (stamped in the past), before `start()`."""
+        t0 = time.time() - seconds
+        for s in range(int(seconds)):
+            ts = datetime.fromtimestamp(t0 + s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+            for c, f in enumerate(self.files):
+                f.write(self._lines(c, LINES_PER_S, ts).encode())
+                self.lines += LINES_PER_S
 
     def run(self) -> None:
-        rng = random.Random(0)
-        step = [0] * CONTAINERS
         tick = 0.1
         per_tick = LINES_PER_S * tick
         carry = [0.0] * CONTAINERS
@@ -149,21 +174,22 @@ class Writer(threading.Thread):
                 carry[c] += per_tick
                 k = int(carry[c])
                 carry[c] -= k
-                buf = []
-                for _ in range(k):
-                    if rng.random() < 0.05:
-                        step[c] += 1
-                        text = PROGRESS.format(step=step[c], cs=step[c] * 1024)
-                    else:
-                        text = rng.choice(NOISE)
-                    buf.append(f"{ts} stdout F {text}\n")
-                if buf:
-                    f.write("".join(buf).encode())
-                    self.lines += len(buf)
+                if k:
+                    f.write(self._lines(c, k, ts).encode())
+                    self.lines += k
             next_at += tick
             self.stop.wait(max(0.0, next_at - time.monotonic()))
         for f in self.files:
             f.close()
+
+
+def _from_start(state: Path, root: Path, paths: list[Path]) -> None:
+    """An offsets file (the agent's, collector.agent.cri.OffsetStore) naming byte 0 of every file: the
+    agent reads each file whole, as one that has followed the containers since they started."""
+    state.mkdir(parents=True, exist_ok=True)
+    doc = {"version": 1, "containers": {str(p.parent.relative_to(root)): {p.name: [p.stat().st_ino, 0]}
+                                        for p in paths}}
+    (state / "log-offsets.json").write_text(json.dumps(doc))
 
 
 def _proc(pid: int) -> tuple[float, int, int]:
@@ -289,6 +315,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="10 s windows")
     ap.add_argument("--repeats", type=int, default=1, help="agent windows (each beside a baseline agent window)")
     ap.add_argument("--baseline", metavar="REF", help="also measure the agent of this git commit, alternating")
+    ap.add_argument("--history", type=float, default=0.0, metavar="S",
+                    help="S seconds of lines written before the windows, read whole by each agent (its offsets "
+                         "name byte 0): the agent holds a long-running one's samples (memory)")
     ap.add_argument("--no-wait-ready", action="store_true",
                     help="start the window after the warmup only (the first poll's catch-up on the files' tails "
                          "may fall in it, as before --repeats existed)")
@@ -305,6 +334,8 @@ def main() -> None:
         ("research", f"train-{i:03d}", [("trainer", "nvidia.com/gpu", [_uuid(i)] if i < GPUS else [])])
         for i in range(PODS)]
     writer = Writer(tmp / "pods")
+    if args.history:
+        writer.prefill(args.history)
     writer.start()
     runs: dict[str, list[dict[str, float]]] = {}
     try:
@@ -316,8 +347,10 @@ def main() -> None:
             order.append("command")
             for k, role in enumerate(order):
                 # each process its own offsets: none resumes where another stopped
-                common = ["--root", str(tmp / "pods"), "--socket", str(kubelet.socket),
-                          "--state", str(tmp / f"state-{k}-{role}")]
+                state = tmp / f"state-{k}-{role}"
+                common = ["--root", str(tmp / "pods"), "--socket", str(kubelet.socket), "--state", str(state)]
+                if args.history and role in ("agent", "baseline"):
+                    _from_start(state, tmp / "pods", writer.paths)
                 runs.setdefault(role, []).append(measure(role, seconds, common, warmup=4.0, baseline=base,
                                                           wait_ready=not args.no_wait_ready))
             rate = (writer.lines - lines0) / (time.monotonic() - t0)
