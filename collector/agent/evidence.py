@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import orjson
@@ -61,7 +61,13 @@ class Snapshot:
 
 
 def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
+    """`at.isoformat()`; for the UTC stamps the scanners make, orjson's spelling of it (the same
+    text, about three times faster: a whole document formats one per sample)."""
+    if at is None:
+        return None
+    if at.tzinfo is UTC:
+        return orjson.dumps(at)[1:-1].decode()
+    return at.isoformat()
 
 
 def _loss(x: float | None) -> float | str | None:
