@@ -10,7 +10,17 @@ VmHWM):
   - agent:    the whole agent (sampler, XID thread, pod-resources cache, log tailer + parsers, HTTP)
   - sampler:  baseline 1, the NVML sampler alone at 1 Hz with exposition off (no HTTP, no logs)
   - iterate:  baseline 2, plain line iteration of the same log files (read new bytes, split lines)
-Usage: .venv/bin/python bench/bench_agent.py [--seconds 30] [--quick]
+  - baseline: with --baseline REF, the agent of git commit REF (its collector/, bench/ and tests/
+              exported with `git archive` to a temporary directory), run the same way
+Each agent process starts with its own offsets state and is measured once its first log poll is
+done (/readyz) plus the warmup, so catching up on the files' tails (up to 1 MiB each) is not in the
+window (--no-wait-ready: the warmup only, as this bench measured before).
+--repeats N measures the agent (and the baseline agent, alternating with it) N times and prints
+medians beside each run's figures; CPU is utime+stime of the process from /proc, also as seconds.
+--history S writes S seconds of lines first and has each agent read the files whole: a long-running
+agent's retained samples (up to LogSettings.samples_kept per container) are then in its memory.
+Usage: .venv/bin/python bench/bench_agent.py [--seconds 30] [--quick] [--repeats 3] [--baseline 9421385]
+       [--history 900]
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -122,15 +133,37 @@ class Writer(threading.Thread):
         self.root = root
         self.stop = threading.Event()
         self.files = []
+        self.paths: list[Path] = []
         for c in range(CONTAINERS):
             d = root / f"research_train-{c:03d}_0000-{c:04d}" / "trainer"
             d.mkdir(parents=True)
+            self.paths.append(d / "0.log")
             self.files.append(open(d / "0.log", "ab", buffering=0))  # noqa: SIM115
         self.lines = 0
+        self.rng = random.Random(0)
+        self.step = [0] * CONTAINERS
+
+    def _lines(self, c: int, k: int, ts: str) -> str:
+        buf = []
+        for _ in range(k):
+            if self.rng.random() < 0.05:
+                self.step[c] += 1
+                text = PROGRESS.format(step=self.step[c], cs=self.step[c] * 1024)
+            else:
+                text = self.rng.choice(NOISE)
+            buf.append(f"{ts} stdout F {text}\n")
+        return "".join(buf)
+
+    def prefill(self, seconds: float) -> None:
+        """`seconds` of lines per container written at once (stamped in the past), before `start()`."""
+        t0 = time.time() - seconds
+        for s in range(int(seconds)):
+            ts = datetime.fromtimestamp(t0 + s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+            for c, f in enumerate(self.files):
+                f.write(self._lines(c, LINES_PER_S, ts).encode())
+                self.lines += LINES_PER_S
 
     def run(self) -> None:
-        rng = random.Random(0)
-        step = [0] * CONTAINERS
         tick = 0.1
         per_tick = LINES_PER_S * tick
         carry = [0.0] * CONTAINERS
@@ -141,21 +174,22 @@ class Writer(threading.Thread):
                 carry[c] += per_tick
                 k = int(carry[c])
                 carry[c] -= k
-                buf = []
-                for _ in range(k):
-                    if rng.random() < 0.05:
-                        step[c] += 1
-                        text = PROGRESS.format(step=step[c], cs=step[c] * 1024)
-                    else:
-                        text = rng.choice(NOISE)
-                    buf.append(f"{ts} stdout F {text}\n")
-                if buf:
-                    f.write("".join(buf).encode())
-                    self.lines += len(buf)
+                if k:
+                    f.write(self._lines(c, k, ts).encode())
+                    self.lines += k
             next_at += tick
             self.stop.wait(max(0.0, next_at - time.monotonic()))
         for f in self.files:
             f.close()
+
+
+def _from_start(state: Path, root: Path, paths: list[Path]) -> None:
+    """An offsets file (the agent's, collector.agent.cri.OffsetStore) naming byte 0 of every file: the
+    agent reads each file whole, as one that has followed the containers since they started."""
+    state.mkdir(parents=True, exist_ok=True)
+    doc = {"version": 1, "containers": {str(p.parent.relative_to(root)): {p.name: [p.stat().st_ino, 0]}
+                                        for p in paths}}
+    (state / "log-offsets.json").write_text(json.dumps(doc))
 
 
 def _proc(pid: int) -> tuple[float, int, int]:
@@ -187,7 +221,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict[str, float]:
+def _wait_ready(port: int, limit_s: float = 120.0) -> None:
+    """Until /readyz answers 200: sampled once and the log directory polled once (tails read)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+
+def measure(role: str, seconds: float, common: list[str], warmup: float,
+            baseline: Path | None = None, wait_ready: bool = True) -> dict[str, float]:
     if role == "command":  # the real `taugrid-evidence agent` process (real pynvml: no GPU here)
         port = _free_port()
         opts = dict(zip(common[::2], common[1::2], strict=True))
@@ -197,12 +245,16 @@ def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict
                                  "--state-dir", opts["--state"] + "-cmd"],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     else:
-        proc = subprocess.Popen([sys.executable, __file__, "--role", role, *common], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+        script = str(baseline / "bench" / "bench_agent.py") if role == "baseline" and baseline else __file__
+        env = {**os.environ, "PYTHONPATH": str(baseline)} if role == "baseline" and baseline else None
+        proc = subprocess.Popen([sys.executable, script, "--role", "agent" if role == "baseline" else role,
+                                 *common], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdout is not None
         port = json.loads(proc.stdout.readline())["port"]
     assert proc.stdin is not None
     try:
+        if port and wait_ready:
+            _wait_ready(port)
         time.sleep(warmup)  # imports, first reads of the files, first pod-resources List
         cpu0, _, _ = _proc(proc.pid)
         t0 = time.monotonic()
@@ -218,7 +270,7 @@ def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict
             time.sleep(0.2)
         cpu1, rss, hwm = _proc(proc.pid)
         wall = time.monotonic() - t0
-        out = {"cpu_share": (cpu1 - cpu0) / wall, "rss": rss, "hwm": hwm}
+        out = {"cpu_share": (cpu1 - cpu0) / wall, "cpu_s": cpu1 - cpu0, "wall_s": wall, "rss": rss, "hwm": hwm}
         if port:
             lat = [_get(f"http://127.0.0.1:{port}/metrics")[0] for _ in range(20)]
             hz = [_get(f"http://127.0.0.1:{port}/healthz")[0] for _ in range(20)]
@@ -236,6 +288,23 @@ def measure(role: str, seconds: float, common: list[str], warmup: float) -> dict
         proc.wait(20)
 
 
+def _export(ref: str, into: Path) -> Path:
+    """collector/, bench/ and tests/ of git commit `ref`, written under `into` (no checkout touched)."""
+    out = into / f"baseline-{ref}"
+    out.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "collector", "bench", "tests"],
+                             check=True, capture_output=True).stdout
+    tar = into / "baseline.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as t:
+        t.extractall(out, filter="data")
+    return out
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--role", choices=["agent", "sampler", "iterate"])
@@ -244,6 +313,14 @@ def main() -> None:
     ap.add_argument("--state")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--quick", action="store_true", help="10 s windows")
+    ap.add_argument("--repeats", type=int, default=1, help="agent windows (each beside a baseline agent window)")
+    ap.add_argument("--baseline", metavar="REF", help="also measure the agent of this git commit, alternating")
+    ap.add_argument("--history", type=float, default=0.0, metavar="S",
+                    help="S seconds of lines written before the windows, read whole by each agent (its offsets "
+                         "name byte 0): the agent holds a long-running one's samples (memory)")
+    ap.add_argument("--no-wait-ready", action="store_true",
+                    help="start the window after the warmup only (the first poll's catch-up on the files' tails "
+                         "may fall in it, as before --repeats existed)")
     args = ap.parse_args()
     if args.role:
         {"agent": role_agent, "sampler": role_sampler, "iterate": role_iterate}[args.role](args)
@@ -252,37 +329,62 @@ def main() -> None:
     from tests.agent.kubelet import PodResourcesServer, PodSpec
     seconds = 10.0 if args.quick else args.seconds
     tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
+    base = _export(args.baseline, tmp) if args.baseline else None
     pods: list[PodSpec] = [
         ("research", f"train-{i:03d}", [("trainer", "nvidia.com/gpu", [_uuid(i)] if i < GPUS else [])])
         for i in range(PODS)]
     writer = Writer(tmp / "pods")
+    if args.history:
+        writer.prefill(args.history)
     writer.start()
+    runs: dict[str, list[dict[str, float]]] = {}
     try:
         with PodResourcesServer(pods) as kubelet:
-            common = ["--root", str(tmp / "pods"), "--socket", str(kubelet.socket), "--state", str(tmp / "state")]
-            lines0 = writer.lines
-            roles = ("sampler", "iterate", "agent", "command")
-            results = {role: measure(role, seconds, common, warmup=4.0) for role in roles}
-            rate = (writer.lines - lines0) / (len(roles) * (seconds + 4.0))
+            lines0, t0 = writer.lines, time.monotonic()
+            order = ["sampler", "iterate"]
+            for _ in range(max(1, args.repeats)):
+                order += ["agent", "baseline"] if base is not None else ["agent"]
+            order.append("command")
+            for k, role in enumerate(order):
+                # each process its own offsets: none resumes where another stopped
+                state = tmp / f"state-{k}-{role}"
+                common = ["--root", str(tmp / "pods"), "--socket", str(kubelet.socket), "--state", str(state)]
+                if args.history and role in ("agent", "baseline"):
+                    _from_start(state, tmp / "pods", writer.paths)
+                runs.setdefault(role, []).append(measure(role, seconds, common, warmup=4.0, baseline=base,
+                                                          wait_ready=not args.no_wait_ready))
+            rate = (writer.lines - lines0) / (time.monotonic() - t0)
     finally:
         writer.stop.set()
         writer.join()
         shutil.rmtree(tmp, ignore_errors=True)
     mib = 1 << 20
-    a, s, it, cmd = results["agent"], results["sampler"], results["iterate"], results["command"]
+    a, s, it, cmd = runs["agent"][-1], runs["sampler"][0], runs["iterate"][0], runs["command"][0]
     print(f"load: {GPUS} GPUs at 1 Hz, {PODS} pods in pod-resources, {CONTAINERS} containers, "
           f"{rate:,.0f} lines/s written; {seconds:.0f} s windows, one process each")
-    print(f"{'role':<34}{'CPU (% of a core)':>18}{'RSS MiB':>10}{'peak MiB':>10}")
-    for name, r in (("agent (everything)", a), ("baseline: sampler, exposition off", s),
-                    ("baseline: plain line iteration", it), ("`taugrid-evidence agent` (no NVML)", cmd)):
-        print(f"{name:<34}{r['cpu_share'] * 100:>17.2f}%{r['rss'] / mib:>10.1f}{r['hwm'] / mib:>10.1f}")
+    print(f"{'role':<40}{'CPU (% of a core)':>18}{'CPU s':>8}{'RSS MiB':>10}{'peak MiB':>10}")
+    rows: list[tuple[str, dict[str, float]]] = []
+    for role, label in (("agent", "agent (everything)"), ("baseline", f"baseline: agent at {args.baseline}")):
+        for i, r in enumerate(runs.get(role, [])):
+            rows.append((f"{label} #{i + 1}" if len(runs[role]) > 1 else label, r))
+    rows += [("baseline: sampler, exposition off", s), ("baseline: plain line iteration", it),
+             ("`taugrid-evidence agent` (no NVML)", cmd)]
+    for name, r in rows:
+        print(f"{name:<40}{r['cpu_share'] * 100:>17.2f}%{r['cpu_s']:>8.3f}"
+              f"{r['rss'] / mib:>10.1f}{r['hwm'] / mib:>10.1f}")
+    for role, label in (("agent", "agent"), ("baseline", f"agent at {args.baseline}")):
+        if len(runs.get(role, [])) > 1:
+            rr = runs[role]
+            print(f"median of {len(rr)}, {label}: {_median(rr, 'cpu_share') * 100:.2f}% of a core, "
+                  f"peak {_median(rr, 'hwm') / mib:.1f} MiB (max {max(r['hwm'] for r in rr) / mib:.1f})")
     print(f"/metrics: {a['metrics_ms']:.2f} ms median render+GET ({a['metrics_bytes'] / 1024:.1f} KiB); "
           f"baseline /healthz GET {a['healthz_ms']:.2f} ms")
     print(f"agent parsed {a['log_lines']:,.0f} lines of {a['containers']:.0f} containers "
           f"({a['steps']:,.0f} progress samples kept)")
-    cpu_ok = a["cpu_share"] <= 0.02
-    rss_ok = a["hwm"] <= 60 * mib
-    print(f"goal ≤ 2% of a core: {'met' if cpu_ok else 'MISSED'}; goal ≤ 60 MiB RSS (peak): "
+    cpu = _median(runs["agent"], "cpu_share")
+    cpu_ok = cpu <= 0.02
+    rss_ok = max(r["hwm"] for r in runs["agent"]) <= 60 * mib
+    print(f"goal ≤ 2% of a core: {'met' if cpu_ok else 'MISSED'} ({cpu * 100:.2f}%); goal ≤ 60 MiB RSS (peak): "
           f"{'met' if rss_ok else 'MISSED'}")
 
 

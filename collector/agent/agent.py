@@ -78,7 +78,7 @@ class Agent:
             health.xid_counts = self.xids.counts
             health.podresources_rejected = lambda: dict(self.attribution.rejected)
             health.dra_unresolved = lambda: self.dra.unresolved
-            self.registry.register(AgentCollector(self.snapshot, health))
+            self.registry.register(AgentCollector(lambda: self.snapshot(logs=False), health))  # no log state
 
     # --- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -148,9 +148,10 @@ class Agent:
         return gpus
 
     # --- state -----------------------------------------------------------------------------------
-    def snapshot(self, *, epoch: str = "", poll: int | None = None) -> Snapshot:
+    def snapshot(self, *, epoch: str = "", poll: int | None = None, logs: bool = True) -> Snapshot:
         """`epoch`/`poll`: a reader's cursor (the document it read last): containers carry their line
-        count at that poll, so the document holds only what came after (`evidence_document`)."""
+        count at that poll, so the document holds only what came after (`evidence_document`).
+        `logs=False`: no containers (what /metrics renders has none; each one's scan is not built)."""
         gpus = self._gpus
         since = {r.uuid: t for r in gpus if (t := self.hangs.since(r.uuid)) is not None}
         log_poll = self.logs.polls  # before the containers: a poll in flight is sent again, never skipped
@@ -161,7 +162,9 @@ class Agent:
             hang_sustain_s=self.s.hang.sustain_s, allocations=self.attribution.allocations(),
             podresources_up=self.attribution.up, podresources_last_success=self.attribution.last_success,
             podresources_error=self.attribution.error, xids=tuple(self.xids.recent()),
-            logs=tuple(self.logs.containers(since=poll)), log_epoch=self.logs.epoch, log_poll=log_poll,
+            logs=tuple(self.logs.containers(since=poll)) if logs else (), log_epoch=self.logs.epoch,
+            log_poll=log_poll,
+            xid_first_seen=self.xids.first_seen(),
         )
 
     @property

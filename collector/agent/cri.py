@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+_STREAMS = (b"stdout", b"stderr")
+_HEADS = (b" stdout F ", b" stderr F ")  # after the timestamp of a full record
+
 
 @dataclass(frozen=True, slots=True)
 class CriLine:
@@ -28,7 +31,7 @@ class CriLine:
 def parse_cri(raw: bytes) -> CriLine | None:
     """One CRI record without its newline; None when it is not one."""
     parts = raw.split(b" ", 3)
-    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr") or len(parts[0]) < 20:
+    if len(parts) < 3 or parts[1] not in _STREAMS or len(parts[0]) < 20:
         return None
     tag = parts[2].split(b":", 1)[0]
     if tag not in (b"F", b"P"):
@@ -158,14 +161,22 @@ class ContainerTail:
     def _read(self, path: Path, name: str, cur: Cursor, out: list[bytes], inode: int) -> bool:
         """Read whole records from `cur.offset`; True when the read limit stopped it early."""
         try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_ino != inode:
-                    return False  # replaced between stat and open: the next poll sees the rotation
-                f.seek(cur.offset)
-                data = f.read(self._read_bytes)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             self._problem("unreadable", f"{path}: {e.strerror}")
             return False
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != inode:
+                return False  # replaced between stat and open: the next poll sees the rotation
+            # one read of what is there (up to the limit): no buffer sized for the limit per poll
+            want = min(self._read_bytes, st.st_size - cur.offset)
+            data = os.pread(fd, want, cur.offset) if want > 0 else b""
+        except OSError as e:
+            self._problem("unreadable", f"{path}: {e.strerror}")
+            return False
+        finally:
+            os.close(fd)
         end = data.rfind(b"\n")
         if end < 0:
             if len(data) >= self._read_bytes:  # one record longer than a whole read: skip it
@@ -174,9 +185,21 @@ class ContainerTail:
                 cur.committed = cur.offset
             return False
         pos = cur.offset
+        partial = self._partial
+        max_line = self._max_line
+        inline = b"\x00" not in data  # binary output: every record through `_record`, which counts it
+        whole = 0
         for raw in data[:end].split(b"\n"):
-            self._record(raw, pos, name, out)
+            # the common record inline, as `_record` would read it: a full line (tag exactly F) of
+            # stdout/stderr within the line limit, no partial line pending
+            i = raw.find(b" ")
+            if inline and not partial and i >= 20 and raw[i:i + 10] in _HEADS and len(raw) - i - 10 <= max_line:
+                out.append(raw[:i] + raw[i + 9:])
+                whole += 1
+            else:
+                self._record(raw, pos, name, out)
             pos += len(raw) + 1
+        self.lines += whole
         cur.offset = pos
         pending = [p.start for p in self._partial.values() if p.file == name]
         cur.committed = min(pending) if pending else cur.offset

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.agent.cri import ContainerTail, OffsetStore
+from collector.agent.gate import feed
 from collector.agent.settings import LogSettings
 from collector.progress.model import LogScan
 
-# The scanner `scan` runs, used incrementally: feed_all() per batch of new lines, finish() for a
-# snapshot. (Private to collector.progress.scan; the agent must parse exactly as `scan` does.)
+# The scanner `scan` runs, used incrementally: feed_all() per batch of new lines (through `gate.feed`,
+# which skips in bulk the lines feed_all's precheck would drop), finish() for a snapshot. (Private
+# to collector.progress.scan; the agent must parse exactly as `scan` does.)
 from collector.progress.scan import LineScanner
 
 log = logging.getLogger("taugrid.agent.logs")
@@ -197,7 +199,7 @@ class LogEvidence:
             self.lines_total += f.tail.lines - n0
             if lines:
                 with f.lock:
-                    f.scanner.feed_all(lines)
+                    feed(f.scanner, lines)
                     self._trim(f.scanner)
                     f.snapshot = None
                     f.marks.append((self.polls + 1, f.scanner.lines))

@@ -25,6 +25,7 @@ from collector.redact import redact
 log = logging.getLogger("taugrid.agent.xids")
 
 MAX_MESSAGE = 200  # characters of the kernel's XID message kept (redacted)
+MAX_FIRST_SEEN = 1024  # (GPU, code) pairs whose first time is kept; more are counted only
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ class XidCounter:
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, int, str], int] = {}
         self._recent: deque[XidEvent] = deque(maxlen=recent)
+        self._first: dict[str, dict[int, float]] = {}  # uuid (or pci) → code → earliest time seen
+        self._first_n = 0
         self._pci_to_uuid = pci_to_uuid
 
     def add(self, code: int, *, uuid: str = "", pci: str = "", origin: str, at: float | None = None,
@@ -59,7 +62,21 @@ class XidCounter:
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
             self._recent.append(ev)
+            if key[0]:
+                codes = self._first.get(key[0])
+                seen = codes.get(code) if codes is not None else None
+                if seen is None and self._first_n < MAX_FIRST_SEEN:
+                    self._first.setdefault(key[0], {})[code] = ev.at
+                    self._first_n += 1
+                elif seen is not None and ev.at < seen:  # an earlier one read later (kernel log vs NVML)
+                    self._first[key[0]][code] = ev.at
         return ev
+
+    def first_seen(self) -> dict[str, dict[int, float]]:
+        """uuid (or pci where no GPU was named) → XID code → the earliest time (unix seconds) one was
+        seen since the agent started, from NVML events and the kernel log (never tenants' logs)."""
+        with self._lock:
+            return {dev: dict(codes) for dev, codes in self._first.items()}
 
     def counts(self) -> dict[tuple[str, int, str], int]:
         """(uuid or pci, code, origin) → count since the agent started."""
