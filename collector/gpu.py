@@ -38,6 +38,9 @@ class GpuDevice:
     # NVML's remapped rows: a remap waits for the next GPU reset / a remap failed (replace the GPU)
     remap_pending: bool = False
     remap_failed: bool = False
+    # when the agent first saw each XID code: (code, seconds before the record's `read_at`), by code
+    xid_ages: tuple[tuple[int, float], ...] = ()
+    ecc_uncorrected: int | None = None  # NVML's volatile uncorrected ECC errors (since the GPU's last reset)
 
 
 @dataclass(frozen=True, slots=True)

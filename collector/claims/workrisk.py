@@ -12,14 +12,15 @@ out; `with_gpu_signals` adds what node agents say about the GPUs (XIDs, lost dev
   no checkpoint yet puts everything since the pods started at risk (basis `run-start`).
 - Node risk: a score 0-100 from the signals the controller holds, each with its reason: the node
   NotReady now, a GPU lost (NVML cannot see it), XIDs NVIDIA's catalogue counts as hardware or
-  infrastructure faults (48, 63, 64, 74, 79, 94, 95) and row remaps pending or failed (NVML) from the
-  node agents, a cordon (`spec.unschedulable`: a drain is coming), a NotReady spell that ended within the lookback.
+  infrastructure faults (48, 63, 64, 74, 79, 94, 95), uncorrected ECC errors since the GPU's last reset
+  and row remaps pending or failed (NVML) from the node agents, a cordon (`spec.unschedulable`: a
+  drain is coming), a NotReady spell that ended within the lookback.
   XID lines in the run's own container logs are not used: a tenant prints them at will, and a drain
   score a tenant can raise would let it empty another tenant's node. Not in the evidence (named in
-  `missing`): ECC counter trends (the agent exports them as metrics, its evidence document does not
-  carry them to the controller), XID times for agent
-  readings (the agent keeps its last XIDs per GPU without a time bound), and the Node objects
-  themselves when their source is older than the evidence bound (no signal from them then).
+  `missing`): ECC counter trends (the controller holds each GPU's latest uncorrected count, a signal
+  when above 0, not the rate of corrected errors over time), and the Node objects themselves when
+  their source is older than the evidence bound (no signal from them then). XIDs from the agents
+  carry when the agent first saw them (the reason says how long ago).
 """
 
 from __future__ import annotations
@@ -52,12 +53,13 @@ WEIGHTS: Mapping[str, float] = {
     "not-ready-recently": 25.0,
     "row-remap-failed": 60.0,  # as XID 64: the GPU has no spare rows left to remap; replace it
     "row-remap-pending": 20.0,  # as XID 63: a remap waits for the next GPU reset
+    "ecc-uncorrected": 50.0,  # uncorrected ECC errors since the GPU's last reset (as XIDs 48/94/95 say)
 }
 # How far back a NotReady spell still counts against a node.
 LOOKBACK = timedelta(hours=6)
 # A node Ready since this long after it was created had a spell of not being Ready (else it just joined).
 _JOINED = timedelta(minutes=10)
-MISSING = ("ecc-trend", "agent-xid-time")
+MISSING = ("ecc-trend",)  # corrected-error rates over time: the controller holds the latest counts only
 MAX_NODES = 64  # nodes kept per run (a run of 64 nodes × 8 GPUs); the riskiest first
 
 
@@ -194,9 +196,16 @@ def with_gpu_signals(w: WorkAtRisk | None, evidence: Iterable[PodGpuEvidence], n
             elif d.remap_pending:
                 found.setdefault(e.node, []).append(("row-remap-pending", f"GPU {d.uuid}: a row remap waits for "
                                                                           "the next GPU reset"))
+            if d.ecc_uncorrected:
+                why = f"GPU {d.uuid}: {d.ecc_uncorrected} uncorrected ECC error(s) since its last reset"
+                found.setdefault(e.node, []).append(("ecc-uncorrected", why))
+            ages = dict(d.xid_ages)
             for code in d.xids:
                 if code in RISK_XIDS:
-                    found.setdefault(e.node, []).append((f"xid-{code}", f"XID {code} on GPU {d.uuid} (node agent)"))
+                    when = f", first seen {human_age(timedelta(seconds=ages[code]) + (now - e.read_at))} ago" \
+                        if code in ages else ""
+                    why = f"XID {code} on GPU {d.uuid} (node agent{when})"
+                    found.setdefault(e.node, []).append((f"xid-{code}", why))
     if not found:
         return w
     nodes = []

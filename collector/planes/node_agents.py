@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from collector.correlate import Key, Signal
 from collector.gpu import PodGpuEvidence
@@ -120,8 +120,10 @@ def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     hint, XIDs, row remaps; readings (utilization, power) and the read time aside."""
     return (a.node == b.node and a.source == b.source and a.containers == b.containers
             and len(a.devices) == len(b.devices)
-            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile, x.remap_pending, x.remap_failed)
-                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile, y.remap_pending, y.remap_failed)
+            and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile, x.remap_pending, x.remap_failed,
+                     x.ecc_uncorrected)
+                    == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile, y.remap_pending, y.remap_failed,
+                        y.ecc_uncorrected)
                     for x, y in zip(a.devices, b.devices, strict=True)))
 
 
@@ -130,7 +132,7 @@ def gpu_records(old: GpuByPod, new: GpuByPod, run_of: Callable[[Ref], Ref | None
     """A pass of GPU evidence as ADX records: one reading per device (a shared GPU once, under the
     first pod that holds it) and one XID record per code a device reports that it did not report in
     the pass before (the agents send the codes seen recently, not each event: a code is recorded
-    when it appears, stamped with the pass that saw it)."""
+    when it appears, stamped when the agent first saw it, else with the pass that saw it)."""
     before: dict[tuple[str, str], set[int]] = {}
     for g in old.values():
         for d in g.devices:
@@ -150,6 +152,8 @@ def gpu_records(old: GpuByPod, new: GpuByPod, run_of: Callable[[Ref], Ref | None
             samples.append(GpuSample(g.read_at, g.node, index, d.uuid,
                                      None if d.utilization is None else round(d.utilization * 100.0, 3),
                                      None, d.power_w, None, ns, pod, run))
-            xids += [GpuXid(g.read_at, g.node, code, d.index, d.uuid, namespace=ns, pod=pod, run=run)
+            ages = dict(d.xid_ages)
+            xids += [GpuXid(g.read_at - timedelta(seconds=ages.get(code, 0.0)), g.node, code, d.index, d.uuid,
+                            namespace=ns, pod=pod, run=run)
                      for code in sorted(set(d.xids) - before.get(key, set()))]
     return samples, xids

@@ -140,6 +140,7 @@ def _reasons(v: object) -> tuple[str, ...]:
 # document was made, at most this many joules per second (a GPU draws ~1 kW; 10 kW is no GPU).
 ENERGY_WINDOW_MAX_S = 3600.0
 ENERGY_MAX_W = 10_000.0
+MAX_XID_CODES = 64  # XID codes read per GPU from one document (NVIDIA's catalogue has 172; a GPU shows a few)
 
 
 def _energy(v: object, doc_at: float | None) -> tuple[float, float, float] | None:
@@ -245,7 +246,9 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                         memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
                         nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
                         energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None,
-                        remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True)
+                        remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True,
+                        xid_ages=_xid_ages(g.get("xid_first_seen"), doc_at),
+                        ecc_uncorrected=_count(g.get("ecc_uncorrected")))
         for p in _entries(g.get("pods")):
             if isinstance(p, dict) and p.get("pod"):
                 devs, containers = pods.setdefault((str(p.get("namespace") or ""), str(p["pod"])), ([], set()))
@@ -436,3 +439,25 @@ class AgentReader:
             # A caller that stops early (shutdown) does not wait for the fetches still out: each
             # ends within its own time bound on its thread.
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _xid_ages(first_seen: Any, doc_at: float | None) -> tuple[tuple[int, float], ...]:
+    """`xid_first_seen` ({"code": unix seconds on the agent's clock}) as (code, seconds before the
+    document's `at`): ages survive the agent's clock being off; an entry that is not a code and a time
+    at or before `at`, or with no `at` to age it by, is left out."""
+    if not isinstance(first_seen, dict) or doc_at is None:
+        return ()
+    out: list[tuple[int, float]] = []
+    for code, at in list(first_seen.items())[:MAX_XID_CODES]:
+        t = _f(at)
+        if isinstance(code, str) and code.isascii() and code.isdigit() and len(code) <= 4 and t is not None \
+                and doc_at - t >= 0:
+            out.append((int(code), doc_at - t))
+    return tuple(sorted(out))
+
+
+def _count(ecc: Any) -> int | None:
+    """The volatile count of an `ecc_uncorrected` object ({"volatile": n, "aggregate": n}); None
+    where it is missing or not a count."""
+    n = ecc.get("volatile") if isinstance(ecc, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 53 else None

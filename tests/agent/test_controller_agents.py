@@ -228,6 +228,10 @@ def test_gpu_records_take_each_device_once_and_each_xid_when_it_appears() -> Non
         ("GPU-a", "p0", "run-p0", 97.0), ("GPU-s", "p0", "run-p0", 50.0)]  # the shared GPU once
     assert [(x.code, x.uuid, x.gpu, x.run) for x in xids] == [(48, "GPU-a", 0, "run-p0"), (79, "GPU-a", 0, "run-p0")]
     assert gpu_records(new, new, lambda ref: None)[1] == []  # a code already reported is not recorded again
+    # stamped when the agent first saw it, where the agent says
+    aged = {("research", "p0"): PodGpuEvidence("research", "p0", "n1", "agent", at,
+                                               (replace(dev, xids=(79,), xid_ages=((79, 90.0),)),))}
+    assert [x.at for x in gpu_records(old, aged, lambda ref: None)[1]] == [at - timedelta(seconds=90)]
 
 
 def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -> None:

@@ -181,6 +181,23 @@ def test_parse_evidence_rejects_other_versions_and_skips_bad_entries() -> None:
     assert smp.step == 1 and smp.at is None and smp.loss != smp.loss  # NaN survives the trip
 
 
+def test_parse_evidence_reads_xid_first_seen_as_ages_and_the_volatile_ecc_count() -> None:
+    """Ages against the document's own `at` (the agent's clock may be off); hostile entries (not an ASCII
+    code, a time after `at`, a count that is not one) are left out."""
+    ep = AgentEndpoint("n", "p", "http://x")
+    gpu = {"uuid": "GPU-1", "pods": [{"namespace": "a", "pod": "p", "container": "c"}],
+           "xid_first_seen": {"79": 1000.0, "48": 1090.5, "²": 900.0, "95": 1200.0, "13": "soon", "-1": 10.0},
+           "ecc_uncorrected": {"volatile": 3, "aggregate": 7}}
+    rep = parse_evidence({"version": 1, "at": 1100.0, "gpus": [gpu]}, ep, NOW)
+    (dev,) = rep.gpus[0].devices
+    assert dev.xid_ages == ((48, 9.5), (79, 100.0)) and dev.ecc_uncorrected == 3
+    for bad in ({"volatile": True}, {"volatile": -1}, {"volatile": 2.5}, [3], None):
+        rep = parse_evidence({"version": 1, "at": 1100.0, "gpus": [{**gpu, "ecc_uncorrected": bad}]}, ep, NOW)
+        assert rep.gpus[0].devices[0].ecc_uncorrected is None, bad
+    no_at = parse_evidence({"version": 1, "gpus": [gpu]}, ep, NOW)
+    assert no_at.gpus[0].devices[0].xid_ages == ()  # nothing to age them by
+
+
 def test_summary_takes_the_newest_record_per_pod() -> None:
     old = PodGpuEvidence("a", "p", "n", "dcgm", NOW - timedelta(seconds=30), (GpuDevice("G1", utilization=0.1),))
     new = PodGpuEvidence("a", "p", "n", "agent", NOW, (GpuDevice("G1", utilization=0.9, lost=True),))

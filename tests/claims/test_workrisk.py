@@ -84,7 +84,7 @@ def test_gpu_hours_since_the_last_complete_checkpoint(tmp_path: Path) -> None:
     assert w.since == NOW - timedelta(minutes=30)
     assert [(n.node, n.gpus, n.score) for n in w.nodes] == [("node-r-0", 8, 0.0), ("node-r-1", 8, 0.0)]
     assert w.nodes[0].gpu_hours == pytest.approx(4.0)
-    assert set(w.missing) == {"ecc-trend", "agent-xid-time"}
+    assert set(w.missing) == {"ecc-trend"}
     doc = rc.to_json()["work_at_risk"]
     assert doc["gpu_hours"] == 8.0 and doc["checkpoint"]["step"] == 2000
     # the clock moves on: more at risk (a pure function of the evidence and the clock)
@@ -187,6 +187,27 @@ def test_agent_xids_and_lost_gpus_join_the_node_risk(tmp_path: Path) -> None:
     # stale readings add nothing
     stale = with_agents(rc, ev, gpu_report("node-r-0", "r-0", xids=(79,), age=timedelta(minutes=6)))
     assert stale.work_at_risk == rc.work_at_risk
+
+
+def test_uncorrected_ecc_errors_join_the_node_risk_and_xids_say_their_age(tmp_path: Path) -> None:
+    save(tmp_path, 2000, timedelta(minutes=30))
+    ev = run_evidence(two_pods(), listing(tmp_path))
+    rc = evaluate(ev, NOW, S)
+    r0 = gpu_report("node-r-0", "r-0")
+    r0 = replace(r0, devices=tuple(replace(d, ecc_uncorrected=2) if d.index == 2 else d for d in r0.devices))
+    r1 = gpu_report("node-r-1", "r-1", xids=(79,))
+    r1 = replace(r1, devices=tuple(replace(d, xid_ages=((79, 3590.0),)) if d.index == 3 else d for d in r1.devices))
+    w = with_agents(rc, ev, r0, r1).work_at_risk
+    assert w is not None and w.missing == ("ecc-trend",)
+    by = {n.node: n for n in w.nodes}
+    assert by["node-r-0"].signals == ("ecc-uncorrected",) and by["node-r-0"].score == 50.0
+    assert "GPU GPU-node-r-0-2: 2 uncorrected ECC error(s) since its last reset" in by["node-r-0"].reasons
+    # first seen 3,590 s before a reading taken 10 s ago: an hour
+    assert by["node-r-1"].reasons == ("XID 79 on GPU GPU-node-r-1-3 (node agent, first seen 1h00m ago)",), \
+        by["node-r-1"].reasons
+    # a count of 0 is no signal
+    clean = replace(r0, devices=tuple(replace(d, ecc_uncorrected=0) for d in r0.devices))
+    assert with_agents(rc, ev, clean).work_at_risk == rc.work_at_risk
 
 
 def test_xids_printed_in_the_runs_own_logs_raise_no_node_risk(tmp_path: Path) -> None:
