@@ -31,7 +31,7 @@ from kubesim.rbac import Rbac
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import build_selector
 from kubesim.store import Obj, Store, StoreSettings, TooLarge
-from kubesim.streaming import StreamHandler
+from kubesim.streaming import StreamHandler, list_options_error
 from kubesim.tables import to_table
 
 __all__ = ["BUILTIN_GROUPS", "Simulator", "SimulatorServer", "SimulatorSettings", "too_large_error"]
@@ -280,6 +280,9 @@ class _Handler(DiscoveryHandler, StreamHandler, AdminHandler):
         elif r.verb == "logs":
             self._logs(r, query)
         elif r.verb == "list":
+            invalid = list_options_error(query)
+            if invalid is not None:
+                raise invalid
             sel = build_selector(qs(query, "labelSelector"), qs(query, "fieldSelector"), rt.field_path)
             args = (
                 rt,

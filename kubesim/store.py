@@ -544,9 +544,16 @@ class Store:
     ) -> Watch:
         """Start a watch after `resource_version`; with `initial_events`, current state first as ADDED.
 
-        Raises Expired when the version is older than the retained window.
+        Raises Expired when the version is older than the retained window, TooLarge when it is
+        ahead of the store (a streaming list too: its state must be at least that recent).
         """
         with self.cond:
+            if initial_events and resource_version not in ("", "0"):
+                # A streaming list is "not older than" its resourceVersion: a version this store
+                # has not reached cannot be served (the watch cache waits, then answers Too large).
+                wanted = parse_rv(resource_version)
+                if wanted > self._rv:
+                    raise TooLarge(wanted, self._rv)
             if initial_events or resource_version in ("", "0"):
                 start = self._rv
                 initial = self.list_page(rt, namespace, selector).items if initial_events else []

@@ -111,6 +111,18 @@ def watch_options_error(query: dict[str, list[str]], watch_list: bool) -> ApiErr
         for r, f, m in causes]})
 
 
+def list_options_error(query: dict[str, list[str]]) -> ApiError | None:
+    """kube-apiserver's validation of a plain list's ListOptions, for what a client may carry over
+    from a watch: sendInitialEvents (any value, even false) is for watches only: 422 Invalid."""
+    if "sendInitialEvents" not in query:
+        return None
+    text = "sendInitialEvents is forbidden for list"
+    return ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: {text}',
+                    details={"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
+                        {"reason": "FieldValueForbidden", "message": f"Forbidden: {text}",
+                         "field": "sendInitialEvents"}]})
+
+
 class StreamHandler(HandlerBase):
     """The request handler's watch and log answers."""
 

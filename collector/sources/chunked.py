@@ -34,8 +34,12 @@ def chunked_lines(read: Callable[[int], bytes], *, max_line: int = MAX_LINE) -> 
     """Non-empty lines of a chunked body, a list per read; returns after the last chunk.
 
     `read(n)` returns what has arrived, at most n bytes, b"" at end of stream (`read1`).
+
+    Each read is de-framed where it lies: an event whose chunk arrived whole is one copy (its
+    slice), and only what a read ends in the middle of is carried over: a chunk's payload into
+    `body`, a chunk-size line or CRLF cut short (a few bytes) into `pending`.
     """
-    raw = bytearray()  # bytes read and not yet de-framed
+    pending = b""  # the start of a chunk-size line, or of the CRLF after a chunk, cut by the last read
     body = bytearray()  # de-framed bytes of lines not yet complete
     left = 0  # payload bytes still to come in the current chunk
     crlf = False  # the CRLF that ends a chunk's payload is still to come
@@ -43,59 +47,56 @@ def chunked_lines(read: Callable[[int], bytes], *, max_line: int = MAX_LINE) -> 
         data = read(READ_SIZE)
         if not data:
             raise StreamEnded(len(body.strip()))
-        raw += data
+        raw = pending + data if pending else data
         pos, end, last = 0, len(raw), False
         lines: list[bytes] = []
-        view = memoryview(raw)  # slices copy once, into the line or body; released before raw resizes
-        try:
-            while pos < end:
-                if left:
-                    take = min(left, end - pos)
-                    body += view[pos:pos + take]
-                    pos += take
-                    left -= take
-                    if not left:
-                        crlf = True
-                        if body[-1:] == b"\n":  # the line(s) it completes go out now, in order
-                            lines.extend(line for line in bytes(body).split(b"\n") if line.strip())
-                            body.clear()
-                elif crlf:
-                    if end - pos < 2:
-                        break
-                    if not raw.startswith(b"\r\n", pos):
-                        raise FramingError("chunk not followed by CRLF")
-                    pos += 2
-                    crlf = False
+        find = raw.find
+        while pos < end:
+            if left:
+                take = min(left, end - pos)
+                body += raw[pos:pos + take]
+                pos += take
+                left -= take
+                if not left:
+                    crlf = True
+                    if body[-1:] == b"\n":  # the line(s) it completes go out now, in order
+                        lines.extend(line for line in bytes(body).split(b"\n") if line.strip())
+                        body.clear()
+            elif crlf:
+                if end - pos < 2:
+                    break
+                if not raw.startswith(b"\r\n", pos):
+                    raise FramingError("chunk not followed by CRLF")
+                pos += 2
+                crlf = False
+            else:
+                eol = find(b"\r\n", pos, pos + MAX_SIZE_LINE)
+                if eol < 0:
+                    if end - pos >= MAX_SIZE_LINE:
+                        raise FramingError(f"chunk-size line longer than {MAX_SIZE_LINE} bytes")
+                    break
+                size_text = raw[pos:eol].split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise FramingError(f"chunk size {size_text[:20]!r} is not hexadecimal") from None
+                if size < 0:
+                    raise FramingError(f"negative chunk size {size_text[:20]!r}")
+                pos = eol + 2
+                if size == 0:
+                    last = True
+                    break
+                stop = pos + size
+                if (not body and stop + 2 <= end and raw[stop - 1] == 10 and raw.startswith(b"\r\n", stop)
+                        and find(b"\n", pos, stop - 1) < 0):
+                    # The API server's framing: one whole event per chunk, all arrived. One copy.
+                    line = raw[pos:stop - 1]
+                    if line.strip():
+                        lines.append(line)
+                    pos = stop + 2
                 else:
-                    eol = raw.find(b"\r\n", pos, pos + MAX_SIZE_LINE)
-                    if eol < 0:
-                        if end - pos >= MAX_SIZE_LINE:
-                            raise FramingError(f"chunk-size line longer than {MAX_SIZE_LINE} bytes")
-                        break
-                    size_text = bytes(view[pos:eol]).split(b";", 1)[0].strip()
-                    try:
-                        size = int(size_text, 16)
-                    except ValueError:
-                        raise FramingError(f"chunk size {size_text[:20]!r} is not hexadecimal") from None
-                    if size < 0:
-                        raise FramingError(f"negative chunk size {size_text[:20]!r}")
-                    pos = eol + 2
-                    if size == 0:
-                        last = True
-                        break
-                    stop = pos + size
-                    if (not body and stop + 2 <= end and raw[stop - 1] == 10 and raw.startswith(b"\r\n", stop)
-                            and raw.find(b"\n", pos, stop - 1) < 0):
-                        # The API server's framing: one whole event per chunk, all arrived. One copy.
-                        line = bytes(view[pos:stop - 1])
-                        if line.strip():
-                            lines.append(line)
-                        pos = stop + 2
-                    else:
-                        left = size
-        finally:
-            view.release()
-        del raw[:pos]
+                    left = size
+        pending = raw[pos:] if pos < end and not last else b""
         cut = body.rfind(b"\n")
         if cut >= 0:
             lines.extend(line for line in bytes(body[:cut]).split(b"\n") if line.strip())

@@ -6,6 +6,8 @@ the WatchList feature gate (1.27-1.31 by default) the request is 422 Invalid."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -25,7 +27,7 @@ def _pod(name: str) -> dict[str, Any]:
 
 def _watch(sim: Simulator, query: str, lines: int) -> list[dict[str, Any]]:
     url = f"{sim.base_url}/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=2&{query}"
-    out = []
+    out: list[dict[str, Any]] = []
     with urllib.request.urlopen(url, timeout=10) as resp:
         while len(out) < lines:
             line = resp.readline()
@@ -81,3 +83,44 @@ def test_the_gate_on_by_default_from_1_32() -> None:
 def test_invalid_combinations_are_refused(sim: Simulator, query: str, field: str) -> None:
     status = _refusal(sim, query)
     assert field in {c["field"] for c in status["details"]["causes"]}
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_a_plain_list_with_send_initial_events_is_refused(sim: Simulator, value: str) -> None:
+    """ValidateListOptions: sendInitialEvents, whatever its value, is for watches: 422 Invalid."""
+    url = f"{sim.base_url}/api/v1/namespaces/default/pods?sendInitialEvents={value}"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=10)
+    assert err.value.code == 422
+    status = json.loads(err.value.read())
+    assert (status["reason"], status["details"]["kind"]) == ("Invalid", "ListOptions")
+    assert [c["field"] for c in status["details"]["causes"]] == ["sendInitialEvents"]
+    assert "sendInitialEvents is forbidden for list" in status["message"]
+    with urllib.request.urlopen(f"{sim.base_url}/api/v1/namespaces/default/pods", timeout=10) as resp:
+        assert json.loads(resp.read())["kind"] == "PodList"  # without it, the same list is served
+
+
+def test_a_streaming_list_from_a_version_ahead_waits_then_answers_too_large(sim: Simulator) -> None:
+    """As the watch cache: a streaming list is not older than its resourceVersion; one the store has
+    not reached is waited for (too_large_wait_s), then one ERROR event: 504 Timeout, too large."""
+    sim.apply(_pod("a"))
+    sim.settings = replace(sim.settings, too_large_wait_s=0.3)
+    ahead = sim.store.resource_version + 50
+    t = time.monotonic()
+    events = _watch(sim, f"{STREAM}&resourceVersion={ahead}", 2)
+    assert time.monotonic() - t >= 0.3
+    assert len(events) == 1 and events[0]["type"] == "ERROR"
+    status = events[0]["object"]
+    assert (status["code"], status["reason"]) == (504, "Timeout")
+    assert "Too large resource version" in json.dumps(status)
+
+
+def test_a_streaming_list_from_a_version_ahead_is_served_once_the_store_reaches_it(sim: Simulator) -> None:
+    sim.apply(_pod("a"))
+    sim.settings = replace(sim.settings, too_large_wait_s=5.0)
+    ahead = sim.store.resource_version + 1
+    threading.Timer(0.3, lambda: sim.apply(_pod("b"))).start()
+    events = _watch(sim, f"{STREAM}&resourceVersion={ahead}", 3)
+    assert [(e["type"], e["object"]["metadata"].get("name")) for e in events[:2]] == [("ADDED", "a"), ("ADDED", "b")]
+    assert events[2]["type"] == "BOOKMARK"
+    assert events[2]["object"]["metadata"]["resourceVersion"] == str(ahead)
