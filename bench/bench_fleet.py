@@ -259,7 +259,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
         scope = {"agents": "gpu", "agents-all": "all", "live": "all"}.get(variant, "")
-        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu), daemon=True).start()
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu, variant == "live"),
+                         daemon=True).start()
         if scope == "all":
             time.sleep(2)  # the GPU pods known first: their logs are quiet (read once, then nothing new)
             fed_once = threading.Event()
@@ -385,12 +386,15 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
-def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None) -> None:
+def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
+              decoded: bool = False) -> None:
     """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
     their utilization and power new each time, every node read now; with `log_pods` "gpu", also
     that the agents read those pods' logs (so the API poller reads only the others: the Ray heads,
     which hold no GPU and so are outside the agents' default scope); "all": every running pod's
-    (`--log-scope all`; `_log_feed` hands their logs on). `used`: the feed's CPU seconds."""
+    (`--log-scope all`; `_log_feed` hands their logs on). `used`: the feed's CPU seconds. `decoded`:
+    the devices come through the agent poller's decode of each node's document (`parse_evidence`,
+    after a JSON round trip: fresh strings and numbers, as off the wire)."""
     import random
 
     from collector.gpu import GpuDevice, PodGpuEvidence
@@ -399,7 +403,7 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used:
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
-        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence)
+        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence, decoded)
         if used is not None:
             used[0] += time.thread_time() - t
 
@@ -412,14 +416,17 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     container) prints a step a second: each pass (30 s), per trainer, the 30 samples printed since the
     pass before (`"agent-log"` after the last line sent), Megatron-style (a loss and the run's total
     steps); the first pass is each container's first document (a sidecar's: 3 lines, no step, then
-    nothing new). The samples are built as the agent poller's
-    decode builds them (fresh objects per sample), not scanned from text. `used`: this thread's CPU;
-    `done`: one entry per pass handed on."""
+    nothing new). The samples come through the agent poller's decode (`sources.agents`), not from
+    scanning text. `used`: this thread's CPU; `done`: one entry per pass handed on."""
     import random
+    from dataclasses import replace as _replace
+
+    import orjson
 
     from collector.correlate import Signal
     from collector.model import Ref
-    from collector.progress.model import LogScan, ProgressSample
+    from collector.progress.model import LogScan
+    from collector.sources.agents import _scan as decode
     rng = random.Random(11)
     sent: dict[tuple[str, str, str], int] = {}  # container -> lines sent (= steps printed)
     wait = 0.0
@@ -441,10 +448,12 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 continue
             trainers.add((ref.namespace, ref.name))
             start = now - timedelta(seconds=29)
-            samples = tuple(ProgressSample(1000 + n0 + i, start + timedelta(seconds=i), rng.uniform(1.5, 3.0),
-                                           n0 + i + 1, "megatron", False, 500_000) for i in range(30))
-            scan = LogScan(f"{ref.namespace}/{ref.name}/{container}", "megatron", samples, (), (), (), n0 + 30,
-                           first_at=samples[0].at)
+            # the container's part of an agent's document, decoded as the agent poller decodes it
+            # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
+            doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": n0 + 30, "samples": [
+                [1000 + n0 + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False, 500_000,
+                 n0 + i + 1] for i in range(30)]}))
+            scan = _replace(decode(doc, f"{ref.namespace}/{ref.name}/{container}"), first_at=start)
             sent[key] = n0 + 30
             sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, now)
             c.put_log(_change(ctl)("agent-log", None, (sig, None if first else n0)), scan)
@@ -514,7 +523,8 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         first_pass.set()
 
 
-def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any) -> None:
+def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any,
+              decoded: bool = False) -> None:
     now = c.now()
     gpus, nodes = {}, {}
     try:
@@ -531,11 +541,35 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
             continue
         devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
                                sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
-                               power_limit_w=700.0) for i in range(f.gpus))
+                               power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
+    if decoded:
+        gpus = _decoded(gpus, now)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
+
+
+def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str, str], Any]:
+    """`gpus` as the agent poller has them: each node's evidence document (its GPUs and the pods
+    holding them) through JSON and `sources.agents.parse_evidence`."""
+    import orjson
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for ev in gpus.values():
+        by_node.setdefault(ev.node, []).extend(
+            {"uuid": d.uuid, "index": d.index, "utilization": d.utilization, "sm_active": d.sm_active,
+             "power_w": d.power_w, "power_limit_w": d.power_limit_w,
+             "pods": [{"namespace": ev.namespace, "pod": ev.pod, "container": c} for c in ev.containers]}
+            for d in ev.devices)
+    out = {}
+    for node, devs in by_node.items():
+        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                                         "podresources": {"up": True}, "gpus": devs}))
+        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+            out[(ev.namespace, ev.pod)] = ev
+    return out
 
 
 def _change(ctl: Any) -> Any:
