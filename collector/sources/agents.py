@@ -228,7 +228,8 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                              f"this controller reads {EVIDENCE_VERSION}")
     problems: list[str] = []
     # Names the controller holds between documents (the pods' GPU evidence, until the next one) are
-    # interned: each document repeats them, and a fresh copy per GPU per pass is ~30 MiB at 50k pods.
+    # interned: each document repeats them, and while a pass's evidence is decoded the last one is
+    # still held (~1 KB a pod of 8 GPUs less at that peak; bench_fleet.py, variant live).
     node = intern(str(doc.get("node") or endpoint.node))
     nv_doc, pr_doc = doc.get("nvml"), doc.get("podresources")
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
