@@ -904,7 +904,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     """Issue 30's fleet memory goal with live evidence (variant `live`), beside `paged` (no live
     evidence) of the same run: steady after the idle window, the window's highest RSS and the life's
     peak, idle core, MiB per 1k pods (all of it, and what the live evidence adds)."""
-    live = [r for r in results if r["variant"] == "live"]
+    live = [r for r in results if r["variant"] in ("live", "before-live")]
     if not live:
         return
     base = next((r for r in results if r["variant"] == "paged"), None)
@@ -913,7 +913,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     print(f"{'variant':<8} {'pods':>7} {'steady MiB':>11} {'window max':>11} {'peak MiB':>9} {'peak/steady':>12} "
           f"{'idle core':>10} {'MiB/1k pods':>12} {'samples held':>13}")
     for r in [*live, *([base] if base else [])]:
-        steady = r["after_idle"] if r["variant"] == "live" else r["steady"]
+        steady = r["after_idle"] if r["variant"] in ("live", "before-live") else r["steady"]
         held = r.get("signals_held", (0, 0, 0))
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
