@@ -41,6 +41,13 @@ Variants, all in the same run:
              default scope); the agents' own HTTP poll is bench_agent_poll.py's figure
   agents-all agents with `--log-scope all`: every pod's logs read by the agents and handed to the loop
              as increments (`_log_feed`, its own CPU not counted), no API log read at all
+  live       agents-all with live evidence (issue 30's fleet memory goal): every pod's trainer
+             prints a step a second (Megatron-style samples with a loss and a total), the agents hand
+             the loop each container's 30 new samples every 30 s (`_live_feed`, synthesized: scanning
+             50k logs a pass in this process would starve the controller; its CPU is not counted), and
+             every GPU pod's readings come every 30 s. Measured once LIVE_WARMUP passes filled the
+             histories (compacted as deployed): steady = RSS after the idle window, window max = the
+             highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -134,7 +141,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
     if variant in ("arena2", "mmap", "logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents",
-                   "agents-all"):
+                   "agents-all", "live"):
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -167,7 +174,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         Rechecks.set = lambda *a, **k: None  # type: ignore[method-assign]  # no per-run deadlines
 
     # container logs polled as deployed (every 30 s)
-    logs = variant in ("logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all")
+    logs = variant in ("logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all",
+                       "live")
     base = ControllerSettings()
     if variant == "logs-unbounded":  # the path before the log budget: no ceiling, no claims-based skip
         if hasattr(base, "log_pass_max_gets"):
@@ -176,7 +184,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             base = replace(base, log_skip_settled=False)
         elif hasattr(ctl, "quiet_until"):  # (a `before` tree)
             vars(ctl)["quiet_until"] = lambda rc: None
-    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all")  # `_gpu_feed`: the agent poller
+    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all", "live")  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
         try:
             from collector.planes import node_agents
@@ -248,17 +256,25 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     traced = os.environ.get("BENCH_TRACEMALLOC")  # what the log passes keep: allocations from the first log pass on
     if traced:
         import tracemalloc
-        tracemalloc.start(8)
+        tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     gpu_stop = threading.Event()
     feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
-        scope = {"agents": "gpu", "agents-all": "all"}.get(variant, "")
-        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu), daemon=True).start()
+        scope = {"agents": "gpu", "agents-all": "all", "live": "all"}.get(variant, "")
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu, variant == "live"),
+                         daemon=True).start()
         if scope == "all":
             time.sleep(2)  # the GPU pods known first: their logs are quiet (read once, then nothing new)
             fed_once = threading.Event()
-            threading.Thread(target=_log_feed, args=(c, ctl, url, gpu_stop, feed_cpu, fed_once), daemon=True).start()
-            fed_once.wait(1800)  # every container's whole log handed on once, as the agents' first documents
+            if variant == "live":
+                live_passes: list[int] = []
+                threading.Thread(target=_live_feed, args=(c, ctl, gpu_stop, feed_cpu, live_passes), daemon=True).start()
+                while len(live_passes) < LIVE_WARMUP and time.monotonic() - t0 < 3600:
+                    time.sleep(0.5)  # the histories full and compacted: the steady state of a long run
+            else:
+                threading.Thread(target=_log_feed, args=(c, ctl, url, gpu_stop, feed_cpu, fed_once),
+                                 daemon=True).start()
+                fed_once.wait(1800)  # every container's whole log handed on once, as the agents' first documents
     if logs:  # the first pass reads every container: measure the passes after it, a whole rotation
         deadline = time.monotonic() + 600
         has_timing = hasattr(c.health, "poll_pass")  # else (a `before` tree) the first pass is as many reads as targets
@@ -267,7 +283,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             if not has_timing:
                 return log_reads[0] >= len(_log_targets(c)) - len(_agent_log_pods(c))
             # (passes before the first targets read nothing; with every log the agents', none reads)
-            return any(p[2] > 0 for p in passes) or (variant == "agents-all" and len(passes) >= 2)
+            return any(p[2] > 0 for p in passes) or (variant in ("agents-all", "live") and len(passes) >= 2)
         while time.monotonic() < deadline and not first_pass_done():
             time.sleep(0.5)
         drained_at = time.monotonic()
@@ -287,7 +303,15 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                                 "--duration", str(int(idle_s)), "--format", "raw", "--nonblocking",
                                 "-o", f"{os.environ['BENCH_PYSPY']}-{variant}-{os.getpid()}.txt"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    window_rss: list[int] = []
+    sampling = threading.Event()
+
+    def sample_rss() -> None:
+        while not sampling.wait(1.0):
+            window_rss.append(rss_bytes())
+    threading.Thread(target=sample_rss, daemon=True).start()
     time.sleep(idle_s)
+    sampling.set()
     if spy is not None:
         spy.wait(60)
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
@@ -327,7 +351,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
-                "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing}
+                "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing,
+                "window_max": max(window_rss, default=0)}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
         held = [sig for by_source in list(c.index._signals.values()) for sig in list(by_source.values())]
         logs_out["signals_held"] = (len(held), sum(len(sig.scan.samples) for sig in held),
@@ -363,12 +388,15 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
 
 
-def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None) -> None:
+def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
+              decoded: bool = False) -> None:
     """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
     their utilization and power new each time, every node read now; with `log_pods` "gpu", also
     that the agents read those pods' logs (so the API poller reads only the others: the Ray heads,
     which hold no GPU and so are outside the agents' default scope); "all": every running pod's
-    (`--log-scope all`; `_log_feed` hands their logs on). `used`: the feed's CPU seconds."""
+    (`--log-scope all`; `_log_feed` hands their logs on). `used`: the feed's CPU seconds. `decoded`:
+    the devices come through the agent poller's decode of each node's document (`parse_evidence`,
+    after a JSON round trip: fresh strings and numbers, as off the wire)."""
     import random
 
     from collector.gpu import GpuDevice, PodGpuEvidence
@@ -377,9 +405,62 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used:
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
-        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence)
+        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence, decoded)
         if used is not None:
             used[0] += time.thread_time() - t
+
+
+LIVE_WARMUP = 5  # `live`: feed passes before the idle window (30 samples a pass: the histories fill and compact)
+
+
+def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done: list[int]) -> None:
+    """What node agents reading every pod's logs hand the loop when every pod's trainer (its first
+    container) prints a step a second: each pass (30 s), per trainer, the 30 samples printed since the
+    pass before (`"agent-log"` after the last line sent), Megatron-style (a loss and the run's total
+    steps); the first pass is each container's first document (a sidecar's: 3 lines, no step, then
+    nothing new). The samples come through the agent poller's decode (`sources.agents`), not from
+    scanning text. `used`: this thread's CPU; `done`: one entry per pass handed on."""
+    import random
+    from dataclasses import replace as _replace
+
+    import orjson
+
+    from collector.correlate import Signal
+    from collector.model import Ref
+    from collector.progress.model import LogScan
+    from collector.sources.agents import _scan as decode
+    rng = random.Random(11)
+    sent: dict[tuple[str, str, str], int] = {}  # container -> lines sent (= steps printed)
+    wait = 0.0
+    while not stop.wait(wait):
+        wait = 30.0
+        t = time.thread_time()
+        now = c.now()
+        trainers: set[tuple[str, str]] = set()  # pods whose trainer (the first container listed) is seen
+        for ref, container, _, _ in list(_log_targets(c)):
+            key = (ref.namespace, ref.name, container)
+            first = key not in sent
+            n0 = sent.get(key, 0)
+            if (ref.namespace, ref.name) in trainers:  # a sidecar (fluent-bit): its first document, then quiet
+                if first:
+                    sent[key] = 3
+                    quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3, first_at=now)
+                    c.put_log(_change(ctl)("agent-log", None, (Signal(Ref("Pod", ref.namespace, ref.name), container,
+                                                                      quiet, now), None)), quiet)
+                continue
+            trainers.add((ref.namespace, ref.name))
+            start = now - timedelta(seconds=29)
+            # the container's part of an agent's document, decoded as the agent poller decodes it
+            # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
+            doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": n0 + 30, "samples": [
+                [1000 + n0 + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False, 500_000,
+                 n0 + i + 1] for i in range(30)]}))
+            scan = _replace(decode(doc, f"{ref.namespace}/{ref.name}/{container}"), first_at=start)
+            sent[key] = n0 + 30
+            sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, now)
+            c.put_log(_change(ctl)("agent-log", None, (sig, None if first else n0)), scan)
+        used[0] += time.thread_time() - t
+        done.append(len(sent))
 
 
 def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[float],
@@ -444,7 +525,8 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         first_pass.set()
 
 
-def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any) -> None:
+def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any,
+              decoded: bool = False) -> None:
     now = c.now()
     gpus, nodes = {}, {}
     try:
@@ -461,11 +543,35 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
             continue
         devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
                                sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
-                               power_limit_w=700.0) for i in range(f.gpus))
+                               power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
+    if decoded:
+        gpus = _decoded(gpus, now)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
+
+
+def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str, str], Any]:
+    """`gpus` as the agent poller has them: each node's evidence document (its GPUs and the pods
+    holding them) through JSON and `sources.agents.parse_evidence`."""
+    import orjson
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for ev in gpus.values():
+        by_node.setdefault(ev.node, []).extend(
+            {"uuid": d.uuid, "index": d.index, "utilization": d.utilization, "sm_active": d.sm_active,
+             "power_w": d.power_w, "power_limit_w": d.power_limit_w,
+             "pods": [{"namespace": ev.namespace, "pod": ev.pod, "container": c} for c in ev.containers]}
+            for d in ev.devices)
+    out = {}
+    for node, devs in by_node.items():
+        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                                         "podresources": {"up": True}, "gpus": devs}))
+        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+            out[(ev.namespace, ev.pod)] = ev
+    return out
 
 
 def _change(ctl: Any) -> Any:
@@ -793,6 +899,34 @@ def main() -> None:
                       f"longest {longest:.1f} s (interval 30 s)")
     print("goals at 50,000 pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core")
     _print_log_budget(results)
+    _print_live(results)
+
+
+def _print_live(results: list[dict[str, Any]]) -> None:
+    """Issue 30's fleet memory goal with live evidence (variant `live`), beside `paged` (no live
+    evidence) of the same run: steady after the idle window, the window's highest RSS and the life's
+    peak, idle core, MiB per 1k pods (all of it, and what the live evidence adds)."""
+    live = [r for r in results if r["variant"] in ("live", "before-live")]
+    if not live:
+        return
+    base = next((r for r in results if r["variant"] == "paged"), None)
+    mib = 2**20
+    print("\nlive evidence (every container a step a second via agents, GPU readings every 30 s):")
+    print(f"{'variant':<8} {'pods':>7} {'steady MiB':>11} {'window max':>11} {'peak MiB':>9} {'peak/steady':>12} "
+          f"{'idle core':>10} {'MiB/1k pods':>12} {'samples held':>13}")
+    for r in [*live, *([base] if base else [])]:
+        steady = r["after_idle"] if r["variant"] in ("live", "before-live") else r["steady"]
+        held = r.get("signals_held", (0, 0, 0))
+        print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
+              f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
+              f"{1000 * steady / mib / max(1, r['pods']):>12.2f} {f'{held[1]}/{held[0]}':>13}")
+    for r in live:
+        steady = r["after_idle"]
+        extra = f"; live evidence adds {(steady - base['steady']) / mib:.0f} MiB " \
+                f"({1000 * (steady - base['steady']) / mib / max(1, r['pods']):.2f} MiB per 1k pods) over paged" \
+            if base else ""
+        print(f"goal at 50k pods: steady <= 300 MiB, peak <= 1.2x steady, idle <= 0.1 core: {steady / mib:.0f} MiB, "
+              f"peak {r['peak'] / steady:.2f}x, {r['idle_core']:.3f} core at {r['pods']} pods{extra}")
 
 
 def _print_log_budget(results: list[dict[str, Any]]) -> None:

@@ -198,6 +198,39 @@ def test_parse_evidence_reads_xid_first_seen_as_ages_and_the_volatile_ecc_count(
     assert no_at.gpus[0].devices[0].xid_ages == ()  # nothing to age them by
 
 
+def test_what_the_controller_holds_between_documents_is_not_copied_per_document() -> None:
+    """Held until the next document (the pods' GPU evidence) or for the history (every sample's
+    total and format): decoding a document again reuses the names held, and a run of equal totals is
+    one object. Off the wire (orjson), each would be a fresh copy per GPU, per sample, per pass."""
+    import orjson
+
+    ep = AgentEndpoint("n", "p", "http://x")
+
+    def doc(total: int, loss: float) -> object:
+        return orjson.loads(orjson.dumps({
+            "version": 1, "node": "gpu-node-0017", "nvml": {"state": "ok"},
+            "gpus": [{"uuid": f"GPU-5f2c1a9e-{i:04d}-4c0b-9d7e-a1b2c3d4e5f6", "index": i, "utilization": 0.9,
+                      "pods": [{"namespace": "research-team", "pod": "llm-pretrain-worker-17",
+                                "container": "trainer"}]} for i in range(2)],
+            "logs": [{"namespace": "research-team", "pod": "llm-pretrain-worker-17", "container": "trainer",
+                      "format": "megatron", "lines": 3,
+                      "samples": [[1000 + i, None, loss, False, total, i + 1] for i in range(3)]}]}))
+    a, b = parse_evidence(doc(500_000, 2.5), ep, NOW), parse_evidence(doc(500_000, 2.5), ep, NOW)
+    (ga,), (gb,) = a.gpus, b.gpus
+    assert ga == gb, "the same evidence"
+    assert all(x.uuid is y.uuid for x, y in zip(ga.devices, gb.devices, strict=True))
+    assert ga.namespace is gb.namespace and ga.pod is gb.pod and ga.node is gb.node
+    assert ga.containers[0] is gb.containers[0]
+    sa = a.logs[0].scan.samples
+    assert [s.total for s in sa] == [500_000] * 3 and sa[0].total is sa[1].total is sa[2].total
+    assert sa[0].format is b.logs[0].scan.samples[0].format
+    # a total that changes is each run's own value
+    c = parse_evidence(orjson.loads(orjson.dumps({"version": 1, "logs": [
+        {"pod": "p", "container": "c", "samples": [[1, None, 1.0, False, t, i] for i, t in
+                                                   enumerate([300_000, 300_000, 400_000, None, 400_000])]}]})), ep, NOW)
+    assert [s.total for s in c.logs[0].scan.samples] == [300_000, 300_000, 400_000, None, 400_000]
+
+
 def test_summary_takes_the_newest_record_per_pod() -> None:
     old = PodGpuEvidence("a", "p", "n", "dcgm", NOW - timedelta(seconds=30), (GpuDevice("G1", utilization=0.1),))
     new = PodGpuEvidence("a", "p", "n", "agent", NOW, (GpuDevice("G1", utilization=0.9, lost=True),))
