@@ -29,8 +29,10 @@ rank; one GPU's fault is one GPU's). Pure: readings, signals and a clock.
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -152,13 +154,12 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
             continue
+        against = against_others(vals)
         for u, v in vals.items():
-            others = [x for w, x in vals.items() if w != u]
-            center = statistics.median(others)
+            center, mad = against[u]
             if lower_only and (v >= center or (name.endswith("throughput") and center < MIN_BPS)):
                 continue
-            spread = max(MAD_SCALE * statistics.median(abs(x - center) for x in others),
-                         (MAD_FLOOR_CLOCK if name == "SM clock" else MAD_FLOOR) * abs(center))
+            spread = max(MAD_SCALE * mad, (MAD_FLOOR_CLOCK if name == "SM clock" else MAD_FLOOR) * abs(center))
             if spread <= 0:
                 continue
             z = (v - center) / spread
@@ -166,7 +167,8 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
                 else MIN_APART
             if abs(z) >= MIN_Z and abs(v - center) >= floor * abs(center):
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
-                                               f"over the run's other {len(others)} GPUs ({z:+.0f} robust deviations)")
+                                               f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
+                                               "deviations)")
     if not apart:
         return _merged(current, (), bad, "") if bad or current is not None else None
     slow = slowdown(ev)
@@ -200,6 +202,42 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
             f"GPU {u} (pod {e.pod} on node {e.node}): {'; '.join(apart[u])}{held}; the run is {slow:.0%} slower "
             "than its own baseline", gpu=u))
     return _merged(current, tuple(named), bad, "")
+
+
+def against_others(vals: Mapping[str, float]) -> dict[str, tuple[float, float]]:
+    """For each GPU, the median of the other GPUs' readings and their median absolute deviation from
+    it: what `statistics.median` gives over each GPU's others, in O(n log n) instead of O(n² log n)
+    (a run of 64 nodes has 512 GPUs, and this runs on every evaluation). The median of all but one
+    value is read off the sorted values by index; it takes at most three values, so the deviations
+    are sorted once per value it takes."""
+    if not all(math.isfinite(v) for v in vals.values()):  # (never from the agents' parser; kept exact)
+        return {u: _naive(v, [x for w, x in vals.items() if w != u]) for u, v in vals.items()}
+    ordered = sorted(vals.values())
+    deviations: dict[float, list[float]] = {}
+    out: dict[str, tuple[float, float]] = {}
+    for u, v in vals.items():
+        center = _median_without(ordered, bisect.bisect_left(ordered, v))
+        devs = deviations.get(center)
+        if devs is None:
+            devs = deviations[center] = sorted(abs(x - center) for x in ordered)
+        out[u] = (center, _median_without(devs, bisect.bisect_left(devs, abs(v - center))))
+    return out
+
+
+def _median_without(ordered: Sequence[float], j: int) -> float:
+    """`statistics.median` of sorted `ordered` without its element at `j` (the same arithmetic)."""
+    m = len(ordered) - 1
+
+    def at(k: int) -> float:
+        return ordered[k] if k < j else ordered[k + 1]
+    if m % 2:
+        return at(m // 2)
+    return (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def _naive(v: float, others: list[float]) -> tuple[float, float]:
+    center = statistics.median(others)
+    return center, statistics.median(abs(x - center) for x in others)
 
 
 def _merged(current: Stragglers | None, gpus: Sequence[Straggler], bad: tuple[str, ...], note: str) -> Stragglers:

@@ -5,13 +5,17 @@ utilization are untrusted, not idle; the claims themselves never change."""
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
-from collector.claims.gpuspread import slowdown
+from collector.claims.gpuspread import against_others, slowdown
 from collector.gpu import GpuDevice, PodGpuEvidence
 from tests.claims.test_recheck_at import NOW, S, evidence, pod, taucluster, taurun, ts
 
@@ -240,3 +244,16 @@ def test_most_of_one_nodes_gpus_apart_together_is_the_rank_not_a_gpu() -> None:
     # one GPU of that node apart on its own is still named
     out = apply_gpu(rc, ev, four(sm_clock_hz=1.41e9), nodes, NOW, S)
     assert out.stragglers is not None and [s.gpu for s in out.stragglers.suspects] == ["GPU-07"]
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=3), st.one_of(
+    st.floats(min_value=0, max_value=2e9, allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, 0.5, 0.97, 1.0, 1.41e9])), min_size=4, max_size=40))
+@settings(max_examples=400, deadline=None)
+def test_each_gpus_others_median_and_deviation_are_statistics_medians(vals: dict[str, float]) -> None:
+    """The O(n log n) reading of each GPU's others is exactly what `statistics.median` gives over them."""
+    got = against_others(vals)
+    for u, v in vals.items():
+        others = [x for w, x in vals.items() if w != u]
+        center = statistics.median(others)
+        assert got[u] == (center, statistics.median(abs(x - center) for x in others)), (u, v)
