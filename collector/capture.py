@@ -201,8 +201,7 @@ def bundle_from_dump(dump_dir: Path, run: str, settings: Settings, *, at: dateti
     index = build_index(dump.records)
     taken = clock.taken(at) or now
     index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
-    index.node_skew.update(dump.node_skew())  # nodes whose clocks run ahead: their stamps read earlier
-    index.node_clock_unsure.update(dump.unplaced_nodes())  # ... and those ahead by an unmeasured amount
+    dump.place_clocks(index)
     for sig in dump.signals(taken):
         index.set_signal(sig)
     evidence = {ev.root.ref.key: ev for ev in index.all_evidence()}

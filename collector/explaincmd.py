@@ -23,7 +23,7 @@ from collector.claims.queue_status import Workloads, attach, cluster_queue_of, p
 from collector.correlate import RunEvidence, RunIndex, Signal, build_index
 from collector.envcontract import EnvironmentReport, single_cluster
 from collector.kube import dns1123_label, dns1123_subdomain
-from collector.model import ObjectRecord, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
+from collector.model import Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import evaluate_multicluster
 from collector.queuefacts import PendingSummary
 from collector.render import render_text, safe_text, to_json
@@ -56,15 +56,14 @@ def select(claims: list[RunClaims], wanted: Sequence[str]) -> list[RunClaims]:
     return out
 
 
-def evidence_index(records: Iterable[ObjectRecord], synced: Mapping[str, datetime], signals: Iterable[Signal],
-                   node_skew: Mapping[str, timedelta], contract: Any,
-                   unplaced: Iterable[str] = ()) -> tuple[RunIndex, list[Ref]]:
-    """The index the claim engine reads: records, each kind's read time, node clocks, log signals."""
-    index = build_index(records, contract)
+def evidence_index(dump: Dump, synced: Mapping[str, datetime], signals: Iterable[Signal],
+                   contract: Any) -> tuple[RunIndex, list[Ref]]:
+    """The index the claim engine reads: the dump's records and node clocks, each kind's read time,
+    log signals."""
+    index = build_index(dump.records, contract)
     inferred = index.infer_missing_roots()
     index.synced.update(synced)
-    index.node_skew.update(node_skew)  # nodes whose clocks run ahead: their stamps read earlier
-    index.node_clock_unsure.update(unplaced)  # nodes whose clocks run ahead by an unmeasured amount
+    dump.place_clocks(index)
     for sig in signals:
         index.set_signal(sig)
     return index, inferred
@@ -147,8 +146,8 @@ def dump_claims(dump_dir: Path, settings: Settings, *, at: datetime | None = Non
     slack = timedelta(0) if at is not None else clock.slack
     taken = clock.taken(at) or now
     # One snapshot: every kind it holds was read at capture time.
-    index, inferred = evidence_index(dump.records, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
-                                     dump.node_skew(), settings.taugrid, dump.unplaced_nodes())
+    index, inferred = evidence_index(dump, dict.fromkeys(dump.snapshot_kinds(), taken), dump.signals(taken),
+                                     settings.taugrid)
     workers = load_worker_dumps(dict(worker_dirs or {}), settings, taken, max_object_bytes=max_file_bytes)
     for problem in workers.problems:
         on_problem(problem)
@@ -241,8 +240,7 @@ def live_claims(opts: LiveOptions, runs: Sequence[str], settings: Settings) -> L
     now = api.clock.now()  # the API server's clock, never this machine's
     problems = [f"{'skipped' if p.skipped else 'warning'}: {p}" for p in live.dump.problems]
     problems += [f"note: {note}" for note in live.notes]
-    index, _ = evidence_index(live.dump.records, live.synced, live.signals, live.dump.node_skew(), settings.taugrid,
-                              live.dump.unplaced_nodes())
+    index, _ = evidence_index(live.dump, live.synced, live.signals, settings.taugrid)
     evidence = index.all_evidence()
     claims = [evaluate_multicluster(ev, {}, now, settings.claims, slack=timedelta(0),
                                     origin=settings.controller.multikueue_origin) for ev in evidence]

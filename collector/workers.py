@@ -39,8 +39,7 @@ def _snapshot_runs(dump: Dump, settings: Settings, taken: datetime) -> list[RunE
     index = build_index(dump.records, settings.taugrid)
     index.infer_missing_roots()
     index.synced.update(dict.fromkeys(dump.snapshot_kinds(), taken))
-    index.node_skew.update(dump.node_skew())
-    index.node_clock_unsure.update(dump.unplaced_nodes())
+    dump.place_clocks(index)
     for sig in dump.signals(taken):
         index.set_signal(sig)
     return index.all_evidence()

@@ -211,7 +211,7 @@ def against_others(vals: Mapping[str, float]) -> dict[str, tuple[float, float]]:
     value is read off the sorted values by index; it takes at most three values, so the deviations
     are sorted once per value it takes."""
     if not all(math.isfinite(v) for v in vals.values()):  # (never from the agents' parser; kept exact)
-        return {u: _naive(v, [x for w, x in vals.items() if w != u]) for u, v in vals.items()}
+        return {u: _naive([x for w, x in vals.items() if w != u]) for u in vals}
     ordered = sorted(vals.values())
     deviations: dict[float, list[float]] = {}
     out: dict[str, tuple[float, float]] = {}
@@ -235,7 +235,7 @@ def _median_without(ordered: Sequence[float], j: int) -> float:
     return (at(m // 2 - 1) + at(m // 2)) / 2
 
 
-def _naive(v: float, others: list[float]) -> tuple[float, float]:
+def _naive(others: list[float]) -> tuple[float, float]:
     center = statistics.median(others)
     return center, statistics.median(abs(x - center) for x in others)
 

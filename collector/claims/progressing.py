@@ -167,12 +167,13 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         restarted = _after_restart(view, clock, s, a, status_ev, evidence, last)
         if restarted is not None:
             return restarted
-        unread = _read_before(fresh_signals, last.at + view.window)
+        closed = last.at + view.window
+        unread = _read_before(fresh_signals, closed)
         if unread is not None:
             # No step after `last` in what was read proves nothing for the time after the read: a
             # stall is only seen by a read after its window closed (a late or skipped read is not one).
             return _claim(a.progressing, Observed.UNKNOWN, None,
-                          f"{what} at {_hm(last.at)}; its stall window closed at {_hm(last.at + view.window)} "
+                          f"{what} at {_hm(last.at)}; its stall window closed at {_hm(closed)} "
                           f"({window}), but {unread.ref.name}/{unread.source} was last read at "
                           f"{_hm(unread.read_at)}, before then: not read since (a stall is judged on a read after "
                           "the window)", evidence, status_ev)

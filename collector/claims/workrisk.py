@@ -199,7 +199,7 @@ def with_gpu_signals(w: WorkAtRisk | None, evidence: Iterable[PodGpuEvidence], n
             if d.ecc_uncorrected:
                 why = f"GPU {d.uuid}: {d.ecc_uncorrected} uncorrected ECC error(s) since its last reset"
                 found.setdefault(e.node, []).append(("ecc-uncorrected", why))
-            ages = dict(d.xid_ages)
+            ages = dict(d.xid_ages) if d.xids else {}
             for code in d.xids:
                 if code in RISK_XIDS:
                     when = f", first seen {human_age(timedelta(seconds=ages[code]) + (now - e.read_at))} ago" \

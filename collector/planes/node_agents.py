@@ -152,8 +152,8 @@ def gpu_records(old: GpuByPod, new: GpuByPod, run_of: Callable[[Ref], Ref | None
             samples.append(GpuSample(g.read_at, g.node, index, d.uuid,
                                      None if d.utilization is None else round(d.utilization * 100.0, 3),
                                      None, d.power_w, None, ns, pod, run))
-            ages = dict(d.xid_ages)
+            new_codes = sorted(set(d.xids) - before.get(key, set()))
+            ages = dict(d.xid_ages) if new_codes else {}
             xids += [GpuXid(g.read_at - timedelta(seconds=ages.get(code, 0.0)), g.node, code, d.index, d.uuid,
-                            namespace=ns, pod=pod, run=run)
-                     for code in sorted(set(d.xids) - before.get(key, set()))]
+                            namespace=ns, pod=pod, run=run) for code in new_codes]
     return samples, xids

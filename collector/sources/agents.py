@@ -469,5 +469,5 @@ def _xid_ages(first_seen: Any, doc_at: float | None) -> tuple[tuple[int, float],
 def _count(ecc: Any) -> int | None:
     """The volatile count of an `ecc_uncorrected` object ({"volatile": n, "aggregate": n}); None
     where it is missing or not a count."""
-    n = ecc.get("volatile") if isinstance(ecc, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 53 else None
+    n = _i(ecc.get("volatile")) if isinstance(ecc, dict) else None
+    return n if n is not None and 0 <= n < 1 << 53 else None

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from collector.claims.common import FUTURE_SKEW
-from collector.correlate import Signal, build_index
+from collector.correlate import RunIndex, Signal, build_index
 from collector.kube import NODE_LEASE_NAMESPACE, MalformedObject, node_lease, normalize
 from collector.model import EventFacts, NodeFacts, ObjectRecord, PodFacts, Ref, TauRunFacts
 from collector.progress import LogScan, scan_text
@@ -136,6 +136,12 @@ class Dump:
         mid = sorted(beats.values())[len(beats) // 2]
         return frozenset(n for n, t in beats.items()
                          if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE)
+
+    def place_clocks(self, index: RunIndex) -> None:
+        """Its nodes' clocks into `index`: a node measured ahead (`node_skew`) has its stamps read
+        earlier; one ahead by an unmeasured amount (`unplaced_nodes`) has them placed nowhere."""
+        index.node_skew.update(self.node_skew())
+        index.node_clock_unsure.update(self.unplaced_nodes())
 
     def snapshot_kinds(self) -> set[str]:
         """The kinds this snapshot holds: those read as a typed List (an empty NodeList says "no
