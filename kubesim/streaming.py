@@ -100,15 +100,7 @@ def watch_options_error(query: dict[str, list[str]], watch_list: bool) -> ApiErr
         if match != "NotOlderThan":
             causes.append(("FieldValueNotSupported", "resourceVersionMatch",
                            f'Unsupported value: "{match}": supported values: "NotOlderThan"'))
-    if not causes:
-        return None
-    kinds = {"FieldValueForbidden": "Forbidden", "FieldValueNotSupported": "Unsupported value"}
-    texts = [f"{f}: {kinds[r]}: {m}" if r == "FieldValueForbidden" else f"{f}: {m}" for r, f, m in causes]
-    listed = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    message = f'ListOptions.meta.k8s.io "" is invalid: {listed}'
-    return ApiError(422, message, details={"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
-        {"reason": r, "message": (f"{kinds[r]}: {m}" if r == "FieldValueForbidden" else m), "field": f}
-        for r, f, m in causes]})
+    return _invalid_options(causes) if causes else None
 
 
 def list_options_error(query: dict[str, list[str]]) -> ApiError | None:
@@ -116,11 +108,18 @@ def list_options_error(query: dict[str, list[str]]) -> ApiError | None:
     from a watch: sendInitialEvents (any value, even false) is for watches only: 422 Invalid."""
     if "sendInitialEvents" not in query:
         return None
-    text = "sendInitialEvents is forbidden for list"
-    return ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: {text}',
-                    details={"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
-                        {"reason": "FieldValueForbidden", "message": f"Forbidden: {text}",
-                         "field": "sendInitialEvents"}]})
+    return _invalid_options([("FieldValueForbidden", "sendInitialEvents", "sendInitialEvents is forbidden for list")])
+
+
+def _invalid_options(causes: list[tuple[str, str, str]]) -> ApiError:
+    """422 Invalid for ListOptions, worded as kube-apiserver's field errors: (reason, field, message)."""
+    kinds = {"FieldValueForbidden": "Forbidden", "FieldValueNotSupported": "Unsupported value"}
+    texts = [f"{f}: {kinds[r]}: {m}" if r == "FieldValueForbidden" else f"{f}: {m}" for r, f, m in causes]
+    listed = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    message = f'ListOptions.meta.k8s.io "" is invalid: {listed}'
+    return ApiError(422, message, details={"group": "meta.k8s.io", "kind": "ListOptions", "causes": [
+        {"reason": r, "message": (f"{kinds[r]}: {m}" if r == "FieldValueForbidden" else m), "field": f}
+        for r, f, m in causes]})
 
 
 class StreamHandler(HandlerBase):
