@@ -182,6 +182,18 @@ def _s(v: object) -> str | None:
     return v[:256] if isinstance(v, str) else None
 
 
+# Names longer than any real one (Kubernetes: a DNS subdomain, 253; NVML: a GPU/MIG UUID, ~44; a DRA
+# device name, 63 per segment) are refused, not cut: two cut names could become one.
+MAX_NAME = 253
+MAX_UUID = 128
+
+
+def _name(v: object, limit: int = MAX_NAME) -> str | None:
+    """A name field within `limit` characters (None: absent, not a string, or too long); interned,
+    as every document repeats it and the controller holds it until the next one."""
+    return intern(v) if isinstance(v, str) and 0 < len(v) <= limit else None
+
+
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
     samples = []
     fmt = _s(c.get("format"))
@@ -231,25 +243,29 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     # Names the controller holds between documents (the pods' GPU evidence, until the next one) are
     # interned: each document repeats them, and while a pass's evidence is decoded the last one is
     # still held (~1 KB a pod of 8 GPUs less at that peak; bench_fleet.py, variant live).
-    node = intern(str(doc.get("node") or endpoint.node))
+    node = _name(doc.get("node")) or endpoint.node
     nv_doc, pr_doc = doc.get("nvml"), doc.get("podresources")
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
     pr: dict[str, Any] = pr_doc if isinstance(pr_doc, dict) else {}
     xids_by_uuid: dict[str, set[int]] = {}
     for x in _entries(doc.get("xids")):
-        if isinstance(x, dict) and isinstance(x.get("uuid"), str) and _i(x.get("code")) is not None:
-            xids_by_uuid.setdefault(x["uuid"], set()).add(x["code"])
+        uuid = _name(x.get("uuid"), MAX_UUID) if isinstance(x, dict) else None
+        code = _i(x.get("code")) if uuid is not None else None
+        if uuid is not None and code is not None:
+            xids_by_uuid.setdefault(uuid, set()).add(code)
     pods: dict[tuple[str, str], tuple[list[GpuDevice], set[str]]] = {}
     doc_at = _f(doc.get("at"))
     for g in _entries(doc.get("gpus")):
-        if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
-            problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid skipped")
+        uuid = _name(g.get("uuid"), MAX_UUID) if isinstance(g, dict) else None
+        if uuid is None:
+            problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid (or one over {MAX_UUID} "
+                            "characters) skipped")
             continue
         energy = _energy(g.get("energy"), doc_at)
-        dev = GpuDevice(uuid=intern(g["uuid"]), index=_i(g.get("index")), utilization=_f(g.get("utilization")),
+        dev = GpuDevice(uuid=uuid, index=_i(g.get("index")), utilization=_f(g.get("utilization")),
                         sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
                         power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
-                        hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(g["uuid"], ()))),
+                        hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(uuid, ()))),
                         shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
                         clock_reasons=_reasons(g.get("clocks_event_reasons")),
                         memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
@@ -259,27 +275,31 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                         xid_ages=_xid_ages(g.get("xid_first_seen"), doc_at),
                         ecc_uncorrected=_count(g.get("ecc_uncorrected")))
         for p in _entries(g.get("pods")):
-            if isinstance(p, dict) and p.get("pod"):
-                devs, containers = pods.setdefault((intern(str(p.get("namespace") or "")), intern(str(p["pod"]))),
-                                                   ([], set()))
+            key = _pod_key(p)
+            if key is not None:
+                devs, containers = pods.setdefault(key, ([], set()))
                 devs.append(dev)
-                containers.add(intern(str(p.get("container") or "")))
+                containers.add(_name(p.get("container")) or "")
     # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held;
     # a ResourceClaim's device the agent found no UUID for (`resolved: false`) is held, not lost.
     listed = {d.uuid for devs, _ in pods.values() for d in devs}
     for a in _entries(doc.get("allocations")):
-        if isinstance(a, dict) and a.get("pod") and isinstance(a.get("device"), str) and a["device"] not in listed:
-            devs, containers = pods.setdefault((str(a.get("namespace") or ""), str(a["pod"])), ([], set()))
-            devs.append(GpuDevice(uuid=a["device"], lost=nv.get("state") == "ok" and a.get("resolved") is not False,
+        key = _pod_key(a)
+        device = _name(a.get("device"), MAX_UUID) if key is not None else None
+        if key is not None and device is not None and device not in listed:
+            devs, containers = pods.setdefault(key, ([], set()))
+            devs.append(GpuDevice(uuid=device, lost=nv.get("state") == "ok" and a.get("resolved") is not False,
                                   shared=a.get("shared") is True))
-            containers.add(str(a.get("container") or ""))
+            containers.add(_name(a.get("container")) or "")
     gpu_ev = tuple(PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(devs), tuple(sorted(c for c in cs if c)))
                    for (ns, pod), (devs, cs) in sorted(pods.items()))
     logs = []
     for c in _entries(doc.get("logs")):
-        if not isinstance(c, dict) or not c.get("pod") or not c.get("container"):
+        key = _pod_key(c)
+        container = _name(c.get("container")) if key is not None else None
+        if key is None or container is None:
             continue
-        ns, pod, container = str(c.get("namespace") or ""), str(c["pod"]), str(c["container"])
+        ns, pod = key
         logs.append(ContainerLogEvidence(ns, pod, container, _scan(c, f"agent:{node}:{ns}/{pod}/{container}"),
                                          _i(c.get("after"))))
     epoch, poll = doc.get("epoch"), _i(doc.get("poll"))
@@ -449,6 +469,17 @@ class AgentReader:
             # A caller that stops early (shutdown) does not wait for the fetches still out: each
             # ends within its own time bound on its thread.
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _pod_key(v: object) -> tuple[str, str] | None:
+    """(namespace, pod) of an entry naming a pod (None: no pod name, or a name no pod can have)."""
+    if not isinstance(v, dict):
+        return None
+    pod = _name(v.get("pod"))
+    ns = v.get("namespace") or ""
+    if pod is None or not isinstance(ns, str) or len(ns) > MAX_NAME:
+        return None
+    return intern(ns), pod
 
 
 def _xid_ages(first_seen: Any, doc_at: float | None) -> tuple[tuple[int, float], ...]:

@@ -288,3 +288,32 @@ def test_the_trainers_tokens_per_second_cross_the_agents_document() -> None:
     rep = parse_evidence(doc, AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
     by = {c.pod: c.scan.tokens for c in rep.logs}
     assert by["p0"] is not None and by["p0"].per_gpu == 5862.0 and by["p1"] is None
+
+
+def test_names_no_gpu_or_pod_can_have_are_refused_not_cut() -> None:
+    """A peer that writes megabyte names (a compromised node, a hostile build) costs only its entries:
+    a GPU whose UUID no device has is skipped and named as a problem, a pod or container name longer
+    than Kubernetes allows names nothing, an over-long node name falls back to the endpoint's node.
+    Cut names could merge two entries into one; refused ones cannot."""
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import MAX_NAME, MAX_UUID, AgentEndpoint, parse_evidence
+
+    long_uuid, long_name = "GPU-" + "a" * MAX_UUID, "p" * (MAX_NAME + 1)
+    doc = {"version": agents.EVIDENCE_VERSION, "node": "n" * 10_000, "gpus": [
+        {"uuid": long_uuid, "index": 0, "pods": [{"namespace": "research", "pod": "p0", "container": "main"}]},
+        {"uuid": "GPU-ok", "index": 1, "pods": [{"namespace": "research", "pod": long_name, "container": "main"},
+                                                 {"namespace": "research", "pod": "p0", "container": "main"}]},
+    ], "xids": [{"uuid": long_uuid, "code": 79}, {"uuid": "GPU-ok", "code": 48}],
+        "allocations": [{"namespace": "research", "pod": "p0", "device": "d" * (MAX_UUID + 1)}],
+        "logs": [
+        {"namespace": "research", "pod": "p0", "container": "c" * (MAX_NAME + 1), "lines": 1,
+         "samples": [[5, "2026-12-03T12:00:00Z", 2.0, False, None, 1]]},
+        {"namespace": "research", "pod": "p0", "container": "main", "lines": 1,
+         "samples": [[5, "2026-12-03T12:00:00Z", 2.0, False, None, 1]]},
+    ]}
+    rep = parse_evidence(doc, AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
+    assert [(e.pod, [d.uuid for d in e.devices], e.node) for e in rep.gpus] == [("p0", ["GPU-ok"], "n1")]
+    assert rep.gpus[0].devices[0].xids == (48,)
+    assert [(c.pod, c.container) for c in rep.logs] == [("p0", "main")]
+    assert len(rep.problems) == 1 and f"over {MAX_UUID} characters" in rep.problems[0]
