@@ -226,8 +226,9 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
             # not measured, and a clock 90 s ahead makes a stall 90 s younger
             ahead_nodes.setdefault(node, f"node {node}'s clock is not measured yet: its stamps cannot be placed"
                                          " (live: no node Lease read, and no heartbeat posted since the collector"
-                                         " started, until its kubelet's next one; a dump: no Lease of it, and its"
-                                         " heartbeat stands far past the other nodes')")
+                                         " started, until its kubelet's next one; a dump: its kubelet's Events show"
+                                         " it off, or no Lease of it and its heartbeat stands far past the other"
+                                         " nodes')")
         elif latest is not None and newest - latest > NODE_CLOCK_TOLERANCE:
             out[(sig.ref.key, sig.source)] = (
                 f"{sig.ref.name}/{sig.source} holds lines stamped {human_age(newest - latest)} after it was read:"

@@ -123,19 +123,49 @@ class Dump:
         return {n: t - mid for n, t in renewed.items() if t - mid > NODE_SKEW_TOLERANCE}
 
     def unplaced_nodes(self) -> frozenset[str]:
-        """Nodes with no Lease in the dump whose status heartbeat stands further past the median of the
-        Ready nodes' (three at least) than a heartbeat period: their clocks run ahead by an amount a
-        heartbeat cannot measure (kubelets post one every 5 min when nothing changes). Their stamps set
-        no clock (one node hours ahead would make every run of the dump look stalled) and their pods'
-        log stamps are not placed (`RunEvidence.node_clock_unsure`): unknown, never a stall or a step."""
+        """Nodes whose clocks are off by an amount nothing trustworthy measures: those their kubelet's
+        Events show behind (a Lease cannot: a renewal that lags may be a kubelet gone quiet), or ahead
+        with no Lease in the dump (`event_clocks`), and those with no Lease whose status heartbeat stands
+        further past the median of the Ready nodes' (three at least) than a heartbeat period (kubelets
+        post one every 5 min when nothing changes). Their stamps set no clock (one node hours ahead would
+        make every run of the dump look stalled) and their pods' log stamps are not placed
+        (`RunEvidence.node_clock_unsure`): unknown, never a stall or a step."""
         held = {holder for holder, _, _ in self.leases}
+        off = {n for n, d in self.event_clocks().items() if d < timedelta(0) or n not in held}
         beats = {r.ref.name: r.facts.heartbeat for r in self.records if isinstance(r.facts, NodeFacts)
                  and r.facts.ready == "True" and r.facts.heartbeat is not None}
-        if len(beats) < 3:
-            return frozenset()
-        mid = sorted(beats.values())[len(beats) // 2]
-        return frozenset(n for n, t in beats.items()
-                         if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE)
+        if len(beats) >= 3:
+            mid = sorted(beats.values())[len(beats) // 2]
+            off |= {n for n, t in beats.items()
+                    if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE}
+        return frozenset(off)
+
+    def event_clocks(self) -> dict[str, timedelta]:
+        """Nodes whose clocks run off by more than NODE_SKEW_TOLERANCE, by how far (negative: behind), as
+        their kubelets' Events show (`_event_offsets`)."""
+        return {n: d for n, d in self._event_offsets().items() if abs(d) > NODE_SKEW_TOLERANCE}
+
+    def _event_offsets(self) -> dict[str, timedelta]:
+        """Each node's clock offset as its kubelet's Events in the dump show it. A kubelet stamps an
+        Event's first time on its node's clock and the API server its creationTimestamp on the
+        cluster's as it arrives, a moment later: first − created is at most the node's offset (less by
+        the Event's delay), the largest of a node's Events the closest. Events are tenant-writable, so
+        a measurement only ever takes a node's stamps away (capture time, its pods' log stamps) or
+        moves a capture bound earlier, never a step later: a forged Event costs verdicts, never makes one."""
+        node_of = {(r.ref.namespace, r.ref.name): r.facts.node_name for r in self.records
+                   if isinstance(r.facts, PodFacts) and r.facts.node_name}
+        offsets: dict[str, timedelta] = {}
+        for r in self.records:
+            f = r.facts
+            if not isinstance(f, EventFacts) or f.component != "kubelet" or f.first is None or r.created is None:
+                continue
+            g = f.regarding
+            node = g.name if g.kind == "Node" else node_of.get((g.namespace, g.name), "") if g.kind == "Pod" else ""
+            if node:
+                d = f.first - r.created
+                if node not in offsets or d > offsets[node]:
+                    offsets[node] = d
+        return offsets
 
     def place_clocks(self, index: RunIndex) -> None:
         """Its nodes' clocks into `index`: a node measured ahead (`node_skew`) has its stamps read
@@ -161,6 +191,16 @@ class Dump:
         line, a custom resource's status (tenants may write it) or a deadline."""
         out: list[tuple[datetime, str]] = []
         skew, unplaced = self.node_skew(), self.unplaced_nodes()
+        held = {holder for holder, _, _ in self.leases}
+        offsets = self._event_offsets()
+        # a node its Events measured ahead: its stamps, that far earlier, still bound the capture from below
+        # (late by no more than the delay of the Event that measured it: seconds, under the tolerance)
+        ahead = {n: d for n, d in offsets.items() if d > NODE_SKEW_TOLERANCE and n not in held}
+        # Where some nodes' clocks are measured (a Lease, a kubelet Event), a node none measures (no
+        # Lease, its Events gone) does not move the capture's lower bound: it may run minutes ahead,
+        # and a bound that late closes every run's stall window early. (No node measured at all: the
+        # kubelets' stamps are all there is, the outlier rule in `_judge` aside.)
+        measured = held | set(offsets)
         for r in self.records:
             what = f"{r.ref.kind} {r.ref.namespace}/{r.ref.name}" if r.ref.namespace else f"{r.ref.kind} {r.ref.name}"
             times: list[datetime | None] = [r.created]
@@ -182,8 +222,10 @@ class Dump:
                     kubelet += [c.state_since, c.last_finished]
                 node = f.node_name
             off = skew.get(node, timedelta(0))
-            if node in unplaced:
-                kubelet = []  # a clock ahead by an amount nothing measures: none of its stamps
+            if node in ahead:
+                off = ahead[node]
+            elif node in unplaced or (node and measured and node not in measured):
+                kubelet = []  # a clock off (or perhaps off) by an amount nothing measures: none of its stamps
             t = max([x for x in times if x is not None] + [x - off for x in kubelet if x is not None], default=None)
             if t is not None:
                 out.append((t, what))

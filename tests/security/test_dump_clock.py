@@ -290,3 +290,71 @@ def test_a_node_hours_ahead_in_a_dump_without_leases_does_not_stall_every_run(tm
     assert ok["observed"] != "false" and not ok["reason"].startswith("STALLED"), ok["reason"]
     far = claim_of(out, "far", "progressing")
     assert far["observed"] == "unknown" and "gpu-9's clock is not measured yet" in far["reason"], far["reason"]
+
+
+def _kubelet_event(name: str, about: dict[str, Any], created: datetime, off: timedelta) -> dict[str, Any]:
+    """An Event the kubelet of `about`'s node reported: the API server stamped its creation at `created`,
+    the kubelet its first time on its own clock, `off` from the cluster's."""
+    from tests.dumpkit import event
+
+    ev = event(name, about["metadata"]["namespace"], about, "Started", "Started container main", created)
+    ev["firstTimestamp"] = ev["lastTimestamp"] = ts(created + off)
+    return ev
+
+
+def test_a_node_minutes_ahead_in_a_bare_dump_is_measured_by_its_kubelets_events(tmp_path: Path) -> None:
+    """A bare `kubectl cluster-info dump` (no Leases): gpu-1's clock runs 4 minutes ahead, less than a
+    heartbeat period, so its heartbeat alone cannot say it is off; taken as the capture time it closed
+    the stall window of the run on gpu-2, stepping a minute before the capture (judged 5 minutes
+    stale: STALLED). Its kubelet's Events, first stamped on its clock and created on the API server's,
+    show the 4 minutes: the capture's lower bound comes from gpu-2, gpu-1's stamps are not placed."""
+    from collector.sources.dump import load_dump
+
+    captured, ahead = NOW, timedelta(minutes=4)
+    ok_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60))
+    fast_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60) + ahead)
+    objs: list[dict[str, Any]] = []
+    pods = {}
+    for name, node_name in (("ok", "gpu-2"), ("fast", "gpu-1")):
+        objs.append(taurun(name, "research", "Running", NOW - timedelta(hours=1), workers=1))
+        pods[name] = pod(f"{name}-w0", "research", NOW - timedelta(hours=1), node=node_name, gpus=8,
+                         labels={"taugrid.io/run": name})
+        objs.append(pods[name])
+    objs += [_kubelet_event("fast-started", pods["fast"], NOW - timedelta(minutes=50), ahead),
+             _kubelet_event("ok-started", pods["ok"], NOW - timedelta(minutes=50), timedelta(seconds=1))]
+    objs += [node("gpu-1", captured, heartbeat=captured + ahead), node("gpu-2", captured),
+             node("gpu-3", captured - timedelta(minutes=2))]
+    dump = write_dump(tmp_path / "d", objs, logs={("research", "ok-w0"): ok_log, ("research", "fast-w0"): fast_log},
+                      captured=captured, nodes=False, leases=False)
+    d = load_dump(dump)
+    assert d.event_clocks() == {"gpu-1": ahead} and d.unplaced_nodes() == {"gpu-1"}
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    assert out["evaluated_at"] == ts(captured)  # gpu-2's heartbeat, not gpu-1's
+    ok = claim_of(out, "ok", "progressing")
+    assert ok["observed"] != "false" and not ok["reason"].startswith("STALLED"), ok["reason"]
+    fast = claim_of(out, "fast", "progressing")
+    assert fast["observed"] == "unknown" and "gpu-1's clock" in fast["reason"], fast["reason"]
+
+
+def test_a_node_clock_behind_its_lease_cannot_show_is_unknown_not_stalled(tmp_path: Path) -> None:
+    """gpu-1's clock runs 5 minutes behind: its Lease looks 5 minutes unrenewed (as a kubelet gone quiet
+    would) and its pod's steps 5 minutes older than they are, so its steady run looked STALLED. Its
+    kubelet's Events (first time 5 minutes before the API server created them) show the clock: its
+    stamps are not placed, and the run is unknown. A forged Event can do no more than that: it takes a
+    node's stamps away, it never moves a step later."""
+    from tests.dumpkit import node_lease
+
+    captured, behind = NOW, timedelta(minutes=5)
+    slow_log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + 60) - behind)
+    objs: list[dict[str, Any]] = [taurun("slow", "research", "Running", NOW - timedelta(hours=1), workers=1)]
+    p = pod("slow-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "slow"})
+    objs += [p, _kubelet_event("slow-started", p, NOW - timedelta(minutes=50), -behind)]
+    objs += [node("gpu-1", captured - behind), node("gpu-2", captured), node("gpu-3", captured)]
+    objs += [node_lease("gpu-1", captured - behind), node_lease("gpu-2", captured), node_lease("gpu-3", captured)]
+    dump = write_dump(tmp_path / "d", objs, logs={("research", "slow-w0"): slow_log},
+                      captured=captured, nodes=False, leases=False)
+    code, out, err = run_explain(dump)
+    assert code == 0 and out is not None, err
+    slow = claim_of(out, "slow", "progressing")
+    assert slow["observed"] == "unknown" and "gpu-1's clock" in slow["reason"], slow["reason"]
