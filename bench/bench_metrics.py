@@ -80,7 +80,8 @@ def measure(runs_n: int, repeat: int, unhealthy_share: float) -> dict[str, float
     from prometheus_client import generate_latest
 
     from collector.endpoints import serve
-    from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry, render
+    from exporters.prometheus import ClaimsExporter, new_registry, render
+    from exporters.prometheus_health import HealthMetrics
     from tests.exporters.exporter_samples import T0
 
     out: dict[str, float] = {}

@@ -29,7 +29,7 @@ from collector.settings import Settings
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
 from exporters.adx.exporter import EvidenceSink
-from exporters.prometheus import ErrorClass, HealthMetrics
+from exporters.prometheus_health import ErrorClass, HealthMetrics
 
 __all__ = ["FAILURE_LOG_S", "ROOTS_MEMO_MAX", "ChangeApplier", "describe"]
 

@@ -47,8 +47,9 @@ from collector.sources.lease import LeaseElector
 from collector.sources.queuewatch import QueueWatch
 from collector.workerwatch import WorkerCluster
 from exporters.adx.exporter import EvidenceSink
-from exporters.prometheus import ClaimsExporter, ErrorClass, HealthMetrics, new_registry, render
+from exporters.prometheus import ClaimsExporter, new_registry, render
 from exporters.prometheus_fleet import RunSeries
+from exporters.prometheus_health import ErrorClass, HealthMetrics
 
 log = logging.getLogger("taugrid.controller")
 

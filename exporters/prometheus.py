@@ -1,7 +1,7 @@
 """Prometheus export: every run's claims and the collector's own health, on one dedicated registry.
 
-`ClaimsExporter` holds an in-memory snapshot of `RunClaims` and renders it at scrape time;
-`HealthMetrics` wraps client_python counters, gauges and a histogram the controller calls into.
+`ClaimsExporter` holds an in-memory snapshot of `RunClaims` and renders it at scrape time; the
+collector's own health (`exporters.prometheus_health.HealthMetrics`) lands on the same registry.
 Every family and label is documented, with its worst-case cardinality, in docs/metrics.md
 (a test keeps the two in step). Label values stay bounded: names and enums only, never reasons,
 messages or uids.
@@ -14,21 +14,15 @@ import math
 import threading
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from importlib import metadata
+from datetime import datetime, timedelta
 from itertools import chain, compress, repeat
 from operator import itemgetter, methodcaller, ne
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     Metric,
     generate_latest,
     start_http_server,
@@ -48,15 +42,13 @@ from exporters.prometheus_fleet import (
     fleet_key,
     run_state,
 )
+from exporters.prometheus_health import epoch_seconds
 
 log = logging.getLogger("taugrid.prometheus")
 
 __all__ = [
     "DEFAULT_RETENTION",
-    "EVALUATION_BUCKETS",
     "ClaimsExporter",
-    "ErrorClass",
-    "HealthMetrics",
     "new_registry",
     "render",
     "serve",
@@ -66,28 +58,6 @@ __all__ = [
 # Long enough for alert rules (`for:` clauses) and dashboards to see a run's final verdicts;
 # Prometheus keeps the history after the series go.
 DEFAULT_RETENTION = timedelta(minutes=15)
-
-# The controller's threads, each started again if it raises (taugrid_collector_thread_restarts_total):
-# their series exist from the start, so that `increase()` sees the first restart.
-THREADS: tuple[str, ...] = ("controller-loop", "log-poller", "checkpoint-poller", "ray-poller", "agent-poller",
-                            "environment-check", "http")
-# Claim evaluation is pure code over in-memory data: sub-millisecond per run, seconds only
-# for a whole fleet. The buckets span both.
-EVALUATION_BUCKETS: tuple[float, ...] = (
-    0.0001,
-    0.0005,
-    0.001,
-    0.005,
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
 
 _RUN_LABELS = ("namespace", "run", "kind")
 
@@ -158,11 +128,6 @@ def shutdown(server: WSGIServer, thread: threading.Thread, timeout: float = 5.0)
     thread.join(timeout)
 
 
-def _seconds(t: datetime) -> float:
-    # Naive datetimes are taken as UTC, like the rest of the collector, not as local time.
-    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
-
-
 # One block of runs' prepared text: by family, the joined lines; the age families' rows; fleet counts.
 _Block = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], "Tally[tuple[str, str, str]]"]
 
@@ -211,7 +176,7 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
     if rc.energy is not None and rc.energy.joules_per_token is not None:
         out["energy_per_token"] = f"{_ENERGY_TOKEN}{{{body}}} {_fmt(rc.energy.joules_per_token)}\n".encode()
     out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
-    out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(_seconds(rc.evaluated_at))}\n".encode()
+    out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(epoch_seconds(rc.evaluated_at))}\n".encode()
     return out
 
 
@@ -247,7 +212,7 @@ def _step_value(value: object) -> float | None:
 def _last_step(rc: RunClaims) -> tuple[float, float] | None:
     last = next((e for e in rc.progressing.evidence if e.field == "last_step"), None)
     if last is not None and last.at is not None and (step := _step_value(last.value)) is not None:
-        return step, _seconds(last.at)
+        return step, epoch_seconds(last.at)
     return None
 
 
@@ -357,7 +322,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
             add("observed", 1.0, claim=name, observed=claim.observed.value)
             add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
             if claim.since is not None:
-                add("since", _seconds(claim.since), claim=name)
+                add("since", epoch_seconds(claim.since), claim=name)
         if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:
             add("progressing_cause", 1.0, cause=rc.progressing.cause)
     if "blocked" in moved and rc.blocked is not None:
@@ -365,7 +330,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
         add("blocked", 1.0, stage=stage.value, owner=stage.owner)
         if rc.blocked.since is not None:
             labels = {**run, "stage": _esc(stage.value), "owner": _esc(stage.owner)}
-            ages["blocked_age"] = [((tpl["blocked_age"] % labels).encode(), _seconds(rc.blocked.since))]
+            ages["blocked_age"] = [((tpl["blocked_age"] % labels).encode(), epoch_seconds(rc.blocked.since))]
     if "evidence_age" in moved and entry.newest:
         ages["evidence_age"] = [((tpl["evidence_age"] % {**run, "plane": _esc(plane.value)}).encode(), at)
                                 for plane, at in entry.newest]
@@ -403,7 +368,7 @@ def _newest_per_plane(rc: RunClaims) -> tuple[tuple[Plane, float], ...]:
     for e in evidence:
         if e.at is None:
             continue
-        t = _seconds(e.at)
+        t = epoch_seconds(e.at)
         if t > newest.get(e.plane, float("-inf")):
             newest[e.plane] = t
     return tuple(sorted(newest.items()))
@@ -459,7 +424,7 @@ class ClaimsExporter(Collector):
     def update(self, claims: Iterable[RunClaims], now: datetime, *, replace: bool = False) -> None:
         """Store these runs' claims as of `now`, then apply retention to every run."""
         batch = list(claims)
-        now_s = _seconds(now)
+        now_s = epoch_seconds(now)
         with self._lock:
             if self._now is None or now_s > self._now:
                 self._now = now_s
@@ -503,7 +468,7 @@ class ClaimsExporter(Collector):
             if same_run and old is not None and old.finished_at is not None:
                 finished_at = old.finished_at
             else:
-                finished_at = _seconds(rc.evaluated_at)
+                finished_at = epoch_seconds(rc.evaluated_at)
             self._finished.add(key)
         else:
             self._finished.discard(key)
@@ -641,14 +606,14 @@ class ClaimsExporter(Collector):
                 fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
                 fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
                 if claim.since is not None:
-                    fam["since"].add_metric([*run, name], _seconds(claim.since))
+                    fam["since"].add_metric([*run, name], epoch_seconds(claim.since))
             if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:
                 fam["progressing_cause"].add_metric([*run, rc.progressing.cause], 1.0)
             if rc.blocked is not None:
                 stage = rc.blocked.stage
                 fam["blocked"].add_metric([*run, stage.value, stage.owner], 1.0)
                 if rc.blocked.since is not None and now_s is not None:
-                    age = max(0.0, now_s - _seconds(rc.blocked.since))
+                    age = max(0.0, now_s - epoch_seconds(rc.blocked.since))
                     fam["blocked_age"].add_metric([*run, stage.value, stage.owner], age)
             if now_s is not None:
                 for plane, at in entry.newest:
@@ -682,7 +647,7 @@ class ClaimsExporter(Collector):
             if rc.energy is not None and rc.energy.joules_per_token is not None:
                 fam["energy_per_token"].add_metric(list(run), rc.energy.joules_per_token)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
-            fam["evaluated"].add_metric(list(run), _seconds(rc.evaluated_at))
+            fam["evaluated"].add_metric(list(run), epoch_seconds(rc.evaluated_at))
         return [*fam.values(), fleet_family(e.claims for e in entries),
                 *node_families(drain_advice(e.claims for e in entries))]
 
@@ -820,224 +785,3 @@ _GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name
 assert [_TEMPLATES[f] for f in ("goodput", "run_time", "finished", "evaluated")] == [
     f"{_GOODPUT}{{{_RUN_BODY}}}", f'{_RUN_TIME}{{bucket="%(bucket)s",{_RUN_BODY}}}', f"{_FINISHED}{{{_RUN_BODY}}}",
     f"{_EVALUATED}{{{_RUN_BODY}}}"], "a family's labels changed: update _every_time_text"
-
-
-# --- collector health ---------------------------------------------------------------------------
-
-
-class ErrorClass(StrEnum):
-    RETRYABLE = "retryable"
-    PERMANENT = "permanent"
-
-
-class _NoCreated(Collector):
-    """Yields client_python metrics without their `_created` samples.
-
-    Those would double the counter and histogram series, and this Prometheus (2.42) stores them as
-    ordinary series rather than as created timestamps.
-    """
-
-    def __init__(self, metrics: Sequence[Counter | Gauge | Histogram]):
-        self._metrics = metrics
-
-    def describe(self) -> Iterable[Metric]:
-        for m in self._metrics:
-            yield from m.describe()
-
-    def collect(self) -> Iterator[Metric]:
-        for m in self._metrics:
-            for family in m.collect():
-                out = Metric(family.name, family.documentation, family.type, family.unit)
-                out.samples = [s for s in family.samples if not s.name.endswith("_created")]
-                yield out
-
-
-class HealthMetrics:
-    """The collector's own health; the controller calls these as things happen.
-
-    `resource` is a watched resource ("pods", "workloads.kueue.x-k8s.io"), `source` a fixed source
-    name ("kubernetes", "ray", "expstore", "node-agent"): both come from configuration, never from
-    object data, so they stay bounded. Names passed up front start at 0, so rate() and absent()
-    work before the first event.
-    """
-
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        *,
-        resources: Iterable[str] = (),
-        sources: Iterable[str] = (),
-        buckets: Sequence[float] = EVALUATION_BUCKETS,
-        version: str | None = None,
-    ):
-        # registry=None: the metrics reach `registry` only through _NoCreated below.
-        self._watch_restarts = Counter(
-            "taugrid_collector_watch_restarts",
-            "Watch streams re-opened (closed by the server, timed out or failed), by resource.",
-            ["resource"],
-            registry=None,
-        )
-        self._relists = Counter(
-            "taugrid_collector_relists",
-            "Full relists (initial list, or after 410 Gone), by resource.",
-            ["resource"],
-            registry=None,
-        )
-        self._events = Counter(
-            "taugrid_collector_events_processed",
-            "Watch events (and relist diffs) applied to the run index, by resource.",
-            ["resource"],
-            registry=None,
-        )
-        self._errors = Counter(
-            "taugrid_collector_errors",
-            "Errors by source and class (retryable: will be retried; permanent: input skipped).",
-            ["source", "class"],
-            registry=None,
-        )
-        self._last_sync = Gauge(
-            "taugrid_collector_last_sync_timestamp_seconds",
-            "When a list or watch of the resource last succeeded, unix seconds.",
-            ["resource"],
-            registry=None,
-        )
-        self._runs = Gauge(
-            "taugrid_collector_runs_tracked",
-            "Runs in the collector's run index, finished ones included.",
-            registry=None,
-        )
-        self._untracked = Gauge(
-            "taugrid_collector_runs_untracked",
-            "Runs not tracked because a cap on tracked runs was reached (max_runs, max_runs_per_namespace), "
-            "by namespace; absent for a namespace with none.",
-            ["namespace"],
-            registry=None,
-        )
-        self._untracked_ns: set[str] = set()
-        self._failing = Gauge(
-            "taugrid_collector_source_failing_since_timestamp_seconds",
-            "When a source started failing with no answer since (a watched resource, or `lease`: the "
-            "Lease cannot be renewed), unix seconds on the API server's clock; absent while it answers.",
-            ["source"],
-            registry=None,
-        )
-        self._failing_sources: set[str] = set()
-        self._evaluation = Histogram(
-            "taugrid_collector_evaluation_duration_seconds",
-            "Time to evaluate claims in one pass (one run or a whole tick), seconds.",
-            buckets=list(buckets),
-            registry=None,
-        )
-        self._leader = Gauge(
-            "taugrid_collector_leader",
-            "1 on the replica that holds the Lease and exports claims, 0 on standbys; identity in a label.",
-            ["identity"],
-            registry=None,
-        )
-        self._poll_pass = Gauge(
-            "taugrid_collector_poll_pass_seconds",
-            "How long the last pass of a polled source took (logs, agents), seconds; past the source's "
-            "poll interval, the source is read less often than configured.",
-            ["source"],
-            registry=None,
-        )
-        self._thread_restarts = Counter(
-            "taugrid_collector_thread_restarts",
-            "Collector threads (the loop, pollers, checks) that raised and were started again, by thread.",
-            ["thread"],
-            registry=None,
-        )
-        self._build = Gauge(
-            "taugrid_collector_build_info",
-            "Always 1; the collector's version in a label.",
-            ["version"],
-            registry=None,
-        )
-        self._build.labels(version or _own_version()).set(1)
-        for r in resources:
-            self._watch_restarts.labels(r)
-            self._relists.labels(r)
-            self._events.labels(r)
-        for s in sources:
-            for c in ErrorClass:
-                self._errors.labels(s, c.value)
-        for t in THREADS:
-            self._thread_restarts.labels(t)
-        registry.register(
-            _NoCreated(
-                [
-                    self._watch_restarts,
-                    self._relists,
-                    self._events,
-                    self._errors,
-                    self._last_sync,
-                    self._runs,
-                    self._untracked,
-                    self._failing,
-                    self._evaluation,
-                    self._leader,
-                    self._poll_pass,
-                    self._thread_restarts,
-                    self._build,
-                ]
-            )
-        )
-
-    def watch_restarted(self, resource: str) -> None:
-        self._watch_restarts.labels(resource).inc()
-
-    def relisted(self, resource: str) -> None:
-        self._relists.labels(resource).inc()
-
-    def events_processed(self, resource: str, count: int = 1) -> None:
-        self._events.labels(resource).inc(count)
-
-    def error(self, source: str, error_class: ErrorClass | str) -> None:
-        """Count one error; `error_class` must be "retryable" or "permanent" (ValueError otherwise)."""
-        self._errors.labels(source, ErrorClass(error_class).value).inc()
-
-    def synced(self, resource: str, at: datetime) -> None:
-        self._last_sync.labels(resource).set(_seconds(at))
-
-    def set_leader(self, identity: str, leader: bool) -> None:
-        """This replica's leadership ("" identity: leader election off, always the exporter)."""
-        self._leader.labels(identity).set(1 if leader else 0)
-
-    def poll_pass(self, source: str, seconds: float) -> None:
-        self._poll_pass.labels(source).set(seconds)
-
-    def thread_restarted(self, thread: str) -> None:
-        self._thread_restarts.labels(thread).inc()
-
-    def set_runs_tracked(self, count: int) -> None:
-        self._runs.set(count)
-
-    def set_failing(self, since: dict[str, datetime]) -> None:
-        """Sources failing now and since when (a source that answers again loses its series)."""
-        for source in self._failing_sources - since.keys():
-            self._failing.remove(source)
-        for source, at in since.items():
-            self._failing.labels(source).set(_seconds(at))
-        self._failing_sources = set(since)
-
-    def set_runs_untracked(self, by_namespace: dict[str, int]) -> None:
-        """Runs a cap kept out, by namespace (a namespace back to none loses its series)."""
-        for ns in self._untracked_ns - by_namespace.keys():
-            self._untracked.remove(ns)
-        for ns, n in by_namespace.items():
-            self._untracked.labels(ns).set(n)
-        self._untracked_ns = set(by_namespace)
-
-    def observe_evaluation(self, seconds: float) -> None:
-        self._evaluation.observe(seconds)
-
-    def time_evaluation(self) -> AbstractContextManager[object]:
-        """`with health.time_evaluation(): ...` observes the block's duration."""
-        return self._evaluation.time()
-
-
-def _own_version() -> str:
-    try:
-        return metadata.version("taugrid-evidence")
-    except metadata.PackageNotFoundError:
-        return "unknown"

@@ -20,7 +20,7 @@ from collector.sources.logs import (
     PassReport,
     quiet_until,
 )
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 from exporters.prometheus_logs import LogPassMetrics
 
 __all__ = ["ApiLogSource"]

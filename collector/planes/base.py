@@ -26,7 +26,7 @@ from collector.model import ObjectRecord, Ref, RunClaims, TauRunFacts
 from collector.progress.model import LogScan
 from collector.settings import Settings
 from collector.sources.kube_api import KubeApi, Resource
-from exporters.prometheus import ErrorClass, HealthMetrics
+from exporters.prometheus_health import ErrorClass, HealthMetrics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

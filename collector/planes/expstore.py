@@ -10,7 +10,7 @@ from collector.correlate import Key, RunEvidence
 from collector.model import Ref, RunClaims, TauRunFacts
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets
 from collector.sources.checkpoints import CheckpointSourceError, CheckpointStore, read_checkpoints, store_for
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 
 __all__ = ["CheckpointSource"]
 

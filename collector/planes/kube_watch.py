@@ -22,7 +22,7 @@ from collector.planes.base import Change, SourceContext, SourceHealth, SourceSta
 from collector.sources.decode import decoder_for
 from collector.sources.kube_api import JSON, Backoff, PermanentSourceError, Resource, SourceError
 from collector.sources.watch import Reflector
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 
 __all__ = ["STARTUP_GRACE_S", "KubeWatch"]
 

@@ -9,7 +9,7 @@ import threading
 
 from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
 from collector.sources.kube_api import SourceError
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 
 __all__ = ["WorkerSource"]
 

@@ -17,7 +17,7 @@ from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
 from exporters.adx.rows import GpuSample, GpuXid
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 
 __all__ = ["AgentSource", "gpu_records", "runs_to_recheck", "same_devices"]
 

@@ -9,7 +9,7 @@ from collector.planes.base import Change, PolledSource, SourceContext, SourceSta
 from collector.settings import ControllerSettings
 from collector.sources.ray import RayPoller, RayTarget
 from collector.sources.ray_urls import dashboard_url_for, metrics_url_for, owned_by, worker_metrics_url
-from exporters.prometheus import ErrorClass
+from exporters.prometheus_health import ErrorClass
 
 __all__ = ["RaySource", "ray_targets_of"]
 

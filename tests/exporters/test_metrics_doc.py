@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.envcontract import check, inventory
 from collector.model import Energy, Observed, Straggler, Stragglers
 from collector.riskfacts import NodeRisk, WorkAtRisk
-from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry
+from exporters.prometheus import ClaimsExporter, new_registry
 from exporters.prometheus_envcontract import EnvironmentExporter
+from exporters.prometheus_health import HealthMetrics
 from exporters.prometheus_logs import LogPassMetrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

@@ -14,15 +14,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.model import Observed, Plane, Ref, Stage
-from exporters.prometheus import (
-    ClaimsExporter,
-    ErrorClass,
-    HealthMetrics,
-    new_registry,
-    render,
-    serve,
-    shutdown,
-)
+from exporters.prometheus import ClaimsExporter, new_registry, render, serve, shutdown
+from exporters.prometheus_health import ErrorClass, HealthMetrics
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from exporter_samples import blocked_run, crashlooping_run
 from promserver import PromServer, StartPrometheus
 
 from collector.model import Observed, Verdict
-from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry, serve, shutdown
+from exporters.prometheus import ClaimsExporter, new_registry, serve, shutdown
+from exporters.prometheus_health import HealthMetrics
 
 
 def test_prometheus_sees_running_contradicted(prometheus_server: StartPrometheus) -> None:

@@ -25,8 +25,9 @@ from collector.config import RUN_SERIES, ConfigError, load_settings
 from collector.controller import Controller
 from collector.model import Blocked, Claim, Evidence, Observed, Plane, Ref, RunClaims, Stage, verdict_for
 from collector.sources.kube_api import KubeApi, api_client_for
-from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry, render, serve, shutdown
+from exporters.prometheus import ClaimsExporter, new_registry, render, serve, shutdown
 from exporters.prometheus_fleet import RunSeries, RunState, run_state
+from exporters.prometheus_health import HealthMetrics
 from kubesim.run import start_simulation
 from tests.exporters.test_promtool_metrics import check_metrics
 from tests.rules.test_rules import RULES, run

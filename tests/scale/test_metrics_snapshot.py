@@ -11,7 +11,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.model import Ref
-from exporters.prometheus import ClaimsExporter, HealthMetrics, new_registry, render
+from exporters.prometheus import ClaimsExporter, new_registry, render
+from exporters.prometheus_health import HealthMetrics
 from tests.exporters.exporter_samples import T0, blocked_run, crashlooping_run
 
 
