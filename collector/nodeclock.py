@@ -13,7 +13,9 @@ kubelet stamps two things on that clock that the controller watches:
   fallback where node Leases cannot be read.
 
 Until one of them measured a node, its clock is unsure, and the claims place none of its stamps
-(`RunEvidence.node_clock_unsure`): fail closed. Pure: the caller hands in "now" on the API clock.
+(`RunEvidence.node_clock_unsure`): fail closed. A clock behind by more than the default stall
+floor is unsure too: a renewal seen as it happens but stamped that far before now says so (a listed
+one cannot: it may just be old). Pure: the caller hands in "now" on the API clock.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from collector.kube import NodeLease
 # A node clock ahead of the API server's by more than this (a post and its arrival take well under
 # it) is skewed; less is taken for latency.
 NODE_SKEW_TOLERANCE = timedelta(seconds=15)
+# A clock behind makes stamps look older, never fresher: taken as it is up to the default stall floor
+# (a step that much older than it is can close a window), unsure past it.
+NODE_BEHIND_LIMIT = timedelta(seconds=60)
 
 
 class NodeClocks:
@@ -73,6 +78,13 @@ class NodeClocks:
         self.index.node_clock_unsure.discard(node)
 
     def _measured(self, node: str, ahead: timedelta) -> None:
+        if ahead < -NODE_BEHIND_LIMIT:
+            # A renewal or post that arrives stamped a stall floor before now: its clock runs behind (a
+            # steady run's last step would look a stall old), or the event came late (a watch resumed
+            # from an old resourceVersion). Its stamps are not placed until one arrives closer in step.
+            self.index.node_skew.pop(node, None)
+            self.index.node_clock_unsure.add(node)
+            return
         self.index.node_clock_unsure.discard(node)
         if ahead > NODE_SKEW_TOLERANCE:
             self.index.node_skew[node] = ahead

@@ -109,3 +109,19 @@ def test_node_clocks_from_leases_and_heartbeats() -> None:
     clocks.leases_listed({"b"})
     clocks.heartbeat("a", now + timedelta(minutes=2), None, now)  # "a" has no Lease now: a first sight
     assert "a" in idx.node_clock_unsure and idx.node_skew["a"] > NODE_SKEW_TOLERANCE
+
+
+def test_a_node_clock_behind_seen_in_a_watch_event_is_unsure_until_in_step() -> None:
+    """A renewal seen as it happens but stamped 90 s before now: the node's clock runs behind, and its
+    pods' steps would look 90 s older than they are (a steady run judged stalled). Its stamps are not
+    placed until a renewal arrives in step; a listed Lease that old says nothing (it may just be old)."""
+    idx = RunIndex()
+    clocks = NodeClocks(idx)
+    now = datetime(2026, 1, 10, 12, 0, tzinfo=T0.tzinfo)
+    period = timedelta(seconds=40)
+    clocks.lease(NodeLease("slow", now - timedelta(seconds=90), period), -timedelta(seconds=90), listed=False)
+    assert "slow" in idx.node_clock_unsure and "slow" not in idx.node_skew
+    clocks.lease(NodeLease("slow", now - timedelta(seconds=2), period), -timedelta(seconds=2), listed=False)
+    assert "slow" not in idx.node_clock_unsure
+    clocks.heartbeat("quiet", now - timedelta(minutes=3), now - timedelta(minutes=8), now)  # a post, 3 min behind
+    assert "quiet" in idx.node_clock_unsure
