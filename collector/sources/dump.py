@@ -131,14 +131,21 @@ class Dump:
         make every run of the dump look stalled) and their pods' log stamps are not placed
         (`RunEvidence.node_clock_unsure`): unknown, never a stall or a step."""
         held = {holder for holder, _, _ in self.leases}
-        off = {n for n, d in self.event_clocks().items() if d < timedelta(0) or n not in held}
+        return frozenset({n for n, d in self.event_clocks().items() if d < timedelta(0) or n not in held}
+                         | self._far_ahead())
+
+    def _far_ahead(self) -> set[str]:
+        """Nodes with no Lease whose heartbeat stands more than a heartbeat period past the median of the
+        Ready nodes' (three at least). Node status is the kubelets' to write, not tenants': only these
+        leave the capture's upper bound (`_upper`; an Event that could would let a tenant pull the
+        bound in, and a step look inside its window at every instant the dump can have been taken)."""
+        held = {holder for holder, _, _ in self.leases}
         beats = {r.ref.name: r.facts.heartbeat for r in self.records if isinstance(r.facts, NodeFacts)
                  and r.facts.ready == "True" and r.facts.heartbeat is not None}
-        if len(beats) >= 3:
-            mid = sorted(beats.values())[len(beats) // 2]
-            off |= {n for n, t in beats.items()
-                    if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE}
-        return frozenset(off)
+        if len(beats) < 3:
+            return set()
+        mid = sorted(beats.values())[len(beats) // 2]
+        return {n for n, t in beats.items() if n not in held and t - mid > NODE_HEARTBEAT_PERIOD + NODE_SKEW_TOLERANCE}
 
     def event_clocks(self) -> dict[str, timedelta]:
         """Nodes whose clocks run off by more than NODE_SKEW_TOLERANCE, by how far (negative: behind), as
@@ -245,10 +252,10 @@ class Dump:
         if leases:
             t, holder, renew = max(leases)
             bounds.append((t, f"node Lease of {holder} renewed {renew.isoformat()}"))
-        unplaced = self.unplaced_nodes()
+        far = self._far_ahead()
         beats = [(r.facts.heartbeat - skew.get(r.ref.name, timedelta(0)), r.ref.name) for r in self.records
                  if isinstance(r.facts, NodeFacts) and r.facts.heartbeat is not None and r.ref.name in ready
-                 and r.ref.name not in unplaced]
+                 and r.ref.name not in far]
         if beats:
             t, node = max(beats)
             bounds.append((t + NODE_HEARTBEAT_PERIOD, f"node {node} heartbeat {t.isoformat()}"))

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from collector.cli import main
 from tests.dumpkit import event, node, pod, ts, write_dump
@@ -358,3 +360,56 @@ def test_a_node_clock_behind_its_lease_cannot_show_is_unknown_not_stalled(tmp_pa
     assert code == 0 and out is not None, err
     slow = claim_of(out, "slow", "progressing")
     assert slow["observed"] == "unknown" and "gpu-1's clock" in slow["reason"], slow["reason"]
+
+
+_OFFSETS = st.sampled_from([None, -7200, -600, -90, -20, 0, 20, 90, 240, 7200])
+_FORGED = st.lists(st.tuples(st.integers(min_value=0, max_value=2), st.integers(min_value=-3600, max_value=0),
+                             st.integers(min_value=-10_800, max_value=10_800)), max_size=4)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ages=st.lists(st.integers(min_value=0, max_value=900), min_size=3, max_size=3),
+       beats=st.lists(st.integers(min_value=-600, max_value=0), min_size=3, max_size=3),
+       leases=st.lists(st.booleans(), min_size=3, max_size=3), forged=_FORGED,
+       real=st.lists(_OFFSETS, min_size=3, max_size=3))
+# a tenant's Event says gpu-1, the node with the newest heartbeat, runs far behind: taking that
+# heartbeat out of the capture's upper bound made r1's step look inside its window at every instant
+@example(ages=[600, 30, 600], beats=[0, -300, -300], leases=[False] * 3, forged=[(0, -60, -10_800)],
+         real=[None] * 3)
+def test_kubelet_events_never_make_a_claim_true(tmp_path: Path, ages: list[int], beats: list[int], leases: list[bool],
+                                               forged: list[tuple[int, int, int]], real: list[int | None]) -> None:
+    """Events are tenant-writable: whatever kubelet Events a dump holds (a node's real offset or forged
+    ones, any first time, any creation), a claim `true` with them is `true` without them. They may only
+    take stamps away or move the capture's lower bound earlier."""
+    from tests.dumpkit import node_lease
+
+    captured = NOW
+    objs: list[dict[str, Any]] = []
+    logs: dict[tuple[str, str], str] = {}
+    pods = []
+    for i in range(3):
+        name, node_name = f"r{i}", f"gpu-{i + 1}"
+        log, _ = megatron_log(captured - timedelta(seconds=3 * 87 + ages[i]))
+        logs[("research", f"{name}-w0")] = log
+        objs.append(taurun(name, "research", "Running", NOW - timedelta(hours=1), workers=1))
+        pods.append(pod(f"{name}-w0", "research", NOW - timedelta(hours=1), node=node_name, gpus=8,
+                        labels={"taugrid.io/run": name}))
+        objs.append(pods[-1])
+        objs.append(node(node_name, captured, heartbeat=captured + timedelta(seconds=beats[i])))
+        if leases[i]:
+            objs.append(node_lease(node_name, captured + timedelta(seconds=beats[i] // 30)))
+    events = [_kubelet_event(f"real-{i}", p, captured - timedelta(minutes=30), timedelta(seconds=off))
+              for i, (p, off) in enumerate(zip(pods, real, strict=True)) if off is not None]
+    events += [_kubelet_event(f"forged-{j}", pods[i], captured + timedelta(seconds=created), timedelta(seconds=off))
+               for j, (i, created, off) in enumerate(forged)]
+    root = tmp_path / f"case-{len(list(tmp_path.iterdir()))}"
+    with_ev = write_dump(root / "with", objs + events, logs=logs, captured=captured, nodes=False, leases=False)
+    without = write_dump(root / "without", objs, logs=logs, captured=captured, nodes=False, leases=False)
+    (_, out1, e1), (_, out2, e2) = run_explain(with_ev), run_explain(without)
+    assert out1 is not None and out2 is not None, (e1, e2)
+    before = {(r["name"], n): c["observed"] for r in out2["runs"] for n, c in r["claims"].items()}
+    for r in out1["runs"]:
+        for n, c in r["claims"].items():
+            if c["observed"] == "true":
+                assert before[(r["name"], n)] == "true", (r["name"], n, c["reason"])
