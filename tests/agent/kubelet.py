@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,18 @@ class PodResourcesServer:
         self.socket = self.dir / "kubelet.sock"
         self.pods = pods or []
         self.calls = 0
+        self.delay_s = 0.0  # answer this late (a kubelet under load)
+        self.abort: tuple[Any, str] | None = None  # answer with this gRPC status and message instead
         self._lock = threading.Lock()
         self._server: Any = None
 
     def _list(self, request: Any, context: Any) -> Any:
         with self._lock:
             self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.abort is not None:
+            context.abort(*self.abort)
         resp = pb.ListPodResourcesResponse()
         for ns, name, containers in self.pods:
             pr = resp.pod_resources.add(name=name, namespace=ns)

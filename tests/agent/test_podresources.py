@@ -108,3 +108,64 @@ def test_a_dead_socket_is_unavailable_not_a_hang() -> None:
         s.close()
         path.unlink()
         d.rmdir()
+
+
+def test_the_call_speaks_grpc_to_a_real_grpc_server_errors_and_deadlines_included() -> None:
+    """The agent's unary call over HTTP/2 (no gRPC runtime) against grpcio's own server: a status the
+    server answers with is named, a kubelet slower than the timeout is a deadline, and an answer past
+    HTTP/2's first flow-control window (64 KiB: 400 pods of 8 GPUs, ~100 KB) arrives whole."""
+    import grpc
+
+    big = [("research", f"p{i}", [("main", "nvidia.com/gpu", [f"GPU-{i:08d}-{g:04d}" for g in range(8)])])
+           for i in range(400)]
+    with PodResourcesServer(big) as kubelet:
+        client = PodResourcesClient(kubelet.socket, timeout_s=5)
+        assert len(client.list()) == 3_200
+        kubelet.abort = (grpc.StatusCode.UNAVAILABLE, "kubelet is starting")
+        with pytest.raises(PodResourcesError, match="UNAVAILABLE: kubelet is starting"):
+            client.list()
+        kubelet.abort, kubelet.delay_s = None, 1.0
+        slow = PodResourcesClient(kubelet.socket, timeout_s=0.3)
+        t0 = time.monotonic()
+        with pytest.raises(PodResourcesError, match="DEADLINE_EXCEEDED"):
+            slow.list()
+        assert time.monotonic() - t0 < 1.0
+
+
+def test_an_answer_over_the_bound_or_not_grpc_costs_one_failed_call(tmp_path: Path) -> None:
+    """A peer on the socket that floods, or speaks something else, fails the call with its reason
+    within the deadline; the next call is unaffected."""
+    import socket
+    import threading
+
+    from collector.agent.podresources import podresources_v1_pb2, unary
+    from collector.agent.podresources.client import LIST_METHOD
+
+    request = podresources_v1_pb2.ListPodResourcesRequest().SerializeToString()  # type: ignore[attr-defined]
+    big = [("research", f"p{i}", [("main", "nvidia.com/gpu", [f"GPU-{i:08d}"])]) for i in range(500)]
+    with PodResourcesServer(big) as kubelet:
+        with pytest.raises(unary.UnaryError, match="RESOURCE_EXHAUSTED"):
+            unary.call(str(kubelet.socket), LIST_METHOD, request, timeout_s=5, max_bytes=1024)
+        assert len(unary.call(str(kubelet.socket), LIST_METHOD, request, timeout_s=5)) > 1024
+
+    path = Path(kubelet.dir.parent / f"notgrpc-{tmp_path.name[:20]}.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(1)
+
+    def http1() -> None:
+        conn, _ = srv.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        conn.close()
+
+    t = threading.Thread(target=http1, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(unary.UnaryError) as err:
+            unary.call(str(path), LIST_METHOD, request, timeout_s=2)
+        assert err.value.code in ("INTERNAL", "UNAVAILABLE") and time.monotonic() - t0 < 2
+    finally:
+        srv.close()
+        path.unlink(missing_ok=True)

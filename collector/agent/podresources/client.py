@@ -1,7 +1,7 @@
 """The kubelet pod-resources API (gRPC v1 `List`) over its unix socket, cached on its own schedule.
 
 Only the message classes are generated (`podresources_v1_pb2.py`, from `podresources_v1.proto`);
-the one method is called through `grpc.Channel.unary_unary`, so no generated stub module is needed.
+the one method is one unary call over HTTP/2 (`unary.py`): no gRPC runtime, no generated stub.
 Device-plugin devices and ResourceClaims' devices (DRA, `dra.py`) both become `Allocation`s.
 Mount the socket's directory, not the socket: a kubelet restart re-creates the socket file.
 """
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
+from google.protobuf.message import DecodeError
 
-from collector.agent.podresources import podresources_v1_pb2
+from collector.agent.podresources import podresources_v1_pb2, unary
 from collector.agent.podresources.dra import (
     GPU_DRIVERS,
     MAX_ALLOCATIONS,
@@ -48,22 +48,13 @@ class PodResourcesClient:
         self.socket = socket
         self.node = node  # names a claim's device where the kubelet names no pool (before 1.31)
         self.timeout_s = timeout_s
-        self._channel: grpc.Channel | None = None
-        self._list: grpc.UnaryUnaryMultiCallable | None = None
         self.rejected: dict[str, int] = {}  # names cut or cleaned in the last answer, by reason
 
     def open(self) -> None:
-        self._channel = grpc.insecure_channel(f"unix://{self.socket}")
-        self._list = self._channel.unary_unary(
-            LIST_METHOD,
-            request_serializer=pb.ListPodResourcesRequest.SerializeToString,
-            response_deserializer=pb.ListPodResourcesResponse.FromString,
-        )
+        """Nothing to open: each call connects (a kubelet restart re-creates the socket)."""
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-        self._channel = self._list = None
+        """Nothing held between calls."""
 
     def list(self, prefixes: tuple[str, ...] = ("nvidia.com/",),
              drivers: tuple[str, ...] = GPU_DRIVERS) -> tuple[Allocation, ...]:
@@ -73,15 +64,15 @@ class PodResourcesClient:
         if not self.socket.exists():
             raise PodResourcesError(f"pod-resources socket {self.socket} does not exist (kubelet down or "
                                     "directory not mounted)")
-        if self._list is None:
-            self.open()
-        assert self._list is not None
         try:
-            resp = self._list(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
-        except grpc.RpcError as e:
-            code = e.code() if hasattr(e, "code") else None
-            raise PodResourcesError(f"pod-resources List on {self.socket}: {code}: "
-                                    f"{e.details() if hasattr(e, 'details') else e}") from e
+            answer = unary.call(str(self.socket), LIST_METHOD, pb.ListPodResourcesRequest().SerializeToString(),
+                                timeout_s=self.timeout_s)
+            resp = pb.ListPodResourcesResponse.FromString(answer)
+        except unary.UnaryError as e:
+            raise PodResourcesError(f"pod-resources List on {self.socket}: {e}") from e
+        except DecodeError as e:  # a message that is not a ListPodResourcesResponse
+            raise PodResourcesError(f"pod-resources List on {self.socket}: INTERNAL: undecodable answer: "
+                                    f"{type(e).__name__}") from e
         b = Bounds()
         out: list[Allocation] = []
         for pod in resp.pod_resources:
@@ -180,8 +171,6 @@ class AttributionCache:
             if self.error != str(e):
                 log.warning("pod-resources unavailable", extra={"error": str(e)})
             self.error = str(e)
-            # a channel to a socket that was re-created must be rebuilt
-            self.client.close()
             if self.last_success and time.time() - self.last_success > self.max_age_s:
                 self._set(())
             return
