@@ -554,8 +554,20 @@ def render(rep: SearchReport) -> list[str]:
     return lines
 
 
-def document(rep: SearchReport, classes_text: str | None, class_reports: list[Any], wall: float) -> str:
-    """docs/accuracy.md: the current figures first, then how dumps are made, the search, the classes."""
+KEPT_BY_HAND = "This section is kept by hand"
+
+
+def kept_sections(text: str) -> list[str]:
+    """The `## ` sections of an earlier docs/accuracy.md that say they are kept by hand (their figures
+    come from another bench): a regenerated document carries them over as they are."""
+    parts = text.split("\n## ")
+    return ["## " + p.rstrip("\n") for p in parts[1:] if KEPT_BY_HAND in p.split("\n\n", 2)[1][:200]]
+
+
+def document(rep: SearchReport, classes_text: str | None, class_reports: list[Any], wall: float,
+             kept: list[str] | None = None) -> str:
+    """docs/accuracy.md: the current figures first (and the sections `kept` by hand after them), then
+    how dumps are made, the search, the classes."""
     lines = [
         "# Accuracy against ground truth",
         "",
@@ -582,8 +594,10 @@ def document(rep: SearchReport, classes_text: str | None, class_reports: list[An
     lines += ["", f"Must be zero: every count but the floors; the floors at least {100 * FLOOR:.0f}% (healthy runs "
               "verified on all three claims). Seed "
               f"{rep.seed}; one draw replays with `python bench/accuracy_search.py --seed {rep.seed} --draw N"
-              f"{'' if rep.per_scenario == 100 else f' --per-scenario {rep.per_scenario}'}`.", "",
-              "## Dumps as users make them", "",
+              f"{'' if rep.per_scenario == 100 else f' --per-scenario {rep.per_scenario}'}`.", ""]
+    for section in kept or ():
+        lines += [section, ""]
+    lines += ["## Dumps as users make them", "",
               "`explain --from-dump` is never given `--at`. Three dumps of one instant are judged:", "",
               "- `bare`: `kubectl cluster-info dump --all-namespaces --output-directory DIR`, as kubectl writes it "
               "(logs without kubelet timestamps, no custom kinds);",
@@ -653,7 +667,8 @@ def main() -> None:
         classes_text, class_reports = classes_report(args.classes, args.seed, 3 * n, 3 * n)
         for r in class_reports:
             print(accuracy_summary(r), file=sys.stderr)
-    text = (document(rep, classes_text, class_reports, time.monotonic() - t_start) if args.classes
+    kept = kept_sections(args.out.read_text()) if args.out is not None and args.out.exists() else []
+    text = (document(rep, classes_text, class_reports, time.monotonic() - t_start, kept) if args.classes
             else "\n".join(render(rep)) + "\n")
     if args.failures:
         with args.failures.open("w") as fh:

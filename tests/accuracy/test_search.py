@@ -22,6 +22,7 @@ from bench.accuracy_search import (
     SOURCES,
     Failure,
     SearchReport,
+    kept_sections,
     search,
     shrink_draw,
     tolerance,
@@ -85,6 +86,25 @@ def test_the_controller_verifies_healthy_runs(report: SearchReport) -> None:
 def test_full_procedure_dumps_verify_healthy_runs(report: SearchReport) -> None:
     assert report.floor["full"]["healthy"] >= 50
     assert report.floor_rate("full") >= FLOOR, dict(report.floor["full"])
+
+
+def test_no_run_that_advances_is_judged_stalled(report: SearchReport) -> None:
+    """Not an error of the fail-closed kind, but a false page: a running, advancing run judged STALLED
+    by any source (a dump's capture instant set late by a node clock ahead, a clock behind, a read
+    before the window closed)."""
+    assert not +report.false_stalls, "\n".join(f"{f.source} draw {f.draw}: {f.reason}" for f in report.stall_examples)
+
+
+def test_regenerated_accuracy_doc_keeps_the_sections_kept_by_hand() -> None:
+    """`make accuracy` rewrites docs/accuracy.md; a section whose figures come from another bench (the
+    stragglers') says it is kept by hand and is carried over whole."""
+    doc = ("# Accuracy\n\nGenerated.\n\n## Current figures\n\n| a |\n\n## Stragglers\n\nThis section is kept by "
+           "hand from docs/straggler_accuracy.md.\n\n| class | runs |\n| x | 1 |\n\n## Randomized search\n\nfigures\n")
+    assert kept_sections(doc) == ["## Stragglers\n\nThis section is kept by hand from docs/straggler_accuracy.md."
+                                  "\n\n| class | runs |\n| x | 1 |"]
+    here = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
+    kept = [k.splitlines()[0] for k in kept_sections(here.read_text())]
+    assert kept == ["## Stragglers and fail-slow GPUs (issue 28)"]
 
 
 def test_a_draw_is_the_same_from_its_seed_and_index_alone() -> None:
