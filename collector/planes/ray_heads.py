@@ -26,15 +26,27 @@ class RaySource(PolledSource):
         self.cfg = ctx.settings.controller
         self.targets: Targets[tuple[Ref, RayTarget]] = Targets()  # (run root, head)
         self.state = SourceState(self.name, ctx.health)
+        # per run: the records its targets were built from, and the targets. Every evaluation of a run
+        # tracks it, and building them validates each worker pod's URL: while those records stand (the
+        # same objects: records are immutable, replaced on change), the targets do too.
+        self._built: dict[Key, tuple[tuple[object, ...], tuple[tuple[Ref, RayTarget], ...]]] = {}
 
     @classmethod
     def build(cls, ctx: SourceContext) -> RaySource | None:
         return cls(ctx) if ctx.settings.controller.ray_poll_interval.total_seconds() > 0 else None
 
     def track(self, key: Key, ev: RunEvidence, rc: RunClaims) -> None:
-        self.targets.set(key, () if rc.finished else tuple(ray_targets_of(ev, self.cfg)))
+        if rc.finished:
+            self.forget(key)
+            return
+        read = (ev.root, ev.taurun, *ev.rayjobs, *ev.rayclusters, *ev.pods)  # all ray_targets_of reads
+        built = self._built.get(key)
+        if built is None or len(built[0]) != len(read) or any(a is not b for a, b in zip(built[0], read, strict=True)):
+            built = self._built[key] = (read, tuple(ray_targets_of(ev, self.cfg)))
+        self.targets.set(key, built[1])
 
     def forget(self, key: Key) -> None:
+        self._built.pop(key, None)
         self.targets.set(key, ())
 
     def publish(self) -> None:

@@ -7,13 +7,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from collector.controller import Controller
 from collector.model import Ref, RunClaims
-from collector.planes.ray_heads import ray_targets_of
+from collector.planes.ray_heads import RaySource, ray_targets_of
 from collector.settings import ControllerSettings, Settings, StorageSettings
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.clock import ManualClock
@@ -339,10 +340,12 @@ def test_profile_regex_reads_a_custom_trainer(sim: Simulator) -> None:
         c.close()
 
 
-def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
+def test_ray_targets_come_from_kuberay_status_and_worker_pods(monkeypatch: pytest.MonkeyPatch) -> None:
     from collector.kube import normalize
+    from collector.planes import ray_heads
 
-    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings(), lambda: T0)
+    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings(ray_poll_interval=timedelta(seconds=15)),
+                   lambda: T0)
     rj = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj", "namespace": "ns"},
           "spec": {}, "status": {"rayClusterName": "rc", "jobId": "rj-abc",
                                  "dashboardURL": "rc-head-svc.ns.svc.cluster.local:8265"}}
@@ -365,3 +368,27 @@ def test_ray_targets_come_from_kuberay_status_and_worker_pods() -> None:
     assert target.dashboard_url == "http://rc-head-svc.ns.svc.cluster.local:8265"
     assert target.metrics_url == "http://rc-head-svc.ns.svc.cluster.local:8080/metrics"
     assert target.worker_metrics_urls == ("http://10.1.0.0:8080/metrics", "http://10.1.0.1:8080/metrics")
+    # the ray source tracks a run on each evaluation: its targets are built again only when a record
+    # they read was replaced (here a worker's new IP), and dropped when the run finishes
+    src = c.sources["ray"]
+    assert isinstance(src, RaySource)
+    key = Ref("RayJob", "ns", "rj").key
+    running = SimpleNamespace(finished=False)
+    built: list[int] = []
+
+    def counted(ev: Any, cfg: Any) -> Any:
+        built.append(1)
+        return ray_targets_of(ev, cfg)
+    monkeypatch.setattr(ray_heads, "ray_targets_of", counted)
+    src.track(key, c.index.evidence(Ref("RayJob", "ns", "rj")), running)  # type: ignore[arg-type]
+    src.track(key, c.index.evidence(Ref("RayJob", "ns", "rj")), running)  # type: ignore[arg-type]
+    assert len(built) == 1
+    moved = {**workers[1], "status": {"phase": "Running", "podIP": "10.1.0.9"}}
+    rec = normalize(moved).record
+    assert rec is not None
+    c.index.upsert(rec)
+    src.track(key, c.index.evidence(Ref("RayJob", "ns", "rj")), running)  # type: ignore[arg-type]
+    assert len(built) == 2 and src.targets._by_run[key][0][1].worker_metrics_urls == (
+        "http://10.1.0.0:8080/metrics", "http://10.1.0.9:8080/metrics")
+    src.track(key, c.index.evidence(Ref("RayJob", "ns", "rj")), SimpleNamespace(finished=True))  # type: ignore[arg-type]
+    assert key not in src.targets._by_run and key not in src._built
