@@ -96,6 +96,13 @@ def _same_pods(before: Sequence[ObjectRecord], now: Sequence[ObjectRecord]) -> b
                                            for a, b in zip(before, now, strict=True))
 
 
+def _lineage_view(ev: RunEvidence) -> RunEvidence:
+    """Only what the answers read, in copies: a kept `RunPods` holds no signals, scans or nodes
+    past their time, and a caller that changes its evidence's lists in place changes no key."""
+    return RunEvidence(root=ev.root, pods=list(ev.pods), retired_pods=list(ev.retired_pods), events=list(ev.events),
+                       workloads=list(ev.workloads), jobs=list(ev.jobs), rayclusters=list(ev.rayclusters))
+
+
 def run_pods(ev: RunEvidence) -> RunPods:
     """The run's `RunPods`, with the replacement answers the last evaluation worked out, while what
     they read stands: the same Events, Workloads, Jobs and RayClusters (the objects themselves), its
@@ -114,7 +121,7 @@ def run_pods(ev: RunEvidence) -> RunPods:
                 all(a is b for a, b in zip(before.ev.pods, ev.pods, strict=True)) and \
                 all(a is b for a, b in zip(before.ev.retired_pods, ev.retired_pods, strict=True)):
             return before  # the very same records: RunPods is a function of them
-    rp = RunPods(ev)
+    rp = RunPods(_lineage_view(ev))
     if kept is not None and _same_pods(kept[0].ev.retired_pods, ev.retired_pods) and \
             _same_pods(kept[0].ev.pods, ev.pods):
         rp.carry(kept[0])

@@ -208,6 +208,18 @@ def test_an_answer_whose_inputs_changed_is_worked_out_again() -> None:
     assert rp.replacement(b) == ""
 
 
+def test_evidence_lists_changed_in_place_are_read_again() -> None:
+    """A caller that swaps a record into its evidence's list in place (bench_evaluate swaps signals
+    that way) gets answers for what the list holds now, not for the list it passed before."""
+    root = _root()
+    memo.forget(root.ref.key)
+    later = _pod("r-1", created_min=2)
+    ev = _ev(root, [_pod("r-0", phase="Failed"), later])
+    assert "failed" in _check(ev).replacement(later)
+    ev.pods[0] = _pod("r-0", phase="Running")
+    assert _check(ev).replacement(later) == ""
+
+
 def test_a_pod_retired_is_another_key() -> None:
     root = _root()
     memo.forget(root.ref.key)
