@@ -27,6 +27,8 @@ from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
 from collector.changes import ChangeApplier, describe
 from collector.claims.gpu import apply_gpu
+from collector.claims.gpuspread import forget as forget_spread
+from collector.claims.memo import forget as forget_kept
 from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
 from collector.correlate import Key, RunEvidence, RunIndex
 from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
@@ -356,6 +358,8 @@ class Controller(ChangeApplier):
                         self.capture.forget(gone, now)
                     for p in self._per_run:
                         p.forget(gone)
+                    forget_spread(gone)  # what was kept for the run between evaluations (its GPU comparison,
+                    forget_kept(gone)  # its pods' lineage: collector/claims/memo.py)
                     self.queues.waiting(gone, None)
                 self._roots_changed = False
                 self.caps.prune(roots.keys())

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from collector.claims import memo
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
 from collector.claims.common import Clock, Freshness, human_age, latest
@@ -19,6 +20,7 @@ from collector.claims.goodput import goodput
 from collector.claims.lineage import Lineage, RunPods, lineages, replaced_pods
 from collector.claims.membership import Expected, work_pods
 from collector.claims.membership import expected_pods as _expected
+from collector.claims.memo import newest_stamp
 from collector.claims.progress import ProgressView, analyze
 from collector.claims.progress_walk import ByScan
 from collector.claims.progressing import progressing_claim
@@ -148,7 +150,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
             and (sig.ref.key, sig.source) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
-    run_pods = RunPods(ev)
+    run_pods = memo.run_pods(ev)  # (kept while its records stand: collector/claims/memo.py)
     lineage = lineages(ev, run_pods) if rate else None
     view = analyze(rate or durable, s, now, clock=clock, lineage=lineage) if fresh_signals else None
     durable_view = analyze(durable, s, now, clock=clock) if durable and rate else None
@@ -215,7 +217,7 @@ def _off_clock(ev: RunEvidence, signals: list[Signal], clock: Clock) -> dict[tup
     for sig in signals:
         if sig.retired or sig.durable:
             continue
-        newest = max((x.at for x in sig.scan.samples if x.at is not None), default=None)
+        newest = newest_stamp(sig.scan)  # (once per scan object: collector/claims/memo.py)
         if newest is None:
             continue
         # the latest instant the read can have happened: a dump's capture lies within the clock's slack

@@ -33,10 +33,11 @@ import bisect
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from collector.correlate import RunEvidence
+from collector.claims.memo import ByInputs
+from collector.correlate import Key, RunEvidence
 from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.model import Straggler, Stragglers
 
@@ -132,24 +133,52 @@ def _fmt(name: str, v: float) -> str:
     return f"{v:.0%}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """What the readings alone say (no clock, no logs): the whole GPUs compared, the readings not
+    trusted, and each GPU apart with why."""
+
+    devices: dict[str, tuple[GpuDevice, PodGpuEvidence]]
+    bad: tuple[str, ...]
+    apart: dict[str, list[str]]
+
+
+# Per run, by the fresh evidence objects it was computed from (collector/claims/memo.py): a run
+# re-evaluated on a log increment reads the same GPU evidence until the agents' next pass.
+_CORES: ByInputs[Key, _Core] = ByInputs()
+
+
 def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: datetime,
                max_age: timedelta) -> Stragglers | None:
     """`current` (the log-based verdict) with the GPU suspects and untrusted readings added."""
+    fresh = [e for e in evidence if now - e.read_at <= max_age]
+    key = ev.root.ref.key
+    kept = _CORES.get(key, fresh)
+    if kept is not None:
+        core = kept[0]
+    else:
+        core = _core(fresh)
+        _CORES.put(key, fresh, core)
+    return _verdict(current, ev, core)
+
+
+def forget(run: Key) -> None:
+    """A run gone: its kept comparison with it."""
+    _CORES.forget(run)
+
+
+def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
     devices: dict[str, tuple[GpuDevice, PodGpuEvidence]] = {}
-    for e in evidence:
-        if now - e.read_at > max_age:
-            continue
+    for e in fresh:
         for d in e.devices:
             if not d.lost and not d.shared and not d.mig_profile:
                 devices[d.uuid] = (d, e)
     bad = tuple(sorted(w for d, _ in devices.values() if (w := untrusted(d))))
+    apart: dict[str, list[str]] = {}
     if len(devices) < MIN_GPUS:
-        if not bad:
-            return current
-        return _merged(current, (), bad, "")
+        return _Core(devices, bad, apart)
     trust = {u: not untrusted(d) for u, (d, _) in devices.items()}
     per = {u: _readings(d, trust[u]) for u, (d, _) in devices.items()}
-    apart: dict[str, list[str]] = {}
     for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
@@ -169,6 +198,16 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
                                                f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
                                                "deviations)")
+    return _Core(devices, bad, apart)
+
+
+def _verdict(current: Stragglers | None, ev: RunEvidence, core: _Core) -> Stragglers | None:
+    """The comparison's verdict against the run's own pace (its logs: read on every evaluation)."""
+    devices, bad, apart = core.devices, core.bad, core.apart
+    if len(devices) < MIN_GPUS:
+        if not bad:
+            return current
+        return _merged(current, (), bad, "")
     if not apart:
         return _merged(current, (), bad, "") if bad or current is not None else None
     slow = slowdown(ev)
@@ -202,6 +241,12 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
             f"GPU {u} (pod {e.pod} on node {e.node}): {'; '.join(apart[u])}{held}; the run is {slow:.0%} slower "
             "than its own baseline", gpu=u))
     return _merged(current, tuple(named), bad, "")
+
+
+def gpu_spread_uncached(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[PodGpuEvidence],
+                        now: datetime, max_age: timedelta) -> Stragglers | None:
+    """`gpu_spread` computed afresh (tests and benchmarks: what the kept comparison must equal)."""
+    return _verdict(current, ev, _core([e for e in evidence if now - e.read_at <= max_age]))
 
 
 def against_others(vals: Mapping[str, float]) -> dict[str, tuple[float, float]]:

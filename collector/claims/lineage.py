@@ -65,6 +65,7 @@ class RunPods:
         # deleted pods the live controller kept (their records and last logs): earlier incarnations
         self.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
         every = [*self.retired, *self.pods]
+        self.every = every  # (by position: collector/claims/memo.py carries answers across evaluations)
         self.first = min((p.created for p in every if p.created is not None), default=None)
         self.by_role: dict[str, list[ObjectRecord]] = {}
         for p in every:
@@ -86,6 +87,15 @@ class RunPods:
             return ""
         o = pod.controller
         return f"{o.kind}/{o.name}:{f.role}" if o is not None else f.role
+
+    def carry(self, before: RunPods) -> None:
+        """Take the replacement answers `before` worked out, pod by pod in the same places: only for
+        pods `memo.run_pods` found the same in every field those answers read."""
+        known = dict(before._why)
+        for old, new in zip(before.every, self.every, strict=True):
+            why = known.get(id(old))
+            if why is not None:
+                self._why.setdefault(id(new), why)
 
     def replacement(self, pod: ObjectRecord) -> str:
         why = self._why.get(id(pod))
@@ -158,7 +168,9 @@ def replaced_pods(ev: RunEvidence, run: RunPods | None = None) -> list[tuple[Obj
 def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],
                  first: datetime | None, present: set[str]) -> str:
     """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does.
-    `role_pods`: by birth (`RunPods`)."""
+    `role_pods`: by birth (`RunPods`). What this reads of a pod (and `_late_ray_worker`,
+    `_created_gone`, `RunPods`) must be in `collector.claims.memo._pod_fields`, which decides when an
+    answer is carried to the next evaluation."""
     born = pod.created
     if born is None:
         return ""

@@ -1,0 +1,202 @@
+"""The controller's per-run evaluation cost (issue 30), beside a baseline tree in the same run.
+
+A `Controller` (never opened: no API server, no threads) holds bench_controller's fleet: TauRuns of
+8 KubeRay GPU pods (~6 KB each as served) on Ready nodes. Its `evaluate` pass is timed, in CPU
+time of the thread, per run re-evaluated, in three cases:
+
+  watch   before each pass one pod of every run gets a new status (its restart count bumped, as
+          bench_controller's burst writes), applied as the loop applies a watch event
+  tick    every run marked dirty with nothing changed (the full pass, a recheck)
+  live    with node agents: every pod's GPU readings (8 devices each) and every trainer's progress
+          history (5 passes of 30 Megatron samples, as bench_fleet's `live` hands them on); before
+          each pass one trainer of every run gets its next 30 samples (`"agent-log"`)
+
+Only `evaluate` is timed, not the change's application. `--baseline REF` checks REF out into a
+temporary worktree and runs this script against that tree's code in a child process after each
+repeat of this tree's: both figures come from one invocation, interleaved. Medians of `--repeats`.
+
+Usage: .venv/bin/python bench/bench_run_eval.py [--runs 200] [--passes 5] [--repeats 3] [--baseline 8a3f507]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PODS_PER_RUN = 8
+NODES = 256
+
+
+def measure(runs: int, passes: int, case: str) -> dict[str, float]:
+    import orjson
+
+    from bench.bench_controller import bumped, realistic_pod, run_name
+    from collector.controller import Controller
+    from collector.kube import normalize
+    from collector.planes.base import Change
+    from collector.settings import ControllerSettings, Settings
+    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+    from tests.test_explain_fixtures import taurun
+
+    now0 = datetime.now(UTC)
+    clock = [now0]
+    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
+                                           log_poll_interval=timedelta(0)))
+    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings, lambda: clock[0])
+    res = {r.kind: r for r in resources_for(settings.taugrid)}
+    created = now0 - timedelta(hours=3)
+    stamp = now0.strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n:04d}"}, "spec": {},
+         "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
+        for n in range(NODES)]
+    pods: list[dict[str, Any]] = []
+    for i in range(runs):
+        ns, run = run_name(i)
+        objs.append(taurun(run, ns, "Running", created, workers=PODS_PER_RUN - 1))
+        for j in range(PODS_PER_RUN):
+            p = realistic_pod(ns, run, j, created, f"gpu-{(i * PODS_PER_RUN + j) % NODES:04d}")
+            p["metadata"]["resourceVersion"] = "1"
+            objs.append(p)
+            pods.append(p)
+    for o in objs:
+        rec = normalize(o).record
+        if rec is not None:
+            c._upsert(res[o["kind"]], rec)
+    for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
+        c.index.synced[kind] = now0
+    c.ready.set()
+    rng = random.Random(7)
+    sent: dict[tuple[str, str], int] = {}
+
+    def feed(p: dict[str, Any], t: datetime) -> None:
+        from collector.correlate import Signal
+        from collector.model import Ref
+        from collector.sources.agents import _scan as decode
+
+        ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+        container = p["spec"]["containers"][0]["name"]
+        n0 = sent.get((ns, name), 0)
+        start = t - timedelta(seconds=29)
+        doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": n0 + 30, "samples": [
+            [1000 + n0 + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False, 500_000,
+             n0 + i + 1] for i in range(30)]}))
+        scan = replace(decode(doc, f"{ns}/{name}/{container}"), first_at=start)
+        sent[(ns, name)] = n0 + 30
+        c._apply(Change("agent-log", None, (Signal(Ref("Pod", ns, name), container, scan, t),
+                                            None if n0 == 0 else n0)))
+
+    if case == "live":
+        from collector.gpu import GpuDevice, PodGpuEvidence
+
+        gpus, nodes = {}, {}
+        for p in pods:
+            ns, name, node = p["metadata"]["namespace"], p["metadata"]["name"], p["spec"]["nodeName"]
+            devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
+                                   sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
+                                   power_limit_w=700.0) for i in range(8))
+            gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", now0, devs, ("main",))
+            nodes[node] = now0
+        c._apply(Change("gpu", None, (gpus, nodes, frozenset(gpus))))
+        for r in range(5):
+            clock[0] = now0 + timedelta(seconds=30 * r)
+            for p in pods:
+                feed(p, clock[0])
+    c._roots_changed = True
+    c.evaluate(full=True)
+    assert len(c.claims) == runs, len(c.claims)
+    keys = list(c.claims)
+
+    def one(k: int) -> float:
+        clock[0] += timedelta(milliseconds=100)
+        if case == "tick":
+            c._dirty.update(keys)
+        for i in range(runs if case != "tick" else 0):
+            p = pods[i * PODS_PER_RUN + k % PODS_PER_RUN]
+            if case == "live":
+                feed(p, clock[0])
+            else:
+                b = bumped(p, k + 1)
+                b["metadata"]["resourceVersion"] = str(k + 2)
+                pods[i * PODS_PER_RUN + k % PODS_PER_RUN] = b
+                rec = normalize(b).record
+                assert rec is not None
+                c._upsert(res["Pod"], rec)
+        assert len(c._dirty) == runs
+        t = time.thread_time()
+        c.evaluate()
+        return time.thread_time() - t
+
+    one(0)
+    took = [one(k + 1) for k in range(passes)]
+    return {"us_per_run": statistics.median(took) / runs * 1e6, "best_us_per_run": min(took) / runs * 1e6}
+
+
+CASES = ("watch", "tick", "live")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--passes", type=int, default=5, help="evaluation passes timed per case and repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", default="", help="a commit to measure beside this tree (a temporary worktree)")
+    ap.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.json:
+        sys.path.insert(0, str(a.tree))
+        import logging
+
+        logging.disable(logging.CRITICAL)
+        print(json.dumps({case: measure(a.runs, a.passes, case) for case in CASES}))
+        return
+    tmp = tempfile.TemporaryDirectory(prefix="bench-run-eval-") if a.baseline else None
+    trees = [("now", ROOT)]
+    if tmp is not None:
+        base = Path(tmp.name) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), a.baseline],
+                       check=True)
+        trees.append((a.baseline, base))
+    got: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
+    try:
+        for r in range(a.repeats):
+            for name, tree in trees:
+                out = subprocess.run([sys.executable, __file__, "--json", "--tree", str(tree), "--runs", str(a.runs),
+                                      "--passes", str(a.passes)], capture_output=True, text=True, check=True,
+                                     env={**os.environ, "TAUGRID_BENCH_TREE": str(tree), "PYTHONPATH": str(tree)})
+                got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
+    finally:
+        if tmp is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp.name) / "tree")],
+                           check=False)
+            tmp.cleanup()
+    print(f"\nper-run evaluation, CPU µs per run re-evaluated ({a.runs} runs x {PODS_PER_RUN} pods, "
+          f"{a.passes} passes, median of {a.repeats} repeats; per repeat in brackets)")
+    print(f"{'case':<8}" + "".join(f"{name:>34}" for name, _ in trees) + ("   now/base" if tmp else ""))
+    for case in CASES:
+        cells = []
+        meds = []
+        for name, _ in trees:
+            xs = [g[case]["us_per_run"] for g in got[name]]
+            meds.append(statistics.median(xs))
+            cells.append(f"{meds[-1]:8.0f} [{' '.join(f'{x:.0f}' for x in xs)}]")
+        print(f"{case:<8}" + "".join(f"{x:>34}" for x in cells) + (f"   x{meds[0] / meds[1]:.2f}" if tmp else ""))
+
+
+if __name__ == "__main__":
+    main()
