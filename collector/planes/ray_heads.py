@@ -3,6 +3,7 @@ progress counter, every `ray_poll_interval`, for the Ray clusters of the runs th
 
 from __future__ import annotations
 
+from collector.claims.memo import ByInputs
 from collector.correlate import Key, RunEvidence
 from collector.model import PodFacts, RayClusterFacts, RayJobFacts, Ref, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets, profile_of
@@ -26,10 +27,10 @@ class RaySource(PolledSource):
         self.cfg = ctx.settings.controller
         self.targets: Targets[tuple[Ref, RayTarget]] = Targets()  # (run root, head)
         self.state = SourceState(self.name, ctx.health)
-        # per run: the records its targets were built from, and the targets. Every evaluation of a run
-        # tracks it, and building them validates each worker pod's URL: while those records stand (the
-        # same objects: records are immutable, replaced on change), the targets do too.
-        self._built: dict[Key, tuple[tuple[object, ...], tuple[tuple[Ref, RayTarget], ...]]] = {}
+        # per run, the targets and the records they were built from: every evaluation of a run tracks
+        # it, and building them validates each worker pod's URL again; while those records stand (the
+        # same objects: records are immutable, replaced on change), the targets do too
+        self._built: ByInputs[Key, tuple[tuple[Ref, RayTarget], ...]] = ByInputs()
 
     @classmethod
     def build(cls, ctx: SourceContext) -> RaySource | None:
@@ -40,13 +41,14 @@ class RaySource(PolledSource):
             self.forget(key)
             return
         read = (ev.root, ev.taurun, *ev.rayjobs, *ev.rayclusters, *ev.pods)  # all ray_targets_of reads
-        built = self._built.get(key)
-        if built is None or len(built[0]) != len(read) or any(a is not b for a, b in zip(built[0], read, strict=True)):
-            built = self._built[key] = (read, tuple(ray_targets_of(ev, self.cfg)))
-        self.targets.set(key, built[1])
+        kept = self._built.get(key, read)
+        if kept is None:
+            kept = (tuple(ray_targets_of(ev, self.cfg)),)
+            self._built.put(key, read, kept[0])
+        self.targets.set(key, kept[0])
 
     def forget(self, key: Key) -> None:
-        self._built.pop(key, None)
+        self._built.forget(key)
         self.targets.set(key, ())
 
     def publish(self) -> None:
