@@ -41,8 +41,8 @@ NODES = 256
 
 def measure(runs: int, passes: int, case: str) -> dict[str, float]:
     import orjson
+    from bench_controller import bumped, realistic_pod, run_name
 
-    from bench.bench_controller import bumped, realistic_pod, run_name
     from collector.controller import Controller
     from collector.kube import normalize
     from collector.planes.base import Change
