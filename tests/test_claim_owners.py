@@ -7,6 +7,7 @@ the describe-table fixtures in tests/fixtures/events are real captures (SOURCES.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,24 @@ def test_stale_or_missing_taucluster_makes_counts_unknown(tmp_path: Path) -> Non
             assert claim(run, c) == (True, "unknown", "unconfirmed"), (name, c)
             assert needle in run["claims"][c]["reason"], (name, run["claims"][c]["reason"])
         assert "1/1" not in run["claims"]["scheduled"]["reason"]
+
+
+def test_a_taucluster_is_trusted_only_if_fresh_at_the_latest_the_dump_can_have_been_taken(tmp_path: Path) -> None:
+    """A dump bounded only by heartbeats (no Leases) was taken up to 6 minutes after its newest stamp. A
+    TauCluster resolved 28 minutes before that stamp is inside the 30-minute trust bound there, but may
+    be 34 minutes old at the capture: its worker count is not trusted (it was, judged at the stamp)."""
+    tr = taurun("llm", "research", "Running", NOW - timedelta(hours=1), profile="a100-8x8")
+    del tr["spec"]["workers"]
+    p = pod("llm-w0", "research", NOW - timedelta(hours=1), node="gpu-1", gpus=8, labels={"taugrid.io/run": "llm"})
+    for name, resolved, trusted in (("edge", NOW - timedelta(minutes=28), False),
+                                    ("fresh", NOW - timedelta(minutes=20), True)):
+        dump = write_dump(tmp_path / name, [tr, p, taucluster(resolved_at=resolved)], captured=NOW, leases=False)
+        r = CliRunner().invoke(main, ["explain", "--from-dump", str(dump), "-o", "json"])
+        run = only_run(json.loads(r.stdout), "llm")
+        reason = run["claims"]["scheduled"]["reason"]
+        assert ("older than the trust bound" in reason) is not trusted, (name, reason)
+        if trusted:
+            assert "1/8 pods bound" in reason, reason
 
 
 # --- membership ----------------------------------------------------------------------------------------

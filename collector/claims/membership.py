@@ -47,8 +47,12 @@ def taucluster_distrust(ev: RunEvidence, clock: Clock, s: ClaimSettings) -> str:
             f": {ready.message}" if ready and ready.message else "")
     if f.last_resolved is None:
         return "TauCluster has no lastResolvedTime"
-    if not clock.within(f.last_resolved, s.taucluster_max_age):
-        age = clock.now - f.last_resolved
+    # trusted only if still inside the bound at the latest instant the evidence can have been captured
+    # (a dump's capture lies within the clock's slack); with no upper bound known, at the capture time
+    fresh = (clock.within_latest(f.last_resolved, s.taucluster_max_age) if clock.latest is not None
+             else clock.within(f.last_resolved, s.taucluster_max_age))
+    if not fresh:
+        age = (clock.latest or clock.now) - f.last_resolved
         return (f"TauCluster lastResolvedTime is {human_age(age)} old, older than the trust bound"
                 f" ({human_age(s.taucluster_max_age)})")
     return ""
