@@ -130,16 +130,23 @@ class Dump:
         post one every 5 min when nothing changes). Their stamps set no clock (one node hours ahead would
         make every run of the dump look stalled) and their pods' log stamps are not placed
         (`RunEvidence.node_clock_unsure`): unknown, never a stall or a step."""
-        held = {holder for holder, _, _ in self.leases}
-        return frozenset({n for n, d in self.event_clocks().items() if d < timedelta(0) or n not in held}
-                         | self._far_ahead())
+        return self._unplaced(self._event_offsets())
+
+    def _held(self) -> set[str]:
+        """Nodes with a Lease in the dump."""
+        return {holder for holder, _, _ in self.leases}
+
+    def _unplaced(self, offsets: dict[str, timedelta]) -> frozenset[str]:
+        held = self._held()
+        return frozenset({n for n, d in offsets.items() if abs(d) > NODE_SKEW_TOLERANCE
+                          and (d < timedelta(0) or n not in held)} | self._far_ahead())
 
     def _far_ahead(self) -> set[str]:
         """Nodes with no Lease whose heartbeat stands more than a heartbeat period past the median of the
         Ready nodes' (three at least). Node status is the kubelets' to write, not tenants': only these
         leave the capture's upper bound (`_upper`; an Event that could would let a tenant pull the
         bound in, and a step look inside its window at every instant the dump can have been taken)."""
-        held = {holder for holder, _, _ in self.leases}
+        held = self._held()
         beats = {r.ref.name: r.facts.heartbeat for r in self.records if isinstance(r.facts, NodeFacts)
                  and r.facts.ready == "True" and r.facts.heartbeat is not None}
         if len(beats) < 3:
@@ -197,9 +204,8 @@ class Dump:
         """Control-plane stamps: what the API server, kubelets and controllers wrote, never a log
         line, a custom resource's status (tenants may write it) or a deadline."""
         out: list[tuple[datetime, str]] = []
-        skew, unplaced = self.node_skew(), self.unplaced_nodes()
-        held = {holder for holder, _, _ in self.leases}
-        offsets = self._event_offsets()
+        held, offsets = self._held(), self._event_offsets()
+        skew, unplaced = self.node_skew(), self._unplaced(offsets)
         # a node its Events measured ahead: its stamps, that far earlier, still bound the capture from below
         # (late by no more than the delay of the Event that measured it: seconds, under the tolerance)
         ahead = {n: d for n, d in offsets.items() if d > NODE_SKEW_TOLERANCE and n not in held}
