@@ -7,7 +7,9 @@ a /var/log/pods tree. Prometheus scrapes /metrics and the controller reads /evid
 
 Each role runs in its own process for the same window, measured from /proc (utime+stime, VmRSS,
 VmHWM):
-  - agent:    the whole agent (sampler, XID thread, pod-resources cache, log tailer + parsers, HTTP)
+  - agent:    the whole agent (sampler, XID thread, pod-resources cache, log tailer + parsers, HTTP), with
+              glibc's mmap threshold fixed as `taugrid-evidence agent` fixes it (collector/malloc.py); it
+              names the collector it imported and the parent checks it is this tree's (or the baseline's)
   - sampler:  baseline 1, the NVML sampler alone at 1 Hz with exposition off (no HTTP, no logs)
   - iterate:  baseline 2, plain line iteration of the same log files (read new bytes, split lines)
   - baseline: with --baseline REF, the agent of git commit REF (its collector/, bench/ and tests/
@@ -74,11 +76,14 @@ def _fake_nvml() -> object:
 
 def role_agent(args: argparse.Namespace) -> None:
     from collector.agent import Agent, AgentSettings, LogSettings
+    from collector.malloc import fix_mmap_threshold
+    assert fix_mmap_threshold()  # what `taugrid-evidence agent` does (collector/agent/command.py)
     s = AgentSettings(node="bench", podresources_socket=Path(args.socket), kmsg_path=None,
                       state_dir=Path(args.state), logs=LogSettings(root=Path(args.root), scope="all"))
     with Agent(s, nv=_fake_nvml()) as agent:
         port = agent.serve("127.0.0.1", 0)
-        print(json.dumps({"port": port}), flush=True)
+        import collector  # which tree this process runs (the parent checks it is the one it measures)
+        print(json.dumps({"port": port, "collector": str(Path(collector.__file__).resolve().parent)}), flush=True)
         sys.stdin.readline()  # until the parent closes stdin
 
 
@@ -240,17 +245,25 @@ def measure(role: str, seconds: float, common: list[str], warmup: float,
         port = _free_port()
         opts = dict(zip(common[::2], common[1::2], strict=True))
         exe = str(Path(sys.executable).with_name("taugrid-evidence"))
+        # this tree's collector, not the one the (shared, editable) environment's script would import
+        path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
         proc = subprocess.Popen([exe, "agent", "--address", f"127.0.0.1:{port}", "--log-root", opts["--root"],
                                  "--log-scope", "all", "--pod-resources-socket", opts["--socket"], "--kmsg", "",
                                  "--state-dir", opts["--state"] + "-cmd"],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                env={**os.environ, "PYTHONPATH": path})
     else:
         script = str(baseline / "bench" / "bench_agent.py") if role == "baseline" and baseline else __file__
         env = {**os.environ, "PYTHONPATH": str(baseline)} if role == "baseline" and baseline else None
         proc = subprocess.Popen([sys.executable, script, "--role", "agent" if role == "baseline" else role,
                                  *common], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdout is not None
-        port = json.loads(proc.stdout.readline())["port"]
+        hello = json.loads(proc.stdout.readline())
+        port = hello["port"]
+        if "collector" in hello:  # an agent role (a baseline's bench may predate the field)
+            want = (baseline if role == "baseline" and baseline else ROOT) / "collector"
+            if Path(hello["collector"]) != want.resolve():
+                raise SystemExit(f"{role} imported {hello['collector']}, not {want}")
     assert proc.stdin is not None
     try:
         if port and wait_ready:

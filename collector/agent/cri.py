@@ -56,18 +56,28 @@ class _Partial:
 
 
 Problem = Callable[[str, str], None]  # (kind, message)
+Sink = Callable[[list[bytes]], None]  # a batch of whole lines, as `ContainerTail.poll` returns them
+# Bytes per read: a file's new bytes are read (up to the read limit per poll) in chunks of this
+# size, each chunk's lines handed to the poll's sink before the next is read. An agent catching up
+# on megabytes of log otherwise held them as bytes, as split records and as lines at once
+# (~3.5× the read, ~8 MiB per container at a 15-minute backlog), and that peak stayed in its RSS.
+# A catch-up's CPU is the same from 64 KiB to 4 MiB chunks (64 KiB: a few % less, measured).
+CHUNK_BYTES = 64 << 10
 
 
 class ContainerTail:
     """The files of one container directory; `poll()` returns new whole lines as `TIMESTAMP CONTENT`."""
 
     def __init__(self, directory: Path, cursors: dict[str, Cursor] | None, *, from_start: bool,
-                 first_read_bytes: int, read_bytes: int, max_line_bytes: int, problem: Problem) -> None:
+                 first_read_bytes: int, read_bytes: int, max_line_bytes: int, problem: Problem,
+                 chunk_bytes: int = CHUNK_BYTES) -> None:
         self.dir = directory
         self.cursors: dict[str, Cursor] = dict(cursors or {})
         self._from_start = from_start  # a container first seen running: later files are read whole
         self._first_read = first_read_bytes
         self._read_bytes = read_bytes
+        self._chunk = max(1, chunk_bytes)
+        self._sink: Sink | None = None
         self._max_line = max_line_bytes
         self._problem = problem
         self._partial: dict[bytes, _Partial] = {}
@@ -82,17 +92,25 @@ class ContainerTail:
             return []
         return sorted(names, key=lambda n: int(n[:-4]))
 
-    def poll(self) -> list[bytes]:
+    def poll(self, sink: Sink | None = None) -> list[bytes]:
+        """The new whole lines. With `sink`, they are handed to it in batches as they are read (a
+        catch-up of megabytes is never in memory as lines at once) and the list returned is empty;
+        the sink must not keep the list it is given (it is reused)."""
         out: list[bytes] = []
         names = self.files()
-        for name in names:
-            self._poll_file(name, out)
-        for gone in set(self.cursors) - set(names):
-            cur = self.cursors.pop(gone)
-            if self._rotated(gone, cur) is None:
-                self._problem("vanished", f"{self.dir.name}/{gone} was deleted")
-            else:
-                self._drain_rotated(gone, cur, out)
+        self._sink = sink
+        try:
+            for name in names:
+                self._poll_file(name, out)
+            for gone in set(self.cursors) - set(names):
+                cur = self.cursors.pop(gone)
+                if self._rotated(gone, cur) is None:
+                    self._problem("vanished", f"{self.dir.name}/{gone} was deleted")
+                else:
+                    self._drain_rotated(gone, cur, out)
+            self._flush(out)
+        finally:
+            self._sink = None
         self._from_start = True
         return out
 
@@ -159,32 +177,57 @@ class ContainerTail:
         self._partial.clear()
 
     def _read(self, path: Path, name: str, cur: Cursor, out: list[bytes], inode: int) -> bool:
-        """Read whole records from `cur.offset`; True when the read limit stopped it early."""
+        """Read whole records from `cur.offset`, up to the read limit; True when the limit stopped it
+        early. Read in chunks, each one's records handed on (`_flush`) before the next is read: the
+        records consumed are those of one read of the limit, with a chunk of them in memory at once."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             self._problem("unreadable", f"{path}: {e.strerror}")
             return False
+        start = pos = cur.offset
+        read_to = start  # the end of what was read
         try:
             st = os.fstat(fd)
             if st.st_ino != inode:
                 return False  # replaced between stat and open: the next poll sees the rotation
-            # one read of what is there (up to the limit): no buffer sized for the limit per poll
-            want = min(self._read_bytes, st.st_size - cur.offset)
-            data = os.pread(fd, want, cur.offset) if want > 0 else b""
+            limit = start + min(self._read_bytes, st.st_size - start)
+            while pos < limit:
+                size = min(self._chunk, limit - pos)
+                data = os.pread(fd, size, pos)
+                end = data.rfind(b"\n")
+                while end < 0 and len(data) == size < limit - pos:
+                    # a record longer than a chunk: read more of it, up to the limit
+                    size = min(2 * size, limit - pos)
+                    data = os.pread(fd, size, pos)
+                    end = data.rfind(b"\n")
+                read_to = pos + len(data)
+                if end < 0:
+                    break
+                self._records(data, end, pos, name, out)
+                pos = cur.offset = pos + end + 1
+                self._commit(name, cur)  # before the lines go on: a sink that fails loses no cursor
+                self._flush(out)
+                if len(data) < size:
+                    break  # shorter than it was at fstat (truncated meanwhile): the next poll sees it
         except OSError as e:
             self._problem("unreadable", f"{path}: {e.strerror}")
-            return False
+            read_to = -1  # not read to the limit: the chunks before the failure stay consumed
         finally:
             os.close(fd)
-        end = data.rfind(b"\n")
-        if end < 0:
-            if len(data) >= self._read_bytes:  # one record longer than a whole read: skip it
-                self._problem("oversized", f"{path}: a record longer than {self._read_bytes} bytes skipped")
-                cur.offset += len(data)
-                cur.committed = cur.offset
+        if pos == start and read_to - start >= self._read_bytes:  # one record longer than a whole read: skip it
+            self._problem("oversized", f"{path}: a record longer than {self._read_bytes} bytes skipped")
+            cur.offset = cur.committed = read_to
             return False
-        pos = cur.offset
+        return read_to - start >= self._read_bytes
+
+    def _commit(self, name: str, cur: Cursor) -> None:
+        """The safe resume point: never past a partial line still being assembled."""
+        pending = [p.start for p in self._partial.values() if p.file == name]
+        cur.committed = min(pending) if pending else cur.offset
+
+    def _records(self, data: bytes, end: int, pos: int, name: str, out: list[bytes]) -> None:
+        """The records of `data[:end]` (whole lines), the first at file offset `pos`."""
         partial = self._partial
         max_line = self._max_line
         inline = b"\x00" not in data  # binary output: every record through `_record`, which counts it
@@ -200,10 +243,12 @@ class ContainerTail:
                 self._record(raw, pos, name, out)
             pos += len(raw) + 1
         self.lines += whole
-        cur.offset = pos
-        pending = [p.start for p in self._partial.values() if p.file == name]
-        cur.committed = min(pending) if pending else cur.offset
-        return len(data) >= self._read_bytes
+
+    def _flush(self, out: list[bytes]) -> None:
+        """Hand the lines read so far to the poll's sink, if it has one (then `out` is emptied)."""
+        if self._sink is not None and out:
+            self._sink(out)
+            out.clear()
 
     def _record(self, raw: bytes, pos: int, name: str, out: list[bytes]) -> None:
         rec = parse_cri(raw)

@@ -56,7 +56,8 @@ MARKS = 128  # per container, the polls that added lines (a reader may ask since
 
 
 class _Followed:
-    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at", "lock", "marks")
+    __slots__ = ("namespace", "pod", "uid", "container", "tail", "scanner", "snapshot", "read_at", "lock", "marks",
+                 "fed")
 
     def __init__(self, namespace: str, pod: str, uid: str, container: str, tail: ContainerTail,
                  max_line_bytes: int) -> None:
@@ -71,6 +72,12 @@ class _Followed:
         self.read_at = 0.0
         self.lock = threading.Lock()  # the poll thread feeds the scanner; HTTP threads snapshot it
         self.marks: deque[tuple[int, int]] = deque(maxlen=MARKS)  # (poll, scanner lines after it)
+        self.fed = 0  # lines fed in the poll under way
+
+    def take(self, lines: list[bytes]) -> None:
+        """A batch of the poll's lines (`ContainerTail.poll`'s sink): to the scanner, as `scan` would."""
+        feed(self.scanner, lines)
+        self.fed += len(lines)
 
     def lines_at(self, poll: int) -> int | None:
         """The scanner's line count once `poll` was done; None when that is no longer known."""
@@ -188,21 +195,21 @@ class LogEvidence:
                 saved = self._saved.pop(key, None)
                 tail = ContainerTail(path, saved, from_start=False, first_read_bytes=self.s.first_read_bytes,
                                      read_bytes=self.s.read_bytes_per_poll, max_line_bytes=self.s.max_line_bytes,
-                                     problem=self._problem)
+                                     problem=self._problem, chunk_bytes=self.s.read_chunk_bytes)
                 f = _Followed(ns, pod, uid, container, tail, self.s.max_line_bytes)
                 f.marks.append((self.polls, 0))  # followed from this poll on: nothing read before it
                 with self._lock:
                     self._followed[key] = f
             before = {n: c.committed for n, c in f.tail.cursors.items()}
             n0 = f.tail.lines
-            lines = f.tail.poll()
-            self.lines_total += f.tail.lines - n0
-            if lines:
-                with f.lock:
-                    feed(f.scanner, lines)
+            with f.lock:  # readers see the container between polls only, as one feed of the poll's lines
+                f.fed = 0
+                f.tail.poll(f.take)  # fed as read: a catch-up's lines are never all in memory at once
+                if f.fed:
                     self._trim(f.scanner)
                     f.snapshot = None
                     f.marks.append((self.polls + 1, f.scanner.lines))
+            self.lines_total += f.tail.lines - n0
             f.read_at = now
             if before != {n: c.committed for n, c in f.tail.cursors.items()}:
                 changed = True

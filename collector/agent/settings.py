@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collector.agent.cri import CHUNK_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class HangSettings:
@@ -28,6 +30,7 @@ class LogSettings:
     poll_s: float = 2.0
     first_read_bytes: int = 1 << 20  # a file first seen is read from its last MiB, not from byte 0
     read_bytes_per_poll: int = 4 << 20  # per file and poll: a burst is read over several polls
+    read_chunk_bytes: int = CHUNK_BYTES  # per read: its lines are parsed before the next read (memory)
     max_containers: int = 500
     max_line_bytes: int = 64 << 10
     samples_kept: int = 512  # per container, newest
