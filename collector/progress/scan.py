@@ -133,6 +133,7 @@ class LineScanner:
                 custom
                 or "iteration" in s
                 or "%|" in s
+                or "step:" in s
                 or "step=" in s
                 or "'loss'" in s
                 or '"loss"' in s
@@ -147,7 +148,6 @@ class LineScanner:
                 or "nccl" in s
                 or "Timed out waiting" in s
                 or "nqueued" in s
-                or "step:" in s
                 or "| loss " in s
                 or "loaded checkpoint" in s
                 or "checkpoint at step" in s
@@ -165,47 +165,55 @@ class LineScanner:
         before it on the same line are), and the scan goes on.
         """
         try:
-            self._feed(n, s)
+            ts = ""
+            cut = is_rfc3339_prefix(s)
+            if cut:
+                ts = s[:cut]
+                s = s[cut + 1 :]
+                # a trainer's logger that starts its lines with its own RFC 3339 time, after the kubelet's:
+                # the kubelet's stamp is the one kept (it is the runtime's, not the tenant's); s[10] is
+                # is_rfc3339_prefix's first test, here without the call most lines would fail
+                if s[10:11] == "T":
+                    again = is_rfc3339_prefix(s)
+                    if again:
+                        s = s[again + 1 :]
+            if "\x1b" in s:
+                s = _ANSI.sub("", s)
+            st: Stream | None
+            if s.startswith("[") or "rank=" in s:
+                st, s, rank = self._stream_for(s)
+            else:  # an untagged line (most): _stream_for's answer once the stream exists
+                rank = None
+                st = self.streams.get(None)
+                if st is None:
+                    st = self._stream_for(s)[0]
+            before = len(st.samples) if st is not None else 0
+            if "\r" in s:
+                for frame in s.split("\r"):
+                    if frame:
+                        self._frame_any(st, rank, n, ts, frame)
+            elif "%|" in s or len(s) > MAX_PATTERN_TEXT:
+                self._frame_any(st, rank, n, ts, s)
+            else:  # no bar to split, nothing to cut: _frame_any's answer without the call
+                self._frame_one(st, n, ts, s, rank)
+            if (
+                st is not None
+                and not self.rank0_locked
+                and before == 0
+                and st.samples
+                and self.streams.get(0) is st
+            ):
+                # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
+                self.rank0_locked = True
+                for key in [k for k in self.streams if k is not None and k != 0]:
+                    old = self.streams.pop(key)
+                    if self.paces:
+                        self.side[key] = old  # its parser state goes on (its samples are not kept)
+                        old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
         except OutOfRange as e:
             self.out_of_range += 1
             if self.out_of_range == 1:
                 self.diag(f"line {n}: {e}; such a line yields nothing")
-
-    def _feed(self, n: int, s: str) -> None:
-        ts = ""
-        cut = is_rfc3339_prefix(s)
-        if cut:
-            ts = s[:cut]
-            s = s[cut + 1 :]
-            # a trainer's logger that starts its lines with its own RFC 3339 time, after the kubelet's:
-            # the kubelet's stamp is the one kept (it is the runtime's, not the tenant's)
-            again = is_rfc3339_prefix(s)
-            if again:
-                s = s[again + 1 :]
-        if "\x1b" in s:
-            s = _ANSI.sub("", s)
-        st, s, rank = self._stream_for(s)
-        before = len(st.samples) if st is not None else 0
-        if "\r" in s:
-            for frame in s.split("\r"):
-                if frame:
-                    self._frame_any(st, rank, n, ts, frame)
-        else:
-            self._frame_any(st, rank, n, ts, s)
-        if (
-            st is not None
-            and not self.rank0_locked
-            and before == 0
-            and st.samples
-            and self.streams.get(0) is st
-        ):
-            # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
-            self.rank0_locked = True
-            for key in [k for k in self.streams if k is not None and k != 0]:
-                old = self.streams.pop(key)
-                if self.paces:
-                    self.side[key] = old  # its parser state goes on (its samples are not kept)
-                    old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
 
     def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
@@ -233,24 +241,14 @@ class LineScanner:
             h = hangs.match_hang(f, rank)
             if h is not None:
                 self._hang(n, ts, f, h)
-        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f
-                or "restart worker group" in f) and rank in (None, 0):
+        if (("checkpoint" in f and ("loaded checkpoint" in f or "checkpoint at step" in f))
+                or "Continuing training" in f or "restart worker group" in f) and rank in (None, 0):
             # the other ranks echo rank 0's resume; their lines add nothing
             r = trainers.parse_resume(f)
             if r is not None:
                 self._resume(n, ts, f, r)
-        if st is not None and (
-            self.custom is not None
-            or "%|" in f
-            or "iteration" in f
-            or "step=" in f
-            or "'loss'" in f
-            or '"loss"' in f
-            or "eval_loss" in f
-            or "kipping step" in f
-            or "step:" in f
-            or "| loss " in f
-        ):
+        if st is not None:
+            # _frame reads nothing from a frame without its substrings (feed_all's progress ones)
             self._frame(st, n, ts, f)
 
     # -- findings ---------------------------------------------------------------------------------
@@ -478,7 +476,7 @@ class LineScanner:
             st.commit(last)
             if total is not None and total == last.total:
                 total = last.total  # one int object for the run's total, not one per sample kept
-        at = self._time(ts, text)
+        at = parse_iso(ts) if ts else find_time(text)  # _time, without the call
         samples.append(ProgressSample(step, at, loss, n, fmt, skipped, total))
         if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
             self._pace(st.rank, step, at)

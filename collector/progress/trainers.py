@@ -47,11 +47,6 @@ def _num(text: str) -> float | None:
         return None
 
 
-def _count(rx: re.Pattern[str], s: str, what: str) -> int:
-    m = rx.search(s)
-    return bounded(m.group(1), COUNT_MAX, what) if m else 0
-
-
 def _megatron_loss(s: str, pos: int) -> float | None:
     # "| lm loss: 2.504220E+00 |" (some forks: "| loss: ..."); not "loss scale:", not "moe_loss:"
     j = s.find("loss:", pos)
@@ -64,23 +59,35 @@ def _megatron_loss(s: str, pos: int) -> float | None:
     return None
 
 
+# A `\d+` capture under 16 digits is below 10^15 < COUNT_MAX and int() reads it: bounded()'s answer
+# without the call (a Megatron line parses three such numbers).
+_SHORT = 16
+
+
 def parse_megatron(s: str) -> MegatronLine | None:
     m = _MEGATRON.search(s)
     if m is None:
         return None
-    head = s[max(0, m.start() - 64) : m.start()]
+    at = m.start()
+    head = s[max(0, at - 64) : at]
     if "alidation" in head or "valuat" in head or "esting" in head or "anity" in head:  # _NOT_TRAINING
         return None
-    step = bounded(m.group(1), COUNT_MAX, "iteration")
-    total = bounded(m.group(2), COUNT_MAX, "total iterations")
+    a, b = m.group(1, 2)
+    step = int(a) if len(a) < _SHORT else bounded(a, COUNT_MAX, "iteration")
+    total = int(b) if len(b) < _SHORT else bounded(b, COUNT_MAX, "total iterations")
     loss = _megatron_loss(s, m.end() - 1)
     # Megatron prints a loss only when its interval average is > 0: a missing loss means every
     # iteration of the interval was skipped (fp16 overflow), or the average was NaN.
     all_skipped = False
-    skipped = _count(_MEG_SKIPPED, s, "skipped iterations")
+    k = _MEG_SKIPPED.search(s)
+    skipped = 0
+    if k is not None:
+        c = k.group(1)
+        skipped = int(c) if len(c) < _SHORT else bounded(c, COUNT_MAX, "skipped iterations")
     if loss is None:
         all_skipped = skipped > 0
-        if _count(_MEG_NAN, s, "nan iterations") > 0:
+        k = _MEG_NAN.search(s)
+        if k is not None and bounded(k.group(1), COUNT_MAX, "nan iterations") > 0:
             loss = float("nan")
     return MegatronLine(step, total, loss, all_skipped, skipped)
 
