@@ -37,6 +37,7 @@ from collector.progress.model import (
     SampleSummary,
     TokenRate,
     XidFinding,
+    new_sample,
 )
 from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
 from collector.progress.streams import MAX_DIAGNOSTICS, Stream
@@ -94,6 +95,7 @@ class LineScanner:
         self.rank_steps: dict[int, deque[tuple[int, datetime]]] = {}
         self.tokens: TokenRate | None = None  # the newest tokens/s per GPU printed (LogScan.tokens)
         self.side: dict[int, Stream] = {}  # parsers for ranks other than 0 once rank 0 speaks
+        self.last_bar: tuple[str, trainers.Bar | None] | None = None  # _parse_bar's last frame and its bar
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -224,10 +226,13 @@ class LineScanner:
         # A bar followed by other text on one frame (a print or a C++ error without a newline): the
         # text after the bar is read as its own frame, with its own timestamp.
         while "%|" in f:
-            bar = trainers.parse_bar(f)
+            bar = self._parse_bar(f)
             if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
                 break
-            self._frame_one(st, n, ts, f[: bar.end], rank)
+            head = f[: bar.end]
+            # the same bar parsed from its own text (what follows a bar never changes how it parses)
+            self.last_bar = (head, bar)
+            self._frame_one(st, n, ts, head, rank)
             f = f[bar.end :]
         self._frame_one(st, n, ts, f, rank)
 
@@ -250,6 +255,16 @@ class LineScanner:
         if st is not None:
             # _frame reads nothing from a frame without its substrings (feed_all's progress ones)
             self._frame(st, n, ts, f)
+
+    def _parse_bar(self, f: str) -> trainers.Bar | None:
+        """trainers.parse_bar(f), once a frame: _frame_any parses the bar to split the frame, _frame reads
+        it. Keyed by the frame object, which the key holds alive: no other text can share its id."""
+        last = self.last_bar
+        if last is not None and last[0] is f:
+            return last[1]
+        bar = trainers.parse_bar(f)
+        self.last_bar = (f, bar)
+        return bar
 
     # -- findings ---------------------------------------------------------------------------------
     @staticmethod
@@ -372,7 +387,7 @@ class LineScanner:
                 return
         rest = f
         if "%|" in f:
-            bar = trainers.parse_bar(f)
+            bar = self._parse_bar(f)
             if bar is not None:
                 rest = f[bar.end :]  # text printed after the bar on the same frame (a loss dict)
                 if not bar.lightning:
@@ -477,7 +492,7 @@ class LineScanner:
             if total is not None and total == last.total:
                 total = last.total  # one int object for the run's total, not one per sample kept
         at = parse_iso(ts) if ts else find_time(text)  # _time, without the call
-        samples.append(ProgressSample(step, at, loss, n, fmt, skipped, total))
+        samples.append(new_sample(step, at, loss, n, fmt, skipped, total))
         if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
             self._pace(st.rank, step, at)
 

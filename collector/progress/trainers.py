@@ -266,11 +266,12 @@ def _tps(m: re.Match[str] | None) -> float | None:
 
 def parse_torchtitan(s: str) -> StepLine | None:
     m = _TITAN.search(s)
-    if m is None or "memory:" not in s[m.end() :] or s.endswith("validate ", 0, m.start()):
+    if m is None or s.find("memory:", m.end()) == -1 or s.endswith("validate ", 0, m.start()):
         return None
-    loss = _num(m.group(2))
-    return StepLine(bounded(m.group(1), COUNT_MAX, "step"), None if loss == -1.0 else loss,
-                    tps=_tps(_TITAN_TPS.search(s, m.end())))
+    step, loss_text = m.group(1, 2)
+    loss = _num(loss_text)
+    return StepLine(int(step) if len(step) < _SHORT else bounded(step, COUNT_MAX, "step"),
+                    None if loss == -1.0 else loss, tps=_tps(_TITAN_TPS.search(s, m.end())))
 
 
 # --- NeMo 2 (Lightning) ProgressPrinter ----------------------------------------------------------

@@ -7,9 +7,13 @@ findings, diagnostics and counters (`LogScan`, compared as repr: a NaN loss is n
 
 from __future__ import annotations
 
+from dataclasses import fields
+from datetime import UTC, datetime
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collector.progress.model import SAMPLE_FIELDS, ProgressSample, new_sample
 from collector.progress.scan import LineScanner, scan_lines
 from tests.progress.scan_1b82892 import scan as reference
 
@@ -152,3 +156,13 @@ def test_long_run_of_one_format_matches_1b82892() -> None:
     assert scan_lines(lines, source="s").samples  # the run has samples to compare
     for paces in (True, False):
         _same(lines, None, 1 << 20, paces)
+
+
+def test_new_sample_is_the_dataclass_sample() -> None:
+    """new_sample sets the slots SAMPLE_FIELDS names: every field the class has, in its order."""
+    assert tuple(f.name for f in fields(ProgressSample)) == SAMPLE_FIELDS
+    at = datetime(2026, 1, 10, tzinfo=UTC)
+    fast, slow = new_sample(3, at, 2.5, 7, "megatron", True, 100), ProgressSample(3, at, 2.5, 7, "megatron", True, 100)
+    assert (fast == slow, hash(fast) == hash(slow), repr(fast)) == (True, True, repr(slow))
+    bare = new_sample(None, None, None, 0, "hf-trainer", False, None)
+    assert bare == ProgressSample(None, None, None, 0, "hf-trainer")
