@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, summarize
+from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, new_sample, summarize
 from collector.progress.scan import MAX_FINDINGS, RANK_STEPS
 
 RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
@@ -125,7 +125,7 @@ def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTOR
 
 def _moved(s: ProgressSample, shift: int) -> ProgressSample:
     """`s` with its line `shift` lines earlier (`replace` costs three times as much, per sample per poll)."""
-    return ProgressSample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)
+    return new_sample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)
 
 
 def _bridged_into(old: Sequence[ProgressSample], new: Sequence[ProgressSample], cut: datetime) -> int:

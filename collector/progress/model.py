@@ -81,8 +81,8 @@ _set_step, _set_at, _set_loss, _set_line, _set_format, _set_skipped, _set_total,
 
 
 def new_sample(step: int | None, at: datetime | None, loss: float | None, line: int, format: str,
-               skipped: bool, total: int | None) -> ProgressSample:
-    """ProgressSample(step, at, loss, line, format, skipped, total), built faster (covers 1)."""
+               skipped: bool, total: int | None, covers: int = 1) -> ProgressSample:
+    """ProgressSample(step, at, loss, line, format, skipped, total, covers), built faster."""
     x = object.__new__(ProgressSample)
     _set_step(x, step)
     _set_at(x, at)
@@ -91,7 +91,7 @@ def new_sample(step: int | None, at: datetime | None, loss: float | None, line: 
     _set_format(x, format)
     _set_skipped(x, skipped)
     _set_total(x, total)
-    _set_covers(x, 1)
+    _set_covers(x, covers)
     return x
 
 

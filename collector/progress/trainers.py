@@ -69,9 +69,10 @@ def parse_megatron(s: str) -> MegatronLine | None:
     if m is None:
         return None
     at = m.start()
-    head = s[max(0, at - 64) : at]
-    if "alidation" in head or "valuat" in head or "esting" in head or "anity" in head:  # _NOT_TRAINING
-        return None
+    if at >= 5:  # the shortest label ("anity") fits before the match
+        head = s[max(0, at - 64) : at]
+        if "alidation" in head or "valuat" in head or "esting" in head or "anity" in head:  # _NOT_TRAINING
+            return None
     a, b = m.group(1, 2)
     step = int(a) if len(a) < _SHORT else bounded(a, COUNT_MAX, "iteration")
     total = int(b) if len(b) < _SHORT else bounded(b, COUNT_MAX, "total iterations")

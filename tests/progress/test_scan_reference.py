@@ -166,3 +166,4 @@ def test_new_sample_is_the_dataclass_sample() -> None:
     assert (fast == slow, hash(fast) == hash(slow), repr(fast)) == (True, True, repr(slow))
     bare = new_sample(None, None, None, 0, "hf-trainer", False, None)
     assert bare == ProgressSample(None, None, None, 0, "hf-trainer")
+    assert new_sample(4, at, None, -3, "nemo", False, 9, 12) == ProgressSample(4, at, None, -3, "nemo", False, 9, 12)
