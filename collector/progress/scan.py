@@ -130,17 +130,14 @@ class LineScanner:
             if self.first_at is None and n <= 1000:
                 self.first_at = self._time(s[: is_rfc3339_prefix(s)], s)
             # The precheck: most lines are noise and stop here. Every parser below needs one of
-            # these substrings (hangs.HANG_TRIGGERS are spelled out for speed).
+            # these substrings (hangs.HANG_TRIGGERS are spelled out for speed); those holding "step"
+            # or "loss" behind one test of it (noise seldom holds either).
             if (
                 custom
                 or "iteration" in s
                 or "%|" in s
-                or "step:" in s
-                or "step=" in s
-                or "'loss'" in s
-                or '"loss"' in s
-                or "eval_loss" in s
-                or "kipping step" in s
+                or ("step" in s and ("step:" in s or "step=" in s or "kipping step" in s or "checkpoint at step" in s))
+                or ("loss" in s and ("'loss'" in s or '"loss"' in s or "eval_loss" in s or "| loss " in s))
                 or "Xid" in s
                 or "ollective" in s
                 or "atchdog" in s
@@ -150,9 +147,7 @@ class LineScanner:
                 or "nccl" in s
                 or "Timed out waiting" in s
                 or "nqueued" in s
-                or "| loss " in s
                 or "loaded checkpoint" in s
-                or "checkpoint at step" in s
                 or "Continuing training" in s
                 or "restart worker group" in s
                 or "\x1b" in s

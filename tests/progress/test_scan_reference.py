@@ -153,6 +153,9 @@ def test_long_run_of_one_format_matches_1b82892() -> None:
                           f"number of skipped iterations: {int(i % 97 == 0)} |")
         lines.append(ts + f"[rank{i % 4}]:[titan] 2025 - root - INFO - step: {i}  loss:  6.1  memory: 1GiB  tps: 5,856")
         lines.append(ts + f" 22%|██▏       | {i}/100000 [00:17<01:02,  2.3it/s]" + ("{'loss': 1.5}" if i % 7 else ""))
+    # past MAX_PATTERN_TEXT (16,384 characters a frame): cut, with its diagnostic
+    lines += [" iteration 7000/9000 | lm loss: 1.0E+00 |" + "x" * 20_000,
+              "x" * 16_380 + " 22%|██▏       | 9/10 [00:17<01:02,  2.3it/s]", " 5%|█ | 1/10 [00:01" + " " * 17_000]
     assert scan_lines(lines, source="s").samples  # the run has samples to compare
     for paces in (True, False):
         _same(lines, None, 1 << 20, paces)
