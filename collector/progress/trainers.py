@@ -113,10 +113,18 @@ class DeepSpeedStep(NamedTuple):
     loss: float | None
 
 
+def _from(rx: re.Pattern[str], s: str, lead: str, pos: int = 0) -> re.Match[str] | None:
+    """rx.search(s, pos) for a pattern each match of which starts with `lead` (after a lookbehind or
+    `\b`, which still read the text before): the search starts where `lead` first occurs, not at
+    each character before it (three to four times less time on a trainer's line)."""
+    i = s.find(lead, pos)
+    return rx.search(s, i) if i != -1 else None
+
+
 def parse_deepspeed_step(s: str) -> DeepSpeedStep | None:
-    m = _DS_STEP.search(s)
+    m = _from(_DS_STEP, s, "step=")
     if m:
-        lo = _DS_LOSS.search(s)
+        lo = _from(_DS_LOSS, s, "loss=")
         return DeepSpeedStep(
             bounded(m.group(1), COUNT_MAX, "step"),
             bounded(m.group(2), COUNT_MAX, "skipped steps"),
@@ -266,13 +274,13 @@ def _tps(m: re.Match[str] | None) -> float | None:
 
 
 def parse_torchtitan(s: str) -> StepLine | None:
-    m = _TITAN.search(s)
+    m = _from(_TITAN, s, "step:")
     if m is None or s.find("memory:", m.end()) == -1 or s.endswith("validate ", 0, m.start()):
         return None
     step, loss_text = m.group(1, 2)
     loss = _num(loss_text)
     return StepLine(int(step) if len(step) < _SHORT else bounded(step, COUNT_MAX, "step"),
-                    None if loss == -1.0 else loss, tps=_tps(_TITAN_TPS.search(s, m.end())))
+                    None if loss == -1.0 else loss, tps=_tps(_from(_TITAN_TPS, s, "tps:", m.end())))
 
 
 # --- NeMo 2 (Lightning) ProgressPrinter ----------------------------------------------------------

@@ -13,9 +13,13 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collector.progress import trainers
 from collector.progress.model import SAMPLE_FIELDS, ProgressSample, new_sample
+from collector.progress.numbers import OutOfRange
 from collector.progress.scan import LineScanner, scan_lines
+from tests.progress.scan_1b82892 import numbers as reference_numbers
 from tests.progress.scan_1b82892 import scan as reference
+from tests.progress.scan_1b82892 import trainers as reference_trainers
 
 # Numbers as trainers print them, and as a tenant could: small (steps repeat, go back), the bounds'
 # edges, too long for int(), non-ASCII digits, signs.
@@ -170,3 +174,34 @@ def test_new_sample_is_the_dataclass_sample() -> None:
     bare = new_sample(None, None, None, 0, "hf-trainer", False, None)
     assert bare == ProgressSample(None, None, None, 0, "hf-trainer")
     assert new_sample(4, at, None, -3, "nemo", False, 9, 12) == ProgressSample(4, at, None, -3, "nemo", False, 9, 12)
+
+
+# Pieces of the parsers' keys and values, so that a drawn text holds several candidates, the first
+# of them not matching (a search that starts at a key's first occurrence must still find a later one).
+PIECES = st.sampled_from(["step:", "step=", "tps:", "loss=", "loss:", "lm loss:", " loss: ", "memory:", "validate ",
+                          ", skipped=", "| ", "|", " ", "  ", "5", "12", "1,000", "5,856", ".5", "9" * 20, "\u0663",
+                          "x", "_", "/", "-1.0000", "nan", "iteration ", "/ ", "%|", " 22", "Epoch 1: ", "[", "]",
+                          "number of skipped iterations: ", "number of nan iterations: ", "Validation ", "global_"])
+RECORD = st.one_of(
+    PIECES,
+    st.builds("step: {}  loss:  {}  memory: 1GiB  tps: {}".format, NUM, LOSS, st.sampled_from(["5,856", "12", "0"])),
+    st.builds("step={}, skipped={}, lr=[0.1], loss={}".format, NUM, NUM, LOSS),
+    st.builds(" iteration {}/ {} | lm loss: {} | number of skipped iterations: {} |".format, NUM, NUM, LOSS, NUM),
+    st.builds("{}%|██▏  | {}/{} [00:17<01:02, loss={}]".format, st.sampled_from(["22", "5"]), NUM, NUM, LOSS),
+    st.builds("step {} | epoch {} | loss {} | tps 1.5({}/gpu)".format, NUM, NUM, LOSS, NUM),
+)
+TEXT = st.lists(RECORD, max_size=12).map("".join)
+
+
+def _outcome(parse: object, text: str) -> object:
+    try:
+        return repr(parse(text))  # type: ignore[operator]
+    except (OutOfRange, reference_numbers.OutOfRange) as e:
+        return ("out of range", str(e))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(TEXT)
+def test_parsers_match_1b82892(text: str) -> None:
+    for name in ("parse_megatron", "parse_torchtitan", "parse_deepspeed_step", "parse_bar", "parse_automodel"):
+        assert _outcome(getattr(trainers, name), text) == _outcome(getattr(reference_trainers, name), text), name
