@@ -194,9 +194,12 @@ def _bar_desc(desc: str) -> tuple[bool, int | None] | None:
     p = _LAUNCHER_PREFIX.match(desc)
     if p and (p.group(1) is None or any(c.isdigit() or c == "-" for c in p.group(1))):
         desc = desc[p.end() :]
-    g = _LOGGER_PREFIX.match(desc)
-    if g:
-        desc = desc[g.end() :]
+    # _LOGGER_PREFIX holds one of these words or starts with one of these letters: its lazy scan only
+    # where it can match
+    if "INFO" in desc or "WARN" in desc or "DEBUG" in desc or "ERROR" in desc or desc[:1] in ("I", "W", "E", "F"):
+        g = _LOGGER_PREFIX.match(desc)
+        if g:
+            desc = desc[g.end() :]
     desc = desc.strip()
     if not desc:
         return False, None
@@ -204,6 +207,17 @@ def _bar_desc(desc: str) -> tuple[bool, int | None] | None:
     if e:
         return True, bounded(e.group(1), COUNT_MAX, "epoch")
     return None
+
+
+def _bar_loss(text: str) -> float | None:
+    """The loss in a bar's postfix. A match holds the first "loss" of the text or a later one, and starts
+    at that "loss" or, after a "_", up to 14 characters ("reduced_train_") before: the search starts
+    there, not at each character before it (its lookbehind still reads the text before)."""
+    i = text.find("loss")
+    if i == -1:
+        return None
+    lo = _BAR_LOSS.search(text, i if text[i - 1 : i] != "_" else max(0, i - 14))
+    return _num(lo.group(1)) if lo else None
 
 
 def _bar_total(text: str) -> int | None:
@@ -216,10 +230,9 @@ def parse_bar(frame: str) -> Bar | None:
         m = _LIGHTNING_NOPCT.match(frame)
         if m is None:
             return None
-        lo = _BAR_LOSS.search(m.group(4))
         at_epoch = bounded(m.group(1), COUNT_MAX, "epoch")
         at_n = bounded(m.group(2), COUNT_MAX, "bar position")
-        return Bar(True, at_epoch, at_n, _bar_total(m.group(3)), _num(lo.group(1)) if lo else None, m.end())
+        return Bar(True, at_epoch, at_n, _bar_total(m.group(3)), _bar_loss(m.group(4)), m.end())
     i = j
     while i > 0 and i > j - 3 and frame[i - 1].isdigit():  # tqdm's percentage: 1 to 3 digits
         i -= 1
@@ -236,8 +249,7 @@ def parse_bar(frame: str) -> Bar | None:
     n = bounded(t.group(1), COUNT_MAX, "bar position")
     total = _bar_total(t.group(2))
     if lightning:
-        lo = _BAR_LOSS.search(t.group(3))
-        return Bar(True, epoch, n, total, _num(lo.group(1)) if lo else None, t.end())
+        return Bar(True, epoch, n, total, _bar_loss(t.group(3)), t.end())
     if total is None:
         return None
     return Bar(False, None, n, total, None, t.end())
@@ -320,7 +332,7 @@ _AUTOMODEL = re.compile(r"\bstep (\d+) \| epoch (\d+) \| loss ([^\s|]+)")
 
 
 def parse_automodel(s: str) -> StepLine | None:
-    m = _AUTOMODEL.search(s)
+    m = _from(_AUTOMODEL, s, "step ")
     if m is None or s.rfind("[val", 0, m.start()) != -1:
         return None
     bounded(m.group(2), COUNT_MAX, "epoch")

@@ -181,13 +181,19 @@ def test_new_sample_is_the_dataclass_sample() -> None:
 PIECES = st.sampled_from(["step:", "step=", "tps:", "loss=", "loss:", "lm loss:", " loss: ", "memory:", "validate ",
                           ", skipped=", "| ", "|", " ", "  ", "5", "12", "1,000", "5,856", ".5", "9" * 20, "\u0663",
                           "x", "_", "/", "-1.0000", "nan", "iteration ", "/ ", "%|", " 22", "Epoch 1: ", "[", "]",
-                          "number of skipped iterations: ", "number of nan iterations: ", "Validation ", "global_"])
+                          "number of skipped iterations: ", "number of nan iterations: ", "Validation ", "global_",
+                          "reduced_", "train_", "_step", "_", "INFO ", "I0614 22:33:06.424 12 x.py:8] ", "W"])
 RECORD = st.one_of(
     PIECES,
     st.builds("step: {}  loss:  {}  memory: 1GiB  tps: {}".format, NUM, LOSS, st.sampled_from(["5,856", "12", "0"])),
     st.builds("step={}, skipped={}, lr=[0.1], loss={}".format, NUM, NUM, LOSS),
     st.builds(" iteration {}/ {} | lm loss: {} | number of skipped iterations: {} |".format, NUM, NUM, LOSS, NUM),
-    st.builds("{}%|██▏  | {}/{} [00:17<01:02, loss={}]".format, st.sampled_from(["22", "5"]), NUM, NUM, LOSS),
+    st.builds("{}{}%|██▏  | {}/{} [00:17<01:02, {}loss{}={}]".format,
+              st.sampled_from(["", "Epoch 2: ", "INFO:root: Epoch 1: ", "(RayTrainWorker pid=1) Epoch 0: "]),
+              st.sampled_from(["22", "5"]), NUM, NUM, st.sampled_from(["", "train_", "reduced_train_", "x", "_", "."]),
+              st.sampled_from(["", "_step"]), LOSS),
+    st.builds("Epoch {}: {}/{} [00:01<00:02, {}loss={}".format, NUM, NUM, NUM, st.sampled_from(["", "train_", "v"]),
+              LOSS),
     st.builds("step {} | epoch {} | loss {} | tps 1.5({}/gpu)".format, NUM, NUM, LOSS, NUM),
 )
 TEXT = st.lists(RECORD, max_size=12).map("".join)
