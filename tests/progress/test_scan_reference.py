@@ -211,3 +211,19 @@ def _outcome(parse: object, text: str) -> object:
 def test_parsers_match_1b82892(text: str) -> None:
     for name in ("parse_megatron", "parse_torchtitan", "parse_deepspeed_step", "parse_bar", "parse_automodel"):
         assert _outcome(getattr(trainers, name), text) == _outcome(getattr(reference_trainers, name), text), name
+
+
+_SAMPLE = st.builds(ProgressSample, st.sampled_from([None, 1, 2]),
+                    st.sampled_from([None, datetime(2026, 1, 1, tzinfo=UTC)]),
+                    st.sampled_from([None, 1.0, float("nan")]), st.integers(0, 2),
+                    st.sampled_from(["megatron", "nemo"]), st.booleans(), st.sampled_from([None, 5]), st.integers(1, 2))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SAMPLE, max_size=8), _SAMPLE, st.booleans())
+def test_history_holds_is_in(samples: list[ProgressSample], x: ProgressSample, put: bool) -> None:
+    """compact's membership test answers as `in` does (identity first, then the dataclass ==)."""
+    from collector.progress.history import _holds
+
+    seq = tuple([*samples, x] if put else samples)
+    assert _holds(seq, x) == (x in seq)
