@@ -95,7 +95,7 @@ class LineScanner:
         self.rank_steps: dict[int, deque[tuple[int, datetime]]] = {}
         self.tokens: TokenRate | None = None  # the newest tokens/s per GPU printed (LogScan.tokens)
         self.side: dict[int, Stream] = {}  # parsers for ranks other than 0 once rank 0 speaks
-        self.last_bar: tuple[str, trainers.Bar | None] | None = None  # _parse_bar's last frame and its bar
+        self.last_bar: tuple[str, trainers.Bar | None] | None = None  # _parse_bar's last frame (this line's)
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -211,6 +211,7 @@ class LineScanner:
             self.out_of_range += 1
             if self.out_of_range == 1:
                 self.diag(f"line {n}: {e}; such a line yields nothing")
+        self.last_bar = None  # a scanner kept between reads holds no frame of an old line
 
     def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
