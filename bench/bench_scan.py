@@ -6,14 +6,22 @@ NCCL INFO and warning noise, with a few XID/watchdog lines), then times:
   - scan:  collector.progress.scan_path (decode, prefix parsing, prechecks, parsers),
 and the scan's peak traced memory (tracemalloc; bounded by design, issue 8).
 Times are CPU seconds of this process (time.process_time): the machine is shared, and wall time
-measured what the neighbours did. Usage: .venv/bin/python bench/bench_scan.py [--mb 50] [--repeat 3]
+measured what the neighbours did. With --baseline REF, the scan of git commit REF (its collector/, from
+`git archive`) and today's are each timed in a child process of their own, alternating, --repeat times,
+on the same file: medians and the ratio (CPU per line, neighbours' load shared alike).
+Usage: .venv/bin/python bench/bench_scan.py [--mb 50] [--repeat 3] [--baseline 1b82892]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
+import statistics
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 import tracemalloc
@@ -22,6 +30,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from collector.progress import scan_path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _NOISE = (
     "[2024-07-17 19:44:06,829] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 812.3 | bwd: 1630.1",
@@ -90,11 +100,56 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return best
 
 
+def _export(ref: str, into: Path) -> Path:
+    """collector/ of git commit `ref`, written under `into` (no checkout touched)."""
+    out = into / f"baseline-{ref}"
+    out.mkdir(parents=True)
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "collector"],
+                         check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(out, filter="data")
+    return out
+
+
+def _child_scan(tree: Path, path: Path) -> float:
+    """CPU seconds of one scan_path of `path` by the collector in `tree`, in a fresh process."""
+    code = ("import sys, time; from collector.progress import scan_path; p = sys.argv[1]; "
+            "t = time.process_time(); scan_path(p); print(time.process_time() - t)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+    return float(out.stdout)
+
+
+def compare(ref: str, megabytes: int, repeat: int) -> None:
+    """Today's scan beside REF's, alternating child processes on the same file: medians."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _export(ref, Path(tmp))
+        for share in (0.3, 0.02):
+            path = Path(tmp) / "mixed.log"
+            generate(path, megabytes, share)
+            lines = plain(path)
+            runs: dict[str, list[float]] = {"now": [], ref: []}
+            for _ in range(repeat):
+                runs["now"].append(_child_scan(ROOT, path))
+                runs[ref].append(_child_scan(base, path))
+            now, then = statistics.median(runs["now"]), statistics.median(runs[ref])
+            print(f"\n{lines} lines, {share:.0%} Megatron iteration lines; median of {repeat}, alternating")
+            for name, t in ((ref, then), ("now", now)):
+                shown = ", ".join(f"{x:.3f}" for x in runs[name])
+                print(f"  {name:>8}: {t:.3f} s  {t / lines * 1e6:.2f} µs/line   (runs {shown})")
+            print(f"  now / {ref}: {now / then:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", metavar="REF", help="also time the scan of this git commit, alternating")
     args = ap.parse_args()
+    if args.baseline:
+        print(f"cpu count {os.cpu_count()}, one core used; CPU seconds of scan_path, load {os.getloadavg()[0]:.2f}")
+        compare(args.baseline, args.mb, args.repeat)
+        return
     print(f"cpu count {os.cpu_count()}, one core used; best of {args.repeat}, CPU seconds")
     # share = fraction of lines that are Megatron iteration lines (the rest is noise)
     for share in (0.3, 0.02):

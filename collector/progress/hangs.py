@@ -127,9 +127,7 @@ def may_be_hang(line: str) -> bool:
     return (
         "ollective" in line
         or "atchdog" in line
-        or "NCCL e" in line
-        or "NCCL c" in line
-        or "NCCL o" in line
+        or ("NCCL " in line and ("NCCL e" in line or "NCCL c" in line or "NCCL o" in line))
         or "nccl" in line
         or "Timed out waiting" in line
         or "nqueued" in line

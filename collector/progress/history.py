@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, summarize
+from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, new_sample, summarize
 from collector.progress.scan import MAX_FINDINGS, RANK_STEPS
 
 RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
@@ -125,7 +125,7 @@ def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTOR
 
 def _moved(s: ProgressSample, shift: int) -> ProgressSample:
     """`s` with its line `shift` lines earlier (`replace` costs three times as much, per sample per poll)."""
-    return ProgressSample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)
+    return new_sample(s.step, s.at, s.loss, s.line - shift, s.format, s.skipped, s.total, s.covers)
 
 
 def _bridged_into(old: Sequence[ProgressSample], new: Sequence[ProgressSample], cut: datetime) -> int:
@@ -156,10 +156,17 @@ def compact(scan: LogScan, *, bridge: timedelta = BRIDGE, recent: int = RECENT) 
     kept = _stretches(head, bridge, _seed(head, high))
     if len(kept) == len(head):
         return scan
-    if high is not None and high not in kept and high not in samples[-recent:]:
+    if high is not None and not _holds(kept, high) and not _holds(samples[-recent:], high):
         # the high-water sample may now stand for dropped ones: point the summary at what is kept
         high = next((k for k in kept if k.line == high.line and k.step == high.step and k.at == high.at), high)
     return replace(scan, samples=(*kept, *samples[-recent:]), summary=replace(summary, high_water=high))
+
+
+def _holds(samples: Sequence[ProgressSample], x: ProgressSample) -> bool:
+    """`x in samples`, the dataclass's == (a tuple of every field) only where the line is x's: == needs
+    it, and a poll asks this of its 64 recent samples."""
+    line = x.line
+    return any(s is x or (s.line == line and s == x) for s in samples)
 
 
 def _seed(head: Sequence[ProgressSample], high: ProgressSample | None) -> int | None:

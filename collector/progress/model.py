@@ -70,6 +70,31 @@ class ProgressSample:
     covers: int = 1
 
 
+# A frozen dataclass's generated __init__ sets each field through object.__setattr__ (~0.55 µs for a
+# sample) and the scanner makes one per progress line: new_sample sets the slots themselves (~0.3 µs),
+# the same object field for field (tests/progress/test_scan_reference.py; SAMPLE_FIELDS is checked
+# against the class there).
+SAMPLE_FIELDS = ("step", "at", "loss", "line", "format", "skipped", "total", "covers")
+_set_step, _set_at, _set_loss, _set_line, _set_format, _set_skipped, _set_total, _set_covers = (
+    getattr(ProgressSample, name).__set__ for name in SAMPLE_FIELDS
+)
+
+
+def new_sample(step: int | None, at: datetime | None, loss: float | None, line: int, format: str,
+               skipped: bool, total: int | None, covers: int = 1) -> ProgressSample:
+    """ProgressSample(step, at, loss, line, format, skipped, total, covers), built faster."""
+    x = object.__new__(ProgressSample)
+    _set_step(x, step)
+    _set_at(x, at)
+    _set_loss(x, loss)
+    _set_line(x, line)
+    _set_format(x, format)
+    _set_skipped(x, skipped)
+    _set_total(x, total)
+    _set_covers(x, covers)
+    return x
+
+
 @dataclass(frozen=True, slots=True)
 class HangFinding:
     kind: str

@@ -37,6 +37,7 @@ from collector.progress.model import (
     SampleSummary,
     TokenRate,
     XidFinding,
+    new_sample,
 )
 from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
 from collector.progress.streams import MAX_DIAGNOSTICS, Stream
@@ -94,6 +95,7 @@ class LineScanner:
         self.rank_steps: dict[int, deque[tuple[int, datetime]]] = {}
         self.tokens: TokenRate | None = None  # the newest tokens/s per GPU printed (LogScan.tokens)
         self.side: dict[int, Stream] = {}  # parsers for ranks other than 0 once rank 0 speaks
+        self.last_bar: tuple[str, trainers.Bar | None] | None = None  # _parse_bar's last frame (this line's)
 
     # -- diagnostics ------------------------------------------------------------------------------
     def diag(self, text: str) -> None:
@@ -128,16 +130,14 @@ class LineScanner:
             if self.first_at is None and n <= 1000:
                 self.first_at = self._time(s[: is_rfc3339_prefix(s)], s)
             # The precheck: most lines are noise and stop here. Every parser below needs one of
-            # these substrings (hangs.HANG_TRIGGERS are spelled out for speed).
+            # these substrings (hangs.HANG_TRIGGERS are spelled out for speed); those holding "step"
+            # or "loss" behind one test of it (noise seldom holds either).
             if (
                 custom
                 or "iteration" in s
                 or "%|" in s
-                or "step=" in s
-                or "'loss'" in s
-                or '"loss"' in s
-                or "eval_loss" in s
-                or "kipping step" in s
+                or ("step" in s and ("step:" in s or "step=" in s or "kipping step" in s or "checkpoint at step" in s))
+                or ("loss" in s and ("'loss'" in s or '"loss"' in s or "eval_loss" in s or "| loss " in s))
                 or "Xid" in s
                 or "ollective" in s
                 or "atchdog" in s
@@ -147,10 +147,7 @@ class LineScanner:
                 or "nccl" in s
                 or "Timed out waiting" in s
                 or "nqueued" in s
-                or "step:" in s
-                or "| loss " in s
                 or "loaded checkpoint" in s
-                or "checkpoint at step" in s
                 or "Continuing training" in s
                 or "restart worker group" in s
                 or "\x1b" in s
@@ -165,47 +162,56 @@ class LineScanner:
         before it on the same line are), and the scan goes on.
         """
         try:
-            self._feed(n, s)
+            ts = ""
+            cut = is_rfc3339_prefix(s)
+            if cut:
+                ts = s[:cut]
+                s = s[cut + 1 :]
+                # a trainer's logger that starts its lines with its own RFC 3339 time, after the kubelet's:
+                # the kubelet's stamp is the one kept (it is the runtime's, not the tenant's); s[10] is
+                # is_rfc3339_prefix's first test, here without the call most lines would fail
+                if s[10:11] == "T":
+                    again = is_rfc3339_prefix(s)
+                    if again:
+                        s = s[again + 1 :]
+            if "\x1b" in s:
+                s = _ANSI.sub("", s)
+            st: Stream | None
+            if s.startswith("[") or "rank=" in s:
+                st, s, rank = self._stream_for(s)
+            else:  # an untagged line (most): _stream_for's answer once the stream exists
+                rank = None
+                st = self.streams.get(None)
+                if st is None:
+                    st = self._stream_for(s)[0]
+            before = len(st.samples) if st is not None else 0
+            if "\r" in s:
+                for frame in s.split("\r"):
+                    if frame:
+                        self._frame_any(st, rank, n, ts, frame)
+            elif "%|" in s or len(s) > MAX_PATTERN_TEXT:
+                self._frame_any(st, rank, n, ts, s)
+            else:  # no bar to split, nothing to cut: _frame_any's answer without the call
+                self._frame_one(st, n, ts, s, rank)
+            if (
+                st is not None
+                and not self.rank0_locked
+                and before == 0
+                and st.samples
+                and self.streams.get(0) is st
+            ):
+                # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
+                self.rank0_locked = True
+                for key in [k for k in self.streams if k is not None and k != 0]:
+                    old = self.streams.pop(key)
+                    if self.paces:
+                        self.side[key] = old  # its parser state goes on (its samples are not kept)
+                        old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
         except OutOfRange as e:
             self.out_of_range += 1
             if self.out_of_range == 1:
                 self.diag(f"line {n}: {e}; such a line yields nothing")
-
-    def _feed(self, n: int, s: str) -> None:
-        ts = ""
-        cut = is_rfc3339_prefix(s)
-        if cut:
-            ts = s[:cut]
-            s = s[cut + 1 :]
-            # a trainer's logger that starts its lines with its own RFC 3339 time, after the kubelet's:
-            # the kubelet's stamp is the one kept (it is the runtime's, not the tenant's)
-            again = is_rfc3339_prefix(s)
-            if again:
-                s = s[again + 1 :]
-        if "\x1b" in s:
-            s = _ANSI.sub("", s)
-        st, s, rank = self._stream_for(s)
-        before = len(st.samples) if st is not None else 0
-        if "\r" in s:
-            for frame in s.split("\r"):
-                if frame:
-                    self._frame_any(st, rank, n, ts, frame)
-        else:
-            self._frame_any(st, rank, n, ts, s)
-        if (
-            st is not None
-            and not self.rank0_locked
-            and before == 0
-            and st.samples
-            and self.streams.get(0) is st
-        ):
-            # rank 0 speaks: other ranks' streams can never be chosen, stop keeping them
-            self.rank0_locked = True
-            for key in [k for k in self.streams if k is not None and k != 0]:
-                old = self.streams.pop(key)
-                if self.paces:
-                    self.side[key] = old  # its parser state goes on (its samples are not kept)
-                    old.samples = deque(list(old.samples)[-SIDE_SAMPLES:], maxlen=SIDE_SAMPLES)
+        self.last_bar = None  # a scanner kept between reads holds no frame of an old line
 
     def _frame_any(self, st: Stream | None, rank: int | None, n: int, ts: str, f: str) -> None:
         if len(f) > MAX_PATTERN_TEXT:
@@ -216,10 +222,13 @@ class LineScanner:
         # A bar followed by other text on one frame (a print or a C++ error without a newline): the
         # text after the bar is read as its own frame, with its own timestamp.
         while "%|" in f:
-            bar = trainers.parse_bar(f)
+            bar = self._parse_bar(f)
             if bar is None or not 0 < bar.end < len(f) or not f[bar.end :].strip():
                 break
-            self._frame_one(st, n, ts, f[: bar.end], rank)
+            head = f[: bar.end]
+            # the same bar parsed from its own text (what follows a bar never changes how it parses)
+            self.last_bar = (head, bar)
+            self._frame_one(st, n, ts, head, rank)
             f = f[bar.end :]
         self._frame_one(st, n, ts, f, rank)
 
@@ -233,25 +242,25 @@ class LineScanner:
             h = hangs.match_hang(f, rank)
             if h is not None:
                 self._hang(n, ts, f, h)
-        if ("loaded checkpoint" in f or "checkpoint at step" in f or "Continuing training" in f
-                or "restart worker group" in f) and rank in (None, 0):
+        if (("checkpoint" in f and ("loaded checkpoint" in f or "checkpoint at step" in f))
+                or "Continuing training" in f or "restart worker group" in f) and rank in (None, 0):
             # the other ranks echo rank 0's resume; their lines add nothing
             r = trainers.parse_resume(f)
             if r is not None:
                 self._resume(n, ts, f, r)
-        if st is not None and (
-            self.custom is not None
-            or "%|" in f
-            or "iteration" in f
-            or "step=" in f
-            or "'loss'" in f
-            or '"loss"' in f
-            or "eval_loss" in f
-            or "kipping step" in f
-            or "step:" in f
-            or "| loss " in f
-        ):
+        if st is not None:
+            # _frame reads nothing from a frame without its substrings (feed_all's progress ones)
             self._frame(st, n, ts, f)
+
+    def _parse_bar(self, f: str) -> trainers.Bar | None:
+        """trainers.parse_bar(f), once a frame: _frame_any parses the bar to split the frame, _frame reads
+        it. Keyed by the frame object, which the key holds alive: no other text can share its id."""
+        last = self.last_bar
+        if last is not None and last[0] is f:
+            return last[1]
+        bar = trainers.parse_bar(f)
+        self.last_bar = (f, bar)
+        return bar
 
     # -- findings ---------------------------------------------------------------------------------
     @staticmethod
@@ -374,7 +383,7 @@ class LineScanner:
                 return
         rest = f
         if "%|" in f:
-            bar = trainers.parse_bar(f)
+            bar = self._parse_bar(f)
             if bar is not None:
                 rest = f[bar.end :]  # text printed after the bar on the same frame (a loss dict)
                 if not bar.lightning:
@@ -478,8 +487,8 @@ class LineScanner:
             st.commit(last)
             if total is not None and total == last.total:
                 total = last.total  # one int object for the run's total, not one per sample kept
-        at = self._time(ts, text)
-        samples.append(ProgressSample(step, at, loss, n, fmt, skipped, total))
+        at = parse_iso(ts) if ts else find_time(text)  # _time, without the call
+        samples.append(new_sample(step, at, loss, n, fmt, skipped, total))
         if st.rank is not None and step is not None and at is not None and not skipped and self.paces:
             self._pace(st.rank, step, at)
 

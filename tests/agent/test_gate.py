@@ -36,12 +36,13 @@ stamped = st.tuples(st.booleans(), line).map(lambda t: (TS if t[0] else b"") + t
 
 
 def _precheck_literals() -> set[str]:
-    """The substrings `feed_all` tests each line for before parsing it (read from its source)."""
+    """The substrings `feed_all` tests each line for before parsing it (read from its source), those
+    tested behind another one (`"step" in s and ("step:" in s or ...)`) included."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(LineScanner.feed_all)))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or):
-            for v in node.test.values:
+            for v in ast.walk(node.test):
                 if (isinstance(v, ast.Compare) and isinstance(v.ops[0], ast.In)
                         and isinstance(v.left, ast.Constant) and isinstance(v.left.value, str)):
                     found.add(v.left.value)
