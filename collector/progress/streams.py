@@ -94,8 +94,21 @@ class Stream:
                 self.first_bad = x
 
     def summary(self) -> SampleSummary:
-        if self.samples:
-            self.commit(self.samples[-1])
+        """The aggregates with the last sample counted, not committed: it is committed when the next
+        sample arrives (a redrawn frame may still change it), so a scanner read again and again
+        (the node agent's snapshots) counts each sample once."""
+        if not self.samples:
+            return self._summary()
+        kept = (self.seen, self.n_skipped, self.first, self.last_real, self.high, self.last_loss, self.first_bad,
+                self.total)
+        self.commit(self.samples[-1])
+        try:
+            return self._summary()
+        finally:
+            (self.seen, self.n_skipped, self.first, self.last_real, self.high, self.last_loss, self.first_bad,
+             self.total) = kept
+
+    def _summary(self) -> SampleSummary:
         return SampleSummary(
             seen=self.seen,
             skipped=self.n_skipped,
