@@ -136,6 +136,17 @@ def heap_stats() -> dict[str, float]:
             "malloc_used": m.uordblks / 2**20, "malloc_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
 
 
+def _not_synced(c: Any) -> str:
+    """Why a controller is not ready: the resources not listed yet, and its relists and errors so far."""
+    from prometheus_client import generate_latest
+
+    pending = sorted(r.resource.name for r in c.watch.reflectors if not r.synced_once.is_set())
+    counts = [line for line in generate_latest(c.registry).decode().splitlines()
+              if line.startswith(("taugrid_collector_relists_total", "taugrid_collector_errors_total",
+                                  "taugrid_collector_watch_restarts_total")) and not line.endswith(" 0.0")]
+    return f"not listed {pending}; " + "; ".join(counts)
+
+
 def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -241,8 +252,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     rss0 = rss_bytes()
     t0 = time.monotonic()
     c.open()
-    if not c.ready.wait(1800):
-        raise TimeoutError("controller never synced")
+    if not c.ready.wait(float(os.environ.get("BENCH_SYNC_TIMEOUT_S", "1800"))):
+        raise TimeoutError(f"controller never synced: {_not_synced(c)}")
     sync_s = time.monotonic() - t0
     sync_cpu = cpu_s()  # the process's CPU from start to ready: the rest of sync_s is waiting on the lists
     peak_sync = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -472,7 +472,7 @@ class Listing:
     def __iter__(self) -> Iterator[JSON]:
         resource, token = self.resource, ""
         while True:
-            query: list[tuple[str, Any]] = [("limit", self.limit)]
+            query: list[tuple[str, Any]] = [("limit", self.limit)] if self.limit else []
             if token:
                 query.append(("continue", token))
             data = self.api.get_text(resource.path, query)

@@ -49,6 +49,7 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # A streaming list's longest silence before its end bookmark: a server writes its initial events
 # without pause, so one that says nothing this long is not sending that bookmark.
 STREAM_LIST_IDLE_S = 60.0
+LIST_PAGE = 500  # objects a list page asks for (0: the whole list in one answer)
 
 
 class WatchListUnsupported(SourceError):
@@ -91,13 +92,17 @@ class Reflector:
         self.backoff = backoff or Backoff()
         self.decoder = decoder
         self.stream_lists = STREAM_LISTS if stream_lists is None else stream_lists
-        self.list_mode = ""  # how the last (re)list was read: "stream" or "pages"
+        self.list_mode = ""  # how the last (re)list was read: "stream", "pages" or "whole"
         self.resource_version = ""
         self.synced_once = threading.Event()
         self.last_ok = 0.0  # time.monotonic() of the last list or watch event that arrived intact
         self._marked = 0.0
         self._relist_after_outage = False  # counted as a relist once it succeeds
         self._resumed = False  # the next watch resumes from an older stream, not from a fresh list
+        # A paged list outran the versions the server keeps (410 on a continue page, as a loaded
+        # reader meets under steady writes): the next list is one unpaginated answer, one snapshot
+        # (client-go's pager does the same: FullListIfExpired). Paged again after that one.
+        self._list_whole = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -167,9 +172,17 @@ class Reflector:
                 self.stream_lists = False
                 log.info("streaming list not served: listing page by page",
                          extra={"resource": self.resource.name, "error": str(e)})
-        listing = self.api.iter_list(self.resource, decoder=self.decoder)
-        self.sink.replace(self.resource, listing)
-        self._listed(listing.resource_version, "pages")
+        whole, self._list_whole = self._list_whole, False
+        listing = self.api.iter_list(self.resource, decoder=self.decoder, limit=0 if whole else LIST_PAGE)
+        try:
+            self.sink.replace(self.resource, listing)
+        except Expired as e:
+            if listing.pages and not whole:  # a continue page: paging again would likely expire again
+                self._list_whole = True
+                log.warning("paged list outran the API server's retained versions: listing whole next",
+                            extra={"resource": self.resource.name, "pages": listing.pages, "error": str(e)})
+            raise
+        self._listed(listing.resource_version, "whole" if whole else "pages")
 
     def _stream_list(self) -> None:
         """A (re)list as a streaming list; the watch then resumes from its end bookmark's version."""

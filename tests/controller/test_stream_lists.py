@@ -118,7 +118,7 @@ class ScriptedApi:
     def watch_lines(self, resource: Resource, raw: Any) -> Iterator[list[bytes]]:
         yield self.lines
 
-    def iter_list(self, resource: Resource, *, decoder: Any = None) -> Any:
+    def iter_list(self, resource: Resource, *, limit: int = 500, decoder: Any = None) -> Any:
         api = self
 
         class Listing:
