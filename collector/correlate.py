@@ -89,6 +89,9 @@ class Signal:
     durable: bool = False  # checkpoints: progress that survives a restart
     # a deleted pod's last read, kept for its run: the high-water mark its replacement must pass
     retired: bool = False
+    # what of this source is not in view and may hold newer progress (a dump holding a restarted
+    # container's `kubectl logs --previous` but not its current log): no stall can rest on it
+    unseen: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,10 @@ class RunEvidence:
     # Its pods' nodes whose clock has not been measured yet (no fresh heartbeat seen since the live
     # controller started): a log line they stamp past its read time shows theirs runs ahead.
     node_clock_unsure: set[str] = field(default_factory=set)
+    # Its pods' nodes whose clock may run behind by an amount nothing measures, at most by how much
+    # (None: nothing bounds it): a dump's (`Dump.node_behind`). A clock behind makes steps look older:
+    # a stall holds only if it holds that much later.
+    node_behind: dict[str, timedelta | None] = field(default_factory=dict)
     # Pods of the run deleted since (a JobSet restart, a recreated Ray worker): gone from `pods`, their
     # last record and logs kept as the marks their replacements must pass (`signals`, retired).
     retired_pods: list[ObjectRecord] = field(default_factory=list)
@@ -234,6 +241,7 @@ class RunIndex:
         self.node_skew: dict[str, timedelta] = {}  # node → how far its clock runs ahead (set by the sources)
         # nodes whose clock is not measured (live: not yet; a dump: ahead by more than a heartbeat shows)
         self.node_clock_unsure: set[str] = set()
+        self.node_behind: dict[str, timedelta | None] = {}  # a dump's nodes that may run behind, by how much
         # run root → its deleted pods with signals: (last record, signals), oldest first (bounded)
         self._retired: dict[Key, dict[Key, tuple[ObjectRecord, tuple[Signal, ...]]]] = {}
         # Counts writes that may move a link or a root (all but a pod update that keeps its links):
@@ -534,6 +542,8 @@ class RunIndex:
                     ev.node_skew[pf.node_name] = skew
                 if pf.node_name in self.node_clock_unsure:
                     ev.node_clock_unsure.add(pf.node_name)
+                if pf.node_name in self.node_behind:
+                    ev.node_behind[pf.node_name] = self.node_behind[pf.node_name]
             if isinstance(pf, PodFacts):
                 for name in pf.claims:
                     claim = self._objects.get(("ResourceClaim", ns, name)) if name else None

@@ -177,6 +177,23 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
                           f"({window}), but {unread.ref.name}/{unread.source} was last read at "
                           f"{_hm(unread.read_at)}, before then: not read since (a stall is judged on a read after "
                           "the window)", evidence, status_ev)
+        unseen = next((sig for sig in fresh_signals if sig.unseen and not sig.retired and sig.scan.samples), None)
+        if unseen is not None:
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"{what} at {_hm(last.at)}; {unseen.unseen}: what {unseen.ref.name}/{unseen.source} did"
+                          " since is not in view (add kubectl logs --timestamps of it)", evidence, status_ev)
+        undated = _undated_after(fresh_signals)
+        if undated is not None:
+            sig, n = undated
+            return _claim(a.progressing, Observed.UNKNOWN, None,
+                          f"{what} at {_hm(last.at)} is the last stamped progress, but {sig.ref.name}/{sig.source}"
+                          f" holds {n} progress line(s) after its last stamped one that carry no timestamps (a log"
+                          " without kubectl logs --timestamps, as a restarted container's current one): they may"
+                          " be newer; whether it stalled cannot be told", evidence, status_ev)
+        behind = _behind(ev, view, clock)
+        if behind is not None:
+            return _claim(a.progressing, Observed.UNKNOWN, None, f"{what} at {_hm(last.at)}; {behind}",
+                          evidence, status_ev)
     reason = f"STALLED {human_age(age)}: last {what} at {_hm(last.at)} ({window}){skipped}{durability}"
     if after:
         reason += f"; {_hang_text(after)}"
@@ -229,6 +246,45 @@ def _after_restart(view: ProgressView, clock: Clock, s: ClaimSettings, a: Assert
                       f"REPLAYING since {_hm(replay.since)}: step {_step(r.step)} at {_hm(r.at)} in {r.source} is "
                       f"below the high-water mark {_step(replay.mark)} it reached {why}; replayed steps are not "
                       "progress", evidence, status_ev, "replaying")
+    return None
+
+
+def _undated_after(signals: list[Signal]) -> tuple[Signal, int] | None:
+    """A signal with progress lines after its last stamped one that carry no stamp (its current log
+    unstamped after a stamped previous one): progress at a time nobody can place, so no stall; with
+    how many. None: every signal's last progress line is stamped."""
+    for sig in signals:
+        if sig.retired or sig.durable:
+            continue
+        dated = max((x.line for x in sig.scan.samples if x.at is not None), default=None)
+        if dated is None:
+            continue  # (wholly unstamped: no stamped last step of its own to call stalled)
+        n = sum(1 for x in sig.scan.samples if x.at is None and not x.skipped and x.line > dated)
+        if n:
+            return sig, n
+    return None
+
+
+def _behind(ev: RunEvidence, view: ProgressView, clock: Clock) -> str | None:
+    """Why a stall cannot be told where a stream's last step came from a node whose clock may run
+    behind (`RunEvidence.node_behind`): that step may be as much younger than it looks, and a stall
+    holds only if it holds under every offset the evidence allows. None: every stream's window has
+    closed at the latest instant its step can have been made."""
+    if not ev.node_behind:
+        return None
+    nodes = {p.ref.name: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
+    for v in view.streams:
+        node = nodes.get(v.last.source.split("/", 1)[0], "")
+        if node not in ev.node_behind:
+            continue
+        by = ev.node_behind[node]
+        if by is None or clock.recent(v.last.at + by, v.window):
+            bound = ("no stamp of its own bounds how far it runs behind" if by is None else
+                     f"its newest own stamp (node Lease, heartbeat, container start or exit) is {human_age(by)} "
+                     "older than the capture: it may run that far behind")
+            return (f"{v.last.source} runs on node {node}, whose clock no kubelet Event measures; {bound}, so "
+                    f"that step may be younger than it looks and its {human_age(v.window)} window may not have "
+                    "closed")
     return None
 
 

@@ -99,6 +99,7 @@ class Dump:
     files: int = 0
     written: datetime | None = None  # newest file modification time: when kubectl wrote the dump
     log_paths: list[str] = field(default_factory=list)  # the file of each entry of `logs`
+    unseen: dict[int, str] = field(default_factory=dict)  # entry of `logs` → what of it is not in view
     # For the supported-environment check: `kubectl version -o json` (or /version) and the raw
     # CustomResourceDefinitions and Deployments the dump holds.
     version: dict[str, Any] | None = None
@@ -186,6 +187,44 @@ class Dump:
         earlier; one ahead by an unmeasured amount (`unplaced_nodes`) has them placed nowhere."""
         index.node_skew.update(self.node_skew())
         index.node_clock_unsure.update(self.unplaced_nodes())
+        if self._clock is not None and self._clock.at is not None:  # (judged: a dump's, not a live read's)
+            index.node_behind.update(self.node_behind(self._clock.at))
+
+    def node_behind(self, at: datetime) -> dict[str, timedelta | None]:
+        """Nodes whose clocks may run behind by more than NODE_SKEW_TOLERANCE, judged at capture instant
+        `at`, at most by how much (None: nothing bounds it). A clock behind makes steps look older, and
+        only a kubelet Event measures it (`_event_offsets`; off beyond the tolerance: unplaced). Where
+        none does, every stamp the node's kubelet wrote (its Lease renewal, heartbeat, its containers'
+        start and exit times) was taken before the capture: a step it stamped is at least as old as that newest stamp
+        shows on the same clock, whatever the offset, and looks older than that by `at` minus it at most
+        (a Lease lagging the others' is a clock behind or a kubelet gone quiet: either way, this bound)."""
+        measured, skew = self._event_offsets(), self.node_skew()
+        own: dict[str, datetime] = {}
+
+        def seen(n: str, *times: datetime | None) -> None:
+            for t in times:
+                if n and t is not None and (n not in own or t > own[n]):
+                    own[n] = t
+
+        for holder, renew, _ in self.leases:
+            seen(holder, renew)
+        named: set[str] = set()
+        for r in self.records:
+            f = r.facts
+            if isinstance(f, NodeFacts):
+                seen(r.ref.name, f.heartbeat)
+            elif isinstance(f, PodFacts) and f.node_name:
+                # its containers' start and exit times (the container runtime's, on its clock); not the pod's
+                # startTime or conditions, which the API server's clock may stamp (a later stamp would
+                # shrink the bound: a stall called early)
+                named.add(f.node_name)
+                seen(f.node_name, *(t for c in f.containers for t in (c.state_since, c.last_finished)))
+        out: dict[str, timedelta | None] = dict.fromkeys(named - set(own) - set(measured))
+        for n in set(own) - set(measured):
+            lag = at - (own[n] - skew.get(n, timedelta(0)))
+            if lag > NODE_SKEW_TOLERANCE:
+                out[n] = lag
+        return out
 
     def snapshot_kinds(self) -> set[str]:
         """The kinds this snapshot holds: those read as a typed List (an empty NodeList says "no
@@ -321,7 +360,8 @@ class Dump:
         return CaptureClock(at, max(upper, at) - at, f"newest stamp: {stamps[0][1]}; at most {upper_basis}")
 
     def signals(self, read_at: datetime) -> list[Signal]:
-        return [Signal(ref=ref, source=c, scan=scan, read_at=read_at) for ref, c, scan in self.logs]
+        return [Signal(ref=ref, source=c, scan=scan, read_at=read_at, unseen=self.unseen.get(i, ""))
+                for i, (ref, c, scan) in enumerate(self.logs)]
 
 
 def _newest_line(scan: LogScan) -> datetime | None:
@@ -667,11 +707,18 @@ def _read_logs(dump: Dump, logs: list[tuple[Path, str]], regex_of: Mapping[tuple
             used.add((ns, pod, container))
             chunk = prev + (b"" if prev.endswith(b"\n") else b"\n") + chunk
         scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
-    # A previous log whose container has no current log (it is waiting to restart): on its own.
+    # A previous log whose container has no current log (it is waiting to restart): on its own. One
+    # running again has a current log the dump does not hold: what it printed since is not in view.
+    running = {(r.ref.namespace, r.ref.name, c.name) for r in dump.records if isinstance(r.facts, PodFacts)
+               for c in r.facts.containers if c.state == "running" and c.restart_count > 0}
     for (ns, pod, container), chunk in sorted(previous_of.items()):
         if (ns, pod, container) not in used:
-            scan_log(dump, f"{ns}/{pod}/{container}{PREVIOUS}", Ref("Pod", ns, pod), container, chunk,
-                      regex_of.get((ns, pod)))
+            rel = f"{ns}/{pod}/{container}{PREVIOUS}"
+            scan_log(dump, rel, Ref("Pod", ns, pod), container, chunk, regex_of.get((ns, pod)))
+            if (ns, pod, container) in running:
+                dump.unseen[len(dump.logs) - 1] = (f"container {container} of pod {pod} restarted and runs again, but"
+                                                   f" the dump holds only its log before the restart ({rel}), not "
+                                                   "its current log")
 
 
 def _split_containers(data: bytes, default: str) -> Iterator[tuple[str, bytes]]:
