@@ -255,6 +255,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if not c.ready.wait(float(os.environ.get("BENCH_SYNC_TIMEOUT_S", "1800"))):
         raise TimeoutError(f"controller never synced: {_not_synced(c)}")
     sync_s = time.monotonic() - t0
+    # how each resource's first list was read ("pages", "whole" after a continue page expired, "stream")
+    reflectors = getattr(getattr(c, "watch", None), "reflectors", ())  # (a `before` tree may not have them)
+    list_modes = {r.resource.name: getattr(r, "list_mode", "") for r in reflectors}
     sync_cpu = cpu_s()  # the process's CPU from start to ready: the rest of sync_s is waiting on the lists
     peak_sync = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     time.sleep(2)  # let the first ticks pass
@@ -396,7 +399,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
-               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap})
+               "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
+               "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}})
 
 
 def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
