@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.sources.dump import NODE_SKEW_TOLERANCE, load_dump
+from collector.sources.dump import load_dump
+from collector.sources.dumpclock import NODE_SKEW_TOLERANCE
 from tests.dumpkit import node, node_lease, pod, ts, write_dump
 from tests.security.test_dump_clock import claim_of, run_explain
 from tests.test_explain_fixtures import NOW, megatron_log, taurun
