@@ -100,9 +100,10 @@ class Reflector:
         self._relist_after_outage = False  # counted as a relist once it succeeds
         self._resumed = False  # the next watch resumes from an older stream, not from a fresh list
         # A paged list outran the versions the server keeps (410 on a continue page, as a loaded
-        # reader meets under steady writes): the next list is one unpaginated answer, one snapshot
-        # (client-go's pager does the same: FullListIfExpired). Paged again after that one.
+        # reader meets under steady writes): paging again would expire again, so the next list is
+        # one snapshot (`relist`; client-go's pager lists whole: FullListIfExpired). Paged after it.
         self._list_whole = False
+        self._stream_refused = False  # the server answered a streaming list with 400/422
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -164,22 +165,26 @@ class Reflector:
                           f"({self.resource_version}): restored or replaced")
 
     def relist(self) -> None:
-        if self.stream_lists:
+        # After a paged list expired (`_list_whole`): a streaming list where the server serves them (one
+        # snapshot, objects one at a time: no continue to expire, no whole list in memory), else one
+        # unpaginated answer (a peak the size of the whole list: 2.2 GB at 48,700 pods).
+        whole, self._list_whole = self._list_whole, False
+        if self.stream_lists or (whole and not self._stream_refused):
             try:
                 self._stream_list()
                 return
             except WatchListUnsupported as e:
-                self.stream_lists = False
-                log.info("streaming list not served: listing page by page",
+                self.stream_lists, self._stream_refused = False, True
+                log.info("streaming list not served: listing " + ("whole" if whole else "page by page"),
                          extra={"resource": self.resource.name, "error": str(e)})
-        whole, self._list_whole = self._list_whole, False
         listing = self.api.iter_list(self.resource, decoder=self.decoder, limit=0 if whole else LIST_PAGE)
         try:
             self.sink.replace(self.resource, listing)
         except Expired as e:
             if listing.pages and not whole:  # a continue page: paging again would likely expire again
                 self._list_whole = True
-                log.warning("paged list outran the API server's retained versions: listing whole next",
+                log.warning("paged list outran the API server's retained versions: the next list is "
+                            + ("whole" if self._stream_refused else "a streaming list"),
                             extra={"resource": self.resource.name, "pages": listing.pages, "error": str(e)})
             raise
         self._listed(listing.resource_version, "whole" if whole else "pages")

@@ -1,9 +1,10 @@
 """A paged list that outruns the versions the API server keeps: a loaded controller listing a big
 fleet while the cluster writes steadily gets 410 Gone on a continue page, and listing page by page
 again would expire again, forever (the controller never ready: seen at 48,700 pods under a live
-scenario on a loaded machine). The next list is then one unpaginated answer, as client-go's pager
-does (FullListIfExpired), and the lists after it are paged again. Against the simulator, whose
-continue tokens expire past its watch window as kube-apiserver's do past compaction."""
+scenario on a loaded machine). The next list is then one snapshot: a streaming list where the server
+serves them (1.32 on), else one unpaginated answer as client-go's pager does (FullListIfExpired);
+the lists after it are paged again. Against the simulator, whose continue tokens expire past its
+watch window as kube-apiserver's do past compaction."""
 
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ class WritingSink:
 
     def replace(self, resource: Resource, objs: Any) -> None:
         names = []
-        paged = objs.limit > 0  # writes between two page requests (a whole list is one answer)
+        # Between two page requests, more writes than the window; along a streaming list (a generator,
+        # objects as they arrive), a steady trickle; a whole list is one answer already read.
+        limit = getattr(objs, "limit", None)
+        every, writes = (limit, WINDOW + 5) if limit is not None else (5, 1)
         for i, obj in enumerate(objs):
             names.append(obj["metadata"]["name"])
-            if self.busy and paged and i % objs.limit == objs.limit - 1:  # a page consumed: others write
-                for _ in range(WINDOW + 5):
+            if self.busy and every and i % every == every - 1:
+                for _ in range(writes):
                     self.n += 1
                     self.sim.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"w{self.n}"}})
         with self.lock:
@@ -70,10 +74,11 @@ def _lists(sim: Simulator) -> list[dict[str, str]]:
     return [q for verb, plural, q in sim.request_log if verb == "list" and plural == "pods"]
 
 
-def test_after_an_expired_continue_page_the_next_list_is_whole_then_paged_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("version", "mode"), [("v1.32.1", "stream"), ("v1.31.2", "whole")])
+def test_after_an_expired_continue_page_the_next_list_is_one_snapshot_then_paged_again(
+        monkeypatch: pytest.MonkeyPatch, version: str, mode: str) -> None:
     monkeypatch.setattr(watch, "LIST_PAGE", 5)
-    with Simulator(settings=replace(FAST, watch_window=WINDOW)) as s:
+    with Simulator(settings=replace(FAST, watch_window=WINDOW, git_version=version)) as s:
         s.start()
         names = _pods(s)
         sink = WritingSink(s)
@@ -83,19 +88,25 @@ def test_after_an_expired_continue_page_the_next_list_is_whole_then_paged_again(
             r.relist()
         assert not sink.listed and not r.synced_once.is_set()
         assert [q.get("limit") for q in _lists(s)] == ["5", "5"] and "continue" in _lists(s)[1]
-        r.relist()  # the cluster still writes between pages: one answer, nothing to expire
-        assert r.list_mode == "whole" and sorted(sink.listed[-1]) == names
-        assert "limit" not in _lists(s)[-1] and "continue" not in _lists(s)[-1]
-        assert r.resource_version == str(s.store.resource_version)
+        lists, rv = len(_lists(s)), s.store.resource_version
+        r.relist()  # the cluster still writes between pages: one snapshot, nothing to expire
+        assert r.list_mode == mode and sorted(sink.listed[-1]) == names
+        if mode == "whole":
+            assert len(_lists(s)) == lists + 1 and "limit" not in _lists(s)[-1] and "continue" not in _lists(s)[-1]
+        else:  # no list request at all: a watch with sendInitialEvents
+            assert len(_lists(s)) == lists
+        assert r.resource_version == str(rv)  # the snapshot's: the watch resumes from there
         sink.busy = False
         r.relist()
         assert r.list_mode == "pages" and sorted(sink.listed[-1]) == names
         assert _lists(s)[-1].get("limit") == "5"
 
 
-def test_the_reflector_syncs_while_every_paged_list_would_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("version", "mode"), [("v1.32.1", "stream"), ("v1.31.2", "whole")])
+def test_the_reflector_syncs_while_every_paged_list_would_expire(monkeypatch: pytest.MonkeyPatch, version: str,
+                                                                 mode: str) -> None:
     monkeypatch.setattr(watch, "LIST_PAGE", 5)
-    with Simulator(settings=replace(FAST, watch_window=WINDOW)) as s:
+    with Simulator(settings=replace(FAST, watch_window=WINDOW, git_version=version)) as s:
         s.start()
         names = _pods(s)
         sink = WritingSink(s)
@@ -106,5 +117,5 @@ def test_the_reflector_syncs_while_every_paged_list_would_expire(monkeypatch: py
             wait_until(r.synced_once.is_set, 20, "the reflector's first list")
         finally:
             r.stop()
-        assert sorted(sink.listed[0]) == names and r.list_mode == "whole"
+        assert sorted(sink.listed[0]) == names and r.list_mode == mode
         assert len(sink.errors) == 1 and isinstance(sink.errors[0], Expired)
