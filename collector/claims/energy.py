@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from collector.correlate import RunEvidence
-from collector.gpu import PodGpuEvidence
+from collector.gpu import PodGpuEvidence, energy_window
 from collector.model import Energy, PodFacts
 
 MIN_WINDOW_S = 60.0  # a shorter window holds too few steps to divide by
@@ -89,11 +89,13 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
     for d, e in devices:
         if d.shared or d.mig_profile:
             return unknown(f"GPU {d.uuid} is shared or a MIG instance: its energy is not the run's alone")
-        if d.energy_j is None or d.energy_from_s is None or d.energy_to_s is None:
+        window = energy_window(d)
+        if window is None:
             return unknown(f"GPU {d.uuid} (node {e.node}) has no energy counter window (not offered, "
                            "just started, or reset): energy per step unknown")
+        joules, from_s, to_s = window
         end = e.read_at.timestamp()
-        windows.append((d.uuid, end - d.energy_from_s, end - d.energy_to_s, d.energy_j))
+        windows.append((d.uuid, end - from_s, end - to_s, joules))
     if max(w[1] for w in windows) >= min(w[2] for w in windows):
         return unknown("the GPUs' energy windows do not overlap (one node read long before the others): "
                        "energy per step unknown")

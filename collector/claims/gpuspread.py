@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 from collector.claims.memo import ByInputs
 from collector.correlate import Key, RunEvidence
-from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.gpu import GpuDevice, PodGpuEvidence, readings
 from collector.model import Straggler, Stragglers
 
 MIN_GPUS = 4
@@ -100,26 +100,25 @@ def slowdown(ev: RunEvidence) -> float | None:
 
 
 def _readings(d: GpuDevice, trusted: bool) -> dict[str, float]:
+    _, sm, watts, limit, clock, memory, pcie, nvlink, joules, from_s, to_s = readings(d)
     out: dict[str, float] = {}
-    if d.sm_active is not None and trusted:
-        out["SM activity"] = d.sm_active
-    watts = d.power_w
-    if d.energy_j is not None and d.energy_from_s is not None and d.energy_to_s is not None and \
-            d.energy_from_s > d.energy_to_s:
-        watts = d.energy_j / (d.energy_from_s - d.energy_to_s)  # the mean over its energy window
+    if sm is not None and trusted:
+        out["SM activity"] = sm
+    if joules is not None and from_s is not None and to_s is not None and from_s > to_s:
+        watts = joules / (from_s - to_s)  # the mean over its energy window
     if watts is not None:
-        if d.power_limit_w:
-            out["power (of its limit)"] = watts / d.power_limit_w
+        if limit:
+            out["power (of its limit)"] = watts / limit
         else:
             out["power"] = watts
-    if d.sm_clock_hz is not None:
-        out["SM clock"] = d.sm_clock_hz
-    if d.memory_util is not None:
-        out["memory bandwidth"] = d.memory_util
-    if d.pcie_bps is not None:
-        out["PCIe throughput"] = d.pcie_bps
-    if d.nvlink_bps is not None:
-        out["NVLink throughput"] = d.nvlink_bps
+    if clock is not None:
+        out["SM clock"] = clock
+    if memory is not None:
+        out["memory bandwidth"] = memory
+    if pcie is not None:
+        out["PCIe throughput"] = pcie
+    if nvlink is not None:
+        out["NVLink throughput"] = nvlink
     return out
 
 
@@ -173,12 +172,12 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
         for d in e.devices:
             if not d.lost and not d.shared and not d.mig_profile:
                 devices[d.uuid] = (d, e)
-    bad = tuple(sorted(w for d, _ in devices.values() if (w := untrusted(d))))
+    why = {u: untrusted(d) for u, (d, _) in devices.items()}
+    bad = tuple(sorted(w for w in why.values() if w))
     apart: dict[str, list[str]] = {}
     if len(devices) < MIN_GPUS:
         return _Core(devices, bad, apart)
-    trust = {u: not untrusted(d) for u, (d, _) in devices.items()}
-    per = {u: _readings(d, trust[u]) for u, (d, _) in devices.items()}
+    per = {u: _readings(d, not why[u]) for u, (d, _) in devices.items()}
     for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
