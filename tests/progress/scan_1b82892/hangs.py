@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from tests.progress.scan_1b82892.numbers import COUNT_MAX, RANK_MAX, bounded
+from collector.progress.numbers import COUNT_MAX, RANK_MAX, bounded
 
 _OPTYPE = re.compile(r"OpType=(\w+)")
 _TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")

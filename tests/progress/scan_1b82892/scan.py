@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from collector.progress import xid
 from collector.progress.model import (
     HangFinding,
     LogScan,
@@ -37,10 +38,10 @@ from collector.progress.model import (
     TokenRate,
     XidFinding,
 )
-from tests.progress.scan_1b82892 import hangs, trainers, xid
-from tests.progress.scan_1b82892.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
+from collector.progress.numbers import COUNT_MAX, RANK_MAX, OutOfRange, bounded, check
+from collector.progress.timestamps import find_time, is_rfc3339_prefix, parse_iso
+from tests.progress.scan_1b82892 import hangs, trainers
 from tests.progress.scan_1b82892.streams import MAX_DIAGNOSTICS, Stream
-from tests.progress.scan_1b82892.timestamps import find_time, is_rfc3339_prefix, parse_iso
 
 MAX_FINDINGS = 1000  # per list (hangs, xids, resumes): a crash-looping job can log thousands
 MAX_SAMPLES = 10_000  # per stream: the stall window needs the last 50 intervals, goodput a few hours

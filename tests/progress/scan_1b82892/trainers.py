@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import re2
 
-from tests.progress.scan_1b82892.numbers import COUNT_MAX, OutOfRange, bounded
+from collector.progress.numbers import COUNT_MAX, OutOfRange, bounded
 
 # google-re2 ships no type information; its compiled pattern mirrors re.Pattern's search/groupindex.
 CustomRegex = Any
