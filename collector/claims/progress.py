@@ -75,6 +75,11 @@ def restarts_inside(sig: Signal) -> list[Restart]:
     return restarts_in(sig.scan, f"{sig.ref.name}/{sig.source}")
 
 
+def source_name(sig: Signal) -> str:
+    """How a signal is named in advances and reasons: pod/container (the pod alone for a pod-wide signal)."""
+    return f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
+
+
 def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = None, *,
             clock: Clock | None = None, lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> ProgressView:
     """Advances, replays, validity and the stall windows; samples stamped after `now` are not known yet
@@ -89,7 +94,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     horizon = clock.horizon if clock is not None else now
     streams: dict[str, tuple[list[Part], list[int]]] = {}
     for place, sig in enumerate(signals):
-        src = f"{sig.ref.name}/{sig.source}" if sig.source else sig.ref.name
+        src = source_name(sig)
         lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
         stream = lin.stream if lin is not None else src
         parts, places = streams.setdefault(stream, ([], []))

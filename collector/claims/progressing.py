@@ -21,6 +21,7 @@ from collector.claims.progress import (
     Advance,
     ProgressView,
     restarts_inside,
+    source_name,
     window_of,
 )
 from collector.correlate import Key, RunEvidence, Signal
@@ -272,9 +273,10 @@ def _behind(ev: RunEvidence, view: ProgressView, clock: Clock) -> str | None:
     closed at the latest instant its step can have been made."""
     if not ev.node_behind:
         return None
-    nodes = {p.ref.name: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
+    nodes = {p.ref.key: p.facts.node_name for p in ev.pods if isinstance(p.facts, PodFacts)}
+    node_of = {source_name(sig): nodes.get(sig.ref.key, "") for sig in ev.signals}
     for v in view.streams:
-        node = nodes.get(v.last.source.split("/", 1)[0], "")
+        node = node_of.get(v.last.source, "")
         if node not in ev.node_behind:
             continue
         by = ev.node_behind[node]
