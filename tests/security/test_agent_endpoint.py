@@ -85,9 +85,12 @@ def agent_with_a_tenant(tmp: Path, options: HttpOptions | None = None) -> Iterat
     with PodResourcesServer(pods) as kubelet, \
             Agent(settings(tmp, kubelet.socket), nv=FakeNvml([FakeDevice(uuid=G0, pci="00000000:1B:00.0")])) as agent:
         port = agent.serve("127.0.0.1", 0, options) if options is not None else agent.serve("127.0.0.1", 0)
-        deadline = time.monotonic() + 10
+        # Generous under a loaded CI machine (it failed once at 10 s): a slow start is waited out, a
+        # start that never comes is named rather than read later as an empty report.
+        deadline = time.monotonic() + 30
         while not agent.ready and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert agent.ready, "the agent did not become ready in 30 s"
         yield port
 
 
