@@ -13,7 +13,7 @@ from collector.progress.model import (
     shift_scan,
 )
 from collector.progress.report import scan_report
-from collector.progress.scan import scan_lines, scan_path, scan_text
+from collector.progress.whole import scan_lines, scan_path, scan_text
 from collector.progress.xid import XID_CATALOGUE, describe
 
 __all__ = [

@@ -18,7 +18,7 @@ from collector.progress import (
     scan_report,
     scan_text,
 )
-from collector.progress.scan import _file_lines
+from collector.progress.whole import _file_lines
 
 
 def meg(step: int, loss: str = "2.5E+00", skipped: int = 0, nans: int = 0) -> str:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from collector.progress import trainers
 from collector.progress.model import SAMPLE_FIELDS, ProgressSample, new_sample
 from collector.progress.numbers import OutOfRange
-from collector.progress.scan import LineScanner, scan_lines
+from collector.progress.scan import LineScanner
+from collector.progress.whole import scan_lines
 from tests.progress.scan_1b82892 import scan as reference
 from tests.progress.scan_1b82892 import trainers as reference_trainers
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.progress.scan import LineScanner, scan_text
+from collector.progress.scan import LineScanner
+from collector.progress.whole import scan_text
 
 LINE = ("2026-01-10T12:00:{s:02d}.000000000Z  iteration {step:>8}/ 1000 | consumed samples: {cs:>8} | "
         "elapsed time per iteration (ms): 1000.0 | lm loss: 2.5E+00 | number of skipped iterations: {sk:>3} |")
