@@ -34,6 +34,29 @@ class Advance:
     stream: str = ""  # the high-water mark it passed is this stream's ("": its source's)
 
 
+# A run's evaluation builds an Advance per advancing sample of its signals (`Walk.advances`: the
+# walks keep samples, not records, between evaluations): the generated frozen __init__ (~0.56 µs)
+# was a tenth of a live controller's CPU. new_advance sets the slots themselves (~0.35 µs), the same
+# object field for field (tests/claims/test_progress_view.py checks ADVANCE_FIELDS against the class).
+ADVANCE_FIELDS = ("at", "step", "source", "replay_from", "bridged", "stream")
+_set_at, _set_step, _set_source, _set_replay_from, _set_bridged, _set_stream = (
+    getattr(Advance, name).__set__ for name in ADVANCE_FIELDS
+)
+
+
+def new_advance(at: datetime, step: int | None, source: str, replay_from: datetime | None, bridged: bool,
+                stream: str) -> Advance:
+    """Advance(at, step, source, replay_from, bridged, stream), built faster."""
+    x = object.__new__(Advance)
+    _set_at(x, at)
+    _set_step(x, step)
+    _set_source(x, source)
+    _set_replay_from(x, replay_from)
+    _set_bridged(x, bridged)
+    _set_stream(x, stream)
+    return x
+
+
 @dataclass(frozen=True, slots=True)
 class Invalid:
     """Steps that advance but are not progress (validity), since when."""

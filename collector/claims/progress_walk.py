@@ -35,6 +35,7 @@ from collector.claims.progress_view import (
     Blind,
     Replaying,
     StreamView,
+    new_advance,
     stall_window,
 )
 from collector.progress import LogScan, ProgressSample
@@ -128,8 +129,8 @@ class Walk:
         src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
         base = slot << 32
         if not rf:
-            return [Advance(x.at, x.step, src, None, x.covers > 1, stream) for x in self.advs[slot]]  # type: ignore[arg-type]
-        return [Advance(x.at, x.step, src, rf.get(base | i), x.covers > 1, stream)  # type: ignore[arg-type]
+            return [new_advance(x.at, x.step, src, None, x.covers > 1, stream) for x in self.advs[slot]]  # type: ignore[arg-type]
+        return [new_advance(x.at, x.step, src, rf.get(base | i), x.covers > 1, stream)  # type: ignore[arg-type]
                 for i, x in enumerate(self.advs[slot])]
 
 

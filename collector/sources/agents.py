@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from collector.gpu import GpuDevice, PodGpuEvidence
-from collector.progress.model import HangFinding, LogScan, ProgressSample, ResumeFinding, TokenRate, XidFinding
+from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
 from collector.progress.trainers import MAX_TPS
@@ -205,8 +205,8 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
         t = _i(row[4])
         if t != total:  # one object for a run of equal totals (the run's max steps, on every step line)
             total = t
-        samples.append(ProgressSample(step=int(row[0]), at=_at(row[1]), loss=_loss(row[2]), line=_i(row[5]) or 0,
-                                      format=fmt or "regex", skipped=row[3] is True, total=total))
+        samples.append(new_sample(int(row[0]), _at(row[1]), _loss(row[2]), _i(row[5]) or 0, fmt or "regex",
+                              row[3] is True, total))
     hangs = tuple(HangFinding(str(h.get("kind"))[:64], _i(h.get("line")) or 0, _s(h.get("collective")),
                               _i(h.get("timeout_ms")), _i(h.get("rank")), _at(h.get("at")),
                               seq=_i(h.get("seq")), completed=_i(h.get("completed")), pg=_s(h.get("pg")))
