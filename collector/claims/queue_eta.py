@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from collector.queuefacts import AdmissionEta
@@ -29,6 +30,19 @@ from collector.queuefacts import AdmissionEta
 WINDOW = timedelta(hours=24)
 LEVEL = 0.8
 MIN_ADMISSIONS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRate:
+    """What a ClusterQueue's recent history says about its admissions: the same for every run that
+    waits in it at one instant (`queue_status.Workloads` keeps one per queue for an evaluation)."""
+
+    hist: str  # "N admissions ... in the last H"
+    known: bool  # enough admissions to estimate
+    rate: str = ""  # the rate gone by, and over what
+    hours: float = 0.0  # the hours the events came in
+    events: int = 0  # instants with an admission
+    per: float = 0.0  # workloads admitted per event
 
 
 def admission_eta(ahead: int, admissions: Sequence[datetime], finishes: Sequence[datetime], now: datetime, *,
@@ -42,6 +56,16 @@ def admission_eta(ahead: int, admissions: Sequence[datetime], finishes: Sequence
     slowly as work arrives). Without enough admissions in backlog, the rate over the whole window.
     `observed_since`: when the history begins (the oldest evidence kept); a younger history shortens
     the window."""
+    rate = queue_rate(admissions, finishes, now, waits=waits, window=window, min_admissions=min_admissions,
+                      observed_since=observed_since, queue=queue)
+    return eta_for(rate, ahead, level=level, min_admissions=min_admissions)
+
+
+def queue_rate(admissions: Sequence[datetime], finishes: Sequence[datetime], now: datetime, *,
+               waits: Sequence[tuple[datetime, datetime]] = (), window: timedelta = WINDOW,
+               min_admissions: int = MIN_ADMISSIONS, observed_since: datetime | None = None,
+               queue: str = "") -> QueueRate:
+    """The queue's part of `admission_eta` (every run waiting in it shares it)."""
     start = now - window
     if observed_since is not None and observed_since > start:
         start = observed_since
@@ -51,27 +75,34 @@ def admission_eta(ahead: int, admissions: Sequence[datetime], finishes: Sequence
     done = sum(1 for t in finishes if start < t <= now)
     where = f" to ClusterQueue {queue}" if queue else ""
     hist = f"{n} admissions{where} and {done} finishes in the last {_hours(span_h)}"
+    if span_h <= 0 or n < min_admissions:
+        return QueueRate(hist, False)
     busy = _union([(max(a, start), min(b, now)) for a, b in waits if min(b, now) > max(a, start)])
     busy_h = sum((b - a).total_seconds() for a, b in busy) / 3600
-    n_busy = sum(1 for t in inside if _covered(busy, t))
-    if ahead < 0 or span_h <= 0 or n < min_admissions:
-        return AdmissionEta(None, None, None, level, f"unknown: {hist}; at least {min_admissions} admissions are"
-                                                     f" needed to estimate")
-    if busy_h > 0 and n_busy >= min_admissions:
-        times, hours = [t for t in inside if _covered(busy, t)], busy_h
-        rate = f"{n_busy} of them while workloads waited, over {_hours(busy_h)} of backlog ({n_busy / busy_h:.2g}/h)"
+    in_busy = [t for t in inside if _covered(busy, t)] if busy else []
+    if busy_h > 0 and len(in_busy) >= min_admissions:
+        times, hours = in_busy, busy_h
+        rate = (f"{len(in_busy)} of them while workloads waited, over {_hours(busy_h)} of backlog"
+                f" ({len(in_busy) / busy_h:.2g}/h)")
     else:
         times, hours = inside, span_h
         rate = f"{n / span_h:.2g}/h over the window (too little backlog to go by)"
     # Kueue admits in batches (one finish can free room for several): the events are the instants
-    # with an admission, each admitting `per` workloads on average; the run needs the next one and
-    # one more per `per` workloads ahead.
+    # with an admission, each admitting `per` workloads on average.
     events = len({t.replace(microsecond=0) for t in times})
-    per = len(times) / events
-    m = 1 + ahead / per
+    return QueueRate(hist, True, rate, hours, events, len(times) / events)
+
+
+def eta_for(q: QueueRate, ahead: int, *, level: float = LEVEL, min_admissions: int = MIN_ADMISSIONS) -> AdmissionEta:
+    """The estimate for a run with `ahead` workloads before it in a queue whose history says `q`: it
+    needs the next admission event and one more per `q.per` workloads ahead."""
+    if ahead < 0 or not q.known:
+        return AdmissionEta(None, None, None, level, f"unknown: {q.hist}; at least {min_admissions} admissions are"
+                                                     f" needed to estimate")
+    m = 1 + ahead / q.per
     lo_q, hi_q = (1 - level) / 2, (1 + level) / 2
-    low, mid, high = (hours * 3600 * _beta_prime_quantile(p, m, events) for p in (lo_q, 0.5, hi_q))
-    basis = (f"an estimate, not a promise: {hist}; {rate}; {ahead} workload(s) ahead; admissions taken as a"
+    low, mid, high = (q.hours * 3600 * _beta_prime_quantile(p, m, q.events) for p in (lo_q, 0.5, hi_q))
+    basis = (f"an estimate, not a promise: {q.hist}; {q.rate}; {ahead} workload(s) ahead; admissions taken as a"
              f" Poisson process at that rate; {round(level * 100)}% band")
     return AdmissionEta(low, mid, high, level, basis)
 
