@@ -6,13 +6,18 @@ read in bounded pieces and split at its items' byte boundaries, so the caller de
 the decoder its pages use (the same records) and drops it before the next; what is held at a time is
 one read and one item.
 
-Where an item ends is found by a regular expression that matches a bracketed value nested up to
-`FAST_DEPTH` levels, strings (braces, quotes and escapes in tenant data) consumed whole; possessive
-quantifiers and one alternative per leading byte keep it linear, with no backtracking. A value nested
-deeper falls to a token-by-token scan (slower, as linear). Brackets are only counted: each item's bytes
-are then decoded as JSON by the caller, which refuses a malformed one, so the body is still checked
-whole, piece by piece. The list's other members (`metadata`: resourceVersion, continue) may come
-before or after `items`; they are small and decoded whole.
+Where items end is found, for most of them, by msgspec: the bytes of one read up to the last place
+that looks like the start of another item (`},` and the first item's opening bytes: `},{"metadata":`
+in a typed list) are decoded as one array of raw values. That succeeds only where the place is the
+end of an item of the list (cut inside a string or a nested object, the array is not JSON), and
+costs a tenth of the scan below. Where it fails (an indented body, a nested object that opens as the
+items do), each item's end is found by a regular expression that matches a bracketed value nested up
+to `FAST_DEPTH` levels, strings (braces, quotes and escapes in tenant data) consumed whole: possessive
+quantifiers and one alternative per leading byte keep it linear, without backtracking. A value nested
+deeper takes a token-by-token scan (slower, as linear). Both only count brackets: the caller decodes
+each item's bytes as JSON, which refuses a malformed one, so the body is still checked whole, piece
+by piece. Each read is tried once by msgspec: linear too. The List's other members (`metadata`:
+resourceVersion, continue) may come before or after `items`; they are small and decoded whole.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import orjson
 
 READ_SIZE = 1 << 18  # what one socket read asks for
@@ -50,6 +56,8 @@ _STRING = re.compile(_STR, re.S)
 _SCALAR = re.compile(rb'[^,\]}\s]+')  # a number, true, false or null (the decoder checks which)
 # Tokens of the slow scan: a whole string, the start of one not ended in the buffer, a bracket.
 _TOKEN = re.compile(_STR + rb'|(")|[\[\]{}]', re.S)
+_FIRST_KEY = re.compile(rb'\{"(?:[^"\\]|\\.){1,256}":', re.S)  # an item's opening bytes, compact
+_RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 
 class ListSyntaxError(ValueError):
@@ -114,6 +122,7 @@ class ListBody:
         self._buf = b""
         self._pos = 0
         self._eof = False
+        self._fresh = False  # bytes arrived since the last try of a run of items (`_run`)
         self.members: dict[str, Any] = {}
         self.bytes_read = 0
 
@@ -130,6 +139,7 @@ class ListBody:
                 self._eof = True
                 break
             if chunk:
+                self._fresh = True
                 pieces.append(chunk)
                 have += len(chunk)
                 self.bytes_read += len(chunk)
@@ -253,7 +263,34 @@ class ListBody:
         if self._skip_ws() == 93:  # ']'
             self._pos += 1
             return
+        start = b""  # `},` and the first item's opening bytes: where another item may start
         while True:
-            yield self._value()
+            run = self._run(start) if start and self._fresh else None
+            if run:
+                yield from run
+            else:
+                data = self._value()
+                if not start:
+                    m = _FIRST_KEY.match(data)
+                    start = b"}," + m.group() if m is not None else b""
+                yield data
             if self._expect(b",]", "',' or ']' after an item") == 93:
                 return
+
+    def _run(self, start: bytes) -> list[bytes]:
+        """The items from the position up to the last place in the buffer where `start` may begin
+        another, if the bytes up to there are a sequence of JSON values; else none (the scan decides)."""
+        self._fresh = False
+        buf, pos = self._buf, self._pos
+        cut = buf.rfind(start, pos)
+        if cut < 0:
+            return []
+        try:
+            raws = _RAW_ITEMS(b"[" + buf[pos:cut + 1] + b"]")
+        except msgspec.DecodeError:
+            return []  # cut inside a string or a nested object (or not JSON): item by item
+        items = [bytes(r) for r in raws]
+        if any(len(x) > self._max for x in items):
+            return []  # the scan names it
+        self._pos = cut + 1
+        return items

@@ -173,6 +173,22 @@ def test_each_item_is_split_where_the_whole_decode_reads_it(items: list[Any], rv
     assert lb.members == whole  # metadata (resourceVersion, continue) before or after the items
 
 
+# Items that open alike, with nested objects that open as they do: where a run of items is cut at the
+# last such opening, it is sometimes an item's, sometimes a nested one's (then the scan splits them).
+ALIKE = st.builds(lambda a, b, c: {"metadata": a, "list": [{"metadata": x} for x in b], "z": c},
+                  VALUES, st.lists(VALUES, max_size=3), VALUES)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=st.lists(ALIKE, max_size=12), items_first=st.booleans(), indent=st.booleans(),
+       sizes=st.lists(st.integers(1, 2000), max_size=4))
+def test_runs_of_items_that_open_alike_split_where_the_whole_decode_reads_them(
+        items: list[Any], items_first: bool, indent: bool, sizes: list[int]) -> None:
+    body = list_body(items, {"resourceVersion": "1"}, items_first=items_first, indent=indent)
+    lb = ListBody(pieces(body, sizes))
+    assert [orjson.loads(x) for x in lb.items()] == items
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=st.lists(VALUES, max_size=4), items_first=st.booleans(), data=st.data())
 def test_a_body_cut_anywhere_before_its_end_is_an_error(items: list[Any], items_first: bool,
