@@ -150,7 +150,7 @@ def test_the_whole_list_is_read_off_the_socket_with_the_objects_the_pages_give()
             return out
         api.get_text = guarded  # type: ignore[method-assign]
         sink = KeepingSink(s)
-        r = Reflector(api, POD, sink, lambda: T0, watch_timeout_s=5,  # type: ignore[arg-type]
+        r = Reflector(api, POD, sink, lambda: T0, watch_timeout_s=5,
                       decoder=decoder_for("v1", "Pod"), stream_lists=False)
         r._list_whole = True  # as after a continue page expired
         r.relist()
