@@ -5,8 +5,9 @@ limit 0), each in a fresh process: peak RSS and seconds, interleaved, medians ov
 The simulator runs in a process of its own, with `--pods` realistic ~6 KB pods (bench_controller's);
 each child lists them once with the pod decoder the controller uses and keeps only each pod's name
 (a consumer keeping small records). Peak RSS is the list's own (VmHWM reset before it, Linux).
-"old" is the Listing loop as it was before item-by-item reads
-(`get_text`, `Decoder.page`), kept here. `--modes` may add "pages" (limit 500) for reference, and "pages-streamed" (pages read item by item).
+"old" is the Listing loop as it was before item-by-item reads (`get_text`, `Decoder.page`), kept
+here. `--modes` may add "pages" (limit 500, the page path) for reference, and "pages-streamed"
+(pages read item by item as the whole list is: what moving the page path over would give).
 
 Usage: .venv/bin/python bench/bench_whole_list.py [--pods 48700] [--repeats 3] [--modes old,new]
 """

@@ -36,10 +36,11 @@ READ_SIZE = 1 << 18  # what one socket read asks for
 MAX_ITEM = 16 << 20
 # A value whose end is not found waits for at least this many more bytes before the next try, and
 # for as many as it already has: each try is linear, their sum stays within twice the value's size.
+# An empty buffer waits for this many too (or the body's end), however small the chunks come.
 MIN_MORE = 1 << 16
 FAST_DEPTH = 48  # nesting the regular expression follows; deeper values take the token scan
 
-_WS = b" \t\r\n"
+_NOT_WS = re.compile(rb'[^ \t\r\n]')
 _STR = rb'"(?:[^"\\]++|\\.)*+"'
 
 
@@ -150,13 +151,16 @@ class ListBody:
     def _skip_ws(self) -> int:
         """The next byte that is not whitespace (consumed up to it); -1 at the end of the body."""
         while True:
-            buf, pos = self._buf, self._pos
-            while pos < len(buf) and buf[pos] in _WS:
-                pos += 1
-            self._pos = pos
-            if pos < len(buf):
-                return buf[pos]
-            if not self._more(1):
+            buf = self._buf
+            if self._pos < len(buf):
+                if buf[self._pos] not in b" \t\r\n":  # (most calls: no whitespace at all)
+                    return buf[self._pos]
+                m = _NOT_WS.search(buf, self._pos)
+                if m is not None:
+                    self._pos = m.start()
+                    return buf[self._pos]
+            self._pos = len(buf)
+            if not self._more(MIN_MORE):  # (not 1: small chunks would leave msgspec one item a try)
                 return -1
 
     def _expect(self, allowed: bytes, what: str) -> int:
@@ -173,13 +177,17 @@ class ListBody:
         """The next JSON value's bytes (after whitespace), read as far as needed."""
         if self._skip_ws() < 0:
             raise ListTruncated("the body ended where a value was expected")
+        tries = 0
         while True:
             buf, pos = self._buf, self._pos
             c = buf[pos]
             end = -1
             if c == 123 or c == 91:
                 m = _VALUE.match(buf, pos)
-                end = m.end() if m is not None else _deep_end(buf, pos)
+                if m is not None:
+                    end = m.end()
+                elif tries or self._eof:  # not only cut by the read (as most are): maybe deeper
+                    end = _deep_end(buf, pos)
             elif c == 34:
                 m = _STRING.match(buf, pos)
                 end = m.end() if m is not None else -1
@@ -197,8 +205,10 @@ class ListBody:
             have = len(buf) - pos
             if have > self._max:
                 raise ItemTooLarge(self._max, _name_hint(buf[pos:pos + 4096]))
-            if not self._more(have + max(have, MIN_MORE)):
+            if self._eof:
                 raise ListTruncated(f"the body ended inside a value ({have} bytes of it read)")
+            tries += 1
+            self._more(have + max(have, MIN_MORE))  # (nothing more: the body's end, tried once more)
 
     def _key(self) -> str:
         raw = self._value()

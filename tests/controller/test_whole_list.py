@@ -218,6 +218,9 @@ def test_values_nested_past_the_fast_pattern_split_by_tokens() -> None:
     body = list_body(items, {"resourceVersion": "1"}, items_first=True, indent=False)
     for size in (7, 100, len(body)):
         assert [orjson.loads(x) for x in ListBody(pieces(body, [size])).items()] == items
+        for cut in (len(body) // 3, len(body) - 5):
+            with pytest.raises(ListTruncated):
+                list(ListBody(pieces(body[:cut], [size])).items())
 
 
 @pytest.mark.parametrize("body", [
@@ -256,6 +259,10 @@ def test_a_large_hostile_item_read_in_small_pieces_is_linear() -> None:
     out = list(ListBody(pieces(body, [1024])).items())
     assert time.monotonic() - t < 5.0
     assert [orjson.loads(x) for x in out] == [item, item]
+    spaced = body[:-1] + b" \r\n\t" * (1 << 20) + body[-1:]  # 4 MiB of whitespace before the List's end
+    t = time.monotonic()
+    assert len(list(ListBody(pieces(spaced, [1024])).items())) == 2
+    assert time.monotonic() - t < 5.0
 
 
 # --- the Listing over HTTP -------------------------------------------------------------------------
