@@ -257,12 +257,12 @@ def test_a_large_hostile_item_read_in_small_pieces_is_linear() -> None:
     assert len(body) > 4 << 20
     t = time.monotonic()
     out = list(ListBody(pieces(body, [1024])).items())
-    assert time.monotonic() - t < 5.0
+    assert time.monotonic() - t < 10.0  # (quadratic: minutes)
     assert [orjson.loads(x) for x in out] == [item, item]
     spaced = body[:-1] + b" \r\n\t" * (1 << 20) + body[-1:]  # 4 MiB of whitespace before the List's end
     t = time.monotonic()
     assert len(list(ListBody(pieces(spaced, [1024])).items())) == 2
-    assert time.monotonic() - t < 5.0
+    assert time.monotonic() - t < 10.0  # (quadratic: minutes)
 
 
 # --- the Listing over HTTP -------------------------------------------------------------------------
