@@ -52,6 +52,10 @@ Variants, all in the same run:
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
 
+BENCH_LIST_PAGE=0 reads every list as one unpaginated answer (what the reflector falls back to
+after a continue page expired, on a server without streaming lists): with `before`, that read's
+peak beside a before tree's.
+
 BENCH_DRAINED=1 starts the idle window of the log variants only once a pass left no urgent read
 (every container read once since the start: with a ceiling below the fleet's first pass that takes
 containers / log_pass_max_gets passes), for steady-state figures rather than the start's backlog.
@@ -165,6 +169,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     from collector.sources.decode import FULL
     from collector.sources.kube_api import KubeApi, api_client_for
 
+    if os.environ.get("BENCH_LIST_PAGE"):  # 0: every list one unpaginated answer (the fallback after a
+        watch.LIST_PAGE = int(os.environ["BENCH_LIST_PAGE"])  # continue page expired), in either tree
     if variant == "baseline":
         def relist(self: Any) -> None:  # the path before page-by-page normalizing
             items, rv = self.api.list_pages(self.resource)

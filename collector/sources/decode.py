@@ -117,9 +117,10 @@ class Decoder:
     """Decodes list pages and watch frames of one kind; `orjson.loads` where no selection exists."""
 
     def __init__(self, page: Callable[[bytes], Any] | None = None, event: Callable[[bytes], Any] | None = None,
-                 *, event_falls_back: bool = False) -> None:
+                 *, event_falls_back: bool = False, item: Callable[[bytes], Any] | None = None) -> None:
         self._page = page
         self._event = event
+        self._item = item
         if event is not None and event_falls_back:
             self.event = event  # type: ignore[method-assign,assignment]  # it falls back itself: one call less per event
 
@@ -132,6 +133,11 @@ class Decoder:
 
     def event(self, line: bytes) -> Any:
         return _decode(self._event, line)
+
+    def item(self, data: bytes) -> Any:
+        """One item of a list, as `page` decodes it among a page's items (a list read item by item:
+        collector.sources.listbody). A typed decode refused falls back for this item alone."""
+        return _decode(self._item, data)
 
 
 def _decode(typed: Callable[[bytes], Any] | None, data: bytes) -> Any:
@@ -146,6 +152,7 @@ def _decode(typed: Callable[[bytes], Any] | None, data: bytes) -> Any:
 FULL = Decoder()
 
 _pod_page = msgspec.json.Decoder(_PodList).decode
+_pod_item = msgspec.json.Decoder(_Pod).decode
 _pod_event_dicts = msgspec.json.Decoder(_PodEvent).decode
 _pod_event_typed = msgspec.json.Decoder(PodEvent).decode
 
@@ -166,10 +173,10 @@ def _pod_event(line: bytes) -> Any:
 
 # The previous pod path (selective dicts, then normalize's dict walk): kept for the benchmark and
 # the equivalence tests.
-POD_DICTS = Decoder(_pod_page, _pod_event_dicts)
+POD_DICTS = Decoder(_pod_page, _pod_event_dicts, item=_pod_item)
 
 _SELECTIVE: dict[tuple[str, str], Decoder] = {
-    ("v1", "Pod"): Decoder(_pod_page, _pod_event, event_falls_back=True),
+    ("v1", "Pod"): Decoder(_pod_page, _pod_event, event_falls_back=True, item=_pod_item),
 }
 
 

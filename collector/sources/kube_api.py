@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -29,6 +29,7 @@ from collector.sources.kube_client import (
     load_incluster_config,
     load_kube_config,
 )
+from collector.sources.listbody import READ_SIZE, ItemTooLarge, ListBody, ListSyntaxError, ListTruncated, NotAList
 
 JSON = dict[str, Any]
 
@@ -302,6 +303,11 @@ class KubeApi:
         assert isinstance(data, bytes)
         return data
 
+    def get_stream(self, path: str, query: Sequence[tuple[str, Any]] = ()) -> Iterator[bytes]:
+        """A GET's body in pieces as they arrive, READ_SIZE bytes at most; HTTP errors raise here,
+        a connection cut while reading raises RetryableSourceError from the iterator."""
+        return _pieces(path, self._call("GET", path, query, stream=True))
+
     def list_pages(self, resource: Resource, *, limit: int = 500) -> tuple[list[JSON], str]:
         """Every object of a resource at once; returns (items, list resourceVersion)."""
         listing = self.iter_list(resource, limit=limit)
@@ -462,7 +468,10 @@ class ServerClock:
 class Listing:
     """A paginated list, read as it is iterated: only the current page's objects are held, so a
     consumer that keeps small records keeps the process's peak near its steady size. After the
-    iteration `resource_version` is the list's (where a watch resumes)."""
+    iteration `resource_version` is the list's (where a watch resumes).
+
+    Unpaginated (`limit` 0: one answer of every object), the answer is read off the socket and
+    split item by item (collector.sources.listbody): one item decoded at a time, never the list."""
 
     def __init__(self, api: KubeApi, resource: Resource, limit: int, decoder: Decoder) -> None:
         self.api, self.resource, self.limit, self.decoder = api, resource, limit, decoder
@@ -470,33 +479,72 @@ class Listing:
         self.pages = 0
 
     def __iter__(self) -> Iterator[JSON]:
-        resource, token = self.resource, ""
+        token = ""
         while True:
             query: list[tuple[str, Any]] = [("limit", self.limit)] if self.limit else []
             if token:
                 query.append(("continue", token))
-            data = self.api.get_text(resource.path, query)
-            try:
-                doc = self.decoder.page(data)
-            except orjson.JSONDecodeError as e:
-                raise RetryableSourceError(f"GET {resource.path}: not JSON: {e}") from e
-            if not isinstance(doc, dict):
-                raise PermanentSourceError(f"GET {resource.path}: expected an object")
-            del data
-            self.pages += 1
-            meta = doc.get("metadata") or {}
-            items = doc.get("items") or []
-            del doc
-            for item in items:
+            meta = yield from (self._page(query) if self.limit else self._streamed(query))
+            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            if not token:  # (a server that pages an unpaginated list anyway is followed the same way)
+                self.resource_version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+                return
+
+    def _page(self, query: list[tuple[str, Any]]) -> Generator[JSON, None, Any]:
+        """One page's objects; returns its metadata."""
+        resource = self.resource
+        data = self.api.get_text(resource.path, query)
+        try:
+            doc = self.decoder.page(data)
+        except orjson.JSONDecodeError as e:
+            raise RetryableSourceError(f"GET {resource.path}: not JSON: {e}") from e
+        if not isinstance(doc, dict):
+            raise PermanentSourceError(f"GET {resource.path}: expected an object")
+        del data
+        self.pages += 1
+        meta = doc.get("metadata") or {}
+        items = doc.get("items") or []
+        del doc
+        for item in items:
+            if isinstance(item, dict):
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
+                yield item
+        return meta
+
+    def _streamed(self, query: list[tuple[str, Any]]) -> Generator[JSON, None, Any]:
+        """One answer's objects, each decoded as its bytes arrive; returns its metadata. Errors as a
+        page's: not JSON (cut short included) is retryable, not a List is not."""
+        resource, decode = self.resource, self.decoder.item
+        path = resource.path
+        pieces = self.api.get_stream(path, query)
+        body = ListBody(pieces)
+        self.pages += 1
+        try:
+            for data in body.items():
+                try:
+                    item = decode(data)
+                except orjson.JSONDecodeError as e:
+                    raise RetryableSourceError(f"GET {path}: not JSON: {e}") from e
+                del data
                 if isinstance(item, dict):
                     item.setdefault("kind", resource.kind)
                     item.setdefault("apiVersion", resource.api_version)
                     yield item
-            del items
-            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
-            if not token:
-                self.resource_version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
-                return
+                del item
+        except ListSyntaxError as e:
+            raise RetryableSourceError(f"GET {path}: not JSON: {e}") from e
+        except ListTruncated as e:
+            raise RetryableSourceError(f"GET {path}: body cut: {e}") from e
+        except NotAList as e:
+            raise PermanentSourceError(f"GET {path}: {e}") from e
+        except ItemTooLarge as e:
+            raise PermanentSourceError(f"GET {path}: {e}: the list fails rather than miss an object") from e
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # a generator's: closes the connection if the body was not read to its end
+        return body.members.get("metadata") or {}
 
 
 class Backoff:
@@ -513,6 +561,20 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def _pieces(path: str, raw: Any) -> Iterator[bytes]:
+    """An opened answer's body in pieces (`KubeApi.get_stream`)."""
+    done = False
+    try:
+        yield from raw.stream(READ_SIZE, decode_content=True)
+        done = True
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise RetryableSourceError(f"GET {path}: body cut: {type(e).__name__}: {e}") from e
+    finally:
+        if not done:
+            raw.close()  # bytes left unread: never hand this connection back for reuse
+        raw.release_conn()
 
 
 def _chunked_reader(raw: Any) -> Callable[[int], bytes] | None:

@@ -167,7 +167,7 @@ class Reflector:
     def relist(self) -> None:
         # After a paged list expired (`_list_whole`): a streaming list where the server serves them (one
         # snapshot, objects one at a time: no continue to expire, no whole list in memory), else one
-        # unpaginated answer (a peak the size of the whole list: 2.2 GB at 48,700 pods).
+        # unpaginated answer, read off the socket item by item (`Listing`: a read and an item in memory).
         whole, self._list_whole = self._list_whole, False
         if self.stream_lists or (whole and not self._stream_refused):
             try:
