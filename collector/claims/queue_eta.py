@@ -127,15 +127,29 @@ def _hours(h: float) -> str:
 
 
 def _beta_prime_quantile(p: float, a: float, b: float) -> float:
-    """x with P(X <= x) = p for X ~ beta-prime(a, b), i.e. B / (1 - B) with B ~ Beta(a, b)."""
+    """x with P(X <= x) = p for X ~ beta-prime(a, b), i.e. B / (1 - B) with B ~ Beta(a, b).
+
+    Newton's method on the Beta CDF, kept inside a bracket that every step narrows (a step that
+    would leave it bisects instead): ~6 CDF evaluations where bisection to the same precision took
+    60 (each a continued fraction: 0.4-3 ms a queued run's estimate, every evaluation)."""
     lo, hi = 0.0, 1.0
-    for _ in range(60):  # bisection on the Beta CDF: monotone; 60 halvings reach 1e-18
-        x = (lo + hi) / 2
-        if _beta_cdf(x, a, b) < p:
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    x = a / (a + b)  # the mean: the quantiles of the band lie near it
+    for _ in range(200):  # a bound, never reached: each turn at least bisects or converges
+        f = _beta_cdf(x, a, b) - p
+        if f < 0:
             lo = x
         else:
             hi = x
-    x = (lo + hi) / 2
+        if hi - lo <= 4e-16 * max(hi, 1e-300) or f == 0:
+            break
+        density = math.exp(log_norm + (a - 1) * math.log(x) + (b - 1) * math.log1p(-x)) if 0 < x < 1 else 0.0
+        step = x - f / density if density > 0 else -1.0
+        if not lo < step < hi:
+            step = (lo + hi) / 2
+        if step == x:
+            break
+        x = step
     return x / (1 - x) if x < 1 else math.inf
 
 

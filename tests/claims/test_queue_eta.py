@@ -6,6 +6,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.claims.queue_eta import _beta_cdf, _beta_prime_quantile, admission_eta
 from collector.claims.queue_status import quota_short
@@ -113,3 +115,25 @@ def test_the_rate_is_the_backlogs_and_batches_count_once() -> None:
     assert one_by_one.mid_s is not None and batched.mid_s is not None
     assert one_by_one.high_s is not None and batched.high_s is not None
     assert 0.9 < batched.mid_s / one_by_one.mid_s < 1.4 and batched.high_s > 1.3 * one_by_one.high_s
+
+
+def _bisected(p: float, a: float, b: float) -> float:
+    """The quantile by 60 halvings of (0, 1): slow and sure (the method before Newton's)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        x = (lo + hi) / 2
+        if _beta_cdf(x, a, b) < p:
+            lo = x
+        else:
+            hi = x
+    x = (lo + hi) / 2
+    return x / (1 - x)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(0.02, 0.98), st.floats(1.0, 3000.0), st.integers(1, 5000))
+def test_beta_prime_quantile_is_the_bisected_one(p: float, a: float, b: int) -> None:
+    """Newton's steps, kept in their bracket, land where bisection does (the band's three quantiles
+    with `ahead` workloads ahead: a = 1 + ahead/per, b = the admission events)."""
+    q = _beta_prime_quantile(p, a, b)
+    assert q == pytest.approx(_bisected(p, a, b), rel=1e-9)
