@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime
 
@@ -265,14 +266,12 @@ class Controller(ChangeApplier):
         last_eval = 0.0
         waiting: deque[float] = deque()  # arrival times of changes not yet covered by an evaluation
         recheck_pending = False  # runs due by the clock are among the dirty ones
-        # The pass in progress (once ready): the runs marked by its start, evaluated oldest first in
-        # slices of EVAL_SLICE_S with the queue applied between them, each slice exported as it ends.
-        # A pass of a burst's every run takes ~0.15 s on one core: evaluated whole, a change that
-        # arrived as it began waited for it, the pause and the next one (p99 ~350 ms); in slices, a
-        # run waits about one pass and pause between its evaluations. Passes come as often as before.
+        # The pass in progress (once ready): the runs marked by its start, oldest first, in slices of
+        # EVAL_SLICE_S with the queue applied and each slice exported between them. Whole, a pass over
+        # a burst's every run (~0.15 s) made a change wait for it, the pause and the next pass.
         pass_start: float | None = None
-        pass_full = False
-        pass_cpu = 0.0
+        pass_full = pass_sliced = False
+        pass_cpu = pass_s = 0.0  # its CPU, and its slices' time (one observation of the evaluation histogram)
         while not self._stop.is_set():
             now_m = time.monotonic()
             to_tick = next_tick - now_m
@@ -321,26 +320,27 @@ class Controller(ChangeApplier):
                         recheck_pending = True
                 if pass_start is None:
                     # ... and once every source has synced: the first complete view, which makes it ready
-                    # without waiting for a tick that may be long.
-                    # Once ready, the tick's pass also waits out the pause: in a burst it is the next pass,
-                    # not one more right after the last (a change would wait for both).
+                    # without waiting for a tick that may be long. Once ready, the tick's pass waits out
+                    # the pause too: in a burst it is the next pass, not one more right after the last.
                     paused = now_m - last_eval >= pause
                     full = (now_m >= next_tick and (paused or not self.ready.is_set())) or (
                         not self.ready.is_set() and self.synced)
                     # Changes are batched for at most `min_eval_interval`: one evaluation covers many
                     # events of the same runs, which is what keeps a burst cheap.
                     if full or (self._dirty and paused):
-                        pass_start, pass_full, pass_cpu = now_m, full, 0.0
-                        if full and self.ready.is_set():
+                        pass_start, pass_full, pass_cpu, pass_s = now_m, full, 0.0, 0.0
+                        pass_sliced = self.ready.is_set()
+                        if full and pass_sliced:
                             self._mark_all()
                 if pass_start is not None:
-                    cpu0 = time.thread_time()
-                    if not self.ready.is_set():  # whole until ready: ready means every run evaluated
+                    cpu0, t0 = time.thread_time(), time.monotonic()
+                    if pass_sliced:
+                        self.evaluate(until=t0 + EVAL_SLICE_S, upto=pass_start)
+                    else:  # whole until ready: ready means every run evaluated
                         self.evaluate(full=pass_full)
-                    else:
-                        self.evaluate(until=now_m + EVAL_SLICE_S, upto=pass_start)
                     done = time.monotonic()
                     pass_cpu += time.thread_time() - cpu0
+                    pass_s += done - t0
                     # Covered: every change that arrived before the oldest mark left (all, once none is).
                     oldest = self._dirty.oldest()
                     while waiting and waiting[0] < oldest:
@@ -348,6 +348,8 @@ class Controller(ChangeApplier):
                     if len(self._latencies) > 100_000:
                         del self._latencies[:50_000]
                     if oldest > pass_start:  # the pass is over
+                        if pass_sliced:
+                            self.health.observe_evaluation(pass_s)
                         for p in self._per_run:  # new lists, swapped in whole (read without a lock)
                             p.publish()
                         last_eval = done
@@ -391,7 +393,7 @@ class Controller(ChangeApplier):
         sliced = until is not None and not full and len(self.claims) + len(self._dirty) <= self.caps.floor
         taken: dict[Key, float] = {}
         rest: list[Ref] = []
-        with self.health.time_evaluation():
+        with self.health.time_evaluation() if until is None else nullcontext():  # (slices: a pass, `_loop`)
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
