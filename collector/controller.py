@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime
 
@@ -40,7 +43,7 @@ from collector.nodeclock import NodeClocks
 from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
 from collector.planes.registry import build_sources, error_labels
 from collector.progress.model import LogScan
-from collector.recheck import CpuBudget, Rechecks
+from collector.recheck import CpuBudget, DirtyRuns, Rechecks
 from collector.runcaps import RunCaps
 from collector.runsapi import RunHistory, runs_answer
 from collector.settings import ControllerSettings, Settings
@@ -89,7 +92,7 @@ class Controller(ChangeApplier):
         # Bounded: a loop that falls behind makes the sources wait instead of growing memory.
         self._changes: queue.Queue[Change] = queue.Queue(maxsize=self.cfg.queue_max)
         self._log_backlog = Backlog(LOG_BACKLOG)  # ... and log evidence by its weight (collector/backlog.py)
-        self._dirty: set[Key] = set()
+        self._dirty: DirtyRuns[Key] = DirtyRuns()  # runs to re-evaluate, stamped by the change that marked them
         self._roots_memo: dict[Key, Ref | None] = {}  # see _root_of
         self._roots_shape = -1
         self._roots_changed = True
@@ -261,12 +264,21 @@ class Controller(ChangeApplier):
         pause = self.cfg.min_eval_interval.total_seconds()
         next_tick = time.monotonic()
         last_eval = 0.0
-        waiting: list[float] = []  # arrival times of changes not yet covered by an evaluation
+        waiting: deque[float] = deque()  # arrival times of changes not yet covered by an evaluation
         recheck_pending = False  # runs due by the clock are among the dirty ones
+        # The pass in progress (once ready): the runs marked by its start, oldest first, in slices of
+        # EVAL_SLICE_S with the queue applied and each slice exported between them. Whole, a pass over
+        # a burst's every run (~0.15 s) made a change wait for it, the pause and the next pass.
+        pass_start: float | None = None
+        pass_full = pass_sliced = False
+        pass_cpu = pass_s = 0.0  # its CPU, and its slices' time (one observation of the evaluation histogram)
         while not self._stop.is_set():
             now_m = time.monotonic()
-            timeout = min(next_tick - now_m, 0.5)
-            if self._dirty:
+            to_tick = next_tick - now_m
+            timeout = min(max(to_tick, last_eval + pause - now_m) if self.ready.is_set() else to_tick, 0.5)
+            if pass_start is not None:
+                timeout = 0.0
+            elif self._dirty:
                 timeout = min(timeout, last_eval + pause - now_m)
             due = self._rechecks.next_due()
             if due is not None:
@@ -283,7 +295,9 @@ class Controller(ChangeApplier):
                 pass
             try:
                 counts: dict[str, int] = {}
+                dirty = self._dirty
                 for change in batch:
+                    dirty.stamp = change.received  # the runs it marks wait from its arrival
                     for c in change.payload if change.op == "batch" else (change,):
                         try:
                             self._apply(c)
@@ -296,7 +310,7 @@ class Controller(ChangeApplier):
                             waiting.append(change.received)
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
-                now_m = time.monotonic()
+                now_m = dirty.stamp = time.monotonic()
                 if self._recheck_budget.wait_s(now_m) == 0.0:
                     # Every run whose claims may have changed by the clock since: one batch.
                     due_runs = self._rechecks.pop_due(self.now())
@@ -304,47 +318,82 @@ class Controller(ChangeApplier):
                         self._dirty.update(due_runs)
                         self.rechecked += len(due_runs)
                         recheck_pending = True
-                # ... and once every source has synced: the first complete view, which makes it ready
-                # without waiting for a tick that may be long.
-                full = now_m >= next_tick or (not self.ready.is_set() and self.synced)
-                # Changes are batched for at most `min_eval_interval`: one evaluation covers many
-                # events of the same runs, which is what keeps a burst cheap.
-                if full or (self._dirty and now_m - last_eval >= pause):
-                    cpu0 = time.thread_time()
-                    self.evaluate(full=full)
-                    last_eval = done = time.monotonic()
-                    if recheck_pending and not full:
-                        self._recheck_budget.spend(time.thread_time() - cpu0, done)
-                    recheck_pending = False
-                    if full:
-                        # The tick re-evaluates every run: a backstop now that each run is re-evaluated
-                        # when its claims are due (and what moves with the clock without changing a
-                        # claim: reasons' ages, goodput). At fleet size one pass costs a second or more:
-                        # the tick stretches so those passes take at most FULL_PASS_SHARE of a core.
-                        cost = time.thread_time() - cpu0
-                        next_tick = done + max(tick, cost / FULL_PASS_SHARE)
-                        self.tick_s = next_tick - done
-                    self._latencies.extend(done - t for t in waiting)
-                    waiting.clear()
+                if pass_start is None:
+                    # ... and once every source has synced: the first complete view, which makes it ready
+                    # without waiting for a tick that may be long. Once ready, the tick's pass waits out
+                    # the pause too: in a burst it is the next pass, not one more right after the last.
+                    paused = now_m - last_eval >= pause
+                    full = (now_m >= next_tick and (paused or not self.ready.is_set())) or (
+                        not self.ready.is_set() and self.synced)
+                    # Changes are batched for at most `min_eval_interval`: one evaluation covers many
+                    # events of the same runs, which is what keeps a burst cheap.
+                    if full or (self._dirty and paused):
+                        pass_start, pass_full, pass_cpu, pass_s = now_m, full, 0.0, 0.0
+                        pass_sliced = self.ready.is_set()
+                        if full and pass_sliced:
+                            self._mark_all()
+                if pass_start is not None:
+                    cpu0, t0 = time.thread_time(), time.monotonic()
+                    if pass_sliced:
+                        self.evaluate(until=t0 + EVAL_SLICE_S, upto=pass_start)
+                    else:  # whole until ready: ready means every run evaluated
+                        self.evaluate(full=pass_full)
+                    done = time.monotonic()
+                    pass_cpu += time.thread_time() - cpu0
+                    pass_s += done - t0
+                    # Covered: every change that arrived before the oldest mark left (all, once none is).
+                    oldest = self._dirty.oldest()
+                    while waiting and waiting[0] < oldest:
+                        self._latencies.append(done - waiting.popleft())
                     if len(self._latencies) > 100_000:
                         del self._latencies[:50_000]
+                    if oldest > pass_start:  # the pass is over
+                        if pass_sliced:
+                            self.health.observe_evaluation(pass_s)
+                        for p in self._per_run:  # new lists, swapped in whole (read without a lock)
+                            p.publish()
+                        last_eval = done
+                        if recheck_pending and not pass_full:
+                            self._recheck_budget.spend(pass_cpu, done)
+                        recheck_pending = False
+                        if pass_full:
+                            # The tick re-evaluates every run: a backstop now that each run is re-evaluated
+                            # when its claims are due (and what moves with the clock without changing a
+                            # claim: reasons' ages, goodput). At fleet size one pass costs a second or more:
+                            # the tick stretches so those passes take at most FULL_PASS_SHARE of a core.
+                            next_tick = done + max(tick, pass_cpu / FULL_PASS_SHARE)
+                            self.tick_s = next_tick - done
+                        pass_start = None
             except Exception:  # keep the loop alive; what failed is in the log and the error counter
                 log.exception("controller loop error")
                 self.health.error("controller", ErrorClass.PERMANENT)
+                pass_start = None
             finally:
                 for change in batch:  # applied (or lost to an error above): the producers may go on
                     if change.weight:
                         self._log_backlog.give(change.weight)
+
+    def _mark_all(self) -> None:
+        """A full pass in slices: every run marked (the roots listed again as its first slice begins)."""
+        self._roots_changed = True
+        self._dirty.update(ref.key for ref in self.index.roots())
 
     def skip(self, what: str) -> None:
         log.warning("skipped", extra={"problem": what})
         self.skipped.append(what)
         del self.skipped[:-100]
 
-    def evaluate(self, *, full: bool = False) -> list[RunClaims]:
+    def evaluate(self, *, full: bool = False, until: float | None = None, upto: float = math.inf) -> list[RunClaims]:
+        """Re-evaluate the marked runs (every run: `full`) and export their claims. A slice of a pass
+        (`until`, monotonic): the runs marked at or before `upto`, oldest first, until `until` (one at
+        least); the rest stay marked. Whole while a run cap may bind: which runs it admits depends on
+        seeing them together (RunCaps.order)."""
         now = self.now()
         self._workloads = None
-        with self.health.time_evaluation():
+        sliced = until is not None and not full and len(self.claims) + len(self._dirty) <= self.caps.floor
+        taken: dict[Key, float] = {}
+        rest: list[Ref] = []
+        with self.health.time_evaluation() if until is None else nullcontext():  # (slices: a pass, `_loop`)
             if self._roots_changed or full:
                 roots = {ref.key: ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
@@ -363,17 +412,29 @@ class Controller(ChangeApplier):
                     self.queues.waiting(gone, None)
                 self._roots_changed = False
                 self.caps.prune(roots.keys())
-                targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
+                if sliced:
+                    taken = self._dirty.take(upto)
+                    targets = [roots[k] for k in taken if k in roots]
+                else:
+                    targets = list(roots.values()) if full else [roots[k] for k in self._dirty if k in roots]
+            elif sliced:
+                taken = self._dirty.take(upto)
+                targets = [ref for k in taken if (ref := self._target(k)) is not None]
             else:
                 targets = [self.claims[k].ref for k in self._dirty if k in self.claims]
                 targets += [rec.ref for k in self._dirty if k not in self.claims and self.index.is_root(k)
                             for rec in (self.index.get(*k),) if rec is not None]
-            self._dirty.clear()
+            if not sliced:
+                self._dirty.clear()
             out = []
             worker_runs = {w.name: w.runs() for w in self.workers}
             if len(self.claims) + len(targets) > self.caps.floor:
                 targets = self.caps.order(targets, self.claims, self._created)
-            for ref in targets:
+            for i, ref in enumerate(targets):
+                if sliced and i and time.monotonic() >= until:  # type: ignore[operator]  # (sliced: until is set)
+                    rest = targets[i:]
+                    self._dirty.restore({r.key: taken[r.key] for r in rest})
+                    break
                 if ref.key not in self.claims and not self.caps.admit(ref):
                     continue  # not tracked: a cap is reached (counted and logged by namespace)
                 try:
@@ -405,7 +466,7 @@ class Controller(ChangeApplier):
                 if self.capture is not None and self.leader and ev is not None:
                     self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
         self.evaluations += 1
-        self.runs_evaluated += len(targets)
+        self.runs_evaluated += len(targets) - len(rest)
         self.history.record(out)
         self.health.set_runs_tracked(len(self.claims))
         self.health.set_runs_untracked(self.caps.untracked())
@@ -439,13 +500,22 @@ class Controller(ChangeApplier):
         self.health.set_leader(self.elector.identity if self.elector is not None else "", leader)
         if self.leader and not leader:
             self.watch.log_unlisted()
-        for p in self._per_run:  # new lists, swapped in whole: the sources' threads read them without a lock
-            p.publish()
+        if until is None:  # (a pass in slices publishes once, as it ends: `_loop`)
+            for p in self._per_run:  # new lists, swapped in whole: the sources' threads read them without a lock
+                p.publish()
         if self.synced and not self.ready.is_set():
             self.ready.set()
             if self.cfg.tune_gc:
                 gc.freeze()  # what the initial lists built is long-lived: keep it out of collections
         return out
+
+    def _target(self, key: Key) -> Ref | None:
+        """The run `key` names, if it is one: tracked, or a root of the index."""
+        rc = self.claims.get(key)
+        if rc is not None:
+            return rc.ref
+        rec = self.index.get(*key) if self.index.is_root(key) else None
+        return rec.ref if rec is not None else None
 
     def _with_queue(self, rc: RunClaims, ev: RunEvidence, now: datetime) -> RunClaims:
         """A run blocked in queue admission with its place in the queue (the poller's latest answer)."""
@@ -561,3 +631,5 @@ LOG_BACKLOG = 100_000
 # (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.
 RECHECK_SHARE = 0.05
 RECHECK_BURST_S = 1.0
+# One slice of an evaluation pass at most (wall time; one run at least), then the queue is applied.
+EVAL_SLICE_S = 0.010

@@ -10,14 +10,18 @@ them here and re-evaluates only the runs that are due, on time, instead of waiti
 - `CpuBudget`: a token bucket that bounds the CPU those re-evaluations may take on average, so
   deadlines that keep coming (evidence stamped ahead of the clock, many runs ageing at once) are
   batched instead of spinning the loop.
+- `DirtyRuns`: the runs that changes marked for re-evaluation, oldest mark first, each with when
+  it was marked: the loop evaluates a burst's runs in slices, oldest first (collector/controller.py).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+import math
+from collections.abc import Hashable, Iterable
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Generic, NoReturn, Self, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -99,3 +103,72 @@ class CpuBudget:
     def spend(self, cpu_s: float, now_m: float) -> None:
         self._refill(now_m)
         self._tokens -= cpu_s
+
+
+class DirtyRuns(set[K]):
+    """Runs marked for re-evaluation: a set (what changes mark runs with: add, update, |=) that also
+    keeps, in the order they were first marked, the `stamp` in effect when each was first marked
+    since its last evaluation. The loop sets `stamp` to the arrival of the change it applies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.since: dict[K, float] = {}
+        self.stamp = 0.0
+
+    def add(self, key: K, /) -> None:
+        if key not in self.since:
+            self.since[key] = self.stamp
+            super().add(key)
+
+    def update(self, *others: Iterable[K]) -> None:
+        for keys in others:
+            for key in keys:
+                self.add(key)
+
+    def __ior__(self, other: AbstractSet[K], /) -> Self:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def discard(self, key: object, /) -> None:
+        if key in self.since:
+            del self.since[key]
+            super().discard(key)
+
+    def remove(self, key: K, /) -> None:
+        del self.since[key]
+        super().remove(key)
+
+    def pop(self) -> K:
+        key = next(iter(self.since))  # the oldest
+        self.remove(key)
+        return key
+
+    def clear(self) -> None:
+        self.since.clear()
+        super().clear()
+
+    def _unsupported(self, *args: object) -> NoReturn:
+        raise TypeError("DirtyRuns: only add, update, |=, discard, remove, pop and clear change it")
+
+    difference_update = intersection_update = symmetric_difference_update = _unsupported
+    __isub__ = __iand__ = __ixor__ = _unsupported
+
+    def oldest(self) -> float:
+        """The earliest stamp of a marked run (inf: none): every change that arrived before it is covered."""
+        return min(self.since.values(), default=math.inf)
+
+    def take(self, upto: float) -> dict[K, float]:
+        """Unmark the runs marked at or before `upto`, oldest first, with their stamps."""
+        out = {k: t for k, t in self.since.items() if t <= upto}
+        for k in out:
+            self.discard(k)
+        return out
+
+    def restore(self, taken: dict[K, float]) -> None:
+        """Mark again, ahead of the others, runs `take` returned that were not evaluated (a run marked
+        since keeps the older stamp)."""
+        merged = {k: min(t, self.since.get(k, t)) for k, t in taken.items()}
+        for k, t in self.since.items():
+            merged.setdefault(k, t)
+        super().update(taken)
+        self.since = merged
