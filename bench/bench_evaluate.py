@@ -20,12 +20,13 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 5
@@ -141,16 +142,10 @@ def main() -> None:
         return
     base: dict[str, float] = {}
     if args.baseline:
-        with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
-            tree = Path(tmp) / "tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), args.baseline],
-                           check=True)
-            try:
-                done = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--calls", str(args.calls),
-                                       "--json"], capture_output=True, text=True, check=True)
-                base = json.loads(done.stdout.strip().splitlines()[-1])
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        with baseline_tree(args.baseline, "bench-evaluate-") as tree:
+            done = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--calls", str(args.calls),
+                                   "--json"], capture_output=True, text=True, check=True)
+            base = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"evaluate() of one running run, median of {REPEATS} × {args.calls} calls (CPU µs per evaluation)")
     print(f"{'run':<20} {'this tree':>10} {'baseline ' + args.baseline if args.baseline else '':>20}")
     for k, v in here.items():

@@ -27,7 +27,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -36,6 +35,8 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,17 +185,11 @@ def main() -> None:
         return
     base: dict[str, float] = {}
     if a.baseline:
-        with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
-            tree = Path(tmp) / "tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), a.baseline],
-                           check=True)
-            try:
-                done = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--runs", str(a.runs),
-                                       "--repeat", str(a.repeat), "--unhealthy-share", str(a.unhealthy_share),
-                                       "--json"], capture_output=True, text=True, check=True)
-                base = json.loads(done.stdout.strip().splitlines()[-1])
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        with baseline_tree(a.baseline, "bench-metrics-") as tree:
+            done = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--runs", str(a.runs),
+                                   "--repeat", str(a.repeat), "--unhealthy-share", str(a.unhealthy_share),
+                                   "--json"], capture_output=True, text=True, check=True)
+            base = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"/metrics at {a.runs} runs (half running with goodput, half blocked), medians of {a.repeat}")
     print(f"{'figure':<40} {'this tree':>10} {'baseline ' + a.baseline if a.baseline else '':>22}")
     for k, v in here.items():

@@ -21,11 +21,13 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -90,15 +92,11 @@ def main() -> None:
     if a.json:
         print(json.dumps(measure(a.waiting, a.admitted)))
         return
-    tmp = tempfile.TemporaryDirectory(prefix="bench-queue-") if a.baseline else None
-    trees = [("now", ROOT)]
-    if tmp is not None:
-        base = Path(tmp.name) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), a.baseline],
-                       check=True)
-        trees.append((a.baseline, base))
-    got: dict[str, list[float]] = {name: [] for name, _ in trees}
-    try:
+    with ExitStack() as stack:
+        trees = [("now", ROOT)]
+        if a.baseline:
+            trees.append((a.baseline, stack.enter_context(baseline_tree(a.baseline, "bench-queue-"))))
+        got: dict[str, list[float]] = {name: [] for name, _ in trees}
         for r in range(a.repeats):
             for name, tree in trees:
                 out = subprocess.run([sys.executable, __file__, "--json", "--waiting", str(a.waiting),
@@ -106,18 +104,13 @@ def main() -> None:
                                      env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
                 got[name].append(json.loads(out.stdout.strip().splitlines()[-1])["us_per_run"])
             print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp.name) / "tree")],
-                           check=False)
-            tmp.cleanup()
     print(f"\nqueue status per queued run, CPU µs ({a.waiting} waiting in one ClusterQueue, {a.admitted} admitted in "
           f"the last day; one pass over every waiting run with a shared index; median of {a.repeats} repeats)")
     meds = []
     for name, _ in trees:
         meds.append(statistics.median(got[name]))
         print(f"  {name:<12} {meds[-1]:10.0f} [{' '.join(f'{x:.0f}' for x in got[name])}]")
-    if tmp is not None:
+    if a.baseline:
         print(f"  now/base     x{meds[0] / meds[1]:.3f}")
 
 

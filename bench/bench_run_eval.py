@@ -27,12 +27,14 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from baseline import baseline_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 8
@@ -164,15 +166,11 @@ def main() -> None:
         logging.disable(logging.CRITICAL)
         print(json.dumps({case: measure(a.runs, a.passes, case) for case in CASES}))
         return
-    tmp = tempfile.TemporaryDirectory(prefix="bench-run-eval-") if a.baseline else None
-    trees = [("now", ROOT)]
-    if tmp is not None:
-        base = Path(tmp.name) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), a.baseline],
-                       check=True)
-        trees.append((a.baseline, base))
-    got: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
-    try:
+    with ExitStack() as stack:
+        trees = [("now", ROOT)]
+        if a.baseline:
+            trees.append((a.baseline, stack.enter_context(baseline_tree(a.baseline, "bench-run-eval-"))))
+        got: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
         for r in range(a.repeats):
             for name, tree in trees:
                 out = subprocess.run([sys.executable, __file__, "--json", "--tree", str(tree), "--runs", str(a.runs),
@@ -180,14 +178,9 @@ def main() -> None:
                                      env={**os.environ, "TAUGRID_BENCH_TREE": str(tree), "PYTHONPATH": str(tree)})
                 got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp.name) / "tree")],
-                           check=False)
-            tmp.cleanup()
     print(f"\nper-run evaluation, CPU µs per run re-evaluated ({a.runs} runs x {PODS_PER_RUN} pods, "
           f"{a.passes} passes, median of {a.repeats} repeats; per repeat in brackets)")
-    print(f"{'case':<8}" + "".join(f"{name:>34}" for name, _ in trees) + ("   now/base" if tmp else ""))
+    print(f"{'case':<8}" + "".join(f"{name:>34}" for name, _ in trees) + ("   now/base" if a.baseline else ""))
     for case in CASES:
         cells = []
         meds = []
@@ -195,7 +188,8 @@ def main() -> None:
             xs = [g[case]["us_per_run"] for g in got[name]]
             meds.append(statistics.median(xs))
             cells.append(f"{meds[-1]:8.0f} [{' '.join(f'{x:.0f}' for x in xs)}]")
-        print(f"{case:<8}" + "".join(f"{x:>34}" for x in cells) + (f"   x{meds[0] / meds[1]:.2f}" if tmp else ""))
+        ratio = f"   x{meds[0] / meds[1]:.2f}" if a.baseline else ""
+        print(f"{case:<8}" + "".join(f"{x:>34}" for x in cells) + ratio)
 
 
 if __name__ == "__main__":
