@@ -72,7 +72,8 @@ class Controller(ChangeApplier):
         self.api = api
         # Kueue's visibility API for the queues of runs blocked in queue admission (the `kueue-visibility` source)
         self.queues = QueueWatch(api)
-        self._workloads: Workloads | None = None  # the Workloads indexed once per evaluation (queued runs)
+        self._workloads: Workloads | None = None  # the Workloads indexed once per pass (queued runs)
+        self._workloads_pass: float | None = None  # ... of the pass in slices that began then (`upto`)
         self.sink = sink  # records for ADX / the embedded store (opened and closed by the caller)
         self.settings = settings
         self.cfg: ControllerSettings = settings.controller
@@ -389,7 +390,11 @@ class Controller(ChangeApplier):
         least); the rest stay marked. Whole while a run cap may bind: which runs it admits depends on
         seeing them together (RunCaps.order)."""
         now = self.now()
-        self._workloads = None
+        # One index of the Workloads a pass, as when a pass was one call: its slices share it (the
+        # queue's records as its first queued run saw them), a new pass or a whole call indexes anew.
+        if until is None or upto != self._workloads_pass:
+            self._workloads = None
+            self._workloads_pass = upto if until is not None else None
         sliced = until is not None and not full and len(self.claims) + len(self._dirty) <= self.caps.floor
         taken: dict[Key, float] = {}
         rest: list[Ref] = []

@@ -107,3 +107,23 @@ def test_a_pass_over_many_runs_is_evaluated_in_slices(sim: Simulator, monkeypatc
         assert 1 <= observed() - passes0 < slices
     finally:
         c.close()
+
+
+def test_the_slices_of_a_pass_share_one_workloads_index() -> None:
+    """Queued runs' status reads an index of the Workloads built once per pass (as when a pass was one
+    call); a pass's slices keep it, the next pass and any whole evaluation build it again. (A
+    controller never opened: no loop thread evaluates beside the test.)"""
+    from collector.settings import Settings
+    from collector.sources.kube_api import KubeApi, api_client_for
+
+    c = controller_mod.Controller(KubeApi(api_client_for("http://127.0.0.1:9")), Settings(), lambda: T0)
+    kept = object()
+    c._workloads = kept  # type: ignore[assignment]  # (stands for the index a first slice built)
+    c._workloads_pass = 5.0
+    c.evaluate(until=time.monotonic() + 1, upto=5.0)  # a later slice of that pass
+    assert c._workloads is kept
+    c.evaluate(until=time.monotonic() + 1, upto=6.0)  # the next pass
+    assert c._workloads is not kept and c._workloads_pass == 6.0
+    c._workloads = kept  # type: ignore[assignment]
+    c.evaluate()  # a whole evaluation
+    assert c._workloads is not kept and c._workloads_pass is None
