@@ -86,8 +86,8 @@ class Workloads:
         # by everything the answer is computed from; the summary itself is kept beside it, so its id
         # cannot be another's while the entry stands
         self._rates: dict[tuple[object, ...], tuple[PendingSummary | None, QueueRate]] = {}
-        self._ordered: dict[int, tuple[PendingSummary, list[PendingItem]]] = {}
-        self._named: dict[int, tuple[PendingSummary, dict[tuple[str, str], PendingItem]]] = {}
+        # per summary: its items in queue order, and the first of each Workload by name
+        self._views: dict[int, tuple[PendingSummary, list[PendingItem], dict[tuple[str, str], PendingItem]]] = {}
 
     def rate(self, cluster_queue: str, summary: PendingSummary | None, now: datetime, *, window: timedelta,
              min_admissions: int) -> QueueRate:
@@ -103,24 +103,23 @@ class Workloads:
         self._rates[key] = (summary, rate)
         return rate
 
-    def find(self, summary: PendingSummary, namespace: str, name: str) -> PendingItem | None:
-        """The first item of `summary` for that Workload."""
-        kept = self._named.get(id(summary))
+    def _view(self, summary: PendingSummary) -> tuple[PendingSummary, list[PendingItem],
+                                                      dict[tuple[str, str], PendingItem]]:
+        kept = self._views.get(id(summary))
         if kept is None or kept[0] is not summary:
             named: dict[tuple[str, str], PendingItem] = {}
             for i in summary.items:
                 named.setdefault((i.namespace, i.name), i)
-            kept = self._named[id(summary)] = (summary, named)
-        return kept[1].get((namespace, name))
+            kept = self._views[id(summary)] = (summary, sorted(summary.items, key=lambda i: i.position_cq), named)
+        return kept
+
+    def find(self, summary: PendingSummary, namespace: str, name: str) -> PendingItem | None:
+        """The first item of `summary` for that Workload."""
+        return self._view(summary)[2].get((namespace, name))
 
     def ordered(self, summary: PendingSummary) -> list[PendingItem]:
         """`summary.items` by their place in the ClusterQueue."""
-        kept = self._ordered.get(id(summary))
-        if kept is not None and kept[0] is summary:
-            return kept[1]
-        items = sorted(summary.items, key=lambda i: i.position_cq)
-        self._ordered[id(summary)] = (summary, items)
-        return items
+        return self._view(summary)[1]
 
     def get(self, namespace: str, name: str) -> ObjectRecord | None:
         return self._by_name.get((namespace, name))
