@@ -60,18 +60,10 @@ def child(mode: str, url: str) -> None:
     base = status_kib()
     reset = reset_peak()
     t0, c0 = time.monotonic(), time.process_time()
-    if mode == "old":  # the Listing loop before item-by-item reads, for one unpaginated answer
-        data = api.get_text(pod.path, [])
-        doc = decoder.page(data)
-        del data
-        items = doc.get("items") or []
-        del doc
-        for item in items:
-            if isinstance(item, dict):
-                item.setdefault("kind", pod.kind)
-                item.setdefault("apiVersion", pod.api_version)
-                names.append(item["metadata"]["name"])
-        del items
+    if mode == "old":  # one unpaginated answer read whole and decoded whole: the page path, as it was
+        from collector.sources.kube_api import Listing
+        for item in Listing(api, pod, 0, decoder)._page([]):
+            names.append(item["metadata"]["name"])
     else:
         if mode == "pages-streamed":  # pages read as the whole list is: what the page path would cost so
             from collector.sources import kube_api
