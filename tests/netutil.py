@@ -1,4 +1,4 @@
-"""Shared by the test servers (Prometheus, Azurite, Ray): loopback ports."""
+"""Shared by the test servers (Prometheus, Azurite, Ray, raw HTTP): loopback ports, request heads."""
 
 from __future__ import annotations
 
@@ -29,3 +29,15 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout)
+
+
+def read_head(conn: socket.socket, size: int = 4096) -> bytes:
+    """A raw HTTP request's bytes up to its blank line (and whatever came with it); fewer when the
+    client closed first: the caller checks for b"\r\n\r\n"."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(size)
+        if not chunk:
+            break
+        data += chunk
+    return data

@@ -18,6 +18,7 @@ import pytest
 
 from collector.endpoints import serve
 from collector.sources.agents import HEAD_MAX, AgentEndpoint, AgentReader, AgentReadError, fetch
+from tests.netutil import read_head
 
 
 @contextmanager
@@ -47,13 +48,7 @@ def raw_server(answer: Callable[[socket.socket], None], requests: list[bytes] | 
                 continue
             with conn:
                 conn.settimeout(2)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                requests.append(data)
+                requests.append(read_head(conn))
                 answer(conn)
 
     t = threading.Thread(target=loop, daemon=True)

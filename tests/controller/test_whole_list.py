@@ -31,6 +31,7 @@ from collector.sources.kube_api import (
     api_client_for,
 )
 from collector.sources.listbody import ItemTooLarge, ListBody, ListSyntaxError, ListTruncated
+from tests.netutil import read_head
 
 POD = Resource("Pod", "", "v1", "pods", optional=False)
 POD_DECODER = decoder_for("v1", "Pod")
@@ -48,12 +49,9 @@ def raw_server(answer: Answer) -> Iterator[tuple[str, list[dict[str, list[str]]]
 
     def serve(conn: socket.socket) -> None:
         with conn:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                got = conn.recv(65536)
-                if not got:
-                    return
-                head += got
+            head = read_head(conn, 65536)
+            if b"\r\n\r\n" not in head:
+                return
             target = head.split(b" ", 2)[1].decode()
             url = urlsplit(target)
             query = parse_qs(url.query)

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from tests.netutil import read_head
+
 JOBS = orjson.dumps([{"submission_id": "raysubmit_1", "job_id": "01000000", "type": "SUBMISSION",
                       "status": "RUNNING", "message": "", "entrypoint": "python train.py",
                       "start_time": 1767225600000}])
@@ -82,12 +84,8 @@ def trickler(*, every_s: float, lasting_s: float, in_header: bool = False) -> It
         with conn:
             conn.settimeout(2)
             with contextlib.suppress(OSError):
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        return
-                    data += chunk
+                if b"\r\n\r\n" not in read_head(conn):
+                    return
                 if not in_header:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
                 payload = b"HTTP/1.1 200 OK\r\n" if in_header else b"[" + b" " * 100000
