@@ -331,11 +331,12 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     relists0 = _relists(c)  # a relist in the window (a watch that fell behind) is part of its CPU: named
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
+    rechecked0 = c.rechecked
     spy = None
     if os.environ.get("BENCH_PYSPY"):  # a profile of the idle window: py-spy's collapsed stacks
         import subprocess
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(os.getpid()),
-                                "--duration", str(int(idle_s)), "--format", "raw", "--nonblocking",
+                                "--duration", str(int(idle_s)), "--format", "raw", "--nonblocking", "--gil",
                                 "-o", f"{os.environ['BENCH_PYSPY']}-{variant}-{os.getpid()}.txt"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     window_rss: list[int] = []
@@ -348,9 +349,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(idle_s)
     sampling.set()
     if spy is not None:
-        spy.wait(60)
+        spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
+    rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
     relisted = {k: v - relists0.get(k, 0.0) for k, v in _relists(c).items() if v > relists0.get(k, 0.0)}
     progressing: dict[str, int] = {}
     for rc in list(c.claims.values()):
@@ -387,7 +389,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "passes": (len(in_window), in_window[len(in_window) // 2], in_window[-1]) if in_window else None,
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
-                "after_idle": rss_bytes(), "evaluated": evaluated, "progressing": progressing,
+                "after_idle": rss_bytes(), "evaluated": evaluated, "rechecked_idle": rechecked_idle,
+                "progressing": progressing,
                 "window_max": max(window_rss, default=0)}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
         held = [sig for by_source in list(c.index._signals.values()) for sig in list(by_source.values())]
@@ -474,7 +477,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
         t = time.thread_time()
         now = c.now()
         trainers: set[tuple[str, str]] = set()  # pods whose trainer (the first container listed) is seen
-        for ref, container, _, _ in list(_log_targets(c)):
+        for ref, container, *_ in list(_log_targets(c)):
             key = (ref.namespace, ref.name, container)
             first = key not in sent
             n0 = sent.get(key, 0)
@@ -525,7 +528,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         wait = 30.0
         t = time.thread_time()
         gpu_pods = set(c._gpus)
-        for ref, container, _, _ in list(_log_targets(c)):
+        for ref, container, *_ in list(_log_targets(c)):
             key = (ref.namespace, ref.name, container)
             first = key not in seen
             sent, stamp, fmt = seen.get(key, (0, "", None))
@@ -932,8 +935,8 @@ def main() -> None:
             print(f"{r['variant']}: {r['log_targets']} containers polled every 30 s; {r['log_reads']} log GETs in "
                   f"the idle {r['idle_s']:.0f} s after the first pass ({r['log_reads'] / r['idle_s']:.1f}/s, "
                   f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
-                  f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it; progressing "
-                  f"{r.get('progressing')}")
+                  f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it "
+                  f"({r.get('rechecked_idle')} by their clocks); progressing {r.get('progressing')}")
             if r.get("passes"):
                 n, median, longest = r["passes"]
                 print(f"{r['variant']}: {n} log passes ended in the idle window, median {median:.1f} s, "

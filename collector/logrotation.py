@@ -5,9 +5,12 @@ Reading every running container every pass costs one kubelet-proxied GET each: a
 (docs/benchmarks.md). Progress is usually printed by one container per run (the driver, rank 0):
 a container whose last read carried progress samples is read every pass, so stall detection is
 not delayed; the others (errors, hang reports) are read every `quiet_every` passes, which keeps
-their evidence inside `evidence_max_age` at the defaults (4 × 30 s), each in its own slot (a hash
-of its name) so that every pass reads an even share of them rather than all of them at once. A
-container never read, or restarted since its last read, is read at once.
+their evidence inside `evidence_max_age` at the defaults (4 × 30 s), in slots (a hash: its run's,
+as the poller asks, else its own name's) so that every pass reads an even share of them rather
+than all of them at once. One run's quiet containers share a slot: read in one pass, one after the
+other, their answers are applied and judged together (one re-evaluation of the run, one deadline
+where their evidence ages out) instead of one each, passes apart. A container never read, or
+restarted since its last read, is read at once.
 
 From where: a container read before is asked only for the lines since its last one
 (`sinceTime`, at the API's one-second resolution: the lines of that second come again and the
@@ -35,6 +38,11 @@ RESYNC = 16  # one read in this many is of the whole tail, not only the lines si
 
 def _slot(key: LogKey) -> int:
     return zlib.crc32("\x1f".join(key).encode())
+
+
+def slot_of(group: str) -> int:
+    """The rotation slot of a group of containers read together (a run: `LogRotation.due`)."""
+    return zlib.crc32(group.encode())
 
 
 @dataclass(slots=True)
@@ -68,13 +76,15 @@ class LogRotation:
         for key in [k for k in self._last if k not in keep]:
             del self._last[key]
 
-    def due(self, key: LogKey, restarted: bool) -> bool:
-        """`restarted`: the container restarted since its last read (the poller reads its previous log)."""
+    def due(self, key: LogKey, restarted: bool, slot: int | None = None) -> bool:
+        """`restarted`: the container restarted since its last read (the poller reads its previous log);
+        `slot`: its group's (`slot_of`), None: its own."""
         last = self._last.get(key)
         if last is None or last.progress or restarted:
             return True
         # At most quiet_every passes apart; exactly that once in step with its slot.
-        return self.passes > last.at_pass and (self.passes - _slot(key)) % self.quiet_every == 0
+        return self.passes > last.at_pass and \
+            (self.passes - (_slot(key) if slot is None else slot)) % self.quiet_every == 0
 
     def read_pass(self, key: LogKey) -> tuple[int, bool] | None:
         """(the pass of the container's last read, whether it ever carried progress); None: never read."""

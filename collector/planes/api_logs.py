@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 from collector.correlate import Key, RunEvidence, Signal
+from collector.logrotation import slot_of
 from collector.model import PodFacts, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState, Targets, profile_of
 from collector.sources.logs import (
@@ -62,8 +63,9 @@ class ApiLogSource(PolledSource):
             self.quiet.pop(key, None)
             return
         regex = self.cfg.log_regex_by_profile.get(profile_of(ev), "")
+        slot = slot_of("\x1f".join(key))
         targets = tuple(
-            (pod.ref, c.name, regex, c.restart_count) for pod in ev.pods
+            (pod.ref, c.name, regex, c.restart_count, slot) for pod in ev.pods
             if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
             for c in pod.facts.containers if not c.init and c.state == "running"
         )

@@ -34,7 +34,9 @@ from collector.progress import scan_text
 from collector.sources.kube_api import LogApi, SourceError, pod_log_path
 
 HOLD_MAX_S = 30.0  # the longest a Retry-After holds the poller (one default interval)
-LogTarget = tuple[Ref, str, str, int]  # the pod, container, profile regex ("": built-in parsers), restarts
+# the pod, container, profile regex ("": built-in parsers), restarts, and its run's rotation slot
+# (`logrotation.slot_of`: a run's quiet containers are read in the same pass)
+LogTarget = tuple[Ref, str, str, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +245,7 @@ class ApiLogPoller:
         if readers is None:
             raise RuntimeError("ApiLogPoller.run_pass before open()")
         started = time.monotonic()
-        wanted = {(ref.namespace, ref.name, container) for ref, container, _, _ in targets}
+        wanted = {(ref.namespace, ref.name, container) for ref, container, *_ in targets}
         for key in [k for k in self._previous_read if k not in wanted]:
             del self._previous_read[key]
         self.rotation.begin_pass(wanted)
@@ -321,7 +323,7 @@ class ApiLogPoller:
         pod: tuple[str, str] = ("", "")
         rank = 0
         for target in targets:
-            ref, container, regex, restarts = target
+            ref, container, regex, restarts, slot = target
             rank = rank + 1 if (ref.namespace, ref.name) == pod else 0  # (a pod's containers come together)
             pod = (ref.namespace, ref.name)
             if not regex and (ref.namespace, ref.name) in agent_pods:
@@ -329,7 +331,7 @@ class ApiLogPoller:
                 continue
             key = (ref.namespace, ref.name, container)
             restarted = restarts != self._previous_read.get(key, restarts)
-            if key not in self.planner.waited and not self.rotation.due(key, restarted):
+            if key not in self.planner.waited and not self.rotation.due(key, restarted, slot):
                 rotation += 1
                 continue
             last = self.rotation.read_pass(key)
@@ -345,7 +347,7 @@ class ApiLogPoller:
         return out, {"agent": agent, "rotation": rotation, "claims": claims}
 
     def _ask(self, cand: Candidate) -> _Ask:
-        key, (ref, container, regex, restarts) = cand.key, cand.target
+        key, (ref, container, regex, restarts, _) = cand.key, cand.target
         query: list[tuple[str, object]] = [
             ("container", container), ("tailLines", self.settings.tail_lines),
             ("limitBytes", self.settings.limit_bytes), ("timestamps", "true")]

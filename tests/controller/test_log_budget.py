@@ -29,7 +29,7 @@ BIG, SMALL = "team-big", "team-small"
 
 
 def _cand(ns: str, pod: str, urgent: bool = False) -> Candidate:
-    return Candidate((ns, pod, "main"), (Ref("Pod", ns, pod), "main", "", 0), urgent)
+    return Candidate((ns, pod, "main"), (Ref("Pod", ns, pod), "main", "", 0, 0), urgent)
 
 
 # --- the order, pure ----------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def test_a_cut_order_gives_each_tenant_an_equal_share_urgent_reads_first() -> No
 
 
 def test_every_pods_first_container_before_any_pods_second() -> None:
-    cands = [Candidate((BIG, f"p{i}", c), (Ref("Pod", BIG, f"p{i}"), c, "", 0), False, rank=r)
+    cands = [Candidate((BIG, f"p{i}", c), (Ref("Pod", BIG, f"p{i}"), c, "", 0, 0), False, rank=r)
              for i in range(3) for r, c in enumerate(("main", "fluentbit"))]
     assert [(c.key[1], c.key[2]) for c in fair_order(cands, {}, turn=0)] == [
         ("p0", "main"), ("p1", "main"), ("p2", "main"), ("p0", "fluentbit"), ("p1", "fluentbit"), ("p2", "fluentbit")]
@@ -92,7 +92,7 @@ class _Counting:
 
 
 def _targets(ns: str, n: int) -> list[LogTarget]:
-    return [(Ref("Pod", ns, f"llm-w{i}"), "main", "", 0) for i in range(n)]
+    return [(Ref("Pod", ns, f"llm-w{i}"), "main", "", 0, 0) for i in range(n)]
 
 
 def _poller(sim: Simulator, **kw: Any) -> tuple[ApiLogPoller, _Counting]:
@@ -157,7 +157,7 @@ def test_a_run_whose_claims_stand_past_the_next_pass_costs_no_get(sim: Simulator
         assert not [r for r in out if isinstance(r, LogFresh | Signal) and r.ref.name == "llm-w0"]
         # ... a restart is new evidence: read at once
         api.pods.clear()
-        _pass(p, [(Ref("Pod", SMALL, "llm-w0"), "main", "", 1)], quiet={(SMALL, "llm-w0"): far})
+        _pass(p, [(Ref("Pod", SMALL, "llm-w0"), "main", "", 1, 0)], quiet={(SMALL, "llm-w0"): far})
         assert api.pods[(SMALL, "llm-w0")] >= 1
         # ... and a signal the index does not hold is read, whatever the claims say
         api.pods.clear()

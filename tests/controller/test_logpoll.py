@@ -59,7 +59,7 @@ def sim() -> Iterator[Simulator]:
 
 
 def _targets() -> list[LogTarget]:
-    return [(Ref("Pod", "research", f"llm-w{i}"), "main", "", 0) for i in range(PODS)]
+    return [(Ref("Pod", "research", f"llm-w{i}"), "main", "", 0, 0) for i in range(PODS)]
 
 
 def _one_pass(poller: ApiLogPoller, targets: list[LogTarget], held: bool = False,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from collector.controller import Controller
-from collector.logrotation import RESYNC, LogRotation, last_stamp
+from collector.logrotation import RESYNC, LogRotation, last_stamp, slot_of
 from collector.sources.kube_api import KubeApi, api_client_for
 from kubesim.server import Simulator
 from tests.controller.test_controller import T0, Clock, apply_run, settings, wait_until
@@ -44,6 +44,38 @@ def test_progress_every_pass_quiet_ones_every_nth_spread_evenly() -> None:
         at = [i for i, p in enumerate(passes) if key[1] in p]
         assert at[0] == 0 and 1 <= at[1] <= 4 and all(b - a == 4 for a, b in zip(at[1:], at[2:], strict=False)), at
     assert all(len(p) == 401 for p in _passes(LogRotation(1), 3, {HEAD: True, **quiet}))
+
+
+def test_a_runs_quiet_containers_share_its_slot_and_runs_spread_over_the_passes() -> None:
+    """With its run's slot, a run's quiet ranks are read in the same pass (one re-evaluation of the run,
+    one deadline where their evidence ages), and each pass still reads about an even share of the runs."""
+    runs = {f"run{r}": slot_of(f"Job\x1fns\x1frun{r}") for r in range(200)}
+    keys = {("ns", f"{run}-w{i}", "main"): slot for run, slot in runs.items() for i in range(9)}
+    rot = LogRotation(4)
+    passes: list[set[str]] = []
+    for _ in range(13):
+        rot.begin_pass(keys)
+        read = set()
+        for key, slot in keys.items():
+            if rot.due(key, restarted=False, slot=slot):
+                rot.read(key, progress=False)
+                read.add(key[1])
+        passes.append(read)
+    assert len(passes[0]) == len(keys)
+    for p in passes[1:]:
+        by_run = Counter(pod.rsplit("-w", 1)[0] for pod in p)
+        assert set(by_run.values()) <= {9}, by_run  # whole runs, never a part of one
+        assert 30 <= len(by_run) <= 70, [len(x) for x in passes]  # about a quarter of the 200 runs
+    for run in runs:  # each run every 4 passes after its first slot
+        at = [i for i, p in enumerate(passes) if f"{run}-w0" in p]
+        assert at[0] == 0 and 1 <= at[1] <= 4 and all(b - a == 4 for a, b in zip(at[1:], at[2:], strict=False)), at
+    # without a slot each container keeps its own: a run's ranks fall in different passes
+    rot = LogRotation(4)
+    spread = []
+    for _ in range(5):
+        rot.begin_pass(keys)
+        spread.append({key[1] for key in keys if rot.due(key, restarted=False) and not rot.read(key, False)})
+    assert any(0 < sum(f"run0-w{i}" in p for i in range(9)) < 9 for p in spread[1:])
 
 
 def test_new_restarted_and_failed_reads_are_due_at_once() -> None:
