@@ -332,6 +332,18 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     rechecked0 = c.rechecked
+    marks: dict[str, list[int]] = {}  # what marked runs for re-evaluation in the window: op -> [changes, new marks]
+    apply0 = c._apply
+
+    def counted_apply(change: Any) -> None:
+        n = len(c._dirty)
+        try:
+            apply0(change)
+        finally:
+            m = marks.setdefault(f"{change.op} {change.resource.name if change.resource else ''}".strip(), [0, 0])
+            m[0] += 1
+            m[1] += max(0, len(c._dirty) - n)
+    c._apply = counted_apply  # type: ignore[method-assign,assignment]
     spy = None
     if os.environ.get("BENCH_PYSPY"):  # a profile of the idle window: py-spy's collapsed stacks
         import subprocess
@@ -353,6 +365,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
+    c._apply = apply0  # type: ignore[method-assign]
     relisted = {k: v - relists0.get(k, 0.0) for k, v in _relists(c).items() if v > relists0.get(k, 0.0)}
     progressing: dict[str, int] = {}
     for rc in list(c.claims.values()):
@@ -390,6 +403,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "rechecked_idle": rechecked_idle,
+                "marks": dict(sorted(marks.items(), key=lambda kv: -kv[1][1])[:8]),
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0)}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
@@ -937,6 +951,8 @@ def main() -> None:
                   f"{1000 * per:.1f} ms each); idle {r['idle_core']:.3f} core; RSS after it "
                   f"{r['after_idle'] / mib:.0f} MiB; {r['evaluated']} runs evaluated in it "
                   f"({r.get('rechecked_idle')} by their clocks); progressing {r.get('progressing')}")
+            print(f"{r['variant']}: changes applied in the idle window that marked runs (changes, new marks): "
+                  f"{r.get('marks')}")
             if r.get("passes"):
                 n, median, longest = r["passes"]
                 print(f"{r['variant']}: {n} log passes ended in the idle window, median {median:.1f} s, "

@@ -191,11 +191,13 @@ class ChangeApplier:
         except Exception:
             self._failed("export failed; the evidence stays in the index", "export", what, source="export")
 
-    def _touch(self, ref: Ref) -> None:
+    def _touch(self, ref: Ref, *, moved: bool = True) -> None:
+        """`ref`'s run marked for re-evaluation; `moved`: the write may have moved a root (the index's
+        `shape` changed), so the runs are listed again before the next evaluation."""
         root = self._root_of(ref)
         if root is not None:
             self._dirty.add(root.key)
-        if ref.kind in _ROOTISH:
+        if moved and ref.kind in _ROOTISH:
             self._roots_changed = True
 
     def _root_of(self, ref: Ref) -> Ref | None:
@@ -221,10 +223,11 @@ class ChangeApplier:
             self.index.upsert(rec)  # a resourceVersion bump with nothing the claims read: no re-evaluation
             return
         before = self.index.root_of(rec.ref) if rec.ref.kind in _ROOTISH else None
+        shape = self.index.shape
         self.index.upsert(rec)
         if before is not None:
             self._dirty.add(before.key)
-        self._touch(rec.ref)
+        self._touch(rec.ref, moved=self.index.shape != shape)
         self._export_event(rec)
 
     def _node_clock(self, old: ObjectRecord | None, rec: ObjectRecord) -> None:

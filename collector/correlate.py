@@ -244,8 +244,10 @@ class RunIndex:
         self.node_behind: dict[str, timedelta | None] = {}  # a dump's nodes that may run behind, by how much
         # run root → its deleted pods with signals: (last record, signals), oldest first (bounded)
         self._retired: dict[Key, dict[Key, tuple[ObjectRecord, tuple[Signal, ...]]]] = {}
-        # Counts writes that may move a link or a root (all but a pod update that keeps its links):
-        # what a reader caches from the links (e.g. a pod's root) holds while it is unchanged.
+        # Counts writes that may move a link or a root: a new object or a deleted one, or one whose links,
+        # labels, owners, uid or inferred standing changed (a status update keeps it: a node's heartbeat,
+        # a RayJob's progress, an Event counted again); what a reader caches from the links (a pod's
+        # root, a run's members, the roots) holds while it is unchanged.
         self.shape = 0
         self._members_memo: dict[Key, tuple[Key, ...]] = {}  # a run's member keys while `shape` holds
         self._members_shape = -1
@@ -262,11 +264,16 @@ class RunIndex:
         self._objects[key] = rec
         if old is not None and type(rec.facts) is PodFacts and rec.labels is old.labels and rec.owners == old.owners:
             return  # a pod's update that keeps its links (the watch's usual event): nothing else moves
-        self.shape += 1
-        self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         ups = tuple(_parents(rec))
         adopted = tuple(_adopted(rec))
-        if old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted:
+        relink = old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted
+        # what roots and member walks read besides the links: labels (Kueue's queue label), owners and
+        # their uids (`orphaned`), the record's own uid, whether it stands in for an absent object
+        if old is None or relink or key in self._inferred or rec.labels != old.labels \
+                or rec.owners != old.owners or rec.ref.uid != old.ref.uid:
+            self.shape += 1
+        self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
+        if relink:
             self._unlink(key)
             self._up[key] = ups
             self._adopted[key] = adopted
