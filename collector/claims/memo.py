@@ -121,10 +121,11 @@ def run_pods(ev: RunEvidence) -> RunPods:
                 all(a is b for a, b in zip(before.ev.pods, ev.pods, strict=True)) and \
                 all(a is b for a, b in zip(before.ev.retired_pods, ev.retired_pods, strict=True)):
             return before  # the very same records: RunPods is a function of them
-    rp = RunPods(_lineage_view(ev))
     if kept is not None and _same_pods(kept[0].ev.retired_pods, ev.retired_pods) and \
             _same_pods(kept[0].ev.pods, ev.pods):
-        rp.carry(kept[0])
+        rp = RunPods.moved(kept[0], _lineage_view(ev))
+    else:
+        rp = RunPods(_lineage_view(ev))
     _RUN_PODS.put(key, same, rp, root)
     return rp
 

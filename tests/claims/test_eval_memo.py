@@ -137,11 +137,22 @@ def _root() -> ObjectRecord:
     return rec
 
 
+def _fields(rp: RunPods) -> tuple[Any, ...]:
+    """Every field of a RunPods, records by identity (a kept one moved to new records must hold them)."""
+    ids = [id(p) for p in rp.every]
+    return ([id(p) for p in rp.pods], [id(p) for p in rp.retired], ids, rp.first,
+            {role: [id(p) for p in pods] for role, pods in rp.by_role.items()}, rp.alive, rp.alive_in, rp.present,
+            [id(x) for x in (rp.ev.root, *rp.ev.pods, *rp.ev.retired_pods, *rp.ev.events, *rp.ev.workloads)])
+
+
 def _check(ev: RunEvidence) -> RunPods:
     rp = memo.run_pods(ev)
     # the records it holds are this evaluation's (lineages read restart counts off them)
     assert [id(p) for p in rp.pods] == [id(p) for p in ev.pods]
     assert [id(p) for p in rp.retired] == [id(p) for p in ev.retired_pods]
+    fresh = RunPods(memo._lineage_view(ev))
+    assert _fields(rp) == _fields(fresh)  # kept, moved to new records or built anew: the same fields
+    assert set(rp._why) <= {id(p) for p in rp.every}  # answers only for its own records
     assert _answers(ev, rp) == _answers(ev, RunPods(ev))
     return rp
 
@@ -255,6 +266,26 @@ def test_the_very_same_records_are_served_without_building_anew() -> None:
     first = memo.run_pods(ev)
     assert memo.run_pods(_ev(root, pods)) is first  # a log increment, a tick: the same records
     assert memo.run_pods(_ev(root, [pods[0], _pod("r-1", created_min=1, restarts=1)])) is not first
+
+
+def test_a_restart_count_bumped_moves_the_answers_to_the_new_record() -> None:
+    """A watch event that bumps a restart count: the kept grouping is moved to the new record, with the
+    answers worked out for the old one (not worked out again), and every later answer is the new
+    record's. Moved wrongly (the old record kept in a group, an answer left on the old record's id)
+    lineages would read the old restart count or work the answer out again."""
+    root = _root()
+    memo.forget(root.ref.key)
+    a, b = _pod("r-0", rank="3"), _pod("r-1", rank="3", created_min=2)
+    first = _check(_ev(root, [a, b]))
+    assert "replaces pod r-0" in first.replacement(b)
+    why = first.replacement(b)
+    b2 = _pod("r-1", rank="3", created_min=2, restarts=4)
+    ev = _ev(root, [a, b2])
+    moved = memo.run_pods(ev)
+    assert moved._why == {id(a): "", id(b2): why}  # carried before anything is asked
+    assert _check(ev) is moved and moved is not first and moved.by_role[RunPods.role_of(b2)][-1] is b2
+    lin = lineages(ev, moved)
+    assert "4 restarts" in lin[(b2.ref.key, "main")].restarts[-1].why
 
 
 # --- the newest stamp of a scan ---------------------------------------------------------------------------
