@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from collector.kube import (
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_by_name = attrgetter("ref.name")  # records in name order (in C: a run's pods are sorted on each evaluation)
 # Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
 EVENTS_PER_OBJECT = 32
 MAX_DEPTH = 8
@@ -565,15 +567,18 @@ class RunIndex:
             key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH, r.ref.name))
         # Set iteration order is arbitrary; claims and their reasons must not be.
         for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
-            group.sort(key=lambda r: r.ref.name)
-        ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
-                                      r.ref.name))
+            if len(group) > 1:  # (most are empty or one: a sort's key calls cost more than the rest)
+                group.sort(key=_by_name)
+        if len(ev.events) > 1:
+            ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
+                                          r.ref.name))
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
         for rec_, sigs in self._retired.get(root.key, {}).values():
             ev.retired_pods.append(rec_)  # (a pod recreated under its name continues its signal too)
             ev.signals.extend(sigs)
-        ev.signals.sort(key=lambda g: (g.ref.key, g.source))
+        if len(ev.signals) > 1:
+            ev.signals.sort(key=lambda g: (g.ref.key, g.source))
         clusters = {rc.ref.name for rc in ev.rayclusters}
         clusters.update(f.cluster_name for rj in ev.rayjobs
                         if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)

@@ -143,10 +143,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
-    helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers}
+    helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers} \
+        if fresh_signals else set()
     # Lines stamped after they were read come from a clock ahead by an unknown amount or a tenant's
     # forged times: they cannot be placed (fail closed).
-    off_clock = _off_clock(ev, fresh_signals, clock)
+    off_clock = _off_clock(ev, fresh_signals, clock) if fresh_signals else {}
     rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
             and (sig.ref.key, sig.source) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
