@@ -498,8 +498,13 @@ class RunIndex:
         ev = RunEvidence(root=rec, synced=self.synced)
         self._file(ev, rec)
         member_keys = self._member_keys(root)
+        objects, pods = self._objects, ev.pods
         for k in member_keys:
-            self._file(ev, self._objects[k])
+            member = objects[k]
+            if member.ref.kind == "Pod":  # (most members: filed here, not through _file's chain of kinds)
+                pods.append(member)
+            else:
+                self._file(ev, member)
         # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
         ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
         ev.inferred = root.key in self._inferred
@@ -533,24 +538,27 @@ class RunIndex:
                         ev.admission_checks[check.name] = ac
         claims: dict[Key, ObjectRecord] = {}
         nodeclaims: set[str] = set()
+        nodes, node_skew, unsure, behind = ev.nodes, self.node_skew, self.node_clock_unsure, self.node_behind
         for pod in ev.pods:
             pf = pod.facts
-            if isinstance(pf, PodFacts) and pf.node_name:
-                node = self._objects.get(("Node", "", pf.node_name))
+            if not isinstance(pf, PodFacts):
+                continue
+            node_name = pf.node_name
+            if node_name:
+                node = objects.get(("Node", "", node_name))
                 if node is not None:
-                    ev.nodes[pf.node_name] = node
-                skew = self.node_skew.get(pf.node_name)
+                    nodes[node_name] = node
+                skew = node_skew.get(node_name)
                 if skew:
-                    ev.node_skew[pf.node_name] = skew
-                if pf.node_name in self.node_clock_unsure:
-                    ev.node_clock_unsure.add(pf.node_name)
-                if pf.node_name in self.node_behind:
-                    ev.node_behind[pf.node_name] = self.node_behind[pf.node_name]
-            if isinstance(pf, PodFacts):
-                for name in pf.claims:
-                    claim = self._objects.get(("ResourceClaim", ns, name)) if name else None
-                    if claim is not None:
-                        claims[claim.ref.key] = claim
+                    ev.node_skew[node_name] = skew
+                if node_name in unsure:
+                    ev.node_clock_unsure.add(node_name)
+                if node_name in behind:
+                    ev.node_behind[node_name] = behind[node_name]
+            for name in pf.claims:
+                claim = objects.get(("ResourceClaim", ns, name)) if name else None
+                if claim is not None:
+                    claims[claim.ref.key] = claim
         for mk in member_keys:
             if mk[0] == "ResourceClaim":
                 claims[mk] = self._objects[mk]

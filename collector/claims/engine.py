@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from collector.claims import memo
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
-from collector.claims.common import Clock, Freshness, human_age, latest
+from collector.claims.common import Clock, Freshness, human_age, latest, latest_condition
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
@@ -336,9 +336,7 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
     of = str(want) if want is not None else "?"
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "spec.nodeName",
                              f"{len(bound)}/{of} bound" + (f" ({exp.source})" if exp.source else ""), pod_at))
-    bound_since = latest(
-        c.last_transition for p in bound for c in p.conditions if c.type == "PodScheduled" and c.is_true
-    )
+    bound_since = latest_condition(bound, "PodScheduled", true=True)
     if admitted is False:
         evicted = next((c for wl in ev.workloads if (c := wl.condition("Evicted")) is not None and c.is_true), None)
         why = ("run finished; Kueue no longer admits it" if a.finished else
@@ -529,7 +527,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 problems.append(f"pod {p.ref.name} not Ready ({rc_.reason or rc_.status})")
             since = latest((since, rc_.last_transition if rc_ else None))
     of = str(want) if want is not None else "?"
-    n_replaced = sum(1 for p in live if p.ref.key in replaced)
+    n_replaced = sum(1 for p in live if p.ref.key in replaced) if replaced else 0
     counted = f"{restarts} restarts" + (f", {n_replaced} pod(s) replaced" if n_replaced else "")
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "status.conditions[Ready]",
                              f"{ready}/{of} Running and Ready, {counted}", fresh.at("Pod")))
@@ -546,7 +544,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                       f"{ready}/{want} pods Running and Ready, but pod {pod_name} runs on {node_name}{more} and {why}: "
                       "its health is unknown", evidence, status_ev)
     if want is not None and ready >= want and not problems and scheduled.observed is Observed.TRUE:
-        ready_since = latest(c.last_transition for p in live for c in p.conditions if c.type == "Ready")
+        ready_since = latest_condition(live, "Ready")
         return _claim(a.running, Observed.TRUE, ready_since,
                       f"{ready}/{want} pods Running and Ready, {counted}"
                       + (", none recent" if restarts or n_replaced else ""), evidence, status_ev)
