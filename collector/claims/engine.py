@@ -501,10 +501,10 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                                      nf.ready_since))
             since = latest((since, nf.ready_since))
             pod_ready = False
-        for d in f.unhealthy_devices[:2]:
+        for d in f.unhealthy_devices[:2] if f.unhealthy_devices else ():
             problems.append(f"pod {p.ref.name} device unhealthy ({d})")
             pod_ready = False
-        replacement = replaced.get(p.ref.key)
+        replacement = replaced.get(p.ref.key) if replaced else None
         if replacement and p.created is not None and pod_ready and clock.recent(p.created, s.restart_window):
             if recovery is not None and recovery.pod_since(p, p.created):
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "metadata.creationTimestamp",
