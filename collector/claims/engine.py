@@ -378,6 +378,8 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 def _unprepared(ev: RunEvidence, live: list[ObjectRecord]) -> dict[str, str]:
     """Bound pods that have not started because the kubelet could not prepare their DRA devices
     (FailedPrepareDynamicResources), by name, with the kubelet's message."""
+    if not ev.events:
+        return {}  # (at once: no Event names one)
     waiting = {p.ref.name for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
                and p.facts.phase == "Pending" and not any(c.state == "running" for c in p.facts.containers)}
     out: dict[str, str] = {}
