@@ -307,7 +307,8 @@ class Controller(ChangeApplier):
                                          describe(c))
                             continue
                         if c.op in ("upsert", "delete") and c.resource is not None:
-                            counts[c.resource.name] = counts.get(c.resource.name, 0) + 1
+                            name = c.resource.name  # (a property: a string built on each read)
+                            counts[name] = counts.get(name, 0) + 1
                             waiting.append(change.received)
                 for name, n in counts.items():
                     self.health.events_processed(name, n)

@@ -312,3 +312,33 @@ def test_kept_values_are_bounded() -> None:
     assert kept.get(4, (object(),)) is None  # another object in the same place
     kept.forget(4)
     assert kept.get(4, (objs[4],)) is None
+
+
+@given(pod_spec, pod_spec, st.sampled_from(["r-0", "r-1"]))
+def test_same_pod_is_equal_pod_fields(a: dict[str, Any], b: dict[str, Any], name_b: str) -> None:
+    """memo._same_pod compares field by field what _pod_fields would build and compare."""
+    pa = _pod("r-0", **a)
+    for pb in (_pod(name_b, **b), _pod("r-0", **a), *(_pod("r-0", **{**a, k: b[k]}) for k in b)):
+        assert memo._same_pod(pa, pb) == (memo._pod_fields(pa) == memo._pod_fields(pb))
+    assert memo._same_pod(pa, pa)
+    other = pa._replace(facts=None)  # a record without pod facts: its fields alone
+    assert memo._same_pod(other, pa) is False and memo._same_pod(other, pa._replace(facts=None))
+
+
+SECOND = {"created_min": 7, "role": "other", "rank": "9", "phase": "Succeeded", "deleting": True, "attempt": 2,
+          "restarts": 5, "ray_node_type": "head", "owner": OwnerRef("Job", "other", "uid-other", True)}
+
+
+def test_same_pod_tells_each_field_it_reads() -> None:
+    """A pod alike but for one field: not the same for each field the replacement answers read, the same
+    for one they do not (restarts)."""
+    base = _pod("r-0")
+    assert isinstance(base.facts, PodFacts)
+    for field, value in SECOND.items():
+        if field == "ray_node_type":
+            other = base._replace(facts=base.facts._replace(ray_node_type=value))
+        else:
+            other = _pod("r-0", **{field: value})
+        assert memo._same_pod(base, other) is (field == "restarts"), field
+        assert memo._same_pod(base, other) == (memo._pod_fields(base) == memo._pod_fields(other))
+    assert not memo._same_pod(base, _pod("r-1"))
