@@ -106,7 +106,7 @@ class RunPods:
         rp.alive = {id(to_new[i]) for i in before.alive}
         rp.alive_in = before.alive_in  # (read only)
         rp.present = before.present  # (read only: the same names)
-        rp._why = {id(to_new[i]): why for i, why in before._why.items()}  # (asked of its pods only)
+        rp._why = {id(n): why for i, why in before._why.items() if (n := to_new.get(i)) is not None}
         return rp
 
     def replacement(self, pod: ObjectRecord) -> str:
