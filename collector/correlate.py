@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from collector.kube import (
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_by_name = attrgetter("ref.name")  # records in name order (in C: a run's pods are sorted on each evaluation)
 # Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
 EVENTS_PER_OBJECT = 32
 MAX_DEPTH = 8
@@ -503,8 +505,13 @@ class RunIndex:
         ev = RunEvidence(root=rec, synced=self.synced)
         self._file(ev, rec)
         member_keys = self._member_keys(root)
+        objects, pods = self._objects, ev.pods
         for k in member_keys:
-            self._file(ev, self._objects[k])
+            member = objects[k]
+            if member.ref.kind == "Pod":  # (most members: filed here, not through _file's chain of kinds)
+                pods.append(member)
+            else:
+                self._file(ev, member)
         # Kueue workloads of a member found by owner name, for workloads whose owner link is by uid only.
         ev.taucluster = self._objects.get(("TauCluster", "", self.tau_cluster_name))
         ev.inferred = root.key in self._inferred
@@ -538,24 +545,27 @@ class RunIndex:
                         ev.admission_checks[check.name] = ac
         claims: dict[Key, ObjectRecord] = {}
         nodeclaims: set[str] = set()
+        nodes, node_skew, unsure, behind = ev.nodes, self.node_skew, self.node_clock_unsure, self.node_behind
         for pod in ev.pods:
             pf = pod.facts
-            if isinstance(pf, PodFacts) and pf.node_name:
-                node = self._objects.get(("Node", "", pf.node_name))
+            if not isinstance(pf, PodFacts):
+                continue
+            node_name = pf.node_name
+            if node_name:
+                node = objects.get(("Node", "", node_name))
                 if node is not None:
-                    ev.nodes[pf.node_name] = node
-                skew = self.node_skew.get(pf.node_name)
+                    nodes[node_name] = node
+                skew = node_skew.get(node_name)
                 if skew:
-                    ev.node_skew[pf.node_name] = skew
-                if pf.node_name in self.node_clock_unsure:
-                    ev.node_clock_unsure.add(pf.node_name)
-                if pf.node_name in self.node_behind:
-                    ev.node_behind[pf.node_name] = self.node_behind[pf.node_name]
-            if isinstance(pf, PodFacts):
-                for name in pf.claims:
-                    claim = self._objects.get(("ResourceClaim", ns, name)) if name else None
-                    if claim is not None:
-                        claims[claim.ref.key] = claim
+                    ev.node_skew[node_name] = skew
+                if node_name in unsure:
+                    ev.node_clock_unsure.add(node_name)
+                if node_name in behind:
+                    ev.node_behind[node_name] = behind[node_name]
+            for name in pf.claims:
+                claim = objects.get(("ResourceClaim", ns, name)) if name else None
+                if claim is not None:
+                    claims[claim.ref.key] = claim
         for mk in member_keys:
             if mk[0] == "ResourceClaim":
                 claims[mk] = self._objects[mk]
@@ -572,15 +582,18 @@ class RunIndex:
             key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH, r.ref.name))
         # Set iteration order is arbitrary; claims and their reasons must not be.
         for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
-            group.sort(key=lambda r: r.ref.name)
-        ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
-                                      r.ref.name))
+            if len(group) > 1:  # (most are empty or one: a sort's key calls cost more than the rest)
+                group.sort(key=_by_name)
+        if len(ev.events) > 1:
+            ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
+                                          r.ref.name))
         for key in (root.key, *member_keys):
             ev.signals.extend(self._signals.get(key, {}).values())
         for rec_, sigs in self._retired.get(root.key, {}).values():
             ev.retired_pods.append(rec_)  # (a pod recreated under its name continues its signal too)
             ev.signals.extend(sigs)
-        ev.signals.sort(key=lambda g: (g.ref.key, g.source))
+        if len(ev.signals) > 1:
+            ev.signals.sort(key=lambda g: (g.ref.key, g.source))
         clusters = {rc.ref.name for rc in ev.rayclusters}
         clusters.update(f.cluster_name for rj in ev.rayjobs
                         if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)

@@ -11,7 +11,8 @@ them here and re-evaluates only the runs that are due, on time, instead of waiti
   deadlines that keep coming (evidence stamped ahead of the clock, many runs ageing at once) are
   batched instead of spinning the loop.
 - `DirtyRuns`: the runs that changes marked for re-evaluation, oldest mark first, each with when
-  it was marked: the loop evaluates a burst's runs in slices, oldest first (collector/controller.py).
+  it was marked: the loop evaluates a burst's runs in slices, oldest first (collector/controller.py),
+  each unmarked as its turn comes (a slice costs what it evaluates, not what is still marked).
 """
 
 from __future__ import annotations
@@ -157,18 +158,14 @@ class DirtyRuns(set[K]):
         """The earliest stamp of a marked run (inf: none): every change that arrived before it is covered."""
         return min(self.since.values(), default=math.inf)
 
-    def take(self, upto: float) -> dict[K, float]:
-        """Unmark the runs marked at or before `upto`, oldest first, with their stamps."""
-        out = {k: t for k, t in self.since.items() if t <= upto}
-        for k in out:
-            self.discard(k)
+    def first(self, upto: float, n: int) -> list[K]:
+        """Up to `n` runs marked at or before `upto`, oldest first, left marked: the loop unmarks each as
+        its turn in a slice comes (collector/controller.py `_slice`). From the front, O(n) in a burst:
+        runs first marked since `upto` are behind them."""
+        out: list[K] = []
+        for key, t in self.since.items():
+            if t <= upto:
+                out.append(key)
+                if len(out) >= n:
+                    break
         return out
-
-    def restore(self, taken: dict[K, float]) -> None:
-        """Mark again, ahead of the others, runs `take` returned that were not evaluated (a run marked
-        since keeps the older stamp)."""
-        merged = {k: min(t, self.since.get(k, t)) for k, t in taken.items()}
-        for k, t in self.since.items():
-            merged.setdefault(k, t)
-        super().update(taken)
-        self.since = merged

@@ -27,6 +27,29 @@ class NodeRisk:
                 "gpu_hours_at_risk": None if self.gpu_hours is None else round(self.gpu_hours, 3)}
 
 
+# An evaluation builds a NodeRisk per node under the run (8 for a run of 64 GPUs), on every watch event
+# that touches it: the generated frozen __init__ (~0.5 us) was a twentieth of a run's evaluation.
+# new_node_risk sets the slots themselves (~0.3 us), the same object field for field
+# (tests/claims/test_workrisk.py checks NODE_RISK_FIELDS against the class).
+NODE_RISK_FIELDS = ("node", "score", "signals", "reasons", "gpus", "gpu_hours")
+_set_node, _set_score, _set_signals, _set_reasons, _set_gpus, _set_gpu_hours = (
+    getattr(NodeRisk, name).__set__ for name in NODE_RISK_FIELDS
+)
+
+
+def new_node_risk(node: str, score: float, signals: tuple[str, ...], reasons: tuple[str, ...], gpus: int,
+                  gpu_hours: float | None) -> NodeRisk:
+    """NodeRisk(node, score, signals, reasons, gpus, gpu_hours), built faster."""
+    x = object.__new__(NodeRisk)
+    _set_node(x, node)
+    _set_score(x, score)
+    _set_signals(x, signals)
+    _set_reasons(x, reasons)
+    _set_gpus(x, gpus)
+    _set_gpu_hours(x, gpu_hours)
+    return x
+
+
 @dataclass(frozen=True, slots=True)
 class WorkAtRisk:
     """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable

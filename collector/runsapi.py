@@ -72,9 +72,14 @@ class RunHistory:
         with self._lock:
             for rc in claims:
                 now = _state(rc)
-                before = self._last.get(rc.ref.key)
-                self._last[rc.ref.key] = now
-                hist = self._history.setdefault(rc.ref.key, deque(maxlen=self.per_run))
+                key = rc.ref.key
+                before = self._last.get(key)
+                self._last[key] = now
+                hist = self._history.get(key)
+                if hist is None:
+                    hist = self._history[key] = deque(maxlen=self.per_run)
+                if before == now:
+                    continue  # no transition (most evaluations): at once
                 for name, (observed, verdict) in now.items():
                     old = before.get(name) if before is not None else None
                     if old == (observed, verdict):

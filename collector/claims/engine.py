@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from collector.claims import memo
 from collector.claims.asserted import Assertion, assertion_of
 from collector.claims.blocked import blocked_stage
-from collector.claims.common import Clock, Freshness, human_age, latest
+from collector.claims.common import Clock, Freshness, human_age, latest, latest_condition
 from collector.claims.common import claim as _claim
 from collector.claims.common import hm as _hm
 from collector.claims.goodput import goodput
@@ -143,10 +143,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
     # Rate comes from step counters (logs, metrics); checkpoints are durability, judged apart
     # (their lower steps would read as replays), and stand in for rate only when nothing else exists.
     # A helper container's lines (a log shipper's, a metrics sidecar's) are not the trainer's progress.
-    helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers}
+    helpers = {(p.ref.key, c) for p in ev.pods if isinstance(p.facts, PodFacts) for c in p.facts.helpers} \
+        if fresh_signals else set()
     # Lines stamped after they were read come from a clock ahead by an unknown amount or a tenant's
     # forged times: they cannot be placed (fail closed).
-    off_clock = _off_clock(ev, fresh_signals, clock)
+    off_clock = _off_clock(ev, fresh_signals, clock) if fresh_signals else {}
     rate = [sig for sig in fresh_signals if not sig.durable and (sig.ref.key, sig.source) not in helpers
             and (sig.ref.key, sig.source) not in off_clock]
     durable = [sig for sig in fresh_signals if sig.durable]
@@ -335,9 +336,7 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
     of = str(want) if want is not None else "?"
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "spec.nodeName",
                              f"{len(bound)}/{of} bound" + (f" ({exp.source})" if exp.source else ""), pod_at))
-    bound_since = latest(
-        c.last_transition for p in bound for c in p.conditions if c.type == "PodScheduled" and c.is_true
-    )
+    bound_since = latest_condition(bound, "PodScheduled", true=True)
     if admitted is False:
         evicted = next((c for wl in ev.workloads if (c := wl.condition("Evicted")) is not None and c.is_true), None)
         why = ("run finished; Kueue no longer admits it" if a.finished else
@@ -379,6 +378,8 @@ def _scheduled(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Ob
 def _unprepared(ev: RunEvidence, live: list[ObjectRecord]) -> dict[str, str]:
     """Bound pods that have not started because the kubelet could not prepare their DRA devices
     (FailedPrepareDynamicResources), by name, with the kubelet's message."""
+    if not ev.events:
+        return {}  # (at once: no Event names one)
     waiting = {p.ref.name for p in live if isinstance(p.facts, PodFacts) and p.facts.node_name
                and p.facts.phase == "Pending" and not any(c.state == "running" for c in p.facts.containers)}
     out: dict[str, str] = {}
@@ -502,10 +503,10 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                                      nf.ready_since))
             since = latest((since, nf.ready_since))
             pod_ready = False
-        for d in f.unhealthy_devices[:2]:
+        for d in f.unhealthy_devices[:2] if f.unhealthy_devices else ():
             problems.append(f"pod {p.ref.name} device unhealthy ({d})")
             pod_ready = False
-        replacement = replaced.get(p.ref.key)
+        replacement = replaced.get(p.ref.key) if replaced else None
         if replacement and p.created is not None and pod_ready and clock.recent(p.created, s.restart_window):
             if recovery is not None and recovery.pod_since(p, p.created):
                 evidence.append(Evidence(Plane.KUBERNETES, str(p.ref), "metadata.creationTimestamp",
@@ -528,7 +529,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                 problems.append(f"pod {p.ref.name} not Ready ({rc_.reason or rc_.status})")
             since = latest((since, rc_.last_transition if rc_ else None))
     of = str(want) if want is not None else "?"
-    n_replaced = sum(1 for p in live if p.ref.key in replaced)
+    n_replaced = sum(1 for p in live if p.ref.key in replaced) if replaced else 0
     counted = f"{restarts} restarts" + (f", {n_replaced} pod(s) replaced" if n_replaced else "")
     evidence.append(Evidence(Plane.KUBERNETES, f"Pod/{ev.root.ref.namespace}/*", "status.conditions[Ready]",
                              f"{ready}/{of} Running and Ready, {counted}", fresh.at("Pod")))
@@ -545,7 +546,7 @@ def _running(ev: RunEvidence, a: Assertion, status_ev: Evidence, live: list[Obje
                       f"{ready}/{want} pods Running and Ready, but pod {pod_name} runs on {node_name}{more} and {why}: "
                       "its health is unknown", evidence, status_ev)
     if want is not None and ready >= want and not problems and scheduled.observed is Observed.TRUE:
-        ready_since = latest(c.last_transition for p in live for c in p.conditions if c.type == "Ready")
+        ready_since = latest_condition(live, "Ready")
         return _claim(a.running, Observed.TRUE, ready_since,
                       f"{ready}/{want} pods Running and Ready, {counted}"
                       + (", none recent" if restarts or n_replaced else ""), evidence, status_ev)

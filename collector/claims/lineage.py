@@ -65,7 +65,7 @@ class RunPods:
         # deleted pods the live controller kept (their records and last logs): earlier incarnations
         self.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
         every = [*self.retired, *self.pods]
-        self.every = every  # (by position: collector/claims/memo.py carries answers across evaluations)
+        self.every = every  # (by position: `moved` carries answers across evaluations)
         self.first = min((p.created for p in every if p.created is not None), default=None)
         self.by_role: dict[str, list[ObjectRecord]] = {}
         for p in every:
@@ -88,14 +88,26 @@ class RunPods:
         o = pod.controller
         return f"{o.kind}/{o.name}:{f.role}" if o is not None else f.role
 
-    def carry(self, before: RunPods) -> None:
-        """Take the replacement answers `before` worked out, pod by pod in the same places: only for
-        pods `memo.run_pods` found the same in every field those answers read."""
-        known = dict(before._why)
-        for old, new in zip(before.every, self.every, strict=True):
-            why = known.get(id(old))
-            if why is not None:
-                self._why.setdefault(id(new), why)
+    @classmethod
+    def moved(cls, before: RunPods, ev: RunEvidence) -> RunPods:
+        """`RunPods(ev)` with `before`'s answers carried, built from `before` place by place instead of
+        grouped anew: only for pods `memo.run_pods` found the same in every field `RunPods` reads (a
+        watch event that bumps a restart count, ~3x cheaper; tests/claims/test_eval_memo.py compares
+        every field with a fresh one)."""
+        rp = cls.__new__(cls)
+        rp.ev = ev
+        rp.pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+        rp.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
+        every = rp.every = [*rp.retired, *rp.pods]
+        to_new = {id(old): new for old, new in zip(before.every, every, strict=True)}
+        rp.first = before.first  # (the same births)
+        rp.by_role = {role: [to_new[id(p)] for p in pods] for role, pods in before.by_role.items()}
+        # alive reads phase and deleting, both among the fields found the same
+        rp.alive = {id(to_new[i]) for i in before.alive}
+        rp.alive_in = before.alive_in  # (read only)
+        rp.present = before.present  # (read only: the same names)
+        rp._why = {id(n): why for i, why in before._why.items() if (n := to_new.get(i)) is not None}
+        return rp
 
     def replacement(self, pod: ObjectRecord) -> str:
         why = self._why.get(id(pod))

@@ -78,6 +78,8 @@ def tracks(ev: RunEvidence, signals: Sequence[Signal],
            lineage: Mapping[tuple[Key, str], Lineage] | None = None) -> list[Track]:
     """The run's rank tracks: the ranks of its logs' rank prefixes where any log has them, else its
     pods' logs (one track per rank stream: a replacement pod continues its predecessor's)."""
+    if not signals:
+        return []  # (at once: a run without signals is evaluated on every watch event of its pods)
     pods = {p.ref.key: p for p in ev.pods}
     live = [s for s in signals if not s.retired and not s.durable and s.ref.kind == "Pod"]
 

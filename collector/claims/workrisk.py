@@ -33,7 +33,7 @@ from collector.claims.common import FUTURE_SKEW, Clock, human_age
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, fault_free
 from collector.model import NodeFacts, PodFacts, Ref, RunClaims, rfc3339
-from collector.riskfacts import NodeRisk, WorkAtRisk
+from collector.riskfacts import NodeRisk, WorkAtRisk, new_node_risk
 
 # XIDs that say the node's hardware (or its driver's hold on it) is failing, with a weight: how much
 # each adds to a node's drain score. Application faults (13, 31, 43, 45) say nothing about the node.
@@ -167,8 +167,9 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
 def _node(name: str, n: int, gpus: int, hours: float | None, signals: Sequence[tuple[str, str]]) -> NodeRisk:
     share = None if hours is None else hours * n / gpus
     if not signals:
-        return NodeRisk(name, 0.0, (), (), n, share)
-    return NodeRisk(name, _score(signals), tuple(s for s, _ in signals), tuple(r for _, r in signals), n, share)
+        return new_node_risk(name, 0.0, (), (), n, share)
+    return new_node_risk(name, _score(signals), tuple(s for s, _ in signals), tuple(r for _, r in signals), n,
+                         share)
 
 
 def _ranked(nodes: Iterable[NodeRisk]) -> tuple[NodeRisk, ...]:

@@ -137,11 +137,22 @@ def _root() -> ObjectRecord:
     return rec
 
 
+def _fields(rp: RunPods) -> tuple[Any, ...]:
+    """Every field of a RunPods, records by identity (a kept one moved to new records must hold them)."""
+    ids = [id(p) for p in rp.every]
+    return ([id(p) for p in rp.pods], [id(p) for p in rp.retired], ids, rp.first,
+            {role: [id(p) for p in pods] for role, pods in rp.by_role.items()}, rp.alive, rp.alive_in, rp.present,
+            [id(x) for x in (rp.ev.root, *rp.ev.pods, *rp.ev.retired_pods, *rp.ev.events, *rp.ev.workloads)])
+
+
 def _check(ev: RunEvidence) -> RunPods:
     rp = memo.run_pods(ev)
     # the records it holds are this evaluation's (lineages read restart counts off them)
     assert [id(p) for p in rp.pods] == [id(p) for p in ev.pods]
     assert [id(p) for p in rp.retired] == [id(p) for p in ev.retired_pods]
+    fresh = RunPods(memo._lineage_view(ev))
+    assert _fields(rp) == _fields(fresh)  # kept, moved to new records or built anew: the same fields
+    assert set(rp._why) <= {id(p) for p in rp.every}  # answers only for its own records
     assert _answers(ev, rp) == _answers(ev, RunPods(ev))
     return rp
 
@@ -257,6 +268,26 @@ def test_the_very_same_records_are_served_without_building_anew() -> None:
     assert memo.run_pods(_ev(root, [pods[0], _pod("r-1", created_min=1, restarts=1)])) is not first
 
 
+def test_a_restart_count_bumped_moves_the_answers_to_the_new_record() -> None:
+    """A watch event that bumps a restart count: the kept grouping is moved to the new record, with the
+    answers worked out for the old one (not worked out again), and every later answer is the new
+    record's. Moved wrongly (the old record kept in a group, an answer left on the old record's id)
+    lineages would read the old restart count or work the answer out again."""
+    root = _root()
+    memo.forget(root.ref.key)
+    a, b = _pod("r-0", rank="3"), _pod("r-1", rank="3", created_min=2)
+    first = _check(_ev(root, [a, b]))
+    assert "replaces pod r-0" in first.replacement(b)
+    why = first.replacement(b)
+    b2 = _pod("r-1", rank="3", created_min=2, restarts=4)
+    ev = _ev(root, [a, b2])
+    moved = memo.run_pods(ev)
+    assert moved._why == {id(a): "", id(b2): why}  # carried before anything is asked
+    assert _check(ev) is moved and moved is not first and moved.by_role[RunPods.role_of(b2)][-1] is b2
+    lin = lineages(ev, moved)
+    assert "4 restarts" in lin[(b2.ref.key, "main")].restarts[-1].why
+
+
 # --- the newest stamp of a scan ---------------------------------------------------------------------------
 
 
@@ -281,3 +312,33 @@ def test_kept_values_are_bounded() -> None:
     assert kept.get(4, (object(),)) is None  # another object in the same place
     kept.forget(4)
     assert kept.get(4, (objs[4],)) is None
+
+
+@given(pod_spec, pod_spec, st.sampled_from(["r-0", "r-1"]))
+def test_same_pod_is_equal_pod_fields(a: dict[str, Any], b: dict[str, Any], name_b: str) -> None:
+    """memo._same_pod compares field by field what _pod_fields would build and compare."""
+    pa = _pod("r-0", **a)
+    for pb in (_pod(name_b, **b), _pod("r-0", **a), *(_pod("r-0", **{**a, k: b[k]}) for k in b)):
+        assert memo._same_pod(pa, pb) == (memo._pod_fields(pa) == memo._pod_fields(pb))
+    assert memo._same_pod(pa, pa)
+    other = pa._replace(facts=None)  # a record without pod facts: its fields alone
+    assert memo._same_pod(other, pa) is False and memo._same_pod(other, pa._replace(facts=None))
+
+
+SECOND = {"created_min": 7, "role": "other", "rank": "9", "phase": "Succeeded", "deleting": True, "attempt": 2,
+          "restarts": 5, "ray_node_type": "head", "owner": OwnerRef("Job", "other", "uid-other", True)}
+
+
+def test_same_pod_tells_each_field_it_reads() -> None:
+    """A pod alike but for one field: not the same for each field the replacement answers read, the same
+    for one they do not (restarts)."""
+    base = _pod("r-0")
+    assert isinstance(base.facts, PodFacts)
+    for field, value in SECOND.items():
+        if field == "ray_node_type":
+            other = base._replace(facts=base.facts._replace(ray_node_type=value))
+        else:
+            other = _pod("r-0", **{field: value})
+        assert memo._same_pod(base, other) is (field == "restarts"), field
+        assert memo._same_pod(base, other) == (memo._pod_fields(base) == memo._pod_fields(other))
+    assert not memo._same_pod(base, _pod("r-1"))

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
@@ -287,3 +289,29 @@ def test_the_controllers_runs_document_carries_it_back_to_explain(tmp_path: Path
     _, [(back, _)] = decode_runs(orjson.dumps(to_json([rc], NOW)))
     assert back.work_at_risk == rc.work_at_risk
     assert render_text([back], NOW) == render_text([rc], NOW)
+
+
+# --- new_node_risk: the same NodeRisk as the dataclass's own __init__ ----------------------------------
+
+
+def test_node_risk_fields_are_the_class_fields_in_order() -> None:
+    from dataclasses import fields
+
+    from collector.riskfacts import NODE_RISK_FIELDS, NodeRisk
+
+    assert tuple(f.name for f in fields(NodeRisk)) == NODE_RISK_FIELDS
+
+
+@given(node=st.text(max_size=12), score=st.floats(allow_nan=False), signals=st.lists(st.text(max_size=8), max_size=3),
+       gpus=st.integers(0, 64), gpu_hours=st.none() | st.floats(allow_nan=False))
+def test_new_node_risk_is_the_dataclass_node_risk(node: str, score: float, signals: list[str], gpus: int,
+                                                  gpu_hours: float | None) -> None:
+    from collector.riskfacts import NodeRisk, new_node_risk
+
+    reasons = tuple(f"why {s}" for s in signals)
+    fast = new_node_risk(node, score, tuple(signals), reasons, gpus, gpu_hours)
+    slow = NodeRisk(node, score, tuple(signals), reasons, gpus, gpu_hours)
+    assert type(fast) is NodeRisk
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow) and fast.to_json() == slow.to_json()
+    with pytest.raises(AttributeError):
+        fast.score = 1.0  # type: ignore[misc]  # frozen, as the dataclass's

@@ -34,12 +34,8 @@ def test_dirty_runs_keep_the_first_mark_in_order() -> None:
     d |= {"c"}
     assert d == {"a", "b", "c"} and d.since == {"a": 1.0, "b": 2.0, "c": 2.0}
     assert list(d.since) == ["a", "b", "c"] and d.oldest() == 1.0
-    taken = d.take(1.5)
-    assert taken == {"a": 1.0} and d == {"b", "c"}
-    d.stamp = 3.0
-    d.add("a")  # marked again while it was out (being evaluated)
-    d.restore(taken)  # not evaluated after all: ahead again, with its older mark
-    assert list(d.since) == ["a", "b", "c"] and d.since["a"] == 1.0 and d == {"a", "b", "c"}
+    assert d.first(1.5, 10) == ["a"] and d.first(2.0, 2) == ["a", "b"] and d.first(0.5, 10) == []
+    assert d == {"a", "b", "c"}  # left marked: a slice unmarks each run as its turn comes
     d.discard("b")
     d.discard("zz")
     assert d.pop() == "a" and d == {"c"} and set(d.since) == {"c"}
@@ -51,7 +47,7 @@ def test_dirty_runs_keep_the_first_mark_in_order() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 3)), max_size=40), st.integers(0, 12))
 def test_dirty_runs_stay_a_set(ops: list[tuple[str, int]], cut: int) -> None:
-    """Whatever marks, takes and restores come, the set and the stamps say the same runs."""
+    """Whatever marks and looks come, the set and the stamps say the same runs."""
     d: DirtyRuns[str] = DirtyRuns()
     plain: set[str] = set()
     for i, (key, op) in enumerate(ops):
@@ -60,9 +56,9 @@ def test_dirty_runs_stay_a_set(ops: list[tuple[str, int]], cut: int) -> None:
             d.discard(key)
             plain.discard(key)
         elif op == 3 and i == cut:
-            taken = d.take(float(i) / 2)
-            assert all(t <= i / 2 for t in taken.values())
-            d.restore(taken)
+            first = d.first(float(i) / 2, cut % 4 + 1)
+            # the oldest marks at or before the bound, in order, and no more than asked
+            assert first == [k for k, t in d.since.items() if t <= i / 2][:cut % 4 + 1]
         else:
             d.add(key)
             plain.add(key)
@@ -127,3 +123,62 @@ def test_the_slices_of_a_pass_share_one_workloads_index() -> None:
     c._workloads = kept  # type: ignore[assignment]
     c.evaluate()  # a whole evaluation
     assert c._workloads is not kept and c._workloads_pass is None
+
+
+def test_a_slice_takes_the_oldest_marks_and_leaves_the_rest_in_place(monkeypatch: Any) -> None:
+    """Slices take the runs marked at or before the pass's start in mark order, each unmarked as its
+    turn comes; the rest stay marked in their places with their stamps (marks after the start are
+    the next pass's), a key that names no run is unmarked as it comes up, and the claims are those
+    of one whole evaluation. (A controller never opened: no loop thread beside the test.)"""
+    from collector.kube import normalize
+    from collector.settings import Settings
+    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+    from tests.test_explain_fixtures import taurun
+
+    settings = Settings()
+    c = controller_mod.Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings, lambda: T0)
+    res = {r.kind: r for r in resources_for(settings.taugrid)}
+    names = [f"run{i:02d}" for i in range(14)]
+    for name in names:
+        rec = normalize(taurun(name, "research", "Running", T0 - timedelta(hours=1))).record
+        assert rec is not None
+        c._upsert(res["TauRun"], rec)
+    c.index.synced["TauRun"] = T0
+    c.evaluate(full=True)
+    whole = dict(c.claims)
+    keys = [("TauRun", "research", n) for n in names]
+    assert set(whole) == set(keys)
+    # marks: most before the pass (at 1.0), a few after it began (at 9.0), one key that is no run
+    order = [keys[5], keys[2], ("TauRun", "research", "gone"), *keys[6:11], keys[0], keys[13]]
+    later = [keys[1], keys[12]]
+    for i, k in enumerate(order):
+        c._dirty.stamp = 1.0 + i / 100
+        c._dirty.add(k)
+    c._dirty.stamp = 9.0
+    c._dirty.update(later)
+    stamps = dict(c._dirty.since)
+    seen: list[Any] = []
+    slow = controller_mod.evaluate_multicluster
+
+    def evaluate_slowly(ev: Any, *args: Any, **kw: Any) -> Any:
+        seen.append(ev.root.ref.key)
+        time.sleep(0.003)
+        return slow(ev, *args, **kw)
+
+    monkeypatch.setattr(controller_mod, "evaluate_multicluster", evaluate_slowly)
+    c.claims.clear()
+    slices = []
+    while c._dirty.oldest() <= 5.0:
+        n0 = len(seen)
+        c.evaluate(until=time.monotonic() + 0.005, upto=5.0)
+        slices.append(seen[n0:])
+        # what is left: the same marks, in the same order, with the same stamps
+        assert list(c._dirty.since.items()) == [(k, t) for k, t in stamps.items()
+                                                if k in c._dirty.since]
+        assert len(slices) < 20
+    runs = [k for k in order if k in whole]
+    assert seen == runs  # oldest mark first, each once
+    assert len(slices) >= 3 and all(s for s in slices)  # ~2 runs a slice, one at least
+    assert list(c._dirty.since.items()) == [(k, 9.0) for k in later]  # the next pass's, untouched
+    assert c.runs_evaluated >= len(runs)
+    assert {k: c.claims[k] for k in runs} == {k: whole[k] for k in runs}

@@ -9,8 +9,11 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import taugrid_evidence as te
 from collector.endpoints import HttpOptions
@@ -186,3 +189,54 @@ def test_stragglers_energy_and_work_at_risk_survive_the_runs_document() -> None:
     _, [(back, _)] = decode_runs(body)
     assert back.stragglers is not None and back.energy is not None and back.work_at_risk is not None
     assert back.to_json() == rc.to_json()
+
+
+def _record_as_before(history: dict[Any, list[dict[str, Any]]], last: dict[Any, Any], rc: Any) -> None:
+    """RunHistory.record as it was (every claim compared, no fast path), the reference."""
+    from collector.model import rfc3339
+    from collector.runsapi import REASON_CHARS, _state
+
+    now = _state(rc)
+    before = last.get(rc.ref.key)
+    last[rc.ref.key] = now
+    hist = history.setdefault(rc.ref.key, [])
+    for name, (seen, verdict) in now.items():
+        old = before.get(name) if before is not None else None
+        if old == (seen, verdict):
+            continue
+        if name == "blocked":
+            if before is None and not seen:
+                continue
+            hist.append({"at": rfc3339(rc.evaluated_at), "claim": "blocked", "from": old[0] if old else None,
+                         "to": seen or None, "reason": (rc.blocked.reason if rc.blocked else "")[:REASON_CHARS]})
+            continue
+        hist.append({"at": rfc3339(rc.evaluated_at), "claim": name,
+                     "from": {"observed": old[0], "verdict": old[1]} if old else None,
+                     "to": {"observed": seen, "verdict": verdict}, "reason": rc.claims[name].reason[:REASON_CHARS]})
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.booleans()), max_size=30))
+def test_history_records_what_it_recorded_before_the_fast_path(steps: list[tuple[int, int, bool]]) -> None:
+    """An evaluation with no transition returns at once: the same history as comparing every claim."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from collector.controller import unknown_claims
+    from collector.model import Blocked, Claim, Observed, Ref, Stage, Verdict
+    from collector.runsapi import HISTORY_PER_RUN, RunHistory
+
+    history = RunHistory()
+    want: dict[Any, list[dict[str, Any]]] = {}
+    last: dict[Any, Any] = {}
+    states = [Claim(True, Observed.TRUE, Verdict.VERIFIED, T0, "up"),
+              Claim(True, Observed.FALSE, Verdict.CONTRADICTED, T0, "down"),
+              Claim(None, Observed.UNKNOWN, Verdict.UNASSERTED, None, "unknown")]
+    for i, (run, state, blocked) in enumerate(steps):
+        ref = Ref("TauRun", "research", f"r{run % 2}")
+        rc = replace(unknown_claims(ref, None, T0, "x"), running=states[state % 3],
+                     progressing=states[(state + 1) % 3], evaluated_at=T0 + timedelta(minutes=i),
+                     blocked=Blocked(Stage.QUEUE_ADMISSION, "queued", T0) if blocked else None)
+        history.record([rc])
+        _record_as_before(want, last, rc)
+    for key, hist in want.items():
+        assert history.of(key) == hist[-HISTORY_PER_RUN:]
