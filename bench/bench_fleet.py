@@ -48,6 +48,9 @@ Variants, all in the same run:
              every GPU pod's readings come every 30 s. Measured once LIVE_WARMUP passes filled the
              histories (compacted as deployed): steady = RSS after the idle window, window max = the
              highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run
+  live-heads live as the goal states it: each run's Ray head prints a step a second (a RayJob's
+             driver prints the run's progress), the workers' trainers are quiet after their first
+             document; every GPU pod's readings every 30 s
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -170,7 +173,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         os.sched_setaffinity(0, {cpu})
     logging.disable(logging.WARNING)
     if variant in ("arena2", "mmap", "logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents",
-                   "agents-all", "live"):
+                   "agents-all", "live", "live-heads"):
         if variant == "arena2":
             import ctypes
             ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX (measured, not kept)
@@ -206,7 +209,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
 
     # container logs polled as deployed (every 30 s)
     logs = variant in ("logs", "logs-all", "logs-unbounded", "logs-gpu", "logs-gpu-ungated", "agents", "agents-all",
-                       "live")
+                       "live", "live-heads")
     base = ControllerSettings()
     if variant == "logs-unbounded":  # the path before the log budget: no ceiling, no claims-based skip
         if hasattr(base, "log_pass_max_gets"):
@@ -215,7 +218,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             base = replace(base, log_skip_settled=False)
         elif hasattr(ctl, "quiet_until"):  # (a `before` tree)
             vars(ctl)["quiet_until"] = lambda rc: None
-    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all", "live")  # `_gpu_feed`: the agent poller
+    fed = variant in ("logs-gpu", "logs-gpu-ungated", "agents", "agents-all", *LIVE)  # `_gpu_feed`: the agent poller
     if variant == "logs-gpu-ungated":  # every GPU pass re-evaluates every GPU run (the path before the gate)
         try:
             from collector.planes import node_agents
@@ -294,15 +297,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     gpu_stop = threading.Event()
     feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
-        scope = {"agents": "gpu", "agents-all": "all", "live": "all"}.get(variant, "")
-        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu, variant == "live"),
+        scope = {"agents": "gpu", "agents-all": "all", "live": "all", "live-heads": "all"}.get(variant, "")
+        threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu, variant in LIVE),
                          daemon=True).start()
         if scope == "all":
             time.sleep(2)  # the GPU pods known first: their logs are quiet (read once, then nothing new)
             fed_once = threading.Event()
-            if variant == "live":
+            if variant in LIVE:
                 live_passes: list[int] = []
-                threading.Thread(target=_live_feed, args=(c, ctl, gpu_stop, feed_cpu, live_passes), daemon=True).start()
+                threading.Thread(target=_live_feed, args=(c, ctl, gpu_stop, feed_cpu, live_passes,
+                                                          variant == "live-heads"), daemon=True).start()
                 while len(live_passes) < LIVE_WARMUP and time.monotonic() - t0 < 3600:
                     time.sleep(0.5)  # the histories full and compacted: the steady state of a long run
             else:
@@ -317,7 +321,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             if not has_timing:
                 return log_reads[0] >= len(_log_targets(c)) - len(_agent_log_pods(c))
             # (passes before the first targets read nothing; with every log the agents', none reads)
-            return any(p[2] > 0 for p in passes) or (variant in ("agents-all", "live") and len(passes) >= 2)
+            return any(p[2] > 0 for p in passes) or (variant in ("agents-all", *LIVE) and len(passes) >= 2)
         while time.monotonic() < deadline and not first_pass_done():
             time.sleep(0.5)
         drained_at = time.monotonic()
@@ -464,16 +468,20 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used:
             used[0] += time.thread_time() - t
 
 
+LIVE = ("live", "live-heads")  # the variants with live log evidence (`_live_feed`)
 LIVE_WARMUP = 5  # `live`: feed passes before the idle window (30 samples a pass: the histories fill and compact)
 
 
-def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done: list[int]) -> None:
+def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done: list[int],
+               heads_only: bool = False) -> None:
     """What node agents reading every pod's logs hand the loop when every pod's trainer (its first
     container) prints a step a second: each pass (30 s), per trainer, the 30 samples printed since the
     pass before (`"agent-log"` after the last line sent), Megatron-style (a loss and the run's total
     steps); the first pass is each container's first document (a sidecar's: 3 lines, no step, then
     nothing new). The samples come through the agent poller's decode (`sources.agents`), not from
-    scanning text. `used`: this thread's CPU; `done`: one entry per pass handed on."""
+    scanning text. `used`: this thread's CPU; `done`: one entry per pass handed on. `heads_only`: only
+    the Ray heads' trainers print steps (a RayJob's driver prints the run's progress; its workers'
+    trainers send their first document, as a sidecar, then nothing new)."""
     import random
     from dataclasses import replace as _replace
 
@@ -495,7 +503,10 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
             key = (ref.namespace, ref.name, container)
             first = key not in sent
             n0 = sent.get(key, 0)
-            if (ref.namespace, ref.name) in trainers:  # a sidecar (fluent-bit): its first document, then quiet
+            quiet_pod = heads_only and getattr(getattr(c.index.get("Pod", ref.namespace, ref.name), "facts", None),
+                                               "ray_node_type", "") != "head"
+            if (ref.namespace, ref.name) in trainers or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first
+                # document, then quiet
                 if first:
                     sent[key] = 3
                     quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3, first_at=now)
@@ -966,7 +977,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     """Issue 30's fleet memory goal with live evidence (variant `live`), beside `paged` (no live
     evidence) of the same run: steady after the idle window, the window's highest RSS and the life's
     peak, idle core, MiB per 1k pods (all of it, and what the live evidence adds)."""
-    live = [r for r in results if r["variant"] in ("live", "before-live")]
+    live = [r for r in results if r["variant"].removeprefix("before-") in LIVE]
     if not live:
         return
     base = next((r for r in results if r["variant"] == "paged"), None)
@@ -975,7 +986,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     print(f"{'variant':<8} {'pods':>7} {'steady MiB':>11} {'window max':>11} {'peak MiB':>9} {'peak/steady':>12} "
           f"{'idle core':>10} {'MiB/1k pods':>12} {'samples held':>13}")
     for r in [*live, *([base] if base else [])]:
-        steady = r["after_idle"] if r["variant"] in ("live", "before-live") else r["steady"]
+        steady = r["after_idle"] if r["variant"].removeprefix("before-") in LIVE else r["steady"]
         held = r.get("signals_held", (0, 0, 0))
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
