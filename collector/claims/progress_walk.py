@@ -4,7 +4,7 @@ The analysis once sorted every sample of every signal of a run into one walk, on
 What it derives is per stream (the high-water mark, replays, a blind restart, the step intervals and
 the window they give), but for a few run-wide streaks (the loss's, the skipped steps', the last
 SKIP_RECENT step reports) that only the newest samples decide. So each stream is walked on its own
-(`walk`), and the walk is kept (`walked`: weakly, on its first signal's scan) while its signals'
+(`walk`), and the walk is kept (`walked`: on its first signal's scan, `ByScan`) while its signals'
 scans, sources and restarts and the settings are those it was walked with and nothing it holds lies
 past the clock's horizon. An evaluation after one container's log poll walks that container's
 stream again and takes every other stream's walk as it was. The run-wide parts are rebuilt from each
@@ -18,13 +18,11 @@ import math
 import statistics
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from operator import itemgetter
-from typing import Any, Generic, TypeVar
-from weakref import ref
+from typing import Any, Generic, TypeVar, cast
 
 from collector.claims.common import Clock
 from collector.claims.lineage import Restart
@@ -50,6 +48,7 @@ POSITION = (1 << SLOT) - 1
 AFTER = 1 << 40
 T = TypeVar("T")
 _order = itemgetter(0, 1)
+_NONE: Mapping[int, datetime] = {}  # (read-only by its type: every walk with no replayed advance shares it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,7 @@ class Walk:
                  "blind_key", "latest_restart", "recent", "recent_orders", "skip_tail", "loss_tail", "finite_key",
                  "last_loss")
 
-    def __init__(self, stream: str, parts: int) -> None:
+    def __init__(self, stream: str) -> None:
         self.stream = stream
         self.undated = 0
         self.first: datetime | None = None  # the earliest stamp it holds (evidence starts there)
@@ -101,10 +100,12 @@ class Walk:
         self.max_at: datetime | None = None
         self.high: int | None = None
         self.srcs: tuple[str, ...] = ()  # each slot's src
-        # the samples that advanced, per slot (`advances` makes them Advance records: kept as samples,
-        # the walk costs a pointer per advance between evaluations, not a record)
-        self.advs: list[list[ProgressSample]] = [[] for _ in range(parts)]
-        self.replayed_to: dict[int, datetime] = {}  # slot << 32 | index → replay_from of that advance
+        # The containers below stay the shared empty ones for a stream with nothing to walk (a quiet
+        # container's: at fleet size most of them) and are the walk's own once `_run` fills them.
+        # The samples that advanced, per slot (`advances` makes them Advance records: kept as samples,
+        # the walk costs a pointer per advance between evaluations, not a record); () none at all.
+        self.advs: Sequence[Sequence[ProgressSample]] = ()
+        self.replayed_to: Mapping[int, datetime] = _NONE  # slot << 32 | index → replay_from of that advance
         self.first_adv: Key | None = None
         self.last_adv: Key | None = None
         self.view: StreamView | None = None
@@ -116,16 +117,18 @@ class Walk:
         self.latest_restart: Restart | None = None
         # the last SKIP_RECENT step reports (a sample standing for several repeats), and their orders
         self.recent: tuple[ProgressSample, ...] = ()
-        self.recent_orders = array("q")
+        self.recent_orders: Sequence[int] = ()
         # skipped samples since its last advance: (at, order, covers, step, src)
-        self.skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
+        self.skip_tail: Sequence[tuple[datetime, int, int, int | None, str]] = ()
         # samples with a loss since its last finite non-zero one: (at, order, loss, covers, advance)
-        self.loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
+        self.loss_tail: Sequence[tuple[datetime, int, float, int, Advance]] = ()
         self.finite_key: Key | None = None  # its last finite non-zero loss
         self.last_loss: tuple[Key, float] | None = None
 
     def advances(self, slot: int) -> list[Advance]:
         """The advances of one slot, in order."""
+        if not self.advs:
+            return []
         src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
         base = slot << 32
         if not rf:
@@ -137,7 +140,7 @@ class Walk:
 def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
          clock: Clock | None) -> Walk:
     """One stream's walk (the single walk of `analyze` as it was, restricted to this stream)."""
-    w = Walk(stream, len(parts))
+    w = Walk(stream)
     w.srcs = tuple(p.src for p in parts)
     events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
     top: datetime | None = None
@@ -174,8 +177,9 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
             else:
                 w.complete = False
     w.max_at = top
-    events.sort(key=_order)
-    _run(w, events, s)
+    if events:
+        events.sort(key=_order)
+        _run(w, events, s)
     return w
 
 
@@ -195,8 +199,10 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     last_smp: ProgressSample | None = None
     last_rf: datetime | None = None
     recent: deque[tuple[ProgressSample, int]] = deque(maxlen=SKIP_RECENT)
-    skip_tail, loss_tail = w.skip_tail, w.loss_tail
-    advs = w.advs
+    skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
+    loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
+    advs: list[list[ProgressSample]] = [[] for _ in w.srcs]
+    replayed_to: dict[int, datetime] = {}
     isfinite = math.isfinite
     last_loss: tuple[datetime, int, float] | None = None
     finite: tuple[datetime, int] | None = None
@@ -274,7 +280,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         slot = order >> SLOT
         got = advs[slot]
         if rf is not None:
-            w.replayed_to[slot << 32 | len(got)] = rf
+            replayed_to[slot << 32 | len(got)] = rf
         got.append(smp)
         last_smp, last_rf = smp, rf
         if first_adv is None:
@@ -283,8 +289,17 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         if skip_tail:
             skip_tail.clear()
     w.high = high
-    w.recent = tuple(x for x, _ in recent)
-    w.recent_orders = array("q", (o for _, o in recent))
+    if any(advs):
+        w.advs = advs
+    if replayed_to:
+        w.replayed_to = replayed_to
+    if skip_tail:
+        w.skip_tail = skip_tail
+    if loss_tail:
+        w.loss_tail = loss_tail
+    if recent:
+        w.recent = tuple(x for x, _ in recent)
+        w.recent_orders = array("q", (o for _, o in recent))
     w.first_adv = first_adv
     w.last_adv = (last_at, last_order) if last_at is not None else None
     w.finite_key = finite
@@ -307,7 +322,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """A walk and what it was walked from (the scans after the first one held weakly)."""
+    """A walk and what it was walked from (kept on the first scan: the others named here)."""
 
     stream: str
     rest: tuple[LogScan, ...]
@@ -317,28 +332,27 @@ class _Kept:
 
 
 class ByScan(Generic[T]):
-    """Values kept per scan object, by identity (a scan's hash would hash every sample), each
-    forgotten when its scan goes."""
+    """Values kept per scan object, on the scan (`LogScan.memo`, one place per ByScan): forgotten
+    with the scan, found without hashing it (a scan's hash would hash every sample). A value must
+    not be None (None reads as nothing kept)."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("_at",)
+    _places = 0  # ByScans made so far: each its own place in every scan's memo
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[ref[LogScan], T]] = {}
+        self._at = ByScan._places
+        ByScan._places += 1
 
     def get(self, scan: LogScan) -> T | None:
-        e = self._kept.get(id(scan))
-        return e[1] if e is not None and e[0]() is scan else None
+        m = scan.memo
+        return None if m is None or self._at >= len(m) else cast(T | None, m[self._at])
 
     def put(self, scan: LogScan, value: T) -> None:
-        self._kept[id(scan)] = (ref(scan, partial(self._forget, id(scan))), value)
-
-    def _forget(self, i: int, gone: ref[LogScan]) -> None:
-        e = self._kept.get(i)
-        if e is not None and e[0] is gone:
-            del self._kept[i]
-
-    def __len__(self) -> int:
-        return len(self._kept)
+        m = scan.memo
+        if m is None or self._at >= len(m):
+            m = [*(m or ()), *([None] * (ByScan._places - len(m or ())))]
+            object.__setattr__(scan, "memo", m)  # (frozen: the record's fields stay as they were)
+        m[self._at] = value
 
 
 _KEPT: ByScan[_Kept] = ByScan()  # by the stream's first scan

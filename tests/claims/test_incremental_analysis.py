@@ -204,12 +204,16 @@ def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> No
         view = analyze(signals(), s, now)
         assert calls == ["w2/main"]
         assert view == reference(signals(), s, now)
-    before = len(progress_walk._KEPT)
+    # what was kept goes with its scan (kept on it): the replaced scans and their walks are freed
+    import gc
+    import weakref
+    old = [weakref.ref(g.scan) for g in logs]
+    assert all(progress_walk._KEPT.get(g.scan) is not None for g in logs)
     for g in logs:
         g.scan = replace(g.scan)
-    import gc
     gc.collect()
-    assert len(progress_walk._KEPT) <= before - 4
+    assert [r() for r in old] == [None] * len(logs)
+    assert all(progress_walk._KEPT.get(g.scan) is None for g in logs)  # (a replaced scan is another)
 
 
 def _claims_scenario(seed: int) -> None:
