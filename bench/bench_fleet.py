@@ -139,7 +139,10 @@ def heap_stats() -> dict[str, float]:
     def total(label: str) -> float:
         found = re.search(r"# bytes in " + label + r"\D*=\s*([\d,]+)", text)
         return int(found.group(1).replace(",", "")) / 2**20 if found else float("nan")
+    arenas = re.search(r"# arenas allocated current\s*=\s*([\d,]+)", text)
     return {"py_used": total("allocated blocks"), "py_free": total("available blocks"),
+            # pymalloc's arenas (1 MiB each since 3.10: mapped whole, returned only once every pool is free)
+            "py_arenas": int(arenas.group(1).replace(",", "")) if arenas else float("nan"),
             "malloc_used": m.uordblks / 2**20, "malloc_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
 
 
@@ -952,7 +955,7 @@ def main() -> None:
     for r in results:
         h = r["heap"]
         print(f"{r['variant']}: steady heap (MiB): Python objects {h['py_used']:.0f} (+{h['py_free']:.0f} free in "
-              f"its arenas), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
+              f"its arenas; {h.get('py_arenas', float('nan')):.0f} arenas mapped), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
               f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in results:
         if "logs" in r["variant"]:
@@ -991,6 +994,13 @@ def _print_live(results: list[dict[str, Any]]) -> None:
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
               f"{1000 * steady / mib / max(1, r['pods']):>12.2f} {f'{held[1]}/{held[0]}':>13}")
+    for r in live:
+        h = r.get("heap_after") or {}
+        if h:
+            print(f"{r['variant']}: heap after the idle window (MiB): Python objects {h['py_used']:.0f} "
+                  f"(+{h['py_free']:.0f} free in its pools; {h.get('py_arenas', float('nan')):.0f} arenas of 1 MiB "
+                  f"mapped), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
+                  f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in live:
         steady = r["after_idle"]
         extra = f"; live evidence adds {(steady - base['steady']) / mib:.0f} MiB " \
