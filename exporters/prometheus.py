@@ -14,25 +14,34 @@ import math
 import threading
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain, compress, repeat
 from operator import itemgetter, methodcaller, ne
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
     Metric,
     generate_latest,
-    start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from collector.claims.workrisk import DrainAdvice, drain_advice
+from collector.claims.workrisk import drain_advice
 from collector.model import Observed, Plane, Ref, RunClaims
+from exporters.prometheus_families import (
+    AGE_FAMILIES,
+    ENERGY,
+    ENERGY_TOKEN,
+    EVALUATED,
+    FINISHED,
+    GOODPUT,
+    RUN_BODY,
+    RUN_TIME,
+    TEMPLATES,
+    run_families,
+)
 from exporters.prometheus_fleet import (
     HEALTHY_RUN_FAMILIES,
     RunSeries,
@@ -40,9 +49,11 @@ from exporters.prometheus_fleet import (
     fleet_family,
     fleet_family_of,
     fleet_key,
+    node_families,
     run_state,
 )
 from exporters.prometheus_health import epoch_seconds
+from exporters.prometheus_serve import Fixed, Group, new_registry, serve, shutdown
 
 log = logging.getLogger("taugrid.prometheus")
 
@@ -58,14 +69,6 @@ __all__ = [
 # Long enough for alert rules (`for:` clauses) and dashboards to see a run's final verdicts;
 # Prometheus keeps the history after the series go.
 DEFAULT_RETENTION = timedelta(minutes=15)
-
-_RUN_LABELS = ("namespace", "run", "kind")
-
-
-def new_registry() -> CollectorRegistry:
-    """A registry of our own: the global one would mix in process/platform collectors."""
-    return CollectorRegistry(auto_describe=True)
-
 
 def render(registry: CollectorRegistry) -> bytes:
     """The registry in the Prometheus text format (0.0.4).
@@ -84,48 +87,14 @@ def render(registry: CollectorRegistry) -> bytes:
     for c in collectors:
         if isinstance(c, ClaimsExporter):
             if others:
-                parts.append(generate_latest(_Group(others)))
+                parts.append(generate_latest(Group(others)))
                 others = []
             parts.append(c.exposition())
         else:
             others.append(c)
     if others:
-        parts.append(generate_latest(_Group(others)))
+        parts.append(generate_latest(Group(others)))
     return b"".join(parts)
-
-
-class _Fixed(Collector):
-    def __init__(self, metrics: list[Metric]) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterable[Metric]:
-        return self._metrics
-
-
-class _Group(Collector):
-    def __init__(self, collectors: list[Collector]) -> None:
-        self._collectors = collectors
-
-    def collect(self) -> Iterable[Metric]:
-        for c in self._collectors:
-            yield from c.collect()
-
-
-def serve(
-    registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0
-) -> tuple[WSGIServer, threading.Thread]:
-    """Serve `registry` on http://host:port/metrics from a daemon thread; port 0 picks a free one.
-
-    The bound port is `server.server_port`. Loopback by default: exposing it is a deployment choice.
-    """
-    return start_http_server(port, addr=host, registry=registry)
-
-
-def shutdown(server: WSGIServer, thread: threading.Thread, timeout: float = 5.0) -> None:
-    """Stop a server started by `serve` and release its socket."""
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout)
 
 
 # One block of runs' prepared text: by family, the joined lines; the age families' rows; fleet counts.
@@ -151,11 +120,6 @@ def _esc(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
-def _template(name: str, labels: Sequence[str]) -> str:
-    # Labels sorted by name, as client_python's text format writes them (a test compares both).
-    return name + "{" + ",".join(f'{k}="%({k})s"' for k in sorted(labels)) + "}"
-
-
 def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
     """The lines of the families that change with every evaluation of a running run (goodput, run
     time, finished, evaluated), written straight from the run's label text `body` (what
@@ -164,19 +128,19 @@ def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
     g = rc.goodput
     if g is not None:
         if g.ratio is not None:
-            out["goodput"] = f"{_GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
-        lines = [f'{_RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
+            out["goodput"] = f"{GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
+        lines = [f'{RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
         # A cause with no time yet adds nothing to any sum: no series until it has some.
-        lines.extend(f'{_RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
+        lines.extend(f'{RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
                      for cause, secs in g.badput_s.items() if secs)
         out["run_time"] = "".join(lines).encode()
     # --- energy per step (issue 28): a series only while known ---
     if rc.energy is not None and rc.energy.joules_per_step is not None:
-        out["energy_per_step"] = f"{_ENERGY}{{{body}}} {_fmt(rc.energy.joules_per_step)}\n".encode()
+        out["energy_per_step"] = f"{ENERGY}{{{body}}} {_fmt(rc.energy.joules_per_step)}\n".encode()
     if rc.energy is not None and rc.energy.joules_per_token is not None:
-        out["energy_per_token"] = f"{_ENERGY_TOKEN}{{{body}}} {_fmt(rc.energy.joules_per_token)}\n".encode()
-    out["finished"] = f"{_FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
-    out["evaluated"] = f"{_EVALUATED}{{{body}}} {_fmt(epoch_seconds(rc.evaluated_at))}\n".encode()
+        out["energy_per_token"] = f"{ENERGY_TOKEN}{{{body}}} {_fmt(rc.energy.joules_per_token)}\n".encode()
+    out["finished"] = f"{FINISHED}{{{body}}} {'1.0' if rc.finished else '0.0'}\n".encode()
+    out["evaluated"] = f"{EVALUATED}{{{body}}} {_fmt(epoch_seconds(rc.evaluated_at))}\n".encode()
     return out
 
 
@@ -251,7 +215,7 @@ def _suspects(rc: RunClaims) -> tuple[tuple[str, str, str, str, str, float], ...
     return tuple((x.rank, x.pod, x.node, x.gpu, x.basis, round(x.lag_ratio, 4)) for x in st.suspects)
 
 
-# --- work at risk and the drain advisor (claims.workrisk) -------------------------------------------
+# --- work at risk (claims.workrisk; the drain advisor's node families: exporters.prometheus_fleet) -----
 
 MAX_EXPOSED_NODES = 8  # taugrid_run_drain_exposure_gpu_hours series per run, riskiest nodes first
 
@@ -266,31 +230,6 @@ def _at_risk(rc: RunClaims) -> tuple[float | None, tuple[tuple[str, float], ...]
     return w.gpu_hours, exposed[:MAX_EXPOSED_NODES]
 
 
-def node_families(advice: Sequence[DrainAdvice]) -> list[GaugeMetricFamily]:
-    """The drain advisor as three node families: only nodes with a risk signal are series."""
-    risk = GaugeMetricFamily(
-        "taugrid_node_drain_risk",
-        "How urgently to drain a node, 0-100, from the risk signals on it seen by the runs it holds (NotReady, "
-        "a lost GPU, hardware XIDs, a cordon, a recent NotReady spell); only nodes with a signal are series.",
-        labels=["node"])
-    signal = GaugeMetricFamily(
-        "taugrid_node_drain_signal",
-        "1 for each risk signal seen on a node: not-ready, gpu-lost, xid-48/63/64/74/79/94/95, cordoned, "
-        "not-ready-recently.",
-        labels=["node", "signal"])
-    hours = GaugeMetricFamily(
-        "taugrid_node_work_at_risk_gpu_hours",
-        "GPU-hours since their last checkpoint of the runs on a risky node (runs whose work at risk is known): "
-        "what draining it now would throw away.",
-        labels=["node"])
-    for a in advice:
-        risk.add_metric([a.node], a.score)
-        for sig in a.signals:
-            signal.add_metric([a.node, sig], 1.0)
-        hours.add_metric([a.node], round(a.gpu_hours, 4))
-    return [risk, signal, hours]
-
-
 def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     """Fill `entry.text` and `entry.ages` with what `ClaimsExporter.collect` yields for its run.
     With `prev` (the same run's previous entry), a group of families whose inputs did not move
@@ -300,7 +239,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
     lines: dict[str, list[str]] = {}
     ages: dict[str, list[tuple[bytes, float]]] = {}
-    tpl = _TEMPLATES
+    tpl = TEMPLATES
 
     def add(fam: str, value: float, **extra: str) -> None:
         labels = {**run, **{k: _esc(v) for k, v in extra.items()}} if extra else run
@@ -358,7 +297,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
             add("work_at_risk", round(at_risk, 4))
         for node, h in exposed:
             add("drain_exposure", round(h, 4), node=node)
-    entry.text.update(_every_time_text(rc, _RUN_BODY % run))
+    entry.text.update(_every_time_text(rc, RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
     return entry
@@ -524,7 +463,7 @@ class ClaimsExporter(Collector):
             for fam, metric in self._families().items():
                 doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 out.append(f"# HELP {metric.name} {doc}\n# TYPE {metric.name} gauge\n".encode())
-                if fam in _AGE_FAMILIES:
+                if fam in AGE_FAMILIES:
                     if now_s is not None:
                         # Clamped: evidence stamped ahead of our clock (skew) is fresh, not negative.
                         # `%a` of a float is its repr, what _fmt writes from 0 up to 1e6 (test_run_series.py).
@@ -556,13 +495,13 @@ class ClaimsExporter(Collector):
             if block is None:
                 block = self._blocks[i] = self._block(self._order[i * _BLOCK:(i + 1) * _BLOCK])
             blocks.append(block)
-        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families() if fam not in _AGE_FAMILIES}
-        aged = {fam: list(chain.from_iterable(b[1][fam] for b in blocks)) for fam in _AGE_FAMILIES}
+        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families() if fam not in AGE_FAMILIES}
+        aged = {fam: list(chain.from_iterable(b[1][fam] for b in blocks)) for fam in AGE_FAMILIES}
         tally: Tally[tuple[str, str, str]] = Tally()
         for b in blocks:
             tally.update(b[2])
         advice = drain_advice(e.claims for e in self._runs.values() if e.claims.work_at_risk is not None)
-        still[""] = generate_latest(_Group([_Fixed([fleet_family_of(tally), *node_families(advice)])]))
+        still[""] = generate_latest(Group([Fixed([fleet_family_of(tally), *node_families(advice)])]))
         return still, aged
 
     def _block(self, keys: list[tuple[str, str, str]]) -> _Block:
@@ -577,7 +516,7 @@ class ClaimsExporter(Collector):
         ages = {id(entries): [e.ages for e in entries] for entries in (every, full)}
         for fam in self._families():
             entries = every if fam in HEALTHY_RUN_FAMILIES else full
-            if fam in _AGE_FAMILIES:
+            if fam in AGE_FAMILIES:
                 aged[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), ages[id(entries)])))
             else:
                 still[fam] = b"".join(filter(None, map(methodcaller("get", fam), texts[id(entries)])))
@@ -655,137 +594,7 @@ class ClaimsExporter(Collector):
         return [*fam.values(), fleet_family(e.claims for e in entries),
                 *node_families(drain_advice(e.claims for e in entries))]
 
-    @staticmethod
-    def _families() -> dict[str, GaugeMetricFamily]:
-        run = list(_RUN_LABELS)
-        return {
-            "observed": GaugeMetricFamily(
-                "taugrid_run_claim_observed",
-                "What independent evidence shows for a claim; 1 on the series whose observed label holds.",
-                labels=[*run, "claim", "observed"],
-            ),
-            "verdict": GaugeMetricFamily(
-                "taugrid_run_claim_verdict",
-                "A claim's verdict (run status against evidence); 1 on the series whose verdict label holds.",
-                labels=[*run, "claim", "verdict"],
-            ),
-            "since": GaugeMetricFamily(
-                "taugrid_run_claim_since_timestamp_seconds",
-                "When the claim's observed value last changed, unix seconds; absent when unknown.",
-                labels=[*run, "claim"],
-            ),
-            "progressing_cause": GaugeMetricFamily(
-                "taugrid_run_progressing_cause",
-                "1 while progressing is false, labelled with why: stalled, hung, replaying (below the pre-restart "
-                "high-water mark), skipped-steps, invalid-steps, not-running or finished.",
-                labels=[*run, "cause"],
-            ),
-            "blocked": GaugeMetricFamily(
-                "taugrid_run_blocked",
-                "1 for a run not yet scheduled, labelled with the stage that owns the wait and its owner.",
-                labels=[*run, "stage", "owner"],
-            ),
-            "blocked_age": GaugeMetricFamily(
-                "taugrid_run_blocked_age_seconds",
-                "Seconds the run has waited in its blocked stage; absent when the wait's start is unknown.",
-                labels=[*run, "stage", "owner"],
-            ),
-            "evidence_age": GaugeMetricFamily(
-                "taugrid_run_evidence_age_seconds",
-                "Age of the newest evidence of one plane across the run's claims, seconds.",
-                labels=[*run, "plane"],
-            ),
-            "last_step": GaugeMetricFamily(
-                "taugrid_run_progress_last_step",
-                "The newest training step seen advancing (logs, Ray counter or checkpoint); absent without one.",
-                labels=run,
-            ),
-            "last_progress": GaugeMetricFamily(
-                "taugrid_run_last_progress_timestamp_seconds",
-                "When that step was seen, unix seconds; time() minus this is the time since progress.",
-                labels=run,
-            ),
-            "goodput": GaugeMetricFamily(
-                "taugrid_run_goodput_ratio",
-                "Productive (progressing) over allocated (scheduled) time; absent without a dated progress signal.",
-                labels=run,
-            ),
-            "run_time": GaugeMetricFamily(
-                "taugrid_run_time_seconds",
-                "Seconds of the run's life by bucket: productive, or the badput cause (queued lies before allocation).",
-                labels=[*run, "bucket"],
-            ),
-            "admission_eta": GaugeMetricFamily(
-                "taugrid_run_admission_eta_seconds",
-                "An estimate, never a promise, of the seconds until Kueue admits a queued run: the low, mid and high "
-                "bound of a band (80% by default) from its ClusterQueue's recent admissions and the workloads ahead; "
-                "absent while unknown (a short history) or when the run is not waiting in a queue.",
-                labels=[*run, "bound"],
-            ),
-            "queue_position": GaugeMetricFamily(
-                "taugrid_run_queue_position",
-                "A queued run's 0-based position in its ClusterQueue (queue=cluster) and LocalQueue (queue=local), "
-                "from Kueue's visibility API; absent when it was not read.",
-                labels=[*run, "queue"],
-            ),
-            "straggler": GaugeMetricFamily(
-                "taugrid_run_straggler",
-                "A suspect holding the run back, valued by how much slower per step it is (0.12: 12 %): a rank or "
-                "pod consistently last (basis arrival) or slower (pace), or a GPU apart from its run's others while "
-                "the run is slower than its baseline (gpu-spread; the value is the run's slowdown). Only suspects "
-                "are series.",
-                labels=[*run, "rank", "pod", "node", "uuid", "basis"],
-            ),
-            "work_at_risk": GaugeMetricFamily(
-                "taugrid_run_work_at_risk_gpu_hours",
-                "GPU-hours a failure now would throw away: the run's GPUs times the hours since its last complete "
-                "checkpoint (or since its pods started, when later); absent while unknown (no fresh checkpoint "
-                "listing, or one stamped in the future).",
-                labels=run,
-            ),
-            "drain_exposure": GaugeMetricFamily(
-                "taugrid_run_drain_exposure_gpu_hours",
-                "The run's GPU-hours at risk on a node with a risk signal (taugrid_node_drain_risk): checkpoint "
-                "these runs before draining that node. Only risky nodes are series (at most 8 per run).",
-                labels=[*run, "node"],
-            ),
-            # --- energy per step (issue 28) ---
-            "energy_per_step": GaugeMetricFamily(
-                "taugrid_run_energy_joules_per_step",
-                "Joules the run's GPUs used per training step: NVML total energy counters over the run's GPUs, "
-                "each over its own window divided by the steps the run advanced in it; absent while unknown (a GPU "
-                "without a counter, shared or MIG, windows that do not overlap, no step advanced).",
-                labels=run,
-            ),
-            "energy_per_token": GaugeMetricFamily(
-                "taugrid_run_energy_joules_per_token",
-                "Joules the run's GPUs used per token trained: their watts over the tokens/s per GPU the trainer "
-                "printed (torchtitan, NeMo Automodel) times the GPUs; absent where energy per step is unknown or "
-                "the trainer prints no tokens/s.",
-                labels=run,
-            ),
-            "finished": GaugeMetricFamily(
-                "taugrid_run_finished",
-                "1 once the run's root reached a terminal state; its series go after the retention time.",
-                labels=run,
-            ),
-            "evaluated": GaugeMetricFamily(
-                "taugrid_run_evaluated_timestamp_seconds",
-                "When the run's claims were last evaluated, unix seconds.",
-                labels=run,
-            ),
-        }
+    _families = staticmethod(run_families)  # (the families: exporters/prometheus_families.py)
 
 
-_TEMPLATES = {fam: _template(m.name, m._labelnames) for fam, m in ClaimsExporter._families().items()}
-_AGE_FAMILIES = frozenset({"blocked_age", "evidence_age"})
 _BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)
-# The run labels as `_template` writes them, for the families rendered without it (_every_time_text).
-_RUN_BODY = 'kind="%(kind)s",namespace="%(namespace)s",run="%(run)s"'
-_ENERGY = ClaimsExporter._families()["energy_per_step"].name
-_ENERGY_TOKEN = ClaimsExporter._families()["energy_per_token"].name
-_GOODPUT, _RUN_TIME, _FINISHED, _EVALUATED = (ClaimsExporter._families()[f].name
-                                              for f in ("goodput", "run_time", "finished", "evaluated"))
-assert [_TEMPLATES[f] for f in ("goodput", "run_time", "finished", "evaluated")] == [
-    f"{_GOODPUT}{{{_RUN_BODY}}}", f'{_RUN_TIME}{{bucket="%(bucket)s",{_RUN_BODY}}}', f"{_FINISHED}{{{_RUN_BODY}}}",
-    f"{_EVALUATED}{{{_RUN_BODY}}}"], "a family's labels changed: update _every_time_text"

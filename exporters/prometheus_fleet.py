@@ -10,15 +10,16 @@ state in both modes, so the healthy rest stays visible as counts (docs/metrics.m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from prometheus_client.core import GaugeMetricFamily
 
+from collector.claims.workrisk import DrainAdvice
 from collector.model import Observed, RunClaims, Verdict
 
 __all__ = ["HEALTHY_RUN_FAMILIES", "STALLED_CAUSES", "RunSeries", "RunState", "fleet_family", "fleet_family_of",
-           "fleet_key", "run_state"]
+           "fleet_key", "node_families", "run_state"]
 
 
 class RunSeries(StrEnum):
@@ -92,3 +93,28 @@ def fleet_family_of(counts: Mapping[tuple[str, str, str], int]) -> GaugeMetricFa
 def fleet_family(runs: Iterable[RunClaims]) -> GaugeMetricFamily:
     """`taugrid_fleet_runs` of these runs."""
     return fleet_family_of(Counter(map(fleet_key, runs)))
+
+
+def node_families(advice: Sequence[DrainAdvice]) -> list[GaugeMetricFamily]:
+    """The drain advisor as three node families: only nodes with a risk signal are series."""
+    risk = GaugeMetricFamily(
+        "taugrid_node_drain_risk",
+        "How urgently to drain a node, 0-100, from the risk signals on it seen by the runs it holds (NotReady, "
+        "a lost GPU, hardware XIDs, a cordon, a recent NotReady spell); only nodes with a signal are series.",
+        labels=["node"])
+    signal = GaugeMetricFamily(
+        "taugrid_node_drain_signal",
+        "1 for each risk signal seen on a node: not-ready, gpu-lost, xid-48/63/64/74/79/94/95, cordoned, "
+        "not-ready-recently.",
+        labels=["node", "signal"])
+    hours = GaugeMetricFamily(
+        "taugrid_node_work_at_risk_gpu_hours",
+        "GPU-hours since their last checkpoint of the runs on a risky node (runs whose work at risk is known): "
+        "what draining it now would throw away.",
+        labels=["node"])
+    for a in advice:
+        risk.add_metric([a.node], a.score)
+        for sig in a.signals:
+            signal.add_metric([a.node, sig], 1.0)
+        hours.add_metric([a.node], round(a.gpu_hours, 4))
+    return [risk, signal, hours]
