@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.correlate import Key, Signal
-from collector.gpu import PodGpuEvidence
+from collector.gpu import PodGpuEvidence, held_state
 from collector.model import Observed, Ref, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
@@ -118,8 +118,12 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
     hint, XIDs, row remaps; readings (utilization, power) and the read time aside."""
-    return (a.node == b.node and a.source == b.source and a.containers == b.containers
-            and len(a.devices) == len(b.devices)
+    if not (a.node == b.node and a.source == b.source and a.containers == b.containers):
+        return False
+    sa, sb = held_state(a), held_state(b)  # (every pod on every pass: from the packed records)
+    if sa is not None and sb is not None:
+        return sa == sb
+    return (len(a.devices) == len(b.devices)
             and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile, x.remap_pending, x.remap_failed,
                      x.ecc_uncorrected)
                     == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile, y.remap_pending, y.remap_failed,
