@@ -11,6 +11,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import Field, FrozenInstanceError, dataclass, fields
 from datetime import datetime, timedelta
+from sys import intern
 from typing import Any, ClassVar, cast
 
 from collector.gpudevice import (
@@ -156,7 +157,8 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
         if kind == _ASIDE:
             if names is None:
                 names = [None] * n
-            names[i] = d.uuid
+            u = d.uuid  # (interned: the next pass's record holds the same string, as the parser did)
+            names[i] = intern(u) if type(u) is str else u
         r = d._rare
         if r is not None:
             if rares is None:
