@@ -311,12 +311,17 @@ def device_at(e: PodGpuEvidence, i: int) -> GpuDevice:
     return _devices(e)[i]
 
 
-def _keys(e: PodGpuEvidence, n: int, masks: tuple[int, ...], any_: int) -> tuple[object, ...]:
+def _keys(e: PodGpuEvidence, n: int, any_: int, masks: tuple[int, ...] | None = None) -> tuple[object, ...]:
     """Each device's UUID as a key telling devices apart: its 16 bytes where a canonical `GPU-<uuid>`,
     else its text (two keys are equal exactly where the UUIDs are)."""
     if not any_ & _KINDS:
         return cast(tuple[bytes, ...], _raws(n).unpack_from(e._p, _UUIDS_AT))
+    names = e._x[1] if e._x is not None else None
+    if names is not None and names.count(None) == 0:  # (every UUID kept aside: their text)
+        return names
     p = e._p
+    if masks is None:
+        masks = _masks(e)
     return tuple(p[_UUIDS_AT + 16 * i:_UUIDS_AT + 16 * i + 16] if not m & _KINDS else _uuid(e, i, m)
                  for i, m in enumerate(masks))
 
@@ -352,11 +357,20 @@ def readings_of(e: PodGpuEvidence) -> list[Readings]:
     n, any_, lay = _layout(p)
     if any_ & _ODD:
         return [readings(d) for d in _devices(e)]
-    out = cast(list[Readings], list(zip(*[_col(p, c, n) for c in lay[_UTIL:]], strict=True)) if n else [])
-    if any_ & 0x7FF:
-        for i, m in enumerate(_col(p, lay[_MASK], n)):
-            if m & 0x7FF:
-                out[i] = cast(Readings, tuple(None if m >> j & 1 else v for j, v in enumerate(out[i])))
+    cols: list[tuple[Any, ...]] = [_col(p, c, n) for c in lay[_UTIL:]]
+    if not any_ & 0x7FF or not n:
+        return cast(list[Readings], list(zip(*cols, strict=True)) if n else [])
+    masks = _col(p, lay[_MASK], n)
+    every = 0x7FF
+    for m in masks:
+        every &= m
+    for j in range(11):  # (a reading no device has: its column None at once)
+        if every >> j & 1:
+            cols[j] = (None,) * n
+    out = cast(list[Readings], list(zip(*cols, strict=True)))
+    for i, m in enumerate(masks):
+        if m & 0x7FF != every:
+            out[i] = cast(Readings, tuple(None if m >> j & 1 else v for j, v in enumerate(out[i])))
     return out
 
 
@@ -366,7 +380,7 @@ def compared(e: PodGpuEvidence) -> list[tuple[object, int, Readings]]:
     p = e._p
     n, any_, lay = _layout(p)
     masks = _col(p, lay[_MASK], n)
-    keys = _keys(e, n, masks, any_)
+    keys = _keys(e, n, any_, masks)
     rs = readings_of(e)
     if not any_ & (_ODD | _LOST | _SHARED | _MIG_SEEN):
         return list(zip(keys, range(n), rs, strict=True))
@@ -442,7 +456,7 @@ def gpu_summary(evidence: Iterable[PodGpuEvidence], pods: Iterable[tuple[str, st
         n, flags, any_ = _HEAD.unpack_from(p)
         seen |= any_
         total += n
-        keys.update(_keys(e, n, (), any_) if not any_ & _KINDS else _keys(e, n, _masks(e), any_))
+        keys.update(_keys(e, n, any_))
         rd = _SUMMED_BY.get((n, flags)) or _summed_reader(p, n, flags)
         v = rd[0].unpack_from(p, rd[1])
         a, b = rd[2], rd[3]
@@ -504,7 +518,7 @@ def _gpu_summary(newest: dict[tuple[str, str], PodGpuEvidence]) -> GpuSummary:
         powers_at += _col(p, lay[_POWER], n)
         limits_at += _col(p, lay[_LIMIT], n)
         rares += e._x[0] if e._x is not None and e._x[0] is not None else (None,) * n
-        where.update(zip(_keys(e, n, ms, any_), range(base, base + n), strict=True))
+        where.update(zip(_keys(e, n, any_, ms), range(base, base + n), strict=True))
     lost: list[str] = []
     hung: list[str] = []
     xids: set[int] = set()

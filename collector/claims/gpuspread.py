@@ -32,10 +32,9 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TypeVar
 
 from collector.claims.memo import ByInputs
@@ -71,14 +70,15 @@ K = TypeVar("K", bound=Hashable)  # a GPU: its UUID, or a key telling UUIDs apar
 
 def untrusted(d: GpuDevice) -> str:
     """Why this device's profiling readings are not to be believed ("" when nothing says so)."""
-    return _untrusted(lambda: d.uuid, d.utilization, d.sm_active)
-
-
-def _untrusted(uuid: Callable[[], str], util: float | None, sm: float | None) -> str:
+    sm, util = d.sm_active, d.utilization
     if sm is not None and util is not None and sm < ZERO_SM and util >= BUSY_UTIL:
-        return (f"{uuid()}: SM activity reads {sm:.0%} while utilization is {util:.0%}; "
-                "the profiling reading is not trusted (a known exporter failure mode), the GPU is not idle")
+        return _untrusted(d.uuid, sm, util)
     return ""
+
+
+def _untrusted(uuid: str, sm: float, util: float) -> str:
+    return (f"{uuid}: SM activity reads {sm:.0%} while utilization is {util:.0%}; "
+            "the profiling reading is not trusted (a known exporter failure mode), the GPU is not idle")
 
 
 def slowdown(ev: RunEvidence) -> float | None:
@@ -183,7 +183,9 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
     for e in fresh:
         for k, i, r in compared(e):
             devices[k] = (e, i, r)
-    why = {u: _untrusted(partial(uuid_at, e, i), r[0], r[1]) for u, (e, i, r) in devices.items()}
+    why = {u: _untrusted(uuid_at(e, i), sm, util)
+           if (sm := r[1]) is not None and (util := r[0]) is not None and sm < ZERO_SM and util >= BUSY_UTIL else ""
+           for u, (e, i, r) in devices.items()}  # (as `untrusted`: a UUID's text only where said)
     bad = tuple(sorted(w for w in why.values() if w))
     apart: dict[object, list[str]] = {}
     per_node: dict[str, int] = {}
