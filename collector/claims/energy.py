@@ -74,20 +74,21 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
     held = {(p.ref.namespace, p.ref.name): p.facts.gpus for p in ev.pods
             if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting and p.facts.gpus > 0}
     fresh = {(e.namespace, e.pod): e for e in evidence if now - e.read_at <= max_age}
-    # (every evaluation: each device's window read from its pod's columns, its UUID only where said)
-    devices = [(i, e, w) for k, e in fresh.items() if k in held for i, w in enumerate(energy_windows(e))]
-    if not devices:
+    # (every evaluation: each pod's windows read from its columns as far as needed, a UUID only where said)
+    pods = [e for k, e in fresh.items() if k in held]
+    count = sum(e.device_count for e in pods)
+    if not count:
         return None
 
     def unknown(why: str) -> Energy:
-        return Energy(None, None, len(devices), None, None, why)
+        return Energy(None, None, count, None, None, why)
 
     missing = sorted(f"{ns}/{pod}" for (ns, pod), n in held.items()
                      if (ns, pod) not in fresh or fresh[(ns, pod)].device_count < n)
     if missing:
         return unknown(f"pod {missing[0]} holds GPUs with no fresh readings: energy per step unknown")
     windows: list[tuple[tuple[PodGpuEvidence, int], float, float, float]] = []  # (device, from, to, joules)
-    for i, e, (not_alone, window) in devices:
+    for e, i, (not_alone, window) in ((g, i, w) for g in pods for i, w in enumerate(energy_windows(g))):
         if not_alone:
             return unknown(f"GPU {uuid_at(e, i)} is shared or a MIG instance: its energy is not the run's alone")
         if window is None:
