@@ -77,7 +77,9 @@ _STATE_BITS = (1 << 11 | 1 << 12 | _LOST | _HANG | 3 << 16 | _ODD | _KINDS)  # `
 _Column = tuple[int, struct.Struct, bool] | None  # offset, its struct, stored once; None: indexes 0..n-1
 _Layout = tuple[int, int, tuple[_Column, ...]]  # devices, `_ANY` word, the columns
 _LAYOUTS: dict[tuple[int, int], tuple[_Column, ...]] = {}
-_STRUCTS: dict[int, tuple[struct.Struct, ...]] = {}  # by devices: all of `_LAYOUT`, then a column of each type
+_ARANGES: dict[int, bytes] = {}
+_PAD = bytes(4)
+assert _LAYOUT.size + len(_PAD) == 96  # (`_pack` reads a device's fields as 12 words)
 # the beside tuple: (each device's rare fields or None, each device's UUID kept aside or None) or None
 _Aside = tuple[tuple[_Rare | None, ...] | None, tuple[object, ...] | None]
 _SHARED_ASIDE: dict[_Aside, _Aside] = {}
@@ -114,13 +116,14 @@ def _col(p: bytes, col: _Column, n: int) -> tuple[Any, ...]:
     return v * n if once else v
 
 
-def _structs(n: int) -> tuple[struct.Struct, ...]:
-    sts = _STRUCTS.get(n)
-    if sts is None:
-        sts = (struct.Struct("<" + "hH11d" * n),) + tuple(struct.Struct(f"<{n}{ch}") for ch in "hHdI")
-        if len(_STRUCTS) < _SHARED_MAX:
-            _STRUCTS[n] = sts
-    return sts
+def _arange(n: int) -> bytes:
+    """Indexes 0..n-1 as an index column's bytes."""
+    b = _ARANGES.get(n)
+    if b is None:
+        b = struct.pack(f"<{n}h", *range(n))
+        if len(_ARANGES) < _SHARED_MAX:
+            _ARANGES[n] = b
+    return b
 
 
 def _uuid_bytes(u: object) -> tuple[int, bytes]:
@@ -172,18 +175,21 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
         any_ |= m
         masks.append(m)
         parts.append(raw)
-    rows, ix_st, ecc_st, d_st, m_st = _structs(n)
-    vals = rows.unpack(b"".join(d._b for d in devs))
     flags = 0
     if n > 1 and masks.count(masks[0]) == n:
         flags |= 1
         parts.append(struct.pack("<I", masks[0]))
     else:
-        parts.append(m_st.pack(*masks))
-    for c, st in ((_INDEX, ix_st), (_ECC, ecc_st), *((c, d_st) for c in range(_UTIL, _UTIL + 11))):
-        col = st.pack(*vals[c - 1::13])  # (bytes: NaN's bits, -0.0 kept apart from 0.0)
-        w = st.size // n if n else 0
-        if c == _INDEX and n < 0x8000 and col == ix_st.pack(*range(n)):
+        parts.append(struct.pack(f"<{n}I", *masks))
+    # Each column's bytes as they are (NaN's bits, -0.0 apart from 0.0): 4 bytes of padding and every
+    # device's 92 make 12 words, a reading every 12th word from the second (an index or ECC count, every
+    # 48th half from the third or fourth).
+    words = memoryview(b"".join(x for d in devs for x in (_PAD, d._b)))
+    halves, words = words.cast("H"), words.cast("Q")
+    for c in range(_INDEX, _UTIL + 11):
+        col = (halves[c + 1::48] if c < _UTIL else words[c - _UTIL + 1::12]).tobytes()
+        w = 2 if c < _UTIL else 8
+        if c == _INDEX and n < 0x8000 and col == _arange(n):
             flags |= _ARANGE
         elif n > 1 and col == col[:w] * n:
             flags |= 1 << c
