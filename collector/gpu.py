@@ -19,6 +19,7 @@ from collector.gpudevice import (
     _HANG,
     _LAYOUT,
     _LOST,
+    _NO_INDEX,
     _ODD,
     _SHARED,
     _SHARED_MAX,
@@ -32,9 +33,9 @@ from collector.gpudevice import (
     readings,
 )
 
-__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "clock_reasons_at", "compared",
-           "device_at", "energy_window", "energy_windows",
-           "fault_free", "faulty", "gpu_summary", "held_state", "readings", "readings_of", "uuid_at", "uuids"]
+__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "clock_reasons_at", "compared", "device_at",
+           "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary", "held_state", "readings",
+           "readings_of", "sampled", "uuid_at", "uuids"]
 
 
 @dataclass(frozen=True)
@@ -411,6 +412,27 @@ def energy_windows(e: PodGpuEvidence) -> list[tuple[bool, tuple[float, float, fl
         return [(False, w) for w in zip(js, froms, tos, strict=True)]
     return [(False, None if m & 0x700 else (js[i], froms[i], tos[i]))
             for i, m in enumerate(_col(p, lay[_MASK], n))]
+
+
+Sampled = tuple[str, int | None, float | None, float | None, tuple[int, ...], tuple[tuple[int, float], ...]]
+
+
+def sampled(e: PodGpuEvidence) -> list[Sampled]:
+    """Each device's (UUID, index, utilization, power, XIDs, XID ages), in order: what the ADX rows read
+    of every pod on every pass (`planes.node_agents.gpu_records`), from the columns."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if any_ & _ODD:
+        return [(d.uuid, d.index, d.utilization, d.power_w, d.xids, d.xid_ages) for d in _devices(e)]
+    masks = _col(p, lay[_MASK], n)
+    ix, ut, pw = _col(p, lay[_INDEX], n), _col(p, lay[_UTIL], n), _col(p, lay[_POWER], n)
+    rares = e._x[0] if e._x is not None else None
+    out: list[Sampled] = []
+    for i, m in enumerate(masks):
+        r = None if rares is None else rares[i]
+        out.append((_uuid(e, i, m), None if m & _NO_INDEX else ix[i], None if m & 1 else ut[i],
+                    None if m & 4 else pw[i], () if r is None else r[0], () if r is None else r[2]))
+    return out
 
 
 def held_state(e: PodGpuEvidence) -> object:

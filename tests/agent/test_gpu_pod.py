@@ -28,6 +28,7 @@ from collector.gpu import (
     faulty,
     readings,
     readings_of,
+    sampled,
     uuid_at,
     uuids,
 )
@@ -107,6 +108,8 @@ def test_a_pod_record_reads_back_every_device_exactly(kws: list[dict[str, Any]])
     assert same(tuple(readings_of(e)), tuple(readings(d) for d in devs))
     assert same(tuple(energy_windows(e)), tuple((bool(d.shared or d.mig_profile), energy_window(d)) for d in devs))
     assert faulty(e) == [d for d in devs if not fault_free(d)]
+    assert same(tuple(sampled(e)), tuple((d.uuid, d.index, d.utilization, d.power_w, d.xids, d.xid_ages)
+                                         for d in devs))
     picked = [(i, r) for _, i, r in compared(e)]
     assert same(tuple(picked), tuple((i, readings(d)) for i, d in enumerate(devs)
                                      if not d.lost and not d.shared and not d.mig_profile))
