@@ -14,6 +14,10 @@ through JSON and `sources.agents.parse_evidence`, as the agent poller decodes it
   summary    `gpu_summary` over 64 pods (512 GPUs), what every run's evaluation does
   signals    `claims.workrisk.with_gpu_signals` over the same, also every evaluation
   spread     `claims.gpuspread._core` over the same, on each new pass of the run's evidence
+  energy     each device's energy window over the same, as `claims.energy` reads them on every
+             evaluation (`gpu.energy_windows` where the tree has it, else `energy_window` a device)
+  same       `planes.node_agents.same_devices` of the 64 pods against the next pass's (every pass)
+  devices    `PodGpuEvidence.devices` of the 64 pods (built on access where packed; ADX rows read it)
   parse      `parse_evidence` of 64 node documents (one agents' pass over 64 nodes)
 
 `--before-tree DIR` (e.g. `git archive 1b82892 | tar -x -C DIR`) runs the same in a child process
@@ -109,7 +113,6 @@ def measure(pods: int, shape: str) -> dict[str, float]:
     gc.collect()
     both = tracemalloc.get_traced_memory()[0] - start
     tracemalloc.stop()
-    del held2
     out = {"steady B/pod": steady / len(held), "two passes B/pod": both / len(held)}
 
     def cost(stmt: str, number: int, names: dict[str, Any]) -> float:
@@ -129,6 +132,13 @@ def measure(pods: int, shape: str) -> dict[str, float]:
     out["summary us"] = cost("gpu.gpu_summary(some, keys, at, age)", 200, names) * 1e6
     out["signals us"] = cost("signals(risk, some, at, age)", 200, names) * 1e6
     out["spread us"] = cost("gpuspread._core(some)", 10, names) * 1e6
+    energy = "[gpu.energy_windows(e) for e in some]" if hasattr(gpu, "energy_windows") else \
+        "[[gpu.energy_window(d) for d in e.devices] for e in some]"
+    out["energy us"] = cost(energy, 200, names) * 1e6
+    from collector.planes.node_agents import same_devices
+    names["same"], names["nxt"] = same_devices, list(held2.values())[:64]
+    out["same us"] = cost("[same(a, b) for a, b in zip(some, nxt)]", 200, names) * 1e6
+    out["devices us"] = cost("[e.devices for e in some]", 200, names) * 1e6
     out["parse us"] = cost("[parse(orjson.loads(x), e, at) for x, e in zip(docs, ends)]", 5, names) * 1e6
     return out
 

@@ -14,353 +14,33 @@ from datetime import datetime, timedelta
 from sys import intern
 from typing import Any, ClassVar, cast
 
+from collector.gpudevice import (
+    _FAULT_BITS,
+    _HANG,
+    _LAYOUT,
+    _LOST,
+    _NO_INDEX,
+    _ODD,
+    _SHARED,
+    _SHARED_MAX,
+    _SHARED_RARE,
+    _SUMMARY_BITS,
+    GpuDevice,
+    Readings,
+    _Rare,
+    energy_window,
+    fault_free,
+    readings,
+)
+
+__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "clock_reasons_at", "compared", "device_at",
+           "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary", "held_state", "readings",
+           "readings_of", "sampled", "uuid_at", "uuids"]
+
 
 @dataclass(frozen=True)
-class _Fields:
-    """`GpuDevice`'s fields, in order, with their defaults (`dataclasses.fields`, `replace` and `asdict`
-    read them: the device is a dataclass to them)."""
-
-    uuid: str  # GPU or MIG UUID
-    index: int | None = None
-    utilization: float | None = None  # ratio 0–1
-    sm_active: float | None = None  # ratio 0–1
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    lost: bool = False
-    hang_hint: bool = False
-    xids: tuple[int, ...] = ()  # codes seen recently on this GPU
-    mig_profile: str = ""
-    shared: bool = False  # several pods use it (time-slicing, MPS, a shared claim): its readings are all of theirs
-    sm_clock_hz: float | None = None
-    clock_reasons: tuple[str, ...] = ()  # clocks-event (throttle) reasons holding its clocks down, by name
-    memory_util: float | None = None  # ratio 0–1 of time device memory was read or written (bandwidth use)
-    pcie_bps: float | None = None  # PCIe bytes/s, TX + RX
-    nvlink_bps: float | None = None  # NVLink bytes/s over all links, TX + RX
-    # The energy counter's window: joules used from `energy_from_s` to `energy_to_s` seconds before the
-    # record's `read_at` (the agent's clock turned into the reader's); None: no counter, or one point yet.
-    energy_j: float | None = None
-    energy_from_s: float | None = None
-    energy_to_s: float | None = None
-    # NVML's remapped rows: a remap waits for the next GPU reset / a remap failed (replace the GPU)
-    remap_pending: bool = False
-    remap_failed: bool = False
-    # when the agent first saw each XID code: (code, seconds before the record's `read_at`), by code
-    xid_ages: tuple[tuple[int, float], ...] = ()
-    ecc_uncorrected: int | None = None  # NVML's volatile uncorrected ECC errors (since the GPU's last reset)
-
-
-# A controller holds every GPU pod's newest evidence (issue 30: 50k pods), so a device's readings are
-# packed: one bytes a device (the index and ECC count where small, the readings as doubles), one int of
-# bits (a reading absent, a flag set; shared by devices alike) and, only where it has any, one tuple of
-# its rarer fields (shared by devices alike too: most have none; the rest mostly a clocks-event
-# reason). The 22 slots and 11 float objects took ~470 B a device; this ~190. Every field reads back
-# what was given: NaN, -0.0, ±inf as they were; a value of another type than its field's (an int
-# reading) is kept aside as is. A reading costs ~60 ns instead of ~6: the per-evaluation readers
-# (`gpu_summary`, `fault_free`, `energy_window`, `readings`) read the packed fields in one go.
-_LAYOUT = struct.Struct("<hH11d")  # index, ECC count, the readings (in `_READINGS`' order)
-_D = struct.Struct("<d").unpack_from
-_H = struct.Struct("<h").unpack_from
-_U = struct.Struct("<H").unpack_from
-_ALL = struct.Struct("<11d").unpack_from  # the readings (`readings`), at offset 4
-_SUMMED = struct.Struct("<d8xdd").unpack_from  # utilization, power, power limit (`gpu_summary`), at offset 4
-_WINDOW = struct.Struct("<ddd").unpack_from  # energy_j, energy_from_s, energy_to_s (`energy_window`), at 68
-# `_m`: bit i (0–10) reading i absent; then (the properties spell these out as numbers, for speed):
-_NO_INDEX, _NO_ECC = 1 << 11, 1 << 12  # not packed (None, or kept aside)
-_LOST, _HANG, _SHARED, _REMAP_PENDING, _REMAP_FAILED = (1 << b for b in range(13, 18))
-_ODD = 1 << 18  # some value kept aside (the rare tuple's last item: (field, value), ...)
-_ECC_SEEN = 1 << 19  # the ECC count packed is not 0 (`fault_free`)
-_FAULT_BITS = _LOST | _REMAP_PENDING | _REMAP_FAILED | _ECC_SEEN | _ODD
-_SUMMARY_BITS = 1 | 4 | 8 | _LOST | _HANG | _ODD  # what `gpu_summary` reads otherwise than in one go
-_NAMES = tuple(f.name for f in fields(_Fields))
-_READINGS = ("utilization", "sm_active", "power_w", "power_limit_w", "sm_clock_hz", "memory_util", "pcie_bps",
-             "nvlink_bps", "energy_j", "energy_from_s", "energy_to_s")
-# the rare tuple: (xids, clock_reasons, xid_ages, mig_profile, ((field, value kept aside), ...))
-_Rare = tuple[tuple[int, ...], tuple[str, ...], tuple[tuple[int, float], ...], str, tuple[tuple[str, object], ...]]
-_SHARED_RARE: dict[_Rare, _Rare] = {}
-_MASKS: dict[int, int] = {}
-_ABSENT: dict[int, tuple[int, ...]] = {}  # the readings a mask says absent, by position (at most 2,048)
-_SHARED_MAX = 4096  # each: bounded (a hostile peer's names fill it, and later ones are then held unshared)
-_NAN = object()  # NaN readings compare equal to each other (hashable; the dataclass's depended on identity)
-
-
-class GpuDevice:
-    """One GPU (or MIG instance) as a source saw it: a frozen record with `_Fields`' fields, value
-    equality and hashing (NaN readings equal to each other)."""
-
-    __slots__ = ("uuid", "_m", "_b", "_rare")
-    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _Fields.__dataclass_fields__
-    __match_args__: ClassVar[tuple[str, ...]] = _NAMES
-    uuid: str
-    _m: int
-    _b: bytes
-    _rare: _Rare | None
-
-    def __init__(self, uuid: str, index: int | None = None, utilization: float | None = None,
-                 sm_active: float | None = None, power_w: float | None = None, power_limit_w: float | None = None,
-                 lost: bool = False, hang_hint: bool = False, xids: tuple[int, ...] = (), mig_profile: str = "",
-                 shared: bool = False, sm_clock_hz: float | None = None, clock_reasons: tuple[str, ...] = (),
-                 memory_util: float | None = None, pcie_bps: float | None = None, nvlink_bps: float | None = None,
-                 energy_j: float | None = None, energy_from_s: float | None = None,
-                 energy_to_s: float | None = None, remap_pending: bool = False, remap_failed: bool = False,
-                 xid_ages: tuple[tuple[int, float], ...] = (), ecc_uncorrected: int | None = None) -> None:
-        odd: list[tuple[str, object]] = []
-        vals = [utilization, sm_active, power_w, power_limit_w, sm_clock_hz, memory_util, pcie_bps, nvlink_bps,
-                energy_j, energy_from_s, energy_to_s]
-        m = 0
-        for i, v in enumerate(vals):
-            if type(v) is not float:
-                m |= 1 << i
-                if v is not None:
-                    odd.append((_READINGS[i], v))
-                vals[i] = 0.0
-        ix = ecc = 0
-        if type(index) is int and -0x8000 <= index < 0x8000:
-            ix = index
-        else:
-            m |= _NO_INDEX
-            if index is not None:
-                odd.append(("index", index))
-        if type(ecc_uncorrected) is int and 0 <= ecc_uncorrected < 0x10000:
-            ecc = ecc_uncorrected
-            if ecc:
-                m |= _ECC_SEEN
-        else:
-            m |= _NO_ECC
-            if ecc_uncorrected is not None:
-                odd.append(("ecc_uncorrected", ecc_uncorrected))
-        for name, v, bit in (("lost", lost, _LOST), ("hang_hint", hang_hint, _HANG), ("shared", shared, _SHARED),
-                             ("remap_pending", remap_pending, _REMAP_PENDING),
-                             ("remap_failed", remap_failed, _REMAP_FAILED)):
-            if v is True:
-                m |= bit
-            elif v is not False:
-                odd.append((name, v))
-        if odd:
-            m |= _ODD
-        m = _MASKS.get(m, m)  # (devices alike share one: an int past 256 is an object of its own, 32 B)
-        if m > 256 and len(_MASKS) < _SHARED_MAX:
-            _MASKS[m] = m
-        rare: _Rare | None = None
-        if xids or clock_reasons or xid_ages or mig_profile or odd or type(mig_profile) is not str:
-            rare = (xids, clock_reasons, xid_ages, intern(mig_profile) if type(mig_profile) is str else mig_profile,
-                    tuple(odd))
-            if not xid_ages and not odd and all(type(x) is int for x in xids) and \
-                    all(type(x) is str for x in clock_reasons):
-                rare = _shared_rare(rare)
-        object.__setattr__(self, "uuid", uuid)
-        object.__setattr__(self, "_m", m)
-        object.__setattr__(self, "_b", _LAYOUT.pack(ix, ecc, *vals))
-        object.__setattr__(self, "_rare", rare)
-
-    def _odd(self, name: str, default: object) -> Any:
-        for n, v in self._rare[4] if self._rare is not None else ():
-            if n == name:
-                return v
-        return default
-
-    def _float_aside(self, name: str) -> float | None:
-        return cast(float | None, self._odd(name, None))
-
-    @property
-    def index(self) -> int | None:
-        m = self._m
-        return _H(self._b, 0)[0] if not m & 0x800 else None if not m & 0x40000 else \
-            cast(int | None, self._odd("index", None))
-
-    @property
-    def utilization(self) -> float | None:
-        m = self._m
-        return _D(self._b, 4)[0] if not m & 0x1 else None if not m & 0x40000 else self._float_aside("utilization")
-
-    @property
-    def sm_active(self) -> float | None:
-        m = self._m
-        return _D(self._b, 12)[0] if not m & 0x2 else None if not m & 0x40000 else self._float_aside("sm_active")
-
-    @property
-    def power_w(self) -> float | None:
-        m = self._m
-        return _D(self._b, 20)[0] if not m & 0x4 else None if not m & 0x40000 else self._float_aside("power_w")
-
-    @property
-    def power_limit_w(self) -> float | None:
-        m = self._m
-        return _D(self._b, 28)[0] if not m & 0x8 else None if not m & 0x40000 else self._float_aside("power_limit_w")
-
-    @property
-    def lost(self) -> bool:
-        m = self._m
-        return m & 0x2000 != 0 if not m & 0x40000 else cast(bool, self._odd("lost", m & 0x2000 != 0))
-
-    @property
-    def hang_hint(self) -> bool:
-        m = self._m
-        return m & 0x4000 != 0 if not m & 0x40000 else cast(bool, self._odd("hang_hint", m & 0x4000 != 0))
-
-    @property
-    def xids(self) -> tuple[int, ...]:
-        r = self._rare
-        return () if r is None else r[0]
-
-    @property
-    def mig_profile(self) -> str:
-        r = self._rare
-        return "" if r is None else r[3]
-
-    @property
-    def shared(self) -> bool:
-        m = self._m
-        return m & 0x8000 != 0 if not m & 0x40000 else cast(bool, self._odd("shared", m & 0x8000 != 0))
-
-    @property
-    def sm_clock_hz(self) -> float | None:
-        m = self._m
-        return _D(self._b, 36)[0] if not m & 0x10 else None if not m & 0x40000 else self._float_aside("sm_clock_hz")
-
-    @property
-    def clock_reasons(self) -> tuple[str, ...]:
-        r = self._rare
-        return () if r is None else r[1]
-
-    @property
-    def memory_util(self) -> float | None:
-        m = self._m
-        return _D(self._b, 44)[0] if not m & 0x20 else None if not m & 0x40000 else self._float_aside("memory_util")
-
-    @property
-    def pcie_bps(self) -> float | None:
-        m = self._m
-        return _D(self._b, 52)[0] if not m & 0x40 else None if not m & 0x40000 else self._float_aside("pcie_bps")
-
-    @property
-    def nvlink_bps(self) -> float | None:
-        m = self._m
-        return _D(self._b, 60)[0] if not m & 0x80 else None if not m & 0x40000 else self._float_aside("nvlink_bps")
-
-    @property
-    def energy_j(self) -> float | None:
-        m = self._m
-        return _D(self._b, 68)[0] if not m & 0x100 else None if not m & 0x40000 else self._float_aside("energy_j")
-
-    @property
-    def energy_from_s(self) -> float | None:
-        m = self._m
-        return _D(self._b, 76)[0] if not m & 0x200 else None if not m & 0x40000 else self._float_aside("energy_from_s")
-
-    @property
-    def energy_to_s(self) -> float | None:
-        m = self._m
-        return _D(self._b, 84)[0] if not m & 0x400 else None if not m & 0x40000 else self._float_aside("energy_to_s")
-
-    @property
-    def remap_pending(self) -> bool:
-        m = self._m
-        return m & 0x10000 != 0 if not m & 0x40000 else cast(bool, self._odd("remap_pending", m & 0x10000 != 0))
-
-    @property
-    def remap_failed(self) -> bool:
-        m = self._m
-        return m & 0x20000 != 0 if not m & 0x40000 else cast(bool, self._odd("remap_failed", m & 0x20000 != 0))
-
-    @property
-    def xid_ages(self) -> tuple[tuple[int, float], ...]:
-        r = self._rare
-        return () if r is None else r[2]
-
-    @property
-    def ecc_uncorrected(self) -> int | None:
-        m = self._m
-        return _U(self._b, 2)[0] if not m & 0x1000 else None if not m & 0x40000 else \
-            cast(int | None, self._odd("ecc_uncorrected", None))
-
-    def _key(self) -> tuple[object, ...]:
-        return tuple(_nan_free(getattr(self, n)) for n in _NAMES)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, GpuDevice)
-        return (self.uuid == other.uuid and self._m == other._m and self._b == other._b
-                and self._rare == other._rare) or self._key() == other._key()  # (-0.0 == 0.0; NaN bits; aside)
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return f"GpuDevice({', '.join(f'{n}={getattr(self, n)!r}' for n in _NAMES)})"
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __reduce__(self) -> tuple[type[GpuDevice], tuple[object, ...]]:
-        return GpuDevice, tuple(getattr(self, n) for n in _NAMES)
-
-
-Readings = tuple[float | None, float | None, float | None, float | None, float | None, float | None, float | None,
-                 float | None, float | None, float | None, float | None]
-
-
-def readings(d: GpuDevice) -> Readings:
-    """`d`'s readings in one go, in `_READINGS`' order (utilization, sm_active, power_w, power_limit_w,
-    sm_clock_hz, memory_util, pcie_bps, nvlink_bps, energy_j, energy_from_s, energy_to_s): the
-    fail-slow comparison reads them all for every GPU."""
-    m = d._m
-    if m & _ODD:
-        return (d.utilization, d.sm_active, d.power_w, d.power_limit_w, d.sm_clock_hz, d.memory_util, d.pcie_bps,
-                d.nvlink_bps, d.energy_j, d.energy_from_s, d.energy_to_s)
-    v = _ALL(d._b, 4)
-    absent = m & 0x7FF
-    if not absent:
-        return cast(Readings, v)
-    where = _ABSENT.get(absent)
-    if where is None:
-        where = _ABSENT[absent] = tuple(i for i in range(11) if absent >> i & 1)
-    out: list[float | None] = list(v)
-    for i in where:
-        out[i] = None
-    return cast(Readings, tuple(out))
-
-
-def energy_window(d: GpuDevice) -> tuple[float, float, float] | None:
-    """`d`'s energy counter window, (energy_j, energy_from_s, energy_to_s), in one go (energy per step
-    reads it for every GPU of a run on every evaluation); None where any of the three is None."""
-    m = d._m
-    if not m & (0x700 | _ODD):
-        return cast(tuple[float, float, float], _WINDOW(d._b, 68))
-    j, a, b = d.energy_j, d.energy_from_s, d.energy_to_s
-    return None if j is None or a is None or b is None else (j, a, b)
-
-
-def fault_free(d: GpuDevice) -> bool:
-    """No fault signal on `d`: not lost, no row remap pending or failed, no uncorrected ECC error, no
-    XID (what `claims.workrisk` skips on every evaluation: read from the packed fields in one go)."""
-    if d._m & _FAULT_BITS:
-        return not (d.lost or d.remap_pending or d.remap_failed or d.ecc_uncorrected or d.xids)
-    r = d._rare
-    return r is None or not r[0]
-
-
-def _nan_free(v: object) -> object:
-    if isinstance(v, float):
-        return _NAN if v != v else v
-    return tuple(map(_nan_free, v)) if isinstance(v, tuple) else v  # (XID ages)
-
-
-def _shared_rare(rare: _Rare) -> _Rare:
-    kept = _SHARED_RARE.get(rare)
-    if kept is not None:
-        return kept
-    if len(_SHARED_RARE) < _SHARED_MAX:
-        _SHARED_RARE[rare] = rare
-    return rare
-
-
-@dataclass(frozen=True, slots=True)
-class PodGpuEvidence:
-    """The devices one pod holds on its node, as one source saw them at `read_at` (reader's clock)."""
+class _PodFields:
+    """`PodGpuEvidence`'s fields, in order (`dataclasses.fields`, `replace`, `asdict` read them)."""
 
     namespace: str
     pod: str
@@ -369,6 +49,404 @@ class PodGpuEvidence:
     read_at: datetime
     devices: tuple[GpuDevice, ...]
     containers: tuple[str, ...] = ()
+
+
+# A controller holds every GPU pod's newest evidence (issue 30: 50k pods), so a pod's devices are
+# packed together in one bytes: a header (devices, which columns are stored once), each device's
+# UUID as its 16 bytes where it is a canonical `GPU-<uuid>` / `MIG-<uuid>` (else kept aside as given),
+# then column by column each device's bits (`GpuDevice._m`, and the UUID's kind), index, ECC count
+# and 11 readings; a column alike on every device of the pod (a power limit, an energy window's
+# ends, the ECC count, the bits) is stored once, indexes 0, 1, 2… not at all. The rare fields
+# (`GpuDevice._rare`) and UUIDs kept aside are one tuple beside (shared by pods alike). A device
+# object and 8 UUID strings took ~2.2 KB a pod of 8 GPUs; this ~0.7. `devices` builds the
+# `GpuDevice`s on access; the per-evaluation readers below read the columns instead.
+_HEAD = struct.Struct("<IHI")  # devices; flags: bit c column c stored once, _ARANGE indexes 0..n-1; `_ANY`
+_ARANGE = 1 << 14
+_UUIDS_AT = _HEAD.size
+_GPU, _MIG, _ASIDE = 0, 1, 2  # the UUID's kind, in bits 20-21 of the bits column
+_KIND_SHIFT = 20
+_KINDS = 3 << _KIND_SHIFT
+_DEVICE_BITS = (1 << _KIND_SHIFT) - 1
+# The header's last word: every device's bits or-ed, and these two: some device may have XIDs / a MIG
+# profile. The per-evaluation readers skip a pod whose devices have nothing to read by it alone.
+_XIDS_SEEN, _MIG_SEEN = 1 << 22, 1 << 23
+# the columns: bits, index, ECC count, then the readings (`gpudevice._READINGS`' order), as in `_LAYOUT`
+_CHARS = "IhH" + "d" * 11
+_MASK, _INDEX, _ECC, _UTIL, _SM, _POWER, _LIMIT = 0, 1, 2, 3, 4, 5, 6
+_ENERGY = 11  # energy_j, energy_from_s, energy_to_s: columns 11, 12, 13
+_STATE_BITS = (1 << 11 | 1 << 12 | _LOST | _HANG | 3 << 16 | _ODD | _KINDS)  # `same_devices` reads
+_Column = tuple[int, struct.Struct, bool] | None  # offset, its struct, stored once; None: indexes 0..n-1
+_Layout = tuple[int, int, tuple[_Column, ...]]  # devices, `_ANY` word, the columns
+_LAYOUTS: dict[tuple[int, int], tuple[_Column, ...]] = {}
+_ARANGES: dict[int, bytes] = {}
+_PAD = bytes(4)
+assert _LAYOUT.size + len(_PAD) == 96  # (`_pack` reads a device's fields as 12 words)
+# the beside tuple: (each device's rare fields or None, each device's UUID kept aside or None) or None
+_Aside = tuple[tuple[_Rare | None, ...] | None, tuple[object, ...] | None]
+_SHARED_ASIDE: dict[_Aside, _Aside] = {}
+_SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_POD_NAMES = tuple(f.name for f in fields(_PodFields))
+_NO_UUID = bytes(16)
+
+
+def _layout(p: bytes) -> _Layout:
+    n, flags, any_ = _HEAD.unpack_from(p)
+    lay = _LAYOUTS.get((n, flags))
+    if lay is None:
+        cols: list[_Column] = []
+        off = _UUIDS_AT + 16 * n
+        for c, ch in enumerate(_CHARS):
+            if c == _INDEX and flags & _ARANGE:
+                cols.append(None)
+                continue
+            once = bool(flags >> c & 1)
+            st = struct.Struct(f"<{1 if once else n}{ch}")
+            cols.append((off, st, once))
+            off += st.size
+        lay = tuple(cols)
+        if len(_LAYOUTS) < _SHARED_MAX:
+            _LAYOUTS[(n, flags)] = lay
+    return n, any_, lay
+
+
+def _col(p: bytes, col: _Column, n: int) -> tuple[Any, ...]:
+    if col is None:
+        return tuple(range(n))
+    off, st, once = col
+    v = st.unpack_from(p, off)
+    return v * n if once else v
+
+
+def _arange(n: int) -> bytes:
+    """Indexes 0..n-1 as an index column's bytes."""
+    b = _ARANGES.get(n)
+    if b is None:
+        b = struct.pack(f"<{n}h", *range(n))
+        if len(_ARANGES) < _SHARED_MAX:
+            _ARANGES[n] = b
+    return b
+
+
+def _uuid_bytes(u: object) -> tuple[int, bytes]:
+    """A canonical `GPU-<uuid>` / `MIG-<uuid>` (lower case, dashed: what `_uuid` writes back) as its kind
+    and 16 bytes; any other as `_ASIDE`."""
+    if type(u) is str and len(u) == 40 and u[12] == u[17] == u[22] == u[27] == "-" and u[3] == "-" and \
+            (u.startswith("GPU-") or u.startswith("MIG-")):
+        h = u[4:]
+        if h == h.lower():
+            try:
+                raw = bytes.fromhex(h.replace("-", ""))  # (32 hex digits: no room for the blanks it skips)
+            except ValueError:
+                raw = b""
+            if len(raw) == 16:
+                return (_GPU if u[0] == "G" else _MIG), raw
+    return _ASIDE, _NO_UUID
+
+
+def _uuid_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
+    devs = tuple(devices)
+    n = len(devs)
+    masks: list[int] = []
+    parts: list[bytes] = [b""]
+    rares: list[_Rare | None] | None = None
+    names: list[object] | None = None
+    any_ = 0
+    for i, d in enumerate(devs):
+        kind, raw = _uuid_bytes(d.uuid)
+        if kind == _ASIDE:
+            if names is None:
+                names = [None] * n
+            u = d.uuid  # (interned: the next pass's record holds the same string, as the parser did)
+            names[i] = intern(u) if type(u) is str else u
+        r = d._rare
+        if r is not None:
+            if rares is None:
+                rares = [None] * n
+            rares[i] = r
+            if not (type(r[0]) is tuple and not r[0]):  # (a hint: the readers read the device where set)
+                any_ |= _XIDS_SEEN
+            if not (type(r[3]) is str and not r[3]):
+                any_ |= _MIG_SEEN
+        m = d._m | kind << _KIND_SHIFT
+        any_ |= m
+        masks.append(m)
+        parts.append(raw)
+    flags = 0
+    if n > 1 and masks.count(masks[0]) == n:
+        flags |= 1
+        parts.append(struct.pack("<I", masks[0]))
+    else:
+        parts.append(struct.pack(f"<{n}I", *masks))
+    # Each column's bytes as they are (NaN's bits, -0.0 apart from 0.0): 4 bytes of padding and every
+    # device's 92 make 12 words, a reading every 12th word from the second (an index or ECC count, every
+    # 48th half from the third or fourth).
+    words = memoryview(b"".join(x for d in devs for x in (_PAD, d._b)))
+    halves, words = words.cast("H"), words.cast("Q")
+    for c in range(_INDEX, _UTIL + 11):
+        col = (halves[c + 1::48] if c < _UTIL else words[c - _UTIL + 1::12]).tobytes()
+        w = 2 if c < _UTIL else 8
+        if c == _INDEX and n < 0x8000 and col == _arange(n):
+            flags |= _ARANGE
+        elif n > 1 and col == col[:w] * n:
+            flags |= 1 << c
+            parts.append(col[:w])
+        else:
+            parts.append(col)
+    parts[0] = _HEAD.pack(n, flags, any_)
+    aside: _Aside | None = None
+    if rares is not None or names is not None:
+        aside = (None if rares is None else tuple(rares), None if names is None else tuple(names))
+        if names is None and len(_SHARED_ASIDE) < _SHARED_MAX and all(
+                r is None or _shared(r) for r in aside[0] or ()):
+            aside = _SHARED_ASIDE.setdefault(aside, aside)
+    return b"".join(parts), aside
+
+
+def _shared(r: _Rare) -> bool:
+    """`r` is one `gpudevice._shared_rare` keeps (hashable, plain: it may key a shared aside)."""
+    return _SHARED_RARE.get(r) is r
+
+
+class PodGpuEvidence:
+    """The devices one pod holds on its node, as one source saw them at `read_at` (reader's clock): a
+    frozen record with `_PodFields`' fields, value equality and hashing."""
+
+    __slots__ = ("namespace", "pod", "node", "source", "read_at", "containers", "_p", "_x")
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _PodFields.__dataclass_fields__
+    __match_args__: ClassVar[tuple[str, ...]] = _POD_NAMES
+    namespace: str
+    pod: str
+    node: str
+    source: str
+    read_at: datetime
+    containers: tuple[str, ...]
+    _p: bytes
+    _x: _Aside | None
+
+    def __init__(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
+                 devices: tuple[GpuDevice, ...], containers: tuple[str, ...] = ()) -> None:
+        p, x = _pack(devices)
+        if type(containers) is tuple and all(type(c) is str for c in containers) and \
+                len(_SHARED_NAMES) < _SHARED_MAX:
+            containers = _SHARED_NAMES.setdefault(containers, containers)  # (pods alike: ("main",))
+        for name, v in (("namespace", namespace), ("pod", pod), ("node", node), ("source", source),
+                        ("read_at", read_at), ("containers", containers), ("_p", p), ("_x", x)):
+            object.__setattr__(self, name, v)
+
+    @property
+    def devices(self) -> tuple[GpuDevice, ...]:
+        return _devices(self)
+
+    @property
+    def device_count(self) -> int:
+        return cast(int, _HEAD.unpack_from(self._p)[0])
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.namespace, self.pod, self.node, self.source, self.read_at, self.devices, self.containers)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, PodGpuEvidence)
+        if (self.namespace, self.pod, self.node, self.source, self.read_at, self.containers) != \
+                (other.namespace, other.pod, other.node, other.source, other.read_at, other.containers):
+            return False
+        return (self._p == other._p and self._x == other._x) or self.devices == other.devices
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"PodGpuEvidence({', '.join(f'{n}={v!r}' for n, v in zip(_POD_NAMES, self._fields(), strict=True))})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[PodGpuEvidence], tuple[object, ...]]:
+        return PodGpuEvidence, self._fields()
+
+
+def uuid_at(e: PodGpuEvidence, i: int) -> str:
+    """Device `i`'s UUID."""
+    n, _, lay = _layout(e._p)
+    return _uuid(e, i, _col(e._p, lay[_MASK], n)[i])
+
+
+def _uuid(e: PodGpuEvidence, i: int, m: int) -> str:
+    kind = m >> _KIND_SHIFT & 3
+    if kind == _ASIDE:
+        assert e._x is not None and e._x[1] is not None
+        return cast(str, e._x[1][i])
+    at = _UUIDS_AT + 16 * i
+    return ("MIG-" if kind == _MIG else "GPU-") + _uuid_text(e._p[at:at + 16])
+
+
+def uuids(e: PodGpuEvidence) -> tuple[str, ...]:
+    """Every device's UUID, in order."""
+    n, _, lay = _layout(e._p)
+    return tuple(_uuid(e, i, m) for i, m in enumerate(_col(e._p, lay[_MASK], n)))
+
+
+def _devices(e: PodGpuEvidence) -> tuple[GpuDevice, ...]:
+    p = e._p
+    n, _, lay = _layout(p)
+    cols = [_col(p, c, n) for c in lay]
+    rares = e._x[0] if e._x is not None else None
+    out = []
+    new, put, pack = object.__new__, object.__setattr__, _LAYOUT.pack
+    for i in range(n):
+        m = cols[0][i]
+        d = new(GpuDevice)
+        put(d, "uuid", _uuid(e, i, m))
+        put(d, "_m", m & _DEVICE_BITS)
+        put(d, "_b", pack(*[c[i] for c in cols[1:]]))
+        put(d, "_rare", None if rares is None else rares[i])
+        out.append(d)
+    return tuple(out)
+
+
+def device_at(e: PodGpuEvidence, i: int) -> GpuDevice:
+    """Device `i` (built: the record holds none)."""
+    return _devices(e)[i]
+
+
+def _keys(e: PodGpuEvidence, n: int, any_: int, masks: tuple[int, ...] | None = None) -> tuple[object, ...]:
+    """Each device's UUID as a key telling devices apart: its 16 bytes where a canonical `GPU-<uuid>`,
+    else its text (two keys are equal exactly where the UUIDs are)."""
+    if not any_ & _KINDS:
+        return cast(tuple[bytes, ...], _raws(n).unpack_from(e._p, _UUIDS_AT))
+    names = e._x[1] if e._x is not None else None
+    if names is not None and names.count(None) == 0:  # (every UUID kept aside: their text)
+        return names
+    p = e._p
+    if masks is None:
+        masks = _masks(e)
+    return tuple(p[_UUIDS_AT + 16 * i:_UUIDS_AT + 16 * i + 16] if not m & _KINDS else _uuid(e, i, m)
+                 for i, m in enumerate(masks))
+
+
+def _raws(n: int) -> struct.Struct:
+    st = _RAWS.get(n)
+    if st is None:
+        st = struct.Struct(f"<{'16s' * n}")
+        if len(_RAWS) < _SHARED_MAX:
+            _RAWS[n] = st
+    return st
+
+
+_RAWS: dict[int, struct.Struct] = {}
+
+
+def faulty(e: PodGpuEvidence) -> list[GpuDevice]:
+    """The devices with a fault signal (not `fault_free`), in order: what `claims.workrisk` reads on
+    every evaluation (a pod whose bits say none at once; a device built only where one may be)."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if not any_ & (_FAULT_BITS | _XIDS_SEEN):
+        return []
+    rares = e._x[0] if e._x is not None else None
+    devs = _devices(e)
+    return [d for i, (m, d) in enumerate(zip(_col(p, lay[_MASK], n), devs, strict=True))
+            if (m & _FAULT_BITS or (rares is not None and rares[i] is not None)) and not fault_free(d)]
+
+
+def readings_of(e: PodGpuEvidence) -> list[Readings]:
+    """Each device's readings (`readings`), in order, from the columns."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if any_ & _ODD:
+        return [readings(d) for d in _devices(e)]
+    cols: list[tuple[Any, ...]] = [_col(p, c, n) for c in lay[_UTIL:]]
+    if not any_ & 0x7FF or not n:
+        return cast(list[Readings], list(zip(*cols, strict=True)) if n else [])
+    masks = _col(p, lay[_MASK], n)
+    every = 0x7FF
+    for m in masks:
+        every &= m
+    for j in range(11):  # (a reading no device has: its column None at once)
+        if every >> j & 1:
+            cols[j] = (None,) * n
+    out = cast(list[Readings], list(zip(*cols, strict=True)))
+    for i, m in enumerate(masks):
+        if m & 0x7FF != every:
+            out[i] = cast(Readings, tuple(None if m >> j & 1 else v for j, v in enumerate(out[i])))
+    return out
+
+
+def compared(e: PodGpuEvidence) -> list[tuple[object, int, Readings]]:
+    """The devices the fail-slow comparison reads (`claims.gpuspread`: not lost, not shared, no MIG
+    profile), each as (a key telling UUIDs apart, as `_keys`; its place; its readings), in order."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    masks = _col(p, lay[_MASK], n)
+    keys = _keys(e, n, any_, masks)
+    rs = readings_of(e)
+    if not any_ & (_ODD | _LOST | _SHARED | _MIG_SEEN):
+        return list(zip(keys, range(n), rs, strict=True))
+    return [(keys[i], i, rs[i]) for i, d in enumerate(_devices(e)) if not d.lost and not d.shared and not d.mig_profile]
+
+
+def clock_reasons_at(e: PodGpuEvidence, i: int) -> tuple[str, ...]:
+    """Device `i`'s clocks-event reasons (from the rare fields beside)."""
+    r = e._x[0][i] if e._x is not None and e._x[0] is not None else None
+    return () if r is None else r[1]
+
+
+def energy_windows(e: PodGpuEvidence) -> list[tuple[bool, tuple[float, float, float] | None]]:
+    """Each device's (shared or a MIG instance, `energy_window`), in order (`claims.energy`, every
+    evaluation: from the columns)."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if any_ & (_ODD | _SHARED | _MIG_SEEN):
+        return [(bool(d.shared or d.mig_profile), energy_window(d)) for d in _devices(e)]
+    js, froms, tos = (_col(p, c, n) for c in lay[_ENERGY:_ENERGY + 3])
+    if not any_ & 0x700:
+        return [(False, w) for w in zip(js, froms, tos, strict=True)]
+    return [(False, None if m & 0x700 else (js[i], froms[i], tos[i]))
+            for i, m in enumerate(_col(p, lay[_MASK], n))]
+
+
+Sampled = tuple[str, int | None, float | None, float | None, tuple[int, ...], tuple[tuple[int, float], ...]]
+
+
+def sampled(e: PodGpuEvidence) -> list[Sampled]:
+    """Each device's (UUID, index, utilization, power, XIDs, XID ages), in order: what the ADX rows read
+    of every pod on every pass (`planes.node_agents.gpu_records`), from the columns."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if any_ & _ODD:
+        return [(d.uuid, d.index, d.utilization, d.power_w, d.xids, d.xid_ages) for d in _devices(e)]
+    masks = _col(p, lay[_MASK], n)
+    ix, ut, pw = _col(p, lay[_INDEX], n), _col(p, lay[_UTIL], n), _col(p, lay[_POWER], n)
+    rares = e._x[0] if e._x is not None else None
+    out: list[Sampled] = []
+    for i, m in enumerate(masks):
+        r = None if rares is None else rares[i]
+        out.append((_uuid(e, i, m), None if m & _NO_INDEX else ix[i], None if m & 1 else ut[i],
+                    None if m & 4 else pw[i], () if r is None else r[0], () if r is None else r[2]))
+    return out
+
+
+def held_state(e: PodGpuEvidence) -> object:
+    """What `planes.node_agents.same_devices` compares of `e`'s devices (UUID, index, lost, hang hint,
+    XIDs, MIG profile, row remaps, ECC count), in one value from the columns; None where a value kept
+    aside makes the devices the only way to tell."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if any_ & _ODD:
+        return None
+    rares = e._x[0] if e._x is not None else None
+    return (n, p[_UUIDS_AT:_UUIDS_AT + 16 * n], e._x[1] if e._x is not None else None,
+            tuple(m & _STATE_BITS for m in _col(p, lay[_MASK], n)), _col(p, lay[_INDEX], n), _col(p, lay[_ECC], n),
+            None if rares is None else tuple(None if r is None else (r[0], r[3]) for r in rares))
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,28 +471,110 @@ def gpu_summary(evidence: Iterable[PodGpuEvidence], pods: Iterable[tuple[str, st
         key = (e.namespace, e.pod)
         if key in wanted and now - e.read_at <= max_age and (key not in newest or e.read_at > newest[key].read_at):
             newest[key] = e
-    devices = {d.uuid: d for e in newest.values() for d in e.devices}
-    utils: list[float] = []
-    powers: list[float] = []
-    limits: list[float] = []
+    # Every device of every pod, by column (every run's evaluation: no device object built); a device
+    # two pods name (a shared GPU) counts once, in its first place, with the last pod's readings.
+    recs = list(newest.values())
+    seen = total = 0
+    keys: set[object] = set()
+    utils_at: list[float] = []
+    powers_at: list[float] = []
+    limits_at: list[float] = []
+    for e in recs:  # (most runs: every reading there, nothing to name: the three columns in one go)
+        p = e._p
+        n, flags, any_ = _HEAD.unpack_from(p)
+        seen |= any_
+        total += n
+        keys.update(_keys(e, n, any_))
+        rd = _SUMMED_BY.get((n, flags)) or _summed_reader(p, n, flags)
+        v = rd[0].unpack_from(p, rd[1])
+        a, b = rd[2], rd[3]
+        utils_at += v[:a] * n if a == 1 else v[:a]
+        powers_at += v[a:b] * n if b - a == 1 else v[a:b]
+        limits_at += v[b:] * n if len(v) - b == 1 else v[b:]
+    if len(keys) != total or seen & (_SUMMARY_BITS | _XIDS_SEEN):
+        return _gpu_summary(newest)
+    return GpuSummary(
+        pods=len(newest),
+        allocated=total,
+        lost=(),
+        hang_hint=(),
+        utilization=sum(utils_at) / len(utils_at) if utils_at else None,
+        power_w=sum(powers_at) / len(powers_at) if powers_at else None,
+        power_limit_w=sum(limits_at) / len(limits_at) if limits_at else None,
+        xids=(),
+        read_at=min((e.read_at for e in recs), default=None),
+    )
+
+
+_SUMMED_BY: dict[tuple[int, int], tuple[struct.Struct, int, int, int]] = {}
+
+
+def _summed_reader(p: bytes, n: int, flags: int) -> tuple[struct.Struct, int, int, int]:
+    """The utilization, SM activity (skipped), power and power limit columns in one struct: (it, its
+    offset, where power starts in what it gives, where the limit starts)."""
+    _, _, lay = _layout(p)
+    util, sm, power, limit = (cast(tuple[int, struct.Struct, bool], c) for c in lay[_UTIL:_LIMIT + 1])
+    k = [1 if c[2] else n for c in (util, sm, power, limit)]
+    rd = (struct.Struct(f"<{k[0]}d{8 * k[1]}x{k[2]}d{k[3]}d"), util[0], k[0], k[0] + k[2])
+    if len(_SUMMED_BY) < _SHARED_MAX:
+        _SUMMED_BY[(n, flags)] = rd
+    return rd
+
+
+def _masks(e: PodGpuEvidence) -> tuple[int, ...]:
+    n, _, lay = _layout(e._p)
+    return _col(e._p, lay[_MASK], n)
+
+
+def _gpu_summary(newest: dict[tuple[str, str], PodGpuEvidence]) -> GpuSummary:
+    """`gpu_summary` where a device is named twice, lacks a reading, is lost, hangs or has XIDs."""
+    masks: list[int] = []
+    utils_at: list[float] = []
+    powers_at: list[float] = []
+    limits_at: list[float] = []
+    rares: list[_Rare | None] = []
+    starts: list[tuple[int, PodGpuEvidence]] = []
+    where: dict[object, int] = {}
+    for e in newest.values():
+        p = e._p
+        n, any_, lay = _layout(p)
+        ms = _col(p, lay[_MASK], n)
+        base = len(masks)
+        starts.append((base, e))
+        masks += ms
+        utils_at += _col(p, lay[_UTIL], n)
+        powers_at += _col(p, lay[_POWER], n)
+        limits_at += _col(p, lay[_LIMIT], n)
+        rares += e._x[0] if e._x is not None and e._x[0] is not None else (None,) * n
+        where.update(zip(_keys(e, n, any_, ms), range(base, base + n), strict=True))
     lost: list[str] = []
     hung: list[str] = []
     xids: set[int] = set()
-    for u, d in devices.items():  # (every run's evaluation: the packed fields read in one go)
-        m = d._m
-        if d._rare is not None:
-            xids.update(d.xids)
+    utils: list[float] = []
+    powers: list[float] = []
+    limits: list[float] = []
+
+    def owner(o: int) -> tuple[PodGpuEvidence, int]:
+        base, e = next(s for s in reversed(starts) if s[0] <= o)
+        return e, o - base
+
+    for o in (range(len(masks)) if len(where) == len(masks) else where.values()):
+        m = masks[o]
+        r = rares[o]
+        if r is not None:
+            xids.update(r[0])
         if not m & _SUMMARY_BITS:  # the three readings there, not lost, no hang hint, nothing kept aside
-            ut, pw, lim = _SUMMED(d._b, 4)
-            utils.append(ut)
-            powers.append(pw)
-            limits.append(lim)
+            utils.append(utils_at[o])
+            powers.append(powers_at[o])
+            limits.append(limits_at[o])
             continue
         if m & _ODD:
+            d = device_at(*owner(o))
             ut_, pw_, lim_, lo, hh = d.utilization, d.power_w, d.power_limit_w, d.lost, d.hang_hint
         else:
-            ut, pw, lim = _SUMMED(d._b, 4)
-            ut_, pw_, lim_ = (None if m & 1 else ut), (None if m & 4 else pw), (None if m & 8 else lim)
+            ut_ = None if m & 1 else utils_at[o]
+            pw_ = None if m & 4 else powers_at[o]
+            lim_ = None if m & 8 else limits_at[o]
             lo, hh = m & _LOST != 0, m & _HANG != 0
         if ut_ is not None:
             utils.append(ut_)
@@ -423,12 +583,12 @@ def gpu_summary(evidence: Iterable[PodGpuEvidence], pods: Iterable[tuple[str, st
         if lim_ is not None:
             limits.append(lim_)
         if lo:
-            lost.append(u)
+            lost.append(uuid_at(*owner(o)))
         if hh:
-            hung.append(u)
+            hung.append(uuid_at(*owner(o)))
     return GpuSummary(
         pods=len(newest),
-        allocated=len(devices),
+        allocated=len(where),
         lost=tuple(sorted(lost)),
         hang_hint=tuple(sorted(hung)),
         utilization=sum(utils) / len(utils) if utils else None,

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from collector.correlate import RunEvidence
-from collector.gpu import PodGpuEvidence, energy_window
+from collector.gpu import PodGpuEvidence, energy_windows, uuid_at
 from collector.model import Energy, PodFacts
 
 MIN_WINDOW_S = 60.0  # a shorter window holds too few steps to divide by
@@ -74,48 +74,50 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
     held = {(p.ref.namespace, p.ref.name): p.facts.gpus for p in ev.pods
             if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting and p.facts.gpus > 0}
     fresh = {(e.namespace, e.pod): e for e in evidence if now - e.read_at <= max_age}
-    devices = [(d, e) for k, e in fresh.items() if k in held for d in e.devices]
-    if not devices:
+    # (every evaluation: each pod's windows read from its columns as far as needed, a UUID only where said)
+    pods = [e for k, e in fresh.items() if k in held]
+    count = sum(e.device_count for e in pods)
+    if not count:
         return None
 
     def unknown(why: str) -> Energy:
-        return Energy(None, None, len(devices), None, None, why)
+        return Energy(None, None, count, None, None, why)
 
     missing = sorted(f"{ns}/{pod}" for (ns, pod), n in held.items()
-                     if (ns, pod) not in fresh or len(fresh[(ns, pod)].devices) < n)
+                     if (ns, pod) not in fresh or fresh[(ns, pod)].device_count < n)
     if missing:
         return unknown(f"pod {missing[0]} holds GPUs with no fresh readings: energy per step unknown")
-    windows: list[tuple[str, float, float, float]] = []  # (uuid, from, to, joules): unix seconds
-    for d, e in devices:
-        if d.shared or d.mig_profile:
-            return unknown(f"GPU {d.uuid} is shared or a MIG instance: its energy is not the run's alone")
-        window = energy_window(d)
+    windows: list[tuple[tuple[PodGpuEvidence, int], float, float, float]] = []  # (device, from, to, joules)
+    for e, i, (not_alone, window) in ((g, i, w) for g in pods for i, w in enumerate(energy_windows(g))):
+        if not_alone:
+            return unknown(f"GPU {uuid_at(e, i)} is shared or a MIG instance: its energy is not the run's alone")
         if window is None:
-            return unknown(f"GPU {d.uuid} (node {e.node}) has no energy counter window (not offered, "
+            return unknown(f"GPU {uuid_at(e, i)} (node {e.node}) has no energy counter window (not offered, "
                            "just started, or reset): energy per step unknown")
         joules, from_s, to_s = window
         end = e.read_at.timestamp()
-        windows.append((d.uuid, end - from_s, end - to_s, joules))
+        windows.append(((e, i), end - from_s, end - to_s, joules))  # (unix seconds)
     if max(w[1] for w in windows) >= min(w[2] for w in windows):
         return unknown("the GPUs' energy windows do not overlap (one node read long before the others): "
                        "energy per step unknown")
     short = min(windows, key=lambda w: w[2] - w[1])
     if short[2] - short[1] < MIN_WINDOW_S:
-        return unknown(f"GPU {short[0]}'s energy window is {short[2] - short[1]:.0f} s, under {MIN_WINDOW_S:.0f} s: "
-                       "too few steps to divide by yet")
+        return unknown(f"GPU {uuid_at(*short[0])}'s energy window is {short[2] - short[1]:.0f} s, "
+                       f"under {MIN_WINDOW_S:.0f} s: too few steps to divide by yet")
     lines = timelines(ev)
     if not lines:
         return unknown("no progress log gives the run's steps: energy per step unknown")
     joules_per_step = watts = 0.0
     advanced: list[float] = []
-    for uuid, a, b, j in windows:
+    for device, a, b, j in windows:
         counts = [sb - sa for ts, st, iv in lines
                   if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
         if not counts:
-            return unknown(f"no progress log covers GPU {uuid}'s energy window: energy per step unknown")
+            return unknown(f"no progress log covers GPU {uuid_at(*device)}'s energy window: energy per step unknown")
         n = statistics.median(counts)
         if n <= 0:
-            return unknown(f"no step advanced over GPU {uuid}'s energy window ({b - a:.0f} s): no joules per step")
+            return unknown(f"no step advanced over GPU {uuid_at(*device)}'s energy window ({b - a:.0f} s): "
+                           "no joules per step")
         advanced.append(n)
         joules_per_step += j / n
         watts += j / (b - a)

@@ -77,7 +77,7 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
         if not f.node_name or f.gpus <= 0 or not fresh(f.node_name):
             continue
         g = gpus.get((p.ref.namespace, p.ref.name))
-        have = len(g.devices) if g is not None and now - g.read_at <= s.evidence_max_age else 0
+        have = g.device_count if g is not None and now - g.read_at <= s.evidence_max_age else 0
         requested += f.gpus
         allocated += min(have, f.gpus)
         bound_at = next((c.last_transition for c in p.conditions if c.type == "PodScheduled" and c.is_true), None)

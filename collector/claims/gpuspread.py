@@ -32,13 +32,14 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from collector.claims.memo import ByInputs
 from collector.correlate import Key, RunEvidence
-from collector.gpu import GpuDevice, PodGpuEvidence, readings
+from collector.gpu import GpuDevice, PodGpuEvidence, Readings, clock_reasons_at, compared, uuid_at
 from collector.model import Straggler, Stragglers
 
 MIN_GPUS = 4
@@ -64,14 +65,20 @@ SLOWDOWN_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdow
                               "hw_power_brake_slowdown"})
 HARD_SLOWDOWN = SLOWDOWN_REASONS - {"sw_power_cap"}  # a power cap is everyday under load; these are not
 
+K = TypeVar("K", bound=Hashable)  # a GPU: its UUID, or a key telling UUIDs apart (`gpu.compared`)
+
 
 def untrusted(d: GpuDevice) -> str:
     """Why this device's profiling readings are not to be believed ("" when nothing says so)."""
-    if d.sm_active is not None and d.utilization is not None and d.sm_active < ZERO_SM and \
-            d.utilization >= BUSY_UTIL:
-        return (f"{d.uuid}: SM activity reads {d.sm_active:.0%} while utilization is {d.utilization:.0%}; "
-                "the profiling reading is not trusted (a known exporter failure mode), the GPU is not idle")
+    sm, util = d.sm_active, d.utilization
+    if sm is not None and util is not None and sm < ZERO_SM and util >= BUSY_UTIL:
+        return _untrusted(d.uuid, sm, util)
     return ""
+
+
+def _untrusted(uuid: str, sm: float, util: float) -> str:
+    return (f"{uuid}: SM activity reads {sm:.0%} while utilization is {util:.0%}; "
+            "the profiling reading is not trusted (a known exporter failure mode), the GPU is not idle")
 
 
 def slowdown(ev: RunEvidence) -> float | None:
@@ -99,8 +106,8 @@ def slowdown(ev: RunEvidence) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def _readings(d: GpuDevice, trusted: bool) -> dict[str, float]:
-    _, sm, watts, limit, clock, memory, pcie, nvlink, joules, from_s, to_s = readings(d)
+def _readings(r: Readings, trusted: bool) -> dict[str, float]:
+    _, sm, watts, limit, clock, memory, pcie, nvlink, joules, from_s, to_s = r
     out: dict[str, float] = {}
     if sm is not None and trusted:
         out["SM activity"] = sm
@@ -137,9 +144,13 @@ class _Core:
     """What the readings alone say (no clock, no logs): the whole GPUs compared, the readings not
     trusted, and each GPU apart with why."""
 
-    devices: dict[str, tuple[GpuDevice, PodGpuEvidence]]
+    devices: int  # the GPUs compared
+    per_node: dict[str, int]  # of them, by node
     bad: tuple[str, ...]
     apart: dict[str, list[str]]
+    # the GPUs apart: their pod's record and place in it (kept per run between the agents' passes:
+    # records, not device objects, which the record builds on access)
+    where: dict[str, tuple[PodGpuEvidence, int]]
 
 
 # Per run, by the fresh evidence objects it was computed from (collector/claims/memo.py): a run
@@ -167,17 +178,22 @@ def forget(run: Key) -> None:
 
 
 def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
-    devices: dict[str, tuple[GpuDevice, PodGpuEvidence]] = {}
+    # by a key telling UUIDs apart (`gpu.compared`): a UUID's text only where said
+    devices: dict[object, tuple[PodGpuEvidence, int, Readings]] = {}
     for e in fresh:
-        for d in e.devices:
-            if not d.lost and not d.shared and not d.mig_profile:
-                devices[d.uuid] = (d, e)
-    why = {u: untrusted(d) for u, (d, _) in devices.items()}
+        for k, i, r in compared(e):
+            devices[k] = (e, i, r)
+    why = {u: _untrusted(uuid_at(e, i), sm, util)
+           if (sm := r[1]) is not None and (util := r[0]) is not None and sm < ZERO_SM and util >= BUSY_UTIL else ""
+           for u, (e, i, r) in devices.items()}  # (as `untrusted`: a UUID's text only where said)
     bad = tuple(sorted(w for w in why.values() if w))
-    apart: dict[str, list[str]] = {}
+    apart: dict[object, list[str]] = {}
+    per_node: dict[str, int] = {}
+    for e, _, _ in devices.values():
+        per_node[e.node] = per_node.get(e.node, 0) + 1
     if len(devices) < MIN_GPUS:
-        return _Core(devices, bad, apart)
-    per = {u: _readings(d, not why[u]) for u, (d, _) in devices.items()}
+        return _Core(len(devices), per_node, bad, {}, {})
+    per = {u: _readings(r, not why[u]) for u, (_, _, r) in devices.items()}
     for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
         if len(vals) < MIN_GPUS:
@@ -191,34 +207,36 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
             if spread <= 0:
                 continue
             z = (v - center) / spread
-            floor = MIN_APART_HELD if name == "SM clock" and set(devices[u][0].clock_reasons) & HARD_SLOWDOWN \
+            floor = MIN_APART_HELD if name == "SM clock" and set(clock_reasons_at(*devices[u][:2])) & HARD_SLOWDOWN \
                 else MIN_APART
             if abs(z) >= MIN_Z and abs(v - center) >= floor * abs(center):
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
                                                f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
                                                "deviations)")
-    return _Core(devices, bad, apart)
+    names = {u: uuid_at(*devices[u][:2]) for u in apart}
+    return _Core(len(devices), per_node, bad, {names[u]: why for u, why in apart.items()},
+                 {names[u]: devices[u][:2] for u in apart})
 
 
 def _verdict(current: Stragglers | None, ev: RunEvidence, core: _Core) -> Stragglers | None:
     """The comparison's verdict against the run's own pace (its logs: read on every evaluation)."""
-    devices, bad, apart = core.devices, core.bad, core.apart
-    if len(devices) < MIN_GPUS:
+    devices, bad, apart, where = core.devices, core.bad, core.apart, core.where
+    if devices < MIN_GPUS:
         if not bad:
             return current
         return _merged(current, (), bad, "")
     if not apart:
         return _merged(current, (), bad, "") if bad or current is not None else None
     slow = slowdown(ev)
-    if len(apart) > max(1, len(devices) // 4):
-        return _merged(current, (), bad, f"{len(apart)} of {len(devices)} GPUs read apart: not one GPU; none named")
+    if len(apart) > max(1, devices // 4):
+        return _merged(current, (), bad, f"{len(apart)} of {devices} GPUs read apart: not one GPU; none named")
     # Most of one node's GPUs apart together: its rank's work (its input, its host), which the logs
     # name; a GPU fault is one GPU's
     per_node: dict[str, list[str]] = {}
     for u in apart:
-        per_node.setdefault(devices[u][1].node, []).append(u)
+        per_node.setdefault(where[u][0].node, []).append(u)
     whole = sorted(n for n, us in per_node.items() if len(us) >= 2 and
-                   2 * len(us) >= sum(1 for _, e in devices.values() if e.node == n))
+                   2 * len(us) >= core.per_node[n])
     if whole:
         together = [u for n in whole for u in per_node[n]]
         if len(together) == len(apart):
@@ -232,8 +250,8 @@ def _verdict(current: Stragglers | None, ev: RunEvidence, core: _Core) -> Stragg
         return _merged(current, (), bad, note)
     named = []
     for u in sorted(apart, key=lambda u: -len(apart[u]))[:MAX_SUSPECTS]:
-        d, e = devices[u]
-        reasons = sorted(set(d.clock_reasons) & SLOWDOWN_REASONS)
+        e, i = where[u]
+        reasons = sorted(set(clock_reasons_at(e, i)) & SLOWDOWN_REASONS)
         held = f"; clocks held down by {', '.join(reasons)}" if reasons else ""
         named.append(Straggler(
             "gpu", "", e.pod, e.node, slow, None, "gpu-spread",
@@ -248,7 +266,7 @@ def gpu_spread_uncached(current: Stragglers | None, ev: RunEvidence, evidence: I
     return _verdict(current, ev, _core([e for e in evidence if now - e.read_at <= max_age]))
 
 
-def against_others(vals: Mapping[str, float]) -> dict[str, tuple[float, float]]:
+def against_others(vals: Mapping[K, float]) -> dict[K, tuple[float, float]]:
     """For each GPU, the median of the other GPUs' readings and their median absolute deviation from
     it: what `statistics.median` gives over each GPU's others, in O(n log n) instead of O(n² log n)
     (a run of 64 nodes has 512 GPUs, and this runs on every evaluation). The median of all but one
@@ -258,7 +276,7 @@ def against_others(vals: Mapping[str, float]) -> dict[str, tuple[float, float]]:
         return {u: _naive([x for w, x in vals.items() if w != u]) for u in vals}
     ordered = sorted(vals.values())
     deviations: dict[float, list[float]] = {}
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[K, tuple[float, float]] = {}
     for u, v in vals.items():
         center = _median_without(ordered, bisect.bisect_left(ordered, v))
         devs = deviations.get(center)

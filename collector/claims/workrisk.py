@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 
 from collector.claims.common import FUTURE_SKEW, Clock, human_age
 from collector.correlate import RunEvidence
-from collector.gpu import PodGpuEvidence, fault_free
+from collector.gpu import PodGpuEvidence, faulty
 from collector.model import NodeFacts, PodFacts, Ref, RunClaims, rfc3339
 from collector.riskfacts import NodeRisk, WorkAtRisk, new_node_risk
 
@@ -188,9 +188,7 @@ def with_gpu_signals(w: WorkAtRisk | None, evidence: Iterable[PodGpuEvidence], n
     for e in evidence:
         if not timedelta(0) - FUTURE_SKEW <= now - e.read_at <= max_age:
             continue
-        for d in e.devices:
-            if fault_free(d):
-                continue
+        for d in faulty(e):  # (every evaluation: a device object only where a fault signal is)
             if d.lost:
                 found.setdefault(e.node, []).append(("gpu-lost", f"GPU {d.uuid} lost (NVML cannot reach it)"))
             if d.remap_failed:

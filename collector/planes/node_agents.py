@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.correlate import Key, Signal
-from collector.gpu import PodGpuEvidence
+from collector.gpu import PodGpuEvidence, held_state, sampled
 from collector.model import Observed, Ref, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
@@ -118,8 +118,12 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     """The same devices in the same state for the claims (`claims.gpu.apply_gpu`): held, lost, hang
     hint, XIDs, row remaps; readings (utilization, power) and the read time aside."""
-    return (a.node == b.node and a.source == b.source and a.containers == b.containers
-            and len(a.devices) == len(b.devices)
+    if not (a.node == b.node and a.source == b.source and a.containers == b.containers):
+        return False
+    sa, sb = held_state(a), held_state(b)  # (every pod on every pass: from the packed records)
+    if sa is not None and sb is not None:
+        return sa == sb
+    return (len(a.devices) == len(b.devices)
             and all((x.uuid, x.index, x.lost, x.hang_hint, x.xids, x.mig_profile, x.remap_pending, x.remap_failed,
                      x.ecc_uncorrected)
                     == (y.uuid, y.index, y.lost, y.hang_hint, y.xids, y.mig_profile, y.remap_pending, y.remap_failed,
@@ -134,26 +138,25 @@ def gpu_records(old: GpuByPod, new: GpuByPod, run_of: Callable[[Ref], Ref | None
     the pass before (the agents send the codes seen recently, not each event: a code is recorded
     when it appears, stamped when the agent first saw it, else with the pass that saw it)."""
     before: dict[tuple[str, str], set[int]] = {}
-    for g in old.values():
-        for d in g.devices:
-            before.setdefault((g.node, d.uuid), set()).update(d.xids)
+    for g in old.values():  # (every pod, every pass: read from the packed records, no device built)
+        for u, _, _, _, codes, _ in sampled(g):
+            before.setdefault((g.node, u), set()).update(codes)
     samples: list[GpuSample] = []
     xids: list[GpuXid] = []
     seen: set[tuple[str, str]] = set()
     for (ns, pod), g in sorted(new.items()):
         root = run_of(Ref("Pod", ns, pod))
         run = root.name if root is not None else ""
-        for d in g.devices:
-            key = (g.node, d.uuid)
+        for u, index, util, power, codes, xid_ages in sampled(g):
+            key = (g.node, u)
             if key in seen:
                 continue
             seen.add(key)
-            index = d.index if d.index is not None else -1
-            samples.append(GpuSample(g.read_at, g.node, index, d.uuid,
-                                     None if d.utilization is None else round(d.utilization * 100.0, 3),
-                                     None, d.power_w, None, ns, pod, run))
-            new_codes = sorted(set(d.xids) - before.get(key, set()))
-            ages = dict(d.xid_ages) if new_codes else {}
-            xids += [GpuXid(g.read_at - timedelta(seconds=ages.get(code, 0.0)), g.node, code, d.index, d.uuid,
+            samples.append(GpuSample(g.read_at, g.node, index if index is not None else -1, u,
+                                     None if util is None else round(util * 100.0, 3), None, power, None, ns, pod,
+                                     run))
+            new_codes = sorted(set(codes) - before.get(key, set()))
+            ages = dict(xid_ages) if new_codes else {}
+            xids += [GpuXid(g.read_at - timedelta(seconds=ages.get(code, 0.0)), g.node, code, index, u,
                             namespace=ns, pod=pod, run=run) for code in new_codes]
     return samples, xids

@@ -194,6 +194,12 @@ def _name(v: object, limit: int = MAX_NAME) -> str | None:
     return intern(v) if isinstance(v, str) and 0 < len(v) <= limit else None
 
 
+def _uuid(v: object) -> str | None:
+    """A GPU/MIG UUID within `MAX_UUID` characters, not interned: `collector.gpu` packs a canonical one
+    in 16 bytes (interned, 8 a pod left the names' table ~380 B a pod larger: it does not shrink)."""
+    return v if isinstance(v, str) and 0 < len(v) <= MAX_UUID else None
+
+
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
     samples = []
     fmt = _s(c.get("format"))
@@ -243,20 +249,21 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     # Names the controller holds between documents (the pods' GPU evidence, until the next one) are
     # interned: each document repeats them, and while a pass's evidence is decoded the last one is
     # still held (~1 KB a pod of 8 GPUs less at that peak; bench_fleet.py, variant live).
-    node = _name(doc.get("node")) or endpoint.node
+    raw_node = doc.get("node")  # (the endpoint's own string where it is the same: one per pod less)
+    node = endpoint.node if type(raw_node) is str and raw_node == endpoint.node else _name(raw_node) or endpoint.node
     nv_doc, pr_doc = doc.get("nvml"), doc.get("podresources")
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
     pr: dict[str, Any] = pr_doc if isinstance(pr_doc, dict) else {}
     xids_by_uuid: dict[str, set[int]] = {}
     for x in _entries(doc.get("xids")):
-        uuid = _name(x.get("uuid"), MAX_UUID) if isinstance(x, dict) else None
+        uuid = _uuid(x.get("uuid")) if isinstance(x, dict) else None
         code = _i(x.get("code")) if uuid is not None else None
         if uuid is not None and code is not None:
             xids_by_uuid.setdefault(uuid, set()).add(code)
     pods: dict[tuple[str, str], tuple[list[GpuDevice], set[str]]] = {}
     doc_at = _f(doc.get("at"))
     for g in _entries(doc.get("gpus")):
-        uuid = _name(g.get("uuid"), MAX_UUID) if isinstance(g, dict) else None
+        uuid = _uuid(g.get("uuid")) if isinstance(g, dict) else None
         if uuid is None:
             problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid (or one over {MAX_UUID} "
                             "characters) skipped")
@@ -285,7 +292,7 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     listed = {d.uuid for devs, _ in pods.values() for d in devs}
     for a in _entries(doc.get("allocations")):
         key = _pod_key(a)
-        device = _name(a.get("device"), MAX_UUID) if key is not None else None
+        device = _uuid(a.get("device")) if key is not None else None
         if key is not None and device is not None and device not in listed:
             devs, containers = pods.setdefault(key, ([], set()))
             devs.append(GpuDevice(uuid=device, lost=nv.get("state") == "ok" and a.get("resolved") is not False,

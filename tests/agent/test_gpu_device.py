@@ -11,6 +11,7 @@ import math
 import pickle
 import struct
 import sys
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -59,6 +60,30 @@ class OldGpuDevice:
     remap_failed: bool = False
     xid_ages: tuple[tuple[int, float], ...] = ()
     ecc_uncorrected: int | None = None
+
+
+def old_compared(e: PodGpuEvidence) -> list[tuple[object, int, Any]]:
+    """The devices `claims.gpuspread` compared as it was (5efe548: by UUID, read one by one)."""
+    return [(d.uuid, i, Both(d)) for i, d in enumerate(e.devices) if not d.lost and not d.shared and not d.mig_profile]
+
+
+class Both(tuple):  # type: ignore[type-arg]
+    """A device's readings (`readings`) that also answer as the device (`old_spread_readings`)."""
+
+    d: GpuDevice
+
+    def __new__(cls, d: GpuDevice) -> Both:
+        out = super().__new__(cls, readings(d))
+        out.d = d
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.d, name)
+
+
+def old_energy_windows(e: PodGpuEvidence) -> list[tuple[bool, tuple[float, float, float] | None]]:
+    """What energy per step read of each device as it was (5efe548): one by one."""
+    return [(bool(d.shared or d.mig_profile), old_energy_window(d)) for d in e.devices]
 
 
 def old_spread_readings(d: Any, trusted: bool) -> dict[str, float]:
@@ -284,6 +309,10 @@ def device(draw: st.DrawFn, uuid: str, index: int, slow: bool, clean: bool) -> d
     }
 
 
+def canonical(p: int, i: int, prefix: str = "GPU-") -> str:
+    return f"{prefix}{uuid.UUID(int=p << 64 | i * 0x9E3779B97F4A7C15 % (1 << 64))}"
+
+
 @st.composite
 def fleet(draw: st.DrawFn) -> tuple[int, list[tuple[int, list[dict[str, Any]], float]]]:
     """A run of `workers` pods: per pod, its index, its devices and how long ago it was read."""
@@ -293,8 +322,11 @@ def fleet(draw: st.DrawFn) -> tuple[int, list[tuple[int, list[dict[str, Any]], f
     for p in range(workers + 1):
         n = 8 if clean else draw(st.sampled_from([0, 8, 8, 8, 6]))
         slow = draw(st.integers(-1, n - 1)) if n else -1
-        uuids = [f"GPU-{p}-{i}" if clean else draw(st.sampled_from([f"GPU-{p}-{i}", f"GPU-{p}-{i}", "GPU-shared"]))
-                 for i in range(n)]
+        # canonical UUIDs (held as 16 bytes), MIG ones, others kept aside as given, one two pods name
+        canon = draw(st.booleans())
+        uuids = [(canonical(p, i) if canon else f"GPU-{p}-{i}") if clean else draw(st.sampled_from(
+            [canonical(p, i), canonical(p, i), f"GPU-{p}-{i}", canonical(p, i, "MIG-"), "GPU-shared",
+             canonical(99, 0)])) for i in range(n)]
         pods.append((p, [draw(device(u, i, i == slow and (p == 0 or not clean), clean)) for i, u in enumerate(uuids)],
                      10.0 if clean else draw(st.sampled_from([10.0, 10.0, 30.0, 400.0]))))
     return workers, pods
@@ -310,17 +342,21 @@ def build(cls: type[Any], pods: list[tuple[int, list[dict[str, Any]], float]]) -
 @given(fleet(), st.sampled_from([megatron_log(slow_from=35, slower=0.3), megatron_log(n=60), ""]))
 def test_the_readers_answer_as_with_the_dataclass(f: tuple[int, list[Any]], log: str) -> None:
     workers, pods = f
-    new, old = build(GpuDevice, pods), build(OldGpuDevice, pods)
+    new = old = build(GpuDevice, pods)
+    for p, devs, _ in pods:  # the packed records hold every device as given
+        assert all(same(getattr(d, n), getattr(OldGpuDevice(**kw), n)) for d, kw in
+                   zip(new[("ns", f"r-{p}")].devices, devs, strict=True) for n in NAMES)
     ev = evidence([taurun(workers=workers), taucluster(timedelta(minutes=1), workers=workers),
                    *(pod(f"r-{p}") for p, _, _ in pods)], log=log)
     keys = list(new)
     age = S.evidence_max_age
     assert repr(gpu_summary(new.values(), keys, NOW, age)) == repr(old_gpu_summary(old.values(), keys, NOW, age))
     spread = gpu_spread_uncached(None, ev, new.values(), NOW, age)
-    with mock.patch("collector.claims.gpuspread._readings", old_spread_readings):
+    with mock.patch("collector.claims.gpuspread.compared", old_compared), \
+            mock.patch("collector.claims.gpuspread._readings", old_spread_readings):
         assert repr(spread) == repr(gpu_spread_uncached(None, ev, old.values(), NOW, age))
     energy = energy_per_step(ev, new.values(), NOW, age)
-    with mock.patch("collector.claims.energy.energy_window", old_energy_window):
+    with mock.patch("collector.claims.energy.energy_windows", old_energy_windows):
         assert repr(energy) == repr(energy_per_step(ev, old.values(), NOW, age))
     event(f"energy per step {'known' if energy is not None and energy.joules_per_step is not None else 'unknown'}")
     event(f"GPU suspects named: {bool(spread is not None and spread.suspects)}")
@@ -328,14 +364,15 @@ def test_the_readers_answer_as_with_the_dataclass(f: tuple[int, list[Any]], log:
                                                               for p, _, _ in pods))
     got = with_gpu_signals(w, new.values(), NOW, age)
     event(f"work-at-risk signals: {bool(got is not None and any(n.signals for n in got.nodes))}")
-    with mock.patch("collector.claims.workrisk.fault_free", lambda d: False):  # the loop as it was: no skip
+    with mock.patch("collector.claims.workrisk.faulty", lambda e: list(e.devices)):  # the loop as it was: no skip
         assert repr(got) == repr(with_gpu_signals(w, old.values(), NOW, age))
     # the whole GPU plane of the claims
     rc = evaluate(ev, NOW, S)
     nodes = {f"node-r-{p}": NOW - timedelta(seconds=10) for p, _, _ in pods}
     got_rc = apply_gpu(rc, ev, new, nodes, NOW, S)
     with mock.patch("collector.claims.gpu.gpu_summary", old_gpu_summary), \
-            mock.patch("collector.claims.workrisk.fault_free", lambda d: False), \
+            mock.patch("collector.claims.workrisk.faulty", lambda e: list(e.devices)), \
+            mock.patch("collector.claims.gpuspread.compared", old_compared), \
             mock.patch("collector.claims.gpuspread._readings", old_spread_readings), \
-            mock.patch("collector.claims.energy.energy_window", old_energy_window):
+            mock.patch("collector.claims.energy.energy_windows", old_energy_windows):
         assert repr(got_rc) == repr(apply_gpu(rc, ev, old, nodes, NOW, S))
