@@ -55,6 +55,9 @@ Variants, all in the same run:
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
 
+VARIANT+malloc (e.g. live-heads+malloc) starts that variant's controller with PYTHONMALLOC=malloc
+(every object from glibc malloc instead of Python's arenas: what a deployment can set).
+
 BENCH_LIST_PAGE=0 reads every list as one unpaginated answer (what the reflector falls back to
 after a continue page expired, on a server without streaming lists): with `before`, that read's
 peak beside a before tree's.
@@ -864,13 +867,23 @@ def fill_from_scenario(path: Path, scale: float, per_run: int, cpu: int | None, 
 def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_tree: str = "") -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    if variant.startswith("before"):
+    name, allocator = variant.split("+", 1) if "+" in variant else (variant, "")
+    if name.startswith("before"):
         proc = ctx.Process(target=_measure_tree, args=(before_tree, url, idle_s, cpu, child,
-                                                       variant.removeprefix("before-") if "-" in variant else "paged"),
+                                                       name.removeprefix("before-") if "-" in name else "paged"),
                            daemon=True)
     else:
-        proc = ctx.Process(target=_measure, args=(url, variant, idle_s, cpu, child), daemon=True)
-    proc.start()
+        proc = ctx.Process(target=_measure, args=(url, name, idle_s, cpu, child), daemon=True)
+    was = os.environ.get("PYTHONMALLOC")
+    if allocator:  # `VARIANT+malloc`: the controller's interpreter started with PYTHONMALLOC=malloc
+        os.environ["PYTHONMALLOC"] = allocator
+    try:
+        proc.start()
+    finally:
+        if allocator:
+            os.environ.pop("PYTHONMALLOC")
+            if was is not None:
+                os.environ["PYTHONMALLOC"] = was
     try:
         if not parent.poll(2400):
             raise TimeoutError(f"{variant}: no result")
@@ -980,7 +993,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     """Issue 30's fleet memory goal with live evidence (variant `live`), beside `paged` (no live
     evidence) of the same run: steady after the idle window, the window's highest RSS and the life's
     peak, idle core, MiB per 1k pods (all of it, and what the live evidence adds)."""
-    live = [r for r in results if r["variant"].removeprefix("before-") in LIVE]
+    live = [r for r in results if r["variant"].split("+")[0].removeprefix("before-") in LIVE]
     if not live:
         return
     base = next((r for r in results if r["variant"] == "paged"), None)
@@ -989,7 +1002,7 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     print(f"{'variant':<8} {'pods':>7} {'steady MiB':>11} {'window max':>11} {'peak MiB':>9} {'peak/steady':>12} "
           f"{'idle core':>10} {'MiB/1k pods':>12} {'samples held':>13}")
     for r in [*live, *([base] if base else [])]:
-        steady = r["after_idle"] if r["variant"].removeprefix("before-") in LIVE else r["steady"]
+        steady = r["after_idle"] if r["variant"].split("+")[0].removeprefix("before-") in LIVE else r["steady"]
         held = r.get("signals_held", (0, 0, 0))
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
