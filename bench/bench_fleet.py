@@ -97,6 +97,7 @@ import resource
 import sys
 import threading
 import time
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -612,7 +613,11 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
             running.add((ns, name))
         if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
             continue
-        devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
+        uuids = _UUIDS.get((ns, name))
+        if uuids is None:  # canonical NVML UUIDs, as agents send them (one per device, the same each pass)
+            uuids = _UUIDS[(ns, name)] = tuple(f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'{ns}/{name}/{i}')}"
+                                               for i in range(f.gpus))
+        devs = tuple(GpuDevice(uuid=uuids[i], index=i, utilization=rng.uniform(0.85, 1.0),
                                sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
                                power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
@@ -621,6 +626,9 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
         gpus = _decoded(gpus, now)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
+
+
+_UUIDS: dict[tuple[str, str], tuple[str, ...]] = {}  # a pod's devices' UUIDs (`_gpu_pass`)
 
 
 def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str, str], Any]:
