@@ -976,7 +976,8 @@ def main() -> None:
     for r in results:
         h = r["heap"]
         print(f"{r['variant']}: steady heap (MiB): Python objects {h['py_used']:.0f} (+{h['py_free']:.0f} free in "
-              f"its arenas; {h.get('py_arenas', float('nan')):.0f} arenas mapped), malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
+              f"its arenas; {h.get('py_arenas', float('nan')):.0f} arenas mapped), "
+              f"malloc {h['malloc_used']:.0f} in use + {h['malloc_free']:.0f} free, "
               f"{h['mmapped']:.0f} mmapped; RSS after malloc_trim(0) {h['trimmed']:.0f}")
     for r in results:
         if "logs" in r["variant"]:
