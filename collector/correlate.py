@@ -253,6 +253,8 @@ class RunIndex:
         self.shape = 0
         self._members_memo: dict[Key, tuple[Key, ...]] = {}  # a run's member keys while `shape` holds
         self._members_shape = -1
+        self._roots_memo: list[Ref] | None = None  # `roots` while `shape` holds
+        self._roots_shape = -1
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -463,10 +465,15 @@ class RunIndex:
         return self._objects[found].ref if found is not None else None
 
     def roots(self) -> list[Ref]:
-        return sorted(
-            (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
-            key=lambda r: (r.namespace, r.name, r.kind),
-        )
+        """Every run's root, by namespace, name and kind: remembered while `shape` holds (what
+        `_is_root` reads moves it), so a full pass's marking and its first slice walk the roots once."""
+        if self._roots_memo is None or self._roots_shape != self.shape:
+            self._roots_memo = sorted(
+                (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
+                key=lambda r: (r.namespace, r.name, r.kind),
+            )
+            self._roots_shape = self.shape
+        return list(self._roots_memo)  # (a copy: a caller may change its list)
 
     def members(self, root: Ref) -> Iterator[ObjectRecord]:
         """Root's descendants, stopping at nested runs' roots (a run never swallows another)."""
@@ -496,7 +503,7 @@ class RunIndex:
         keys = self._members_memo.get(root.key)
         if keys is None:
             keys = tuple(m.ref.key for m in self.members(root))
-            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # a burst's dirty runs, not a full pass's
+            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # (bounded: cleared when `shape` moves)
                 self._members_memo[root.key] = keys
         return keys
 
@@ -684,7 +691,9 @@ def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | Non
     return idx
 
 
-MEMBERS_MEMO_MAX = 2048  # runs whose member walk `_member_keys` remembers
+# runs whose member walk `_member_keys` remembers: a 50k-pod fleet's 4,000 all (~0.2 KB each), so a full
+# pass over them walks none again while no write moved a link
+MEMBERS_MEMO_MAX = 8192
 RETIRED_PER_RUN = 64  # deleted pods whose last signals a run keeps (the marks of their ranks)
 RETIRED_RUNS = 4096  # runs that keep some
 GPU_SHORT_VIEW = 64  # short nodes handed to a run's evidence (those its pods could use are named)

@@ -1,8 +1,9 @@
 """`RunIndex.shape` moves only with writes that can move a link or a root; what readers remember while
 it holds (a pod's run in `Controller._root_of`, a run's members in `RunIndex._member_keys`, the list of
-runs the loop keeps until `_roots_changed`) must always be what a fresh walk finds. A seeded random
-search writes objects the way a cluster does (status updates, relabels, owners re-created under new
-uids, a RayJob naming another cluster, deletions, heartbeats, Events counted again) and compares."""
+runs the loop keeps until `_roots_changed`, the runs `RunIndex.roots` lists) must always be what a
+fresh walk finds. A seeded random search writes objects the way a cluster does (status updates,
+relabels, owners re-created under new uids, a RayJob naming another cluster, deletions, heartbeats,
+Events counted again) and compares."""
 
 from __future__ import annotations
 
@@ -107,6 +108,12 @@ def _fresh_members(c: Controller, root: Ref) -> tuple[tuple[str, str, str], ...]
     return tuple(m.ref.key for m in c.index.members(root))
 
 
+def _fresh_roots(c: Controller) -> list[Ref]:
+    idx = c.index
+    return sorted((idx._objects[k].ref for k in idx._root_candidates if idx._is_root(k)),
+                  key=lambda r: (r.namespace, r.name, r.kind))
+
+
 def test_what_readers_remember_from_the_links_is_what_a_fresh_walk_finds() -> None:
     checked = moved = kept = 0
     for seed in range(150):
@@ -134,6 +141,7 @@ def test_what_readers_remember_from_the_links_is_what_a_fresh_walk_finds() -> No
                 c._roots_changed = False
             roots = idx.roots()
             assert roots == listed, (seed, obj)  # not told to list again: the runs did not change
+            assert roots == _fresh_roots(c), (seed, obj)  # remembered while the shape holds
             for root in roots:
                 assert idx._member_keys(root) == _fresh_members(c, root), (seed, root, obj)
             for key in list(idx._objects):
