@@ -10,7 +10,8 @@ median over passes, then over repeats:
             controller's thresholds (Controller.open: tune_gc)
   roots     a full pass's listing of the runs: `Controller._mark_all` and the first slice's
             `RunIndex.roots` (nothing moved a link between them)
-  evidence  `RunIndex.evidence` of every run, a full pass with nothing changed since the last
+  evidence  `RunIndex.evidence` of every run, a full pass after 25 new Events (Warnings about pods)
+            and as many old ones gone since the last, as the loop applies them
 
 `--baseline REF` measures REF's tree (a temporary worktree), `--before-tree DIR` a tree already
 unpacked (e.g. `git archive <commit> | tar -x -C DIR`); each in a child process after each repeat
@@ -108,6 +109,7 @@ def index_cases(runs: int, passes: int) -> dict[str, dict[str, float]]:
     from collector.kube import normalize
     from collector.settings import ControllerSettings, Settings
     from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+    from tests.dumpkit import event
     from tests.test_explain_fixtures import taurun
 
     now0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,7 +133,20 @@ def index_cases(runs: int, passes: int) -> dict[str, dict[str, float]]:
     for r in roots:
         idx.evidence(r)  # as after the first full pass
     listing, evidence = [], []
-    for _ in range(passes):
+    rng = random.Random(5)
+    events: list[Any] = []
+    for n in range(passes):
+        # a fleet's Events meanwhile (bench_fleet's idle window: ~100 in 150 s, a full pass every ~40 s):
+        # 25 new Warnings about pods, the oldest gone (each applied as the loop applies a watch event)
+        for e in range(25):
+            i = rng.randrange(runs)
+            ns, run = run_name(i)
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run}-raycluster-worker-01", "uid": ""}}
+            events.append(normalize(event(f"ev-{n}-{e}", ns, pod, "BackOff", "Back-off restarting failed container",
+                                          created, type_="Warning")).record)
+            c._upsert(res["Event"], events[-1])
+        while len(events) > 50:
+            c._delete_ref(res["Event"], events.pop(0).ref)
         t = time.thread_time()
         c._mark_all()
         listed = {ref.key: ref for ref in idx.roots()}

@@ -211,7 +211,7 @@ class ChangeApplier:
         root = memo.get(key, _UNKNOWN_ROOT)
         if root is _UNKNOWN_ROOT:
             root = self.index.root_of(ref)
-            if len(memo) < ROOTS_MEMO_MAX:
+            if len(memo) < ROOTS_MEMO_MAX and key[0] != "Event":  # (an Event comes and goes without moving `shape`)
                 memo[key] = root
         return root  # type: ignore[return-value]
 

@@ -271,10 +271,11 @@ class RunIndex:
         ups = tuple(_parents(rec))
         adopted = tuple(_adopted(rec))
         relink = old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted
+        leaf = old is None and not adopted and self._is_leaf_event(rec)
         # what roots and member walks read besides the links: labels (Kueue's queue label), owners and
         # their uids (`orphaned`), the record's own uid, whether it stands in for an absent object
-        if old is None or relink or key in self._inferred or rec.labels != old.labels \
-                or rec.owners != old.owners or rec.ref.uid != old.ref.uid:
+        if not leaf and (old is None or relink or key in self._inferred or rec.labels != old.labels
+                         or rec.owners != old.owners or rec.ref.uid != old.ref.uid):
             self.shape += 1
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         if relink:
@@ -286,6 +287,8 @@ class RunIndex:
             for c in adopted:
                 self._down[key].add(c)
                 self._adopters[c].add(key)
+        if leaf:
+            self._forget_walks_to(key)
         if rec.ref.kind in _ROOT_KINDS:
             self._root_candidates.add(key)
         elif rec.ref.kind == "TauWorkspace":
@@ -298,6 +301,31 @@ class RunIndex:
                 (self._gpu_short.add if short else self._gpu_short.discard)(key)
                 self._gpu_short_view = None
 
+    def _is_leaf_event(self, rec: ObjectRecord) -> bool:
+        """An Event nothing links under (no record names it as owner or parent) and that stands in
+        for nothing: its coming or going moves no link but its own, no root (`_is_root` reads no
+        Event), no other record's run; only the member walks that reach it (`_forget_walks_to`), so
+        it leaves `shape` as it is. (A fleet's Events come and go by the second; a moved `shape`
+        makes every run's next evaluation walk its members again.)"""
+        key = rec.ref.key
+        return type(rec.facts) is EventFacts and not self._down.get(key) and key not in self._adopters \
+            and key not in self._inferred and not self._adopted.get(key)
+
+    def _forget_walks_to(self, key: Key) -> None:
+        """The remembered member walks of every run that can reach `key` (through its parents, up to
+        every root above them), forgotten."""
+        memo = self._members_memo
+        stack = [*self._up.get(key, ()), *self._adopters.get(key, ())]
+        seen: set[Key] = set()
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            memo.pop(k, None)
+            stack.extend(self._up.get(k, ()))
+            stack.extend(self._adopters.get(k, ()))
+
     def keeps(self, rec: ObjectRecord) -> bool:
         """Whether `upsert` keeps this record (only Events no claim reads are let go). Reads nothing
         that changes: safe from a reflector thread."""
@@ -308,7 +336,11 @@ class RunIndex:
         if key in self._signals and key[0] == "Pod":
             self._retire(ref)
         self._retired.pop(key, None)  # a run root gone: so are its retired pods
-        self.shape += 1
+        rec = self._objects.get(key)
+        if rec is not None and self._is_leaf_event(rec):
+            self._forget_walks_to(key)
+        else:
+            self.shape += 1
         rec = self._objects.pop(key, None)
         self._unlink(key)
         self._up.pop(key, None)

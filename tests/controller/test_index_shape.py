@@ -76,6 +76,8 @@ def _pod(rng: random.Random, name: str) -> dict[str, Any]:
         labels["ray.io/cluster"] = rng.choice(["c1", "c2"])
     owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": rng.choice(["c1", "c2"]),
              "uid": f"uid-{rng.choice(['c1', 'c2'])}-{rng.randrange(2)}"} if rng.random() < 0.5 else None
+    if rng.random() < 0.05:  # hostile: a pod that names an Event as its owner (the Event is no leaf then)
+        owner = {"apiVersion": "v1", "kind": "Event", "name": "e0", "uid": f"ev-e{rng.randrange(2)}"}
     return pod(name, NS, T0, node="gpu-1", labels=labels or None, owner=owner,
                containers=[{"name": "main", "ready": True, "restartCount": rng.randrange(3),
                             "state": {"running": {"startedAt": "2026-03-01T08:00:20Z"}}}])
@@ -96,9 +98,12 @@ def _object(rng: random.Random) -> dict[str, Any]:
     r = rng.random()
     if r < 0.1:
         return node("gpu-1", T0, heartbeat=T0 + timedelta(seconds=rng.randrange(600)))
-    if r < 0.2:
-        target = _pod(rng, rng.choice(MAKERS["Pod"][1]))
-        return event(f"e{rng.randrange(3)}", NS, target, "Pulled", "pulled", T0, count=rng.randrange(1, 5))
+    if r < 0.3:  # Events come and go (a Warning is kept: a claim reads it) regarding any object
+        kind = rng.choice(["Pod", "Pod", "RayJob", "RayCluster", "Workload", "TauRun"])
+        make, names = MAKERS[kind]
+        target = make(rng, rng.choice(names))
+        return event(f"e{rng.randrange(4)}", NS, target, "Pulled", "pulled", T0, count=rng.randrange(1, 5),
+                     type_=rng.choice(["Normal", "Warning", "Warning"]))
     kind = rng.choice(list(MAKERS))
     make, names = MAKERS[kind]
     return make(rng, rng.choice(names))
