@@ -135,7 +135,7 @@ class ChangeApplier:
         elif c.op in ("log", "signal", "agent-log"):
             sig, after = c.payload if c.op == "agent-log" else (c.payload, None)
             if c.op == "agent-log" and self.ready.is_set() and self.index.get(*sig.ref.key) is not None \
-                    and self.index.root_of(sig.ref) is None:
+                    and self._root_of(sig.ref) is None:
                 return  # a pod no run owns (a node's own pods, which agents read with logScope all)
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
             fold = folded(prev, sig, c.op, after, self.settings.claims)
@@ -145,7 +145,7 @@ class ChangeApplier:
                 return
             sig, read = fold
             self.index.set_signal(sig)
-            root = self.index.root_of(sig.ref)
+            root = self._root_of(sig.ref)  # (remembered while the links hold: a pass's reads find each run once)
             if root is not None:
                 self._dirty.add(root.key)
                 if self.sink is not None and self.leader:
@@ -167,7 +167,7 @@ class ChangeApplier:
         # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
         # (`Clock.within`): re-evaluate now only if that is near or past.
         if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
-            root = self.index.root_of(prev.ref)
+            root = self._root_of(prev.ref)
             if root is not None:
                 self._dirty.add(root.key)
 
@@ -211,7 +211,7 @@ class ChangeApplier:
         root = memo.get(key, _UNKNOWN_ROOT)
         if root is _UNKNOWN_ROOT:
             root = self.index.root_of(ref)
-            if len(memo) < ROOTS_MEMO_MAX:
+            if len(memo) < ROOTS_MEMO_MAX and key[0] != "Event":  # (an Event comes and goes without moving `shape`)
                 memo[key] = root
         return root  # type: ignore[return-value]
 

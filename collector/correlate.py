@@ -253,6 +253,8 @@ class RunIndex:
         self.shape = 0
         self._members_memo: dict[Key, tuple[Key, ...]] = {}  # a run's member keys while `shape` holds
         self._members_shape = -1
+        self._roots_memo: list[Ref] | None = None  # `roots` while `shape` holds
+        self._roots_shape = -1
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -269,10 +271,11 @@ class RunIndex:
         ups = tuple(_parents(rec))
         adopted = tuple(_adopted(rec))
         relink = old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted
+        leaf = old is None and not adopted and self._is_leaf_event(rec)
         # what roots and member walks read besides the links: labels (Kueue's queue label), owners and
         # their uids (`orphaned`), the record's own uid, whether it stands in for an absent object
-        if old is None or relink or key in self._inferred or rec.labels != old.labels \
-                or rec.owners != old.owners or rec.ref.uid != old.ref.uid:
+        if not leaf and (old is None or relink or key in self._inferred or rec.labels != old.labels
+                         or rec.owners != old.owners or rec.ref.uid != old.ref.uid):
             self.shape += 1
         self._inferred.discard(key)  # the real object arrived: it replaces the inferred one
         if relink:
@@ -284,6 +287,8 @@ class RunIndex:
             for c in adopted:
                 self._down[key].add(c)
                 self._adopters[c].add(key)
+        if leaf:
+            self._forget_walks_to(key)
         if rec.ref.kind in _ROOT_KINDS:
             self._root_candidates.add(key)
         elif rec.ref.kind == "TauWorkspace":
@@ -296,6 +301,31 @@ class RunIndex:
                 (self._gpu_short.add if short else self._gpu_short.discard)(key)
                 self._gpu_short_view = None
 
+    def _is_leaf_event(self, rec: ObjectRecord) -> bool:
+        """An Event nothing links under (no record names it as owner or parent) and that stands in
+        for nothing: its coming or going moves no link but its own, no root (`_is_root` reads no
+        Event), no other record's run; only the member walks that reach it (`_forget_walks_to`), so
+        it leaves `shape` as it is. (A fleet's Events come and go by the second; a moved `shape`
+        makes every run's next evaluation walk its members again.)"""
+        key = rec.ref.key
+        return type(rec.facts) is EventFacts and not self._down.get(key) and key not in self._adopters \
+            and key not in self._inferred and not self._adopted.get(key)
+
+    def _forget_walks_to(self, key: Key) -> None:
+        """The remembered member walks of every run that can reach `key` (through its parents, up to
+        every root above them), forgotten."""
+        memo = self._members_memo
+        stack = [*self._up.get(key, ()), *self._adopters.get(key, ())]
+        seen: set[Key] = set()
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            memo.pop(k, None)
+            stack.extend(self._up.get(k, ()))
+            stack.extend(self._adopters.get(k, ()))
+
     def keeps(self, rec: ObjectRecord) -> bool:
         """Whether `upsert` keeps this record (only Events no claim reads are let go). Reads nothing
         that changes: safe from a reflector thread."""
@@ -306,7 +336,11 @@ class RunIndex:
         if key in self._signals and key[0] == "Pod":
             self._retire(ref)
         self._retired.pop(key, None)  # a run root gone: so are its retired pods
-        self.shape += 1
+        rec = self._objects.get(key)
+        if rec is not None and self._is_leaf_event(rec):
+            self._forget_walks_to(key)
+        else:
+            self.shape += 1
         rec = self._objects.pop(key, None)
         self._unlink(key)
         self._up.pop(key, None)
@@ -463,10 +497,15 @@ class RunIndex:
         return self._objects[found].ref if found is not None else None
 
     def roots(self) -> list[Ref]:
-        return sorted(
-            (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
-            key=lambda r: (r.namespace, r.name, r.kind),
-        )
+        """Every run's root, by namespace, name and kind: remembered while `shape` holds (what
+        `_is_root` reads moves it), so a full pass's marking and its first slice walk the roots once."""
+        if self._roots_memo is None or self._roots_shape != self.shape:
+            self._roots_memo = sorted(
+                (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
+                key=lambda r: (r.namespace, r.name, r.kind),
+            )
+            self._roots_shape = self.shape
+        return list(self._roots_memo)  # (a copy: a caller may change its list)
 
     def members(self, root: Ref) -> Iterator[ObjectRecord]:
         """Root's descendants, stopping at nested runs' roots (a run never swallows another)."""
@@ -496,7 +535,7 @@ class RunIndex:
         keys = self._members_memo.get(root.key)
         if keys is None:
             keys = tuple(m.ref.key for m in self.members(root))
-            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # a burst's dirty runs, not a full pass's
+            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # (bounded: cleared when `shape` moves)
                 self._members_memo[root.key] = keys
         return keys
 
@@ -684,7 +723,9 @@ def build_index(records: Iterable[ObjectRecord], contract: TauGridContract | Non
     return idx
 
 
-MEMBERS_MEMO_MAX = 2048  # runs whose member walk `_member_keys` remembers
+# runs whose member walk `_member_keys` remembers: a 50k-pod fleet's 4,000 all (~0.2 KB each), so a full
+# pass over them walks none again while no write moved a link
+MEMBERS_MEMO_MAX = 8192
 RETIRED_PER_RUN = 64  # deleted pods whose last signals a run keeps (the marks of their ranks)
 RETIRED_RUNS = 4096  # runs that keep some
 GPU_SHORT_VIEW = 64  # short nodes handed to a run's evidence (those its pods could use are named)

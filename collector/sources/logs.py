@@ -22,10 +22,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain, zip_longest
 
 from collector.correlate import Signal
 from collector.logrotation import LogKey, LogRotation, last_stamp
@@ -50,9 +50,10 @@ class ApiLogSettings:
     max_bytes: int = 0  # bytes a pass reads at most: no new read once reached; 0: no ceiling
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Candidate:
-    """A container due for a read this pass."""
+    """A container due for a read this pass (never changed once made: not frozen only because a
+    frozen class's `__init__` costs four times as much, once per due container per pass)."""
 
     key: LogKey
     target: LogTarget
@@ -105,15 +106,11 @@ def fair_order(candidates: Iterable[Candidate], waited: Mapping[LogKey, int], tu
         if not tenants:
             continue
         k = turn % len(tenants)
-        runs: deque[Iterator[Candidate]] = deque(
-            iter(sorted(by_tenant[t], key=lambda c: (-waited.get(c.key, 0), c.rank)))  # stable: targets' order
-            for t in tenants[k:] + tenants[:k])
-        while runs:
-            it = runs.popleft()
-            nxt = next(it, None)
-            if nxt is not None:
-                out.append(nxt)
-                runs.append(it)
+        ranked = [sorted(by_tenant[t], key=lambda c: (-waited.get(c.key, 0), c.rank))  # stable: targets' order
+                  for t in tenants[k:] + tenants[:k]]
+        # one of each tenant in turn (round r: each tenant's r-th, those with one), a tenant that ran
+        # out dropping from the turn
+        out.extend(c for c in chain.from_iterable(zip_longest(*ranked)) if c is not None)
     return out
 
 
@@ -220,6 +217,9 @@ class ApiLogPoller:
         self._last_pass_s = 0.0
         self._last_pass_at: datetime | None = None  # the clock at the last pass's start
         self._pass_bytes = 0
+        # the last pass's targets, and each one's key and rank among its pod's containers: the same
+        # while the targets are (a quiet fleet's), made again when any one changes
+        self._keyed: tuple[list[LogTarget], list[LogKey], list[int]] = ([], [], [])
 
     def open(self) -> None:
         if self._readers is None:
@@ -245,7 +245,8 @@ class ApiLogPoller:
         if readers is None:
             raise RuntimeError("ApiLogPoller.run_pass before open()")
         started = time.monotonic()
-        wanted = {(ref.namespace, ref.name, container) for ref, container, *_ in targets}
+        targets, keys, ranks = self._keys_of(targets)
+        wanted = set(keys)
         for key in [k for k in self._previous_read if k not in wanted]:
             del self._previous_read[key]
         self.rotation.begin_pass(wanted)
@@ -258,7 +259,8 @@ class ApiLogPoller:
             step = max(step, now - self._last_pass_at)  # (further only reads more: never unsafe)
         self._last_pass_at = now
         horizon = now + step + timedelta(seconds=self._last_pass_s)
-        candidates, skipped = self._candidates(targets, agent_pods, held, quiet or {}, horizon)
+        candidates, skipped = self._candidates(zip(targets, keys, ranks, strict=True), agent_pods, held, quiet or {},
+                                                 horizon)
         todo = iter(self.planner.order(candidates))
         asked: set[LogKey] = set()
         gets = 0
@@ -311,39 +313,54 @@ class ApiLogPoller:
                                         len({c.key[0] for c in left}), sum(c.urgent for c in left), skipped,
                                         ceiling if left else "")
 
-    def _candidates(self, targets: Sequence[LogTarget], agent_pods: Collection[tuple[str, str]],
+    def _keys_of(self, targets: Sequence[LogTarget]) -> tuple[list[LogTarget], list[LogKey], list[int]]:
+        """The targets, each one's key, and its rank among its pod's containers (targets list a pod's
+        containers together): the last pass's while the targets are the same (a list compare: the
+        same tuples, as the source hands them on while they do not change, cost a pointer each)."""
+        if targets != self._keyed[0]:
+            keys, ranks = [], []
+            pod: tuple[str, str] = ("", "")
+            rank = 0
+            for ref, container, *_ in targets:
+                rank = rank + 1 if (ref.namespace, ref.name) == pod else 0
+                pod = (ref.namespace, ref.name)
+                keys.append((ref.namespace, ref.name, container))
+                ranks.append(rank)
+            self._keyed = (list(targets), keys, ranks)
+        return self._keyed
+
+    def _candidates(self, rows: Iterable[tuple[LogTarget, LogKey, int]], agent_pods: Collection[tuple[str, str]],
                     held: Callable[[Ref, str], bool], quiet: Mapping[tuple[str, str], datetime],
                     horizon: datetime) -> tuple[list[Candidate], dict[str, int]]:
-        """The containers due this pass, and how many were not, by why: an agent reads them, the
-        rotation reads them another pass, or their run's claims need no read before `horizon`
-        (the next pass's end, at the last pass's length)."""
+        """The containers due this pass (`rows`: each target, its key and rank: `_keys_of`), and how
+        many were not, by why: an agent reads them, the rotation reads them another pass, or their
+        run's claims need no read before `horizon` (the next pass's end, at the last pass's length)."""
         out: list[Candidate] = []
         agent = rotation = claims = 0
-        passes = self.rotation.passes
-        pod: tuple[str, str] = ("", "")
-        rank = 0
-        for target in targets:
+        passes, quiet_every = self.rotation.passes, self.rotation.quiet_every
+        due, read_pass, waited, previous = self.rotation.due, self.rotation.read_pass, self.planner.waited, \
+            self._previous_read
+        for target, key, rank in rows:
             ref, container, regex, restarts, slot = target
-            rank = rank + 1 if (ref.namespace, ref.name) == pod else 0  # (a pod's containers come together)
             pod = (ref.namespace, ref.name)
-            if not regex and (ref.namespace, ref.name) in agent_pods:
+            if not regex and pod in agent_pods:
                 agent += 1  # a node agent reads this pod's logs where they are written
                 continue
-            key = (ref.namespace, ref.name, container)
-            restarted = restarts != self._previous_read.get(key, restarts)
-            if key not in self.planner.waited and not self.rotation.due(key, restarted, slot):
+            before = previous.get(key)  # the restart count at its last read
+            restarted = before is not None and restarts != before
+            if key not in waited and not due(key, restarted, slot):
                 rotation += 1
                 continue
-            last = self.rotation.read_pass(key)
-            until = quiet.get((ref.namespace, ref.name))
+            last = read_pass(key)
+            until = quiet.get(pod)
             if until is not None and until > horizon and last is not None and not restarted \
-                    and passes - last[0] < self.rotation.quiet_every and held(ref, container):
+                    and passes - last[0] < quiet_every and held(ref, container):
                 # its run's claims stand past the next pass, and this container was read within the
                 # quiet cadence: read again when its window nears or the cadence comes round
                 claims += 1
                 continue
             urgent = last is None or restarted or (until is not None and last[1])
-            out.append(Candidate(key, target, urgent, 2 if restarts > self._previous_read.get(key, 0) else 1, rank))
+            out.append(Candidate(key, target, urgent, 2 if restarts > (before or 0) else 1, rank))
         return out, {"agent": agent, "rotation": rotation, "claims": claims}
 
     def _ask(self, cand: Candidate) -> _Ask:

@@ -1,8 +1,9 @@
 """`RunIndex.shape` moves only with writes that can move a link or a root; what readers remember while
 it holds (a pod's run in `Controller._root_of`, a run's members in `RunIndex._member_keys`, the list of
-runs the loop keeps until `_roots_changed`) must always be what a fresh walk finds. A seeded random
-search writes objects the way a cluster does (status updates, relabels, owners re-created under new
-uids, a RayJob naming another cluster, deletions, heartbeats, Events counted again) and compares."""
+runs the loop keeps until `_roots_changed`, the runs `RunIndex.roots` lists) must always be what a
+fresh walk finds. A seeded random search writes objects the way a cluster does (status updates,
+relabels, owners re-created under new uids, a RayJob naming another cluster, deletions, heartbeats,
+Events counted again) and compares."""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def _pod(rng: random.Random, name: str) -> dict[str, Any]:
         labels["ray.io/cluster"] = rng.choice(["c1", "c2"])
     owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": rng.choice(["c1", "c2"]),
              "uid": f"uid-{rng.choice(['c1', 'c2'])}-{rng.randrange(2)}"} if rng.random() < 0.5 else None
+    if rng.random() < 0.05:  # hostile: a pod that names an Event as its owner (the Event is no leaf then)
+        owner = {"apiVersion": "v1", "kind": "Event", "name": "e0", "uid": f"ev-e{rng.randrange(2)}"}
     return pod(name, NS, T0, node="gpu-1", labels=labels or None, owner=owner,
                containers=[{"name": "main", "ready": True, "restartCount": rng.randrange(3),
                             "state": {"running": {"startedAt": "2026-03-01T08:00:20Z"}}}])
@@ -95,9 +98,12 @@ def _object(rng: random.Random) -> dict[str, Any]:
     r = rng.random()
     if r < 0.1:
         return node("gpu-1", T0, heartbeat=T0 + timedelta(seconds=rng.randrange(600)))
-    if r < 0.2:
-        target = _pod(rng, rng.choice(MAKERS["Pod"][1]))
-        return event(f"e{rng.randrange(3)}", NS, target, "Pulled", "pulled", T0, count=rng.randrange(1, 5))
+    if r < 0.3:  # Events come and go (a Warning is kept: a claim reads it) regarding any object
+        kind = rng.choice(["Pod", "Pod", "RayJob", "RayCluster", "Workload", "TauRun"])
+        make, names = MAKERS[kind]
+        target = make(rng, rng.choice(names))
+        return event(f"e{rng.randrange(4)}", NS, target, "Pulled", "pulled", T0, count=rng.randrange(1, 5),
+                     type_=rng.choice(["Normal", "Warning", "Warning"]))
     kind = rng.choice(list(MAKERS))
     make, names = MAKERS[kind]
     return make(rng, rng.choice(names))
@@ -105,6 +111,12 @@ def _object(rng: random.Random) -> dict[str, Any]:
 
 def _fresh_members(c: Controller, root: Ref) -> tuple[tuple[str, str, str], ...]:
     return tuple(m.ref.key for m in c.index.members(root))
+
+
+def _fresh_roots(c: Controller) -> list[Ref]:
+    idx = c.index
+    return sorted((idx._objects[k].ref for k in idx._root_candidates if idx._is_root(k)),
+                  key=lambda r: (r.namespace, r.name, r.kind))
 
 
 def test_what_readers_remember_from_the_links_is_what_a_fresh_walk_finds() -> None:
@@ -134,6 +146,7 @@ def test_what_readers_remember_from_the_links_is_what_a_fresh_walk_finds() -> No
                 c._roots_changed = False
             roots = idx.roots()
             assert roots == listed, (seed, obj)  # not told to list again: the runs did not change
+            assert roots == _fresh_roots(c), (seed, obj)  # remembered while the shape holds
             for root in roots:
                 assert idx._member_keys(root) == _fresh_members(c, root), (seed, root, obj)
             for key in list(idx._objects):
