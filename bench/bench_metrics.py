@@ -68,8 +68,23 @@ def fleet(n: int, unhealthy_share: float | None = None) -> list[Any]:
             rc = crashlooping_run(name=name, namespace=ns)
             rc = replace(rc, running=replace(rc.running, observed=Observed.TRUE, verdict=Verdict.VERIFIED),
                          progressing=replace(rc.progressing, observed=Observed.TRUE, verdict=Verdict.VERIFIED))
-        runs.append(replace(rc, ref=Ref(rc.ref.kind, rc.ref.namespace, rc.ref.name, f"uid-{i}")))
+        runs.append(replace(growing(rc), ref=Ref(rc.ref.kind, rc.ref.namespace, rc.ref.name, f"uid-{i}")))
     return runs
+
+
+def growing(rc: Any) -> Any:
+    """A running run's goodput as an evaluation gives it: growing with the clock (a tree whose exporter
+    renders it at its clock renders these rows on every scrape after the clock moved; an older one
+    writes them once per evaluation)."""
+    from collector.model import Goodput
+
+    g = rc.goodput
+    if g is None or "accrues" not in Goodput.__dataclass_fields__:
+        return rc
+    at = rc.evaluated_at
+    return replace(rc, goodput=replace(g, accrues="restarting", accrues_base=0.0,
+                                       accrues_from=at - timedelta(seconds=300),
+                                       allocated_from=at - timedelta(seconds=1800), rated=True))
 
 
 def claims_bytes(text: bytes) -> int:

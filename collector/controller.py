@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
@@ -359,11 +359,10 @@ class Controller(ChangeApplier):
                             self._recheck_budget.spend(pass_cpu, done)
                         recheck_pending = False
                         if pass_full:
-                            # The tick re-evaluates every run: a backstop now that each run is re-evaluated
-                            # when its claims are due (and what moves with the clock without changing a
-                            # claim: reasons' ages, goodput). At fleet size one pass costs a second or more:
-                            # the tick stretches so those passes take at most FULL_PASS_SHARE of a core.
-                            next_tick = done + max(tick, pass_cpu / FULL_PASS_SHARE)
+                            # The tick re-evaluates every run: a backstop (FULL_PASS_SHARE). At fleet size one
+                            # pass costs a second or more: the tick stretches so those passes take at most
+                            # FULL_PASS_SHARE of a core, up to MAX_TICK_S.
+                            next_tick = done + max(tick, min(pass_cpu / FULL_PASS_SHARE, MAX_TICK_S))
                             self.tick_s = next_tick - done
                         pass_start = None
             except Exception:  # keep the loop alive; what failed is in the log and the error counter
@@ -463,7 +462,10 @@ class Controller(ChangeApplier):
                     for p in self._per_run:
                         p.forget(ref.key)
                 self.claims[ref.key] = rc
-                self._rechecks.set(ref.key, rc.recheck_at, now)
+                due = rc.recheck_at
+                if rc.queue is not None and (due is None or due > now + QUEUE_REFRESH):
+                    due = now + QUEUE_REFRESH  # its estimate moves with its queue's window
+                self._rechecks.set(ref.key, due, now)
                 out.append(rc)
                 if self.capture is not None and self.leader and ev is not None:
                     self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)
@@ -644,8 +646,16 @@ def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str)
 
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.
 SOURCE_FAIL_GRACE_S = 10.0
-# The most of one core the periodic full re-evaluation may take between events (issue 9).
-FULL_PASS_SHARE = 0.05  # the rest of the 0.1-core idle budget: bookmarks, HTTP, the pollers
+# The most of one core the periodic full re-evaluation may take between events (issue 9), and the
+# longest the tick is stretched to keep it there. It is a backstop: a run is re-evaluated when a change
+# touches it and when its claims are due by the clock (`recheck_at`); goodput and work at risk grow at
+# the exporters' clock between evaluations (`RunClaims.at`); queued runs' estimates are refreshed every
+# QUEUE_REFRESH. So the tick only catches what none of those would, and every run is evaluated at least
+# every MAX_TICK_S (the TaugridClaimsNotEvaluated alert waits 300 s) whatever the fleet's size.
+FULL_PASS_SHARE = 0.02
+MAX_TICK_S = 120.0
+# How often a queued run's admission estimate (its queue's window slides with the clock) is refreshed.
+QUEUE_REFRESH = timedelta(seconds=30)
 # Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 20 MiB; collector/backlog.py).
 LOG_BACKLOG = 100_000
 # The most of one core, on average, re-evaluating runs whose claims are due to change by the clock

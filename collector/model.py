@@ -7,8 +7,8 @@ these frozen dataclasses, holding only the fields the claims need.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -476,6 +476,31 @@ class Goodput:
     productive_s: float
     badput_s: dict[str, float]  # by cause; "queued" lies before allocation, the rest inside it
     ratio: float | None  # productive / allocated; None without a dated progress signal
+    # What moves with the clock until the run's claims next change (`RunClaims.recheck_at`): the bucket
+    # ("productive" or a badput cause; "" for none) that gains a second a second since `accrues_from`,
+    # from `accrues_base` seconds; when the allocation began; whether `ratio` is productive over
+    # allocated (else it stays as it is). `at(later)` is what an evaluation then would give, to the
+    # bit: exporters render the figures at their own clock instead of re-evaluating every run for it.
+    accrues: str = ""
+    accrues_base: float = 0.0
+    accrues_from: datetime | None = None
+    allocated_from: datetime | None = None
+    rated: bool = False
+
+    def at(self, now: datetime) -> Goodput:
+        """The figures at `now` (not before the evaluation, not past the claims' `recheck_at`)."""
+        if not self.accrues and self.allocated_from is None:
+            return self
+        allocated = self.allocated_s if self.allocated_from is None else _secs(now - self.allocated_from)
+        productive, bad = self.productive_s, self.badput_s
+        if self.accrues and self.accrues_from is not None:
+            value = self.accrues_base + _secs(now - self.accrues_from)
+            if self.accrues == "productive":
+                productive = value
+            else:
+                bad = {**bad, self.accrues: value}
+        ratio = (productive / allocated if allocated > 0 else None) if self.rated else self.ratio
+        return replace(self, allocated_s=allocated, productive_s=productive, badput_s=bad, ratio=ratio)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -486,6 +511,8 @@ class Goodput:
         }
 
 
+def _secs(d: timedelta) -> float:
+    return max(0.0, d.total_seconds())
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,6 +605,18 @@ class RunClaims:
     @property
     def claims(self) -> dict[str, Claim]:
         return {"scheduled": self.scheduled, "running": self.running, "progressing": self.progressing}
+
+    def at(self, now: datetime) -> RunClaims:
+        """These claims with the figures that grow with the clock (goodput, work at risk) carried to
+        `now`: what an evaluation at `now` would give while `now` is before `recheck_at` (after it, the
+        claims themselves may have changed: the controller re-evaluates the run then)."""
+        if now <= self.evaluated_at:
+            return self
+        g = self.goodput.at(now) if self.goodput is not None else None
+        w = self.work_at_risk.at(now) if self.work_at_risk is not None else None
+        if g is self.goodput and w is self.work_at_risk:
+            return self
+        return replace(self, goodput=g, work_at_risk=w)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -3,7 +3,7 @@ with their risk signals. Carried on `RunClaims.work_at_risk`; kept apart from `c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,11 @@ def new_node_risk(node: str, score: float, signals: tuple[str, ...], reasons: tu
     return x
 
 
+def gpu_hours(since: datetime, now: datetime, gpus: int) -> float:
+    """GPU-hours of `gpus` GPUs from `since` to `now` (0 before `since`)."""
+    return max(0.0, (now - since).total_seconds()) / 3600 * gpus
+
+
 @dataclass(frozen=True, slots=True)
 class WorkAtRisk:
     """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable
@@ -64,6 +69,20 @@ class WorkAtRisk:
     checkpoint_at: datetime | None = None
     nodes: tuple[NodeRisk, ...] = ()
     missing: tuple[str, ...] = ()  # node risk signals the evidence cannot show
+
+    def at(self, now: datetime) -> WorkAtRisk:
+        """The figures at `now` (not before the evaluation, not past the claims' `recheck_at`): GPU-hours
+        grow with the clock from `since` (an evaluation notes `since` as a deadline while it is ahead), the
+        nodes' shares and order with them; what an evaluation then would give, to the bit."""
+        if self.gpu_hours is None or self.since is None:
+            return self
+        hours = gpu_hours(self.since, now, self.gpus)
+        head = f"{self.gpu_hours:.1f} GPU-hours at risk: "
+        reason = f"{hours:.1f} GPU-hours at risk: {self.reason[len(head):]}" if self.reason.startswith(head) \
+            else self.reason
+        nodes = tuple(new_node_risk(n.node, n.score, n.signals, n.reasons, n.gpus, hours * n.gpus / self.gpus)
+                      for n in self.nodes)
+        return replace(self, gpu_hours=hours, reason=reason, nodes=nodes)
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu_hours": None if self.gpu_hours is None else round(self.gpu_hours, 3), "gpus": self.gpus,

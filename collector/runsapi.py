@@ -110,6 +110,7 @@ class RunHistory:
 
 
 def _document(claims: list[RunClaims], now: datetime, history: RunHistory) -> bytes:
+    claims = [rc.at(now) for rc in claims]  # goodput and work at risk as of now, not of the last evaluation
     doc = to_json(claims, now)
     for rc, entry in zip(claims, doc["runs"], strict=True):
         entry["history"] = history.of(rc.ref.key)

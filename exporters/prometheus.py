@@ -30,15 +30,15 @@ from prometheus_client.utils import floatToGoString
 
 from collector.claims.workrisk import drain_advice
 from collector.model import Observed, Plane, Ref, RunClaims
+from exporters.prometheus_accrual import CLOCK_FAMILIES, MAX_EXPOSED_NODES, Row, clocked_rows, epoch_us
+from exporters.prometheus_accrual import render as render_rows
 from exporters.prometheus_families import (
     AGE_FAMILIES,
     ENERGY,
     ENERGY_TOKEN,
     EVALUATED,
     FINISHED,
-    GOODPUT,
     RUN_BODY,
-    RUN_TIME,
     TEMPLATES,
     run_families,
 )
@@ -97,8 +97,10 @@ def render(registry: CollectorRegistry) -> bytes:
     return b"".join(parts)
 
 
-# One block of runs' prepared text: by family, the joined lines; the age families' rows; fleet counts.
-_Block = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], "Tally[tuple[str, str, str]]"]
+# One block of runs' prepared text: by family, the joined lines; the age families' rows; the clock
+# families' rows (exporters/prometheus_accrual.py); fleet counts.
+_Block = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], dict[str, list[Row]],
+               "Tally[tuple[str, str, str]]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class _Entry:
     # depend on the clock as bytes; ages as (series name and labels, the time they count from).
     text: dict[str, bytes] = field(default_factory=dict, compare=False)
     ages: dict[str, tuple[tuple[bytes, float], ...]] = field(default_factory=dict, compare=False)
+    # The families that grow with the clock (goodput, run time, work at risk): rows written at a clock.
+    clocked: dict[str, tuple[Row, ...]] = field(default_factory=dict, compare=False)
 
 
 def _fmt(v: float) -> str:
@@ -121,19 +125,10 @@ def _esc(v: str) -> str:
 
 
 def _every_time_text(rc: RunClaims, body: str) -> dict[str, bytes]:
-    """The lines of the families that change with every evaluation of a running run (goodput, run
-    time, finished, evaluated), written straight from the run's label text `body` (what
-    `_template` renders for the run labels; checked against it where the templates are built)."""
+    """The lines of the families that change with every evaluation of a running run (energy, finished,
+    evaluated; goodput and run time: exporters/prometheus_accrual.py), written straight from the run's
+    label text `body` (what `_template` renders for the run labels; checked where the templates are built)."""
     out: dict[str, bytes] = {}
-    g = rc.goodput
-    if g is not None:
-        if g.ratio is not None:
-            out["goodput"] = f"{GOODPUT}{{{body}}} {_fmt(g.ratio)}\n".encode()
-        lines = [f'{RUN_TIME}{{bucket="productive",{body}}} {_fmt(g.productive_s)}\n']
-        # A cause with no time yet adds nothing to any sum: no series until it has some.
-        lines.extend(f'{RUN_TIME}{{bucket="{_esc(cause)}",{body}}} {_fmt(secs)}\n'
-                     for cause, secs in g.badput_s.items() if secs)
-        out["run_time"] = "".join(lines).encode()
     # --- energy per step (issue 28): a series only while known ---
     if rc.energy is not None and rc.energy.joules_per_step is not None:
         out["energy_per_step"] = f"{ENERGY}{{{body}}} {_fmt(rc.energy.joules_per_step)}\n".encode()
@@ -158,7 +153,6 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "last": ("last_step", "last_progress"),
     "queue": ("admission_eta", "queue_position"),
     "stragglers": ("straggler",),
-    "work_at_risk": ("work_at_risk", "drain_exposure"),
 }
 
 
@@ -191,7 +185,6 @@ def _group_keys(entry: _Entry) -> dict[str, object]:
         "last": _last_step(rc),
         "queue": _queue_values(rc),
         "stragglers": _suspects(rc),
-        "work_at_risk": _at_risk(rc),
     }
 
 
@@ -216,8 +209,6 @@ def _suspects(rc: RunClaims) -> tuple[tuple[str, str, str, str, str, float], ...
 
 
 # --- work at risk (claims.workrisk; the drain advisor's node families: exporters.prometheus_fleet) -----
-
-MAX_EXPOSED_NODES = 8  # taugrid_run_drain_exposure_gpu_hours series per run, riskiest nodes first
 
 
 def _at_risk(rc: RunClaims) -> tuple[float | None, tuple[tuple[str, float], ...]]:
@@ -291,12 +282,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     if "stragglers" in moved:
         for rank, pod, node, gpu, basis, ratio in _suspects(rc):
             add("straggler", ratio, rank=rank, pod=pod, node=node, uuid=gpu, basis=basis)
-    if "work_at_risk" in moved:
-        at_risk, exposed = _at_risk(rc)
-        if at_risk is not None:
-            add("work_at_risk", round(at_risk, 4))
-        for node, h in exposed:
-            add("drain_exposure", round(h, 4), node=node)
+    entry.clocked.update(clocked_rows(rc, RUN_BODY % run, run, _esc))
     entry.text.update(_every_time_text(rc, RUN_BODY % run))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
@@ -344,12 +330,14 @@ class ClaimsExporter(Collector):
         # Keys of exported runs that finished, so retention scans only those, not every run.
         self._finished: set[tuple[str, str, str]] = set()
         self._now: float | None = None
+        self._now_at: datetime | None = None  # the same instant (`_now`), for the clock families
         self.failed = 0  # runs whose claims could not be rendered (logged; the run is left out)
         # The claims families as exposition text, rebuilt on the first scrape after a change.
         self._text: bytes | None = None
         # What only a change of runs moves (not the clock): the families' text without the ages, by
-        # family, and the age families' (series, time counted from) rows. None: rebuilt on the next scrape.
-        self._still: tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]] | None = None
+        # family; the age families' (series, time counted from) rows; the clock families' rows; the runs
+        # with work at risk on a risky node (the drain advisor's). None: rebuilt on the next scrape.
+        self._still: _Still | None = None
         # Each exported run's (namespace, queue, state) in taugrid_fleet_runs, set by _upsert (and pruned
         # by _prepare_still of the runs no longer exported).
         self._fleet_keys: dict[tuple[str, str, str], tuple[str, str, str]] = {}
@@ -370,7 +358,7 @@ class ClaimsExporter(Collector):
         now_s = epoch_seconds(now)
         with self._lock:
             if self._now is None or now_s > self._now:
-                self._now = now_s
+                self._now, self._now_at = now_s, now
             if replace:
                 self._order = None
                 keep = {rc.ref.key for rc in batch}
@@ -457,8 +445,9 @@ class ClaimsExporter(Collector):
                 return text
             if self._still is None:
                 self._still = self._prepare_still()
-            still, aged = self._still
-            now_s = self._now
+            still, aged, clocked, risky = self._still
+            now_s, now_at = self._now, self._now_at
+            now_us = epoch_us(now_at) if now_at is not None else None
             out: list[bytes] = []
             for fam, metric in self._families().items():
                 doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
@@ -470,13 +459,19 @@ class ClaimsExporter(Collector):
                         out.extend(b"%s %a\n" % (series, age) if 0.0 < (age := now_s - at) < 1e6
                                    else b"%s %s\n" % (series, _fmt(max(0.0, age)).encode())
                                    for series, at in aged.get(fam, ()))
+                elif fam in CLOCK_FAMILIES:
+                    if now_us is not None:
+                        out.append(render_rows(clocked.get(fam, []), now_us))
                 else:
                     out.append(still[fam])
             out.append(still[""])
+            # The drain advisor's node families, from the risky runs' work at risk at this clock.
+            out.append(generate_latest(Group([Fixed([*node_families(drain_advice(
+                rc.at(now_at) if now_at is not None else rc for rc in risky))])])))
             self._text = b"".join(out)
             return self._text
 
-    def _prepare_still(self) -> tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]]]:
+    def _prepare_still(self) -> _Still:
         if self._order is None:
             self._order = sorted(self._runs)
             self._blocks = [None] * -(-len(self._order) // _BLOCK)
@@ -495,14 +490,17 @@ class ClaimsExporter(Collector):
             if block is None:
                 block = self._blocks[i] = self._block(self._order[i * _BLOCK:(i + 1) * _BLOCK])
             blocks.append(block)
-        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families() if fam not in AGE_FAMILIES}
+        still = {fam: b"".join(b[0][fam] for b in blocks) for fam in self._families()
+                 if fam not in AGE_FAMILIES and fam not in CLOCK_FAMILIES}
         aged = {fam: list(chain.from_iterable(b[1][fam] for b in blocks)) for fam in AGE_FAMILIES}
+        clocked = {fam: list(chain.from_iterable(b[2][fam] for b in blocks)) for fam in CLOCK_FAMILIES}
         tally: Tally[tuple[str, str, str]] = Tally()
         for b in blocks:
-            tally.update(b[2])
-        advice = drain_advice(e.claims for e in self._runs.values() if e.claims.work_at_risk is not None)
-        still[""] = generate_latest(Group([Fixed([fleet_family_of(tally), *node_families(advice)])]))
-        return still, aged
+            tally.update(b[3])
+        risky = [e.claims for e in self._runs.values()
+                 if (w := e.claims.work_at_risk) is not None and any(n.score > 0 for n in w.nodes)]
+        still[""] = generate_latest(Group([Fixed([fleet_family_of(tally)])]))
+        return still, aged, clocked, risky
 
     def _block(self, keys: list[tuple[str, str, str]]) -> _Block:
         """One block's families (text; age rows) and fleet counts; the per-run steps stay in C."""
@@ -512,15 +510,19 @@ class ClaimsExporter(Collector):
             list(compress(every, map(ne, map(itemgetter(2), marks), repeat(RunState.HEALTHY.value))))
         still: dict[str, bytes] = {}
         aged: dict[str, list[tuple[bytes, float]]] = {}
+        clocked: dict[str, list[Row]] = {}
         texts = {id(entries): [e.text for e in entries] for entries in (every, full)}
         ages = {id(entries): [e.ages for e in entries] for entries in (every, full)}
+        rows = {id(entries): [e.clocked for e in entries] for entries in (every, full)}
         for fam in self._families():
             entries = every if fam in HEALTHY_RUN_FAMILIES else full
             if fam in AGE_FAMILIES:
                 aged[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), ages[id(entries)])))
+            elif fam in CLOCK_FAMILIES:
+                clocked[fam] = list(chain.from_iterable(map(methodcaller("get", fam, ()), rows[id(entries)])))
             else:
                 still[fam] = b"".join(filter(None, map(methodcaller("get", fam), texts[id(entries)])))
-        return still, aged, Tally(marks)
+        return still, aged, clocked, Tally(marks)
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can refuse a second collector with the same families.
@@ -530,12 +532,12 @@ class ClaimsExporter(Collector):
         with self._lock:
             # Entries are immutable: copying the references is enough to render outside the lock.
             entries = list(self._runs.values())
-            now_s = self._now
+            now_s, now_at = self._now, self._now_at
         entries.sort(key=lambda e: e.claims.ref.key)
         fam = self._families()
         brief = self.run_series is RunSeries.UNHEALTHY
         for entry in entries:
-            rc = entry.claims
+            rc = entry.claims if now_at is None else entry.claims.at(now_at)  # goodput, work at risk now
             run = (rc.ref.namespace, rc.ref.name, rc.ref.kind)
             if brief and run_state(rc) is RunState.HEALTHY:
                 if (last := _last_step(rc)) is not None:  # HEALTHY_RUN_FAMILIES
@@ -592,9 +594,10 @@ class ClaimsExporter(Collector):
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), epoch_seconds(rc.evaluated_at))
         return [*fam.values(), fleet_family(e.claims for e in entries),
-                *node_families(drain_advice(e.claims for e in entries))]
+                *node_families(drain_advice(e.claims if now_at is None else e.claims.at(now_at) for e in entries))]
 
     _families = staticmethod(run_families)  # (the families: exporters/prometheus_families.py)
 
 
+_Still = tuple[dict[str, bytes], dict[str, list[tuple[bytes, float]]], dict[str, list[Row]], list[RunClaims]]
 _BLOCK = 64  # runs per block of prepared text (ClaimsExporter._blocks)

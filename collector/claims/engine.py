@@ -186,9 +186,11 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         evaluated_at=now,
         finished=a.finished,
         extra=extra,
-        # Goodput is a running figure (it grows with the clock): not a deadline, refreshed on each evaluation.
+        # Goodput grows with the clock: linearly until `recheck_at` (its own bends are noted on the clock),
+        # so exporters carry it forward at their clock (`Goodput.at`) between evaluations.
         goodput=goodput(ev, view, scheduled_at, now, crash_looping=crash_looping,
-                        stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE),
+                        stalled_now=progressing.observed is Observed.FALSE and running.observed is Observed.TRUE,
+                        clock=clock),
         stragglers=None if a.finished else stragglers(ev, rate, now, lineage),
         work_at_risk=None if a.finished else work_at_risk(ev, clock, s.evidence_max_age),
         recheck_at=clock.recheck_at,

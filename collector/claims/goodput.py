@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from collector.claims.common import Clock
 from collector.claims.progress import ProgressView
 from collector.correlate import RunEvidence
 from collector.model import BADPUT_CAUSES, Goodput, PodFacts
@@ -16,14 +17,26 @@ ZERO = timedelta(0)
 
 
 def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime | None, now: datetime,
-            *, crash_looping: bool = False, stalled_now: bool = False) -> Goodput:
+            *, crash_looping: bool = False, stalled_now: bool = False, clock: Clock | None = None) -> Goodput:
+    """The run's time by bucket at `now`, and what of it grows with the clock: until `clock`'s
+    `recheck_at` (the instants the figures stop being linear are noted on it), exactly one bucket
+    and the allocation grow a second a second, so `Goodput.at(later)` equals an evaluation then."""
+    clock = clock if clock is not None else Clock(now)  # (only its deadlines are used)
     created = ev.root.created
     bad = dict.fromkeys(BADPUT_CAUSES, 0.0)
-    if created is not None:
-        bad["queued"] = _secs((scheduled_at or now) - created)
+    acc = _Accrual(clock)
     if scheduled_at is None or scheduled_at > now:
-        return Goodput(0.0, 0.0, bad, None)
+        if scheduled_at is not None:
+            clock.expires(scheduled_at)  # the allocation starts then
+        if created is not None:
+            if scheduled_at is None:
+                acc.set("queued", 0.0, created)
+            bad["queued"] = _secs((scheduled_at or now) - created)
+        return acc.goodput(0.0, 0.0, bad, None)
     allocated = _secs(now - scheduled_at)
+    acc.allocated_from = scheduled_at
+    if created is not None:
+        bad["queued"] = _secs(scheduled_at - created)
     advances = [a for a in (view.advances if view else ()) if a.at >= scheduled_at]
     # Before the first evidence (the first timestamp of the logs read: a tail in the live controller)
     # nothing was seen: that time is unobserved, not "starting". A crash loop is seen in pod status.
@@ -33,11 +46,21 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
     seen_from = now if seen is None else min(max(seen, scheduled_at), now)
     if not advances:
         if crash_looping:
+            acc.set("restarting", 0.0, scheduled_at)
             bad["restarting"] = allocated
         else:
+            # Unobserved until the first evidence (all of it while none is seen), starting since.
+            mark = None if seen is None else max(seen, scheduled_at)
+            if mark is None or mark > now:
+                acc.set("unobserved", 0.0, scheduled_at)
+                if mark is not None:
+                    clock.expires(mark)
+            else:
+                acc.set("starting", 0.0, mark)
             bad["unobserved"] = _secs(seen_from - scheduled_at)
             bad["starting"] = _secs(now - seen_from)
-        return Goodput(allocated, 0.0, bad, None if view is None or not view.advances else 0.0)
+        return acc.goodput(allocated, 0.0, bad, None if view is None or not view.advances else 0.0)
+    acc.rated = True
     bad["unobserved"] = _secs(seen_from - scheduled_at)
     assert view is not None  # advances come from it
     restarts = sorted(
@@ -72,17 +95,44 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
     blind = view.blind if view.blind is not None and view.blind.restart.at > last else None
     if replay is not None:
         bad["restarting"] += _secs(replay.since - last)
+        acc.set("replaying", bad["replaying"], replay.since)
         bad["replaying"] += _secs(now - replay.since)
     elif blind is not None:
+        acc.set("restarting", bad["restarting"], last)
         bad["restarting"] += _secs(tail)
     # stalled_now: the claim says not progressing even inside the window (a hang after the last step)
     elif tail <= window and not stalled_now:
+        clock.expires(last + window)  # the whole tail is stalled time after it
+        acc.set("productive", productive, last)
         productive += _secs(tail)
     elif crash_looping:
+        acc.set("restarting", bad["restarting"], last)
         bad["restarting"] += _secs(tail)
     else:
+        acc.set("stalled", bad["stalled"], last)
         bad["stalled"] += _secs(tail)
-    return Goodput(allocated, productive, bad, productive / allocated if allocated > 0 else None)
+    return acc.goodput(allocated, productive, bad, productive / allocated if allocated > 0 else None)
+
+
+class _Accrual:
+    """The bucket that grows with the clock from an instant (one ahead of the clock grows from then, as
+    `_secs` clamps it: no deadline), the allocation's start, whether the ratio is productive/allocated."""
+
+    __slots__ = ("clock", "bucket", "base", "since", "allocated_from", "rated")
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.bucket, self.base = "", 0.0
+        self.since: datetime | None = None
+        self.allocated_from: datetime | None = None
+        self.rated = False
+
+    def set(self, bucket: str, base: float, since: datetime) -> None:
+        self.bucket, self.base, self.since = bucket, base, since
+
+    def goodput(self, allocated: float, productive: float, bad: dict[str, float], ratio: float | None) -> Goodput:
+        return Goodput(allocated, productive, bad, ratio, self.bucket, self.base, self.since,
+                       self.allocated_from, self.rated)
 
 
 def _secs(d: timedelta) -> float:

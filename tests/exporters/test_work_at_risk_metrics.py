@@ -22,7 +22,8 @@ def at_risk(name: str, hours: float | None, nodes: list[tuple[str, float, tuple[
             healthy: bool = False) -> RunClaims:
     rc = crashlooping_run(name=name)
     gpus = 8 * len(nodes)
-    w = WorkAtRisk(hours, gpus, T0 - timedelta(hours=1), "checkpoint" if hours is not None else "", "x", 10, T0,
+    since = T0 - timedelta(hours=(hours or gpus) / gpus)  # `hours` at T0, growing with the clock as they do
+    w = WorkAtRisk(hours, gpus, since, "checkpoint" if hours is not None else "", "x", 10, since,
                    tuple(NodeRisk(n, score, sigs, tuple(f"why {s}" for s in sigs), 8,
                                   None if hours is None else hours / len(nodes)) for n, score, sigs in nodes))
     rc = replace(rc, ref=Ref("TauRun", "research", name, f"uid-{name}"), work_at_risk=w)
@@ -73,7 +74,8 @@ def test_moving_values_and_a_cleared_signal_follow_each_update() -> None:
     assert render(registry) == generate_latest(registry)
     got = scrape(exp)
     assert [s["node"] for s, _ in got["taugrid_node_drain_risk"]] == ["gpu-a"]
-    assert {s[0]["run"]: s[1] for s in got["taugrid_run_work_at_risk_gpu_hours"]} == {"big": 64.0, "small": 9.0}
+    # small's record is of T0: a minute later its 16 GPUs have put 16/60 GPU-hours more at risk
+    assert {s[0]["run"]: s[1] for s in got["taugrid_run_work_at_risk_gpu_hours"]} == {"big": 64.0, "small": 9.2667}
 
 
 def test_healthy_runs_keep_their_exposure_under_run_series_unhealthy() -> None:
