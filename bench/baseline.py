@@ -1,13 +1,19 @@
 """A baseline tree for the benches' `--baseline REF`: REF checked out in a temporary git worktree,
-measured by the same script in a child process in the same run, then removed."""
+measured by the same script in a child process in the same run, then removed; and the loop that runs
+such a script in each tree, interleaved, and the medians of what it answers."""
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,3 +28,36 @@ def baseline_tree(ref: str, prefix: str = "bench-") -> Iterator[Path]:
             yield tree
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def trees(stack: ExitStack, baseline: str, prefix: str, before_tree: Path | None = None) -> list[tuple[str, Path]]:
+    """The trees to measure, by name: this one ("now"), then `baseline`'s (a temporary worktree, removed
+    when `stack` closes) or else a tree already unpacked (`before_tree`), if either is given."""
+    out = [("now", ROOT)]
+    if baseline:
+        out.append((baseline, stack.enter_context(baseline_tree(baseline, prefix))))
+    elif before_tree:
+        out.append((str(before_tree), before_tree.resolve()))
+    return out
+
+
+def interleaved(script: str, measured: Sequence[tuple[str, Path]], args: Callable[[Path], list[str]],
+                env: Callable[[Path], dict[str, str]], repeats: int, *, cwd: bool = False) -> dict[str, list[Any]]:
+    """`script --json ARGS(tree)` in a child process for each tree in turn, `repeats` times (each repeat
+    runs every tree once: both figures come from one invocation), with `env(tree)` over this process's
+    environment (and in the tree's directory with `cwd`). The last line a child prints is its answer
+    (JSON); each tree's answers, by name, in repeat order."""
+    got: dict[str, list[Any]] = {name: [] for name, _ in measured}
+    for r in range(repeats):
+        for name, tree in measured:
+            out = subprocess.run([sys.executable, script, "--json", *args(tree)], capture_output=True, text=True,
+                                 check=True, env={**os.environ, **env(tree)}, cwd=tree if cwd else None)
+            got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"  repeat {r + 1}/{repeats} done", flush=True)
+    return got
+
+
+def median_cell(xs: Sequence[float], width: int, digits: int) -> tuple[float, str]:
+    """The median of one figure's repeats, and it as a table cell: the median, then each repeat in brackets."""
+    med = statistics.median(xs)
+    return med, f"{med:{width}.{digits}f} [{' '.join(f'{x:.{digits}f}' for x in xs)}]"

@@ -28,7 +28,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from baseline import baseline_tree
+from baseline import interleaved, median_cell, trees
 
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 12
@@ -188,33 +187,24 @@ def main() -> None:
         print(json.dumps(measure(a.runs, a.passes)))
         return
     with ExitStack() as stack:
-        trees = [("now", ROOT)]
-        if a.baseline:
-            trees.append((a.baseline, stack.enter_context(baseline_tree(a.baseline, "bench-idle-"))))
-        elif a.before_tree:
-            trees.append((str(a.before_tree), a.before_tree.resolve()))
-        got: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
-        for r in range(a.repeats):
-            for name, tree in trees:
-                out = subprocess.run([sys.executable, __file__, "--json", "--tree", str(tree), "--runs", str(a.runs),
-                                      "--passes", str(a.passes)], capture_output=True, text=True, check=True,
-                                     env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT / 'bench'}"})
-                got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
+        measured = trees(stack, a.baseline, "bench-idle-", a.before_tree)
+        got: dict[str, list[dict[str, dict[str, float]]]] = interleaved(
+            __file__, measured, lambda tree: ["--tree", str(tree), "--runs", str(a.runs), "--passes", str(a.passes)],
+            lambda tree: {"PYTHONPATH": f"{tree}{os.pathsep}{ROOT / 'bench'}"}, a.repeats)
     print(f"\nidle-window costs, CPU ms of the calling thread ({TARGETS} log containers; {a.runs} runs x "
           f"{PODS_PER_RUN} pods; median of {a.passes} passes, then of {a.repeats} repeats, per repeat in brackets)")
-    head = "".join(f"{name[-30:]:>34}" for name, _ in trees)
-    print(f"{'case':<10}{head}" + ("   now/base" if len(trees) > 1 else ""))
+    head = "".join(f"{name[-30:]:>34}" for name, _ in measured)
+    print(f"{'case':<10}{head}" + ("   now/base" if len(measured) > 1 else ""))
     for case in CASES:
         meds = []
         cells = []
-        for name, _ in trees:
-            xs = [g[case]["ms"] for g in got[name]]
-            meds.append(statistics.median(xs))
-            cells.append(f"{meds[-1]:8.1f} [{' '.join(f'{x:.1f}' for x in xs)}]")
-        ratio = f"   x{meds[0] / meds[1]:.2f}" if len(trees) > 1 else ""
+        for name, _ in measured:
+            med, cell = median_cell([g[case]["ms"] for g in got[name]], 8, 1)
+            meds.append(med)
+            cells.append(cell)
+        ratio = f"   x{meds[0] / meds[1]:.2f}" if len(measured) > 1 else ""
         print(f"{case:<10}" + "".join(f"{x:>34}" for x in cells) + ratio)
-    for name, _ in trees:
+    for name, _ in measured:
         g = got[name]
         print(f"  {name[-30:]}: plan gen-0 collections a pass {statistics.median(x['plan']['gc0'] for x in g):.1f}, "
               f"due {statistics.median(x['plan']['due'] for x in g):.0f}; evidence "

@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from baseline import baseline_tree
+from baseline import interleaved, median_cell, trees
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -93,26 +90,19 @@ def main() -> None:
         print(json.dumps(measure(a.waiting, a.admitted)))
         return
     with ExitStack() as stack:
-        trees = [("now", ROOT)]
-        if a.baseline:
-            trees.append((a.baseline, stack.enter_context(baseline_tree(a.baseline, "bench-queue-"))))
-        got: dict[str, list[float]] = {name: [] for name, _ in trees}
-        for r in range(a.repeats):
-            for name, tree in trees:
-                out = subprocess.run([sys.executable, __file__, "--json", "--waiting", str(a.waiting),
-                                      "--admitted", str(a.admitted)], capture_output=True, text=True, check=True,
-                                     env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
-                got[name].append(json.loads(out.stdout.strip().splitlines()[-1])["us_per_run"])
-            print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
+        measured = trees(stack, a.baseline, "bench-queue-")
+        got: dict[str, list[dict[str, float]]] = interleaved(
+            __file__, measured, lambda tree: ["--waiting", str(a.waiting), "--admitted", str(a.admitted)],
+            lambda tree: {"PYTHONPATH": str(tree)}, a.repeats, cwd=True)
     print(f"\nqueue status per queued run, CPU µs ({a.waiting} waiting in one ClusterQueue, {a.admitted} admitted in "
           f"the last day; one pass over every waiting run with a shared index; median of {a.repeats} repeats)")
     meds = []
-    for name, _ in trees:
-        meds.append(statistics.median(got[name]))
-        print(f"  {name:<12} {meds[-1]:10.0f} [{' '.join(f'{x:.0f}' for x in got[name])}]")
+    for name, _ in measured:
+        med, cell = median_cell([g["us_per_run"] for g in got[name]], 10, 0)
+        meds.append(med)
+        print(f"  {name:<12} {cell}")
     if a.baseline:
         print(f"  now/base     x{meds[0] / meds[1]:.3f}")
-
 
 if __name__ == "__main__":
     main()

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -34,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from baseline import baseline_tree
+from baseline import interleaved, median_cell, trees
 
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 8
@@ -167,30 +165,22 @@ def main() -> None:
         print(json.dumps({case: measure(a.runs, a.passes, case) for case in CASES}))
         return
     with ExitStack() as stack:
-        trees = [("now", ROOT)]
-        if a.baseline:
-            trees.append((a.baseline, stack.enter_context(baseline_tree(a.baseline, "bench-run-eval-"))))
-        got: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _ in trees}
-        for r in range(a.repeats):
-            for name, tree in trees:
-                out = subprocess.run([sys.executable, __file__, "--json", "--tree", str(tree), "--runs", str(a.runs),
-                                      "--passes", str(a.passes)], capture_output=True, text=True, check=True,
-                                     env={**os.environ, "TAUGRID_BENCH_TREE": str(tree), "PYTHONPATH": str(tree)})
-                got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"  repeat {r + 1}/{a.repeats} done", flush=True)
+        measured = trees(stack, a.baseline, "bench-run-eval-")
+        got: dict[str, list[dict[str, dict[str, float]]]] = interleaved(
+            __file__, measured, lambda tree: ["--tree", str(tree), "--runs", str(a.runs), "--passes", str(a.passes)],
+            lambda tree: {"TAUGRID_BENCH_TREE": str(tree), "PYTHONPATH": str(tree)}, a.repeats)
     print(f"\nper-run evaluation, CPU µs per run re-evaluated ({a.runs} runs x {PODS_PER_RUN} pods, "
           f"{a.passes} passes, median of {a.repeats} repeats; per repeat in brackets)")
-    print(f"{'case':<8}" + "".join(f"{name:>34}" for name, _ in trees) + ("   now/base" if a.baseline else ""))
+    print(f"{'case':<8}" + "".join(f"{name:>34}" for name, _ in measured) + ("   now/base" if a.baseline else ""))
     for case in CASES:
         cells = []
         meds = []
-        for name, _ in trees:
-            xs = [g[case]["us_per_run"] for g in got[name]]
-            meds.append(statistics.median(xs))
-            cells.append(f"{meds[-1]:8.0f} [{' '.join(f'{x:.0f}' for x in xs)}]")
+        for name, _ in measured:
+            med, cell = median_cell([g[case]["us_per_run"] for g in got[name]], 8, 0)
+            meds.append(med)
+            cells.append(cell)
         ratio = f"   x{meds[0] / meds[1]:.2f}" if a.baseline else ""
         print(f"{case:<8}" + "".join(f"{x:>34}" for x in cells) + ratio)
-
 
 if __name__ == "__main__":
     main()

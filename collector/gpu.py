@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import Field, FrozenInstanceError, dataclass, fields
+from dataclasses import Field, dataclass, fields
 from datetime import datetime, timedelta
 from sys import intern
 from typing import Any, ClassVar, cast
@@ -27,6 +27,7 @@ from collector.gpudevice import (
     _SUMMARY_BITS,
     GpuDevice,
     Readings,
+    _Frozen,
     _Rare,
     energy_window,
     fault_free,
@@ -212,7 +213,7 @@ def _shared(r: _Rare) -> bool:
     return _SHARED_RARE.get(r) is r
 
 
-class PodGpuEvidence:
+class PodGpuEvidence(_Frozen):
     """The devices one pod holds on its node, as one source saw them at `read_at` (reader's clock): a
     frozen record with `_PodFields`' fields, value equality and hashing."""
 
@@ -263,15 +264,6 @@ class PodGpuEvidence:
 
     def __repr__(self) -> str:
         return f"PodGpuEvidence({', '.join(f'{n}={v!r}' for n, v in zip(_POD_NAMES, self._fields(), strict=True))})"
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __reduce__(self) -> tuple[type[PodGpuEvidence], tuple[object, ...]]:
-        return PodGpuEvidence, self._fields()
 
 
 def uuid_at(e: PodGpuEvidence, i: int) -> str:

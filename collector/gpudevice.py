@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from dataclasses import Field, FrozenInstanceError, dataclass, fields
 from sys import intern
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Self, cast
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,27 @@ _SHARED_MAX = 4096  # each: bounded (a hostile peer's names fill it, and later o
 _NAN = object()  # NaN readings compare equal to each other (hashable; the dataclass's depended on identity)
 
 
-class GpuDevice:
+class _Frozen:
+    """A frozen record's guards, shared by `GpuDevice` and `gpu.PodGpuEvidence`: `__init__` sets each slot
+    through object.__setattr__, nothing assigns or deletes one after; it pickles and copies as its class
+    called with `_fields()`. (No slots of its own: the records' stay as they were, and no `__dict__`.)"""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
+        return self.__class__, self._fields()
+
+
+class GpuDevice(_Frozen):
     """One GPU (or MIG instance) as a source saw it: a frozen record with `_Fields`' fields, value
     equality and hashing (NaN readings equal to each other)."""
 
@@ -283,14 +303,8 @@ class GpuDevice:
     def __repr__(self) -> str:
         return f"GpuDevice({', '.join(f'{n}={getattr(self, n)!r}' for n in _NAMES)})"
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __reduce__(self) -> tuple[type[GpuDevice], tuple[object, ...]]:
-        return GpuDevice, tuple(getattr(self, n) for n in _NAMES)
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, n) for n in _NAMES)
 
 
 Readings = tuple[float | None, float | None, float | None, float | None, float | None, float | None, float | None,

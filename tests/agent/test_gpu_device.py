@@ -263,6 +263,24 @@ def test_a_device_is_compact() -> None:
     assert GpuDevice("GPU-a", 0, utilization=0.5)._m is GpuDevice("GPU-b", 1, utilization=0.7)._m  # shared
 
 
+def test_the_records_hold_only_their_slots_and_refuse_changes() -> None:
+    """`GpuDevice` and `PodGpuEvidence` share their frozen guards (`gpudevice._Frozen`), which add nothing to
+    an object: no `__dict__`, no `__weakref__`, its own slots only; no field deleted or added after `__init__`."""
+    d = GpuDevice("GPU-a", 0, utilization=0.5)
+    e = PodGpuEvidence("ns", "pod", "node", "agent", datetime(2026, 1, 1), (d,))
+    for rec, name, value in ((d, "uuid", "GPU-a"), (e, "pod", "pod")):
+        cls = type(rec)
+        assert not hasattr(rec, "__dict__") and not hasattr(rec, "__weakref__")
+        assert cls.__basicsize__ == object.__basicsize__ + struct.calcsize("P") * len(cls.__slots__)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(rec, name)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            rec.extra = 1  # type: ignore[union-attr]
+        assert getattr(rec, name) == value
+        for back in (pickle.loads(pickle.dumps(rec)), copy.copy(rec), copy.deepcopy(rec)):
+            assert type(back) is cls and back == rec and hash(back) == hash(rec)
+
+
 # --- the readers: same answers as with the dataclass ---------------------------------------------------
 
 REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "gpu_idle", "sw_thermal_slowdown")

@@ -1,0 +1,284 @@
+"""Run links: which objects belong to which run, kept incrementally.
+
+Every object records the parents it names (owner references, the `taugrid.io/run` label,
+`ray.io/cluster`, an event's `involvedObject`/`regarding`, a TauRun's child references). The
+root of an object is found by walking up through parents that exist; a run's members are the
+root's descendants. Upserts are O(1) so the live controller can apply watch events at speed,
+and a parent arriving after its children re-roots them without any bookkeeping.
+
+`RunLinks` holds the objects, their links and what is read from them (roots, member walks, `shape`);
+`collector.correlate.RunIndex` builds on it: its writes, and what it files into each run's evidence.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from collector.kube import (
+    JOB_KINDS,
+    JOB_NAME_LABELS,
+    KUBEFLOW_OPERATOR_LABEL,
+    KUEUE_QUEUE_LABEL,
+    RAY_CLUSTER_LABEL,
+    RUN_LABEL,
+    TRAINING_JOB_KINDS,
+)
+from collector.model import EventFacts, ObjectRecord, PodFacts, RayJobFacts, Ref, TauRunFacts
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+MAX_DEPTH = 8
+# runs whose member walk `_member_keys` remembers: a 50k-pod fleet's 4,000 all (~0.2 KB each), so a full
+# pass over them walks none again while no write moved a link
+MEMBERS_MEMO_MAX = 8192
+ROOT_KINDS = frozenset({"TauRun", "RayJob", "RayCluster"} | JOB_KINDS)
+CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "AdmissionCheck", "TauCluster"})
+_OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
+
+
+def job_parents(rec: ObjectRecord) -> list[Key]:
+    """Jobs a pod names in its labels (the job objects may be absent, as in a bare dump)."""
+    out: list[Key] = []
+    ns = rec.ref.namespace
+    for label, kind in JOB_NAME_LABELS:
+        name = rec.labels.get(label)
+        if not name:
+            continue
+        if label.startswith("training.kubeflow.org"):
+            op = rec.labels.get(KUBEFLOW_OPERATOR_LABEL, "").removesuffix("-controller")
+            kind = _OPERATOR_KINDS.get(op, kind)
+        key = (kind, ns, name)
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def named_parents(rec: ObjectRecord) -> list[Key]:
+    """Parents a record names: owners, run and Ray cluster labels, an Event's object, a pod's jobs."""
+    ns = rec.ref.namespace
+    out: list[Key] = [(o.kind, ns, o.name) for o in rec.owners]
+    run = rec.labels.get(RUN_LABEL)
+    if run and rec.ref.kind != "TauRun":
+        out.append(("TauRun", ns, run))
+    cluster = rec.labels.get(RAY_CLUSTER_LABEL)
+    if cluster and rec.ref.kind != "RayCluster" and ("RayCluster", ns, cluster) not in out:
+        out.append(("RayCluster", ns, cluster))
+    if rec.ref.kind == "RayCluster" and rec.labels.get("ray.io/originated-from-crd") == "RayJob":
+        origin = rec.labels.get("ray.io/originated-from-cr-name")
+        if origin:
+            out.append(("RayJob", ns, origin))
+    if isinstance(rec.facts, EventFacts):
+        g = rec.facts.regarding
+        if g.kind and g.name:
+            # Events about cluster-scoped objects live in some namespace ("default"); the object has none.
+            out.append((g.kind, "" if g.kind in CLUSTER_SCOPED_KINDS else g.namespace or ns, g.name))
+    if isinstance(rec.facts, PodFacts):
+        out.extend(k for k in job_parents(rec) if k not in out)
+    return out
+
+
+def named_children(rec: ObjectRecord) -> list[Key]:
+    """Children a record names itself (a TauRun's references to its RayJob and Workload)."""
+    if isinstance(rec.facts, TauRunFacts):
+        ns = rec.ref.namespace
+        out: list[Key] = []
+        if rec.facts.ray_job:
+            out.append(("RayJob", ns, rec.facts.ray_job))
+        if rec.facts.workload:
+            out.append(("Workload", ns, rec.facts.workload))
+        return out
+    if isinstance(rec.facts, RayJobFacts) and rec.facts.cluster_name:
+        return [("RayCluster", rec.ref.namespace, rec.facts.cluster_name)]
+    return []
+
+
+class RunLinks:
+    """Objects by key and their parent/child links: each object's run, each run's members.
+
+    `shape` counts the writes that may move a link or a root; what a reader remembers from the links
+    (the roots, a run's members) holds while it is unchanged. The writes are `RunIndex`'s.
+    """
+
+    def __init__(self) -> None:
+        self._inferred: set[Key] = set()  # roots made up from their pods (RunIndex.infer_missing_roots)
+        self._objects: dict[Key, ObjectRecord] = {}
+        # Tuples, not lists: one per indexed object (hundreds of thousands with Events); an empty one is shared.
+        self._up: dict[Key, tuple[Key, ...]] = {}
+        self._adopted: dict[Key, tuple[Key, ...]] = {}
+        self._down: defaultdict[Key, set[Key]] = defaultdict(set)
+        self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
+        self._root_candidates: set[Key] = set()
+        # Counts writes that may move a link or a root: a new object or a deleted one, or one whose links,
+        # labels, owners, uid or inferred standing changed (a status update keeps it: a node's heartbeat,
+        # a RayJob's progress, an Event counted again); what a reader caches from the links (a pod's
+        # root, a run's members, the roots) holds while it is unchanged.
+        self.shape = 0
+        self._members_memo: dict[Key, tuple[Key, ...]] = {}  # a run's member keys while `shape` holds
+        self._members_shape = -1
+        self._roots_memo: list[Ref] | None = None  # `roots` while `shape` holds
+        self._roots_shape = -1
+
+    # --- what the writes (RunIndex's) keep up --------------------------------------------------
+
+    def _is_leaf_event(self, rec: ObjectRecord) -> bool:
+        """An Event nothing links under (no record names it as owner or parent) and that stands in
+        for nothing: its coming or going moves no link but its own, no root (`_is_root` reads no
+        Event), no other record's run; only the member walks that reach it (`_forget_walks_to`), so
+        it leaves `shape` as it is. (A fleet's Events come and go by the second; a moved `shape`
+        makes every run's next evaluation walk its members again.)"""
+        key = rec.ref.key
+        return type(rec.facts) is EventFacts and not self._down.get(key) and key not in self._adopters \
+            and key not in self._inferred and not self._adopted.get(key)
+
+    def _forget_walks_to(self, key: Key) -> None:
+        """The remembered member walks of every run that can reach `key` (through its parents, up to
+        every root above them), forgotten."""
+        memo = self._members_memo
+        stack = [*self._up.get(key, ()), *self._adopters.get(key, ())]
+        seen: set[Key] = set()
+        while stack:
+            k = stack.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            memo.pop(k, None)
+            stack.extend(self._up.get(k, ()))
+            stack.extend(self._adopters.get(k, ()))
+
+    def _unlink(self, key: Key) -> None:
+        for p in self._up.get(key, ()):
+            kids = self._down.get(p)
+            if kids is not None:
+                kids.discard(key)
+                if not kids:
+                    del self._down[p]
+        for c in self._adopted.get(key, ()):
+            kids = self._down.get(key)
+            if kids is not None:
+                kids.discard(c)
+            adopters = self._adopters.get(c)
+            if adopters is not None:
+                adopters.discard(key)
+                if not adopters:
+                    del self._adopters[c]
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def keys_of_kind(self, kind: str) -> set[Key]:
+        """Every indexed object of one kind (a scan: for relists, not hot paths)."""
+        return {k for k in self._objects if k[0] == kind}
+
+    def get(self, kind: str, namespace: str, name: str) -> ObjectRecord | None:
+        return self._objects.get((kind, namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def objects(self) -> Iterator[ObjectRecord]:
+        return iter(self._objects.values())
+
+    def is_root(self, key: Key) -> bool:
+        return self._is_root(key)
+
+    def _is_root(self, key: Key) -> bool:
+        rec = self._objects.get(key)
+        if rec is None or rec.ref.kind not in ROOT_KINDS:
+            return False
+        if rec.ref.kind == "TauRun" or key in self._inferred:
+            return True
+        if rec.owners and self.orphaned(rec):
+            return False  # left over from a run that is gone (its owner's name now has a new object)
+        if self._owning_run(key, 0) is not None:
+            return False
+        if rec.ref.kind == "RayJob" or rec.ref.kind in TRAINING_JOB_KINDS:
+            return True
+        # A batch Job or bare RayCluster is a run only when Kueue manages it.
+        return KUEUE_QUEUE_LABEL in rec.labels or any(k[0] == "Workload" for k in self._down.get(key, ()))
+
+    def _owning_run(self, key: Key, depth: int) -> Key | None:
+        """The nearest existing ancestor that can be a run root, if any."""
+        if depth > MAX_DEPTH:
+            return None
+        for p in self._parents_of(key):
+            if p[0] in ROOT_KINDS and (p[0] in ("TauRun", "RayJob") or p[0] in TRAINING_JOB_KINDS or
+                                         self._is_root(p)):
+                return p
+            found = self._owning_run(p, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def orphaned(self, rec: ObjectRecord) -> bool:
+        """Whether an owner the record names is present under another uid: its owner was deleted and a
+        new object took the name (a run submitted again). Such a record belongs to the run that is
+        gone, not to the new one, whatever its labels say."""
+        ns = rec.ref.namespace
+        for o in rec.owners:
+            if o.uid:
+                cur = self._objects.get((o.kind, "" if o.kind in CLUSTER_SCOPED_KINDS else ns, o.name))
+                if cur is not None and cur.ref.uid and cur.ref.uid != o.uid:
+                    return True
+        return False
+
+    def _parents_of(self, key: Key) -> list[Key]:
+        rec = self._objects.get(key)
+        if rec is not None and rec.owners and self.orphaned(rec):
+            return []
+        # A parent that is absent but adopted by a present object (a RayCluster missing from a
+        # dump, named by its RayJob's status) still links its children through to the adopter.
+        out = [p for p in self._up.get(key, ()) if p in self._objects or p in self._adopters]
+        out.extend(p for p in self._adopters.get(key, ()) if p in self._objects and p not in out)
+        return out
+
+    def root_of(self, ref: Ref) -> Ref | None:
+        key = ref.key
+        if self._is_root(key):
+            return self._objects[key].ref
+        found = self._owning_run(key, 0)
+        while found is not None and not self._is_root(found):
+            found = self._owning_run(found, 0)
+        return self._objects[found].ref if found is not None else None
+
+    def roots(self) -> list[Ref]:
+        """Every run's root, by namespace, name and kind: remembered while `shape` holds (what
+        `_is_root` reads moves it), so a full pass's marking and its first slice walk the roots once."""
+        if self._roots_memo is None or self._roots_shape != self.shape:
+            self._roots_memo = sorted(
+                (self._objects[k].ref for k in self._root_candidates if self._is_root(k)),
+                key=lambda r: (r.namespace, r.name, r.kind),
+            )
+            self._roots_shape = self.shape
+        return list(self._roots_memo)  # (a copy: a caller may change its list)
+
+    def members(self, root: Ref) -> Iterator[ObjectRecord]:
+        """Root's descendants, stopping at nested runs' roots (a run never swallows another)."""
+        seen: set[Key] = {root.key}
+        stack = [root.key]
+        while stack:
+            key = stack.pop()
+            for child in self._down.get(key, ()):
+                if child in seen:
+                    continue
+                seen.add(child)
+                rec = self._objects.get(child)
+                if rec is None:
+                    stack.append(child)  # an absent link (see _parents_of): walk through it
+                    continue
+                if self._is_root(child) or rec.owners and self.orphaned(rec):
+                    continue
+                yield rec
+                stack.append(child)
+
+    def _member_keys(self, root: Ref) -> tuple[Key, ...]:
+        """`members` as keys, remembered while no write moved a link or a root (`shape`): between
+        two evaluations of a run under a burst of pod updates, the walk is the same."""
+        if self._members_shape != self.shape:
+            self._members_memo.clear()
+            self._members_shape = self.shape
+        keys = self._members_memo.get(root.key)
+        if keys is None:
+            keys = tuple(m.ref.key for m in self.members(root))
+            if len(self._members_memo) < MEMBERS_MEMO_MAX:  # (bounded: cleared when `shape` moves)
+                self._members_memo[root.key] = keys
+        return keys
