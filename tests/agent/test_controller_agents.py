@@ -245,6 +245,10 @@ def test_the_agents_gpu_readings_and_xids_reach_the_adx_tables(tmp_path: Path) -
         with _run_with_agent(tmp_path, sink=exporter) as live:
             wait_until(lambda: "8/8 GPUs allocated" in live.claims().get("scheduled", ("", ""))[1],
                        timeout=20, what="the run's GPUs from the agent")
+            # A GpuSamples row is named by its GPU and reading time: with the clock standing still every
+            # pass's rows share one RowId, and a pass before the pod's run was indexed wrote Run "".
+            # The clock moves on, as it does in a cluster: the passes from here write rows of their own.
+            live.clock.set(T0 + timedelta(seconds=1))
             live.nv.inject_xid(live.devs[2], 79)
             wait_until(lambda: any(79 in d.xids for g in live.c._gpus.values() for d in g.devices),
                        timeout=30, what="the XID in the agent's evidence")
