@@ -640,8 +640,12 @@ def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str)
 
     if prev is None:
         return RunClaims(ref, claim(None), claim(None), claim(None), None, now)
+    # Goodput and work at risk as last evaluated, growing no more: no time is counted that nobody saw.
+    g = prev.goodput.frozen() if prev.goodput is not None else None
+    w = replace(prev.work_at_risk, grows=False) if prev.work_at_risk is not None else None
     return replace(prev, scheduled=claim(prev.scheduled), running=claim(prev.running),
-                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None)
+                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None, goodput=g,
+                   work_at_risk=w)
 
 
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.

@@ -502,6 +502,13 @@ class Goodput:
         ratio = (productive / allocated if allocated > 0 else None) if self.rated else self.ratio
         return replace(self, allocated_s=allocated, productive_s=productive, badput_s=bad, ratio=ratio)
 
+    def frozen(self) -> Goodput:
+        """The figures as they are, growing no more (claims that turned unknown: no time is counted
+        that nobody saw)."""
+        if not self.accrues and self.allocated_from is None:
+            return self
+        return replace(self, accrues="", accrues_base=0.0, accrues_from=None, allocated_from=None, rated=False)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ratio": None if self.ratio is None else round(self.ratio, 4),

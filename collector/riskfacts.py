@@ -69,12 +69,13 @@ class WorkAtRisk:
     checkpoint_at: datetime | None = None
     nodes: tuple[NodeRisk, ...] = ()
     missing: tuple[str, ...] = ()  # node risk signals the evidence cannot show
+    grows: bool = True  # with the clock from `since` (False: as last evaluated, e.g. claims turned unknown)
 
     def at(self, now: datetime) -> WorkAtRisk:
         """The figures at `now` (not before the evaluation, not past the claims' `recheck_at`): GPU-hours
         grow with the clock from `since` (an evaluation notes `since` as a deadline while it is ahead), the
         nodes' shares and order with them; what an evaluation then would give, to the bit."""
-        if self.gpu_hours is None or self.since is None:
+        if self.gpu_hours is None or self.since is None or not self.grows:
             return self
         hours = gpu_hours(self.since, now, self.gpus)
         head = f"{self.gpu_hours:.1f} GPU-hours at risk: "

@@ -136,15 +136,18 @@ def clocked_rows(rc: RunClaims, body: str, run: dict[str, str], esc: Callable[[s
                 rows.append(still)
         out["run_time"] = tuple(rows)
     w = rc.work_at_risk
-    if w is not None:
+    if w is not None and w.gpu_hours is not None:  # (a node's share is known only then)
+        grows = w.grows and w.since is not None
+        since_us = epoch_us(w.since) if grows and w.since is not None else 0
+        series = (TEMPLATES["work_at_risk"] % run).encode()
+        still = _line(series, round(w.gpu_hours, 4))
+        out["work_at_risk"] = (AtRisk(still, at, series, since_us, w.gpus, None) if grows else still,)
         exposed = [n for n in w.nodes if n.score > 0 and n.gpu_hours is not None][:MAX_EXPOSED_NODES]
-        if w.gpu_hours is not None and w.since is not None:  # (a node's share is known only then)
-            since_us = epoch_us(w.since)
-            series = (TEMPLATES["work_at_risk"] % run).encode()
-            out["work_at_risk"] = (AtRisk(_line(series, round(w.gpu_hours, 4)), at, series, since_us, w.gpus, None),)
-            if exposed:
-                out["drain_exposure"] = tuple(
-                    AtRisk(_line(series, round(n.gpu_hours or 0.0, 4)), at, series, since_us, w.gpus, n.gpus)
-                    for n in exposed
-                    for series in ((TEMPLATES["drain_exposure"] % {**run, "node": esc(n.node)}).encode(),))
+        if exposed:
+            rows = []
+            for n in exposed:
+                series = (TEMPLATES["drain_exposure"] % {**run, "node": esc(n.node)}).encode()
+                still = _line(series, round(n.gpu_hours or 0.0, 4))
+                rows.append(AtRisk(still, at, series, since_us, w.gpus, n.gpus) if grows else still)
+            out["drain_exposure"] = tuple(rows)
     return out

@@ -8,6 +8,7 @@ client_python's rendering of its `collect` (the registry path) agrees with its p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from collector.correlate import RunEvidence
+from collector.riskfacts import WorkAtRisk
 from exporters.prometheus import ClaimsExporter, new_registry
 from exporters.prometheus_families import EVALUATED
 from tests.claims.test_accrual import accruing_runs, instants, training_runs
@@ -60,3 +62,29 @@ def test_a_growing_run_moves_with_the_clock_and_nothing_else_does() -> None:
     assert names == ["taugrid_run_evidence_age_seconds", "taugrid_run_goodput_ratio", "taugrid_run_time_seconds"]
     productive = [b for a, b in moved if b'bucket="productive"' in a]
     assert len(productive) == 1 and float(productive[0].split()[-1]) == rc.goodput.productive_s + 7  # type: ignore[union-attr]
+
+
+def test_claims_turned_unknown_stop_growing() -> None:
+    """An outage or an evaluation that failed leaves a run's claims unknown with its last figures:
+    goodput and work at risk as last evaluated, counting no time nobody saw."""
+    from collector.controller import unknown_claims
+    from tests.claims.test_accrual import run_with_steps
+
+    ev, gpu = run_with_steps()
+    rc = claims_at(ev, gpu, NOW)
+    assert rc.goodput is not None and rc.goodput.accrues == "productive"
+    since = NOW - timedelta(hours=1)
+    rc = replace(rc, work_at_risk=WorkAtRisk(8.0, 8, since, "checkpoint", "x", 10, since))
+    unknown = unknown_claims(rc.ref, rc, NOW + timedelta(seconds=1), "the API server cannot be reached")
+    assert unknown.at(NOW + timedelta(hours=1)).goodput == rc.goodput.frozen()
+    exp = ClaimsExporter()
+    exp.update([unknown], NOW + timedelta(seconds=1))
+    before = _without_evaluated(exp.exposition())
+    exp.update([], NOW + timedelta(minutes=10))
+    assert _without_evaluated(exp.exposition()) == before
+    grown = ClaimsExporter()  # the same figures of a run still evaluated do grow
+    grown.update([rc], NOW)
+    grown.update([], NOW + timedelta(minutes=10))
+    assert b"taugrid_run_work_at_risk_gpu_hours" in grown.exposition()
+    assert [x for x in _without_evaluated(grown.exposition()) if b"work_at_risk" in x] != \
+        [x for x in before if b"work_at_risk" in x]
