@@ -111,10 +111,11 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
-def heap_stats() -> dict[str, float]:
+def heap_stats(label: str = "") -> dict[str, float]:
     """Where the RSS is, in MiB: Python's small-object allocator (blocks in use, free blocks in its
     arenas) and glibc malloc (in use, free but not returned: fragmentation), from
-    sys._debugmallocstats and mallinfo2."""
+    sys._debugmallocstats and mallinfo2. BENCH_MALLOCSTATS=PREFIX: its whole text (the size classes'
+    pools and blocks) in PREFIX-LABEL-PID.txt."""
     import ctypes
     import re
 
@@ -139,6 +140,8 @@ def heap_stats() -> dict[str, float]:
         chunks.append(chunk)
     os.close(r)
     text = b"".join(chunks).decode()
+    if os.environ.get("BENCH_MALLOCSTATS"):
+        Path(f"{os.environ['BENCH_MALLOCSTATS']}-{label}-{os.getpid()}.txt").write_text(text)
 
     def total(label: str) -> float:
         found = re.search(r"# bytes in " + label + r"\D*=\s*([\d,]+)", text)
@@ -293,7 +296,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(2)  # let the first ticks pass
     gc.collect()
     steady = rss_bytes()
-    heap = heap_stats()
+    heap = heap_stats("steady")
     import ctypes
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
     heap["trimmed"] = rss_bytes() / 2**20
@@ -369,7 +372,14 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         while not sampling.wait(1.0):
             window_rss.append(rss_bytes())
     threading.Thread(target=sample_rss, daemon=True).start()
-    time.sleep(idle_s)
+    survivors = os.environ.get("BENCH_SURVIVORS") if traced else None
+    if survivors:  # which allocations of the passes outlive several of them, and which die within one
+        time.sleep(15)
+        mark = _traced_objects()
+        time.sleep(max(0.0, idle_s - 15))
+        _write_survivors(mark, f"{survivors}-{variant}-{os.getpid()}.txt")
+    else:
+        time.sleep(idle_s)
     sampling.set()
     if spy is not None:
         spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
@@ -393,6 +403,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 for st in stats[:40]:
                     out.write(f"{st.size / 2**20:8.2f} MiB {st.count:9d}\n")
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
+        del snap, stats  # (its traces are Python objects: not in the heap figures below)
+        gc.collect()
     in_window = sorted(took for end, took, _ in passes if end >= w0)
     reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
     window = [p for end, p in reports if end >= w0]
@@ -422,7 +434,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         logs_out["signals_held"] = (len(held), sum(len(sig.scan.samples) for sig in held),
                                     sum(1 for sig in held if sig.scan.samples))  # (signals, samples, with samples)
         logs_out["queued"] = (c._changes.qsize(), getattr(getattr(c, "_log_backlog", None), "held", None))
-        heap_after = heap_stats()
+        heap_after = heap_stats(f"{variant}-after")
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         heap_after["trimmed"] = rss_bytes() / 2**20
         logs_out["heap_after"] = heap_after
@@ -439,7 +451,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     shift[0] = bound + timedelta(seconds=1) - datetime.now(UTC)
     t1 = time.monotonic()
     late = float("nan")
-    while time.monotonic() - t1 < 600:
+    while time.monotonic() - t1 < (0 if os.environ.get("BENCH_NO_LATE") else 600):  # (1: no ageing figure)
         if all(rc.scheduled.observed.value == "unknown" for rc in list(c.claims.values())):
             late = time.monotonic() - t1 + 1.0
             break
@@ -451,6 +463,50 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
                "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted})
+
+
+def _traced_objects() -> dict[int, tuple[type, Any, int]]:
+    """Every object the collector tracks and each one they refer to, allocated since tracemalloc
+    started: id -> (type, allocation traceback, size)."""
+    import tracemalloc
+    out: dict[int, tuple[type, Any, int]] = {}
+    for o in gc.get_objects():
+        for x in (o, *gc.get_referents(o)):
+            if id(x) not in out:
+                tb = tracemalloc._get_object_traceback(x)  # type: ignore[attr-defined]
+                if tb is not None:
+                    out[id(x)] = (type(x), tb, sys.getsizeof(x))
+    return out
+
+
+def _write_survivors(mark: dict[int, tuple[type, Any, int]], path: str) -> None:
+    """Of the objects in `mark` (allocated in the passes before it), by allocation site: those still
+    alive now (long-lived, made among the churn: they pin pools and arenas) and those freed since."""
+    import tracemalloc
+    now = _traced_objects()
+    kept: dict[tuple[str, Any], list[int]] = {}
+    died: dict[tuple[str, Any], list[int]] = {}
+    fresh: dict[tuple[str, Any], list[int]] = {}
+    for i, (t, tb, size) in mark.items():
+        alive = now.get(i)
+        where = kept if alive is not None and alive[0] is t and alive[1] == tb else died
+        acc = where.setdefault((t.__name__, tb), [0, 0])
+        acc[0] += 1
+        acc[1] += size
+    for i, (t, tb, size) in now.items():
+        was = mark.get(i)
+        if was is None or was[0] is not t or was[1] != tb:
+            acc = fresh.setdefault((t.__name__, tb), [0, 0])
+            acc[0] += 1
+            acc[1] += size
+    with open(path, "w") as out:
+        for title, d in (("alive at the mark and still now (survivors)", kept), ("freed since the mark", died),
+                         ("allocated since the mark, alive now", fresh)):
+            total = sum(v[1] for v in d.values())
+            out.write(f"# {title}: {sum(v[0] for v in d.values())} objects, {total / 2**20:.1f} MiB (getsizeof)\n")
+            for (name, tb), (n, size) in sorted(d.items(), key=lambda kv: -kv[1][1])[:60]:
+                frames = tracemalloc.Traceback(tb).format()[-8:]
+                out.write(f"{size / 2**20:8.2f} MiB {n:9d} {name}\n" + "".join(f"    {f}\n" for f in frames))
 
 
 def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
