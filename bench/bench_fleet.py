@@ -57,6 +57,9 @@ Variants, all in the same run:
 
 VARIANT+malloc (e.g. live-heads+malloc) starts that variant's controller with PYTHONMALLOC=malloc
 (every object from glibc malloc instead of Python's arenas: what a deployment can set).
+VARIANT+wholepass (e.g. live-heads+wholepass): the GPU feed as before (each pass's node documents all
+built before the first is parsed, ~6 KB a GPU pod at once, and the UUID strings kept between passes:
+the controller's process held them; now one node's document at a time, as the agent poller reads).
 
 BENCH_LIST_PAGE=0 reads every list as one unpaginated answer (what the reflector falls back to
 after a continue page expired, on a server without streaming lists): with `before`, that read's
@@ -662,12 +665,18 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
     except RuntimeError:  # changed while read (the loop's thread): next pass
         return
     running: set[tuple[str, str]] = set()
+    per_node = decoded and not os.environ.get("BENCH_GPU_WHOLE_PASS")
+    held: dict[str, list[tuple[str, str, int]]] = {}  # per_node: each node's GPU pods (namespace, name, GPUs)
     for _, ns, name in keys:
         rec = c.index.get("Pod", ns, name)
         f = getattr(rec, "facts", None)
         if f is not None and getattr(f, "phase", "") == "Running":
             running.add((ns, name))
         if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
+            continue
+        if per_node:
+            held.setdefault(f.node_name, []).append((ns, name, f.gpus))
+            nodes[f.node_name] = now
             continue
         uuids = _UUIDS.get((ns, name))
         if uuids is None:  # canonical NVML UUIDs, as agents send them (one per device, the same each pass)
@@ -678,7 +687,9 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
                                power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
-    if decoded:
+    if per_node:
+        gpus = _decoded_by_node(held, now, rng)
+    elif decoded:
         gpus = _decoded(gpus, now)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
@@ -704,6 +715,39 @@ def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str,
     for node, devs in by_node.items():
         doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
                                          "podresources": {"up": True}, "gpus": devs}))
+        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+            out[(ev.namespace, ev.pod)] = ev
+    return out
+
+
+def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
+                     rng: Any) -> dict[tuple[str, str], Any]:
+    """What the agent poller has after a pass: each node's evidence document (its GPUs, new readings, and
+    the pods holding them) built, through JSON and `sources.agents.parse_evidence`, one node at a
+    time, as the poller reads them (`AgentReader.read_each`: a document is parsed as it comes, never a
+    whole pass's at once); each device's canonical UUID derived from its pod's name every pass (fresh
+    strings, as off the wire: nothing of them kept here). BENCH_GPU_WHOLE_PASS=1 (a variant's
+    `+wholepass`): the feed before (`_decoded`: every node's device entries built before the first is
+    parsed, ~6 KB a GPU pod at once; the UUIDs' strings kept between passes, `_UUIDS`)."""
+    import hashlib
+
+    import orjson
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    out = {}
+    for node, pods in held.items():
+        devs = []
+        for ns, name, n in pods:
+            base = int.from_bytes(hashlib.blake2b(f"{ns}/{name}".encode(), digest_size=16).digest(), "big")
+            where = [{"namespace": ns, "pod": name, "container": "main"}]
+            for i in range(n):
+                h = f"{base ^ i:032x}"
+                devs.append({"uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", "index": i,
+                             "utilization": rng.uniform(0.85, 1.0), "sm_active": rng.uniform(0.6, 0.9),
+                             "power_w": rng.uniform(500.0, 700.0), "power_limit_w": 700.0, "pods": where})
+        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                                         "podresources": {"up": True}, "gpus": devs}))
+        del devs
         for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
             out[(ev.namespace, ev.pod)] = ev
     return out
@@ -938,16 +982,19 @@ def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_t
                            daemon=True)
     else:
         proc = ctx.Process(target=_measure, args=(url, name, idle_s, cpu, child), daemon=True)
-    was = os.environ.get("PYTHONMALLOC")
-    if allocator:  # `VARIANT+malloc`: the controller's interpreter started with PYTHONMALLOC=malloc
-        os.environ["PYTHONMALLOC"] = allocator
+    # `VARIANT+malloc`: the controller's interpreter started with PYTHONMALLOC=malloc; `VARIANT+wholepass`:
+    # the GPU feed before (`_decoded_by_node`)
+    env = ("BENCH_GPU_WHOLE_PASS", "1") if allocator == "wholepass" else ("PYTHONMALLOC", allocator)
+    was = os.environ.get(env[0])
+    if allocator:
+        os.environ[env[0]] = env[1]
     try:
         proc.start()
     finally:
         if allocator:
-            os.environ.pop("PYTHONMALLOC")
+            os.environ.pop(env[0])
             if was is not None:
-                os.environ["PYTHONMALLOC"] = was
+                os.environ[env[0]] = was
     try:
         if not parent.poll(2400):
             raise TimeoutError(f"{variant}: no result")
