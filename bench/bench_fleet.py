@@ -69,6 +69,10 @@ BENCH_DRAINED=1 starts the idle window of the log variants only once a pass left
 (every container read once since the start: with a ceiling below the fleet's first pass that takes
 containers / log_pass_max_gets passes), for steady-state figures rather than the start's backlog.
 
+BENCH_NO_LATE=1 skips the ageing figure (`late s` nan: minutes a variant, for memory-only runs);
+BENCH_MALLOCSTATS=PREFIX writes sys._debugmallocstats (pymalloc's size classes: pools, blocks in use
+and free, unused pools) at steady and after the idle window to PREFIX-LABEL-PID.txt.
+
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
 scenario engine (TauRuns, RayJobs, Workloads, pods bound, pulled, started, Events, log lines) on a
 manual clock stepped from time zero to the last submission plus a minute, ending at the present.
@@ -375,14 +379,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         while not sampling.wait(1.0):
             window_rss.append(rss_bytes())
     threading.Thread(target=sample_rss, daemon=True).start()
-    survivors = os.environ.get("BENCH_SURVIVORS") if traced else None
-    if survivors:  # which allocations of the passes outlive several of them, and which die within one
-        time.sleep(15)
-        mark = _traced_objects()
-        time.sleep(max(0.0, idle_s - 15))
-        _write_survivors(mark, f"{survivors}-{variant}-{os.getpid()}.txt")
-    else:
-        time.sleep(idle_s)
+    time.sleep(idle_s)
     sampling.set()
     if spy is not None:
         spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
@@ -454,7 +451,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     shift[0] = bound + timedelta(seconds=1) - datetime.now(UTC)
     t1 = time.monotonic()
     late = float("nan")
-    while time.monotonic() - t1 < (0 if os.environ.get("BENCH_NO_LATE") else 600):  # (1: no ageing figure)
+    while time.monotonic() - t1 < (0 if os.environ.get("BENCH_NO_LATE") else 600):
         if all(rc.scheduled.observed.value == "unknown" for rc in list(c.claims.values())):
             late = time.monotonic() - t1 + 1.0
             break
@@ -466,50 +463,6 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
                "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted})
-
-
-def _traced_objects() -> dict[int, tuple[type, Any, int]]:
-    """Every object the collector tracks and each one they refer to, allocated since tracemalloc
-    started: id -> (type, allocation traceback, size)."""
-    import tracemalloc
-    out: dict[int, tuple[type, Any, int]] = {}
-    for o in gc.get_objects():
-        for x in (o, *gc.get_referents(o)):
-            if id(x) not in out:
-                tb = tracemalloc._get_object_traceback(x)  # type: ignore[attr-defined]
-                if tb is not None:
-                    out[id(x)] = (type(x), tb, sys.getsizeof(x))
-    return out
-
-
-def _write_survivors(mark: dict[int, tuple[type, Any, int]], path: str) -> None:
-    """Of the objects in `mark` (allocated in the passes before it), by allocation site: those still
-    alive now (long-lived, made among the churn: they pin pools and arenas) and those freed since."""
-    import tracemalloc
-    now = _traced_objects()
-    kept: dict[tuple[str, Any], list[int]] = {}
-    died: dict[tuple[str, Any], list[int]] = {}
-    fresh: dict[tuple[str, Any], list[int]] = {}
-    for i, (t, tb, size) in mark.items():
-        alive = now.get(i)
-        where = kept if alive is not None and alive[0] is t and alive[1] == tb else died
-        acc = where.setdefault((t.__name__, tb), [0, 0])
-        acc[0] += 1
-        acc[1] += size
-    for i, (t, tb, size) in now.items():
-        was = mark.get(i)
-        if was is None or was[0] is not t or was[1] != tb:
-            acc = fresh.setdefault((t.__name__, tb), [0, 0])
-            acc[0] += 1
-            acc[1] += size
-    with open(path, "w") as out:
-        for title, d in (("alive at the mark and still now (survivors)", kept), ("freed since the mark", died),
-                         ("allocated since the mark, alive now", fresh)):
-            total = sum(v[1] for v in d.values())
-            out.write(f"# {title}: {sum(v[0] for v in d.values())} objects, {total / 2**20:.1f} MiB (getsizeof)\n")
-            for (name, tb), (n, size) in sorted(d.items(), key=lambda kv: -kv[1][1])[:60]:
-                frames = tracemalloc.Traceback(tb).format()[-8:]
-                out.write(f"{size / 2**20:8.2f} MiB {n:9d} {name}\n" + "".join(f"    {f}\n" for f in frames))
 
 
 def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
