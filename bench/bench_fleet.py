@@ -57,6 +57,9 @@ Variants, all in the same run:
 
 VARIANT+malloc (e.g. live-heads+malloc) starts that variant's controller with PYTHONMALLOC=malloc
 (every object from glibc malloc instead of Python's arenas: what a deployment can set).
+VARIANT+wholepass (e.g. live-heads+wholepass): the GPU feed as before (each pass's node documents all
+built before the first is parsed, ~6 KB a GPU pod at once, and the UUID strings kept between passes:
+the controller's process held them; now one node's document at a time, as the agent poller reads).
 
 BENCH_LIST_PAGE=0 reads every list as one unpaginated answer (what the reflector falls back to
 after a continue page expired, on a server without streaming lists): with `before`, that read's
@@ -65,6 +68,10 @@ peak beside a before tree's.
 BENCH_DRAINED=1 starts the idle window of the log variants only once a pass left no urgent read
 (every container read once since the start: with a ceiling below the fleet's first pass that takes
 containers / log_pass_max_gets passes), for steady-state figures rather than the start's backlog.
+
+BENCH_NO_LATE=1 skips the ageing figure (`late s` nan: minutes a variant, for memory-only runs);
+BENCH_MALLOCSTATS=PREFIX writes sys._debugmallocstats (pymalloc's size classes: pools, blocks in use
+and free, unused pools) at steady and after the idle window to PREFIX-LABEL-PID.txt.
 
 With --scenario FILE (e.g. kubesim/scenarios/fleet.yaml) the cluster is instead played by the
 scenario engine (TauRuns, RayJobs, Workloads, pods bound, pulled, started, Events, log lines) on a
@@ -111,10 +118,11 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
-def heap_stats() -> dict[str, float]:
+def heap_stats(label: str = "") -> dict[str, float]:
     """Where the RSS is, in MiB: Python's small-object allocator (blocks in use, free blocks in its
     arenas) and glibc malloc (in use, free but not returned: fragmentation), from
-    sys._debugmallocstats and mallinfo2."""
+    sys._debugmallocstats and mallinfo2. BENCH_MALLOCSTATS=PREFIX: its whole text (the size classes'
+    pools and blocks) in PREFIX-LABEL-PID.txt."""
     import ctypes
     import re
 
@@ -139,6 +147,8 @@ def heap_stats() -> dict[str, float]:
         chunks.append(chunk)
     os.close(r)
     text = b"".join(chunks).decode()
+    if os.environ.get("BENCH_MALLOCSTATS"):
+        Path(f"{os.environ['BENCH_MALLOCSTATS']}-{label}-{os.getpid()}.txt").write_text(text)
 
     def total(label: str) -> float:
         found = re.search(r"# bytes in " + label + r"\D*=\s*([\d,]+)", text)
@@ -293,7 +303,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     time.sleep(2)  # let the first ticks pass
     gc.collect()
     steady = rss_bytes()
-    heap = heap_stats()
+    heap = heap_stats("steady")
     import ctypes
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
     heap["trimmed"] = rss_bytes() / 2**20
@@ -393,6 +403,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 for st in stats[:40]:
                     out.write(f"{st.size / 2**20:8.2f} MiB {st.count:9d}\n")
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
+        del snap, stats  # (its traces are Python objects: not in the heap figures below)
+        gc.collect()
     in_window = sorted(took for end, took, _ in passes if end >= w0)
     reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
     window = [p for end, p in reports if end >= w0]
@@ -422,7 +434,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         logs_out["signals_held"] = (len(held), sum(len(sig.scan.samples) for sig in held),
                                     sum(1 for sig in held if sig.scan.samples))  # (signals, samples, with samples)
         logs_out["queued"] = (c._changes.qsize(), getattr(getattr(c, "_log_backlog", None), "held", None))
-        heap_after = heap_stats()
+        heap_after = heap_stats(f"{variant}-after")
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         heap_after["trimmed"] = rss_bytes() / 2**20
         logs_out["heap_after"] = heap_after
@@ -439,7 +451,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     shift[0] = bound + timedelta(seconds=1) - datetime.now(UTC)
     t1 = time.monotonic()
     late = float("nan")
-    while time.monotonic() - t1 < 600:
+    while time.monotonic() - t1 < (0 if os.environ.get("BENCH_NO_LATE") else 600):
         if all(rc.scheduled.observed.value == "unknown" for rc in list(c.claims.values())):
             late = time.monotonic() - t1 + 1.0
             break
@@ -606,12 +618,18 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
     except RuntimeError:  # changed while read (the loop's thread): next pass
         return
     running: set[tuple[str, str]] = set()
+    per_node = decoded and not os.environ.get("BENCH_GPU_WHOLE_PASS")
+    held: dict[str, list[tuple[str, str, int]]] = {}  # per_node: each node's GPU pods (namespace, name, GPUs)
     for _, ns, name in keys:
         rec = c.index.get("Pod", ns, name)
         f = getattr(rec, "facts", None)
         if f is not None and getattr(f, "phase", "") == "Running":
             running.add((ns, name))
         if f is None or getattr(f, "gpus", 0) <= 0 or getattr(f, "phase", "") != "Running":
+            continue
+        if per_node:
+            held.setdefault(f.node_name, []).append((ns, name, f.gpus))
+            nodes[f.node_name] = now
             continue
         uuids = _UUIDS.get((ns, name))
         if uuids is None:  # canonical NVML UUIDs, as agents send them (one per device, the same each pass)
@@ -622,7 +640,9 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
                                power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
-    if decoded:
+    if per_node:
+        gpus = _decoded_by_node(held, now, rng)
+    elif decoded:
         gpus = _decoded(gpus, now)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
@@ -648,6 +668,39 @@ def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str,
     for node, devs in by_node.items():
         doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
                                          "podresources": {"up": True}, "gpus": devs}))
+        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+            out[(ev.namespace, ev.pod)] = ev
+    return out
+
+
+def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
+                     rng: Any) -> dict[tuple[str, str], Any]:
+    """What the agent poller has after a pass: each node's evidence document (its GPUs, new readings, and
+    the pods holding them) built, through JSON and `sources.agents.parse_evidence`, one node at a
+    time, as the poller reads them (`AgentReader.read_each`: a document is parsed as it comes, never a
+    whole pass's at once); each device's canonical UUID derived from its pod's name every pass (fresh
+    strings, as off the wire: nothing of them kept here). BENCH_GPU_WHOLE_PASS=1 (a variant's
+    `+wholepass`): the feed before (`_decoded`: every node's device entries built before the first is
+    parsed, ~6 KB a GPU pod at once; the UUIDs' strings kept between passes, `_UUIDS`)."""
+    import hashlib
+
+    import orjson
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    out = {}
+    for node, pods in held.items():
+        devs = []
+        for ns, name, n in pods:
+            base = int.from_bytes(hashlib.blake2b(f"{ns}/{name}".encode(), digest_size=16).digest(), "big")
+            where = [{"namespace": ns, "pod": name, "container": "main"}]
+            for i in range(n):
+                h = f"{base ^ i:032x}"
+                devs.append({"uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", "index": i,
+                             "utilization": rng.uniform(0.85, 1.0), "sm_active": rng.uniform(0.6, 0.9),
+                             "power_w": rng.uniform(500.0, 700.0), "power_limit_w": 700.0, "pods": where})
+        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                                         "podresources": {"up": True}, "gpus": devs}))
+        del devs
         for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
             out[(ev.namespace, ev.pod)] = ev
     return out
@@ -882,16 +935,19 @@ def run_variant(url: str, variant: str, idle_s: float, cpu: int | None, before_t
                            daemon=True)
     else:
         proc = ctx.Process(target=_measure, args=(url, name, idle_s, cpu, child), daemon=True)
-    was = os.environ.get("PYTHONMALLOC")
-    if allocator:  # `VARIANT+malloc`: the controller's interpreter started with PYTHONMALLOC=malloc
-        os.environ["PYTHONMALLOC"] = allocator
+    # `VARIANT+malloc`: the controller's interpreter started with PYTHONMALLOC=malloc; `VARIANT+wholepass`:
+    # the GPU feed before (`_decoded_by_node`)
+    env = ("BENCH_GPU_WHOLE_PASS", "1") if allocator == "wholepass" else ("PYTHONMALLOC", allocator)
+    was = os.environ.get(env[0])
+    if allocator:
+        os.environ[env[0]] = env[1]
     try:
         proc.start()
     finally:
         if allocator:
-            os.environ.pop("PYTHONMALLOC")
+            os.environ.pop(env[0])
             if was is not None:
-                os.environ["PYTHONMALLOC"] = was
+                os.environ[env[0]] = was
     try:
         if not parent.poll(2400):
             raise TimeoutError(f"{variant}: no result")

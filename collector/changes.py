@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from collector.claims.gpuspread import forget_replaced
 from collector.correlate import Key, RunIndex, Signal
 from collector.gpu import PodGpuEvidence
 from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
@@ -126,6 +127,7 @@ class ChangeApplier:
                 samples, xids = gpu_records(self._gpus, gpus, self.index.root_of)
                 self._export("gpu", self.sink.gpu, samples, xids)
             self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
+            forget_replaced(gpus)  # (the pass before's records go now, not at each run's next evaluation)
             self.agents_first.set()
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload

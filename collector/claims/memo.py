@@ -14,7 +14,7 @@ evaluation, before the key is taken. Pure and bounded: one entry per run (the ol
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 from operator import is_
 from typing import Generic, TypeVar
@@ -60,6 +60,13 @@ class ByInputs(Generic[K, V]):
 
     def forget(self, slot: K) -> None:
         self._kept.pop(slot, None)
+
+    def forget_unless(self, current: Callable[[object], bool]) -> None:
+        """Forget every slot kept for an object that is not `current` (one that can never be asked
+        about again: what it was computed from goes with it, instead of at the slot's next miss)."""
+        stale = [slot for slot, (inputs, _, _) in self._kept.items() if not all(map(current, inputs))]
+        for slot in stale:
+            del self._kept[slot]
 
     def __len__(self) -> int:
         return len(self._kept)

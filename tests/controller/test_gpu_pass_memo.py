@@ -1,0 +1,218 @@
+"""The agents' new GPU pass forgets the kept comparisons read from the records it replaced
+(`claims.gpuspread.forget_replaced`, issue 30): a progressing run is not re-evaluated on a GPU pass
+(`runs_to_recheck`), so without it the pass before's records stayed held until the run's next log
+increment. Same output: every run's claims (repr, JSON) and the exposition are those of a loop that
+keeps them, over seeded sequences of GPU passes (new records, the same objects handed again, pods
+missing, a GPU apart), log increments, evaluations and clock moves."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from bench.bench_controller import realistic_pod, run_name
+from collector import changes
+from collector.claims import gpuspread
+from collector.claims.memo import ByInputs
+from collector.controller import Controller
+from collector.correlate import Signal
+from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.kube import NodeLease, normalize
+from collector.model import Ref
+from collector.planes.base import Change
+from collector.render import to_json
+from collector.settings import ControllerSettings, Settings
+from collector.sources.agents import _scan as decode
+from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+from tests.test_explain_fixtures import taurun
+
+RUNS, PODS = 3, 4
+NOW0 = datetime(2026, 12, 5, 4, 0, tzinfo=UTC)
+
+
+class _Fleet:
+    """A controller (never opened) holding RUNS runs of PODS GPU pods, fed as bench_fleet's `live-heads`."""
+
+    def __init__(self) -> None:
+        self.clock = [NOW0]
+        s = Settings(controller=replace(ControllerSettings(), leader_election=False, log_poll_interval=timedelta(0)))
+        self.c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), s, lambda: self.clock[0])
+        res = {r.kind: r for r in resources_for(s.taugrid)}
+        created = NOW0 - timedelta(hours=3)
+        stamp = NOW0.strftime("%Y-%m-%dT%H:%M:%SZ")
+        objs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n:02d}"}, "spec": {},
+             "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
+            for n in range(RUNS * PODS)]
+        self.pods: list[dict[str, Any]] = []
+        for i in range(RUNS):
+            ns, run = run_name(i)
+            objs.append(taurun(run, ns, "Running", created, workers=PODS - 1))
+            for j in range(PODS):
+                p = realistic_pod(ns, run, j, created, f"gpu-{i * PODS + j:02d}")
+                objs.append(p)
+                self.pods.append(p)
+        for o in objs:
+            rec = normalize(o).record
+            assert rec is not None
+            self.c._upsert(res[o["kind"]], rec)
+        for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
+            self.c.index.synced[kind] = NOW0
+        for n in range(RUNS * PODS):  # every node's clock measured (its kubelet's Lease): stamps placed
+            self.c.clocks.lease(NodeLease(f"gpu-{n:02d}", NOW0, timedelta(seconds=40)), timedelta(0), listed=False)
+        self.c.ready.set()
+        self.sent: dict[tuple[str, str], int] = {}
+        self.held: dict[tuple[str, str], PodGpuEvidence] = {}
+
+    def gpu_pass(self, seed: int, apart: int | None, missing: int | None, again: bool) -> None:
+        """Every pod's readings (seeded), `apart`: one pod's first GPU's SM clock far below the others';
+        `missing`: a pod the pass leaves out; `again`: records of the pass before handed again."""
+        rng = random.Random(seed)
+        now = self.clock[0]
+        gpus: dict[tuple[str, str], PodGpuEvidence] = {}
+        for k, p in enumerate(self.pods):
+            ns, name, node = p["metadata"]["namespace"], p["metadata"]["name"], p["spec"]["nodeName"]
+            if k == missing:
+                continue
+            if again and (ns, name) in self.held:
+                gpus[(ns, name)] = self.held[(ns, name)]
+                continue
+            devs = tuple(GpuDevice(uuid=f"GPU-{k:04d}{i:04d}-0000-4000-8000-000000000000", index=i,
+                                   utilization=rng.uniform(0.85, 1.0),
+                                   sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
+                                   power_limit_w=700.0,
+                                   sm_clock_hz=(1.2e9 if k == apart and i == 0 else 1.98e9) * rng.uniform(0.99, 1.01))
+                         for i in range(8))
+            gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", now, devs, ("main",))
+        self.held = gpus
+        nodes = {g.node: now for g in gpus.values()}
+        self.c._apply(Change("gpu", None, (gpus, nodes, frozenset())))
+
+    def log(self, run: int) -> None:
+        """The run's head prints its next 30 steps (an agent's increment, as bench_fleet's feed)."""
+        p = self.pods[run * PODS]
+        ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+        container = p["spec"]["containers"][0]["name"]
+        n0 = self.sent.get((ns, name), 0)
+        start = self.clock[0] - timedelta(seconds=29)
+        rng = random.Random(n0 * 31 + run)
+        doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": n0 + 30, "samples": [
+            [1000 + n0 + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False, 500_000,
+             n0 + i + 1] for i in range(30)]}))
+        scan = replace(decode(doc, f"{ns}/{name}/{container}"), first_at=start)
+        self.sent[(ns, name)] = n0 + 30
+        self.c._apply(Change("agent-log", None, (Signal(Ref("Pod", ns, name), container, scan, self.clock[0]),
+                                                 None if n0 == 0 else n0)))
+
+    def evaluate(self) -> list[str]:
+        out = self.c.evaluate()
+        now = self.clock[0]
+        exposition = [line for line in generate_latest(self.c.registry).decode().splitlines()
+                      if not line.startswith(("#", "taugrid_collector_evaluation_duration"))]  # (timings)
+        return [*(repr(rc) for rc in out), orjson.dumps(to_json(out, now)).decode(), *exposition]
+
+
+Step = tuple[str, int, int | None, int | None, bool]
+STEPS = st.one_of(
+    st.tuples(st.just("gpu"), st.integers(0, 1 << 16), st.none() | st.integers(0, RUNS * PODS - 1),
+              st.none() | st.integers(0, RUNS * PODS - 1), st.booleans()),
+    st.tuples(st.just("log"), st.integers(0, RUNS - 1), st.none(), st.none(), st.just(False)),
+    st.tuples(st.just("eval"), st.just(0), st.none(), st.none(), st.just(False)),
+    st.tuples(st.just("tick"), st.integers(1, 400), st.none(), st.none(), st.just(False)),
+)
+
+
+def _forget_all() -> None:
+    gpuspread._CORES = ByInputs()  # (another test's kept comparisons: none of this fleet's)
+
+
+def _play(steps: list[Step], *, forgetting: bool, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    _forget_all()
+    with monkeypatch.context() as m:
+        if not forgetting:
+            m.setattr(changes, "forget_replaced", lambda current: None)  # the loop before: kept until a miss
+        f = _Fleet()
+        f.gpu_pass(0, None, None, False)
+        for run in range(RUNS):
+            f.log(run)
+        seen = [f.evaluate()]
+        for op, a, b, c, again in steps:
+            if op == "gpu":
+                f.gpu_pass(a, b, c, again)
+                if forgetting:  # nothing kept reads a record the pass replaced
+                    current = {id(g) for g in f.c._gpus.values()}
+                    for inputs, _, _ in gpuspread._CORES._kept.values():
+                        assert all(id(e) in current for e in inputs)
+            elif op == "log":
+                f.log(a)
+            elif op == "tick":
+                f.clock[0] += timedelta(seconds=a)
+            else:
+                seen.append(f.evaluate())
+        seen.append(f.evaluate())
+        f.c._dirty.update(f.c.claims)
+        seen.append(f.evaluate())  # every run, whatever was marked
+        return seen
+
+
+# A GPU apart, then a pass without it: a comparison served for the wrong records (the pass before's)
+# names it still (the test fails with `ByInputs.get` serving a run's kept value whatever its inputs).
+APART_THEN_CLEARED: list[Step] = [("gpu", 1, 2, None, False), ("log", 0, None, None, False),
+                                  ("eval", 0, None, None, False), ("gpu", 2, None, None, False),
+                                  ("log", 0, None, None, False), ("eval", 0, None, None, False)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEPS, min_size=1, max_size=14))
+@example(steps=APART_THEN_CLEARED)
+def test_forgetting_replaced_records_leaves_every_claim_and_the_exposition(steps: list[Step],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _play(steps, forgetting=True, monkeypatch=monkeypatch) == \
+        _play(steps, forgetting=False, monkeypatch=monkeypatch)
+
+
+def test_a_progressing_run_holds_no_record_of_the_pass_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's order (and the agent poller's: logs handed on first, the GPUs at the pass's end):
+    each run re-evaluated on its log increment, then the GPU pass, which re-evaluates no progressing
+    run. Kept, the comparison held the replaced records until the next increment."""
+    for forgetting in (True, False):
+        _forget_all()
+        with monkeypatch.context() as m:
+            if not forgetting:
+                m.setattr(changes, "forget_replaced", lambda current: None)
+            f = _Fleet()
+            f.gpu_pass(0, None, None, False)
+            for k in range(3):
+                f.clock[0] += timedelta(seconds=30)
+                for run in range(RUNS):
+                    f.log(run)
+                f.evaluate()
+                f.gpu_pass(k + 1, 1, None, False)
+                assert not f.c._dirty  # (progressing runs, the same devices: nothing to re-evaluate)
+            current = {id(g) for g in f.c._gpus.values()}
+            kept = [e for inputs, _, _ in gpuspread._CORES._kept.values() for e in inputs]
+            if forgetting:
+                assert kept == []
+            else:  # every run's pods' records of the pass before
+                assert len(gpuspread._CORES) == RUNS and len(kept) == RUNS * PODS
+                assert not any(id(e) in current for e in kept)
+
+
+def test_forget_unless_keeps_slots_whose_inputs_are_all_current() -> None:
+    memo: ByInputs[str, int] = ByInputs()
+    a, b, c = object(), object(), object()
+    memo.put("ab", [a, b], 1)
+    memo.put("bc", [b, c], 2)
+    memo.put("none", [], 3)
+    memo.forget_unless(lambda x: x is not c)
+    assert memo.get("ab", [a, b]) == (1,) and memo.get("none", []) == (3,)
+    assert memo.get("bc", [b, c]) is None and len(memo) == 2
