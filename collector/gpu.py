@@ -213,12 +213,18 @@ def _shared(r: _Rare) -> bool:
     return _SHARED_RARE.get(r) is r
 
 
-class PodGpuEvidence(_Frozen):
+class _PodRecord(_Frozen):
+    __slots__ = ()
+    # the fields on a base, not the class: orjson refuses the record instead of reading `devices` and
+    # the packed readings as borrowed (gpudevice._DeviceRecord says why)
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _PodFields.__dataclass_fields__
+
+
+class PodGpuEvidence(_PodRecord):
     """The devices one pod holds on its node, as one source saw them at `read_at` (reader's clock): a
     frozen record with `_PodFields`' fields, value equality and hashing."""
 
     __slots__ = ("namespace", "pod", "node", "source", "read_at", "containers", "_p", "_x")
-    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _PodFields.__dataclass_fields__
     __match_args__: ClassVar[tuple[str, ...]] = _POD_NAMES
     namespace: str
     pod: str

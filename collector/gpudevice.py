@@ -97,12 +97,20 @@ class _Frozen:
         return self.__class__, self._fields()
 
 
-class GpuDevice(_Frozen):
+class _DeviceRecord(_Frozen):
+    # `dataclasses` finds a record's fields along its MRO; orjson looks in the class's own dict only and
+    # would take each field's value as borrowed, but a packed record's readings are properties that make
+    # a new float on each read (freed under orjson: the process crashes). Held here, the fields serve
+    # `fields`, `replace` and `asdict`, and orjson refuses the record with a TypeError instead.
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _Fields.__dataclass_fields__
+
+
+class GpuDevice(_DeviceRecord):
     """One GPU (or MIG instance) as a source saw it: a frozen record with `_Fields`' fields, value
     equality and hashing (NaN readings equal to each other)."""
 
     __slots__ = ("uuid", "_m", "_b", "_rare")
-    __dataclass_fields__: ClassVar[dict[str, Field[Any]]] = _Fields.__dataclass_fields__
     __match_args__: ClassVar[tuple[str, ...]] = _NAMES
     uuid: str
     _m: int

@@ -394,3 +394,30 @@ def test_the_readers_answer_as_with_the_dataclass(f: tuple[int, list[Any]], log:
             mock.patch("collector.claims.gpuspread._readings", old_spread_readings), \
             mock.patch("collector.claims.energy.energy_windows", old_energy_windows):
         assert repr(got_rc) == repr(apply_gpu(rc, ev, old, nodes, NOW, S))
+
+
+def test_orjson_refuses_the_packed_records_instead_of_crashing() -> None:
+    """orjson reads a dataclass's fields from its class's own dict and takes each value as borrowed: a
+    packed record's readings are made on each read, so it freed them under itself and the process
+    died (SIGSEGV). The records keep their fields on a base (`dataclasses` still sees them) and orjson
+    refuses them with a TypeError. Run apart: a regression must not take the test run down with it."""
+    import subprocess
+
+    code = """
+import orjson
+from datetime import datetime, UTC
+from collector.gpu import GpuDevice, PodGpuEvidence
+d = GpuDevice("GPU-a", 0, utilization=0.5, power_w=300.0)
+for record in (d, PodGpuEvidence("ns", "p", "n", "agent", datetime(2026, 1, 1, tzinfo=UTC), (d,))):
+    try:
+        orjson.dumps(record)
+    except TypeError as e:
+        print("refused:", e)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-500:]}"
+    assert done.stdout.count("refused: Type is not JSON serializable") == 2, done.stdout
+    d = GpuDevice("GPU-a", 0, utilization=0.5)
+    assert dataclasses.is_dataclass(d)
+    assert [f.name for f in dataclasses.fields(d)][:3] == ["uuid", "index", "utilization"]
+    assert dataclasses.replace(d, utilization=0.7).utilization == 0.7 and dataclasses.asdict(d)["utilization"] == 0.5
