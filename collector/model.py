@@ -491,10 +491,10 @@ class Goodput:
         """The figures at `now` (not before the evaluation, not past the claims' `recheck_at`)."""
         if not self.accrues and self.allocated_from is None:
             return self
-        allocated = self.allocated_s if self.allocated_from is None else _secs(now - self.allocated_from)
+        allocated = self.allocated_s if self.allocated_from is None else elapsed_s(now - self.allocated_from)
         productive, bad = self.productive_s, self.badput_s
         if self.accrues and self.accrues_from is not None:
-            value = self.accrues_base + _secs(now - self.accrues_from)
+            value = self.accrues_base + elapsed_s(now - self.accrues_from)
             if self.accrues == "productive":
                 productive = value
             else:
@@ -518,7 +518,8 @@ class Goodput:
         }
 
 
-def _secs(d: timedelta) -> float:
+def elapsed_s(d: timedelta) -> float:
+    """`d` in seconds, 0 for a negative one (a stamp ahead of the clock: no time has passed yet)."""
     return max(0.0, d.total_seconds())
 
 

@@ -55,6 +55,11 @@ def gpu_hours(since: datetime, now: datetime, gpus: int) -> float:
     return max(0.0, (now - since).total_seconds()) / 3600 * gpus
 
 
+def at_risk_reason(hours: float, why: str) -> str:
+    """A known work at risk's reason: the figure, then why it counts from where it does."""
+    return f"{hours:.1f} GPU-hours at risk: {why}"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkAtRisk:
     """GPU-hours a failure now would throw away: the run's GPUs times the time since its last durable
@@ -78,9 +83,8 @@ class WorkAtRisk:
         if self.gpu_hours is None or self.since is None or not self.grows:
             return self
         hours = gpu_hours(self.since, now, self.gpus)
-        head = f"{self.gpu_hours:.1f} GPU-hours at risk: "
-        reason = f"{hours:.1f} GPU-hours at risk: {self.reason[len(head):]}" if self.reason.startswith(head) \
-            else self.reason
+        head = at_risk_reason(self.gpu_hours, "")
+        reason = at_risk_reason(hours, self.reason[len(head):]) if self.reason.startswith(head) else self.reason
         nodes = tuple(new_node_risk(n.node, n.score, n.signals, n.reasons, n.gpus, hours * n.gpus / self.gpus)
                       for n in self.nodes)
         return replace(self, gpu_hours=hours, reason=reason, nodes=nodes)

@@ -282,8 +282,9 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     if "stragglers" in moved:
         for rank, pod, node, gpu, basis, ratio in _suspects(rc):
             add("straggler", ratio, rank=rank, pod=pod, node=node, uuid=gpu, basis=basis)
-    entry.clocked.update(clocked_rows(rc, RUN_BODY % run, run, _esc))
-    entry.text.update(_every_time_text(rc, RUN_BODY % run))
+    body = RUN_BODY % run
+    entry.clocked.update(clocked_rows(rc, body, run, _esc))
+    entry.text.update(_every_time_text(rc, body))
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
     return entry
@@ -534,10 +535,11 @@ class ClaimsExporter(Collector):
             entries = list(self._runs.values())
             now_s, now_at = self._now, self._now_at
         entries.sort(key=lambda e: e.claims.ref.key)
+        # goodput and work at risk at the exporter's clock
+        current = [e.claims if now_at is None else e.claims.at(now_at) for e in entries]
         fam = self._families()
         brief = self.run_series is RunSeries.UNHEALTHY
-        for entry in entries:
-            rc = entry.claims if now_at is None else entry.claims.at(now_at)  # goodput, work at risk now
+        for entry, rc in zip(entries, current, strict=True):
             run = (rc.ref.namespace, rc.ref.name, rc.ref.kind)
             if brief and run_state(rc) is RunState.HEALTHY:
                 if (last := _last_step(rc)) is not None:  # HEALTHY_RUN_FAMILIES
@@ -593,8 +595,7 @@ class ClaimsExporter(Collector):
                 fam["energy_per_token"].add_metric(list(run), rc.energy.joules_per_token)
             fam["finished"].add_metric(list(run), 1.0 if rc.finished else 0.0)
             fam["evaluated"].add_metric(list(run), epoch_seconds(rc.evaluated_at))
-        return [*fam.values(), fleet_family(e.claims for e in entries),
-                *node_families(drain_advice(e.claims if now_at is None else e.claims.at(now_at) for e in entries))]
+        return [*fam.values(), fleet_family(e.claims for e in entries), *node_families(drain_advice(current))]
 
     _families = staticmethod(run_families)  # (the families: exporters/prometheus_families.py)
 

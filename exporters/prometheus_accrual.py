@@ -115,8 +115,7 @@ def clocked_rows(rc: RunClaims, body: str, run: dict[str, str], esc: Callable[[s
     at = epoch_us(rc.evaluated_at)
     g = rc.goodput
     if g is not None:
-        grows = g.accrues_from is not None and g.accrues != ""
-        since = epoch_us(g.accrues_from) if grows and g.accrues_from is not None else None
+        since = epoch_us(g.accrues_from) if g.accrues and g.accrues_from is not None else None
         series = f"{GOODPUT}{{{body}}}".encode()
         if g.rated and g.allocated_from is not None:
             p_grows = since if g.accrues == "productive" else None
@@ -137,17 +136,16 @@ def clocked_rows(rc: RunClaims, body: str, run: dict[str, str], esc: Callable[[s
         out["run_time"] = tuple(rows)
     w = rc.work_at_risk
     if w is not None and w.gpu_hours is not None:  # (a node's share is known only then)
-        grows = w.grows and w.since is not None
-        since_us = epoch_us(w.since) if grows and w.since is not None else 0
+        since_us = epoch_us(w.since) if w.grows and w.since is not None else None
         series = (TEMPLATES["work_at_risk"] % run).encode()
         still = _line(series, round(w.gpu_hours, 4))
-        out["work_at_risk"] = (AtRisk(still, at, series, since_us, w.gpus, None) if grows else still,)
+        out["work_at_risk"] = (still if since_us is None else AtRisk(still, at, series, since_us, w.gpus, None),)
         exposed = [n for n in w.nodes if n.score > 0 and n.gpu_hours is not None][:MAX_EXPOSED_NODES]
         if exposed:
             rows = []
             for n in exposed:
                 series = (TEMPLATES["drain_exposure"] % {**run, "node": esc(n.node)}).encode()
                 still = _line(series, round(n.gpu_hours or 0.0, 4))
-                rows.append(AtRisk(still, at, series, since_us, w.gpus, n.gpus) if grows else still)
+                rows.append(still if since_us is None else AtRisk(still, at, series, since_us, w.gpus, n.gpus))
             out["drain_exposure"] = tuple(rows)
     return out

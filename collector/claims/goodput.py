@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from collector.claims.common import Clock
 from collector.claims.progress import ProgressView
 from collector.correlate import RunEvidence
-from collector.model import BADPUT_CAUSES, Goodput, PodFacts
+from collector.model import BADPUT_CAUSES, Goodput, PodFacts, elapsed_s
 
 ZERO = timedelta(0)
 
@@ -31,12 +31,12 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         if created is not None:
             if scheduled_at is None:
                 acc.set("queued", 0.0, created)
-            bad["queued"] = _secs((scheduled_at or now) - created)
+            bad["queued"] = elapsed_s((scheduled_at or now) - created)
         return acc.goodput(0.0, 0.0, bad, None)
-    allocated = _secs(now - scheduled_at)
+    allocated = elapsed_s(now - scheduled_at)
     acc.allocated_from = scheduled_at
     if created is not None:
-        bad["queued"] = _secs(scheduled_at - created)
+        bad["queued"] = elapsed_s(scheduled_at - created)
     advances = [a for a in (view.advances if view else ()) if a.at >= scheduled_at]
     # Before the first evidence (the first timestamp of the logs read: a tail in the live controller)
     # nothing was seen: that time is unobserved, not "starting". A crash loop is seen in pod status.
@@ -57,11 +57,11 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
                     clock.expires(mark)
             else:
                 acc.set("starting", 0.0, mark)
-            bad["unobserved"] = _secs(seen_from - scheduled_at)
-            bad["starting"] = _secs(now - seen_from)
+            bad["unobserved"] = elapsed_s(seen_from - scheduled_at)
+            bad["starting"] = elapsed_s(now - seen_from)
         return acc.goodput(allocated, 0.0, bad, None if view is None or not view.advances else 0.0)
     acc.rated = True
-    bad["unobserved"] = _secs(seen_from - scheduled_at)
+    bad["unobserved"] = elapsed_s(seen_from - scheduled_at)
     assert view is not None  # advances come from it
     restarts = sorted(
         c.last_finished
@@ -69,7 +69,7 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         for c in p.facts.containers if c.last_finished is not None and c.last_finished >= scheduled_at
     )
     window = view.window
-    bad["starting"] = _secs(advances[0].at - seen_from)
+    bad["starting"] = elapsed_s(advances[0].at - seen_from)
     # advances are in time order: every gap is >= 0 (summed as timedeltas, converted once)
     good = restarting = replaying = stalled = ZERO
     for a, b in zip(advances, advances[1:], strict=False):
@@ -83,10 +83,10 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
             restarting += gap
         else:
             stalled += gap
-    productive = _secs(good)
-    bad["restarting"] += _secs(restarting)
-    bad["replaying"] += _secs(replaying)
-    bad["stalled"] += _secs(stalled)
+    productive = elapsed_s(good)
+    bad["restarting"] += elapsed_s(restarting)
+    bad["replaying"] += elapsed_s(replaying)
+    bad["stalled"] += elapsed_s(stalled)
     last = advances[-1].at
     tail = now - last
     # Started over since the last advance and not past the mark yet: restarting until the replay
@@ -94,29 +94,29 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
     replay = view.replaying if view.replaying is not None and view.replaying.since > last else None
     blind = view.blind if view.blind is not None and view.blind.restart.at > last else None
     if replay is not None:
-        bad["restarting"] += _secs(replay.since - last)
+        bad["restarting"] += elapsed_s(replay.since - last)
         acc.set("replaying", bad["replaying"], replay.since)
-        bad["replaying"] += _secs(now - replay.since)
+        bad["replaying"] += elapsed_s(now - replay.since)
     elif blind is not None:
         acc.set("restarting", bad["restarting"], last)
-        bad["restarting"] += _secs(tail)
+        bad["restarting"] += elapsed_s(tail)
     # stalled_now: the claim says not progressing even inside the window (a hang after the last step)
     elif tail <= window and not stalled_now:
         clock.expires(last + window)  # the whole tail is stalled time after it
         acc.set("productive", productive, last)
-        productive += _secs(tail)
+        productive += elapsed_s(tail)
     elif crash_looping:
         acc.set("restarting", bad["restarting"], last)
-        bad["restarting"] += _secs(tail)
+        bad["restarting"] += elapsed_s(tail)
     else:
         acc.set("stalled", bad["stalled"], last)
-        bad["stalled"] += _secs(tail)
+        bad["stalled"] += elapsed_s(tail)
     return acc.goodput(allocated, productive, bad, productive / allocated if allocated > 0 else None)
 
 
 class _Accrual:
     """The bucket that grows with the clock from an instant (one ahead of the clock grows from then, as
-    `_secs` clamps it: no deadline), the allocation's start, whether the ratio is productive/allocated."""
+    `elapsed_s` clamps it: no deadline), the allocation's start, whether the ratio is productive/allocated."""
 
     __slots__ = ("clock", "bucket", "base", "since", "allocated_from", "rated")
 
@@ -133,7 +133,3 @@ class _Accrual:
     def goodput(self, allocated: float, productive: float, bad: dict[str, float], ratio: float | None) -> Goodput:
         return Goodput(allocated, productive, bad, ratio, self.bucket, self.base, self.since,
                        self.allocated_from, self.rated)
-
-
-def _secs(d: timedelta) -> float:
-    return max(0.0, d.total_seconds())

@@ -33,7 +33,7 @@ from collector.claims.common import FUTURE_SKEW, Clock, human_age
 from collector.correlate import RunEvidence
 from collector.gpu import PodGpuEvidence, faulty
 from collector.model import NodeFacts, PodFacts, Ref, RunClaims, rfc3339
-from collector.riskfacts import NodeRisk, WorkAtRisk, gpu_hours, new_node_risk
+from collector.riskfacts import NodeRisk, WorkAtRisk, at_risk_reason, gpu_hours, new_node_risk
 
 # XIDs that say the node's hardware (or its driver's hold on it) is failing, with a weight: how much
 # each adds to a node's drain score. Application faults (13, 31, 43, 45) say nothing about the node.
@@ -156,7 +156,7 @@ def work_at_risk(ev: RunEvidence, clock: Clock, max_age: timedelta) -> WorkAtRis
     if since is not None and since >= now:
         clock.expires(since)  # nothing at risk until then (the nodes rank by name), then it grows
     if hours is not None:
-        reason = f"{hours:.1f} GPU-hours at risk: {reason}"
+        reason = at_risk_reason(hours, reason)
     # Node objects older than the evidence bound say nothing now: no signal from them (and none cleared)
     synced = ev.synced.get("Node")
     node_fresh = synced is not None and clock.within(synced, max_age)
