@@ -4,7 +4,9 @@ such a script in each tree, interleaved, and the medians of what it answers."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -55,6 +57,25 @@ def interleaved(script: str, measured: Sequence[tuple[str, Path]], args: Callabl
             got[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"  repeat {r + 1}/{repeats} done", flush=True)
     return got
+
+
+def tree_args(ap: argparse.ArgumentParser, *, repeats: int = 3, before_tree: bool = False) -> None:
+    """The arguments of a bench that measures this tree beside a baseline: --repeats, --baseline (a
+    commit), --before-tree (an unpacked tree) where asked, and the child's own --tree and --json."""
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--baseline", default="", help="a commit to measure beside this tree (a temporary worktree)")
+    if before_tree:
+        ap.add_argument("--before-tree", type=Path, help="a source tree to measure beside this one")
+    ap.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+
+
+def answer(tree: Path, measure: Callable[[], Any]) -> None:
+    """What a `--json` child does: `tree`'s code imported first, logging off (a bench's figures, not the
+    collector's warnings, on stdout), and `measure()`'s result as its last line (see `interleaved`)."""
+    sys.path.insert(0, str(tree))
+    logging.disable(logging.CRITICAL)
+    print(json.dumps(measure()))
 
 
 def median_cell(xs: Sequence[float], width: int, digits: int) -> tuple[float, str]:

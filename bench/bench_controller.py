@@ -196,6 +196,53 @@ def bumped(obj: Obj, n: int) -> Obj:
     return {**obj, "status": {**st, "containerStatuses": [main, *cs[1:]]}}
 
 
+def node_name(n: int) -> str:
+    return f"gpu-{n:04d}"
+
+
+def fleet_controller(runs: int, pods_per_run: int, nodes: int, now: Callable[[], datetime], *,
+                     ready: bool = True) -> tuple[Any, list[Obj]]:
+    """A controller (never opened: no thread, no server) holding `runs` TauRuns of `pods_per_run`
+    realistic GPU pods each, spread over `nodes` GPU nodes, written into its index as a watch would;
+    and the pods. `ready`: the Node objects too, every resource listed (synced) and the loop ready,
+    as after the start; otherwise the runs' objects alone (what an index-only bench reads)."""
+    from collector.controller import Controller
+    from collector.kube import normalize
+    from collector.settings import ControllerSettings, Settings
+    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+
+    now0 = now()
+    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
+                                           log_poll_interval=timedelta(0)))
+    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings, now)
+    res = {r.kind: r for r in resources_for(settings.taugrid)}
+    created = now0 - timedelta(hours=3)
+    stamp = now0.strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs: list[Obj] = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name(n)}, "spec": {},
+         "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
+        for n in range(nodes)] if ready else []
+    pods: list[Obj] = []
+    for i in range(runs):
+        ns, run = run_name(i)
+        objs.append(taurun(run, ns, "Running", created, workers=pods_per_run - 1))
+        for j in range(pods_per_run):
+            p = realistic_pod(ns, run, j, created, node_name((i * pods_per_run + j) % nodes))
+            p["metadata"]["resourceVersion"] = "1"
+            objs.append(p)
+            pods.append(p)
+    for o in objs:
+        rec = normalize(o).record
+        assert rec is not None, o["metadata"]["name"]
+        c._upsert(res[o["kind"]], rec)
+    if ready:
+        for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
+            c.index.synced[kind] = now0
+        c.ready.set()
+    return c, pods
+
+
 # --- the simulator process ----------------------------------------------------------------------
 
 

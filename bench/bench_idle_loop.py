@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 import zlib
 from contextlib import ExitStack
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from baseline import interleaved, median_cell, trees
+from baseline import answer, interleaved, median_cell, tree_args, trees
 
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 12
@@ -102,30 +99,16 @@ def plan(passes: int) -> dict[str, float]:
 
 
 def index_cases(runs: int, passes: int) -> dict[str, dict[str, float]]:
-    from bench_controller import realistic_pod, run_name
+    from bench_controller import fleet_controller, run_name
 
-    from collector.controller import Controller
     from collector.kube import normalize
-    from collector.settings import ControllerSettings, Settings
-    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+    from collector.sources.kube_api import resources_for
     from tests.dumpkit import event
-    from tests.test_explain_fixtures import taurun
 
     now0 = datetime(2026, 1, 1, tzinfo=UTC)
-    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
-                                           log_poll_interval=timedelta(0)))
-    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings, lambda: now0)
-    res = {r.kind: r for r in resources_for(settings.taugrid)}
+    c, _ = fleet_controller(runs, PODS_PER_RUN, NODES, lambda: now0, ready=False)
+    res = {r.kind: r for r in resources_for(c.settings.taugrid)}
     created = now0 - timedelta(hours=3)
-    for i in range(runs):
-        ns, run = run_name(i)
-        objs = [taurun(run, ns, "Running", created, workers=PODS_PER_RUN - 1)]
-        objs += [realistic_pod(ns, run, j, created, f"gpu-{(i * PODS_PER_RUN + j) % NODES:04d}")
-                 for j in range(PODS_PER_RUN)]
-        for o in objs:
-            rec = normalize(o).record
-            assert rec is not None
-            c._upsert(res[o["kind"]], rec)
     idx = c.index
     roots = idx.roots()
     assert len(roots) == runs, len(roots)
@@ -173,18 +156,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=4000)
     ap.add_argument("--passes", type=int, default=6, help="passes timed per case and repeat")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--baseline", default="", help="a commit to measure beside this tree (a temporary worktree)")
-    ap.add_argument("--before-tree", type=Path, help="a source tree to measure beside this one")
-    ap.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    tree_args(ap, before_tree=True)
     a = ap.parse_args()
     if a.json:
-        sys.path.insert(0, str(a.tree))
-        import logging
-
-        logging.disable(logging.CRITICAL)
-        print(json.dumps(measure(a.runs, a.passes)))
+        answer(a.tree, lambda: measure(a.runs, a.passes))
         return
     with ExitStack() as stack:
         measured = trees(stack, a.baseline, "bench-idle-", a.before_tree)

@@ -21,10 +21,8 @@ Usage: .venv/bin/python bench/bench_run_eval.py [--runs 200] [--passes 5] [--rep
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -32,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from baseline import interleaved, median_cell, trees
+from baseline import answer, interleaved, median_cell, tree_args, trees
 
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 8
@@ -41,44 +39,16 @@ NODES = 256
 
 def measure(runs: int, passes: int, case: str) -> dict[str, float]:
     import orjson
-    from bench_controller import bumped, realistic_pod, run_name
+    from bench_controller import bumped, fleet_controller
 
-    from collector.controller import Controller
     from collector.kube import normalize
     from collector.planes.base import Change
-    from collector.settings import ControllerSettings, Settings
-    from collector.sources.kube_api import KubeApi, api_client_for, resources_for
-    from tests.test_explain_fixtures import taurun
+    from collector.sources.kube_api import resources_for
 
     now0 = datetime.now(UTC)
     clock = [now0]
-    settings = Settings(controller=replace(ControllerSettings(), leader_election=False,
-                                           log_poll_interval=timedelta(0)))
-    c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), settings, lambda: clock[0])
-    res = {r.kind: r for r in resources_for(settings.taugrid)}
-    created = now0 - timedelta(hours=3)
-    stamp = now0.strftime("%Y-%m-%dT%H:%M:%SZ")
-    objs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n:04d}"}, "spec": {},
-         "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
-                    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
-        for n in range(NODES)]
-    pods: list[dict[str, Any]] = []
-    for i in range(runs):
-        ns, run = run_name(i)
-        objs.append(taurun(run, ns, "Running", created, workers=PODS_PER_RUN - 1))
-        for j in range(PODS_PER_RUN):
-            p = realistic_pod(ns, run, j, created, f"gpu-{(i * PODS_PER_RUN + j) % NODES:04d}")
-            p["metadata"]["resourceVersion"] = "1"
-            objs.append(p)
-            pods.append(p)
-    for o in objs:
-        rec = normalize(o).record
-        if rec is not None:
-            c._upsert(res[o["kind"]], rec)
-    for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
-        c.index.synced[kind] = now0
-    c.ready.set()
+    c, pods = fleet_controller(runs, PODS_PER_RUN, NODES, lambda: clock[0])
+    res = {r.kind: r for r in resources_for(c.settings.taugrid)}
     rng = random.Random(7)
     sent: dict[tuple[str, str], int] = {}
 
@@ -152,17 +122,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--passes", type=int, default=5, help="evaluation passes timed per case and repeat")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--baseline", default="", help="a commit to measure beside this tree (a temporary worktree)")
-    ap.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    tree_args(ap)
     a = ap.parse_args()
     if a.json:
-        sys.path.insert(0, str(a.tree))
-        import logging
-
-        logging.disable(logging.CRITICAL)
-        print(json.dumps({case: measure(a.runs, a.passes, case) for case in CASES}))
+        answer(a.tree, lambda: {case: measure(a.runs, a.passes, case) for case in CASES})
         return
     with ExitStack() as stack:
         measured = trees(stack, a.baseline, "bench-run-eval-")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import orjson
 import pytest
@@ -18,21 +17,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from bench.bench_controller import realistic_pod, run_name
+from bench.bench_controller import fleet_controller, node_name
 from collector import changes
 from collector.claims import gpuspread
 from collector.claims.memo import ByInputs
-from collector.controller import Controller
 from collector.correlate import Signal
 from collector.gpu import GpuDevice, PodGpuEvidence
-from collector.kube import NodeLease, normalize
+from collector.kube import NodeLease
 from collector.model import Ref
 from collector.planes.base import Change
 from collector.render import to_json
-from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import _scan as decode
-from collector.sources.kube_api import KubeApi, api_client_for, resources_for
-from tests.test_explain_fixtures import taurun
 
 RUNS, PODS = 3, 4
 NOW0 = datetime(2026, 12, 5, 4, 0, tzinfo=UTC)
@@ -43,33 +38,9 @@ class _Fleet:
 
     def __init__(self) -> None:
         self.clock = [NOW0]
-        s = Settings(controller=replace(ControllerSettings(), leader_election=False, log_poll_interval=timedelta(0)))
-        self.c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), s, lambda: self.clock[0])
-        res = {r.kind: r for r in resources_for(s.taugrid)}
-        created = NOW0 - timedelta(hours=3)
-        stamp = NOW0.strftime("%Y-%m-%dT%H:%M:%SZ")
-        objs: list[dict[str, Any]] = [
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n:02d}"}, "spec": {},
-             "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
-                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
-            for n in range(RUNS * PODS)]
-        self.pods: list[dict[str, Any]] = []
-        for i in range(RUNS):
-            ns, run = run_name(i)
-            objs.append(taurun(run, ns, "Running", created, workers=PODS - 1))
-            for j in range(PODS):
-                p = realistic_pod(ns, run, j, created, f"gpu-{i * PODS + j:02d}")
-                objs.append(p)
-                self.pods.append(p)
-        for o in objs:
-            rec = normalize(o).record
-            assert rec is not None
-            self.c._upsert(res[o["kind"]], rec)
-        for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
-            self.c.index.synced[kind] = NOW0
+        self.c, self.pods = fleet_controller(RUNS, PODS, RUNS * PODS, lambda: self.clock[0])
         for n in range(RUNS * PODS):  # every node's clock measured (its kubelet's Lease): stamps placed
-            self.c.clocks.lease(NodeLease(f"gpu-{n:02d}", NOW0, timedelta(seconds=40)), timedelta(0), listed=False)
-        self.c.ready.set()
+            self.c.clocks.lease(NodeLease(node_name(n), NOW0, timedelta(seconds=40)), timedelta(0), listed=False)
         self.sent: dict[tuple[str, str], int] = {}
         self.held: dict[tuple[str, str], PodGpuEvidence] = {}
 
