@@ -154,10 +154,10 @@ def fleet() -> dict[str, Any]:
         stat("Runs tracked", "max(taugrid_collector_runs_tracked)", unit="short",
              description="Runs in the collector's index, finished ones included (the leader's count)."),
         stat("Contradicted", 'count(max by (cluster, namespace, run, kind) '
-             f'(taugrid_run_claim_verdict{{verdict="contradicted"}} == 1) {live}) or vector(0)', unit="short",
+             f'(taugrid_run_claim_state{{verdict="contradicted"}} == 1) {live}) or vector(0)', unit="short",
              description="Unfinished runs whose status asserts something the evidence contradicts."),
         stat("Stalled", 'count(max by (cluster, namespace, run, kind) '
-             f'(taugrid_run_claim_observed{{claim="progressing", observed="false"}} == 1) {live}) or vector(0)',
+             f'(taugrid_run_claim_state{{claim="progressing", observed="false"}} == 1) {live}) or vector(0)',
              unit="short", description="Unfinished runs whose progressing claim is observed false (stalled, hung, "
                                        "not running, or replaying after a restart)."),
         stat("Blocked", f"count(max by (cluster, namespace, run, kind) (taugrid_run_blocked == 1) {live}) or vector(0)",
@@ -167,7 +167,7 @@ def fleet() -> dict[str, Any]:
         stat("Evaluation lag", "time() - min(taugrid_run_evaluated_timestamp_seconds)", unit="s",
              description="Age of the oldest claim evaluation: grows when the collector's loop falls behind."),
         series("Runs by claim and verdict",
-               ("count by (claim, verdict) (taugrid_run_claim_verdict == 1)", "{{claim}} {{verdict}}"), w=24,
+               ("count by (claim, verdict) (taugrid_run_claim_state == 1)", "{{claim}} {{verdict}}"), w=24,
                unit="short", description="Runs per claim (scheduled, running, progressing) and verdict over time."),
         panel("bargauge", "Blocked runs by owner", [target("count by (owner) (taugrid_run_blocked == 1)",
                                                            "{{owner}}", instant=True)], unit="short",
@@ -192,7 +192,7 @@ def fleet() -> dict[str, Any]:
                        "pieType": "donut", "legend": {"displayMode": "table", "placement": "right",
                                                       "showLegend": True, "values": ["value", "percent"]}}),
         table("Runs needing attention", 'max by (cluster, namespace, run, kind, claim, verdict) '
-              f'(taugrid_run_claim_verdict{{verdict=~"contradicted|unconfirmed"}} == 1) {live}', unit="none",
+              f'(taugrid_run_claim_state{{verdict=~"contradicted|unconfirmed"}} == 1) {live}', unit="none",
               description="Unfinished runs with a claim contradicted by the evidence or not confirmed by it "
                           "(`taugrid-evidence explain` shows why)."),
         table("Longest waits", "topk(20, max by (cluster, namespace, run, kind, stage, owner) "
@@ -206,11 +206,11 @@ def run() -> dict[str, Any]:
                      "One run: its claims over time, progress and its rate, where its time went, evidence "
                      "freshness, GPU activity of its pods.", [
         panel("state-timeline", "Claims: verdict", [target(
-            f"max by (claim, verdict) (taugrid_run_claim_verdict{{{RUN}}})", "{{claim}}: {{verdict}}")], w=24,
+            f"max by (claim, verdict) (taugrid_run_claim_state{{{RUN}}})", "{{claim}}: {{verdict}}")], w=24,
               unit="none", description="Each claim's verdict over time: its status compared with the evidence.",
               options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
         panel("state-timeline", "Claims: observed", [target(
-            f"max by (claim, observed) (taugrid_run_claim_observed{{{RUN}}})", "{{claim}}: {{observed}}")], w=24,
+            f"max by (claim, observed) (taugrid_run_claim_state{{{RUN}}})", "{{claim}}: {{observed}}")], w=24,
               unit="none", description="What the independent evidence shows for each claim: true, false or unknown.",
               options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
         series("Newest step", (f"max(taugrid_run_progress_last_step{{{RUN}}})", "step"), w=8, unit="short",

@@ -147,7 +147,7 @@ def _same_claims(a: RunClaims, b: RunClaims) -> bool:
 # The families of one group are prepared together from the same inputs (`_group_keys`): an update
 # reuses a group's lines from the run's previous entry while its inputs stay the same.
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "claims": ("observed", "verdict", "since", "progressing_cause"),
+    "claims": ("claim", "since", "progressing_cause"),
     "blocked": ("blocked", "blocked_age"),
     "evidence_age": ("evidence_age",),
     "last": ("last_step", "last_progress"),
@@ -253,8 +253,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
                         kept_ages[f] = a
     if "claims" in moved:
         for name, claim in rc.claims.items():
-            add("observed", 1.0, claim=name, observed=claim.observed.value)
-            add("verdict", 1.0, claim=name, verdict=claim.verdict.value)
+            add("claim", 1.0, claim=name, observed=claim.observed.value, verdict=claim.verdict.value)
             if claim.since is not None:
                 add("since", epoch_seconds(claim.since), claim=name)
         if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:
@@ -550,8 +549,7 @@ class ClaimsExporter(Collector):
                     fam["drain_exposure"].add_metric([*run, node], round(h, 4))
                 continue
             for name, claim in rc.claims.items():
-                fam["observed"].add_metric([*run, name, claim.observed.value], 1.0)
-                fam["verdict"].add_metric([*run, name, claim.verdict.value], 1.0)
+                fam["claim"].add_metric([*run, name, claim.observed.value, claim.verdict.value], 1.0)
                 if claim.since is not None:
                     fam["since"].add_metric([*run, name], epoch_seconds(claim.since))
             if rc.progressing.observed is Observed.FALSE and rc.progressing.cause:

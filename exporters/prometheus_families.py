@@ -15,15 +15,11 @@ def run_families() -> dict[str, GaugeMetricFamily]:
     """Every per-run family, by its short name (empty: the exporter fills them at scrape time)."""
     run = list(RUN_LABELS)
     return {
-        "observed": GaugeMetricFamily(
-            "taugrid_run_claim_observed",
-            "What independent evidence shows for a claim; 1 on the series whose observed label holds.",
-            labels=[*run, "claim", "observed"],
-        ),
-        "verdict": GaugeMetricFamily(
-            "taugrid_run_claim_verdict",
-            "A claim's verdict (run status against evidence); 1 on the series whose verdict label holds.",
-            labels=[*run, "claim", "verdict"],
+        "claim": GaugeMetricFamily(
+            "taugrid_run_claim_state",
+            "A claim's state, one series per claim with the value 1: what independent evidence shows for it "
+            "(observed) and its verdict (the run's status against that evidence).",
+            labels=[*run, "claim", "observed", "verdict"],
         ),
         "since": GaugeMetricFamily(
             "taugrid_run_claim_since_timestamp_seconds",

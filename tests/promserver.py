@@ -1,7 +1,7 @@
 """A real Prometheus server for tests: Debian's `prometheus` binary on loopback, its own data dir.
 
     with PromServer.start(["127.0.0.1:9100"], workdir=tmp_path) as prom:
-        prom.wait_for('taugrid_run_claim_verdict{claim="running"}', lambda r: len(r) == 1)
+        prom.wait_for('taugrid_run_claim_state{claim="running"}', lambda r: len(r) == 1)
 
 or, from a conftest, the `prometheus_server` fixture factory below (servers stop at teardown).
 A missing binary FAILS the test (CI installs the package; skipping would hide a broken setup).

@@ -22,14 +22,14 @@ def test_prometheus_sees_the_claims_the_cluster_implies(tmp_path: Path) -> None:
             wait_until(lambda: c.ready.is_set())
             with PromServer.start([f"127.0.0.1:{port}"], tmp_path / "prom") as prom:
                 verdicts = prom.wait_for(
-                    'taugrid_run_claim_verdict{claim="running"}', lambda r: len(r) == 2, timeout=20)
+                    'taugrid_run_claim_state{claim="running"}', lambda r: len(r) == 2, timeout=20)
                 by_run = {s["metric"]["run"]: s["metric"]["verdict"] for s in verdicts}
                 assert by_run == {"healthy": "verified", "crashy": "contradicted"}
-                observed = prom.query('taugrid_run_claim_observed{run="crashy",claim="progressing"}')
+                observed = prom.query('taugrid_run_claim_state{run="crashy",claim="progressing"}')
                 assert [s["metric"]["observed"] for s in observed] == ["false"]
                 # The crash loop ends: Prometheus follows within a scrape or two.
                 apply_run(sim, "crashy", ns="team-b")
-                prom.wait_for('taugrid_run_claim_verdict{run="crashy",claim="running",verdict="verified"}',
+                prom.wait_for('taugrid_run_claim_state{run="crashy",claim="running",verdict="verified"}',
                               timeout=20)
                 tracked = prom.query("taugrid_collector_runs_tracked")
                 assert float(tracked[0]["value"][1]) == 2

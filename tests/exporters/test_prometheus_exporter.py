@@ -31,18 +31,18 @@ def test_claims_one_series_per_run_and_claim_with_the_value_in_a_label(registry:
     run = {"namespace": "research", "run": "llm-pretrain", "kind": "TauRun"}
     verdicts = {
         lab["claim"]: lab["verdict"]
-        for lab, v in s["taugrid_run_claim_verdict"]
+        for lab, v in s["taugrid_run_claim_state"]
         if lab["run"] == "llm-pretrain"
     }
     assert verdicts == {"scheduled": "verified", "running": "contradicted", "progressing": "unconfirmed"}
     observed = {
         lab["claim"]: lab["observed"]
-        for lab, v in s["taugrid_run_claim_observed"]
+        for lab, v in s["taugrid_run_claim_state"]
         if lab["run"] == "llm-pretrain"
     }
     assert observed == {"scheduled": "true", "running": "false", "progressing": "unknown"}
-    assert all(v == 1.0 for _, v in s["taugrid_run_claim_verdict"] + s["taugrid_run_claim_observed"])
-    assert len(s["taugrid_run_claim_verdict"]) == 6  # 2 runs × 3 claims, no state-set fan-out
+    assert all(v == 1.0 for _, v in s["taugrid_run_claim_state"])
+    assert len(s["taugrid_run_claim_state"]) == 6  # 2 runs × 3 claims, no state-set fan-out
 
     since = "taugrid_run_claim_since_timestamp_seconds"
     assert one(s, since, claim="running", **run) == (T0 - timedelta(minutes=5)).timestamp()
@@ -124,14 +124,14 @@ def test_update_replaces_a_runs_series_and_replace_true_drops_absent_runs(
     )
     exp.update([fixed], T0 + timedelta(seconds=1))
     s = scrape(registry)
-    assert one(s, "taugrid_run_claim_verdict", run="llm-pretrain", claim="running", verdict="verified") == 1.0
-    assert len(s["taugrid_run_claim_verdict"]) == 6  # the old verdict series is gone, the other run stays
+    assert one(s, "taugrid_run_claim_state", run="llm-pretrain", claim="running", verdict="verified") == 1.0
+    assert len(s["taugrid_run_claim_state"]) == 6  # the old verdict series is gone, the other run stays
 
     exp.update([fixed], T0 + timedelta(seconds=2), replace=True)
     assert [r.name for r in exp.runs()] == ["llm-pretrain"]
     assert exp.forget(fixed.ref) is True
     assert exp.forget(fixed.ref) is False
-    assert "taugrid_run_claim_verdict" not in scrape(registry)
+    assert "taugrid_run_claim_state" not in scrape(registry)
 
 
 def test_finished_runs_go_after_retention_and_stay_gone(registry: CollectorRegistry) -> None:
@@ -152,7 +152,7 @@ def test_finished_runs_go_after_retention_and_stay_gone(registry: CollectorRegis
     )
     assert {r.name for r in exp.runs()} == {"queued"}
     assert not [
-        lab for lab, _ in scrape(registry)["taugrid_run_claim_verdict"] if lab["run"] == "llm-pretrain"
+        lab for lab, _ in scrape(registry)["taugrid_run_claim_state"] if lab["run"] == "llm-pretrain"
     ]
 
     # The controller keeps sending the same finished run: it stays gone.
@@ -259,7 +259,7 @@ def test_concurrent_updates_and_scrapes_stay_consistent(registry: CollectorRegis
             while not stop.is_set():
                 per_run: dict[str, int] = {}
                 for fam in text_string_to_metric_families(render(registry).decode()):
-                    if fam.name == "taugrid_run_claim_verdict":
+                    if fam.name == "taugrid_run_claim_state":
                         for smp in fam.samples:
                             per_run[smp.labels["run"]] = per_run.get(smp.labels["run"], 0) + 1
                 assert all(n == 3 for n in per_run.values()), per_run
@@ -293,7 +293,7 @@ def test_serve_exposes_metrics_over_http(registry: CollectorRegistry) -> None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as r:
             body = r.read().decode()
-        assert "taugrid_run_claim_verdict{" in body and 'verdict="contradicted"' in body
+        assert "taugrid_run_claim_state{" in body and 'verdict="contradicted"' in body
     finally:
         shutdown(server, thread)
     assert not thread.is_alive()

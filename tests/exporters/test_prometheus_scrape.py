@@ -26,7 +26,7 @@ def test_prometheus_sees_running_contradicted(prometheus_server: StartPrometheus
     try:
         prom = prometheus_server([f"127.0.0.1:{server.server_port}"])
         result = prom.wait_for(
-            'taugrid_run_claim_verdict{namespace="research", run="llm-pretrain", claim="running"} == 1',
+            'taugrid_run_claim_state{namespace="research", run="llm-pretrain", claim="running"} == 1',
             lambda r: len(r) == 1,
             timeout=12,
         )
@@ -50,7 +50,7 @@ def test_prometheus_sees_running_contradicted(prometheus_server: StartPrometheus
         )
         exporter.update([healed], later)
         prom.wait_for(
-            'taugrid_run_claim_verdict{run="llm-pretrain", claim="running"} == 1',
+            'taugrid_run_claim_state{run="llm-pretrain", claim="running"} == 1',
             lambda r: [x["metric"]["verdict"] for x in r] == ["verified"],
             timeout=5,
         )

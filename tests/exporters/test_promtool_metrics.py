@@ -83,7 +83,7 @@ def test_a_scrape_of_the_controller_is_clean() -> None:
         port = ctl.serve("127.0.0.1", 0)
         ctl.open()
         deadline = time.monotonic() + 30
-        while b"taugrid_run_claim_verdict{" not in (text := scrape(f"http://127.0.0.1:{port}/metrics")):
+        while b"taugrid_run_claim_state{" not in (text := scrape(f"http://127.0.0.1:{port}/metrics")):
             assert time.monotonic() < deadline, "the controller never exported a run"
             time.sleep(0.5)
     finally:

@@ -50,7 +50,7 @@ def _samples(port: int, name: str) -> list[tuple[dict[str, str], float]]:
 
 def _observed(port: int) -> dict[tuple[str, str, str], str]:
     return {(lb["namespace"], lb["run"], lb["claim"]): lb["observed"]
-            for lb, v in _samples(port, "taugrid_run_claim_observed") if v == 1.0}
+            for lb, v in _samples(port, "taugrid_run_claim_state") if v == 1.0}
 
 
 def _leads(port: int) -> bool:

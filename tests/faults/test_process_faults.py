@@ -131,7 +131,7 @@ def _observed(port: int) -> dict[tuple[str, str, str], str]:
         text = r.read().decode()
     out = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name == "taugrid_run_claim_observed":
+        if fam.name == "taugrid_run_claim_state":
             for s in fam.samples:
                 if s.value == 1.0:
                     out[(s.labels["namespace"], s.labels["run"], s.labels["claim"])] = s.labels["observed"]

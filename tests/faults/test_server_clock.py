@@ -93,7 +93,7 @@ def _metrics(port: int) -> dict[str, dict[tuple[str, ...], float]]:
 
 
 def _observed(m: dict[str, dict[tuple[str, ...], float]], run: str, claim: str) -> str | None:
-    for key, v in m.get("taugrid_run_claim_observed", {}).items():
+    for key, v in m.get("taugrid_run_claim_state", {}).items():
         if v == 1.0 and f"run={run}" in key and f"claim={claim}" in key:
             return next(k.split("=", 1)[1] for k in key if k.startswith("observed="))
     return None

@@ -51,7 +51,7 @@ def test_controller_joins_workers_and_prometheus_sees_it(tmp_path: Path) -> None
             assert {e.cluster for e in rc.running.evidence} == {"manager", "worker-1"}
             port = c.serve("127.0.0.1", 0)
             with PromServer.start([f"127.0.0.1:{port}"], tmp_path / "prom") as prom:
-                prom.wait_for('taugrid_run_claim_observed{run="dispatched",claim="running",observed="true"}',
+                prom.wait_for('taugrid_run_claim_state{run="dispatched",claim="running",observed="true"}',
                               timeout=20)
                 blocked = prom.wait_for('taugrid_run_blocked{stage="multicluster-dispatch"}',
                                         lambda r: len(r) == 2, timeout=20)

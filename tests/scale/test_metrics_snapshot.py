@@ -31,7 +31,7 @@ def test_prepared_text_equals_client_python_render() -> None:
     exp.update(_runs([(f"team-{i % 3}", f"run-{i:03d}") for i in range(40)]), T0)
     assert render(registry) == generate_latest(registry)
     families = {f.name: f for f in text_string_to_metric_families(render(registry).decode())}
-    for name in ("taugrid_run_claim_observed", "taugrid_run_blocked_age_seconds", "taugrid_run_evidence_age_seconds",
+    for name in ("taugrid_run_claim_state", "taugrid_run_blocked_age_seconds", "taugrid_run_evidence_age_seconds",
                  "taugrid_run_goodput_ratio", "taugrid_run_time_seconds", "taugrid_run_progress_last_step"):
         assert families[name].samples, name
 
