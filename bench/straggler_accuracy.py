@@ -234,7 +234,11 @@ def _judge(api: KubeApi, drawn: list[Drawn], now: datetime, s: ClaimSettings,
     return out
 
 
-def play(runs: int, seed: int, minutes: float, classes: tuple[str, ...] = CLASSES) -> list[Outcome]:
+def play(runs: int, seed: int, minutes: float, classes: tuple[str, ...] = CLASSES,
+         judge_every: int = 1) -> list[Outcome]:
+    """The drawn runs played and judged; `judge_every`: the claims judged on every Nth read only (the
+    agents still read every EVERY_S), as the controller does for a progressing run whose log increments
+    it defers (`claims.confirm_refresh`)."""
     doc, drawn = draw(seed, runs, minutes, classes)
     scenario = scenario_from_dict(doc, f"<stragglers seed={seed}>")
     clock = ManualClock(scenario.start)
@@ -250,8 +254,10 @@ def play(runs: int, seed: int, minutes: float, classes: tuple[str, ...] = CLASSE
         try:
             t = 0.0
             end = TRAIN_AT + 60 * minutes
+            reads = 0
             while t < end:
                 t = min(t + EVERY_S, end)
+                reads += 1
                 engine.step_to(t)
                 engine.client.flush()
                 if engine.errors:
@@ -259,6 +265,8 @@ def play(runs: int, seed: int, minutes: float, classes: tuple[str, ...] = CLASSE
                 now = clock.now()
                 plays = [st.gpu_play for d in drawn if (st := engine.runs[(NS, d.name)]).gpu_play is not None]
                 gpus, nodes = agents.read([g for p in plays for gs in p.pods.values() for g in gs], now)
+                if reads % judge_every:
+                    continue
                 named = _judge(api, drawn, now, s, gpus, nodes)
                 for d in drawn:
                     o = outcomes[d.name]
@@ -408,12 +416,14 @@ def main() -> None:
     ap.add_argument("--classes", default=",".join(CLASSES), help="comma-separated classes to draw from")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--out", type=Path, help="write them as markdown here (docs/straggler_accuracy.md)")
+    ap.add_argument("--judge-every", type=int, default=1, help="judge on every Nth read of the agents and logs "
+                    f"(every {EVERY_S:.0f} s): a deferred progressing run's cadence")
     a = ap.parse_args()
     t0 = time.monotonic()
     classes = tuple(c for c in a.classes.split(",") if c)
     if not classes or any(c not in CLASSES for c in classes):
         ap.error(f"--classes: choose from {', '.join(CLASSES)}")
-    outcomes = play(a.runs, a.seed, a.minutes, classes)
+    outcomes = play(a.runs, a.seed, a.minutes, classes, a.judge_every)
     rep = report(outcomes, a.seed, a.minutes, time.monotonic() - t0)
     text = json.dumps(rep, indent=2)
     print(text)
