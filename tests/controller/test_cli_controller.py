@@ -57,8 +57,8 @@ def test_controller_process_serves_claims_and_stops_on_sigterm(tmp_path: Path) -
                 if ready == 200 and 'run="llm"' in body:
                     break
                 time.sleep(0.2)
-            assert 'taugrid_run_claim_state{claim="running",kind="TauRun",namespace="research",observed="true",run="llm",' \
-                   'verdict="verified"} 1.0' in body, body[-2000:]
+            assert 'taugrid_run_claim_state{claim="running",kind="TauRun",namespace="research",observed="true",' \
+                   'run="llm",verdict="verified"} 1.0' in body, body[-2000:]
             assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
             lease = sim.store.get(sim.resource("coordination.k8s.io/v1", "Lease"), "default",
                                   "taugrid-evidence-controller")
