@@ -374,7 +374,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     meta = p.metadata
     if type(meta) is not _Meta or not meta.name or p.kind != "Pod":
         raise _UNCLEAN  # normalize raises MalformedObject (or reads another kind)
-    api_version = p.apiVersion if type(p.apiVersion) is str else ""
+    api_version = _intern(p.apiVersion) if type(p.apiVersion) is str else ""  # ("v1": one string, not one a pod)
     if _role(contract, api_version):
         raise _UNCLEAN
     name = meta.name

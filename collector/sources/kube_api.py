@@ -21,7 +21,7 @@ import urllib3
 from collector.kube import NODE_LEASE_NAMESPACE
 from collector.settings import TauGridContract
 from collector.sources.chunked import FramingError, StreamEnded, chunked_lines
-from collector.sources.decode import FULL, Decoder
+from collector.sources.decode import FULL, Decoder, listed
 from collector.sources.kube_client import (
     ApiClient,
     ApiException,
@@ -506,9 +506,7 @@ class Listing:
         items = doc.get("items") or []
         del doc
         for item in items:
-            if isinstance(item, dict):
-                item.setdefault("kind", resource.kind)
-                item.setdefault("apiVersion", resource.api_version)
+            if (item := listed(item, resource.kind, resource.api_version)) is not None:  # (a pod may come typed)
                 yield item
         return meta
 
@@ -527,9 +525,7 @@ class Listing:
                 except orjson.JSONDecodeError as e:
                     raise RetryableSourceError(f"GET {path}: not JSON: {e}") from e
                 del data
-                if isinstance(item, dict):
-                    item.setdefault("kind", resource.kind)
-                    item.setdefault("apiVersion", resource.api_version)
+                if (item := listed(item, resource.kind, resource.api_version)) is not None:
                     yield item
                 del item
         except ListSyntaxError as e:
