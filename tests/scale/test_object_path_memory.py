@@ -34,6 +34,7 @@ def _gang(run: str, n: int, ns: str = "team-a") -> list[dict[str, Any]]:
                     labels={"taugrid.io/run": run, "ray.io/cluster": f"{run}-rc",
                             "ray.io/node-type": "head" if j == 0 else "worker", "app": "x"},
                     owner={"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": f"{run}-rc", "uid": "u1"})
+        p["spec"]["containers"].append({"name": "fluentbit", "image": "fluent-bit:3"})  # a helper
         p.pop("kind", None)  # as list items come
         p.pop("apiVersion", None)
         out.append(p)
@@ -116,7 +117,8 @@ def test_typed_list_pods_share_their_parts_and_strings() -> None:
     recs = [r for r in _records(items) if r is not None]
     assert len(recs) == 3
     w1, w2 = recs[1], recs[2]
-    assert w1.owners[0] is w2.owners[0] and w1.labels is w2.labels
+    assert w1.owners is w2.owners and w1.labels is w2.labels and len(w1.owners) == 1
+    assert w1.facts.helpers == ("fluentbit",) and w1.facts.helpers is w2.facts.helpers  # type: ignore[union-attr]
     assert w1.api_version is w2.api_version
     assert all(x is y for x, y in zip(w1.conditions, w2.conditions, strict=True))
 
