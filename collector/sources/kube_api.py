@@ -471,7 +471,9 @@ class Listing:
     iteration `resource_version` is the list's (where a watch resumes).
 
     Unpaginated (`limit` 0: one answer of every object), the answer is read off the socket and
-    split item by item (collector.sources.listbody): one item decoded at a time, never the list."""
+    split item by item (collector.sources.listbody): one item decoded at a time, never the list.
+    Objects are dicts, except where the pod decoder reads a pod typed (`decode.listed`: a
+    `PodObject`, as a watch frame's; only the reflector's sinks are given that decoder)."""
 
     def __init__(self, api: KubeApi, resource: Resource, limit: int, decoder: Decoder) -> None:
         self.api, self.resource, self.limit, self.decoder = api, resource, limit, decoder
