@@ -69,6 +69,11 @@ BENCH_DRAINED=1 starts the idle window of the log variants only once a pass left
 (every container read once since the start: with a ceiling below the fleet's first pass that takes
 containers / log_pass_max_gets passes), for steady-state figures rather than the start's backlog.
 
+BENCH_TRACEMALLOC=PREFIX writes tracemalloc's top allocation sites (lineno, traceback) retained at the
+end of the idle window to PREFIX-VARIANT-PID.txt (and the snapshot to .snap): allocations from the
+first log pass on, or with BENCH_TRACEMALLOC_FROM=open from before the controller opened (what the
+synced object path keeps; BENCH_TRACEMALLOC_FRAMES frames a trace, 8).
+
 BENCH_NO_LATE=1 skips the ageing figure (`late s` nan: minutes a variant, for memory-only runs);
 BENCH_MALLOCSTATS=PREFIX writes sys._debugmallocstats (pymalloc's size classes: pools, blocks in use
 and free, unused pools) at steady and after the idle window to PREFIX-LABEL-PID.txt.
@@ -158,6 +163,11 @@ def heap_stats(label: str = "") -> dict[str, float]:
             # pymalloc's arenas (1 MiB each since 3.10: mapped whole, returned only once every pool is free)
             "py_arenas": int(arenas.group(1).replace(",", "")) if arenas else float("nan"),
             "malloc_used": m.uordblks / 2**20, "malloc_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
+
+
+def tracemalloc_on() -> bool:
+    import tracemalloc
+    return tracemalloc.is_tracing()
 
 
 def _relists(c: Any) -> dict[str, float]:
@@ -290,6 +300,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             timed(source, seconds)
         c.health.poll_pass = poll_pass  # type: ignore[method-assign]
     rss0 = rss_bytes()
+    traced = os.environ.get("BENCH_TRACEMALLOC")
+    if traced and os.environ.get("BENCH_TRACEMALLOC_FROM") == "open":  # the steady state: what sync keeps
+        import tracemalloc
+        tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     t0 = time.monotonic()
     c.open()
     if not c.ready.wait(float(os.environ.get("BENCH_SYNC_TIMEOUT_S", "1800"))):
@@ -307,8 +321,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     import ctypes
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
     heap["trimmed"] = rss_bytes() / 2**20
-    traced = os.environ.get("BENCH_TRACEMALLOC")  # what the log passes keep: allocations from the first log pass on
-    if traced:
+    # what the log passes keep: allocations from the first log pass on (BENCH_TRACEMALLOC_FROM=open: from
+    # before the controller opened, the object path's steady state included)
+    if traced and not tracemalloc_on():
         import tracemalloc
         tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     gpu_stop = threading.Event()
@@ -396,6 +411,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if traced:
         snap = tracemalloc.take_snapshot()
         tracemalloc.stop()
+        snap.dump(f"{traced}-{variant}-{os.getpid()}.snap")  # for other groupings (tracemalloc.Snapshot.load)
         with open(f"{traced}-{variant}-{os.getpid()}.txt", "w") as out:
             for key in ("lineno", "traceback"):
                 stats = snap.statistics(key)

@@ -49,6 +49,12 @@ def reset_peak() -> bool:
         return False
 
 
+def _name(item: Any) -> str:
+    """A listed pod's name: a dict's, or a typed `PodObject`'s (the pod decoder's clean items)."""
+    name: str = item["metadata"]["name"] if isinstance(item, dict) else item.metadata.name
+    return name
+
+
 def child(mode: str, url: str) -> None:
     from collector.sources.decode import decoder_for
     from collector.sources.kube_api import KubeApi, Resource, api_client_for
@@ -63,13 +69,13 @@ def child(mode: str, url: str) -> None:
     if mode == "old":  # one unpaginated answer read whole and decoded whole: the page path, as it was
         from collector.sources.kube_api import Listing
         for item in Listing(api, pod, 0, decoder)._page([]):
-            names.append(item["metadata"]["name"])
+            names.append(_name(item))
     else:
         if mode == "pages-streamed":  # pages read as the whole list is: what the page path would cost so
             from collector.sources import kube_api
             kube_api.Listing._page = kube_api.Listing._streamed  # type: ignore[method-assign]
         for item in api.iter_list(pod, limit=0 if mode == "new" else 500, decoder=decoder):
-            names.append(item["metadata"]["name"])
+            names.append(_name(item))
     secs, cpu = time.monotonic() - t0, time.process_time() - c0
     # KiB on Linux; without the reset, the process's peak (imports included)
     peak = status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -302,8 +302,11 @@ def _container_facts(c: _ContainerStatus, init: bool) -> tuple[ContainerFacts, d
 # Per contract, the role of a pod's apiVersion (hashing the frozen contract per event costs more
 # than the rest of the lookup); the contract is kept as the value so that its id stays its own.
 _ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
-# OwnerRefs are frozen and shared: every pod of a RayCluster or Job names the same one.
-_OWNERS: dict[tuple[str, str, str, bool], OwnerRef] = {}
+# OwnerRefs are frozen and shared: every pod of a RayCluster or Job names the same one; with it, the
+# tuple of it alone (a pod's usual `owners`).
+_OWNERS: dict[tuple[str, str, str, bool], tuple[OwnerRef, tuple[OwnerRef]]] = {}
+# A pod's helpers (`PodFacts.helpers`), one tuple per distinct set: a fleet's pods carry the same sidecars.
+_HELPERS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 # GPU count by a container's resources JSON text; -1 where `normalize` must read them (a field of
@@ -359,22 +362,33 @@ def _role(contract: TauGridContract, api_version: str) -> str:
     return role
 
 
-def _owner(kind: str, name: str, uid: str, controller: bool) -> OwnerRef:
+def _owner(kind: str, name: str, uid: str, controller: bool) -> tuple[OwnerRef, tuple[OwnerRef]]:
+    """The shared OwnerRef, and the shared tuple of it alone."""
     key = (kind, name, uid, controller)
     o = _OWNERS.get(key)
     if o is None:
         if len(_OWNERS) >= _TIMES_MAX:
             _OWNERS.clear()
-        o = _OWNERS[key] = OwnerRef(kind=_intern(kind), name=_intern(name), uid=_intern(uid[:64]),
-                                    controller=controller)
+        ref = OwnerRef(kind=_intern(kind), name=_intern(name), uid=_intern(uid[:64]), controller=controller)
+        o = _OWNERS[key] = (ref, (ref,))
     return o
+
+
+def _helpers(names: list[str]) -> tuple[str, ...]:
+    key = tuple(names)
+    found = _HELPERS.get(key)
+    if found is None:
+        if len(_HELPERS) >= _PARTS_MAX:
+            _HELPERS.clear()
+        found = _HELPERS[key] = key
+    return found
 
 
 def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     meta = p.metadata
     if type(meta) is not _Meta or not meta.name or p.kind != "Pod":
         raise _UNCLEAN  # normalize raises MalformedObject (or reads another kind)
-    api_version = p.apiVersion if type(p.apiVersion) is str else ""
+    api_version = _intern(p.apiVersion) if type(p.apiVersion) is str else ""  # ("v1": one string, not one a pod)
     if _role(contract, api_version):
         raise _UNCLEAN
     name = meta.name
@@ -387,11 +401,13 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
     newest = created
     labels, identity = _labels_of(meta.labels) if type(meta.labels) is _Labels else (kube._NO_LABELS, _NO_IDENTITY)
     owners = []
+    alone: tuple[OwnerRef, ...] = ()
     for o in meta.ownerReferences or ():
         if not o.kind or not o.name:
             raise _UNCLEAN
         assert type(o.kind) is str and type(o.name) is str
-        owners.append(_owner(o.kind, o.name, o.uid if type(o.uid) is str else "", bool(o.controller)))
+        ref, alone = _owner(o.kind, o.name, o.uid if type(o.uid) is str else "", bool(o.controller))
+        owners.append(ref)
     deleting = bool(meta.deletionTimestamp)
     if deleting:
         t = _time(meta.deletionTimestamp)
@@ -457,7 +473,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         (),  # unhealthy_devices
         tuple(str(g.get("name")) for g in gates if type(g) is dict) if type(gates) is list else (),  # scheduling_gates
         *identity,  # role, rank, attempt
-        tuple(without) if gpus and without else (),  # helpers
+        _helpers(without) if gpus and without else (),  # helpers
         None,  # placement (an unbound pod with one takes normalize's path)
     ))
     generation = meta.generation
@@ -468,7 +484,7 @@ def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:
         generation if type(generation) is int else None,  # generation
         created,
         labels,
-        tuple(owners),
+        alone if len(owners) == 1 else tuple(owners),  # owners
         tuple(conditions),
         facts,
         newest,

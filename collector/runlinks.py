@@ -37,6 +37,24 @@ CLUSTER_SCOPED_KINDS = frozenset({"Node", "NodeClaim", "ClusterQueue", "Admissio
 _OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
 
 
+# One tuple per distinct key that records name as a parent or child: a run's pods all name its TauRun and
+# RayCluster, and each named key is held in `RunLinks._up` for as long as the pod is (~64 B a pod a
+# parent at fleet size). Bounded by clearing; a refill costs one tuple per distinct key.
+_KEYS: dict[Key, Key] = {}
+_KEYS_MAX = 1 << 16
+
+
+def shared_key(kind: str, namespace: str, name: str) -> Key:
+    """(kind, namespace, name), the same tuple for every record that names it."""
+    key = (kind, namespace, name)
+    found = _KEYS.get(key)
+    if found is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        found = _KEYS[key] = key
+    return found
+
+
 def job_parents(rec: ObjectRecord) -> list[Key]:
     """Jobs a pod names in its labels (the job objects may be absent, as in a bare dump)."""
     out: list[Key] = []
@@ -48,7 +66,7 @@ def job_parents(rec: ObjectRecord) -> list[Key]:
         if label.startswith("training.kubeflow.org"):
             op = rec.labels.get(KUBEFLOW_OPERATOR_LABEL, "").removesuffix("-controller")
             kind = _OPERATOR_KINDS.get(op, kind)
-        key = (kind, ns, name)
+        key = shared_key(kind, ns, name)
         if key not in out:
             out.append(key)
     return out
@@ -57,22 +75,22 @@ def job_parents(rec: ObjectRecord) -> list[Key]:
 def named_parents(rec: ObjectRecord) -> list[Key]:
     """Parents a record names: owners, run and Ray cluster labels, an Event's object, a pod's jobs."""
     ns = rec.ref.namespace
-    out: list[Key] = [(o.kind, ns, o.name) for o in rec.owners]
+    out: list[Key] = [shared_key(o.kind, ns, o.name) for o in rec.owners]
     run = rec.labels.get(RUN_LABEL)
     if run and rec.ref.kind != "TauRun":
-        out.append(("TauRun", ns, run))
+        out.append(shared_key("TauRun", ns, run))
     cluster = rec.labels.get(RAY_CLUSTER_LABEL)
     if cluster and rec.ref.kind != "RayCluster" and ("RayCluster", ns, cluster) not in out:
-        out.append(("RayCluster", ns, cluster))
+        out.append(shared_key("RayCluster", ns, cluster))
     if rec.ref.kind == "RayCluster" and rec.labels.get("ray.io/originated-from-crd") == "RayJob":
         origin = rec.labels.get("ray.io/originated-from-cr-name")
         if origin:
-            out.append(("RayJob", ns, origin))
+            out.append(shared_key("RayJob", ns, origin))
     if isinstance(rec.facts, EventFacts):
         g = rec.facts.regarding
         if g.kind and g.name:
             # Events about cluster-scoped objects live in some namespace ("default"); the object has none.
-            out.append((g.kind, "" if g.kind in CLUSTER_SCOPED_KINDS else g.namespace or ns, g.name))
+            out.append(shared_key(g.kind, "" if g.kind in CLUSTER_SCOPED_KINDS else g.namespace or ns, g.name))
     if isinstance(rec.facts, PodFacts):
         out.extend(k for k in job_parents(rec) if k not in out)
     return out
@@ -84,12 +102,12 @@ def named_children(rec: ObjectRecord) -> list[Key]:
         ns = rec.ref.namespace
         out: list[Key] = []
         if rec.facts.ray_job:
-            out.append(("RayJob", ns, rec.facts.ray_job))
+            out.append(shared_key("RayJob", ns, rec.facts.ray_job))
         if rec.facts.workload:
-            out.append(("Workload", ns, rec.facts.workload))
+            out.append(shared_key("Workload", ns, rec.facts.workload))
         return out
     if isinstance(rec.facts, RayJobFacts) and rec.facts.cluster_name:
-        return [("RayCluster", rec.ref.namespace, rec.facts.cluster_name)]
+        return [shared_key("RayCluster", rec.ref.namespace, rec.facts.cluster_name)]
     return []
 
 
@@ -253,6 +271,11 @@ class RunLinks:
 
     def members(self, root: Ref) -> Iterator[ObjectRecord]:
         """Root's descendants, stopping at nested runs' roots (a run never swallows another)."""
+        return (rec for _, rec in self._walk(root))
+
+    def _walk(self, root: Ref) -> Iterator[tuple[Key, ObjectRecord]]:
+        """`members` with each one's key as the links hold it (the tuple `_objects` is keyed by: a
+        remembered walk holds no copy of it)."""
         seen: set[Key] = {root.key}
         stack = [root.key]
         while stack:
@@ -267,7 +290,7 @@ class RunLinks:
                     continue
                 if self._is_root(child) or rec.owners and self.orphaned(rec):
                     continue
-                yield rec
+                yield child, rec
                 stack.append(child)
 
     def _member_keys(self, root: Ref) -> tuple[Key, ...]:
@@ -278,7 +301,7 @@ class RunLinks:
             self._members_shape = self.shape
         keys = self._members_memo.get(root.key)
         if keys is None:
-            keys = tuple(m.ref.key for m in self.members(root))
+            keys = tuple(k for k, _ in self._walk(root))
             if len(self._members_memo) < MEMBERS_MEMO_MAX:  # (bounded: cleared when `shape` moves)
                 self._members_memo[root.key] = keys
         return keys

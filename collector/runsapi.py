@@ -13,7 +13,6 @@ DNS-1123 subdomain) before they are used; anything else is 400 with no echo of t
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -53,19 +52,47 @@ Key = tuple[str, str, str]  # (kind, namespace, name)
 # --- the server side -----------------------------------------------------------------------------
 
 
-def _state(rc: RunClaims) -> dict[str, tuple[str, str]]:
-    out = {k: (c.observed.value, c.verdict.value) for k, c in rc.claims.items()}
-    out["blocked"] = (rc.blocked.stage.value if rc.blocked else "", "")
-    return out
+State = tuple[tuple[str, tuple[str, str]], ...]  # (claim, (observed, verdict)) and ("blocked", (stage, ""))
+# (at, claim, what it was, what it became, reason): a transition as kept; `_entry` renders it
+Transition = tuple[datetime, str, "tuple[str, str] | None", tuple[str, str], str]
+
+# Each distinct state, once: a fleet's runs are in a few dozen of them, and every run's last one is
+# held (~0.5 KB a run as a dict of tuples). Bounded by clearing.
+_STATES: dict[State, State] = {}
+_STATES_MAX = 1 << 12
+
+
+def _state(rc: RunClaims) -> State:
+    now = (*((k, (c.observed.value, c.verdict.value)) for k, c in rc.claims.items()),
+           ("blocked", (rc.blocked.stage.value if rc.blocked else "", "")))
+    found = _STATES.get(now)
+    if found is None:
+        if len(_STATES) >= _STATES_MAX:
+            _STATES.clear()
+        found = _STATES[now] = now
+    return found
+
+
+def _entry(t: Transition) -> dict[str, Any]:
+    """A kept transition as `/runs` serves it."""
+    at, name, old, new, reason = t
+    if name == "blocked":
+        return {"at": rfc3339(at), "claim": "blocked", "from": old[0] if old else None, "to": new[0] or None,
+                "reason": reason}
+    return {"at": rfc3339(at), "claim": name,
+            "from": {"observed": old[0], "verdict": old[1]} if old else None,
+            "to": {"observed": new[0], "verdict": new[1]}, "reason": reason}
 
 
 class RunHistory:
-    """The latest transitions of each run's claims, as the controller evaluated them (bounded)."""
+    """The latest transitions of each run's claims, as the controller evaluated them (bounded). Kept
+    as tuples (the last state shared, `_STATES`), rendered as JSON only when asked: at fleet size the
+    dicts were ~2 KB a run, held for the whole fleet."""
 
     def __init__(self, per_run: int = HISTORY_PER_RUN) -> None:
         self.per_run = per_run
-        self._last: dict[Key, dict[str, tuple[str, str]]] = {}
-        self._history: dict[Key, deque[dict[str, Any]]] = {}
+        self._last: dict[Key, State] = {}
+        self._history: dict[Key, tuple[Transition, ...]] = {}
         self._lock = threading.Lock()
 
     def record(self, claims: Iterable[RunClaims]) -> None:
@@ -75,28 +102,23 @@ class RunHistory:
                 key = rc.ref.key
                 before = self._last.get(key)
                 self._last[key] = now
-                hist = self._history.get(key)
-                if hist is None:
-                    hist = self._history[key] = deque(maxlen=self.per_run)
-                if before == now:
+                if before is now:
                     continue  # no transition (most evaluations): at once
-                for name, (observed, verdict) in now.items():
-                    old = before.get(name) if before is not None else None
-                    if old == (observed, verdict):
+                was = dict(before) if before is not None else {}
+                added: list[Transition] = []
+                for name, pair in now:
+                    old = was.get(name)
+                    if old == pair:
                         continue
                     if name == "blocked":
-                        if before is None and not observed:
+                        if before is None and not pair[0]:
                             continue
                         reason = rc.blocked.reason if rc.blocked else ""
-                        hist.append({"at": rfc3339(rc.evaluated_at), "claim": "blocked",
-                                     "from": old[0] if old else None, "to": observed or None,
-                                     "reason": reason[:REASON_CHARS]})
-                        continue
-                    claim = rc.claims[name]
-                    hist.append({"at": rfc3339(rc.evaluated_at), "claim": name,
-                                 "from": {"observed": old[0], "verdict": old[1]} if old else None,
-                                 "to": {"observed": observed, "verdict": verdict},
-                                 "reason": claim.reason[:REASON_CHARS]})
+                    else:
+                        reason = rc.claims[name].reason
+                    added.append((rc.evaluated_at, name, old, pair, reason[:REASON_CHARS]))
+                if added:
+                    self._history[key] = (*self._history.get(key, ()), *added)[-self.per_run:]
 
     def forget(self, key: Key) -> None:
         """Drop a run no longer evaluated (gone from the cluster)."""
@@ -106,7 +128,8 @@ class RunHistory:
 
     def of(self, key: Key) -> list[dict[str, Any]]:
         with self._lock:
-            return list(self._history.get(key, ()))
+            kept = self._history.get(key, ())
+        return [_entry(t) for t in kept]
 
 
 def _document(claims: list[RunClaims], now: datetime, history: RunHistory) -> bytes:

@@ -57,14 +57,16 @@ class Lineage:
 
 class RunPods:
     """A run's pods grouped by role (within the controller that owns them), and its first pod's birth;
-    built once per evaluation (lineages and running's replaced pods both ask it)."""
+    built once per evaluation (lineages and running's replaced pods both ask it). Kept per run between
+    evaluations (`collector.claims.memo.run_pods`): what it holds is what its answers need, no more
+    (no set of live pods, no index by id; the names of its pods only once an Event asks)."""
 
     def __init__(self, ev: RunEvidence) -> None:
         self.ev = ev
-        self.pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
+        self.pods = _pods_of(ev.pods)
         # deleted pods the live controller kept (their records and last logs): earlier incarnations
-        self.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
-        every = [*self.retired, *self.pods]
+        self.retired = _pods_of(ev.retired_pods)
+        every = [*self.retired, *self.pods] if self.retired else self.pods
         self.every = every  # (by position: `moved` carries answers across evaluations)
         self.first = min((p.created for p in every if p.created is not None), default=None)
         self.by_role: dict[str, list[ObjectRecord]] = {}
@@ -73,11 +75,19 @@ class RunPods:
                 self.by_role.setdefault(role, []).append(p)
         for pods in self.by_role.values():  # by birth: a pod's predecessors are a prefix
             pods.sort(key=_born)
-        self.alive = {id(p) for p in self.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal
-                      and not p.facts.deleting}
-        self.alive_in = {role: sum(id(q) in self.alive for q in pods) for role, pods in self.by_role.items()}
-        self.present = {p.ref.name for p in every}
-        self._why: dict[int, str] = {}
+        live = {id(p) for p in self.pods if isinstance(p.facts, PodFacts) and not p.facts.terminal
+                and not p.facts.deleting}
+        self.alive_in = {role: sum(id(q) in live for q in pods) for role, pods in self.by_role.items()}
+        self._present: set[str] | None = None
+        self._why: list[str | None] = [None] * len(every)  # each pod's answer, by its place in `every`
+
+    @property
+    def present(self) -> set[str]:
+        """The names of the run's pods (live and retired), built when first asked (only a controller's
+        create Event asks: `_created_gone`)."""
+        if self._present is None:
+            self._present = {p.ref.name for p in self.every}
+        return self._present
 
     @staticmethod
     def role_of(pod: ObjectRecord) -> str:
@@ -96,27 +106,40 @@ class RunPods:
         every field with a fresh one)."""
         rp = cls.__new__(cls)
         rp.ev = ev
-        rp.pods = [p for p in ev.pods if isinstance(p.facts, PodFacts)]
-        rp.retired = [p for p in ev.retired_pods if isinstance(p.facts, PodFacts)]
-        every = rp.every = [*rp.retired, *rp.pods]
+        rp.pods = _pods_of(ev.pods)
+        rp.retired = _pods_of(ev.retired_pods)
+        every = rp.every = [*rp.retired, *rp.pods] if rp.retired else rp.pods
         to_new = {id(old): new for old, new in zip(before.every, every, strict=True)}
         rp.first = before.first  # (the same births)
         rp.by_role = {role: [to_new[id(p)] for p in pods] for role, pods in before.by_role.items()}
         # alive reads phase and deleting, both among the fields found the same
-        rp.alive = {id(to_new[i]) for i in before.alive}
         rp.alive_in = before.alive_in  # (read only)
-        rp.present = before.present  # (read only: the same names)
-        rp._why = {id(n): why for i, why in before._why.items() if (n := to_new.get(i)) is not None}
+        rp._present = before._present  # (read only: the same names)
+        rp._why = list(before._why)  # (place by place: the same pods as far as the answers read them)
         return rp
 
     def replacement(self, pod: ObjectRecord) -> str:
-        why = self._why.get(id(pod))
+        """What shows that `pod` (one of this run's records) replaces an earlier incarnation; "" when
+        nothing does."""
+        return self.replacement_at(next(i for i, p in enumerate(self.every) if p is pod))
+
+    def replacement_at(self, i: int) -> str:
+        """`replacement` of the pod at place `i` of `every`."""
+        why = self._why[i]
         if why is None:
+            pod = self.every[i]
             f = pod.facts
             assert isinstance(f, PodFacts)
-            why = self._why[id(pod)] = _replacement(self.ev, pod, f, self.by_role.get(self.role_of(pod), ()),
-                                                    self.first, self.present)
+            why = self._why[i] = _replacement(self.ev, pod, f, self.by_role.get(self.role_of(pod), ()),
+                                              self.first, self)
         return why
+
+
+def _pods_of(records: list[ObjectRecord]) -> list[ObjectRecord]:
+    """The records that are pods: the list itself where all are (a `RunPods` reads, never changes it)."""
+    if all(isinstance(p.facts, PodFacts) for p in records):
+        return records
+    return [p for p in records if isinstance(p.facts, PodFacts)]
 
 
 def _born(p: ObjectRecord) -> tuple[bool, datetime]:
@@ -126,12 +149,14 @@ def _born(p: ObjectRecord) -> tuple[bool, datetime]:
 def lineages(ev: RunEvidence, run: RunPods | None = None) -> dict[tuple[Key, str], Lineage]:
     """(pod key, container) → lineage, for every container of the run's pods that has a signal."""
     run = run or RunPods(ev)
-    by_key = {p.ref.key: p for p in (*run.retired, *run.pods)}  # a live pod before a retired one of its name
+    # a pod's place in `every`, by its key: a live pod after a retired one of its name replaces it here
+    by_key = {p.ref.key: i for i, p in enumerate(run.every)}
     out: dict[tuple[Key, str], Lineage] = {}
     for sig in ev.signals:
-        pod = by_key.get(sig.ref.key)
-        if pod is None:
+        place = by_key.get(sig.ref.key)
+        if place is None:
             continue
+        pod = run.every[place]
         f = pod.facts
         assert isinstance(f, PodFacts)
         role = run.role_of(pod)
@@ -140,7 +165,7 @@ def lineages(ev: RunEvidence, run: RunPods | None = None) -> dict[tuple[Key, str
         rank = f.rank or ("solo" if role and run.alive_in.get(role, 0) <= 1 else "")
         stream = f"{role}#{rank}/{sig.source}" if role and rank else f"{pod.ref.name}/{sig.source}"
         restarts: list[Restart] = []
-        replaced = run.replacement(pod)
+        replaced = run.replacement_at(place)
         if replaced and pod.created is not None:
             # Every line of a replacement's log comes after the replacement, whatever the clocks say:
             # pod.created is the API server's, the lines are its node's (a clock behind, unmeasured,
@@ -174,11 +199,12 @@ BEFORE = timedelta(microseconds=1)
 def replaced_pods(ev: RunEvidence, run: RunPods | None = None) -> list[tuple[ObjectRecord, str]]:
     """The run's pods that replace an earlier incarnation, with what shows it (running's restart count)."""
     run = run or RunPods(ev)
-    return [(p, why) for p in run.pods if (why := run.replacement(p))]
+    skip = len(run.every) - len(run.pods)  # (the live pods come after the retired ones in `every`)
+    return [(p, why) for i, p in enumerate(run.pods) if (why := run.replacement_at(skip + i))]
 
 
 def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: list[ObjectRecord] | tuple[()],
-                 first: datetime | None, present: set[str]) -> str:
+                 first: datetime | None, run: RunPods) -> str:
     """What shows that `pod` replaces an earlier incarnation of its rank; "" when nothing does.
     `role_pods`: by birth (`RunPods`). What this reads of a pod (and `_late_ray_worker`,
     `_created_gone`, `RunPods`) must be in `collector.claims.memo._pod_fields`, which decides when an
@@ -201,7 +227,7 @@ def _replacement(ev: RunEvidence, pod: ObjectRecord, f: PodFacts, role_pods: lis
                    f"{'failed' if qf.phase == 'Failed' else 'was deleted'}"
     if f.attempt > 0:
         return f"pod {pod.ref.name} is JobSet restart attempt {f.attempt}"
-    gone = _created_gone(ev, pod, present)
+    gone = _created_gone(ev, pod, run)
     if gone:
         return gone
     late_worker = _late_ray_worker(ev, pod, f)
@@ -275,7 +301,7 @@ def _stem(name: str) -> str:
     return name.rsplit("-", 1)[0]
 
 
-def _created_gone(ev: RunEvidence, pod: ObjectRecord, present: set[str]) -> str:
+def _created_gone(ev: RunEvidence, pod: ObjectRecord, run: RunPods) -> str:
     """Its controller's Event for creating another pod of its stem, earlier, that is gone now: a
     recreated Ray worker, a Job's pod brought back after one was lost (the lost one's record and log
     are gone; the Event stays for its time to live)."""
@@ -297,7 +323,7 @@ def _created_gone(ev: RunEvidence, pod: ObjectRecord, present: set[str]) -> str:
         words = ef.message.split()
         named = words[-1].rsplit("/", 1)[-1] if words else ""
         if at is not None and at <= born and (since is None or at >= since) and named and \
-                named != pod.ref.name and named not in present and _stem(named) == stem:
+                named != pod.ref.name and named not in run.present and _stem(named) == stem:
             return (f"{o.kind} {o.name} created pod {named} before pod {pod.ref.name} ({ef.reason}), and "
                     f"{named} is gone")
     return ""

@@ -24,7 +24,7 @@ from typing import Any, TypedDict
 
 import msgspec
 import orjson
-from msgspec import UNSET
+from msgspec import UNSET, Struct, UnsetType
 
 from collector.kube_pod import PodEvent, PodObject
 
@@ -151,8 +151,8 @@ def _decode(typed: Callable[[bytes], Any] | None, data: bytes) -> Any:
 
 FULL = Decoder()
 
-_pod_page = msgspec.json.Decoder(_PodList).decode
-_pod_item = msgspec.json.Decoder(_Pod).decode
+_pod_page_dicts = msgspec.json.Decoder(_PodList).decode
+_pod_item_dicts = msgspec.json.Decoder(_Pod).decode
 _pod_event_dicts = msgspec.json.Decoder(_PodEvent).decode
 _pod_event_typed = msgspec.json.Decoder(PodEvent).decode
 
@@ -171,9 +171,65 @@ def _pod_event(line: bytes) -> Any:
     return _decode(_pod_event_dicts, line)  # what an ERROR or BOOKMARK frame carries is read from dicts
 
 
+class _TypedPodList(Struct, gc=False):
+    metadata: Any = UNSET
+    items: list[PodObject] | None | UnsetType = UNSET
+
+
+_pod_page_typed = msgspec.json.Decoder(_TypedPodList).decode
+_pod_item_typed = msgspec.json.Decoder(PodObject).decode
+
+
+def _is_pod(p: PodObject) -> bool:
+    return p.kind is UNSET or p.kind == "Pod"
+
+
+def _pod_page(data: bytes) -> Any:
+    """A list page of pods whose items all decode typed: `PodObject`s (built into records without
+    dicts, and sharing their parts as watch events do: collector/kube_pod.py), under the page's
+    metadata; otherwise the page in dicts, as before."""
+    try:
+        page = _pod_page_typed(data)
+    except msgspec.DecodeError:
+        return _decode(_pod_page_dicts, data)
+    if type(page.items) is list and not all(map(_is_pod, page.items)):
+        return _decode(_pod_page_dicts, data)  # an item of another kind: read as dicts, as a watch frame is
+    out: dict[str, Any] = {}
+    if page.metadata is not UNSET:
+        out["metadata"] = page.metadata
+    if page.items is not UNSET:
+        out["items"] = page.items
+    return out
+
+
+def _pod_item(data: bytes) -> Any:
+    """One pod of a list read item by item: a `PodObject` where it decodes typed, as in `_pod_page`."""
+    try:
+        p = _pod_item_typed(data)
+    except msgspec.DecodeError:
+        return _decode(_pod_item_dicts, data)
+    return p if _is_pod(p) else _decode(_pod_item_dicts, data)
+
+
+def listed(item: Any, kind: str, api_version: str) -> Any:
+    """A list item with the kind and apiVersion a list leaves out filled in (as the reflector does for
+    watch frames); None for an item that is not an object."""
+    if isinstance(item, dict):
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", api_version)
+        return item
+    if type(item) is PodObject:
+        if item.kind is UNSET:
+            item.kind = kind
+        if item.apiVersion is UNSET:
+            item.apiVersion = api_version
+        return item
+    return None
+
+
 # The previous pod path (selective dicts, then normalize's dict walk): kept for the benchmark and
 # the equivalence tests.
-POD_DICTS = Decoder(_pod_page, _pod_event_dicts, item=_pod_item)
+POD_DICTS = Decoder(_pod_page_dicts, _pod_event_dicts, item=_pod_item_dicts)
 
 _SELECTIVE: dict[tuple[str, str], Decoder] = {
     ("v1", "Pod"): Decoder(_pod_page, _pod_event, event_falls_back=True, item=_pod_item),

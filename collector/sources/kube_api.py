@@ -21,7 +21,7 @@ import urllib3
 from collector.kube import NODE_LEASE_NAMESPACE
 from collector.settings import TauGridContract
 from collector.sources.chunked import FramingError, StreamEnded, chunked_lines
-from collector.sources.decode import FULL, Decoder
+from collector.sources.decode import FULL, Decoder, listed
 from collector.sources.kube_client import (
     ApiClient,
     ApiException,
@@ -471,7 +471,9 @@ class Listing:
     iteration `resource_version` is the list's (where a watch resumes).
 
     Unpaginated (`limit` 0: one answer of every object), the answer is read off the socket and
-    split item by item (collector.sources.listbody): one item decoded at a time, never the list."""
+    split item by item (collector.sources.listbody): one item decoded at a time, never the list.
+    Objects are dicts, except where the pod decoder reads a pod typed (`decode.listed`: a
+    `PodObject`, as a watch frame's; only the reflector's sinks are given that decoder)."""
 
     def __init__(self, api: KubeApi, resource: Resource, limit: int, decoder: Decoder) -> None:
         self.api, self.resource, self.limit, self.decoder = api, resource, limit, decoder
@@ -506,9 +508,7 @@ class Listing:
         items = doc.get("items") or []
         del doc
         for item in items:
-            if isinstance(item, dict):
-                item.setdefault("kind", resource.kind)
-                item.setdefault("apiVersion", resource.api_version)
+            if (item := listed(item, resource.kind, resource.api_version)) is not None:  # (a pod may come typed)
                 yield item
         return meta
 
@@ -527,9 +527,7 @@ class Listing:
                 except orjson.JSONDecodeError as e:
                     raise RetryableSourceError(f"GET {path}: not JSON: {e}") from e
                 del data
-                if isinstance(item, dict):
-                    item.setdefault("kind", resource.kind)
-                    item.setdefault("apiVersion", resource.api_version)
+                if (item := listed(item, resource.kind, resource.api_version)) is not None:
                     yield item
                 del item
         except ListSyntaxError as e:

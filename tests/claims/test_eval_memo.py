@@ -141,7 +141,7 @@ def _fields(rp: RunPods) -> tuple[Any, ...]:
     """Every field of a RunPods, records by identity (a kept one moved to new records must hold them)."""
     ids = [id(p) for p in rp.every]
     return ([id(p) for p in rp.pods], [id(p) for p in rp.retired], ids, rp.first,
-            {role: [id(p) for p in pods] for role, pods in rp.by_role.items()}, rp.alive, rp.alive_in, rp.present,
+            {role: [id(p) for p in pods] for role, pods in rp.by_role.items()}, rp.alive_in, rp.present,
             [id(x) for x in (rp.ev.root, *rp.ev.pods, *rp.ev.retired_pods, *rp.ev.events, *rp.ev.workloads)])
 
 
@@ -152,7 +152,7 @@ def _check(ev: RunEvidence) -> RunPods:
     assert [id(p) for p in rp.retired] == [id(p) for p in ev.retired_pods]
     fresh = RunPods(memo._lineage_view(ev))
     assert _fields(rp) == _fields(fresh)  # kept, moved to new records or built anew: the same fields
-    assert set(rp._why) <= {id(p) for p in rp.every}  # answers only for its own records
+    assert len(rp._why) == len(rp.every)  # answers only for its own records, by place
     assert _answers(ev, rp) == _answers(ev, RunPods(ev))
     return rp
 
@@ -282,7 +282,7 @@ def test_a_restart_count_bumped_moves_the_answers_to_the_new_record() -> None:
     b2 = _pod("r-1", rank="3", created_min=2, restarts=4)
     ev = _ev(root, [a, b2])
     moved = memo.run_pods(ev)
-    assert moved._why == {id(a): "", id(b2): why}  # carried before anything is asked
+    assert moved._why == ["", why] and moved.every == [a, b2]  # carried, by place, before anything is asked
     assert _check(ev) is moved and moved is not first and moved.by_role[RunPods.role_of(b2)][-1] is b2
     lin = lineages(ev, moved)
     assert "4 restarts" in lin[(b2.ref.key, "main")].restarts[-1].why

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from collector.kube_pod import PodObject
 from collector.sources import watch
 from collector.sources.decode import decoder_for
 from collector.sources.kube_api import Expired, KubeApi, Resource, api_client_for
@@ -159,4 +160,6 @@ def test_the_whole_list_is_read_off_the_socket_with_the_objects_the_pages_give()
         r.relist()
         assert r.list_mode == "pages" and _lists(s)[-1].get("limit") == str(watch.LIST_PAGE)
     whole, paged = sink.objects
-    assert whole == paged and sorted(o["metadata"]["name"] for o in whole) == names
+    # (clean pods come typed, as watch frames do: collector/sources/decode.py)
+    assert all(type(o) is PodObject for o in whole) and all(type(o) is PodObject for o in paged)
+    assert whole == paged and sorted(o.metadata.name for o in whole) == names

@@ -194,9 +194,10 @@ def test_stragglers_energy_and_work_at_risk_survive_the_runs_document() -> None:
 def _record_as_before(history: dict[Any, list[dict[str, Any]]], last: dict[Any, Any], rc: Any) -> None:
     """RunHistory.record as it was (every claim compared, no fast path), the reference."""
     from collector.model import rfc3339
-    from collector.runsapi import REASON_CHARS, _state
+    from collector.runsapi import REASON_CHARS
 
-    now = _state(rc)
+    now = {k: (c.observed.value, c.verdict.value) for k, c in rc.claims.items()}  # (the state as a dict, as it was)
+    now["blocked"] = (rc.blocked.stage.value if rc.blocked else "", "")
     before = last.get(rc.ref.key)
     last[rc.ref.key] = now
     hist = history.setdefault(rc.ref.key, [])
