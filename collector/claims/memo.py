@@ -77,6 +77,8 @@ _NEWEST: ByScan[tuple[datetime | None]] = ByScan()
 
 def newest_stamp(scan: LogScan) -> datetime | None:
     """The latest stamp among the scan's samples (None: none stamped), once per scan object."""
+    if not scan.samples:
+        return None  # (no memo on a quiet container's scan: most of a fleet's)
     kept = _NEWEST.get(scan)
     if kept is None:
         kept = (max((x.at for x in scan.samples if x.at is not None), default=None),)

@@ -119,6 +119,7 @@ Rising = tuple[tuple[int, ...], tuple[datetime, ...]]
 # what `_rising` made of a scan, kept while the scan is held (one log poll changes one scan)
 _BY_RANK: ByScan[tuple[tuple[str, Rising], ...]] = ByScan()
 _BY_SAMPLES: ByScan[Rising] = ByScan()
+_NO_STEPS: Rising = ((), ())
 
 
 def _rank_tracks(scan: LogScan) -> tuple[tuple[str, Rising], ...]:
@@ -130,6 +131,8 @@ def _rank_tracks(scan: LogScan) -> tuple[tuple[str, Rising], ...]:
 
 
 def _sample_track(scan: LogScan) -> Rising:
+    if not scan.samples:
+        return _NO_STEPS  # (no memo on a quiet container's scan: most of a fleet's)
     got = _BY_SAMPLES.get(scan)
     if got is None:
         got = _rising((x.step, x.at) for x in scan.samples[-4 * WINDOW:]
