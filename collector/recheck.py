@@ -131,8 +131,14 @@ class Rechecks(Generic[K]):
         return self._deferred.next_due()
 
     def pop_deferred(self, now: datetime) -> list[K]:
-        """Every run whose deferred re-evaluation is due at or before `now`, unscheduled."""
+        """Every run whose deferred re-evaluation is due at or before `now`, unscheduled; with it its
+        clock's due where that has come too (the same evaluation: not one for the clock's budget)."""
         out = self._deferred.pop_due(now)
+        clock = self._clock.due
+        for key in out:
+            due = clock.get(key)
+            if due is not None and due <= now:
+                del clock[key]
         self.deferred_due += len(out)
         return out
 

@@ -560,3 +560,25 @@ def test_each_eventful_kind_is_refused_by_the_increment_alone(kind: str) -> None
     newest = uneventful(held, Signal(held.ref, "main", inc, now), after)
     assert (newest is not None) == (kind in CONFIRMING), kind
     assert newest is None or newest == inc.samples[-1]
+
+
+def test_rechecks_keep_the_earliest_deferral_apart_from_the_clock_and_an_evaluation_covers_it() -> None:
+    from collector.recheck import Rechecks
+    r: Rechecks[str] = Rechecks()
+    t = NOW0
+    r.set("a", t + timedelta(seconds=60), t)
+    r.defer("a", t + timedelta(seconds=50))
+    r.defer("a", t + timedelta(seconds=90))  # a later one: the earlier stands
+    r.defer("b", t + timedelta(seconds=30))
+    assert r.next_deferred() == t + timedelta(seconds=30) and r.deferrals == 3
+    assert r.next_due() == t + timedelta(seconds=60) + r.slack  # (the clock's own, untouched)
+    assert r.pop_deferred(t + timedelta(seconds=40)) == ["b"]
+    r.set("a", t + timedelta(seconds=70), t + timedelta(seconds=41))  # evaluated: its deferral is covered
+    assert r.next_deferred() is None and r.pop_deferred(t + timedelta(hours=1)) == []
+    assert r.deferred_due == 1 and r.due_of("a") == t + timedelta(seconds=70) + r.slack
+    r.defer("c", t + timedelta(seconds=80))
+    r.forget("c")
+    assert r.next_deferred() is None and len(r) == 1
+    r.set("d", t + timedelta(seconds=90), t)
+    r.defer("d", t + timedelta(seconds=90) + r.slack)  # due with its clock: one evaluation, not the budget's
+    assert r.pop_deferred(t + timedelta(seconds=91)) == ["d"] and r.pop_due(t + timedelta(seconds=91)) == ["a"]
