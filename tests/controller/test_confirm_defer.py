@@ -16,6 +16,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -427,7 +428,7 @@ def test_no_deferral_when_the_setting_is_zero_or_the_claims_are_due() -> None:
 # --- the loop -------------------------------------------------------------------------------------
 
 
-def _wait(cond: Any, timeout: float = 5.0) -> bool:
+def _wait(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -462,7 +463,9 @@ def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_a
     t.start()
     try:
         assert _wait(lambda: f.c.runs_evaluated > n0)  # its first full pass
-        evaluated = lambda: f.c.claims[f.key].evaluated_at  # noqa: E731
+        def evaluated() -> datetime:
+            return f.c.claims[f.key].evaluated_at
+
         t0 = evaluated()
         d0, fired0 = f.c._rechecks.deferrals, f.c._rechecks.deferred_due
         assert f.c.claims[f.key].progressing.observed is Observed.TRUE
