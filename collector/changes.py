@@ -1,7 +1,8 @@
 """How the controller's loop applies the changes its sources deliver (collector/planes) to the run
 index: objects and their listings, node clocks, progress signals, Ray heads, GPU evidence, queue and
 worker answers. Each change marks the runs whose claims it may move (`_dirty`); the controller
-re-evaluates those (collector/controller.py).
+re-evaluates those (collector/controller.py). A node agent's log increment that can only confirm a
+progressing run's claims defers that re-evaluation instead (`_deferred`, `claims.confirm_refresh`).
 
 A mixin of `Controller`: it works on the controller's own state, declared below, and runs only on
 the loop's thread.
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from collector.claims.gpuspread import forget_replaced
@@ -25,7 +26,8 @@ from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import gpu_records, runs_to_recheck
-from collector.planes.signals import folded
+from collector.planes.signals import alone, confirms, folded, gpus_quiet, uneventful
+from collector.recheck import Rechecks
 from collector.settings import Settings
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
@@ -39,6 +41,7 @@ log = logging.getLogger("taugrid.controller")
 FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its traceback this often at most
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()
+ZERO = timedelta(0)
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
 
 
@@ -58,6 +61,7 @@ class ChangeApplier:
     ready: threading.Event
     agent_log_pods: frozenset[tuple[str, str]]
     _dirty: set[Key]
+    _rechecks: Rechecks[Key]
     _dispatched: dict[Key, str]
     _gpus: dict[tuple[str, str], PodGpuEvidence]
     _agent_nodes: dict[str, datetime]
@@ -140,6 +144,7 @@ class ChangeApplier:
                     and self._root_of(sig.ref) is None:
                 return  # a pod no run owns (a node's own pods, which agents read with logScope all)
             prev = self.index.signal_of(sig.ref, sig.source) if c.op != "signal" else None
+            inc = sig
             fold = folded(prev, sig, c.op, after, self.settings.claims)
             if fold is None:
                 assert prev is not None
@@ -149,7 +154,8 @@ class ChangeApplier:
             self.index.set_signal(sig)
             root = self._root_of(sig.ref)  # (remembered while the links hold: a pass's reads find each run once)
             if root is not None:
-                self._dirty.add(root.key)
+                if prev is None or after is None or not self._deferred(prev, inc, after, sig, root):
+                    self._dirty.add(root.key)
                 if self.sink is not None and self.leader:
                     source = f"{sig.ref.name}/{sig.source}"
                     self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,
@@ -162,6 +168,38 @@ class ChangeApplier:
             self.health.watch_restarted(r.name)
             if c.payload:
                 self.health.relisted(r.name)
+
+    def _deferred(self, held: Signal, inc: Signal, after: int, sig: Signal, root: Ref) -> bool:
+        """Whether the re-evaluation that `inc` (an agent's increment of `held`, folded into `sig`) asks
+        of `root`'s run is deferred, being one that can only confirm the run's current claims: then it
+        is scheduled (`Rechecks.defer`) for the earliest of the run's last evaluation + the refresh
+        interval (`claims.confirm_refresh`), its claims' own due, and the soonest the stall window of
+        the increment's newest step could close (that evaluation's due at the earliest)."""
+        s = self.settings.claims
+        key = root.key
+        if not s.confirm_refresh or key in self._dirty or key in self._dispatched:
+            return False  # (a run marked is evaluated anyway)
+        newest = uneventful(held, inc, after)
+        if newest is None or newest.at is None:
+            return False
+        rc = self.claims.get(key)
+        now = self.now()
+        if rc is None or not confirms(rc, sig, now):
+            return False
+        run = self.index.evidence(root)
+        if not alone(sig, run) or not gpus_quiet(rc, run, self._gpus, now, s.evidence_max_age):
+            return False
+        # the window is judged on the evaluation's clock: a node ahead stamps its steps that much later
+        ahead = max((by for by in run.node_skew.values()), default=ZERO)
+        closes = newest.at - max(ahead, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
+        due = min(rc.evaluated_at + s.confirm_refresh, closes)
+        clock = self._rechecks.due_of(key)
+        if clock is not None:
+            due = min(due, clock)
+        if due <= now:
+            return False
+        self._rechecks.defer(key, due)
+        return True
 
     def _refresh(self, prev: Signal, read_at: datetime) -> None:
         """`prev` read again at `read_at` with nothing new: only its read time moves."""

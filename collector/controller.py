@@ -287,6 +287,9 @@ class Controller(ChangeApplier):
                 # that runs faster or jumps (a simulator's) is followed closely enough.
                 until = max((due - self.now()).total_seconds(), self._recheck_budget.wait_s(now_m))
                 timeout = min(timeout, until)
+            deferred = self._rechecks.next_deferred()
+            if deferred is not None:  # (a change's own evaluation, deferred: not the clock's budget)
+                timeout = min(timeout, (deferred - self.now()).total_seconds())
             batch: list[Change] = []
             try:
                 batch.append(self._changes.get(timeout=max(0.0, timeout)))
@@ -313,6 +316,8 @@ class Controller(ChangeApplier):
                 for name, n in counts.items():
                     self.health.events_processed(name, n)
                 now_m = dirty.stamp = time.monotonic()
+                if deferred is not None:
+                    self._dirty.update(self._rechecks.pop_deferred(self.now()))
                 if self._recheck_budget.wait_s(now_m) == 0.0:
                     # Every run whose claims may have changed by the clock since: one batch.
                     due_runs = self._rechecks.pop_due(self.now())

@@ -6,7 +6,8 @@ them here and re-evaluates only the runs that are due, on time, instead of waiti
 
 - `Rechecks`: a heap of (due, run) with lazy deletion (a run re-evaluated early gets a new entry;
   the old one is skipped when it surfaces) and compaction, so its size stays within a small factor
-  of the number of runs however often they are re-evaluated.
+  of the number of runs however often they are re-evaluated; and a second one of re-evaluations a
+  change deferred (`defer`), which an evaluation of the run covers.
 - `CpuBudget`: a token bucket that bounds the CPU those re-evaluations may take on average, so
   deadlines that keep coming (evidence stamped ahead of the clock, many runs ageing at once) are
   batched instead of spinning the loop.
@@ -31,56 +32,114 @@ K = TypeVar("K", bound=Hashable)
 SLACK = timedelta(milliseconds=200)
 
 
-class Rechecks(Generic[K]):
-    """Runs by the instant (the claims' clock) at which they are due for re-evaluation."""
+class _Schedule(Generic[K]):
+    """A heap of (due, key) with lazy deletion: one due per key counts, superseded entries are skipped
+    as they surface and the heap rebuilt when they pile up."""
 
-    def __init__(self, slack: timedelta = SLACK) -> None:
-        self.slack = slack
-        self._heap: list[tuple[datetime, K]] = []
-        self._due: dict[K, datetime] = {}  # the one entry per run that counts
+    def __init__(self) -> None:
+        self.heap: list[tuple[datetime, K]] = []
+        self.due: dict[K, datetime] = {}  # the one entry per key that counts
 
-    def __len__(self) -> int:
-        return len(self._due)
-
-    def set(self, key: K, at: datetime | None, now: datetime) -> None:
-        """Schedule `key` for `at` + slack, as reported by an evaluation at `now`; None (or an instant
-        before `now`, which an evaluation never reports) leaves it unscheduled."""
-        if at is None or at < now:
-            self._due.pop(key, None)
+    def put(self, key: K, due: datetime) -> None:
+        if self.due.get(key) == due:
             return
-        try:
-            due = at + self.slack
-        except OverflowError:  # the end of time: never
-            self._due.pop(key, None)
-            return
-        if self._due.get(key) == due:
-            return
-        self._due[key] = due
-        heapq.heappush(self._heap, (due, key))
-        if len(self._heap) > 2 * len(self._due) + 1024:
+        self.due[key] = due
+        heapq.heappush(self.heap, (due, key))
+        if len(self.heap) > 2 * len(self.due) + 1024:
             # Superseded entries pile up while runs are re-evaluated before they are due: rebuild.
-            self._heap = [(d, k) for k, d in self._due.items()]
-            heapq.heapify(self._heap)
-
-    def forget(self, key: K) -> None:
-        self._due.pop(key, None)
+            self.heap = [(d, k) for k, d in self.due.items()]
+            heapq.heapify(self.heap)
 
     def next_due(self) -> datetime | None:
-        """The earliest instant any run is due, None when none is scheduled."""
-        heap = self._heap
-        while heap and self._due.get(heap[0][1]) != heap[0][0]:
+        heap = self.heap
+        while heap and self.due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # superseded or forgotten
         return heap[0][0] if heap else None
 
     def pop_due(self, now: datetime) -> list[K]:
-        """Every run due at or before `now`, unscheduled (its re-evaluation reschedules it)."""
         out: list[K] = []
-        heap = self._heap
+        heap = self.heap
         while heap and heap[0][0] <= now:
             due, key = heapq.heappop(heap)
-            if self._due.get(key) == due:
-                del self._due[key]
+            if self.due.get(key) == due:
+                del self.due[key]
                 out.append(key)
+        return out
+
+
+class Rechecks(Generic[K]):
+    """Runs by the instant (the claims' clock) at which they are due for re-evaluation: by their
+    claims' clock (`set`), and runs whose re-evaluation a change only deferred (`defer`)."""
+
+    def __init__(self, slack: timedelta = SLACK) -> None:
+        self.slack = slack
+        self._clock: _Schedule[K] = _Schedule()
+        # Deferred re-evaluations (collector/changes.py: a node agent's increment that only confirms a
+        # progressing run's claims): each stands for an evaluation the change would have made at once,
+        # so the loop makes them when due without the CPU budget of the clock's (`CpuBudget`).
+        self._deferred: _Schedule[K] = _Schedule()
+        self.deferrals = 0  # changes whose evaluation was deferred
+        self.deferred_due = 0  # runs re-evaluated when a deferral came due
+
+    def __len__(self) -> int:
+        return len(self._clock.due)
+
+    @property
+    def _heap(self) -> list[tuple[datetime, K]]:  # (the clock's heap: tests hold its size bounded)
+        return self._clock.heap
+
+    def set(self, key: K, at: datetime | None, now: datetime) -> None:
+        """Schedule `key` for `at` + slack, as reported by an evaluation at `now`; None (or an instant
+        before `now`, which an evaluation never reports) leaves it unscheduled. The evaluation covers
+        any re-evaluation deferred until then."""
+        self._deferred.due.pop(key, None)
+        if at is None or at < now:
+            self._clock.due.pop(key, None)
+            return
+        try:
+            due = at + self.slack
+        except OverflowError:  # the end of time: never
+            self._clock.due.pop(key, None)
+            return
+        self._clock.put(key, due)
+
+    def due_of(self, key: K) -> datetime | None:
+        """When `key` is due by its claims' clock (slack included), None: not scheduled."""
+        return self._clock.due.get(key)
+
+    def defer(self, key: K, at: datetime) -> None:
+        """Re-evaluate `key` at `at` at the latest (an earlier deferral stands), whatever its clock says."""
+        held = self._deferred.due.get(key)
+        self.deferrals += 1
+        if held is None or at < held:
+            self._deferred.put(key, at)
+
+    def forget(self, key: K) -> None:
+        self._clock.due.pop(key, None)
+        self._deferred.due.pop(key, None)
+
+    def next_due(self) -> datetime | None:
+        """The earliest instant any run is due by its clock, None when none is scheduled."""
+        return self._clock.next_due()
+
+    def pop_due(self, now: datetime) -> list[K]:
+        """Every run due by its clock at or before `now`, unscheduled (its re-evaluation reschedules it)."""
+        return self._clock.pop_due(now)
+
+    def next_deferred(self) -> datetime | None:
+        """The earliest instant a deferred re-evaluation is due, None when none is."""
+        return self._deferred.next_due()
+
+    def pop_deferred(self, now: datetime) -> list[K]:
+        """Every run whose deferred re-evaluation is due at or before `now`, unscheduled; with it its
+        clock's due where that has come too (the same evaluation: not one for the clock's budget)."""
+        out = self._deferred.pop_due(now)
+        clock = self._clock.due
+        for key in out:
+            due = clock.get(key)
+            if due is not None and due <= now:
+                del clock[key]
+        self.deferred_due += len(out)
         return out
 
 

@@ -61,6 +61,14 @@ class ClaimSettings:
     scrape_interval: timedelta = timedelta(seconds=15)
     # Events older than this are history, not a reason for the current wait.
     event_horizon: timedelta = timedelta(hours=1)
+    # A node agent's log increment that can only confirm a progressing run's claims (newer steps of
+    # its one progress log, in order, no finding: collector/planes/signals.py `uneventful`) re-evaluates
+    # the run at most this long after its last evaluation (sooner when its claims are due by the clock,
+    # or its stall window could close); anything else still re-evaluates it at once. Meanwhile only
+    # figures that follow the newest step lag, by at most this much: the last step and its time
+    # (progress_last_step, last_progress_timestamp), the logs plane's evidence age, the reason's step
+    # and age, energy per step. 0: every increment re-evaluates its run at once.
+    confirm_refresh: timedelta = timedelta(seconds=120)
 
     def for_profile(self, profile: str) -> ClaimSettings:
         """These settings for the runs of one profile (its stall ceiling, where it has one)."""

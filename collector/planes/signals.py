@@ -1,17 +1,25 @@
 """How the loop folds a progress signal a source read (an API log read, a node agent's increment, a
-checkpoint listing) into the one the index holds for the same container or source."""
+checkpoint listing) into the one the index holds for the same container or source; and which of a
+node agent's increments only confirm a progressing run's claims (`uneventful`, `confirms`), whose
+re-evaluation the loop may defer (collector/changes.py)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime, timedelta
 
-from collector.claims.progress import compacted
-from collector.correlate import Signal
+from collector.claims.gpuspread import MIN_SLOWDOWN, gpu_spread, slowdown
+from collector.claims.progress import compacted, source_name
+from collector.correlate import RunEvidence, Signal
+from collector.gpu import PodGpuEvidence
+from collector.model import Observed, Plane, PodFacts, RunClaims
 from collector.progress.history import extend_history, merge_history
-from collector.progress.model import LogScan
+from collector.progress.model import LogScan, ProgressSample
 from collector.settings import ClaimSettings
 
-__all__ = ["adds_nothing", "folded"]
+__all__ = ["adds_nothing", "alone", "confirms", "folded", "gpus_quiet", "uneventful"]
 
 
 def folded(prev: Signal | None, sig: Signal, op: str, after: int | None,
@@ -43,3 +51,95 @@ def adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
             and inc.diagnostics == held.diagnostics and len(inc.samples) <= 1
             and (not inc.samples or (inc.samples[0].line <= after and bool(held.samples)
                                      and inc.samples[0] == held.samples[-1])))
+
+
+def uneventful(held: Signal, inc: Signal, after: int) -> ProgressSample | None:
+    """A node agent's increment (`inc`, read after line `after` of `held`'s log) that can only carry
+    `held`'s progress on: newer steps of the same kind, in order, each past every step `held`
+    holds, dated no later than the read, with a finite non-zero loss and short of the run's total;
+    no finding (hang, Xid, resume), no new rank track, tokens, format or diagnostics. Its newest
+    sample (the step the run's progress will stand at); None: anything else, which the loop
+    evaluates at once (fail closed: a reason to doubt is a reason to look now)."""
+    h, s = held.scan, inc.scan
+    if (held.retired or held.durable or held.unseen or inc.unseen or inc.durable or inc.retired
+            or held.ref.kind != "Pod" or inc.plane is not held.plane or inc.read_at < held.read_at
+            or s.hangs or s.xids or s.resumes or s.ranks or h.ranks or s.tokens is not None
+            or s.format != h.format or s.diagnostics != h.diagnostics or s.lines < h.lines
+            or not s.samples or len(h.samples) < 2):
+        return None
+    last = h.samples[-1]
+    if last.step is None or last.at is None or last.skipped:
+        return None
+    top = max((x.step for x in h.samples if x.step is not None), default=None)
+    samples = s.samples
+    if samples[0].line <= after:
+        # the agent leads with the last sample before `after`: only as held (a redrawn loss is news)
+        if samples[0] != last or any(x.line <= after for x in samples[1:]):
+            return None
+        samples = samples[1:]
+        if not samples:
+            return None
+    prev_step, prev_at, prev_line = last.step, last.at, max(last.line, after)
+    for x in samples:
+        if (x.step is None or x.at is None or x.skipped or x.covers != 1 or x.format != last.format
+                or x.loss is None or not math.isfinite(x.loss) or x.loss == 0.0
+                or (x.total is not None and x.step >= x.total) or x.line <= prev_line
+                or x.step <= prev_step or (top is not None and x.step <= top) or x.at < prev_at):
+            return None
+        prev_step, prev_at, prev_line = x.step, x.at, x.line
+    newest = samples[-1]
+    assert newest.at is not None
+    if newest.at > inc.read_at:
+        return None  # stamped after it was read: a clock ahead (or forged), which the claims refuse
+    return newest
+
+
+def confirms(rc: RunClaims | None, sig: Signal, now: datetime) -> bool:
+    """Whether the run's current claims `rc` (its last evaluation, before `now`) already say what an
+    evaluation with `sig` (a held signal extended by an `uneventful` increment) would say: progressing
+    observed true on `sig`'s own steps, still before any instant they could change by the clock,
+    goodput accruing as productive time, no straggler or GPU suspect named. See also `alone`."""
+    if (rc is None or rc.finished or rc.blocked is not None or rc.recheck_at is None
+            or not rc.evaluated_at <= now < rc.recheck_at
+            or rc.scheduled.observed is not Observed.TRUE or rc.running.observed is not Observed.TRUE
+            or rc.progressing.observed is not Observed.TRUE or rc.progressing.cause
+            or (rc.stragglers is not None and rc.stragglers.suspects)
+            or rc.goodput is None or rc.goodput.accrues != "productive"):
+        return False  # (goodput accruing as anything else, a replay say, is what a newer step may end)
+    name = source_name(sig)
+    if any(e.plane in _PROGRESS_PLANES and e.field not in _PLAIN for e in rc.progressing.evidence):
+        return False  # replayed or skipped steps, a hang suspect, an Xid...: what a newer step may move
+    # the run's progress stands on another log (or none): an increment of this one may move it
+    return any(e.field == "last_step" and e.ref == name for e in rc.progressing.evidence)
+
+
+# The evidence of a progressing claim that says no more than how far the run got.
+_PLAIN = frozenset({"last_step", "last_loss", "last_checkpoint_step"})
+_PROGRESS_PLANES = frozenset({Plane.LOGS, Plane.GPU, Plane.RAY, Plane.EXPSTORE})  # (the others: the run's status)
+
+
+def alone(sig: Signal, run: RunEvidence) -> bool:
+    """`sig` the run's only progress log (`run`: its evidence, `sig` in it) but checkpoint listings:
+    no other log (a rank, a replaced pod's) or Ray counter judged with it, no rank tracks to compare;
+    and its pace not slower than its own baseline (a GPU apart is a straggler only while it is)."""
+    mine = (sig.ref.key, sig.source)
+    if any((other.ref.key, other.source) != mine and not other.durable and other.scan.samples
+           for other in run.signals):
+        return False
+    slow = slowdown(run)  # (`sig`'s own: the only live log with steps)
+    return slow is None or slow < MIN_SLOWDOWN
+
+
+def gpus_quiet(rc: RunClaims, run: RunEvidence, gpus: Mapping[tuple[str, str], PodGpuEvidence], now: datetime,
+               max_age: timedelta) -> bool:
+    """Nothing to say of the run's GPUs, at its last evaluation and now: no GPU reads apart from the
+    others, none untrusted (`claims.gpuspread`, as `claims.gpu.apply_gpu` reads its live pods'). A GPU
+    pass does not re-evaluate a progressing run whose devices stayed as they were (its next evaluation
+    reads the new readings): an increment deferred must not hold back what they say. (The comparison
+    is kept by its inputs: the evaluation that follows reads it again.)"""
+    if rc.stragglers is not None:
+        return False
+    keys = [(p.ref.namespace, p.ref.name) for p in run.pods
+            if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
+    held = [g for k in keys if (g := gpus.get(k)) is not None]
+    return not held or gpu_spread(None, run, held, now, max_age) is None

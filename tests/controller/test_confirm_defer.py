@@ -1,0 +1,587 @@
+"""A node agent's log increment that can only confirm a progressing run's claims defers the run's
+re-evaluation (`collector.planes.signals.uneventful`, `confirms`, `alone`; `ChangeApplier._deferred`;
+`claims.confirm_refresh`, issue 30). Two controllers fed the same fleet, the same GPU passes and the
+same increments at the same instants: D defers, I (confirm_refresh 0) evaluates every increment at
+once. Whenever D defers, I's evaluation with the increment says what D's standing claims say (observed,
+verdict, cause, since, blocked, stragglers, evidence fields, reasons but for the figures that follow the
+newest step) and is due no earlier than D's deferral; when D's deferral or its claims' clock comes due,
+D's evaluation is I's then, exactly. Increments that carry anything else (a hang, an Xid, a resume, a
+replay, a non-finite or zero loss, a skipped step, the total reached, a stamp from the future or going
+back, undated steps, a new format, diagnostics or rank track, a redrawn lead sample, a slower pace) are
+never deferred."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from bench.bench_controller import realistic_pod, run_name
+from collector.claims import gpuspread
+from collector.claims.memo import ByInputs
+from collector.controller import Controller
+from collector.correlate import Key, Signal
+from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.kube import NodeLease, normalize
+from collector.model import Claim, Observed, Ref, RunClaims
+from collector.planes.base import Change
+from collector.progress.model import HangFinding, LogScan, ProgressSample, RankSteps, ResumeFinding, XidFinding
+from collector.settings import ClaimSettings, ControllerSettings, Settings
+from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+from tests.test_explain_fixtures import taurun
+
+PODS = 4
+NOW0 = datetime(2026, 12, 5, 4, 0, tzinfo=UTC)
+TOTAL = 500_000
+FMT = "megatron"
+WARM = 8  # increments (30 steps a second apart each) before the run is judged: a history and a pace
+
+
+class _Fleet:
+    """A controller (never opened, or its loop alone) with one run of PODS GPU pods whose Ray head
+    prints a step a second, fed as bench_fleet's `live-heads` (the workers' logs quiet)."""
+
+    def __init__(self, refresh: timedelta, *, tick: timedelta = timedelta(seconds=5)) -> None:
+        self.clock = [NOW0]
+        s = Settings(claims=replace(ClaimSettings(), confirm_refresh=refresh),
+                     controller=replace(ControllerSettings(), leader_election=False, log_poll_interval=timedelta(0),
+                                        tick=tick))
+        self.c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), s, lambda: self.clock[0])
+        res = {r.kind: r for r in resources_for(s.taugrid)}
+        created = NOW0 - timedelta(hours=3)
+        stamp = NOW0.strftime("%Y-%m-%dT%H:%M:%SZ")
+        objs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n:02d}"}, "spec": {},
+             "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": stamp}]}}
+            for n in range(PODS)]
+        ns, run = run_name(0)
+        objs.append(taurun(run, ns, "Running", created, workers=PODS - 1))
+        self.pods = [realistic_pod(ns, run, j, created, f"gpu-{j:02d}") for j in range(PODS)]
+        for o in [*objs, *self.pods]:
+            rec = normalize(o).record
+            assert rec is not None
+            self.c._upsert(res[o["kind"]], rec)
+        for kind in ("Pod", "Node", "TauRun", "Event", "Workload", "Job", "RayCluster", "RayJob"):
+            self.c.index.synced[kind] = NOW0
+        for n in range(PODS):  # every node's clock measured (its kubelet's Lease): stamps placed
+            self.c.clocks.lease(NodeLease(f"gpu-{n:02d}", NOW0, timedelta(seconds=40)), timedelta(0), listed=False)
+        self.c.ready.set()
+        self.key: Key = ("TauRun", ns, run)
+        head = self.pods[0]
+        self.head = Ref("Pod", ns, head["metadata"]["name"])
+        self.container = head["spec"]["containers"][0]["name"]
+
+    def synced_now(self) -> None:
+        for kind in list(self.c.index.synced):  # every resource's watch alive: its status trusted
+            self.c.index.synced[kind] = self.clock[0]
+
+    def quiet_workers(self) -> None:
+        """The workers' trainers: their first document (3 lines, no step), read again each pass."""
+        for p in self.pods[1:]:
+            ref = Ref("Pod", p["metadata"]["namespace"], p["metadata"]["name"])
+            name = p["spec"]["containers"][0]["name"]
+            scan = LogScan(f"{ref.namespace}/{ref.name}/{name}", None, (), (), (), (), 3, first_at=NOW0)
+            held = self.c.index.signal_of(ref, name)
+            self.c._apply(Change("agent-log", None, (Signal(ref, name, scan, self.clock[0]),
+                                                     None if held is None else 3)))
+
+
+def gpus_at(now: datetime, seed: int, apart: bool) -> dict[tuple[str, str], PodGpuEvidence]:
+    """Every pod's 8 GPUs' readings (seeded); `apart`: one GPU's SM clock far below the others'."""
+    import random
+    rng = random.Random(seed)
+    out: dict[tuple[str, str], PodGpuEvidence] = {}
+    ns, run = run_name(0)
+    for k in range(PODS):
+        name = realistic_pod(ns, run, k, NOW0, "x")["metadata"]["name"]
+        devs = tuple(GpuDevice(uuid=f"GPU-{k:04d}{i:04d}-0000-4000-8000-000000000000", index=i,
+                               utilization=rng.uniform(0.85, 1.0), sm_active=rng.uniform(0.6, 0.9),
+                               power_w=rng.uniform(500.0, 700.0), power_limit_w=700.0,
+                               sm_clock_hz=(1.2e9 if apart and k == 1 and i == 0 else 1.98e9) * rng.uniform(0.99, 1.01))
+                     for i in range(8))
+        out[(ns, name)] = PodGpuEvidence(ns, name, f"gpu-{k:02d}", "agent", now, devs, ("main",))
+    return out
+
+
+# --- increments ------------------------------------------------------------------------------------
+
+# Kinds an increment can take: "ok" carries the trainer on (a step a second), every other one carries
+# something the claims may turn on (or the predicate cannot vouch for) and must never be deferred.
+CONFIRMING = ("ok", "ok-lead", "ok-strided")
+EVENTFUL = ("hang", "xid", "resume", "replay", "nan", "zero", "skipped", "total", "future", "backwards",
+            "undated", "format", "diag", "ranks", "lead-redrawn", "tokens")
+SLOW = "slow"  # a slower pace: refused once the run's own pace (not the increment alone) falls behind
+
+
+class Feed:
+    """The head's log as an agent reads it: steps, lines sent, and the increments of each kind."""
+
+    def __init__(self) -> None:
+        self.step = 1000
+        self.line = 0
+        self.last: ProgressSample | None = None
+        self.diag: tuple[str, ...] = ()
+        self.fmt = FMT  # the format the agent's document names (the samples' own stay megatron)
+
+    def increment(self, kind: str, now: datetime, n: int, lag: int) -> tuple[LogScan, int | None]:
+        """`n` new steps, the newest `lag` s before `now` (the read), one a second, of `kind`."""
+        after = self.line if self.last is not None else None
+        out: list[ProgressSample] = []
+        if kind in ("ok-lead", "lead-redrawn") and self.last is not None:
+            lead = self.last if kind == "ok-lead" else replace(self.last, loss=(self.last.loss or 1.0) + 0.5)
+            out.append(lead)
+        spacing = 3 if kind == "slow" else 1
+        start = now - timedelta(seconds=lag + spacing * (n - 1))
+        hangs: tuple[HangFinding, ...] = ()
+        xids: tuple[XidFinding, ...] = ()
+        resumes: tuple[ResumeFinding, ...] = ()
+        ranks: tuple[RankSteps, ...] = ()
+        for i in range(n):
+            self.line += 1
+            step = self.step + 1 + i * (7 if kind == "ok-strided" else 1)
+            at: datetime | None = start + timedelta(seconds=spacing * i)
+            loss: float | None = 2.0 + 0.01 * (i % 7)
+            skipped = False
+            if kind == "replay":
+                step = self.step - 50 + i
+            elif kind == "nan" and i == n - 1:
+                loss = math.nan
+            elif kind == "zero" and i == n - 1:
+                loss = 0.0
+            elif kind == "skipped" and i == n - 1:
+                skipped = True
+            elif kind == "total" and i == n - 1:
+                step = TOTAL
+            elif kind == "future" and i == n - 1:
+                at = now + timedelta(seconds=20)
+            elif kind == "backwards" and i == 0 and self.last is not None and self.last.at is not None:
+                at = self.last.at - timedelta(seconds=5)
+            elif kind == "undated" and i == n - 1:
+                at = None
+            out.append(ProgressSample(step, at, loss, self.line, FMT, skipped, TOTAL))
+        if kind == "hang":
+            self.line += 1
+            hangs = (HangFinding("nccl-watchdog-timeout", self.line, "ALLREDUCE", 600000, 3,
+                                 now - timedelta(seconds=lag)),)
+        elif kind == "xid":
+            self.line += 1
+            xids = (XidFinding(79, "0000:3b:00.0", self.line, "GPU has fallen off the bus", "reset",
+                               now - timedelta(seconds=lag)),)
+        elif kind == "resume":
+            self.line += 1
+            resumes = (ResumeFinding(self.line, now - timedelta(seconds=lag), self.step - 100, FMT),)
+        elif kind == "format":
+            self.fmt = "deepspeed" if self.fmt == FMT else FMT
+        elif kind == "diag":
+            self.diag = (*self.diag, f"diagnostic {self.line}")
+        elif kind == "ranks":
+            ranks = (RankSteps(0, (1, 2), (now, now)), RankSteps(1, (1, 2), (now, now)))
+        kept = [x for x in out if x.line > (after or 0)]
+        if kind not in ("replay", "total"):
+            self.step = max([self.step, *(x.step for x in kept if x.step is not None)])
+        if kept:
+            self.last = kept[-1]
+        scan = LogScan("head", self.fmt, tuple(out), hangs, xids, self.diag,
+                       self.line, first_at=start, resumes=resumes, ranks=ranks,
+                       tokens=None if kind != "tokens" else _tokens(now))
+        return scan, after
+
+
+def _tokens(now: datetime) -> Any:
+    from collector.progress.model import TokenRate
+    return TokenRate(3000.0, now)
+
+
+# --- comparing claims ------------------------------------------------------------------------------
+
+_FIGURE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|[smhd]))+\b|[+-]?\d[\d,.:]*%?")  # (durations as 1m16s: one figure)
+
+
+def shape(text: str) -> str:
+    """A reason without its figures (steps, stamps, ages, rates, windows and how they were drawn): what a
+    deferral may leave standing. A note the newest step can only remove (the run slower than usual, skipped reports
+    before a real step) goes too: never one that turns a claim."""
+    text = re.sub(r"; slower than usual \([^)]*\)", "", text)
+    text = re.sub(r"window [^;]*", "window #", text)  # (the stall window, drawn from the pace)
+    text = re.sub(r"; [\d,]+ skipped step report\(s\) since [^;]*\(fp16 overflow\)", "", text)
+    return _FIGURE.sub("#", text)
+
+
+def claim_shape(c: Claim) -> tuple[Any, ...]:
+    return (c.asserted, c.observed, c.verdict, c.since, c.cause, shape(c.reason),
+            tuple((e.plane, e.ref, e.field) for e in c.evidence))
+
+
+def confirmed(held: RunClaims, fresh: RunClaims) -> list[str]:
+    """What `fresh` (an evaluation with the increment) says that `held` (the run's standing claims) does
+    not, the figures that follow the newest step aside; [] when nothing."""
+    diffs = []
+    for name in ("scheduled", "running", "progressing"):
+        a, b = getattr(held, name), getattr(fresh, name)
+        if claim_shape(a) != claim_shape(b):
+            diffs.append(f"{name}: {claim_shape(a)} != {claim_shape(b)}")
+    if held.blocked != fresh.blocked or held.finished != fresh.finished or held.extra != fresh.extra:
+        diffs.append("blocked/finished/context")
+    for name in ("stragglers", "work_at_risk"):
+        a, b = getattr(held, name), getattr(fresh, name)
+        if (a is None) != (b is None):
+            diffs.append(f"{name}: {a} != {b}")
+    if held.stragglers is not None and fresh.stragglers is not None:
+        sa, sb = held.stragglers, fresh.stragglers
+        if (sa.suspects, sa.untrusted, shape(sa.reason)) != (sb.suspects, sb.untrusted, shape(sb.reason)):
+            diffs.append(f"stragglers: {sa} != {sb}")
+    if held.work_at_risk is not None and fresh.work_at_risk is not None:
+        wa, wb = held.work_at_risk.at(fresh.evaluated_at), fresh.work_at_risk
+        if (wa.gpus, wa.since, wa.basis, shape(wa.reason), wa.checkpoint_step, wa.missing, wa.grows,
+                [(n.node, n.score) for n in wa.nodes]) != (
+                wb.gpus, wb.since, wb.basis, shape(wb.reason), wb.checkpoint_step, wb.missing, wb.grows,
+                [(n.node, n.score) for n in wb.nodes]) or (wa.gpu_hours is None) != (wb.gpu_hours is None) or \
+                (wa.gpu_hours is not None and wb.gpu_hours is not None
+                 and not math.isclose(wa.gpu_hours, wb.gpu_hours, abs_tol=1e-9)):
+            diffs.append(f"work at risk: {wa} != {wb}")
+    if (held.energy is None) != (fresh.energy is None):
+        diffs.append("energy")
+    ga, gb = held.goodput, fresh.goodput
+    # (goodput's figures are recomputed from the history at each evaluation, with the stall window the
+    # pace gives then: figures, like the window; what it accrues as now is compared)
+    if (ga is None) != (gb is None) or (ga is not None and gb is not None and (
+            ga.accrues != gb.accrues or ga.rated != gb.rated or (ga.ratio is None) != (gb.ratio is None))):
+        diffs.append(f"goodput: {ga} != {gb}")
+    return diffs
+
+
+# --- the two controllers, step by step --------------------------------------------------------------
+
+
+class Pair:
+    """D (deferring) and I (every increment at once), fed alike; D's deferrals checked as they happen."""
+
+    def __init__(self) -> None:
+        gpuspread._CORES = ByInputs()  # (another test's kept comparisons: none of this fleet's)
+        self.d = _Fleet(ClaimSettings().confirm_refresh)
+        self.i = _Fleet(timedelta(0))
+        self.feed = Feed()
+        self.now = NOW0
+        self.deferred = 0
+        self.refused: dict[str, int] = {}
+        self.fired = 0
+
+    def at(self, now: datetime) -> None:
+        self.now = now
+        for f in (self.d, self.i):
+            f.clock[0] = now
+            f.synced_now()
+
+    def gpu(self, seed: int, apart: bool) -> None:
+        gpus = gpus_at(self.now, seed, apart)  # the same records to both (the kept comparisons are by them)
+        for f in (self.d, self.i):
+            f.c._apply(Change("gpu", None, (gpus, {g.node: self.now for g in gpus.values()}, frozenset())))
+            f.quiet_workers()
+
+    def evaluate(self) -> None:
+        """Both evaluate what is marked; where D evaluates the run, it must say what I says then."""
+        d_dirty = self.d.key in self.d.c._dirty
+        self.d.c.evaluate()
+        self.i.c._dirty.add(self.i.key)  # (I is always current: evaluated whenever D is)
+        self.i.c.evaluate()
+        if d_dirty:
+            assert repr(self.d.c.claims[self.d.key]) == repr(self.i.c.claims[self.i.key])
+
+    def until(self, then: datetime) -> None:
+        """The clock moves on to `then`; D's deferrals and both clocks' dues fire on time (no CPU budget here)."""
+        while True:
+            dues = [x for f in (self.d, self.i) for x in (f.c._rechecks.next_due(), f.c._rechecks.next_deferred())
+                    if x is not None]
+            nxt = min(dues, default=None)
+            if nxt is None or nxt > then:
+                break
+            self.at(nxt)
+            for f in (self.d, self.i):
+                due = f.c._rechecks.pop_due(nxt) + f.c._rechecks.pop_deferred(nxt)
+                f.c._dirty.update(due)
+            self.fired += self.d.key in self.d.c._dirty
+            self.evaluate()
+        self.at(then)
+
+    def increment(self, kind: str, n: int, lag: int) -> bool:
+        """The head's increment of `kind` to both; whether D deferred its run's re-evaluation."""
+        scan, after = self.feed.increment(kind, self.now, n, lag)
+        for f in (self.d, self.i):
+            f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, self.now), after)))
+        held = self.d.c.claims.get(self.d.key)
+        deferred = self.d.key not in self.d.c._dirty
+        if deferred:
+            assert held is not None
+            self.deferred += 1
+            due = self.d.c._rechecks.next_deferred()
+            assert due is not None and self.now < due <= held.evaluated_at + ClaimSettings().confirm_refresh
+            self.i.c.evaluate()  # I, at once: what D's standing claims must already say
+            fresh = self.i.c.claims[self.i.key]
+            assert fresh.progressing.observed is Observed.TRUE
+            assert confirmed(held, fresh) == [], (kind, confirmed(held, fresh))
+            assert fresh.recheck_at is None or fresh.recheck_at + self.d.c._rechecks.slack >= due
+        else:
+            self.refused[kind] = self.refused.get(kind, 0) + 1
+            self.evaluate()
+        return deferred
+
+    def warm(self) -> None:
+        for k in range(WARM):
+            self.until(self.now + timedelta(seconds=30))
+            self.gpu(k, False)
+            self.increment("ok", 30, 0)
+            self.d.c._dirty.add(self.d.key)
+            self.evaluate()
+        rc = self.d.c.claims[self.d.key]
+        assert rc.progressing.observed is Observed.TRUE, rc.progressing.reason
+
+
+Step = tuple[int, str, int, int, int]  # (seconds on, increment kind or "gpu"/"gpu-apart"/"none", steps, lag, seed)
+STEPS = st.tuples(
+    st.integers(1, 100),
+    st.sampled_from((*CONFIRMING, *CONFIRMING, *CONFIRMING, *EVENTFUL, SLOW, "gpu", "gpu-apart", "none")),
+    st.integers(1, 40), st.integers(0, 40), st.integers(0, 1 << 16))
+
+
+def _play(steps: list[Step]) -> Pair:
+    p = Pair()
+    p.warm()
+    for dt, kind, n, lag, seed in steps:
+        p.until(p.now + timedelta(seconds=dt))
+        if kind in ("gpu", "gpu-apart"):
+            p.gpu(seed, kind == "gpu-apart")
+        elif kind != "none":
+            deferred = p.increment(kind, n, min(lag, dt))
+            assert not (deferred and kind in EVENTFUL), kind
+    p.until(p.now + timedelta(seconds=200))  # every deferral due by then: D's claims are I's
+    assert repr(p.d.c.claims[p.d.key]) == repr(p.i.c.claims[p.i.key])
+    return p
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, min_size=1, max_size=12))
+@example([(30, "ok", 30, 0, 0), (5, "gpu-apart", 1, 0, 7), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0)])
+@example([(30, "ok", 30, 0, 0), (20, "hang", 5, 0, 0), (30, "ok", 30, 0, 0)])
+@example([(30, "ok", 30, 0, 0), (30, "replay", 30, 0, 0), (30, "ok", 30, 0, 0)])
+def test_a_deferred_increment_only_confirms_and_its_evaluation_when_due_is_the_immediate_one(
+        steps: list[Step]) -> None:
+    _play(steps)
+
+
+def test_the_live_heads_cadence_is_deferred_and_every_eventful_kind_refused() -> None:
+    """A head read every 30 s: its increments deferred (not every one evaluated), and each eventful kind,
+    arriving while the run progresses, refused."""
+    p = _play([(30, "ok", 30, 0, 0)] * 8)
+    assert p.deferred >= 4 and p.fired >= 1
+    for kind in (*EVENTFUL, SLOW):
+        q = Pair()
+        q.warm()
+        q.until(q.now + timedelta(seconds=30))
+        assert q.increment("ok", 30, 0)  # (the run's claims admit a deferral now)
+        q.until(q.now + timedelta(seconds=10))
+        assert not q.increment(kind, 10, 0), kind
+
+
+def test_a_gpu_apart_is_not_held_back_by_a_deferral() -> None:
+    """A GPU pass does not re-evaluate a progressing run whose devices stayed (`runs_to_recheck`): the
+    next increment, which would show a GPU apart (a note, no suspect while the run keeps its pace), is
+    evaluated at once."""
+    p = Pair()
+    p.warm()
+    p.until(p.now + timedelta(seconds=30))
+    assert p.increment("ok", 30, 0)
+    p.until(p.now + timedelta(seconds=5))
+    p.gpu(7, True)
+    assert p.d.key not in p.d.c._dirty  # (the pass alone: not re-evaluated)
+    p.until(p.now + timedelta(seconds=25))
+    assert not p.increment("ok", 30, 0)
+    st_ = p.d.c.claims[p.d.key].stragglers
+    assert st_ is not None and not st_.suspects and "reads apart" in st_.reason, st_
+
+
+def test_no_deferral_when_the_setting_is_zero_or_the_claims_are_due() -> None:
+    p = Pair()
+    p.warm()
+    p.d.c.settings = replace(p.d.c.settings, claims=replace(p.d.c.settings.claims, confirm_refresh=timedelta(0)))
+    p.until(p.now + timedelta(seconds=30))
+    assert not p.increment("ok", 30, 0)
+    p = Pair()
+    p.warm()
+    rc = p.d.c.claims[p.d.key]
+    assert rc.recheck_at is not None
+    p.d.c._rechecks.set(p.d.key, None, p.now)  # (its clock's recheck held back, as a spent CPU budget does)
+    p.i.c._rechecks.set(p.i.key, None, p.now)
+    p.at(rc.recheck_at + timedelta(seconds=1))  # past the instant its claims could change: not standing
+    assert not p.increment("ok", 30, 0)
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_and_keeps_deadlines() -> None:
+    gpuspread._CORES = ByInputs()
+    f = _Fleet(timedelta(seconds=120), tick=timedelta(hours=1))  # (no full pass but the first)
+    feed = Feed()
+
+    def put(kind: str, n: int = 30) -> None:
+        scan, after = feed.increment(kind, f.clock[0], n, 0)
+        f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+
+    def move(seconds: float) -> None:
+        f.clock[0] += timedelta(seconds=seconds)
+        f.synced_now()
+
+    for k in range(WARM):
+        move(30)
+        gpus = gpus_at(f.clock[0], k, False)
+        f.c._apply(Change("gpu", None, (gpus, {g.node: f.clock[0] for g in gpus.values()}, frozenset())))
+        f.quiet_workers()
+        scan, after = feed.increment("ok", f.clock[0], 30, 0)
+        f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+        f.c.evaluate()
+    n0 = f.c.runs_evaluated
+    t = threading.Thread(target=f.c._loop, daemon=True)
+    t.start()
+    try:
+        assert _wait(lambda: f.c.runs_evaluated > n0)  # its first full pass
+        def evaluated() -> datetime:
+            return f.c.claims[f.key].evaluated_at
+
+        t0 = evaluated()
+        d0, fired0 = f.c._rechecks.deferrals, f.c._rechecks.deferred_due
+        assert f.c.claims[f.key].progressing.observed is Observed.TRUE
+        # a confirming increment 30 s on: not evaluated
+        move(30)
+        put("ok")
+        assert _wait(lambda: f.c._rechecks.deferrals == d0 + 1)
+        time.sleep(0.3)
+        assert evaluated() == t0
+        due = f.c._rechecks.next_deferred()
+        assert due is not None and due <= t0 + timedelta(seconds=120)
+        # ... until its deferral comes due (here the stall window of the last evaluated step: sooner)
+        move((due - f.clock[0]).total_seconds() - 1)
+        time.sleep(0.3)
+        assert evaluated() == t0
+        move(1)
+        assert _wait(lambda: evaluated() > t0)
+        assert f.c.claims[f.key].progressing.observed is Observed.TRUE
+        assert f.c._rechecks.deferred_due == fired0 + 1
+        # an eventful one (a collective timed out): at once
+        t1 = evaluated()
+        move(5)
+        put("hang", 3)
+        assert _wait(lambda: evaluated() > t1)
+        rc = f.c.claims[f.key]
+        assert rc.progressing.observed is Observed.FALSE and "watchdog timeout" in rc.progressing.reason, \
+            rc.progressing.reason
+        assert f.c._rechecks.deferrals == d0 + 1
+    finally:
+        f.c.request_stop()
+        t.join(5)
+
+
+def test_the_loop_still_fires_a_deadline_earlier_than_the_interval() -> None:
+    """A deferred increment, then silence: the run's progressing turns (unknown: no read after the
+    window) when the window of its newest step closes, a deadline sooner than the refresh interval,
+    not the interval after its last evaluation."""
+    gpuspread._CORES = ByInputs()
+    f = _Fleet(timedelta(minutes=10), tick=timedelta(hours=1))
+    feed = Feed()
+
+    def move(seconds: float) -> None:
+        f.clock[0] += timedelta(seconds=seconds)
+        f.synced_now()
+
+    for k in range(WARM):
+        move(30)
+        gpus = gpus_at(f.clock[0], k, False)
+        f.c._apply(Change("gpu", None, (gpus, {g.node: f.clock[0] for g in gpus.values()}, frozenset())))
+        f.quiet_workers()
+        scan, after = feed.increment("ok", f.clock[0], 30, 0)
+        f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+        f.c.evaluate()
+    n0 = f.c.runs_evaluated
+    t = threading.Thread(target=f.c._loop, daemon=True)
+    t.start()
+    try:
+        assert _wait(lambda: f.c.runs_evaluated > n0)
+        t0 = f.c.claims[f.key].evaluated_at
+        d0 = f.c._rechecks.deferrals
+        move(30)
+        scan, after = feed.increment("ok", f.clock[0], 30, 0)
+        newest = f.clock[0]
+        f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+        assert _wait(lambda: f.c._rechecks.deferrals == d0 + 1)
+        # the loop follows the clock: in steps, as the deadlines come (no increment after this one)
+        for _ in range(30):
+            move(5)
+            time.sleep(0.1)
+            rc = f.c.claims[f.key]
+            if rc.progressing.observed is not Observed.TRUE:
+                break
+        rc = f.c.claims[f.key]
+        # (no read after the window: unknown, not yet stalled, which only a read after it can show)
+        assert rc.progressing.observed is Observed.UNKNOWN and "stall window closed" in rc.progressing.reason, \
+            rc.progressing.reason
+        window = ClaimSettings().stall_floor + ClaimSettings().scrape_interval  # (a step a second: the floor)
+        assert rc.evaluated_at <= newest + window + timedelta(seconds=10)
+        assert rc.evaluated_at < t0 + timedelta(minutes=10)
+    finally:
+        f.c.request_stop()
+        t.join(5)
+
+
+@pytest.mark.parametrize("kind", (*CONFIRMING, *EVENTFUL))
+def test_each_eventful_kind_is_refused_by_the_increment_alone(kind: str) -> None:
+    from collector.planes.signals import uneventful
+    feed = Feed()
+    now = NOW0
+    scan, _ = feed.increment("ok", now, 30, 0)
+    held = Signal(Ref("Pod", "ns", "p"), "main", scan, now)
+    now += timedelta(seconds=30)
+    inc, after = feed.increment(kind, now, 10, 0)
+    assert after is not None
+    newest = uneventful(held, Signal(held.ref, "main", inc, now), after)
+    assert (newest is not None) == (kind in CONFIRMING), kind
+    assert newest is None or newest == inc.samples[-1]
+
+
+def test_rechecks_keep_the_earliest_deferral_apart_from_the_clock_and_an_evaluation_covers_it() -> None:
+    from collector.recheck import Rechecks
+    r: Rechecks[str] = Rechecks()
+    t = NOW0
+    r.set("a", t + timedelta(seconds=60), t)
+    r.defer("a", t + timedelta(seconds=50))
+    r.defer("a", t + timedelta(seconds=90))  # a later one: the earlier stands
+    r.defer("b", t + timedelta(seconds=30))
+    assert r.next_deferred() == t + timedelta(seconds=30) and r.deferrals == 3
+    assert r.next_due() == t + timedelta(seconds=60) + r.slack  # (the clock's own, untouched)
+    assert r.pop_deferred(t + timedelta(seconds=40)) == ["b"]
+    r.set("a", t + timedelta(seconds=70), t + timedelta(seconds=41))  # evaluated: its deferral is covered
+    assert r.next_deferred() is None and r.pop_deferred(t + timedelta(hours=1)) == []
+    assert r.deferred_due == 1 and r.due_of("a") == t + timedelta(seconds=70) + r.slack
+    r.defer("c", t + timedelta(seconds=80))
+    r.forget("c")
+    assert r.next_deferred() is None and len(r) == 1
+    r.set("d", t + timedelta(seconds=90), t)
+    r.defer("d", t + timedelta(seconds=90) + r.slack)  # due with its clock: one evaluation, not the budget's
+    assert r.pop_deferred(t + timedelta(seconds=91)) == ["d"] and r.pop_due(t + timedelta(seconds=91)) == ["a"]
