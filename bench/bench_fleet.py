@@ -50,7 +50,8 @@ Variants, all in the same run:
              highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run
   live-heads live as the goal states it: each run's Ray head prints a step a second (a RayJob's
              driver prints the run's progress), the workers' trainers are quiet after their first
-             document; every GPU pod's readings every 30 s
+             document (an increment with nothing new each pass, as agents send every container);
+             every GPU pod's readings every 30 s
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
@@ -541,12 +542,13 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
             quiet_pod = heads_only and getattr(getattr(c.index.get("Pod", ref.namespace, ref.name), "facts", None),
                                                "ray_node_type", "") != "head"
             if (ref.namespace, ref.name) in trainers or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first
-                # document, then quiet
-                if first:
-                    sent[key] = 3
-                    quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3, first_at=now)
-                    c.put_log(_change(ctl)("agent-log", None, (Signal(Ref("Pod", ref.namespace, ref.name), container,
-                                                                      quiet, now), None)), quiet)
+                # document, then quiet: an increment with nothing new each pass (agents send every container
+                # each pass; the loop only moves its read time: `planes.signals.adds_nothing`)
+                sent[key] = 3
+                quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3,
+                                first_at=now if first else None)
+                c.put_log(_change(ctl)("agent-log", None, (Signal(Ref("Pod", ref.namespace, ref.name), container,
+                                                                  quiet, now), None if first else 3)), quiet)
                 continue
             trainers.add((ref.namespace, ref.name))
             start = now - timedelta(seconds=29)
