@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import collector.controller as controller_mod
+import collector.evaluation as evaluation_mod
 from collector.recheck import DirtyRuns
 from kubesim.server import Simulator
 from tests.controller.test_controller import T0, Clock, apply_run, sim, start, wait_until
@@ -73,7 +74,7 @@ def test_a_pass_over_many_runs_is_evaluated_in_slices(sim: Simulator, monkeypatc
     c = start(sim, Clock(T0), tick=timedelta(seconds=0.3))
     try:
         wait_until(lambda: len(c.claims) == runs, what="every run evaluated")
-        slow = controller_mod.evaluate_multicluster
+        slow = evaluation_mod.evaluate_multicluster
 
         def evaluate_slowly(*args: Any, **kw: Any) -> Any:
             time.sleep(0.004)  # 12 runs: ~50 ms a pass, several slices of EVAL_SLICE_S (10 ms)
@@ -92,7 +93,7 @@ def test_a_pass_over_many_runs_is_evaluated_in_slices(sim: Simulator, monkeypatc
         def observed() -> float:
             return c.registry.get_sample_value("taugrid_collector_evaluation_duration_seconds_count") or 0.0
 
-        monkeypatch.setattr(controller_mod, "evaluate_multicluster", evaluate_slowly)
+        monkeypatch.setattr(evaluation_mod, "evaluate_multicluster", evaluate_slowly)
         c.evaluate = counted  # type: ignore[method-assign]
         passes0 = observed()
         wait_until(lambda: sum(n for n, _, _ in calls) >= 2 * runs, what="two full passes (the tick)")
@@ -158,14 +159,14 @@ def test_a_slice_takes_the_oldest_marks_and_leaves_the_rest_in_place(monkeypatch
     c._dirty.update(later)
     stamps = dict(c._dirty.since)
     seen: list[Any] = []
-    slow = controller_mod.evaluate_multicluster
+    slow = evaluation_mod.evaluate_multicluster
 
     def evaluate_slowly(ev: Any, *args: Any, **kw: Any) -> Any:
         seen.append(ev.root.ref.key)
         time.sleep(0.003)
         return slow(ev, *args, **kw)
 
-    monkeypatch.setattr(controller_mod, "evaluate_multicluster", evaluate_slowly)
+    monkeypatch.setattr(evaluation_mod, "evaluate_multicluster", evaluate_slowly)
     c.claims.clear()
     slices = []
     while c._dirty.oldest() <= 5.0:

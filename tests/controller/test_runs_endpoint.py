@@ -128,7 +128,7 @@ def test_history_keeps_the_latest_transitions_of_each_run() -> None:
     from dataclasses import replace
     from datetime import timedelta
 
-    from collector.controller import unknown_claims
+    from collector.evaluation import unknown_claims
     from collector.model import Claim, Observed, Ref, Verdict
     from collector.runsapi import HISTORY_PER_RUN, RunHistory
 
@@ -222,7 +222,7 @@ def test_history_records_what_it_recorded_before_the_fast_path(steps: list[tuple
     from dataclasses import replace
     from datetime import timedelta
 
-    from collector.controller import unknown_claims
+    from collector.evaluation import unknown_claims
     from collector.model import Blocked, Claim, Observed, Ref, Stage, Verdict
     from collector.runsapi import HISTORY_PER_RUN, RunHistory
 

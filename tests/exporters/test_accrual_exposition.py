@@ -67,7 +67,7 @@ def test_a_growing_run_moves_with_the_clock_and_nothing_else_does() -> None:
 def test_claims_turned_unknown_stop_growing() -> None:
     """An outage or an evaluation that failed leaves a run's claims unknown with its last figures:
     goodput and work at risk as last evaluated, counting no time nobody saw."""
-    from collector.controller import unknown_claims
+    from collector.evaluation import unknown_claims
     from tests.claims.test_accrual import run_with_steps
 
     ev, gpu = run_with_steps()

@@ -190,7 +190,7 @@ def test_run_pods_keep_no_id_sets_and_names_only_when_asked() -> None:
 
 
 def test_run_history_shares_states_and_renders_as_before() -> None:
-    from collector.controller import unknown_claims
+    from collector.evaluation import unknown_claims
     from collector.model import Ref
     from collector.runsapi import RunHistory
 

@@ -146,16 +146,16 @@ def test_a_huge_step_in_one_tenants_log_costs_the_controller_nothing_else(tmp_pa
 def test_a_run_whose_evaluation_raises_is_unknown_and_the_others_evaluated(monkeypatch: Any) -> None:
     """The evaluation pass goes on past one run that trips it: that run fails closed (unknown, the
     reason says why) and stays exported; the other tenants' runs are evaluated and exported."""
-    import collector.controller as controller_module
+    import collector.evaluation as evaluation_module
 
-    real = controller_module.evaluate_multicluster
+    real = evaluation_module.evaluate_multicluster
 
     def tripping(ev: Any, *args: Any, **kw: Any) -> RunClaims:
         if ev.root.ref.name == "llm":
             raise OverflowError("int too large to convert to float")
         return real(ev, *args, **kw)
 
-    monkeypatch.setattr(controller_module, "evaluate_multicluster", tripping)
+    monkeypatch.setattr(evaluation_module, "evaluate_multicluster", tripping)
     clock = Clock(T0)
     with Simulator(settings=FAST, watch_window=50, clock=clock) as s:
         s.start()
