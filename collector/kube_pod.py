@@ -23,6 +23,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from collector import kube
+from collector.interning import Interner
 from collector.model import Condition, ContainerFacts, ObjectRecord, OwnerRef, PodFacts, Ref
 from collector.settings import TauGridContract
 
@@ -306,7 +307,7 @@ _ROLES: dict[int, tuple[TauGridContract, dict[str, str]]] = {}
 # tuple of it alone (a pod's usual `owners`).
 _OWNERS: dict[tuple[str, str, str, bool], tuple[OwnerRef, tuple[OwnerRef]]] = {}
 # A pod's helpers (`PodFacts.helpers`), one tuple per distinct set: a fleet's pods carry the same sidecars.
-_HELPERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_HELPERS: Interner[tuple[str, ...]] = Interner(_PARTS_MAX)
 
 
 # GPU count by a container's resources JSON text; -1 where `normalize` must read them (a field of
@@ -375,13 +376,7 @@ def _owner(kind: str, name: str, uid: str, controller: bool) -> tuple[OwnerRef, 
 
 
 def _helpers(names: list[str]) -> tuple[str, ...]:
-    key = tuple(names)
-    found = _HELPERS.get(key)
-    if found is None:
-        if len(_HELPERS) >= _PARTS_MAX:
-            _HELPERS.clear()
-        found = _HELPERS[key] = key
-    return found
+    return _HELPERS(tuple(names))
 
 
 def _build(p: PodObject, contract: TauGridContract) -> ObjectRecord:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from collector.interning import Interner
 from collector.kube import (
     JOB_KINDS,
     JOB_NAME_LABELS,
@@ -40,19 +41,12 @@ _OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
 # One tuple per distinct key that records name as a parent or child: a run's pods all name its TauRun and
 # RayCluster, and each named key is held in `RunLinks._up` for as long as the pod is (~64 B a pod a
 # parent at fleet size). Bounded by clearing; a refill costs one tuple per distinct key.
-_KEYS: dict[Key, Key] = {}
-_KEYS_MAX = 1 << 16
+_KEYS: Interner[Key] = Interner(1 << 16)
 
 
 def shared_key(kind: str, namespace: str, name: str) -> Key:
     """(kind, namespace, name), the same tuple for every record that names it."""
-    key = (kind, namespace, name)
-    found = _KEYS.get(key)
-    if found is None:
-        if len(_KEYS) >= _KEYS_MAX:
-            _KEYS.clear()
-        found = _KEYS[key] = key
-    return found
+    return _KEYS((kind, namespace, name))
 
 
 def job_parents(rec: ObjectRecord) -> list[Key]:

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from collector.interning import Interner
 from collector.kube import dns1123_label, dns1123_subdomain, parse_time
 from collector.model import (
     Blocked,
@@ -58,19 +59,13 @@ Transition = tuple[datetime, str, "tuple[str, str] | None", tuple[str, str], str
 
 # Each distinct state, once: a fleet's runs are in a few dozen of them, and every run's last one is
 # held (~0.5 KB a run as a dict of tuples). Bounded by clearing.
-_STATES: dict[State, State] = {}
-_STATES_MAX = 1 << 12
+_STATES: Interner[State] = Interner(1 << 12)
 
 
 def _state(rc: RunClaims) -> State:
     now = (*((k, (c.observed.value, c.verdict.value)) for k, c in rc.claims.items()),
            ("blocked", (rc.blocked.stage.value if rc.blocked else "", "")))
-    found = _STATES.get(now)
-    if found is None:
-        if len(_STATES) >= _STATES_MAX:
-            _STATES.clear()
-        found = _STATES[now] = now
-    return found
+    return _STATES(now)
 
 
 def _entry(t: Transition) -> dict[str, Any]:

@@ -207,3 +207,17 @@ def test_run_history_shares_states_and_renders_as_before() -> None:
     h.record([a])
     assert len(h.of(a.ref.key)) == 3  # no transition: nothing added
     assert h.of(("TauRun", "ns", "c")) == []
+
+
+def test_interner_shares_equal_values_and_stays_bounded() -> None:
+    from collector.interning import Interner
+
+    intern: Interner[tuple[str, ...]] = Interner(3)
+    first = intern(("a", "b"))
+    again = intern(tuple(["a", "b"]))
+    assert again is first and again == ("a", "b")
+    for i in range(10):
+        intern((str(i),))
+        assert len(intern) <= 3
+    fresh = tuple(["a", "b"])
+    assert intern(fresh) is fresh  # forgotten past the cap: the new one is the shared one now
