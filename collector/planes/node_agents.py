@@ -109,7 +109,9 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
         if was is not None and now is not None and same_devices(was, now) and rc is not None \
                 and rc.progressing.observed is Observed.TRUE:
             # only readings moved (utilization, power), which a progressing run's claims do not
-            # say: it is re-evaluated when its evidence would age out (`Clock.within`)
+            # say (its GPU spread's notes do: its next evaluation reads them, and a log increment
+            # is deferred only while they have nothing to say, `planes.signals.gpus_quiet`); it is
+            # re-evaluated when its evidence would age out (`Clock.within`)
             continue
         out.add(root.key)
     return out
