@@ -25,7 +25,7 @@ from collector.claims import engine, evaluate, progress_walk
 from collector.claims.common import Clock
 from collector.claims.lineage import Lineage, Restart
 from collector.claims.progress import analyze, compacted
-from collector.correlate import Signal, build_index
+from collector.correlate import RunEvidence, Signal, build_index
 from collector.kube import normalize
 from collector.model import Ref
 from collector.progress import LogScan, ProgressSample
@@ -216,6 +216,17 @@ def test_walks_are_kept_between_evaluations_and_dropped_with_their_scans() -> No
     assert all(progress_walk._KEPT.get(g.scan) is None for g in logs)  # (a replaced scan is another)
 
 
+def assert_same_as_single_walk(ev: RunEvidence, now: datetime, s: ClaimSettings, seed: int) -> None:
+    """The run's claims with the kept walks equal those of the single walk (`analyze_reference`)."""
+    got = evaluate(ev, now, s)
+    engine.analyze = reference  # type: ignore[assignment]
+    try:
+        want = evaluate(ev, now, s)
+    finally:
+        engine.analyze = analyze
+    assert got == want, seed
+
+
 def _claims_scenario(seed: int) -> None:
     """`evaluate` with the kept walks against `evaluate` with the single walk: the same claims (verdict,
     reason, evidence, goodput, stragglers) after every increment of a run of 2-4 pods, each with a
@@ -248,13 +259,7 @@ def _claims_scenario(seed: int) -> None:
             index.set_signal(Signal(Ref("Pod", "ns", name), c, log.scan, now))
         now += timedelta(seconds=rng.choice((5, 30, 30, 120)))
         ev = index.evidence(Ref("TauRun", "ns", "r"))
-        got = evaluate(ev, now, s)
-        engine.analyze = reference  # type: ignore[assignment]
-        try:
-            want = evaluate(ev, now, s)
-        finally:
-            engine.analyze = analyze
-        assert got == want, seed
+        assert_same_as_single_walk(ev, now, s, seed)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

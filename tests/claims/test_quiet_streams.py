@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.claims import engine, evaluate, progress_walk
+from collector.claims import progress_walk
 from collector.claims.common import Clock
 from collector.claims.memo import newest_stamp
 from collector.claims.progress import analyze
@@ -28,7 +28,7 @@ from collector.progress import LogScan, ProgressSample
 from collector.progress.model import ResumeFinding, summarize
 from collector.settings import ClaimSettings
 from tests.claims.analyze_reference import analyze as reference
-from tests.claims.test_incremental_analysis import T0, Log, counted_walks
+from tests.claims.test_incremental_analysis import T0, Log, assert_same_as_single_walk, counted_walks
 from tests.claims.test_recheck_at import NOW, pod, taurun
 
 
@@ -110,13 +110,7 @@ def _claims_scenario(seed: int) -> None:
                 index.set_signal(Signal(Ref("Pod", "ns", name), "main", log.scan, now))
         now += timedelta(seconds=rng.choice((5, 30, 120)))
         ev = index.evidence(Ref("TauRun", "ns", "r"))
-        got = evaluate(ev, now, s)
-        engine.analyze = reference  # type: ignore[assignment]
-        try:
-            want = evaluate(ev, now, s)
-        finally:
-            engine.analyze = analyze
-        assert got == want, seed
+        assert_same_as_single_walk(ev, now, s, seed)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -81,6 +81,11 @@ class _Fleet:
         self.head = Ref("Pod", ns, head["metadata"]["name"])
         self.container = head["spec"]["containers"][0]["name"]
 
+    def move(self, seconds: float) -> None:
+        """The clock `seconds` on, every resource listed at it."""
+        self.clock[0] += timedelta(seconds=seconds)
+        self.synced_now()
+
     def synced_now(self) -> None:
         for kind in list(self.c.index.synced):  # every resource's watch alive: its status trusted
             self.c.index.synced[kind] = self.clock[0]
@@ -437,27 +442,32 @@ def _wait(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
     return cond()
 
 
-def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_and_keeps_deadlines() -> None:
+def _warmed(refresh: timedelta) -> tuple[_Fleet, Feed]:
+    """A fleet (no full pass but the first, `tick` an hour) whose run is progressing after WARM agent
+    passes (GPU readings, the workers' quiet increments, the head's 30 steps, an evaluation each),
+    its loop not started."""
     gpuspread._CORES = ByInputs()
-    f = _Fleet(timedelta(seconds=120), tick=timedelta(hours=1))  # (no full pass but the first)
+    f = _Fleet(refresh, tick=timedelta(hours=1))
     feed = Feed()
-
-    def put(kind: str, n: int = 30) -> None:
-        scan, after = feed.increment(kind, f.clock[0], n, 0)
-        f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
-
-    def move(seconds: float) -> None:
-        f.clock[0] += timedelta(seconds=seconds)
-        f.synced_now()
-
     for k in range(WARM):
-        move(30)
+        f.move(30)
         gpus = gpus_at(f.clock[0], k, False)
         f.c._apply(Change("gpu", None, (gpus, {g.node: f.clock[0] for g in gpus.values()}, frozenset())))
         f.quiet_workers()
         scan, after = feed.increment("ok", f.clock[0], 30, 0)
         f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
         f.c.evaluate()
+    return f, feed
+
+
+def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_and_keeps_deadlines() -> None:
+    f, feed = _warmed(timedelta(seconds=120))
+
+    def put(kind: str, n: int = 30) -> None:
+        scan, after = feed.increment(kind, f.clock[0], n, 0)
+        f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+
+    move = f.move
     n0 = f.c.runs_evaluated
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
@@ -503,22 +513,8 @@ def test_the_loop_still_fires_a_deadline_earlier_than_the_interval() -> None:
     """A deferred increment, then silence: the run's progressing turns (unknown: no read after the
     window) when the window of its newest step closes, a deadline sooner than the refresh interval,
     not the interval after its last evaluation."""
-    gpuspread._CORES = ByInputs()
-    f = _Fleet(timedelta(minutes=10), tick=timedelta(hours=1))
-    feed = Feed()
-
-    def move(seconds: float) -> None:
-        f.clock[0] += timedelta(seconds=seconds)
-        f.synced_now()
-
-    for k in range(WARM):
-        move(30)
-        gpus = gpus_at(f.clock[0], k, False)
-        f.c._apply(Change("gpu", None, (gpus, {g.node: f.clock[0] for g in gpus.values()}, frozenset())))
-        f.quiet_workers()
-        scan, after = feed.increment("ok", f.clock[0], 30, 0)
-        f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
-        f.c.evaluate()
+    f, feed = _warmed(timedelta(minutes=10))
+    move = f.move
     n0 = f.c.runs_evaluated
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
