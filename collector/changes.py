@@ -173,13 +173,17 @@ class ChangeApplier:
         """Whether the re-evaluation that `inc` (an agent's increment of `held`, folded into `sig`) asks
         of `root`'s run is deferred, being one that can only confirm the run's current claims: then it
         is scheduled (`Rechecks.defer`) for the earliest of the run's last evaluation + the refresh
-        interval (`claims.confirm_refresh`), its claims' own due, and the soonest the stall window of
-        the increment's newest step could close (that evaluation's due at the earliest)."""
+        interval (`claims.confirm_refresh`), its claims' own due but the stall windows of the newest
+        step they saw (`RunClaims.recheck_other`: the increment's newer step moved those), and the
+        soonest the stall window of the increment's newest step could close (that evaluation's due at
+        the earliest). That replaces the run's clock entry and any earlier deferral; neither may have
+        come due before the increment did (a window that closed before the newer step is a gap an
+        evaluation must judge)."""
         s = self.settings.claims
         key = root.key
         if not s.confirm_refresh or key in self._dirty or key in self._dispatched:
             return False  # (a run marked is evaluated anyway)
-        newest = uneventful(held, inc, after)
+        newest = uneventful(held, inc, after, s.stall_floor + s.scrape_interval)  # (the window's floor)
         if newest is None or newest.at is None:
             return False
         rc = self.claims.get(key)
@@ -193,9 +197,11 @@ class ChangeApplier:
         ahead = max((by for by in run.node_skew.values()), default=ZERO)
         closes = newest.at - max(ahead, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
         due = min(rc.evaluated_at + s.confirm_refresh, closes)
-        clock = self._rechecks.due_of(key)
-        if clock is not None:
-            due = min(due, clock)
+        if rc.recheck_other is not None:
+            due = min(due, rc.recheck_other + self._rechecks.slack)
+        for held_due in (self._rechecks.due_of(key), self._rechecks.deferred_of(key)):
+            if held_due is not None and held_due <= now:
+                return False  # due before this increment came: judged now, as it would have been
         if due <= now:
             return False
         self._rechecks.defer(key, due)

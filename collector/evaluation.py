@@ -275,5 +275,5 @@ def unknown_claims(ref: Ref, prev: RunClaims | None, now: datetime, reason: str)
     g = prev.goodput.frozen() if prev.goodput is not None else None
     w = replace(prev.work_at_risk, grows=False) if prev.work_at_risk is not None else None
     return replace(prev, scheduled=claim(prev.scheduled), running=claim(prev.running),
-                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None, goodput=g,
-                   work_at_risk=w)
+                   progressing=claim(prev.progressing), evaluated_at=now, recheck_at=None, recheck_other=None,
+                   goodput=g, work_at_risk=w)

@@ -601,6 +601,10 @@ class RunClaims:
     # The earliest later instant at which these claims could change with no new evidence (a freshness
     # bound, stall or restart window passing): the live controller re-evaluates the run then. None: never.
     recheck_at: datetime | None = None
+    # The earliest of those that is not a stall window of a progress stream's newest step (`Clock.other`),
+    # which a newer step moves later: until then a node agent's increment that only carries the run's
+    # one progress log on may wait for the run's next evaluation (collector/changes.py `_deferred`).
+    recheck_other: datetime | None = None
     queue: QueueStatus | None = None  # blocked in queue admission: its place in the queue, an admission estimate
     # Stragglers and fail-slow GPUs (`claims.stragglers`): None where there was nothing to compare.
     stragglers: Stragglers | None = None

@@ -107,12 +107,18 @@ class Rechecks(Generic[K]):
         """When `key` is due by its claims' clock (slack included), None: not scheduled."""
         return self._clock.due.get(key)
 
+    def deferred_of(self, key: K) -> datetime | None:
+        """When `key`'s deferred re-evaluation is due, None: none is."""
+        return self._deferred.due.get(key)
+
     def defer(self, key: K, at: datetime) -> None:
-        """Re-evaluate `key` at `at` at the latest (an earlier deferral stands), whatever its clock says."""
-        held = self._deferred.due.get(key)
+        """Re-evaluate `key` at `at` instead of when its clock says: the change computed `at` from every
+        bound the run is due by but the stall windows of its progress log's newest step, which the
+        change's newer step moved (collector/changes.py `_deferred`, `RunClaims.recheck_other`). So
+        `at` replaces the run's clock entry and any earlier deferral."""
         self.deferrals += 1
-        if held is None or at < held:
-            self._deferred.put(key, at)
+        self._clock.due.pop(key, None)
+        self._deferred.put(key, at)
 
     def forget(self, key: K) -> None:
         self._clock.due.pop(key, None)
@@ -131,14 +137,9 @@ class Rechecks(Generic[K]):
         return self._deferred.next_due()
 
     def pop_deferred(self, now: datetime) -> list[K]:
-        """Every run whose deferred re-evaluation is due at or before `now`, unscheduled; with it its
-        clock's due where that has come too (the same evaluation: not one for the clock's budget)."""
+        """Every run whose deferred re-evaluation is due at or before `now`, unscheduled (its clock entry
+        went when it was deferred)."""
         out = self._deferred.pop_due(now)
-        clock = self._clock.due
-        for key in out:
-            due = clock.get(key)
-            if due is not None and due <= now:
-                del clock[key]
         self.deferred_due += len(out)
         return out
 

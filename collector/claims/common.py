@@ -22,18 +22,25 @@ class Clock:
     So the live controller can re-evaluate a run exactly when its evidence ages past a bound, instead
     of waiting for a periodic full pass.
 
+    `other`: the earliest of those instants that is not a stall window of a stream's newest step
+    (noted with `step=True`). A newer step moves every such deadline later, to its own window, which
+    closes no sooner than the window's floor after it; the controller may then put off a run's
+    re-evaluation on an increment that only carries its one progress log on, up to `other`
+    (collector/changes.py `_deferred`). A deadline noted without `step` is in both.
+
     `slack`: how much later than `now` the evidence may really have been captured. The live controller
     reads the API server's clock (0); a dump's capture time is known only from control-plane stamps
     that trail it (`sources.dump`), so a claim that holds only while a window is open must hold up to
     `now + slack` (`within_latest`). None: no upper bound is known at all.
     """
 
-    __slots__ = ("now", "slack", "recheck_at")
+    __slots__ = ("now", "slack", "recheck_at", "other")
 
     def __init__(self, now: datetime, slack: timedelta | None = timedelta(0)) -> None:
         self.now = now
         self.slack = slack
         self.recheck_at: datetime | None = None
+        self.other: datetime | None = None
 
     @property
     def latest(self) -> datetime | None:
@@ -47,7 +54,7 @@ class Clock:
         latest = self.latest
         return latest if latest is not None else _END_OF_TIME
 
-    def within(self, t: datetime, bound: timedelta) -> bool:
+    def within(self, t: datetime, bound: timedelta, *, step: bool = False) -> bool:
         """`now - bound <= t <= now + FUTURE_SKEW`: evidence stamped `t` is still inside `bound`, and
         not from the future. While it is, `t + bound` (after which it is not) is a deadline. A stamp
         past the skew allowance is untrusted (a year-9999 stamp is not "fresh forever")."""
@@ -56,10 +63,10 @@ class Clock:
         end = t + bound  # no overflow: t is at most now + skew, and bounds are hours
         if self.now > end:
             return False
-        self.expires(end)
+        self.expires(end, step=step)
         return True
 
-    def within_latest(self, t: datetime, bound: timedelta) -> bool:
+    def within_latest(self, t: datetime, bound: timedelta, *, step: bool = False) -> bool:
         """`latest - bound <= t`: still inside `bound` at the latest instant the evidence can have been
         captured (so at every instant it can have been); never when that instant is unknown."""
         latest = self.latest
@@ -68,10 +75,10 @@ class Clock:
         end = t + bound
         if latest > end:
             return False
-        self.expires(end - (self.slack or timedelta(0)))
+        self.expires(end - (self.slack or timedelta(0)), step=step)
         return True
 
-    def recent(self, t: datetime, bound: timedelta) -> bool:
+    def recent(self, t: datetime, bound: timedelta, *, step: bool = False) -> bool:
         """`now - bound <= t`, a stamp in the future included: for problems (a restart), which count
         as recent when in doubt."""
         try:
@@ -80,7 +87,7 @@ class Clock:
             return True
         if self.now > end:
             return False
-        self.expires(end)
+        self.expires(end, step=step)
         return True
 
     def reached(self, t: datetime) -> bool:
@@ -91,10 +98,15 @@ class Clock:
         self.expires(t)
         return False
 
-    def expires(self, at: datetime) -> None:
-        """Something evaluated now may read differently once the clock passes `at`."""
-        if at >= self.now and (self.recheck_at is None or at < self.recheck_at):
+    def expires(self, at: datetime, *, step: bool = False) -> None:
+        """Something evaluated now may read differently once the clock passes `at`; `step`: `at` is a
+        stall window of a stream's newest step (not in `other`)."""
+        if at < self.now:
+            return
+        if self.recheck_at is None or at < self.recheck_at:
             self.recheck_at = at
+        if not step and (self.other is None or at < self.other):
+            self.other = at
 
 
 @dataclass(frozen=True, slots=True)

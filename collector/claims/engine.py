@@ -194,6 +194,7 @@ def evaluate(ev: RunEvidence, now: datetime, s: ClaimSettings, *,
         stragglers=None if a.finished else stragglers(ev, rate, now, lineage),
         work_at_risk=None if a.finished else work_at_risk(ev, clock, s.evidence_max_age),
         recheck_at=clock.recheck_at,
+        recheck_other=clock.other,
     )
 
 
@@ -407,7 +408,7 @@ class Recovery:
         self._last: dict[str, datetime] = {}
         if ok and view is not None:
             for v in view.streams:
-                if clock.within(v.last.at, v.window):
+                if clock.within(v.last.at, v.window, step=True):
                     self._last[v.last.stream] = v.last.at
         self._lineage = lineage or {}
 

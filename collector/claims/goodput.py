@@ -102,7 +102,7 @@ def goodput(ev: RunEvidence, view: ProgressView | None, scheduled_at: datetime |
         bad["restarting"] += elapsed_s(tail)
     # stalled_now: the claim says not progressing even inside the window (a hang after the last step)
     elif tail <= window and not stalled_now:
-        clock.expires(last + window)  # the whole tail is stalled time after it
+        clock.expires(last + window, step=True)  # the whole tail is stalled time after it
         acc.set("productive", productive, last)
         productive += elapsed_s(tail)
     elif crash_looping:

@@ -129,9 +129,11 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
                                         f"since before {hm(summary.read_at or now)}",
                            [Evidence(Plane.GPU, summary.hang_hint[0], "hang_hint", len(summary.hang_hint),
                                      summary.read_at)])
-    recheck = rc.recheck_at
+    recheck, other = rc.recheck_at, rc.recheck_other
     if clock.recheck_at is not None and (recheck is None or clock.recheck_at < recheck):
         recheck = clock.recheck_at
+    if clock.other is not None and (other is None or clock.other < other):
+        other = clock.other
     # a GPU apart from the run's others while the run is slower than its baseline; untrusted readings
     held = [g for k in keys if (g := gpus.get(k)) is not None]
     st = gpu_spread(rc.stragglers, ev, held, now, max_age)
@@ -140,6 +142,7 @@ def apply_gpu(rc: RunClaims, ev: RunEvidence, gpus: Mapping[tuple[str, str], Pod
     energy = energy_per_step(ev, held, now, max_age)  # joules per step over the run's GPUs
     if (scheduled, running, progressing, blocked, st, wr, energy) == (
             rc.scheduled, rc.running, rc.progressing, rc.blocked, rc.stragglers, rc.work_at_risk, rc.energy):
-        return rc if recheck == rc.recheck_at else replace(rc, recheck_at=recheck)
+        return rc if (recheck, other) == (rc.recheck_at, rc.recheck_other) else \
+            replace(rc, recheck_at=recheck, recheck_other=other)
     return replace(rc, scheduled=scheduled, running=running, progressing=progressing, blocked=blocked,
-                   recheck_at=recheck, stragglers=st, work_at_risk=wr, energy=energy)
+                   recheck_at=recheck, recheck_other=other, stragglers=st, work_at_risk=wr, energy=energy)

@@ -59,7 +59,7 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
         return _claim(a.progressing, Observed.UNKNOWN, None, why, [], status_ev)
     read_at = max(sig.read_at for sig in fresh_signals)
     evidence = _progress_evidence(ev, fresh_signals, view, read_at)
-    if off_clock and (view.last is None or not clock.within_latest(view.last.at, view.window)):
+    if off_clock and (view.last is None or not clock.within_latest(view.last.at, view.window, step=True)):
         # the only signals that could show progress are on a clock nobody can place
         return _claim(a.progressing, Observed.UNKNOWN, None, off_clock[0], evidence, status_ev)
     durability = ""
@@ -136,8 +136,8 @@ def progressing_claim(ev: RunEvidence, a: Assertion, status_ev: Evidence, runnin
     # STALLED reason below names it.
     # The stall window closes at last.at + window. A dump's capture instant is known only to lie in
     # [now, now + slack]: inside the window at its start is not stalled; true needs it at its end too.
-    in_window = clock.recent(last.at, view.window)
-    if in_window and not hangs and not clock.within_latest(last.at, view.window):
+    in_window = clock.recent(last.at, view.window, step=True)
+    if in_window and not hangs and not clock.within_latest(last.at, view.window, step=True):
         return _claim(a.progressing, Observed.UNKNOWN, None,
                       f"{what} at {_hm(last.at)}, inside its {window}; {_uncertain(clock)}: the window may"
                       " have closed by then", evidence, status_ev)

@@ -53,11 +53,12 @@ def adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
                                      and inc.samples[0] == held.samples[-1])))
 
 
-def uneventful(held: Signal, inc: Signal, after: int) -> ProgressSample | None:
+def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = None) -> ProgressSample | None:
     """A node agent's increment (`inc`, read after line `after` of `held`'s log) that can only carry
     `held`'s progress on: newer steps of the same kind, in order, each past every step `held`
     holds, dated no later than the read, with a finite non-zero loss and short of the run's total;
-    no finding (hang, Xid, resume), no new rank track, tokens, format or diagnostics. Its newest
+    no finding (hang, Xid, resume), no new rank track, tokens, format or diagnostics; with `gap`, each
+    step at most `gap` after the one before (`held`'s newest first: no stall between). Its newest
     sample (the step the run's progress will stand at); None: anything else, which the loop
     evaluates at once (fail closed: a reason to doubt is a reason to look now)."""
     h, s = held.scan, inc.scan
@@ -84,7 +85,8 @@ def uneventful(held: Signal, inc: Signal, after: int) -> ProgressSample | None:
         if (x.step is None or x.at is None or x.skipped or x.covers != 1 or x.format != last.format
                 or x.loss is None or not math.isfinite(x.loss) or x.loss == 0.0
                 or (x.total is not None and x.step >= x.total) or x.line <= prev_line
-                or x.step <= prev_step or (top is not None and x.step <= top) or x.at < prev_at):
+                or x.step <= prev_step or (top is not None and x.step <= top) or x.at < prev_at
+                or (gap is not None and x.at - prev_at > gap)):
             return None
         prev_step, prev_at, prev_line = x.step, x.at, x.line
     newest = samples[-1]
@@ -97,10 +99,12 @@ def uneventful(held: Signal, inc: Signal, after: int) -> ProgressSample | None:
 def confirms(rc: RunClaims | None, sig: Signal, now: datetime) -> bool:
     """Whether the run's current claims `rc` (its last evaluation, before `now`) already say what an
     evaluation with `sig` (a held signal extended by an `uneventful` increment) would say: progressing
-    observed true on `sig`'s own steps, still before any instant they could change by the clock,
-    goodput accruing as productive time, no straggler or GPU suspect named. See also `alone`."""
-    if (rc is None or rc.finished or rc.blocked is not None or rc.recheck_at is None
-            or not rc.evaluated_at <= now < rc.recheck_at
+    observed true on `sig`'s own steps, still before any instant they could change by the clock but
+    the stall windows of its newest step (`RunClaims.recheck_other`: `sig`'s newer step moved them;
+    the loop checks that they had not passed before it came, `ChangeApplier._deferred`), goodput
+    accruing as productive time, no straggler or GPU suspect named. See also `alone`."""
+    if (rc is None or rc.finished or rc.blocked is not None or rc.recheck_at is None or rc.queue is not None
+            or not rc.evaluated_at <= now or (rc.recheck_other is not None and now >= rc.recheck_other)
             or rc.scheduled.observed is not Observed.TRUE or rc.running.observed is not Observed.TRUE
             or rc.progressing.observed is not Observed.TRUE or rc.progressing.cause
             or (rc.stragglers is not None and rc.stragglers.suspects)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import event as statistic
 from hypothesis import strategies as st
 
 from collector.claims import evaluate
@@ -357,3 +358,83 @@ def test_claims_hold_until_recheck_at(run: tuple[RunEvidence, dict[str, Any]], f
         if t < end:
             later = claims_at(ev, gpu, t)
             assert shape(later) == shape(rc), f"claims changed at {t}, before recheck_at {rc.recheck_at}"
+
+
+@st.composite
+def progressing_runs(draw: st.DrawFn) -> tuple[RunEvidence, dict[str, Any]]:
+    """Runs training on one log (a step every few seconds, the last inside its window), with the
+    evidence that ages around it drawn: syncs, reads, restarts, events, the TauCluster, Ray, GPUs."""
+    n = draw(st.integers(1, 3))
+    objs: list[dict[str, Any]] = [taurun(workers=n)]
+    if draw(st.booleans()):
+        objs.append(taucluster(draw(ages), workers=n))
+    for i in range(n):
+        restarted = draw(st.integers(0, 1200)) if draw(st.integers(0, 3)) == 0 else None
+        objs.append(pod(f"r-{i}", restarted_ago=None if restarted is None else timedelta(seconds=restarted)))
+    reasons = [("TriggeredScaleUp", "pod triggered scale-up"), ("Nominated", "Pod should schedule on: nodeclaim/x")]
+    for j in range(draw(st.integers(0, 2))):
+        reason, msg = draw(st.sampled_from(reasons))
+        objs.append(event(f"e{j}", reason, msg, draw(ages), about=f"r-{draw(st.integers(0, n - 1))}"))
+    synced = {k: NOW - draw(st.integers(0, 290).map(lambda s: timedelta(seconds=s))) for k in ("Pod", "TauRun")}
+    cadence = draw(st.integers(1, 20))
+    last = draw(st.integers(0, 60))
+    log = steps(*(last + cadence * k for k in range(draw(st.integers(3, 12)))))
+    ev = evidence(objs, synced=synced, log=log, read_at=NOW - timedelta(seconds=draw(st.integers(0, last + 1))))
+    if draw(st.booleans()):
+        ev.ray["rc"] = RayRuntime(alive_nodes=None, job_status="RUNNING", job_message="",
+                                  read_at=NOW - draw(st.integers(0, 290).map(lambda s: timedelta(seconds=s))))
+    gpu: dict[str, Any] = {}
+    if draw(st.booleans()):
+        read = NOW - draw(st.integers(0, 290).map(lambda s: timedelta(seconds=s)))
+        gpu = {"gpus": {("ns", "r-0"): PodGpuEvidence("ns", "r-0", "node-r-0", "agent", read, tuple(
+            GpuDevice(f"GPU-{i}", i) for i in range(draw(st.integers(0, 8)))))},
+            "nodes": {"node-r-0": NOW - draw(st.integers(0, 290).map(lambda s: timedelta(seconds=s)))}}
+    return ev, gpu
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=progressing_runs(), read=st.integers(0, 120), gap=st.integers(1, 75),
+       frac=st.floats(0.0, 1.0, exclude_max=True))
+def test_a_newer_step_holds_the_claims_until_recheck_other(run: tuple[RunEvidence, dict[str, Any]], read: int,
+                                                           gap: int, frac: float) -> None:
+    """`recheck_other`: the deadlines a newer step does not move. A run whose claims confirm its one
+    progress log (`planes.signals.confirms`), whose log then shows newer steps no more than the window's
+    floor apart, read before its claims came due: its claims stand until the earliest of
+    `recheck_other`, the newest step's floor window and the refresh interval (what the loop defers to,
+    collector/changes.py `_deferred`), whatever deadlines of the old newest step passed meanwhile."""
+    from collector.planes.signals import confirms
+    ev, gpu = run
+    rc = claims_at(ev, gpu, NOW)
+    new_read = NOW + timedelta(seconds=read)
+    if len(ev.signals) != 1 or ev.signals[0].scan.hangs or rc.recheck_at is None or new_read >= rc.recheck_at:
+        return
+    sig = ev.signals[0]
+    last = sig.scan.samples[-1] if sig.scan.samples else None
+    if last is None or last.at is None or last.step is None or last.at > NOW:
+        return
+    floor = S.stall_floor + S.scrape_interval
+    times, t = [], last.at + timedelta(seconds=gap)
+    while t < new_read:
+        times.append(t)
+        t += timedelta(seconds=gap)
+    times.append(new_read)
+    if times[0] - last.at > floor:
+        return
+    text = "".join(f"{ts(s.at)} iteration {s.step:8d}/ 100000 | lm loss: 2.5 |\n" for s in sig.scan.samples
+                   if s.at is not None and s.step is not None)
+    text += "".join(f"{ts(a)} iteration {last.step + 1 + k:8d}/ 100000 | lm loss: 2.5 |\n" for k, a in enumerate(times))
+    newer = Signal(sig.ref, sig.source, scan_text(text, source="t"), new_read)
+    if not confirms(rc, newer, new_read):
+        return
+    ev2 = replace(ev, signals=[newer])
+    end = min(new_read + floor, NOW + S.confirm_refresh)
+    if rc.recheck_other is not None:
+        end = min(end, rc.recheck_other)
+    if end <= new_read:
+        return
+    statistic("past the old window" if end > rc.recheck_at else "inside the old window")
+    for t in {new_read + (end - new_read) * frac, end - EPS}:
+        if t >= new_read:
+            later = claims_at(ev2, gpu, t)
+            assert shape(later) == shape(rc), f"claims changed at {t}, before {end} (recheck_other " \
+                f"{rc.recheck_other}, the old window {rc.recheck_at})"

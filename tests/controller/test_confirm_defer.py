@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -92,13 +93,22 @@ class _Fleet:
 
     def quiet_workers(self) -> None:
         """The workers' trainers: their first document (3 lines, no step), read again each pass."""
+        for change in self.worker_changes():
+            self.c._apply(change)
+
+    def worker_changes(self) -> list[Change]:
+        out = []
         for p in self.pods[1:]:
             ref = Ref("Pod", p["metadata"]["namespace"], p["metadata"]["name"])
             name = p["spec"]["containers"][0]["name"]
             scan = LogScan(f"{ref.namespace}/{ref.name}/{name}", None, (), (), (), (), 3, first_at=NOW0)
             held = self.c.index.signal_of(ref, name)
-            self.c._apply(Change("agent-log", None, (Signal(ref, name, scan, self.clock[0]),
-                                                     None if held is None else 3)))
+            out.append(Change("agent-log", None, (Signal(ref, name, scan, self.clock[0]), None if held is None else 3)))
+        return out
+
+    def gpu_change(self, seed: int) -> Change:
+        gpus = gpus_at(self.clock[0], seed, False)
+        return Change("gpu", None, (gpus, {g.node: self.clock[0] for g in gpus.values()}, frozenset()))
 
 
 def gpus_at(now: datetime, seed: int, apart: bool) -> dict[tuple[str, str], PodGpuEvidence]:
@@ -414,19 +424,37 @@ def test_a_gpu_apart_is_not_held_back_by_a_deferral() -> None:
     assert st_ is not None and not st_.suspects and "reads apart" in st_.reason, st_
 
 
-def test_no_deferral_when_the_setting_is_zero_or_the_claims_are_due() -> None:
+def test_no_deferral_when_the_setting_is_zero_the_claims_are_due_or_the_steps_left_a_gap() -> None:
     p = Pair()
     p.warm()
     p.d.c.settings = replace(p.d.c.settings, claims=replace(p.d.c.settings.claims, confirm_refresh=timedelta(0)))
     p.until(p.now + timedelta(seconds=30))
     assert not p.increment("ok", 30, 0)
+
+    def held_back() -> tuple[Pair, datetime]:
+        p = Pair()
+        p.warm()
+        rc = p.d.c.claims[p.d.key]
+        assert rc.recheck_at is not None and rc.recheck_other is not None and rc.recheck_other > rc.recheck_at
+        p.d.c._rechecks.set(p.d.key, None, p.now)  # (its clock's recheck held back, as a spent CPU budget does)
+        p.i.c._rechecks.set(p.i.key, None, p.now)
+        return p, rc.recheck_at
+
+    # past its newest step's window, steps since that leave no gap as long as the window's floor: the
+    # window never closed, and the newer steps stand for the old one's (its other bounds still ahead)
+    p, window = held_back()
+    p.at(window + timedelta(seconds=1))
+    assert p.increment("ok", 30, 0)
+    # ... a gap longer than the floor before them: a stall an evaluation must judge
+    p, window = held_back()
+    p.at(window + timedelta(seconds=40))
+    assert not p.increment("ok", 30, 0)
+    # ... or its clock's entry came due before the increment: judged now, as it would have been
     p = Pair()
     p.warm()
-    rc = p.d.c.claims[p.d.key]
-    assert rc.recheck_at is not None
-    p.d.c._rechecks.set(p.d.key, None, p.now)  # (its clock's recheck held back, as a spent CPU budget does)
-    p.i.c._rechecks.set(p.i.key, None, p.now)
-    p.at(rc.recheck_at + timedelta(seconds=1))  # past the instant its claims could change: not standing
+    due = p.d.c._rechecks.due_of(p.d.key)
+    assert due is not None
+    p.at(due + timedelta(seconds=1))
     assert not p.increment("ok", 30, 0)
 
 
@@ -451,8 +479,7 @@ def _warmed(refresh: timedelta) -> tuple[_Fleet, Feed]:
     feed = Feed()
     for k in range(WARM):
         f.move(30)
-        gpus = gpus_at(f.clock[0], k, False)
-        f.c._apply(Change("gpu", None, (gpus, {g.node: f.clock[0] for g in gpus.values()}, frozenset())))
+        f.c._apply(f.gpu_change(k))
         f.quiet_workers()
         scan, after = feed.increment("ok", f.clock[0], 30, 0)
         f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
@@ -504,6 +531,44 @@ def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_a
         assert rc.progressing.observed is Observed.FALSE and "watchdog timeout" in rc.progressing.reason, \
             rc.progressing.reason
         assert f.c._rechecks.deferrals == d0 + 1
+    finally:
+        f.c.request_stop()
+        t.join(5)
+
+
+def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increments_window() -> None:
+    """Confirming increments every 30 s: each newer step moves the deferral later (its stall window
+    closes later), so the run is evaluated once per refresh interval (120 s), not when the first
+    deferred increment's window would have closed."""
+    f, feed = _warmed(timedelta(seconds=120))
+    move = f.move
+    n0 = f.c.runs_evaluated
+    t = threading.Thread(target=f.c._loop, daemon=True)
+    t.start()
+    try:
+        assert _wait(lambda: f.c.runs_evaluated > n0)
+        t0 = f.c.claims[f.key].evaluated_at
+        d0 = f.c._rechecks.deferrals
+        dues = []
+        for i in range(1, 4):  # +30, +60, +90 s
+            move(30)  # a pass as agents send it: GPU readings, the workers' quiet logs, the head's steps
+            for change in (f.gpu_change(WARM + i), *f.worker_changes()):
+                f.c.put(change)
+            scan, after = feed.increment("ok", f.clock[0], 30, 0)
+            f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+            assert _wait(partial(lambda n: f.c._rechecks.deferrals == n, d0 + i)), i
+            dues.append(f.c._rechecks.next_deferred())
+        time.sleep(0.3)
+        assert f.c.claims[f.key].evaluated_at == t0
+        first_window = t0 + timedelta(seconds=30) + ClaimSettings().stall_floor + ClaimSettings().scrape_interval
+        assert dues[0] is not None and dues[0] <= first_window  # the first: its own step's window
+        assert dues[-1] == t0 + timedelta(seconds=120)  # the last: the interval, later than the first's
+        move((first_window - f.clock[0]).total_seconds() + 5)  # past the first one's window: not due
+        time.sleep(0.3)
+        assert f.c.claims[f.key].evaluated_at == t0
+        move((t0 + timedelta(seconds=121) - f.clock[0]).total_seconds())
+        assert _wait(lambda: f.c.claims[f.key].evaluated_at > t0)
+        assert f.c.claims[f.key].progressing.observed is Observed.TRUE
     finally:
         f.c.request_stop()
         t.join(5)
@@ -561,23 +626,24 @@ def test_each_eventful_kind_is_refused_by_the_increment_alone(kind: str) -> None
     assert newest is None or newest == inc.samples[-1]
 
 
-def test_rechecks_keep_the_earliest_deferral_apart_from_the_clock_and_an_evaluation_covers_it() -> None:
+def test_a_deferral_replaces_the_runs_clock_entry_and_earlier_deferral_and_an_evaluation_covers_it() -> None:
     from collector.recheck import Rechecks
     r: Rechecks[str] = Rechecks()
     t = NOW0
     r.set("a", t + timedelta(seconds=60), t)
-    r.defer("a", t + timedelta(seconds=50))
-    r.defer("a", t + timedelta(seconds=90))  # a later one: the earlier stands
+    r.set("z", t + timedelta(seconds=65), t)
+    r.defer("a", t + timedelta(seconds=20))
+    r.defer("a", t + timedelta(seconds=90))  # a newer one (a newer step's window) replaces it, and a's clock
     r.defer("b", t + timedelta(seconds=30))
-    assert r.next_deferred() == t + timedelta(seconds=30) and r.deferrals == 3
-    assert r.next_due() == t + timedelta(seconds=60) + r.slack  # (the clock's own, untouched)
+    assert r.next_deferred() == t + timedelta(seconds=30) and r.deferrals == 3 and r.deferred_of("a") == \
+        t + timedelta(seconds=90)
+    assert r.pop_deferred(t + timedelta(seconds=25)) == []  # (a's first deferral no longer counts)
+    assert r.due_of("a") is None and r.next_due() == t + timedelta(seconds=65) + r.slack  # (z's, untouched)
     assert r.pop_deferred(t + timedelta(seconds=40)) == ["b"]
+    assert r.pop_due(t + timedelta(seconds=70)) == ["z"]  # (a's clock entry went with its deferral)
     r.set("a", t + timedelta(seconds=70), t + timedelta(seconds=41))  # evaluated: its deferral is covered
     assert r.next_deferred() is None and r.pop_deferred(t + timedelta(hours=1)) == []
     assert r.deferred_due == 1 and r.due_of("a") == t + timedelta(seconds=70) + r.slack
     r.defer("c", t + timedelta(seconds=80))
     r.forget("c")
-    assert r.next_deferred() is None and len(r) == 1
-    r.set("d", t + timedelta(seconds=90), t)
-    r.defer("d", t + timedelta(seconds=90) + r.slack)  # due with its clock: one evaluation, not the budget's
-    assert r.pop_deferred(t + timedelta(seconds=91)) == ["d"] and r.pop_due(t + timedelta(seconds=91)) == ["a"]
+    assert r.next_deferred() is None and r.deferred_of("c") is None and len(r) == 1
