@@ -39,6 +39,7 @@ from collector.runlinks import (
     job_parents,
     named_children,
     named_parents,
+    pod_parents,
 )
 from collector.settings import TauGridContract
 
@@ -203,8 +204,10 @@ class RunIndex(RunLinks):
         if old is not None and type(rec.facts) is PodFacts and rec.labels is old.labels and rec.owners == old.owners:
             return  # a pod's update that keeps its links (the watch's usual event): nothing else moves
         ups = tuple(named_parents(rec))
+        if type(rec.facts) is PodFacts:
+            ups = pod_parents(ups)
         adopted = tuple(named_children(rec))
-        relink = old is None or self._up.get(key) != ups or self._adopted.get(key) != adopted
+        relink = old is None or self._up.get(key) != ups or self._adopted.get(key, ()) != adopted
         leaf = old is None and not adopted and self._is_leaf_event(rec)
         # what roots and member walks read besides the links: labels (Kueue's queue label), owners and
         # their uids (`orphaned`), the record's own uid, whether it stands in for an absent object
@@ -215,11 +218,14 @@ class RunIndex(RunLinks):
         if relink:
             self._unlink(key)
             self._up[key] = ups
-            self._adopted[key] = adopted
+            if adopted:
+                self._adopted[key] = adopted
+            else:
+                self._adopted.pop(key, None)
             for p in ups:
-                self._down[p].add(key)
+                self._link(p, key)
             for c in adopted:
-                self._down[key].add(c)
+                self._link(key, c)
                 self._adopters[c].add(key)
         if leaf:
             self._forget_walks_to(key)

@@ -42,6 +42,16 @@ _OPERATOR_KINDS = {k.lower(): k for k in TRAINING_JOB_KINDS}
 # RayCluster, and each named key is held in `RunLinks._up` for as long as the pod is (~64 B a pod a
 # parent at fleet size). Bounded by clearing; a refill costs one tuple per distinct key.
 _KEYS: Interner[Key] = Interner(1 << 16)
+# A pod's parents (its RayCluster or Job, its TauRun): the same for every pod of its run, so one tuple a
+# run in `RunLinks._up` rather than one a pod (~56 B a pod). Bounded as `_KEYS`.
+_POD_PARENTS: Interner[tuple[Key, ...]] = Interner(1 << 16)
+
+# A parent's children (`RunLinks._down`): a tuple while few (most parents: a run's TauRun and
+# RayCluster hold its pods, an object its few Events), 8 B a child where a set takes ~50, plus ~200 B
+# a set; a set past SMALL_KIDS, so a parent of thousands (a big Job's pods) adds and drops in O(1).
+# Both hold each child once, as the set always did.
+SMALL_KIDS = 32
+Kids = tuple[Key, ...] | set[Key]
 
 
 def shared_key(kind: str, namespace: str, name: str) -> Key:
@@ -90,6 +100,11 @@ def named_parents(rec: ObjectRecord) -> list[Key]:
     return out
 
 
+def pod_parents(parents: tuple[Key, ...]) -> tuple[Key, ...]:
+    """A pod's `named_parents`, the same tuple for every pod that names the same ones (its run's)."""
+    return _POD_PARENTS(parents)
+
+
 def named_children(rec: ObjectRecord) -> list[Key]:
     """Children a record names itself (a TauRun's references to its RayJob and Workload)."""
     if isinstance(rec.facts, TauRunFacts):
@@ -117,8 +132,8 @@ class RunLinks:
         self._objects: dict[Key, ObjectRecord] = {}
         # Tuples, not lists: one per indexed object (hundreds of thousands with Events); an empty one is shared.
         self._up: dict[Key, tuple[Key, ...]] = {}
-        self._adopted: dict[Key, tuple[Key, ...]] = {}
-        self._down: defaultdict[Key, set[Key]] = defaultdict(set)
+        self._adopted: dict[Key, tuple[Key, ...]] = {}  # only those that adopt some (most adopt none)
+        self._down: dict[Key, Kids] = {}  # (see SMALL_KIDS)
         self._adopters: defaultdict[Key, set[Key]] = defaultdict(set)
         self._root_candidates: set[Key] = set()
         # Counts writes that may move a link or a root: a new object or a deleted one, or one whose links,
@@ -158,17 +173,44 @@ class RunLinks:
             stack.extend(self._up.get(k, ()))
             stack.extend(self._adopters.get(k, ()))
 
+    def _link(self, parent: Key, child: Key) -> None:
+        """`child` among `parent`'s children (once, as a set holds it)."""
+        kids = self._down.get(parent)
+        if kids is None:
+            self._down[parent] = (child,)
+        elif isinstance(kids, tuple):
+            if child not in kids:
+                self._down[parent] = (*kids, child) if len(kids) < SMALL_KIDS else {*kids, child}
+        else:
+            kids.add(child)
+
+    def _drop_link(self, parent: Key, child: Key) -> None:
+        """`child` no longer among `parent`'s children; a parent left with none has no entry."""
+        kids = self._down.get(parent)
+        if kids is None:
+            return
+        if isinstance(kids, tuple):
+            try:
+                i = kids.index(child)
+            except ValueError:
+                return
+            if len(kids) == 1:
+                del self._down[parent]
+            else:
+                self._down[parent] = kids[:i] + kids[i + 1:]
+            return
+        kids.discard(child)
+        if len(kids) <= SMALL_KIDS // 2:  # (half: a parent at the bound does not switch on each write)
+            if kids:
+                self._down[parent] = tuple(kids)
+            else:
+                del self._down[parent]
+
     def _unlink(self, key: Key) -> None:
         for p in self._up.get(key, ()):
-            kids = self._down.get(p)
-            if kids is not None:
-                kids.discard(key)
-                if not kids:
-                    del self._down[p]
+            self._drop_link(p, key)
         for c in self._adopted.get(key, ()):
-            kids = self._down.get(key)
-            if kids is not None:
-                kids.discard(c)
+            self._drop_link(key, c)
             adopters = self._adopters.get(c)
             if adopters is not None:
                 adopters.discard(key)

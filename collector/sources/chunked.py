@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 READ_SIZE = 1 << 18  # one read takes what the socket holds, up to this
+# What a read asks for after one that brought little (a quiet watch: an event now and then). A read
+# allocates what it asks for before it waits (BufferedReader.read1), so each idle watch would hold
+# READ_SIZE while it waits; the first read that brings this much asks for READ_SIZE again.
+IDLE_READ_SIZE = 1 << 14
 MAX_SIZE_LINE = 4096  # "<hex>[;extensions]\r\n": far below this
 MAX_LINE = 64 << 20  # one watch event; etcd refuses objects past ~1.5 MiB, a Kubernetes List far more
 
@@ -43,8 +47,10 @@ def chunked_lines(read: Callable[[int], bytes], *, max_line: int = MAX_LINE) -> 
     body = bytearray()  # de-framed bytes of lines not yet complete
     left = 0  # payload bytes still to come in the current chunk
     crlf = False  # the CRLF that ends a chunk's payload is still to come
+    ask = READ_SIZE  # (a watch that opens has its backlog waiting; a streaming list, its objects)
     while True:
-        data = read(READ_SIZE)
+        data = read(ask)
+        ask = READ_SIZE if len(data) >= IDLE_READ_SIZE else IDLE_READ_SIZE
         if not data:
             raise StreamEnded(len(body.strip()))
         raw = pending + data if pending else data
@@ -101,6 +107,7 @@ def chunked_lines(read: Callable[[int], bytes], *, max_line: int = MAX_LINE) -> 
         if cut >= 0:
             lines.extend(line for line in bytes(body[:cut]).split(b"\n") if line.strip())
             del body[:cut + 1]
+        del data, raw, find  # (not held while the lines are handled and the next read waits)
         if lines:
             yield lines
         if len(body) > max_line:
