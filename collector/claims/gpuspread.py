@@ -218,9 +218,11 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
             if spread <= 0:
                 continue
             z = (v - center) / spread
+            if abs(z) < MIN_Z:
+                continue  # (most GPUs: the clock reasons below are read only for the few that are not)
             floor = MIN_APART_HELD if name == "SM clock" and set(clock_reasons_at(*devices[u][:2])) & HARD_SLOWDOWN \
                 else MIN_APART
-            if abs(z) >= MIN_Z and abs(v - center) >= floor * abs(center):
+            if abs(v - center) >= floor * abs(center):
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
                                                f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
                                                "deviations)")
@@ -281,31 +283,37 @@ def against_others(vals: Mapping[K, float]) -> dict[K, tuple[float, float]]:
     """For each GPU, the median of the other GPUs' readings and their median absolute deviation from
     it: what `statistics.median` gives over each GPU's others, in O(n log n) instead of O(n² log n)
     (a run of 64 nodes has 512 GPUs, and this runs on every evaluation). The median of all but one
-    value is read off the sorted values by index; it takes at most three values, so the deviations
-    are sorted once per value it takes."""
-    if not all(math.isfinite(v) for v in vals.values()):  # (never from the agents' parser; kept exact)
+    value is read off the sorted values by its rank; it takes at most three values (`_without`), so
+    the deviations are sorted once per value it takes."""
+    if len(vals) < 3 or not all(math.isfinite(v) for v in vals.values()):  # (never from the agents' parser)
         return {u: _naive([x for w, x in vals.items() if w != u]) for u in vals}
     ordered = sorted(vals.values())
-    deviations: dict[float, list[float]] = {}
+    k, below, at, above = _without(ordered)
+    deviations: dict[float, tuple[list[float], int, float, float, float]] = {}
     out: dict[K, tuple[float, float]] = {}
+    left = bisect.bisect_left
     for u, v in vals.items():
-        center = _median_without(ordered, bisect.bisect_left(ordered, v))
-        devs = deviations.get(center)
-        if devs is None:
-            devs = deviations[center] = sorted(abs(x - center) for x in ordered)
-        out[u] = (center, _median_without(devs, bisect.bisect_left(devs, abs(v - center))))
+        j = left(ordered, v)
+        center = below if j < k else at if j == k else above
+        d = deviations.get(center)
+        if d is None:
+            devs = sorted(abs(x - center) for x in ordered)
+            d = deviations[center] = (devs, *_without(devs))
+        devs, dk, dbelow, dat, dabove = d
+        j = left(devs, abs(v - center))
+        out[u] = (center, dbelow if j < dk else dat if j == dk else dabove)
     return out
 
 
-def _median_without(ordered: Sequence[float], j: int) -> float:
-    """`statistics.median` of sorted `ordered` without its element at `j` (the same arithmetic)."""
+def _without(ordered: Sequence[float]) -> tuple[int, float, float, float]:
+    """`statistics.median` of sorted `ordered` (3 values at least) without its element at rank `j`,
+    with the same arithmetic, by `j`: (k, the median for j < k, for j == k, for j > k)."""
     m = len(ordered) - 1
-
-    def at(k: int) -> float:
-        return ordered[k] if k < j else ordered[k + 1]
+    k = m // 2
     if m % 2:
-        return at(m // 2)
-    return (at(m // 2 - 1) + at(m // 2)) / 2
+        return k, ordered[k + 1], ordered[k + 1], ordered[k]
+    o = ordered
+    return k, (o[k] + o[k + 1]) / 2, (o[k - 1] + o[k + 1]) / 2, (o[k - 1] + o[k]) / 2
 
 
 def _naive(others: list[float]) -> tuple[float, float]:

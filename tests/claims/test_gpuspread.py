@@ -248,7 +248,7 @@ def test_most_of_one_nodes_gpus_apart_together_is_the_rank_not_a_gpu() -> None:
 
 @given(st.dictionaries(st.text(min_size=1, max_size=3), st.one_of(
     st.floats(min_value=0, max_value=2e9, allow_nan=False, allow_infinity=False),
-    st.sampled_from([0.0, 0.5, 0.97, 1.0, 1.41e9])), min_size=4, max_size=40))
+    st.sampled_from([0.0, 0.5, 0.97, 1.0, 1.41e9])), min_size=2, max_size=40))
 @settings(max_examples=400, deadline=None)
 def test_each_gpus_others_median_and_deviation_are_statistics_medians(vals: dict[str, float]) -> None:
     """The O(n log n) reading of each GPU's others is exactly what `statistics.median` gives over them."""
