@@ -369,6 +369,14 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     rechecked0 = c.rechecked
+    deferred0 = getattr(getattr(c, "_rechecks", None), "deferred_due", 0)
+    full = [0]  # full passes begun in the window (the tick's backstop: every run)
+    mark_all0 = c._mark_all
+
+    def counted_mark_all(*a: Any, **kw: Any) -> Any:
+        full[0] += 1
+        return mark_all0(*a, **kw)
+    c._mark_all = counted_mark_all  # type: ignore[method-assign]
     marks: dict[str, list[int]] = {}  # what marked runs for re-evaluation in the window: op -> [changes, new marks]
     apply0 = c._apply
 
@@ -402,7 +410,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
+    by_deferral = getattr(getattr(c, "_rechecks", None), "deferred_due", 0) - deferred0
     c._apply = apply0  # type: ignore[method-assign]
+    c._mark_all = mark_all0  # type: ignore[method-assign]
     relisted = {k: v - relists0.get(k, 0.0) for k, v in _relists(c).items() if v > relists0.get(k, 0.0)}
     progressing: dict[str, int] = {}
     for rc in list(c.claims.values()):
@@ -443,6 +453,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "log_read_s": log_reads[1] - read_s0,
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "rechecked_idle": rechecked_idle,
+                "by_deferral": by_deferral, "full_passes": full[0],
                 "marks": dict(sorted(marks.items(), key=lambda kv: -kv[1][1])[:8]),
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0)}
