@@ -215,7 +215,7 @@ def _change(log: _Log, kind: str, at: datetime, rng_loss: float) -> None:
         log.sent = None
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(st.tuples(st.sampled_from(_KINDS), st.floats(1.5, 3.0)), min_size=8, max_size=8),
                 min_size=1, max_size=6),
        st.lists(st.sampled_from((30.0, 30.0, 30.0, 200.0)), min_size=6, max_size=6))
