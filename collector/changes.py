@@ -208,8 +208,15 @@ class ChangeApplier:
         return True
 
     def _refresh(self, prev: Signal, read_at: datetime) -> None:
-        """`prev` read again at `read_at` with nothing new: only its read time moves."""
-        self.index.set_signal(replace(prev, read_at=read_at))
+        """`prev` read again at `read_at` with nothing new: only its read time moves. A pod's signal
+        takes the index's own `Ref` of the pod, an equal one (pods are kept without a uid): one object a
+        pod, not one a container, for the quiet containers agents send each pass (issue 30)."""
+        ref = prev.ref
+        if ref.kind == "Pod":
+            rec = self.index.get(ref.kind, ref.namespace, ref.name)
+            if rec is not None and rec.ref == ref:
+                ref = rec.ref
+        self.index.set_signal(replace(prev, read_at=read_at, ref=ref))
         # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
         # (`Clock.within`): re-evaluate now only if that is near or past.
         if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:

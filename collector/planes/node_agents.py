@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -13,13 +13,14 @@ from collector.correlate import Key, Signal
 from collector.gpu import PodGpuEvidence, held_state, sampled
 from collector.model import Observed, Ref, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState
+from collector.progress.model import LogScan
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
 from exporters.adx.rows import GpuSample, GpuXid
 from exporters.prometheus_health import ErrorClass
 
-__all__ = ["AgentSource", "gpu_records", "runs_to_recheck", "same_devices"]
+__all__ = ["AgentSource", "gpu_records", "log_changes", "runs_to_recheck", "same_devices"]
 
 log = logging.getLogger("taugrid.controller")
 
@@ -70,9 +71,8 @@ class AgentSource(PolledSource):
                     self.state.error(ErrorClass.RETRYABLE, rep)
                     log.warning("node agent not read", extra={"error": rep})
                     continue
-                for c in rep.logs:
-                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
-                    loop.put_log(Change("agent-log", None, (sig, c.after)), sig.scan)
+                for change, scan in log_changes(rep):
+                    loop.put_log(change, scan)
                 log_pods |= rep.log_pods()
                 by_endpoint.append((i, replace(rep, logs=())))
             reader.forget(endpoints)
@@ -94,6 +94,18 @@ class AgentSource(PolledSource):
             took = time.monotonic() - started
             self.state.passed(took)
             wait = max(0.0, interval - took)  # from the start of the pass before
+
+
+def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
+    """The loop's changes for a document's container logs (`"agent-log"`: the signal, and the line the
+    increment starts after), each with its scan. A pod's containers share one `Ref` (while queued: a
+    pass's quiet containers wait in the log backlog by the ten thousand)."""
+    refs: dict[tuple[str, str], Ref] = {}
+    for c in rep.logs:
+        ref = refs.get((c.namespace, c.pod))
+        if ref is None:
+            ref = refs[(c.namespace, c.pod)] = Ref("Pod", c.namespace, c.pod)
+        yield Change("agent-log", None, (Signal(ref, c.container, c.scan, rep.read_at), c.after)), c.scan
 
 
 def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
