@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
@@ -376,9 +376,15 @@ class Controller(RunEvaluator):
                         self._log_backlog.give(change.weight)
 
     def _mark_all(self) -> None:
-        """A full pass in slices: every run marked (the roots listed again as its first slice begins)."""
+        """A full pass in slices: every run marked (the roots listed again as its first slice begins)
+        but those a deferred re-evaluation already covers, due within MAX_TICK_S of their last one (a
+        progressing run its log confirms, `ChangeApplier._deferred`): at fleet size the tick is as long
+        as the deferral's interval, and a run re-evaluated by both would be evaluated twice in it."""
         self._roots_changed = True
-        self._dirty.update(ref.key for ref in self.index.roots())
+        bound = timedelta(seconds=MAX_TICK_S)
+        covered = {key for key, due in self._rechecks.deferred_items()
+                   if (rc := self.claims.get(key)) is not None and due <= rc.evaluated_at + bound}
+        self._dirty.update(ref.key for ref in self.index.roots() if ref.key not in covered)
 
     def skip(self, what: str) -> None:
         log.warning("skipped", extra={"problem": what})
@@ -442,7 +448,8 @@ class Controller(RunEvaluator):
 SOURCE_FAIL_GRACE_S = 10.0
 # The most of one core the periodic full re-evaluation may take between events (issue 9), and the
 # longest the tick is stretched to keep it there. It is a backstop: a run is re-evaluated when a change
-# touches it and when its claims are due by the clock (`recheck_at`); goodput and work at risk grow at
+# touches it, when its claims are due by the clock (`recheck_at`) and when a deferral comes due (the full
+# pass skips the runs a deferral covers, `_mark_all`); goodput and work at risk grow at
 # the exporters' clock between evaluations (`RunClaims.at`); queued runs' estimates are refreshed every
 # QUEUE_REFRESH (collector/evaluation.py). So the tick only catches what none of those would, and every
 # run is evaluated at least every MAX_TICK_S (TaugridClaimsNotEvaluated waits 300 s) whatever the fleet's size.

@@ -107,6 +107,10 @@ class Rechecks(Generic[K]):
         """When `key` is due by its claims' clock (slack included), None: not scheduled."""
         return self._clock.due.get(key)
 
+    def deferred_items(self) -> list[tuple[K, datetime]]:
+        """Every deferred re-evaluation: (run, when it is due)."""
+        return list(self._deferred.due.items())
+
     def deferred_of(self, key: K) -> datetime | None:
         """When `key`'s deferred re-evaluation is due, None: none is."""
         return self._deferred.due.get(key)

@@ -483,6 +483,7 @@ def _warmed(refresh: timedelta) -> tuple[_Fleet, Feed]:
         f.quiet_workers()
         scan, after = feed.increment("ok", f.clock[0], 30, 0)
         f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+        f.c._dirty.add(f.key)  # (evaluated each pass: no deferral left pending when the loop starts)
         f.c.evaluate()
     return f, feed
 
@@ -647,3 +648,23 @@ def test_a_deferral_replaces_the_runs_clock_entry_and_earlier_deferral_and_an_ev
     r.defer("c", t + timedelta(seconds=80))
     r.forget("c")
     assert r.next_deferred() is None and r.deferred_of("c") is None and len(r) == 1
+
+
+def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick() -> None:
+    """The tick's full pass (a backstop) marks every run but one whose deferred re-evaluation comes
+    within MAX_TICK_S of its last evaluation: that one is evaluated when its deferral is due, once,
+    not also by the pass. A deferral due later than that (a long `confirm_refresh`) covers nothing."""
+    from collector.controller import MAX_TICK_S
+    for refresh, covered in ((timedelta(seconds=120), True), (timedelta(seconds=MAX_TICK_S + 60), False)):
+        f, feed = _warmed(refresh)
+        for k in range(2):  # two passes, 30 s apart: the deferral at the newer step's window or the refresh
+            f.move(30)
+            for change in (f.gpu_change(WARM + k), *f.worker_changes()):
+                f.c._apply(change)
+            scan, after = feed.increment("ok", f.clock[0], 30, 0)
+            f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+        due = f.c._rechecks.deferred_of(f.key)
+        assert f.key not in f.c._dirty and due is not None
+        assert (due <= f.c.claims[f.key].evaluated_at + timedelta(seconds=MAX_TICK_S)) is covered
+        f.c._mark_all()
+        assert (f.key not in f.c._dirty) is covered, refresh
