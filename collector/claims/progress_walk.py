@@ -180,7 +180,8 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     w = Walk(stream)
     w.srcs = tuple(p.src for p in parts)
     events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
-    places: list[list[int]] = []  # per slot, per position: the sample's place in `samples_of` its scan
+    # per slot, per position: the sample's place in `samples_of` its scan (None: the same, none left out)
+    places: list[list[int] | None] = []
     froms: list[tuple[Sequence[ProgressSample], ProgressSample | None]] = []
     top: datetime | None = None
     for slot, p in enumerate(parts):
@@ -188,24 +189,29 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
         i = slot << SLOT
         smps = samples_of(p.scan)
         froms.append((p.scan.samples, smps[0] if len(smps) > len(p.scan.samples) else None))
-        at_place: list[int] = []
-        places.append(at_place)
+        at_place: list[int] | None = None  # (made at the first sample left out: those before it are in place)
         for k, smp in enumerate(smps):
             at = smp.at
             if at is None:
                 w.undated += 1
+                if at_place is None:
+                    at_place = list(range(k))
             elif horizon is None or at <= horizon:
                 events.append((at, i, smp, p.src))
-                at_place.append(k)
+                if at_place is not None:
+                    at_place.append(k)
                 i += 1
                 if first is None or at < first:
                     first = at
                 if top is None or at > top:
                     top = at
             else:
+                if at_place is None:
+                    at_place = list(range(k))
                 w.complete = False
                 if clock is not None:
                     clock.expires(at)  # stamped ahead of the clock (skew): it counts once reached
+        places.append(at_place)
         if first is not None and (horizon is None or first <= horizon):
             w.first = first if w.first is None else min(w.first, first)
             top = first if top is None else max(top, first)
@@ -229,7 +235,8 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     return w
 
 
-def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings, places: list[list[int]]) -> None:
+def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings,
+         places: list[list[int] | None]) -> None:
     """The walk proper, over `events` in order: (at, order, sample or restart, src); `places`: per slot,
     each sample position's place in its scan's samples (`walk`)."""
     stream = w.stream
@@ -245,7 +252,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     prev_step: int | None = None
     last_smp: ProgressSample | None = None
     last_rf: datetime | None = None
-    recent: deque[tuple[int, int]] = deque(maxlen=SKIP_RECENT)  # (place, order)
+    recent: deque[int] = deque(maxlen=SKIP_RECENT)  # their orders
     skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
     loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
     advs: list[array[int]] = [array("q") for _ in w.srcs]
@@ -272,9 +279,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         step = smp.step
         if step is not None and (smp.skipped or high is None or step > high):
             if n == 1:
-                recent.append((places[order >> SLOT][order & POSITION], order))
+                recent.append(order)
             else:
-                recent.extend([(places[order >> SLOT][order & POSITION], order)] * min(n, SKIP_RECENT))
+                recent.extend([order] * min(n, SKIP_RECENT))
         if smp.skipped:
             w.skipped += n
             skip_tail.append((at, order, n, step, src))
@@ -328,7 +335,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         got = advs[slot]
         if rf is not None:
             replayed_to[slot << 32 | len(got)] = rf
-        got.append(places[slot][order & POSITION])
+        got.append(order & POSITION)  # (its position: made its place below)
         last_smp, last_rf = smp, rf
         if first_adv is None:
             first_adv = (at, order)
@@ -337,6 +344,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
             skip_tail.clear()
     w.high = high
     if any(advs):
+        for slot, pl in enumerate(places):
+            if pl is not None and advs[slot]:
+                advs[slot] = array("q", [pl[k] for k in advs[slot]])
         w.advs = advs
     if replayed_to:
         w.replayed_to = replayed_to
@@ -345,8 +355,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     if loss_tail:
         w.loss_tail = loss_tail
     if recent:
-        w.recent_places = array("q", (k for k, _ in recent))
-        w.recent_orders = array("q", (o for _, o in recent))
+        w.recent_places = array("q", [o & POSITION if (pl := places[o >> SLOT]) is None else pl[o & POSITION]
+                                      for o in recent])
+        w.recent_orders = array("q", recent)
     w.first_adv = first_adv
     w.last_adv = (last_at, last_order) if last_at is not None else None
     w.finite_key = finite
