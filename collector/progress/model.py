@@ -116,7 +116,7 @@ class PackedSamples(Sequence[ProgressSample]):
     very float object (its == holds only by identity), the same formats. Built again on access (the
     last HOT packs asked for stay built: one build a poll, not one a read)."""
 
-    __slots__ = ("_data", "_n", "_base", "_formats", "_kept", "_built")
+    __slots__ = ("_data", "_n", "_base", "_formats", "_kept", "_built", "_plain")
 
     _data: bytes
     _n: int
@@ -124,6 +124,7 @@ class PackedSamples(Sequence[ProgressSample]):
     _formats: tuple[str, ...]
     _kept: dict[int, float] | None  # place -> a non-finite loss, the object itself
     _built: tuple[ProgressSample, ...] | None
+    _plain: bool  # every sample has a step, stamp, finite loss and total, is not skipped, of one format
 
     @staticmethod
     def pack(samples: Sequence[ProgressSample]) -> PackedSamples | None:
@@ -134,6 +135,7 @@ class PackedSamples(Sequence[ProgressSample]):
         formats: list[str] = []
         fmt_last: object = None  # (most samples show the format of the one before)
         f = 0
+        every = 0  # the flags of any sample
         kept: dict[int, float] | None = None
         lo, hi = -_I64, _I64
         size, pack_into = _REC.size, _REC.pack_into
@@ -189,10 +191,11 @@ class PackedSamples(Sequence[ProgressSample]):
                     formats.append(fmt)
                     f = len(formats) - 1
                 fmt_last = fmt
+            every |= flags
             pack_into(out, i * size, step, us, loss, line, total, covers, flags, f)
         p = PackedSamples()
         p._data, p._n, p._base, p._formats = bytes(out), len(samples), base, tuple(formats)
-        p._kept, p._built = kept, None
+        p._kept, p._built, p._plain = kept, None, not every and len(formats) == 1
         if type(samples) is tuple:  # (the evaluation after the poll that packed it reads them)
             p._hold(samples)
         return p
@@ -213,6 +216,10 @@ class PackedSamples(Sequence[ProgressSample]):
 
     def _build(self) -> tuple[ProgressSample, ...]:
         base, formats, kept = self._base, self._formats, self._kept
+        if self._plain and base is not None:  # (a trainer's steady history: ~15% faster)
+            fmt = formats[0]
+            return tuple([new_sample(step, base + us * _US, loss, line, fmt, False, total, covers)
+                          for step, us, loss, line, total, covers, _, _ in _REC.iter_unpack(self._data)])
         out = []
         for i, (step, us, loss, line, total, covers, flags, f) in enumerate(_REC.iter_unpack(self._data)):
             out.append(new_sample(

@@ -216,3 +216,21 @@ def test_a_kept_walk_holds_no_built_history() -> None:
     assert alive <= 2, alive  # (the summary's first, last, ... samples)
     assert analyze([sig], s, now) == view  # (its walk kept: the advances built from the pack again)
     assert len(view.advances) == len(sig.scan.samples)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 10**12),
+                          st.floats(allow_nan=False, allow_infinity=False),
+                          st.integers(-(2**62), 2**62), st.integers(0, 2**62), st.integers(1, 2**31 - 1)),
+                min_size=1, max_size=30), _zone)
+def test_a_steady_history_built_its_short_way_reads_back_the_same(rows: list[tuple[int, int, float, int, int, int]],
+                                                                  tz: object) -> None:
+    """A steady trainer's history (every field there, one format): built by the short way, the same."""
+    base = datetime(1970, 1, 1, tzinfo=tz)  # type: ignore[arg-type]
+    smp = tuple(new_sample(a, base + timedelta(microseconds=us), loss, line, "megatron", False, total, cov)
+                for a, us, loss, line, total, cov in rows)
+    p = PackedSamples.pack(smp)
+    assert p is not None and p._plain
+    assert all(map(_same, _cold(p), smp))
+    mixed = PackedSamples.pack((*smp, replace(smp[0], loss=None)))
+    assert mixed is not None and not mixed._plain and all(map(_same, _cold(mixed)[:-1], smp))
