@@ -22,6 +22,7 @@ from operator import attrgetter
 
 from collector.claims.common import Clock
 from collector.claims.lineage import Lineage, Restart
+from collector.claims.memo import newest_stamp
 from collector.claims.progress_view import (
     OUTLIER_MADS,
     RECENT_INTERVALS,
@@ -41,6 +42,7 @@ from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, restarts_
 from collector.correlate import Key, Signal
 from collector.progress import ProgressSample
 from collector.progress.history import RECENT, compact
+from collector.progress.model import PackedSamples
 from collector.settings import ClaimSettings
 
 __all__ = [
@@ -180,13 +182,14 @@ def _last_reports(walks: list[tuple[Walk, list[int]]]) -> Sequence[ProgressSampl
     stamped no earlier than a bound the SKIP_RECENT-th newest cannot be older than (the newest few of
     every walk, enough of them to make SKIP_RECENT), then ordered."""
     if len(walks) == 1:
-        return walks[0][0].recent  # (the order within it is the run's)
+        return walks[0][0].reports()  # (the order within it is the run's)
     each = -(-SKIP_RECENT // max(1, len(walks)))
-    ends = sorted((x.at for w, _ in walks for x in w.recent[-each:] if x.at is not None), reverse=True)
+    reports = [(w.reports(), w.recent_orders, places) for w, places in walks]
+    ends = sorted((x.at for recent, _, _ in reports for x in recent[-each:] if x.at is not None), reverse=True)
     bound = None if len(ends) < SKIP_RECENT else ends[SKIP_RECENT - 1]
     out: list[tuple[datetime, int, int, int, ProgressSample]] = []
-    for w, places in walks:
-        for x, o in zip(reversed(w.recent), reversed(w.recent_orders), strict=True):
+    for recent, orders, places in reports:
+        for x, o in zip(reversed(recent), reversed(orders), strict=True):
             assert x.at is not None
             if bound is not None and x.at < bound:
                 break
@@ -235,11 +238,17 @@ COMPACT_SLACK = 16  # samples past RECENT a history may hold before it is compac
 def compacted(sig: Signal, s: ClaimSettings) -> Signal:
     """`sig` with its history compacted (`progress.history.compact`), bridging gaps inside the stall
     window its own recent samples give (at least the stall floor). The window in force when a
-    stretch is compacted decides for good that its gaps were progress."""
-    samples = sig.scan.samples
-    if len(samples) <= RECENT + COMPACT_SLACK:
-        return sig  # (a poll adds a few samples: compact every few polls, not on each)
-    out = compact(sig.scan, bridge=signal_window(samples[-RECENT:], s))
+    stretch is compacted decides for good that its gaps were progress. The samples kept are packed
+    (`PackedSamples`: the index holds every head's history between its polls)."""
+    out = sig.scan
+    samples = out.samples
+    if len(samples) > RECENT + COMPACT_SLACK:  # (a poll adds a few samples: compact every few polls, not on each)
+        out = compact(out, bridge=signal_window(samples[-RECENT:], s))
+    if out.samples and not isinstance(out.samples, PackedSamples):
+        packed = PackedSamples.pack(out.samples)
+        if packed is not None:
+            out = replace(out, samples=packed)
+            newest_stamp(out)  # (kept on the scan: every evaluation asks, the samples are at hand now)
     return sig if out is sig.scan else replace(sig, scan=out)
 
 

@@ -37,6 +37,7 @@ from collector.claims.progress_view import (
     stall_window,
 )
 from collector.progress import LogScan, ProgressSample
+from collector.progress.model import PackedSamples
 from collector.settings import ClaimSettings
 
 # A sample's place in the walk: (at, order), order = its signal's slot in the stream << SLOT | its
@@ -97,10 +98,10 @@ def restarts_in(scan: LogScan, label: str) -> list[Restart]:
 class Walk:
     """What one stream's samples and restarts say, walked in order (read-only once built)."""
 
-    __slots__ = ("stream", "srcs", "undated", "first", "complete", "max_at", "high", "advs", "replayed_to",
+    __slots__ = ("stream", "srcs", "undated", "first", "complete", "max_at", "high", "advs", "froms", "replayed_to",
                  "first_adv", "last_adv", "view", "replayed", "skipped", "replaying", "replay_key", "blind",
-                 "blind_key", "latest_restart", "recent", "recent_orders", "skip_tail", "loss_tail", "finite_key",
-                 "last_loss")
+                 "blind_key", "latest_restart", "recent_places", "recent_orders", "skip_tail", "loss_tail",
+                 "finite_key", "last_loss")
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
@@ -112,9 +113,12 @@ class Walk:
         self.srcs: tuple[str, ...] = ()  # each slot's src
         # The containers below stay the shared empty ones for a stream with nothing to walk (a quiet
         # container's: at fleet size most of them) and are the walk's own once `_run` fills them.
-        # The samples that advanced, per slot (`advances` makes them Advance records: kept as samples,
-        # the walk costs a pointer per advance between evaluations, not a record); () none at all.
-        self.advs: Sequence[Sequence[ProgressSample]] = ()
+        # The samples that advanced, per slot: their places in what the slot's scan holds (`froms`), so
+        # a kept walk costs 8 B an advance between evaluations, not a record or a built sample (a held
+        # history is packed: `progress.model.PackedSamples`); `advances` makes the records. () none.
+        self.advs: Sequence[Sequence[int]] = ()
+        # per slot: its scan's samples and the high-water sample `samples_of` led them with (or None)
+        self.froms: Sequence[tuple[Sequence[ProgressSample], ProgressSample | None]] = ()
         self.replayed_to: Mapping[int, datetime] = _NONE  # slot << 32 | index → replay_from of that advance
         self.first_adv: Key | None = None
         self.last_adv: Key | None = None
@@ -125,8 +129,9 @@ class Walk:
         self.blind: Blind | None = None
         self.blind_key: Key | None = None
         self.latest_restart: Restart | None = None
-        # the last SKIP_RECENT step reports (a sample standing for several repeats), and their orders
-        self.recent: tuple[ProgressSample, ...] = ()
+        # the last SKIP_RECENT step reports (a sample standing for several repeats): their places, as
+        # `advs`'s (`reports` gives the samples), and their orders
+        self.recent_places: Sequence[int] = ()
         self.recent_orders: Sequence[int] = ()
         # skipped samples since its last advance: (at, order, covers, step, src)
         self.skip_tail: Sequence[tuple[datetime, int, int, int | None, str]] = ()
@@ -141,10 +146,32 @@ class Walk:
             return []
         src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
         base = slot << 32
+        got = self._held(slot)
+        xs = [got[k] for k in self.advs[slot]]
         if not rf:
-            return [new_advance(x.at, x.step, src, None, x.covers > 1, stream) for x in self.advs[slot]]  # type: ignore[arg-type]
+            return [new_advance(x.at, x.step, src, None, x.covers > 1, stream) for x in xs]  # type: ignore[arg-type]
         return [new_advance(x.at, x.step, src, rf.get(base | i), x.covers > 1, stream)  # type: ignore[arg-type]
-                for i, x in enumerate(self.advs[slot])]
+                for i, x in enumerate(xs)]
+
+    def reports(self) -> list[ProgressSample]:
+        """The last SKIP_RECENT step reports, in order (a sample standing for several, repeated)."""
+        if not self.recent_places:
+            return []
+        held: dict[int, Sequence[ProgressSample]] = {}
+        out = []
+        for o, k in zip(self.recent_orders, self.recent_places, strict=True):
+            slot = o >> SLOT
+            got = held.get(slot)
+            if got is None:
+                got = held[slot] = self._held(slot)
+            out.append(got[k])
+        return out
+
+    def _held(self, slot: int) -> Sequence[ProgressSample]:
+        """The samples of a slot as `samples_of` gave them to the walk (the places index them)."""
+        held, lead = self.froms[slot]
+        got = held.built() if isinstance(held, PackedSamples) else held
+        return got if lead is None else (lead, *got)
 
 
 def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
@@ -153,25 +180,38 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     w = Walk(stream)
     w.srcs = tuple(p.src for p in parts)
     events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
+    # per slot, per position: the sample's place in `samples_of` its scan (None: the same, none left out)
+    places: list[list[int] | None] = []
+    froms: list[tuple[Sequence[ProgressSample], ProgressSample | None]] = []
     top: datetime | None = None
     for slot, p in enumerate(parts):
         first = p.scan.first_at
         i = slot << SLOT
-        for smp in samples_of(p.scan):
+        smps = samples_of(p.scan)
+        froms.append((p.scan.samples, smps[0] if len(smps) > len(p.scan.samples) else None))
+        at_place: list[int] | None = None  # (made at the first sample left out: those before it are in place)
+        for k, smp in enumerate(smps):
             at = smp.at
             if at is None:
                 w.undated += 1
+                if at_place is None:
+                    at_place = list(range(k))
             elif horizon is None or at <= horizon:
                 events.append((at, i, smp, p.src))
+                if at_place is not None:
+                    at_place.append(k)
                 i += 1
                 if first is None or at < first:
                     first = at
                 if top is None or at > top:
                     top = at
             else:
+                if at_place is None:
+                    at_place = list(range(k))
                 w.complete = False
                 if clock is not None:
                     clock.expires(at)  # stamped ahead of the clock (skew): it counts once reached
+        places.append(at_place)
         if first is not None and (horizon is None or first <= horizon):
             w.first = first if w.first is None else min(w.first, first)
             top = first if top is None else max(top, first)
@@ -189,12 +229,16 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     w.max_at = top
     if events:
         events.sort(key=_order)
-        _run(w, events, s)
+        _run(w, events, s, places)
+        if w.advs or w.recent_places:
+            w.froms = froms
     return w
 
 
-def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings) -> None:
-    """The walk proper, over `events` in order: (at, order, sample or restart, src)."""
+def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings,
+         places: list[list[int] | None]) -> None:
+    """The walk proper, over `events` in order: (at, order, sample or restart, src); `places`: per slot,
+    each sample position's place in its scan's samples (`walk`)."""
     stream = w.stream
     high: int | None = None
     last_seen: datetime | None = None  # stepless signals: the last activity
@@ -208,10 +252,10 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     prev_step: int | None = None
     last_smp: ProgressSample | None = None
     last_rf: datetime | None = None
-    recent: deque[tuple[ProgressSample, int]] = deque(maxlen=SKIP_RECENT)
+    recent: deque[int] = deque(maxlen=SKIP_RECENT)  # their orders
     skip_tail: list[tuple[datetime, int, int, int | None, str]] = []
     loss_tail: list[tuple[datetime, int, float, int, Advance]] = []
-    advs: list[list[ProgressSample]] = [[] for _ in w.srcs]
+    advs: list[array[int]] = [array("q") for _ in w.srcs]
     replayed_to: dict[int, datetime] = {}
     isfinite = math.isfinite
     last_loss: tuple[datetime, int, float] | None = None
@@ -235,9 +279,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         step = smp.step
         if step is not None and (smp.skipped or high is None or step > high):
             if n == 1:
-                recent.append((smp, order))
+                recent.append(order)
             else:
-                recent.extend([(smp, order)] * min(n, SKIP_RECENT))
+                recent.extend([order] * min(n, SKIP_RECENT))
         if smp.skipped:
             w.skipped += n
             skip_tail.append((at, order, n, step, src))
@@ -291,7 +335,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         got = advs[slot]
         if rf is not None:
             replayed_to[slot << 32 | len(got)] = rf
-        got.append(smp)
+        got.append(order & POSITION)  # (its position: made its place below)
         last_smp, last_rf = smp, rf
         if first_adv is None:
             first_adv = (at, order)
@@ -300,6 +344,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
             skip_tail.clear()
     w.high = high
     if any(advs):
+        for slot, pl in enumerate(places):
+            if pl is not None and advs[slot]:
+                advs[slot] = array("q", [pl[k] for k in advs[slot]])
         w.advs = advs
     if replayed_to:
         w.replayed_to = replayed_to
@@ -308,8 +355,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     if loss_tail:
         w.loss_tail = loss_tail
     if recent:
-        w.recent = tuple(x for x, _ in recent)
-        w.recent_orders = array("q", (o for _, o in recent))
+        w.recent_places = array("q", [o & POSITION if (pl := places[o >> SLOT]) is None else pl[o & POSITION]
+                                      for o in recent])
+        w.recent_orders = array("q", recent)
     w.first_adv = first_adv
     w.last_adv = (last_at, last_order) if last_at is not None else None
     w.finite_key = finite
