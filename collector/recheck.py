@@ -80,6 +80,7 @@ class Rechecks(Generic[K]):
         self._deferred: _Schedule[K] = _Schedule()
         self.deferrals = 0  # changes whose evaluation was deferred
         self.deferred_due = 0  # runs re-evaluated when a deferral came due
+        self._came_due: dict[K, datetime] = {}  # each run's last deferral that came due, when
 
     def __len__(self) -> int:
         return len(self._clock.due)
@@ -127,6 +128,7 @@ class Rechecks(Generic[K]):
     def forget(self, key: K) -> None:
         self._clock.due.pop(key, None)
         self._deferred.due.pop(key, None)
+        self._came_due.pop(key, None)
 
     def next_due(self) -> datetime | None:
         """The earliest instant any run is due by its clock, None when none is scheduled."""
@@ -145,7 +147,18 @@ class Rechecks(Generic[K]):
         went when it was deferred)."""
         out = self._deferred.pop_due(now)
         self.deferred_due += len(out)
+        came = self._came_due
+        for key in out:
+            came[key] = now
         return out
+
+    def came_due_since(self, since: datetime) -> list[K]:
+        """The runs whose deferral came due after `since` (`pop_deferred`); older marks are dropped."""
+        came = self._came_due
+        old = [key for key, at in came.items() if at <= since]
+        for key in old:
+            del came[key]
+        return list(came)
 
 
 class CpuBudget:

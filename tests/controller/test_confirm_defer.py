@@ -496,11 +496,11 @@ def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_a
         f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
 
     move = f.move
-    n0 = f.c.runs_evaluated
+    n0 = f.c.evaluations
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
     try:
-        assert _wait(lambda: f.c.runs_evaluated > n0)  # its first full pass
+        assert _wait(lambda: f.c.evaluations > n0)  # its first full pass (the run, just evaluated, skipped)
         def evaluated() -> datetime:
             return f.c.claims[f.key].evaluated_at
 
@@ -543,11 +543,11 @@ def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increment
     deferred increment's window would have closed."""
     f, feed = _warmed(timedelta(seconds=120))
     move = f.move
-    n0 = f.c.runs_evaluated
+    n0 = f.c.evaluations
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
     try:
-        assert _wait(lambda: f.c.runs_evaluated > n0)
+        assert _wait(lambda: f.c.evaluations > n0)
         t0 = f.c.claims[f.key].evaluated_at
         d0 = f.c._rechecks.deferrals
         dues = []
@@ -581,11 +581,11 @@ def test_the_loop_still_fires_a_deadline_earlier_than_the_interval() -> None:
     not the interval after its last evaluation."""
     f, feed = _warmed(timedelta(minutes=10))
     move = f.move
-    n0 = f.c.runs_evaluated
+    n0 = f.c.evaluations
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
     try:
-        assert _wait(lambda: f.c.runs_evaluated > n0)
+        assert _wait(lambda: f.c.evaluations > n0)
         t0 = f.c.claims[f.key].evaluated_at
         d0 = f.c._rechecks.deferrals
         move(30)
@@ -666,5 +666,25 @@ def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick() -> None:
         due = f.c._rechecks.deferred_of(f.key)
         assert f.key not in f.c._dirty and due is not None
         assert (due <= f.c.claims[f.key].evaluated_at + timedelta(seconds=MAX_TICK_S)) is covered
+        f.c.tick_s = 100.0  # (evaluated 60 s ago: not in the last half tick)
         f.c._mark_all()
         assert (f.key not in f.c._dirty) is covered, refresh
+
+
+def test_the_full_pass_skips_a_run_whose_deferral_came_due_in_the_last_half_tick() -> None:
+    """A run whose deferral came due in the last half tick (just evaluated for it) is not evaluated
+    again by the pass; one whose deferral came due earlier is, and so is one evaluated recently for
+    anything else (the pass is the backstop for what no change marks)."""
+    f, _ = _warmed(timedelta(seconds=120))
+    f.c.tick_s = 120.0
+    t = f.c.claims[f.key].evaluated_at
+    f.c._mark_all()
+    assert f.key in f.c._dirty  # (evaluated just now, by the warm-up's own evaluation: marked all the same)
+    f.c._rechecks.defer(f.key, t + timedelta(seconds=10))
+    f.clock[0] = t + timedelta(seconds=10)
+    assert f.c._rechecks.pop_deferred(f.clock[0]) == [f.key]
+    for seconds, marked in ((59, False), (61, True)):
+        f.c._dirty.clear()
+        f.clock[0] = t + timedelta(seconds=10 + seconds)
+        f.c._mark_all()
+        assert (f.key in f.c._dirty) is marked, seconds
