@@ -378,16 +378,18 @@ class Controller(RunEvaluator):
     def _mark_all(self) -> None:
         """A full pass in slices: every run marked (the roots listed again as its first slice begins)
         but those the deferral of a confirming log increment covers (`ChangeApplier._deferred`): one
-        due within MAX_TICK_S of the run's last evaluation, or one that came due in the last half tick.
-        At fleet size the tick is as long as the deferral's interval: a run the pass re-evaluated
-        after its deferral (or before it) would be evaluated twice in it. A run skipped is evaluated
-        by the next pass at the latest: every run at least every 1.5 ticks and a pass."""
+        due within MAX_TICK_S of the run's last evaluation, or one that came due in the last
+        MAX_TICK_S / 2 (the next increment defers it again). At fleet size the tick is as long as the
+        deferral's interval: a run the pass re-evaluated after its deferral (or before it) would be
+        evaluated twice in it. (A pass that skips most runs is cheap, and the tick shrinks after it:
+        the window is not the tick's.) A run skipped is evaluated by a later pass at the latest: every
+        run at least every 1.5 × MAX_TICK_S and a pass."""
         self._roots_changed = True
         bound = timedelta(seconds=MAX_TICK_S)
         claims = self.claims
         covered = {key for key, due in self._rechecks.deferred_items()
                    if (rc := claims.get(key)) is not None and due <= rc.evaluated_at + bound}
-        covered.update(self._rechecks.came_due_since(self.now() - timedelta(seconds=self.tick_s / 2)))
+        covered.update(self._rechecks.came_due_since(self.now() - bound / 2))
         self._dirty.update(key for ref in self.index.roots() if (key := ref.key) not in covered)
 
     def skip(self, what: str) -> None:
@@ -453,7 +455,7 @@ SOURCE_FAIL_GRACE_S = 10.0
 # The most of one core the periodic full re-evaluation may take between events (issue 9), and the
 # longest the tick is stretched to keep it there. It is a backstop: a run is re-evaluated when a change
 # touches it, when its claims are due by the clock (`recheck_at`) and when a deferral comes due (the full
-# pass skips the runs a deferral covers or covered in the last half tick, `_mark_all`); goodput
+# pass skips the runs a deferral covers or covered in the last MAX_TICK_S / 2, `_mark_all`); goodput
 # and work at risk grow at the exporters' clock between evaluations (`RunClaims.at`); queued runs'
 # estimates are refreshed every QUEUE_REFRESH (collector/evaluation.py). So the tick only catches what
 # none of those would, and every run is evaluated at least every 1.5 × MAX_TICK_S and a pass

@@ -16,7 +16,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -488,19 +489,29 @@ def _warmed(refresh: timedelta) -> tuple[_Fleet, Feed]:
     return f, feed
 
 
-def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_and_keeps_deadlines() -> None:
-    f, feed = _warmed(timedelta(seconds=120))
-
-    def put(kind: str, n: int = 30) -> None:
-        scan, after = feed.increment(kind, f.clock[0], n, 0)
-        f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
-
-    move = f.move
+@contextmanager
+def _looping(refresh: timedelta) -> Iterator[tuple[_Fleet, Feed]]:
+    """`_warmed`'s fleet with its loop running on its own thread, after the loop's first full pass."""
+    f, feed = _warmed(refresh)
     n0 = f.c.evaluations
     t = threading.Thread(target=f.c._loop, daemon=True)
     t.start()
     try:
         assert _wait(lambda: f.c.evaluations > n0)  # its first full pass (the run, just evaluated, skipped)
+        yield f, feed
+    finally:
+        f.c.request_stop()
+        t.join(5)
+
+
+def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_and_keeps_deadlines() -> None:
+    with _looping(timedelta(seconds=120)) as (f, feed):
+        def put(kind: str, n: int = 30) -> None:
+            scan, after = feed.increment(kind, f.clock[0], n, 0)
+            f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+
+        move = f.move
+
         def evaluated() -> datetime:
             return f.c.claims[f.key].evaluated_at
 
@@ -532,22 +543,14 @@ def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_a
         assert rc.progressing.observed is Observed.FALSE and "watchdog timeout" in rc.progressing.reason, \
             rc.progressing.reason
         assert f.c._rechecks.deferrals == d0 + 1
-    finally:
-        f.c.request_stop()
-        t.join(5)
 
 
 def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increments_window() -> None:
     """Confirming increments every 30 s: each newer step moves the deferral later (its stall window
     closes later), so the run is evaluated once per refresh interval (120 s), not when the first
     deferred increment's window would have closed."""
-    f, feed = _warmed(timedelta(seconds=120))
-    move = f.move
-    n0 = f.c.evaluations
-    t = threading.Thread(target=f.c._loop, daemon=True)
-    t.start()
-    try:
-        assert _wait(lambda: f.c.evaluations > n0)
+    with _looping(timedelta(seconds=120)) as (f, feed):
+        move = f.move
         t0 = f.c.claims[f.key].evaluated_at
         d0 = f.c._rechecks.deferrals
         dues = []
@@ -570,22 +573,14 @@ def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increment
         move((t0 + timedelta(seconds=121) - f.clock[0]).total_seconds())
         assert _wait(lambda: f.c.claims[f.key].evaluated_at > t0)
         assert f.c.claims[f.key].progressing.observed is Observed.TRUE
-    finally:
-        f.c.request_stop()
-        t.join(5)
 
 
 def test_the_loop_still_fires_a_deadline_earlier_than_the_interval() -> None:
     """A deferred increment, then silence: the run's progressing turns (unknown: no read after the
     window) when the window of its newest step closes, a deadline sooner than the refresh interval,
     not the interval after its last evaluation."""
-    f, feed = _warmed(timedelta(minutes=10))
-    move = f.move
-    n0 = f.c.evaluations
-    t = threading.Thread(target=f.c._loop, daemon=True)
-    t.start()
-    try:
-        assert _wait(lambda: f.c.evaluations > n0)
+    with _looping(timedelta(minutes=10)) as (f, feed):
+        move = f.move
         t0 = f.c.claims[f.key].evaluated_at
         d0 = f.c._rechecks.deferrals
         move(30)
@@ -607,9 +602,6 @@ def test_the_loop_still_fires_a_deadline_earlier_than_the_interval() -> None:
         window = ClaimSettings().stall_floor + ClaimSettings().scrape_interval  # (a step a second: the floor)
         assert rc.evaluated_at <= newest + window + timedelta(seconds=10)
         assert rc.evaluated_at < t0 + timedelta(minutes=10)
-    finally:
-        f.c.request_stop()
-        t.join(5)
 
 
 @pytest.mark.parametrize("kind", (*CONFIRMING, *EVENTFUL))
@@ -671,12 +663,13 @@ def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick() -> None:
         assert (f.key not in f.c._dirty) is covered, refresh
 
 
-def test_the_full_pass_skips_a_run_whose_deferral_came_due_in_the_last_half_tick() -> None:
-    """A run whose deferral came due in the last half tick (just evaluated for it) is not evaluated
-    again by the pass; one whose deferral came due earlier is, and so is one evaluated recently for
-    anything else (the pass is the backstop for what no change marks)."""
+def test_the_full_pass_skips_a_run_whose_deferral_came_due_in_the_last_max_tick_half() -> None:
+    """A run whose deferral came due in the last MAX_TICK_S / 2 (just evaluated for it; the next
+    increment defers it again) is not evaluated again by the pass, however short the tick is (a pass
+    that skipped most runs shrinks it); one whose deferral came due earlier is, and so is one evaluated
+    recently for anything else (the pass is the backstop for what no change marks)."""
     f, _ = _warmed(timedelta(seconds=120))
-    f.c.tick_s = 120.0
+    f.c.tick_s = 5.0
     t = f.c.claims[f.key].evaluated_at
     f.c._mark_all()
     assert f.key in f.c._dirty  # (evaluated just now, by the warm-up's own evaluation: marked all the same)
