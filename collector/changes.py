@@ -26,7 +26,7 @@ from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import gpu_records, runs_to_recheck
-from collector.planes.signals import alone, confirms, folded, gpus_quiet, uneventful
+from collector.planes.signals import alone, confirms, folded, uneventful
 from collector.recheck import Rechecks
 from collector.settings import Settings
 from collector.sources.kube_api import Resource
@@ -126,7 +126,8 @@ class ChangeApplier:
             self._dirty.add(root_ref.key)
         elif c.op == "gpu":
             gpus, nodes, log_pods = c.payload
-            self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.claims, self._dirty)
+            self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.index.member_pods,
+                                           self.claims, self._dirty)
             if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
                 samples, xids = gpu_records(self._gpus, gpus, self.index.root_of)
                 self._export("gpu", self.sink.gpu, samples, xids)
@@ -191,7 +192,7 @@ class ChangeApplier:
         if rc is None or not confirms(rc, sig, now):
             return False
         run = self.index.evidence(root)
-        if not alone(sig, run) or not gpus_quiet(rc, run, self._gpus, now, s.evidence_max_age):
+        if not alone(sig, run):
             return False
         # the window is judged on the evaluation's clock: a node ahead stamps its steps that much later
         ahead = max((by for by in run.node_skew.values()), default=ZERO)

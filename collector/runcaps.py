@@ -7,7 +7,7 @@ logged once per namespace, never once per run. No I/O; the controller calls it f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime
 
 from collector.model import Ref
@@ -35,6 +35,11 @@ class RunCaps:
 
     def untracked(self) -> dict[str, int]:
         return {ns: len(keys) for ns, keys in self._untracked.items()}
+
+    def kept_out(self) -> Iterator[Key]:
+        """The runs a cap keeps out now: `release` names them again when a place frees."""
+        for keys in self._untracked.values():
+            yield from keys
 
     def order(self, targets: Iterable[Ref], tracked: Collection[Key],
               created: Callable[[Ref], datetime | None]) -> list[Ref]:

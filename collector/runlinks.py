@@ -329,6 +329,11 @@ class RunLinks:
                 yield child, rec
                 stack.append(child)
 
+    def member_pods(self, root: Key) -> Iterator[tuple[str, str]]:
+        """The Pods among `root`'s members as (namespace, name): the pods whose GPU records its
+        evaluation reads (`RunIndex.evidence`)."""
+        return ((k[1], k[2]) for k in self._member_keys(Ref(*root)) if k[0] == "Pod")
+
     def _member_keys(self, root: Ref) -> tuple[Key, ...]:
         """`members` as keys, remembered while no write moved a link or a root (`shape`): between
         two evaluations of a run under a burst of pod updates, the walk is the same."""

@@ -67,7 +67,8 @@ class ClaimSettings:
     # or its stall window could close); anything else still re-evaluates it at once. Meanwhile only
     # figures that follow the newest step lag, by at most this much: the last step and its time
     # (progress_last_step, last_progress_timestamp), the logs plane's evidence age, the reason's step
-    # and age, energy per step. 0: every increment re-evaluates its run at once.
+    # and age, energy per step; and the GPU comparison's notes (a GPU apart while the run keeps its
+    # pace, readings not trusted: a slower pace is evaluated at once). 0: every increment at once.
     confirm_refresh: timedelta = timedelta(seconds=120)
 
     def for_profile(self, profile: str) -> ClaimSettings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -109,24 +109,34 @@ def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
 
 
 def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
+                    member_pods: Callable[[Key], Iterable[tuple[str, str]]],
                     claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
-    """The runs (not already in `dirty`) whose claims a new pass of GPU evidence may change."""
+    """The runs (not already in `dirty`) whose claims a new pass of GPU evidence may change: a run
+    with claims, by its member pods (`member_pods`: those its evaluation reads); a pod no such run
+    holds, by its run (`root_of`). Per run, not per pod: at fleet size the pass's pods' roots were a
+    tenth of the loop (issue 30)."""
     out: set[Key] = set()
-    for ns, pod in set(old) | set(new):
+    seen: set[tuple[str, str]] = set()  # the pods of the runs with claims
+    for key, rc in claims.items():
+        pods = [p for p in member_pods(key) if p in old or p in new]
+        seen.update(pods)
+        if not pods or key in dirty:
+            continue
+        if rc.progressing.observed is not Observed.TRUE or not all(_same(old.get(p), new.get(p)) for p in pods):
+            out.add(key)
+        # else only readings moved (utilization, power), which a progressing run's claims do not
+        # say (its GPU spread's notes do, and a suspect once the run is slower: its next
+        # evaluation reads them, and a log increment showing a slower pace is evaluated at once,
+        # `planes.signals.alone`); it is re-evaluated when its evidence would age out (`Clock.within`)
+    for ns, pod in [p for p in new if p not in seen] + [p for p in old if p not in seen and p not in new]:
         root = root_of(Ref("Pod", ns, pod))
-        if root is None or root.key in dirty or root.key in out:
-            continue
-        was, now = old.get((ns, pod)), new.get((ns, pod))
-        rc = claims.get(root.key)
-        if was is not None and now is not None and same_devices(was, now) and rc is not None \
-                and rc.progressing.observed is Observed.TRUE:
-            # only readings moved (utilization, power), which a progressing run's claims do not
-            # say (its GPU spread's notes do: its next evaluation reads them, and a log increment
-            # is deferred only while they have nothing to say, `planes.signals.gpus_quiet`); it is
-            # re-evaluated when its evidence would age out (`Clock.within`)
-            continue
-        out.add(root.key)
+        if root is not None and root.key not in dirty:
+            out.add(root.key)  # (a run not evaluated yet: its first evaluation reads the pass)
     return out
+
+
+def _same(was: PodGpuEvidence | None, now: PodGpuEvidence | None) -> bool:
+    return was is not None and now is not None and same_devices(was, now)
 
 
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:

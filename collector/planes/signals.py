@@ -6,20 +6,18 @@ re-evaluation the loop may defer (collector/changes.py)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.claims.gpuspread import MIN_SLOWDOWN, gpu_spread, slowdown
+from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown
 from collector.claims.progress import compacted, source_name
 from collector.correlate import RunEvidence, Signal
-from collector.gpu import PodGpuEvidence
-from collector.model import Observed, Plane, PodFacts, RunClaims
+from collector.model import Observed, Plane, RunClaims
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan, ProgressSample
 from collector.settings import ClaimSettings
 
-__all__ = ["adds_nothing", "alone", "confirms", "folded", "gpus_quiet", "uneventful"]
+__all__ = ["adds_nothing", "alone", "confirms", "folded", "uneventful"]
 
 
 def folded(prev: Signal | None, sig: Signal, op: str, after: int | None,
@@ -125,25 +123,15 @@ _PROGRESS_PLANES = frozenset({Plane.LOGS, Plane.GPU, Plane.RAY, Plane.EXPSTORE})
 def alone(sig: Signal, run: RunEvidence) -> bool:
     """`sig` the run's only progress log (`run`: its evidence, `sig` in it) but checkpoint listings:
     no other log (a rank, a replaced pod's) or Ray counter judged with it, no rank tracks to compare;
-    and its pace not slower than its own baseline (a GPU apart is a straggler only while it is)."""
+    and its pace not slower than its own baseline. The run's GPUs are not compared here: a GPU apart
+    is a suspect only while the run is slower (`claims.gpuspread`), which this refuses, so what the
+    comparison could add meanwhile is a note (readings apart while the run keeps its pace, readings not
+    trusted), said at the deferred evaluation. Comparing every deferred run's GPUs on each of the
+    agents' passes was a quarter of the loop at 50k pods (issue 30); devices lost or reporting an XID
+    re-evaluate the run at the pass itself (`planes.node_agents.runs_to_recheck`)."""
     mine = (sig.ref.key, sig.source)
     if any((other.ref.key, other.source) != mine and not other.durable and other.scan.samples
            for other in run.signals):
         return False
     slow = slowdown(run)  # (`sig`'s own: the only live log with steps)
     return slow is None or slow < MIN_SLOWDOWN
-
-
-def gpus_quiet(rc: RunClaims, run: RunEvidence, gpus: Mapping[tuple[str, str], PodGpuEvidence], now: datetime,
-               max_age: timedelta) -> bool:
-    """Nothing to say of the run's GPUs, at its last evaluation and now: no GPU reads apart from the
-    others, none untrusted (`claims.gpuspread`, as `claims.gpu.apply_gpu` reads its live pods'). A GPU
-    pass does not re-evaluate a progressing run whose devices stayed as they were (its next evaluation
-    reads the new readings): an increment deferred must not hold back what they say. (The comparison
-    is kept by its inputs: the evaluation that follows reads it again.)"""
-    if rc.stragglers is not None:
-        return False
-    keys = [(p.ref.namespace, p.ref.name) for p in run.pods
-            if isinstance(p.facts, PodFacts) and not p.facts.terminal and not p.facts.deleting]
-    held = [g for k in keys if (g := gpus.get(k)) is not None]
-    return not held or gpu_spread(None, run, held, now, max_age) is None

@@ -24,8 +24,9 @@ from collector.claims.memo import ByInputs
 from collector.correlate import Signal
 from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.kube import NodeLease
-from collector.model import Ref
+from collector.model import Observed, Ref
 from collector.planes.base import Change
+from collector.planes.node_agents import runs_to_recheck, same_devices
 from collector.render import to_json
 from collector.sources.agents import _scan as decode
 
@@ -187,3 +188,92 @@ def test_forget_unless_keeps_slots_whose_inputs_are_all_current() -> None:
     memo.forget_unless(lambda x: x is not c)
     assert memo.get("ab", [a, b]) == (1,) and memo.get("none", []) == (3,)
     assert memo.get("bc", [b, c]) is None and len(memo) == 2
+
+
+def _by_pod(f: _Fleet, old: dict[tuple[str, str], PodGpuEvidence], new: dict[tuple[str, str], PodGpuEvidence],
+            ) -> set[tuple[str, str, str]]:
+    """What a GPU pass re-evaluates, pod by pod (the definition `runs_to_recheck` kept before it went by
+    run): each pod's run, unless it is already marked, or progresses and the pod's devices stayed."""
+    out = set()
+    for ns, pod in set(old) | set(new):
+        root = f.c.index.root_of(Ref("Pod", ns, pod))
+        if root is None or root.key in f.c._dirty:
+            continue
+        was, now, rc = old.get((ns, pod)), new.get((ns, pod)), f.c.claims.get(root.key)
+        if was is None or now is None or not same_devices(was, now) or rc is None \
+                or rc.progressing.observed is not Observed.TRUE:
+            out.add(root.key)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, min_size=1, max_size=16), st.lists(st.integers(0, RUNS * PODS - 1), max_size=3))
+@example([("tick", 30, None, None, False), *[("log", r, None, None, False) for r in range(RUNS)],
+          ("eval", 0, None, None, False), ("gpu", 5, None, None, False), ("gpu", 6, None, 2, False)], [5])
+def test_a_gpu_pass_marks_the_runs_it_marked_pod_by_pod(steps: list[Step], lost: list[int]) -> None:
+    """`runs_to_recheck` goes by run (its member pods) instead of by pod (each pod's root): the same runs
+    over seeded passes, pods missing, devices lost (`lost`: pods whose first GPU the next pass says is
+    lost), runs progressing or not, some already marked."""
+    _forget_all()
+    f = _Fleet()
+    f.gpu_pass(0, None, None, False)
+    for run in range(RUNS):
+        f.log(run)
+    f.evaluate()
+    for op, a, b, c, again in steps:
+        if op == "gpu":
+            old = dict(f.c._gpus)
+            f.gpu_pass(a, b, c, again)  # (applied: what it marked is in `_dirty`, among what was there)
+            new = f.c._gpus
+            for k in lost:
+                p = f.pods[k]
+                key = (p["metadata"]["namespace"], p["metadata"]["name"])
+                if key in new:
+                    g = new[key]
+                    new[key] = PodGpuEvidence(g.namespace, g.pod, g.node, g.source, g.read_at,
+                                              (replace(g.devices[0], lost=True), *g.devices[1:]), g.containers)
+            for dirty in (set(), set(list(f.c.claims)[:1])):
+                f.c._dirty = dirty
+                got = runs_to_recheck(old, new, f.c.index.root_of, f.c.index.member_pods, f.c.claims, set(dirty))
+                assert got == _by_pod(f, old, new)
+        elif op == "log":
+            f.log(a)
+        elif op == "tick":
+            f.clock[0] += timedelta(seconds=a)
+        else:
+            f.evaluate()
+
+
+def test_a_gpu_pass_marks_a_progressing_run_only_when_its_pods_devices_change() -> None:
+    _forget_all()
+    f = _Fleet()
+    f.gpu_pass(0, None, None, False)
+    for _ in range(3):
+        f.clock[0] += timedelta(seconds=30)
+        for run in range(RUNS):
+            f.log(run)
+        f.evaluate()
+    runs = sorted(f.c.claims)
+    assert all(f.c.claims[r].progressing.observed is Observed.TRUE for r in runs)
+    old = dict(f.c._gpus)
+    new = {k: PodGpuEvidence(g.namespace, g.pod, g.node, g.source, g.read_at + timedelta(seconds=30),
+                             tuple(replace(d, utilization=0.5) for d in g.devices), g.containers)
+           for k, g in old.items()}
+
+    def marked(new: dict[tuple[str, str], PodGpuEvidence]) -> set[tuple[str, str, str]]:
+        got = runs_to_recheck(old, new, f.c.index.root_of, f.c.index.member_pods, f.c.claims, set())
+        assert got == _by_pod(f, old, new)
+        return got
+
+    assert marked(new) == set()  # readings only
+    pod = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in f.pods]
+    run_of = {pod[k]: f.c.index.root_of(Ref("Pod", *pod[k])) for k in range(RUNS * PODS)}
+    lost = dict(new)
+    g = lost[pod[PODS + 1]]
+    lost[pod[PODS + 1]] = PodGpuEvidence(g.namespace, g.pod, g.node, g.source, g.read_at,
+                                         (replace(g.devices[0], lost=True), *g.devices[1:]), g.containers)
+    r1 = run_of[pod[PODS + 1]]
+    assert r1 is not None and marked(lost) == {r1.key}
+    gone = {k: v for k, v in new.items() if k != pod[2]}
+    r0 = run_of[pod[2]]
+    assert r0 is not None and r0 != r1 and marked(gone) == {r0.key}

@@ -60,3 +60,31 @@ def test_a_tenant_past_its_cap_is_not_tracked_and_others_are(caplog: pytest.LogC
                 c.close()
     warnings = [r for r in caplog.records if r.getMessage() == "runs over a cap are not tracked"]
     assert sorted(getattr(r, "namespace", "") for r in warnings) == ["team-a", "team-c"]  # once per namespace
+
+
+def test_the_full_pass_leaves_the_runs_a_cap_keeps_out_until_a_place_frees() -> None:
+    """At 150k pods the periodic pass marked the 5,000 runs `max_runs` keeps out on every pass, sorted
+    them by age and refused them again. It leaves them now; a tracked run gone names them again
+    (`RunCaps.release`), and the oldest takes its place."""
+    from datetime import UTC, datetime
+
+    from bench.bench_controller import fleet_controller
+    from collector.runcaps import RunCaps
+
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    c, _ = fleet_controller(5, 2, 10, lambda: now)
+    c.caps = RunCaps(3, 0)
+    c.evaluate(full=True)
+    tracked, out = set(c.claims), set(c.caps.kept_out())
+    assert len(tracked) == 3 and len(out) == 2 and not tracked & out
+    c._dirty.clear()
+    c._mark_all()
+    assert c._dirty == tracked  # (none deferred here: every tracked run marked)
+    c.evaluate()
+    assert set(c.claims) == tracked
+    gone = min(tracked)
+    c.index.delete(c.index.get(*gone).ref)
+    c._roots_changed = True
+    c.evaluate()  # the run gone: a place frees, the runs kept out are marked and the oldest admitted
+    assert len(c.claims) == 3 and gone not in c.claims and len(set(c.claims) & out) == 1
+    assert len(set(c.caps.kept_out())) == 1
