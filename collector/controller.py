@@ -465,8 +465,11 @@ SOURCE_FAIL_GRACE_S = 10.0
 # (TaugridClaimsNotEvaluated waits 300 s) whatever the fleet's size.
 FULL_PASS_SHARE = 0.02
 MAX_TICK_S = 120.0
-# Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 20 MiB; collector/backlog.py).
-LOG_BACKLOG = 100_000
+# Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 4 MiB; collector/backlog.py).
+# Agents hand every container on each pass: at 100,000, a pass's quiet containers (weight 2, ≈ 500 bytes
+# of change each) waited by the 50,000, and what they left behind as free blocks in Python's pools (a
+# pass's worth of transient objects beside what the loop keeps) was 60 MiB at 50k pods (issue 30).
+LOG_BACKLOG = 20_000
 # The most of one core, on average, re-evaluating runs whose claims are due to change by the clock
 # (in bursts of up to RECHECK_BURST_S CPU seconds): deadlines that keep coming are batched, not spun on.
 RECHECK_SHARE = 0.05

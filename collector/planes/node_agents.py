@@ -111,32 +111,28 @@ def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
 def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
                     member_pods: Callable[[Key], Iterable[tuple[str, str]]],
                     claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
-    """The runs (not already in `dirty`) whose claims a new pass of GPU evidence may change: a run
-    with claims, by its member pods (`member_pods`: those its evaluation reads); a pod no such run
-    holds, by its run (`root_of`). Per run, not per pod: at fleet size the pass's pods' roots were a
-    tenth of the loop (issue 30)."""
+    """The evaluated runs (not already in `dirty`) whose claims a new pass of GPU evidence may change:
+    the run of a pod whose devices changed (came, went, or moved state: `same_devices`), and a run not
+    progressing with any of its pods (`member_pods`: those its evaluation reads) in either pass.
+
+    A progressing run whose pods' devices stayed is left: only readings moved (utilization, power),
+    which its claims do not say (its GPU spread's notes do, and a suspect once the run is slower: its
+    next evaluation reads them, and a log increment showing a slower pace is evaluated at once,
+    `planes.signals.alone`); it is re-evaluated when its evidence would age out (`Clock.within`). A run
+    not evaluated yet (new, or kept out by a cap) reads the pass when it is. Pod by pod, each pod's
+    run, this was a tenth of the loop at 50k pods (issue 30)."""
     out: set[Key] = set()
-    seen: set[tuple[str, str]] = set()  # the pods of the runs with claims
-    for key, rc in claims.items():
-        pods = [p for p in member_pods(key) if p in old or p in new]
-        seen.update(pods)
-        if not pods or key in dirty:
-            continue
-        if rc.progressing.observed is not Observed.TRUE or not all(_same(old.get(p), new.get(p)) for p in pods):
-            out.add(key)
-        # else only readings moved (utilization, power), which a progressing run's claims do not
-        # say (its GPU spread's notes do, and a suspect once the run is slower: its next
-        # evaluation reads them, and a log increment showing a slower pace is evaluated at once,
-        # `planes.signals.alone`); it is re-evaluated when its evidence would age out (`Clock.within`)
-    for ns, pod in [p for p in new if p not in seen] + [p for p in old if p not in seen and p not in new]:
+    changed = [k for k, now in new.items() if (was := old.get(k)) is None or not same_devices(was, now)]
+    changed += [k for k in old if k not in new]
+    for ns, pod in changed:
         root = root_of(Ref("Pod", ns, pod))
-        if root is not None and root.key not in dirty:
-            out.add(root.key)  # (a run not evaluated yet: its first evaluation reads the pass)
+        if root is not None and root.key not in dirty and root.key in claims:
+            out.add(root.key)
+    for key, rc in claims.items():
+        if rc.progressing.observed is not Observed.TRUE and key not in dirty and key not in out \
+                and any(p in new or p in old for p in member_pods(key)):
+            out.add(key)
     return out
-
-
-def _same(was: PodGpuEvidence | None, now: PodGpuEvidence | None) -> bool:
-    return was is not None and now is not None and same_devices(was, now)
 
 
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:

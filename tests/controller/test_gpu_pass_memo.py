@@ -193,11 +193,12 @@ def test_forget_unless_keeps_slots_whose_inputs_are_all_current() -> None:
 def _by_pod(f: _Fleet, old: dict[tuple[str, str], PodGpuEvidence], new: dict[tuple[str, str], PodGpuEvidence],
             ) -> set[tuple[str, str, str]]:
     """What a GPU pass re-evaluates, pod by pod (the definition `runs_to_recheck` kept before it went by
-    run): each pod's run, unless it is already marked, or progresses and the pod's devices stayed."""
+    run): each pod's evaluated run, unless it is already marked, or progresses and the pod's devices
+    stayed."""
     out = set()
     for ns, pod in set(old) | set(new):
         root = f.c.index.root_of(Ref("Pod", ns, pod))
-        if root is None or root.key in f.c._dirty:
+        if root is None or root.key in f.c._dirty or root.key not in f.c.claims:
             continue
         was, now, rc = old.get((ns, pod)), new.get((ns, pod)), f.c.claims.get(root.key)
         if was is None or now is None or not same_devices(was, now) or rc is None \
