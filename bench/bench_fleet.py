@@ -111,6 +111,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -458,7 +459,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0)}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
-        held = [sig for by_source in list(c.index._signals.values()) for sig in list(by_source.values())]
+        index: Any = c.index  # (a `before` tree's: its signals by source, in a dict per object)
+        held = list(index.all_signals()) if hasattr(index, "all_signals") else \
+            [sig for by_source in list(index._signals.values()) for sig in list(by_source.values())]
         logs_out["signals_held"] = (len(held), sum(len(sig.scan.samples) for sig in held),
                                     sum(1 for sig in held if sig.scan.samples))  # (signals, samples, with samples)
         logs_out["queued"] = (c._changes.qsize(), getattr(getattr(c, "_log_backlog", None), "held", None))
@@ -539,39 +542,39 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     from collector.progress.model import LogScan
     from collector.sources.agents import _scan as decode
     rng = random.Random(11)
-    sent: dict[tuple[str, str, str], int] = {}  # container -> lines sent (= steps printed)
+    # The feed's own state lives in the controller's process (what it holds is counted there): by pod
+    # name (the index's own string; the bench's pod names are unique across namespaces), the lines its
+    # trainer printed so far. (By (namespace, pod, container) tuples it held ≈ 22 MiB at 50k pods.)
+    sent: dict[str, int] = {}
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
         now = c.now()
-        trainers: set[tuple[str, str]] = set()  # pods whose trainer (the first container listed) is seen
-        for ref, container, *_ in list(_log_targets(c)):
-            key = (ref.namespace, ref.name, container)
-            first = key not in sent
-            n0 = sent.get(key, 0)
-            quiet_pod = heads_only and getattr(getattr(c.index.get("Pod", ref.namespace, ref.name), "facts", None),
-                                               "ray_node_type", "") != "head"
-            if (ref.namespace, ref.name) in trainers or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first
-                # document, then quiet: an increment with nothing new each pass (agents send every container
-                # each pass; the loop only moves its read time: `planes.signals.adds_nothing`)
-                sent[key] = 3
-                quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3,
-                                first_at=now if first else None)
-                c.put_log(_change(ctl)("agent-log", None, (Signal(Ref("Pod", ref.namespace, ref.name), container,
-                                                                  quiet, now), None if first else 3)), quiet)
-                continue
-            trainers.add((ref.namespace, ref.name))
-            start = now - timedelta(seconds=29)
-            # the container's part of an agent's document, decoded as the agent poller decodes it
-            # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-            doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": n0 + 30, "samples": [
-                [1000 + n0 + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False, 500_000,
-                 n0 + i + 1] for i in range(30)]}))
-            scan = _replace(decode(doc, f"{ref.namespace}/{ref.name}/{container}"), first_at=start)
-            sent[key] = n0 + 30
-            sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, now)
-            c.put_log(_change(ctl)("agent-log", None, (sig, None if first else n0)), scan)
+        for ref, containers, quiet_pod in _running_pods(c, heads_only):
+            n0 = sent.get(ref.name)
+            first = n0 is None
+            pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
+            for k, container in enumerate(containers):
+                if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
+                    # an increment with nothing new each pass (agents send every container each pass;
+                    # the loop only moves its read time: `planes.signals.adds_nothing`)
+                    quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3,
+                                    first_at=now if first else None)
+                    c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
+                                                               None if first else 3)), quiet)
+                    continue
+                start = now - timedelta(seconds=29)
+                lines = n0 or 0
+                # the trainer's part of an agent's document, decoded as the agent poller decodes it
+                # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
+                doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": lines + 30, "samples": [
+                    [1000 + lines + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False,
+                     500_000, lines + i + 1] for i in range(30)]}))
+                scan = _replace(decode(doc, f"{ref.namespace}/{ref.name}/{container}"), first_at=start)
+                sig = Signal(pod, container, scan, now)
+                c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
+            sent[ref.name] = (n0 or 0) + (0 if quiet_pod else 30)
         used[0] += time.thread_time() - t
         done.append(len(sent))
 
@@ -601,39 +604,42 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         wait = 30.0
         t = time.thread_time()
         gpu_pods = set(c._gpus)
-        for ref, container, *_ in list(_log_targets(c)):
-            key = (ref.namespace, ref.name, container)
-            first = key not in seen
-            sent, stamp, fmt = seen.get(key, (0, "", None))
-            if not first and (ref.namespace, ref.name) in gpu_pods:
-                data = b""  # a quiet worker: read on the node, nothing new (not asked here)
-            else:
-                query: list[tuple[str, Any]] = [("container", container), ("tailLines", 500), ("timestamps", "true")]
-                if stamp:
-                    query.append(("sinceTime", stamp[:19] + "Z"))
-                try:
-                    data = api.get_text(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
-                except SourceError:
-                    continue
-                if stamp:  # the agent's cursor: the lines after the last one sent (fixed-width stamps compare as text)
-                    data = b"".join(line for line in data.splitlines(keepends=True)
-                                    if line.split(b" ", 1)[0].decode("ascii", "replace") > stamp)
-            scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
-            n = scan.lines
-            fmt = scan.format or fmt  # the agent's document says the format found so far
-            if not first:
-                scan = _replace(scan, samples=tuple(_replace(x, line=x.line + sent) for x in scan.samples),
-                                hangs=tuple(_replace(h, line=h.line + sent) for h in scan.hangs),
-                                xids=tuple(_replace(x, line=x.line + sent) for x in scan.xids),
-                                summary=None, lines=sent + n, format=fmt)
-            seen[key] = (sent + n, (last_stamp(data) or stamp) if data else stamp, fmt)
-            sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, c.now())
-            change = _change(ctl)("agent-log", None, (sig, None if first else sent))
-            put_log = getattr(c, "put_log", None) or getattr(c, "_put_log", None)
-            if put_log is not None:  # within the backlog of log evidence, as the agent poller queues
-                put_log(change, sig.scan)
-            else:  # (a `before` tree)
-                c._put(change)
+        for ref, containers, _ in _running_pods(c):  # (every running pod: the agents read them all)
+            for container in containers:
+                key = (ref.namespace, ref.name, container)
+                first = key not in seen
+                sent, stamp, fmt = seen.get(key, (0, "", None))
+                if not first and (ref.namespace, ref.name) in gpu_pods:
+                    data = b""  # a quiet worker: read on the node, nothing new (not asked here)
+                else:
+                    query: list[tuple[str, Any]] = [("container", container), ("tailLines", 500),
+                                                    ("timestamps", "true")]
+                    if stamp:
+                        query.append(("sinceTime", stamp[:19] + "Z"))
+                    try:
+                        data = api.get_text(f"/api/v1/namespaces/{ref.namespace}/pods/{ref.name}/log", query)
+                    except SourceError:
+                        continue
+                    if stamp:  # the agent's cursor: the lines after the last one sent (fixed-width stamps
+                        # compare as text)
+                        data = b"".join(line for line in data.splitlines(keepends=True)
+                                        if line.split(b" ", 1)[0].decode("ascii", "replace") > stamp)
+                scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+                n = scan.lines
+                fmt = scan.format or fmt  # the agent's document says the format found so far
+                if not first:
+                    scan = _replace(scan, samples=tuple(_replace(x, line=x.line + sent) for x in scan.samples),
+                                    hangs=tuple(_replace(h, line=h.line + sent) for h in scan.hangs),
+                                    xids=tuple(_replace(x, line=x.line + sent) for x in scan.xids),
+                                    summary=None, lines=sent + n, format=fmt)
+                seen[key] = (sent + n, (last_stamp(data) or stamp) if data else stamp, fmt)
+                sig = Signal(Ref("Pod", ref.namespace, ref.name), container, scan, c.now())
+                change = _change(ctl)("agent-log", None, (sig, None if first else sent))
+                put_log = getattr(c, "put_log", None) or getattr(c, "_put_log", None)
+                if put_log is not None:  # within the backlog of log evidence, as the agent poller queues
+                    put_log(change, sig.scan)
+                else:  # (a `before` tree)
+                    c._put(change)
         used[0] += time.thread_time() - t
         first_pass.set()
 
@@ -741,6 +747,24 @@ def _change(ctl: Any) -> Any:
         return ctl._Change
     from collector.planes.base import Change
     return Change
+
+
+def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple[str, ...], bool]]:
+    """Each running pod in the controller's index (its `Ref`, its running app containers, whether all
+    of them are quiet: with `heads_only`, a pod not a Ray head): what agents reading every pod's logs
+    send, one pod at a time (the index read as the agents' documents come, nothing listed whole)."""
+    try:
+        keys = c.index.keys_of_kind("Pod")
+    except RuntimeError:  # changed while read (the loop's thread): next pass
+        return
+    for _, ns, name in keys:
+        rec = c.index.get("Pod", ns, name)
+        f = getattr(rec, "facts", None)
+        if rec is None or f is None or getattr(f, "phase", "") != "Running":
+            continue
+        running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
+        if running:
+            yield rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head"
 
 
 def _log_targets(c: Any) -> list[Any]:

@@ -48,6 +48,11 @@ class ApiLogSource(PolledSource):
         # Runs whose claims need no API log read before a deadline (`quiet_until`), with their targets:
         # written by the loop's evaluations, read by the poller thread (whole values swapped, never changed).
         self.quiet: dict[Key, tuple[datetime, tuple[LogTarget, ...]]] = {}
+        # Per run, its running containers a node agent reads (`loop.agent_log_pods`, no profile regex
+        # asking for the API read): not targets, only counted (skipped{reason="agent"}). At 50k pods
+        # with agents on every node their targets, keys and rotation state were ≈ 27 MiB (issue 30).
+        self._left: dict[Key, int] = {}
+        self.left_to_agents = 0
         self.metrics = LogPassMetrics(ctx.registry, max_gets=self.cfg.log_pass_max_gets,
                                       max_bytes=self.cfg.log_pass_max_bytes)
 
@@ -59,17 +64,25 @@ class ApiLogSource(PolledSource):
 
     def track(self, key: Key, ev: RunEvidence, rc: RunClaims) -> None:
         if rc.finished:
-            self.targets.set(key, ())
-            self.quiet.pop(key, None)
+            self.forget(key)
             return
         regex = self.cfg.log_regex_by_profile.get(profile_of(ev), "")
         slot = slot_of("\x1f".join(key))
-        targets = tuple(
-            (pod.ref, c.name, regex, c.restart_count, slot) for pod in ev.pods
-            if isinstance(pod.facts, PodFacts) and pod.facts.phase == "Running"
-            for c in pod.facts.containers if not c.init and c.state == "running"
-        )
+        agents = frozenset() if regex else self.ctx.loop.agent_log_pods
+        found: list[LogTarget] = []
+        left = 0
+        for pod in ev.pods:
+            f = pod.facts
+            if not isinstance(f, PodFacts) or f.phase != "Running":
+                continue
+            running = [c for c in f.containers if not c.init and c.state == "running"]
+            if agents and (pod.ref.namespace, pod.ref.name) in agents:
+                left += len(running)  # (a pod no agent reads any more marks its run: `ChangeApplier`)
+            else:
+                found += [(pod.ref, c.name, regex, c.restart_count, slot) for c in running]
+        targets = tuple(found)
         self.targets.set(key, targets)
+        self._set_left(key, left)
         # A true run's reads wait until its window nears (`quiet_until`): a read that comes late makes
         # the claim unknown at the window's close, never STALLED (a stall needs a read after it).
         until = quiet_until(rc) if targets and self.cfg.log_skip_settled else None
@@ -81,6 +94,12 @@ class ApiLogSource(PolledSource):
     def forget(self, key: Key) -> None:
         self.targets.set(key, ())
         self.quiet.pop(key, None)
+        self._set_left(key, 0)
+
+    def _set_left(self, key: Key, n: int) -> None:
+        self.left_to_agents += n - self._left.pop(key, 0)
+        if n:
+            self._left[key] = n
 
     def publish(self) -> None:
         self.targets.publish()
@@ -104,7 +123,7 @@ class ApiLogSource(PolledSource):
         # through the API server meanwhile is the cost the wait avoids).
         agents_by = time.monotonic() + max(interval, AGENTS_FIRST_WAIT_S)
         try:
-            while not stop.wait(wait if self.targets.current else min(interval, 1.0)):
+            while not stop.wait(wait if self.targets.current or self.left_to_agents else min(interval, 1.0)):
                 if not loop.agents_first.is_set() and time.monotonic() < agents_by:
                     wait = min(interval, 0.1)
                     continue
@@ -112,7 +131,8 @@ class ApiLogSource(PolledSource):
                 quiet = {(ref.namespace, ref.name): until for until, targets in list(self.quiet.values())
                          for ref, *_ in targets}
                 for out in poller.run_pass(list(self.targets.current), agent_pods=loop.agent_log_pods,
-                                           held=loop.holds_signal, stop=stop, quiet=quiet):
+                                           held=loop.holds_signal, stop=stop, quiet=quiet,
+                                           left_to_agents=self.left_to_agents):
                     if isinstance(out, Signal):
                         loop.put_log(Change("log", None, out), out.scan)
                     elif isinstance(out, LogFresh):

@@ -232,14 +232,17 @@ class ApiLogPoller:
 
     def run_pass(self, targets: Sequence[LogTarget], *, agent_pods: Collection[tuple[str, str]],
                  held: Callable[[Ref, str], bool], stop: threading.Event,
-                 quiet: Mapping[tuple[str, str], datetime] | None = None) -> Iterator[LogResult]:
+                 quiet: Mapping[tuple[str, str], datetime] | None = None,
+                 left_to_agents: int = 0) -> Iterator[LogResult]:
         """Read the containers due in this pass, yielding what each read found as it completes;
         what the pass cost is in `last_pass` once it ends.
 
         `agent_pods`: (namespace, pod) whose logs a node agent reads (skipped unless a profile
         regex asks for the API read); `held`: whether the index holds a signal for a container
         (an unchanged answer refreshes only a held one); `quiet`: (namespace, pod) → until when its
-        run's claims need no read (`quiet_until`). Ends early, its reads dropped, on `stop`.
+        run's claims need no read (`quiet_until`); `left_to_agents`: containers a node agent reads that
+        are not among `targets` at all (counted with those skipped for it). Ends early, its reads
+        dropped, on `stop`.
         """
         readers = self._readers
         if readers is None:
@@ -261,6 +264,7 @@ class ApiLogPoller:
         horizon = now + step + timedelta(seconds=self._last_pass_s)
         candidates, skipped = self._candidates(zip(targets, keys, ranks, strict=True), agent_pods, held, quiet or {},
                                                  horizon)
+        skipped["agent"] += left_to_agents
         todo = iter(self.planner.order(candidates))
         asked: set[LogKey] = set()
         gets = 0

@@ -97,7 +97,7 @@ def _run_with_agent(tmp_path: Path, tick: timedelta = timedelta(seconds=0.2), *,
         c.open()
         try:
             wait_until(c.ready.is_set, what="controller ready")
-            yield _Live(c, devs, clock, d, nv)
+            yield _Live(c, devs, clock, d, nv, sim)
         finally:
             c.close()
 
@@ -109,6 +109,7 @@ class _Live:
     clock: Clock
     log_dir: Path
     nv: FakeNvml
+    sim: Simulator
 
     def claims(self) -> dict[str, tuple[str, str]]:
         rc = next((r for r in self.c.claims.values() if r.ref.name == "llm"), None)
@@ -170,6 +171,27 @@ def test_the_api_log_poller_leaves_the_agents_pods_from_its_first_pass(tmp_path:
         assert live.c.agent_log_pods == frozenset({("research", "llm-w0")})
         assert reads == [], reads
         assert passes is not None
+
+
+def test_a_pod_an_agent_reads_is_no_api_log_target_until_no_agent_reads_it(tmp_path: Path) -> None:
+    """The API log source holds no target for a container a node agent reads (only counts it: at 50k
+    pods with agents everywhere, their targets, keys and rotation state were ≈ 27 MiB); once no agent
+    reads the pod (its agent gone), its run is marked and the API server's log is read."""
+    reads: list[str] = []
+    with _run_with_agent(tmp_path, log_poll=timedelta(seconds=0.2), agent_poll=timedelta(seconds=0.5),
+                         api_reads=reads, tick=timedelta(seconds=600)) as live:  # (no full pass: the mark's)
+        wait_until(lambda: live.claims().get("progressing", ("",))[0] == "true", timeout=20,
+                   what="progressing from the agent's log evidence")
+        src = live.c.sources.get("logs")
+        assert src is not None
+        wait_until(lambda: not src.targets.current and src.left_to_agents == 1, what="no target, one left to the agent")
+        wait_until(lambda: src.metrics is not None and live.c.registry.get_sample_value(
+            "taugrid_collector_log_skipped_per_pass", {"reason": "agent"}) == 1.0, what="counted as the agent's")
+        assert reads == []
+        live.sim.store.delete(live.sim.resource("v1", "Pod"), "default", "taugrid-agent-x")
+        wait_until(lambda: live.c.agent_log_pods == frozenset(), what="no agent reads the pod")
+        wait_until(lambda: bool(reads), what="the pod's log read through the API server")
+        assert all(r.endswith("/pods/llm-w0/log") for r in reads) and src.left_to_agents == 0
 
 
 def test_gpu_readings_alone_do_not_reevaluate_a_progressing_run(tmp_path: Path) -> None:

@@ -710,3 +710,43 @@ def test_the_full_pass_skips_a_run_whose_deferral_came_due_in_the_last_max_tick_
         f.clock[0] = t + timedelta(seconds=10 + seconds)
         f.c._mark_all()
         assert (f.key in f.c._dirty) is marked, seconds
+
+
+def test_a_signal_read_again_copies_every_field_but_its_read_time_and_ref() -> None:
+    """`Signal.read_again` builds the signal directly (the quiet containers' path): it names every field
+    (a field added to the class and not copied would be lost on each pass)."""
+    from dataclasses import fields
+
+    from collector.correlate import SIGNAL_FIELDS
+    from collector.model import Plane
+    assert tuple(f.name for f in fields(Signal)) == SIGNAL_FIELDS
+    scan = LogScan("x", FMT, (), (), (), (), 3)
+    sig = Signal(Ref("Pod", "ns", "p", "uid-1"), "c", scan, NOW0, Plane.GPU, True, True, "previous log")
+    ref = Ref("Pod", "ns", "p")
+    again = sig.read_again(NOW0 + timedelta(seconds=30), ref)
+    assert again == replace(sig, read_at=NOW0 + timedelta(seconds=30), ref=ref) and again.ref is ref
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(("set", "drop")), st.integers(0, 11), st.integers(0, 3)), max_size=40))
+def test_an_objects_signals_are_held_as_a_dict_of_them_by_source(ops: list[tuple[str, int, int]]) -> None:
+    """`RunIndex` holds an object's signals as a tuple up to SMALL_SIGNALS, a dict past it: what it reads
+    back (`signal_of`, `signals_of`, in order) is what one dict by source holds, over sets and drops
+    (hypothesis: containers past the bound, replaced in place, dropped and set again)."""
+    from collector.correlate import SMALL_SIGNALS, RunIndex
+    assert SMALL_SIGNALS < 12
+    index = RunIndex()
+    ref = Ref("Pod", "ns", "p")
+    model: dict[str, Signal] = {}
+    for op, c, v in ops:
+        source = f"c{c}"
+        if op == "set":
+            sig = Signal(ref, source, LogScan(source, None, (), (), (), (), v), NOW0 + timedelta(seconds=v))
+            index.set_signal(sig)
+            model[source] = sig
+        else:
+            index.drop_signal(ref, source)
+            model.pop(source, None)
+        assert list(index.signals_of(ref.key)) == list(model.values())
+        assert all(index.signal_of(ref, f"c{k}") is model.get(f"c{k}") for k in range(12))
+    assert list(index.all_signals()) == list(model.values())

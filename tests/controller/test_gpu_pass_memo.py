@@ -278,3 +278,26 @@ def test_a_gpu_pass_marks_a_progressing_run_only_when_its_pods_devices_change() 
     gone = {k: v for k, v in new.items() if k != pod[2]}
     r0 = run_of[pod[2]]
     assert r0 is not None and r0 != r1 and marked(gone) == {r0.key}
+
+
+def test_a_pod_no_agent_reads_any_more_marks_its_run() -> None:
+    """The API log source holds no target for a pod a node agent reads (`ApiLogSource.track`): an agent's
+    pass that no longer names the pod among those it reads marks the pod's run (its evaluation gives the
+    API log source the pod's containers again), though its GPUs stayed as they were."""
+    _forget_all()
+    f = _Fleet()
+    f.gpu_pass(0, None, None, False)
+    for _ in range(3):
+        f.clock[0] += timedelta(seconds=30)
+        for run in range(RUNS):
+            f.log(run)
+        f.evaluate()
+    gpus = dict(f.c._gpus)
+    pods = frozenset(gpus)
+    nodes = {g.node: f.clock[0] for g in gpus.values()}
+    f.c._apply(Change("gpu", None, (gpus, nodes, pods)))
+    assert not f.c._dirty
+    gone = sorted(pods)[PODS + 1]
+    f.c._apply(Change("gpu", None, (gpus, nodes, pods - {gone})))
+    root = f.c.index.root_of(Ref("Pod", *gone))
+    assert root is not None and f.c._dirty == {root.key}

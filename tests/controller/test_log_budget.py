@@ -233,7 +233,7 @@ def test_controller_states_each_pass_cost_and_logs_the_ceiling(caplog: pytest.Lo
         c.open()
         try:
             # every container read in the end (2 a pass, tenants in turn), none starved
-            wait_until(lambda: sum(1 for sigs in list(c.index._signals.values()) for _ in sigs) >= 6,
+            wait_until(lambda: sum(1 for _ in c.index.all_signals()) >= 6,
                        what="every container's log held")
             text = generate_latest(c.registry).decode()
         finally:
