@@ -363,7 +363,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             while time.monotonic() < deadline and not (reports and getattr(reports[-1][1], "urgent_deferred", 0) == 0):
                 time.sleep(0.5)
         drain_s = time.monotonic() - drained_at
-        idle_s = max(idle_s, 5 * 30.0)
+        # Five agent passes; with live evidence eight, two of the deferral's 120 s intervals
+        # (`claims.confirm_refresh`): a 150 s window held one evaluation of every progressing run or two,
+        # by the phase the runs were in when it opened (a 50k pair: 5,000 vs 9,755), and its CPU with them.
+        idle_s = max(idle_s, (8 if variant in LIVE else 5) * 30.0)
     else:
         drain_s = 0.0
     relists0 = _relists(c)  # a relist in the window (a watch that fell behind) is part of its CPU: named

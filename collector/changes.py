@@ -197,12 +197,11 @@ class ChangeApplier:
         now = self.now()
         if rc is None or not confirms(rc, sig, now):
             return False
-        run = self.index.evidence(root)
-        if not alone(sig, run):
+        signals, ahead = self.index.run_signals(root)  # (not the run's whole evidence: only its signals)
+        if not alone(sig, signals):
             return False
         # the window is judged on the evaluation's clock: a node ahead stamps its steps that much later
-        ahead = max((by for by in run.node_skew.values()), default=ZERO)
-        closes = newest.at - max(ahead, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
+        closes = newest.at - max(ahead or ZERO, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
         due = min(rc.evaluated_at + s.confirm_refresh, closes)
         if rc.recheck_other is not None:
             due = min(due, rc.recheck_other + self._rechecks.slack)

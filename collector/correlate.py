@@ -365,6 +365,32 @@ class RunIndex(RunLinks):
 
     # --- reads ---------------------------------------------------------------------------------
 
+    def _run_signals(self, root: Key, member_keys: Iterable[Key]) -> list[Signal]:
+        """The run's progress signals, its retired pods' too (a pod recreated under its name continues
+        its signal), by object and source."""
+        out: list[Signal] = list(self.signals_of(root))
+        for key in member_keys:
+            out.extend(self.signals_of(key))
+        for _, sigs in self._retired.get(root, {}).values():
+            out.extend(sigs)
+        if len(out) > 1:
+            out.sort(key=lambda g: (g.ref.key, g.source))
+        return out
+
+    def run_signals(self, root: Ref) -> tuple[list[Signal], timedelta | None]:
+        """`evidence(root).signals`, and the most a clock of its pods' nodes runs ahead (None: none ahead),
+        without filing the run's objects: a node agent's increment asks it of its run, by the hundred a
+        second at fleet size (`ChangeApplier._deferred`)."""
+        member_keys = self._member_keys(root)
+        ahead: timedelta | None = None
+        for k in member_keys:
+            if k[0] == "Pod":
+                f = self._objects[k].facts
+                skew = self.node_skew.get(f.node_name) if isinstance(f, PodFacts) and f.node_name else None
+                if skew and (ahead is None or skew > ahead):
+                    ahead = skew
+        return self._run_signals(root.key, member_keys), ahead
+
     def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]
         ev = RunEvidence(root=rec, synced=self.synced)
@@ -452,13 +478,8 @@ class RunIndex(RunLinks):
         if len(ev.events) > 1:
             ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
                                           r.ref.name))
-        for key in (root.key, *member_keys):
-            ev.signals.extend(self.signals_of(key))
-        for rec_, sigs in self._retired.get(root.key, {}).values():
-            ev.retired_pods.append(rec_)  # (a pod recreated under its name continues its signal too)
-            ev.signals.extend(sigs)
-        if len(ev.signals) > 1:
-            ev.signals.sort(key=lambda g: (g.ref.key, g.source))
+        ev.signals = self._run_signals(root.key, member_keys)
+        ev.retired_pods.extend(rec_ for rec_, _ in self._retired.get(root.key, {}).values())
         clusters = {rc.ref.name for rc in ev.rayclusters}
         clusters.update(f.cluster_name for rj in ev.rayjobs
                         if isinstance(f := rj.facts, RayJobFacts) and f.cluster_name)

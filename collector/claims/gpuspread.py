@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from collector.claims.memo import ByInputs
-from collector.correlate import Key, RunEvidence
+from collector.correlate import Key, RunEvidence, Signal
 from collector.gpu import GpuDevice, PodGpuEvidence, Readings, clock_reasons_at, compared, uuid_at
 from collector.model import Straggler, Stragglers
 
@@ -84,8 +84,13 @@ def _untrusted(uuid: str, sm: float, util: float) -> str:
 def slowdown(ev: RunEvidence) -> float | None:
     """The run's recent step time against its own earlier one, from its live progress logs (the median
     over them); None without enough steps to tell."""
+    return slowdown_of(ev.signals)
+
+
+def slowdown_of(signals: Iterable[Signal]) -> float | None:
+    """`slowdown` over these signals (a run's: `RunEvidence.signals`)."""
     ratios = []
-    for sig in ev.signals:
+    for sig in signals:
         if sig.retired or sig.durable:
             continue
         pts: list[tuple[int, datetime]] = []

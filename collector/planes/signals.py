@@ -6,12 +6,13 @@ re-evaluation the loop may defer (collector/changes.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown
+from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown_of
 from collector.claims.progress import compacted, source_name
-from collector.correlate import RunEvidence, Signal
+from collector.correlate import Signal
 from collector.model import Observed, Plane, RunClaims
 from collector.progress.history import extend_history, merge_history
 from collector.progress.model import LogScan, ProgressSample
@@ -120,8 +121,8 @@ _PLAIN = frozenset({"last_step", "last_loss", "last_checkpoint_step"})
 _PROGRESS_PLANES = frozenset({Plane.LOGS, Plane.GPU, Plane.RAY, Plane.EXPSTORE})  # (the others: the run's status)
 
 
-def alone(sig: Signal, run: RunEvidence) -> bool:
-    """`sig` the run's only progress log (`run`: its evidence, `sig` in it) but checkpoint listings:
+def alone(sig: Signal, signals: Sequence[Signal]) -> bool:
+    """`sig` the run's only progress log (`signals`: the run's, `sig` among them) but checkpoint listings:
     no other log (a rank, a replaced pod's) or Ray counter judged with it, no rank tracks to compare;
     and its pace not slower than its own baseline. The run's GPUs are not compared here: a GPU apart
     is a suspect only while the run is slower (`claims.gpuspread`), which this refuses, so what the
@@ -131,7 +132,7 @@ def alone(sig: Signal, run: RunEvidence) -> bool:
     re-evaluate the run at the pass itself (`planes.node_agents.runs_to_recheck`)."""
     mine = (sig.ref.key, sig.source)
     if any((other.ref.key, other.source) != mine and not other.durable and other.scan.samples
-           for other in run.signals):
+           for other in signals):
         return False
-    slow = slowdown(run)  # (`sig`'s own: the only live log with steps)
+    slow = slowdown_of(signals)  # (`sig`'s own: the only live log with steps)
     return slow is None or slow < MIN_SLOWDOWN

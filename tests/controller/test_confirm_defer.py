@@ -750,3 +750,24 @@ def test_an_objects_signals_are_held_as_a_dict_of_them_by_source(ops: list[tuple
         assert list(index.signals_of(ref.key)) == list(model.values())
         assert all(index.signal_of(ref, f"c{k}") is model.get(f"c{k}") for k in range(12))
     assert list(index.all_signals()) == list(model.values())
+
+
+def test_a_runs_signals_and_clock_ahead_are_what_its_evidence_says() -> None:
+    """`RunIndex.run_signals` (the deferral's view: no objects filed) gives `evidence`'s signals, in its
+    order, and the most its pods' nodes run ahead, retired pods' signals and nodes behind included."""
+    p = Pair()
+    p.warm()
+    c = p.d.c
+    root = c.index.get(*p.d.key)
+    assert root is not None
+    s = timedelta(seconds=1)
+    for skews in ({}, {"gpu-01": -3 * s}, {"gpu-00": 4 * s, "gpu-02": 9 * s}):
+        c.index.node_skew = dict(skews)
+        signals, ahead = c.index.run_signals(root.ref)
+        ev = c.index.evidence(root.ref)
+        assert signals == ev.signals and len(signals) == PODS
+        assert ahead == max(ev.node_skew.values(), default=None)
+    worker = p.d.pods[1]["metadata"]
+    c.index.delete(Ref("Pod", worker["namespace"], worker["name"]))  # (its signal kept, retired, if it has steps)
+    signals, _ = c.index.run_signals(root.ref)
+    assert signals == c.index.evidence(root.ref).signals
