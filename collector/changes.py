@@ -28,6 +28,7 @@ from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import gpu_records, runs_to_recheck
 from collector.planes.signals import alone, confirms, folded, uneventful
 from collector.recheck import Rechecks
+from collector.runcaps import RunCaps
 from collector.settings import Settings
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
@@ -69,6 +70,7 @@ class ChangeApplier:
     _roots_shape: int
     _roots_changed: bool
     _failure_logged: dict[str, float]
+    caps: RunCaps
 
     now: Callable[[], datetime]
 
@@ -161,8 +163,11 @@ class ChangeApplier:
             self.index.set_signal(sig)
             root = self._root_of(sig.ref)  # (remembered while the links hold: a pass's reads find each run once)
             if root is not None:
-                if prev is None or after is None or not self._deferred(prev, inc, after, sig, root):
-                    self._dirty.add(root.key)
+                key = root.key
+                if key not in self.claims and self.caps.keeps_out(key):
+                    pass  # a run a cap keeps out: its log's increments do not retry it (`RunCaps.release` does)
+                elif prev is None or after is None or not self._deferred(prev, inc, after, sig, root):
+                    self._dirty.add(key)
                 if self.sink is not None and self.leader:
                     source = f"{sig.ref.name}/{sig.source}"
                     self._export(f"{root} {source}", self.sink.signal, root, source, sig.plane.value, sig.durable,

@@ -36,6 +36,11 @@ class RunCaps:
     def untracked(self) -> dict[str, int]:
         return {ns: len(keys) for ns, keys in self._untracked.items()}
 
+    def keeps_out(self, key: Key) -> bool:
+        """Whether a cap keeps `key`'s run out now (until `release` names it again)."""
+        over = self._untracked.get(key[1])
+        return over is not None and key in over
+
     def kept_out(self) -> Iterator[Key]:
         """The runs a cap keeps out now: `release` names them again when a place frees."""
         for keys in self._untracked.values():

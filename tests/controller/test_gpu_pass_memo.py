@@ -245,7 +245,8 @@ def test_a_gpu_pass_marks_the_runs_it_marked_pod_by_pod(steps: list[Step], lost:
             f.evaluate()
 
 
-def test_a_gpu_pass_marks_a_progressing_run_only_when_its_pods_devices_change() -> None:
+def _progressing() -> _Fleet:
+    """The fleet after three rounds of its heads' increments, each run evaluated: every run progressing."""
     _forget_all()
     f = _Fleet()
     f.gpu_pass(0, None, None, False)
@@ -254,6 +255,11 @@ def test_a_gpu_pass_marks_a_progressing_run_only_when_its_pods_devices_change() 
         for run in range(RUNS):
             f.log(run)
         f.evaluate()
+    return f
+
+
+def test_a_gpu_pass_marks_a_progressing_run_only_when_its_pods_devices_change() -> None:
+    f = _progressing()
     runs = sorted(f.c.claims)
     assert all(f.c.claims[r].progressing.observed is Observed.TRUE for r in runs)
     old = dict(f.c._gpus)
@@ -284,14 +290,7 @@ def test_a_pod_no_agent_reads_any_more_marks_its_run() -> None:
     """The API log source holds no target for a pod a node agent reads (`ApiLogSource.track`): an agent's
     pass that no longer names the pod among those it reads marks the pod's run (its evaluation gives the
     API log source the pod's containers again), though its GPUs stayed as they were."""
-    _forget_all()
-    f = _Fleet()
-    f.gpu_pass(0, None, None, False)
-    for _ in range(3):
-        f.clock[0] += timedelta(seconds=30)
-        for run in range(RUNS):
-            f.log(run)
-        f.evaluate()
+    f = _progressing()
     gpus = dict(f.c._gpus)
     pods = frozenset(gpus)
     nodes = {g.node: f.clock[0] for g in gpus.values()}

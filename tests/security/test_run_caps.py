@@ -88,3 +88,33 @@ def test_the_full_pass_leaves_the_runs_a_cap_keeps_out_until_a_place_frees() -> 
     c.evaluate()  # the run gone: a place frees, the runs kept out are marked and the oldest admitted
     assert len(c.claims) == 3 and gone not in c.claims and len(set(c.claims) & out) == 1
     assert len(set(c.caps.kept_out())) == 1
+
+
+def test_a_log_increment_does_not_retry_a_run_a_cap_keeps_out() -> None:
+    """A run kept out by a cap is not marked by its pods' log increments (at 150k pods its head's, every
+    30 s, marked 5,000 runs kept out, each refused again); a tracked run's are. `release` retries it."""
+    from datetime import UTC, datetime
+
+    from bench.bench_controller import fleet_controller
+    from collector.correlate import Signal
+    from collector.model import Ref
+    from collector.planes.base import Change
+    from collector.progress.model import LogScan
+    from collector.runcaps import RunCaps
+
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    c, pods = fleet_controller(5, 2, 10, lambda: now)
+    c.caps = RunCaps(3, 0)
+    c.evaluate(full=True)
+    c._dirty.clear()
+    marked = {}
+    for p in pods:
+        ref = Ref("Pod", p["metadata"]["namespace"], p["metadata"]["name"])
+        root = c.index.root_of(ref)
+        assert root is not None
+        scan = LogScan("main", None, (), (), (), ("a line",), 1)
+        c._apply(Change("agent-log", None, (Signal(ref, "main", scan, now), None)))
+        marked[root.key] = root.key in c._dirty
+    out = set(c.caps.kept_out())
+    assert len(out) == 2 and not any(marked[k] for k in out)
+    assert all(marked[k] for k in c.claims)
