@@ -106,12 +106,9 @@ class Signal:
     def read_again(self, read_at: datetime, ref: Ref) -> Signal:
         """This signal read again at `read_at`, nothing new, for `ref` (an equal one): `replace`, built
         directly (a node agent's quiet containers, by the 100,000 each pass at fleet size; `replace`
-        costs six times as much). Every field but those two copied: SIGNAL_FIELDS is checked against
-        the class by the tests."""
+        costs six times as much). Every field but those two copied (the tests hold the class's fields
+        to this list)."""
         return Signal(ref, self.source, self.scan, read_at, self.plane, self.durable, self.retired, self.unseen)
-
-
-SIGNAL_FIELDS = ("ref", "source", "scan", "read_at", "plane", "durable", "retired", "unseen")  # (`read_again`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ from collector.model import Claim, Observed, Ref, RunClaims, Stage, WorkloadFact
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.planes.base import PerRun
 from collector.recheck import DirtyRuns
-from collector.runcaps import RunCaps
 from collector.runsapi import RunHistory
 from collector.settings import ControllerSettings
 from collector.sources.lease import LeaseElector
@@ -45,7 +44,6 @@ class RunEvaluator(ChangeApplier):
     """Evaluates the marked runs and publishes their claims (the loop's thread only)."""
 
     cfg: ControllerSettings
-    caps: RunCaps
     history: RunHistory
     exporter: ClaimsExporter
     capture: EvidenceCapture | None
