@@ -66,6 +66,7 @@ class ChangeApplier:
     _dispatched: dict[Key, str]
     _gpus: dict[tuple[str, str], PodGpuEvidence]
     _agent_nodes: dict[str, datetime]
+    _agents_newest: datetime | None  # the latest of `_agent_nodes`' reads (per pass, not per run)
     _roots_memo: dict[Key, Ref | None]
     _roots_shape: int
     _roots_changed: bool
@@ -138,6 +139,7 @@ class ChangeApplier:
                 if root is not None:
                     self._dirty.add(root.key)
             self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
+            self._agents_newest = max(nodes.values(), default=None)
             forget_replaced(gpus)  # (the pass before's records go now, not at each run's next evaluation)
             self.agents_first.set()
         elif c.op == "log-fresh":

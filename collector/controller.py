@@ -115,6 +115,7 @@ class Controller(RunEvaluator):
         # pods whose logs an agent reads on the node (the API log source skips those).
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
+        self._agents_newest: datetime | None = None
         self.agent_log_pods: frozenset[tuple[str, str]] = frozenset()
         # Set once the loop holds the agents' first pass (at once without agents): the API log
         # source waits for it, so that it does not read every pod's log through the API server at

@@ -129,7 +129,8 @@ class RunEvaluator(ChangeApplier):
                         else:
                             self._dispatched.pop(ref.key, None)
                     if self._agent_nodes or self._gpus:
-                        rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims)
+                        rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims,
+                                       newest=self._agents_newest)
                     if self.watch.outage:
                         rc = self._with_outage(rc)
                     rc = self._with_queue(rc, ev, now)

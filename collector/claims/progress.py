@@ -37,6 +37,7 @@ from collector.claims.progress_view import (
     Replaying,
     StreamView,
     stall_window,
+    stall_window_of,
 )
 from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, restarts_in, walked
 from collector.correlate import Key, Signal
@@ -254,34 +255,31 @@ def compacted(sig: Signal, s: ClaimSettings) -> Signal:
 
 def signal_window(samples: Sequence[ProgressSample], s: ClaimSettings) -> timedelta:
     """The stall window `analyze` gives one signal's samples, without the rest of its work (the
-    controller asks on every log poll; tests hold the two equal)."""
-    intervals: list[tuple[datetime, float, int]] = []
+    controller asks on every log increment; tests hold the two equal)."""
+    secs: list[float] = []
     high: int | None = None
     last_seen: datetime | None = None
     replaying = False
-    prev: tuple[datetime, int | None] | None = None  # the previous advance
-    for smp in sorted((x for x in samples if x.at is not None and not x.skipped), key=_at):
-        at = _at(smp)
+    prev_at: datetime | None = None  # the previous advance
+    for smp in sorted([x for x in samples if x.at is not None and not x.skipped], key=_by_at):
+        at = smp.at
+        assert at is not None
+        step = smp.step
         after_replay = False
-        if smp.step is None:
+        if step is None:
             if last_seen is not None and at <= last_seen:
                 continue
             last_seen = at
         else:
-            if high is not None and smp.step <= high:
-                replaying = replaying or smp.step < high
+            if high is not None and step <= high:
+                replaying = replaying or step < high
                 continue
-            high = smp.step
+            high = step
             after_replay, replaying = replaying, False
-        if smp.loss is not None and not math.isfinite(smp.loss):
+        loss = smp.loss
+        if loss is not None and not math.isfinite(loss):
             continue
-        if prev is not None and not after_replay and smp.covers <= 1:
-            steps = smp.step - prev[1] if smp.step is not None and prev[1] is not None else 0
-            intervals.append((at, (at - prev[0]).total_seconds(), steps))
-        prev = (at, smp.step)
-    return _window(intervals, s)[0]
-
-
-def _at(smp: ProgressSample) -> datetime:
-    assert smp.at is not None
-    return smp.at
+        if prev_at is not None and not after_replay and smp.covers <= 1:
+            secs.append((at - prev_at).total_seconds())
+        prev_at = at
+    return stall_window_of(secs[-RECENT_INTERVALS:], s)

@@ -6,7 +6,6 @@ combination share them.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -135,23 +134,38 @@ def stall_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings)
     that recur (two or more in the recent intervals) are the run's cadence and are kept, up to the
     second longest.
     """
-    xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
-    floor = f"floor {human_age(s.stall_floor)}"
+    return _stall([secs for _, secs, _ in intervals[-RECENT_INTERVALS:]], s, True)
+
+
+def stall_window_of(xs: list[float], s: ClaimSettings) -> timedelta:
+    """`stall_window`'s window alone, from the seconds of the last RECENT_INTERVALS intervals (each log
+    increment asks it, for its compaction's bridge: no words built)."""
+    return _stall(xs, s, False)[0]
+
+
+def _stall(xs: list[float], s: ClaimSettings, text: bool) -> tuple[timedelta, str]:
+    """The window and, with `text`, what it was built from. One sort serves the quantile, the median
+    and the second longest (`statistics.median`'s arithmetic: the same floats)."""
     if not xs:
-        return s.stall_floor + s.scrape_interval, f"{floor}: no step interval yet"
-    p99 = quantile(xs, 0.99)
-    med = statistics.median(xs)
-    mad = statistics.median(abs(x - med) for x in xs)
-    cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
+        return s.stall_floor + s.scrape_interval, \
+            f"floor {human_age(s.stall_floor)}: no step interval yet" if text else ""
     ys = sorted(xs)
-    second = ys[-2] if len(ys) >= 2 else ys[-1]
+    n = len(ys)
+    p99 = _quantile_sorted(ys, 0.99)
+    med = _median_sorted(ys)
+    mad = _median_sorted(sorted([abs(x - med) for x in xs]))
+    cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
+    second = ys[-2] if n >= 2 else ys[-1]
     est = min(p99, max(cap, second))
-    what = f"p99 of last {len(xs)} step interval{'s' if len(xs) != 1 else ''}"
-    if est < p99:
-        what += f", one {human_age(timedelta(seconds=ys[-1]))} outlier clipped"
     scaled = timedelta(seconds=s.stall_multiplier * est)
+    what = ""
+    if text:
+        what = f"p99 of last {n} step interval{'s' if n != 1 else ''}"
+        if est < p99:
+            what += f", one {human_age(timedelta(seconds=ys[-1]))} outlier clipped"
     if scaled < s.stall_floor:
-        return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
+        return s.stall_floor + s.scrape_interval, \
+            f"floor {human_age(s.stall_floor)} ({what} is {human_age(timedelta(seconds=est))})" if text else ""
     # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped
     # absolutely (a signal whose usual step is itself long, an hourly checkpoint, keeps 3 of them).
     by_cadence = s.stall_ceiling_multiplier * med  # seconds; infinite where a profile sets the ceiling itself
@@ -160,12 +174,19 @@ def stall_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings)
                   else timedelta(seconds=by_cadence))
     if scaled > ceiling:
         return ceiling + s.scrape_interval, (f"ceiling {human_age(ceiling)} ({s.stall_multiplier:g} × "
-                                             f"{human_age(timedelta(seconds=est))} from {what} is wider)")
-    return scaled + s.scrape_interval, f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}"
+                                             f"{human_age(timedelta(seconds=est))} from {what} is wider)"
+                                             if text else "")
+    return scaled + s.scrape_interval, \
+        f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}" if text else ""
 
 
-def quantile(xs: list[float], q: float) -> float:
-    ys = sorted(xs)
+def _median_sorted(ys: list[float]) -> float:
+    """`statistics.median` of a sorted list."""
+    n = len(ys)
+    return ys[n // 2] if n % 2 == 1 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
+def _quantile_sorted(ys: list[float], q: float) -> float:
     if len(ys) == 1:
         return ys[0]
     pos = q * (len(ys) - 1)

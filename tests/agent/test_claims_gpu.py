@@ -119,3 +119,22 @@ def test_lost_gpu_is_named_and_stale_evidence_ignored() -> None:
 
 def replace_at(e: PodGpuEvidence, at: datetime) -> PodGpuEvidence:
     return PodGpuEvidence(e.namespace, e.pod, e.node, e.source, at, e.devices, e.containers)
+
+
+class _NoWalk(dict[str, datetime]):
+    """Every agent's node, as the controller holds them, refusing to be walked."""
+
+    def values(self) -> Any:
+        raise AssertionError("every node walked for one run")
+
+
+def test_a_run_with_no_gpu_evidence_reads_the_newest_agent_read_not_every_node() -> None:
+    """A run whose pods have no GPU evidence asks whether any agent was read recently: the controller
+    passes the pass's latest read (`ChangeApplier`) rather than each evaluation walking every node (at
+    150k pods, 15,000 nodes for each run not yet on GPUs). Same claims either way, fresh or stale."""
+    rc, ev = run([pod("w0"), pod("w1", phase="Pending", bound_at=NOW - timedelta(minutes=5))])
+    for newest in (NOW, NOW - timedelta(hours=1)):
+        nodes = {"node-w0": newest, "node-x": newest - timedelta(minutes=3)}
+        assert apply_gpu(rc, ev, {}, _NoWalk(nodes), NOW, S, newest=newest) == apply_gpu(rc, ev, {}, nodes, NOW, S)
+    stale = {"node-w0": NOW - timedelta(hours=1)}
+    assert apply_gpu(rc, ev, {}, _NoWalk(stale), NOW, S, newest=NOW - timedelta(hours=1)) is rc

@@ -1,14 +1,26 @@
-"""new_advance builds the same Advance as the dataclass's own __init__, field for field."""
+"""new_advance builds the same Advance as the dataclass's own __init__, field for field; the stall window
+with one sort and no words where none are asked is the one `statistics` gives, words and all."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import statistics
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.claims.progress_view import ADVANCE_FIELDS, Advance, new_advance
+from collector.claims.common import human_age
+from collector.claims.progress_view import (
+    ADVANCE_FIELDS,
+    OUTLIER_MADS,
+    RECENT_INTERVALS,
+    Advance,
+    new_advance,
+    stall_window,
+    stall_window_of,
+)
+from collector.settings import ClaimSettings
 
 STAMPS = st.datetimes(timezones=st.just(UTC))
 
@@ -36,3 +48,57 @@ def test_new_advance_stays_frozen() -> None:
     else:
         raise AssertionError("an Advance built by new_advance could be changed")
     assert a.at + timedelta(0) == datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    if len(ys) == 1:
+        return ys[0]
+    pos = q * (len(ys) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def _reference_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
+    """The stall window as it was written first: `statistics` for the medians, a sort for each."""
+    xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
+    floor = f"floor {human_age(s.stall_floor)}"
+    if not xs:
+        return s.stall_floor + s.scrape_interval, f"{floor}: no step interval yet"
+    p99 = _quantile(xs, 0.99)
+    med = statistics.median(xs)
+    mad = statistics.median(abs(x - med) for x in xs)
+    cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
+    ys = sorted(xs)
+    second = ys[-2] if len(ys) >= 2 else ys[-1]
+    est = min(p99, max(cap, second))
+    what = f"p99 of last {len(xs)} step interval{'s' if len(xs) != 1 else ''}"
+    if est < p99:
+        what += f", one {human_age(timedelta(seconds=ys[-1]))} outlier clipped"
+    scaled = timedelta(seconds=s.stall_multiplier * est)
+    if scaled < s.stall_floor:
+        return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
+    by_cadence = s.stall_ceiling_multiplier * med
+    ceiling = max(s.stall_floor, timedelta(seconds=s.stall_multiplier * med),
+                  s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
+                  else timedelta(seconds=by_cadence))
+    if scaled > ceiling:
+        return ceiling + s.scrape_interval, (f"ceiling {human_age(ceiling)} ({s.stall_multiplier:g} × "
+                                             f"{human_age(timedelta(seconds=est))} from {what} is wider)")
+    return scaled + s.scrape_interval, f"{s.stall_multiplier:g} × {human_age(timedelta(seconds=est))} from {what}"
+
+
+SECONDS = st.floats(0.0, 86_400.0) | st.sampled_from([0.5, 1.0, 1.0, 2.0, 30.0, 3_600.0])
+
+
+@given(st.lists(SECONDS, max_size=2 * RECENT_INTERVALS), st.sampled_from([1.0, 3.0, 7.5]),
+       st.sampled_from([0, 60, 600]), st.sampled_from([10.0, float("inf")]), st.sampled_from([60, 1_800]))
+def test_the_stall_window_is_the_reference_one(secs: list[float], multiplier: float, floor_s: int,
+                                               ceiling_multiplier: float, max_s: int) -> None:
+    s = replace(ClaimSettings(), stall_multiplier=multiplier, stall_floor=timedelta(seconds=floor_s),
+                stall_ceiling_multiplier=ceiling_multiplier, stall_window_max=timedelta(seconds=max_s))
+    intervals = [(datetime(2026, 1, 1, tzinfo=UTC), x, 1) for x in secs]
+    want = _reference_window(intervals, s)
+    assert stall_window(intervals, s) == want
+    assert stall_window_of(secs[-RECENT_INTERVALS:], s) == want[0]

@@ -300,3 +300,17 @@ def test_a_pod_no_agent_reads_any_more_marks_its_run() -> None:
     f.c._apply(Change("gpu", None, (gpus, nodes, pods - {gone})))
     root = f.c.index.root_of(Ref("Pod", *gone))
     assert root is not None and f.c._dirty == {root.key}
+
+
+def test_a_gpu_pass_keeps_its_newest_agent_read() -> None:
+    """What `apply_gpu` reads for a run with no GPU evidence (whether any agent was read recently), kept
+    once a pass: the latest of the pass's node reads, none without nodes."""
+    f = _Fleet()
+    f.gpu_pass(1, None, None, False)
+    assert f.c._agents_newest == f.clock[0]
+    f.clock[0] += timedelta(seconds=30)
+    nodes = {"node-a": f.clock[0] - timedelta(minutes=5), "node-b": f.clock[0] - timedelta(minutes=1)}
+    f.c._apply(Change("gpu", None, ({}, nodes, frozenset())))
+    assert f.c._agents_newest == f.clock[0] - timedelta(minutes=1)
+    f.c._apply(Change("gpu", None, ({}, {}, frozenset())))
+    assert f.c._agents_newest is None
