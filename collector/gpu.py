@@ -36,7 +36,7 @@ from collector.gpudevice import (
 
 __all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "clock_reasons_at", "compared", "device_at",
            "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary", "held_state", "readings",
-           "readings_of", "sampled", "uuid_at", "uuids"]
+           "readings_of", "same_held_bytes", "sampled", "uuid_at", "uuids"]
 
 
 @dataclass(frozen=True)
@@ -445,6 +445,20 @@ def held_state(e: PodGpuEvidence) -> object:
     return (n, p[_UUIDS_AT:_UUIDS_AT + 16 * n], e._x[1] if e._x is not None else None,
             tuple(m & _STATE_BITS for m in _col(p, lay[_MASK], n)), _col(p, lay[_INDEX], n), _col(p, lay[_ECC], n),
             None if rares is None else tuple(None if r is None else (r[0], r[3]) for r in rares))
+
+
+def same_held_bytes(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
+    """Whether every byte `held_state` reads of `a` and of `b` is the same (the header, the UUIDs, the
+    bits, index and ECC columns; nothing kept aside): their held states are then equal, found without
+    building either (a GPU pass asks it of every pod). False says nothing: compare `held_state`."""
+    pa, pb = a._p, b._p
+    if a._x is not None or b._x is not None or pa[:_HEAD.size] != pb[:_HEAD.size]:
+        return False
+    n, any_, lay = _layout(pa)
+    util = lay[_UTIL]
+    if any_ & _ODD or util is None:
+        return False
+    return pa[_HEAD.size:util[0]] == pb[_HEAD.size:util[0]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from collector.correlate import Key, Signal
-from collector.gpu import PodGpuEvidence, held_state, sampled
+from collector.gpu import PodGpuEvidence, held_state, same_held_bytes, sampled
 from collector.model import Observed, Ref, RunClaims
 from collector.planes.base import Change, PolledSource, SourceContext, SourceState
 from collector.progress.model import LogScan
@@ -140,7 +140,9 @@ def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     hint, XIDs, row remaps; readings (utilization, power) and the read time aside."""
     if not (a.node == b.node and a.source == b.source and a.containers == b.containers):
         return False
-    sa, sb = held_state(a), held_state(b)  # (every pod on every pass: from the packed records)
+    if same_held_bytes(a, b):  # (every pod on every pass: the bytes, before any value is built)
+        return True
+    sa, sb = held_state(a), held_state(b)  # (from the packed records)
     if sa is not None and sb is not None:
         return sa == sb
     return (len(a.devices) == len(b.devices)

@@ -421,3 +421,51 @@ for record in (d, PodGpuEvidence("ns", "p", "n", "agent", datetime(2026, 1, 1, t
     assert dataclasses.is_dataclass(d)
     assert [f.name for f in dataclasses.fields(d)][:3] == ["uuid", "index", "utilization"]
     assert dataclasses.replace(d, utilization=0.7).utilization == 0.7 and dataclasses.asdict(d)["utilization"] == 0.5
+
+
+STATE = ("uuid", "index", "lost", "hang_hint", "xids", "mig_profile", "remap_pending", "remap_failed",
+         "ecc_uncorrected")
+# Devices as agents report them, mostly: canonical UUIDs, plain readings, small indexes and counts.
+fields_plain = st.fixed_dictionaries({
+    "uuid": st.sampled_from([f"GPU-{uuid.UUID(int=i)}" for i in range(4)]), "index": st.integers(0, 7),
+    **dict.fromkeys(READINGS, st.none() | st.floats(0.0, 1e4)), **dict.fromkeys(FLAGS, st.booleans()),
+    "xids": st.sampled_from([(), (), (79,)]), "mig_profile": st.just(""), "clock_reasons": st.just(()),
+    "xid_ages": st.just(()), "ecc_uncorrected": st.none() | st.integers(0, 3)})
+fields_mixed = fields_plain | fields_plain | fields_any
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(fields_mixed, min_size=1, max_size=4), st.data())
+def test_the_same_held_bytes_mean_the_same_devices(devices: list[dict[str, Any]], data: st.DataObject) -> None:
+    """`same_held_bytes` (a GPU pass's quick answer, pod by pod) says true only where the devices agree
+    on every field `same_devices` compares; for devices alike but for their readings, as a steady
+    pass has them, it says so without building either's held state."""
+    from collector.gpu import held_state, same_held_bytes
+    from collector.planes.node_agents import same_devices
+
+    changed = []
+    for kw in devices:
+        name = data.draw(st.sampled_from([*READINGS, *READINGS, *STATE]))
+        changed.append({**kw, name: data.draw(fields_mixed.map(lambda k, n=name: k[n]))})
+    a = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in devices), ("main",))
+    b = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in changed), ("main",))
+    if same_held_bytes(a, b):
+        event("same bytes")
+        assert held_state(a) is not None and held_state(a) == held_state(b)
+        assert [tuple(getattr(d, f) for f in STATE) for d in a.devices] == \
+            [tuple(getattr(d, f) for f in STATE) for d in b.devices]
+        assert same_devices(a, b)
+
+
+def test_a_steady_pass_is_told_alike_by_its_bytes() -> None:
+    from collector.gpu import same_held_bytes
+
+    def pod(util: float) -> PodGpuEvidence:
+        return PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(
+            GpuDevice(f"GPU-{uuid.UUID(int=i)}", i, utilization=util, power_w=500.0 + i, power_limit_w=700.0)
+            for i in range(8)), ("main",))
+    assert same_held_bytes(pod(0.9), pod(0.5))
+    lost = pod(0.9)
+    lost = PodGpuEvidence("ns", "p", "n", "agent", NOW, (dataclasses.replace(lost.devices[0], lost=True),
+                                                           *lost.devices[1:]), ("main",))
+    assert not same_held_bytes(pod(0.9), lost)
