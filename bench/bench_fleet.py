@@ -554,7 +554,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
         wait = 30.0
         t = time.thread_time()
         now = c.now()
-        for ref, containers, quiet_pod in _running_pods(c, heads_only):
+        for ref, containers, quiet_pod, node in _running_pods(c, heads_only):
             n0 = sent.get(ref.name)
             first = n0 is None
             pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
@@ -562,7 +562,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
                     # an increment with nothing new each pass (agents send every container each pass;
                     # the loop only moves its read time: `planes.signals.adds_nothing`)
-                    quiet = LogScan(f"{ref.namespace}/{ref.name}/{container}", None, (), (), (), (), 3,
+                    quiet = LogScan(_agent_source(node, ref, container), None, (), (), (), (), 3,
                                     first_at=now if first else None)
                     c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
                                                                None if first else 3)), quiet)
@@ -574,7 +574,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": lines + 30, "samples": [
                     [1000 + lines + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False,
                      500_000, lines + i + 1] for i in range(30)]}))
-                scan = _replace(decode(doc, f"{ref.namespace}/{ref.name}/{container}"), first_at=start)
+                scan = _replace(decode(doc, _agent_source(node, ref, container)), first_at=start)
                 sig = Signal(pod, container, scan, now)
                 c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
             sent[ref.name] = (n0 or 0) + (0 if quiet_pod else 30)
@@ -607,7 +607,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
         wait = 30.0
         t = time.thread_time()
         gpu_pods = set(c._gpus)
-        for ref, containers, _ in _running_pods(c):  # (every running pod: the agents read them all)
+        for ref, containers, _, node in _running_pods(c):  # (every running pod: the agents read them all)
             for container in containers:
                 key = (ref.namespace, ref.name, container)
                 first = key not in seen
@@ -627,7 +627,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
                         # compare as text)
                         data = b"".join(line for line in data.splitlines(keepends=True)
                                         if line.split(b" ", 1)[0].decode("ascii", "replace") > stamp)
-                scan = scan_text(data, source=f"{ref.namespace}/{ref.name}/{container}")
+                scan = scan_text(data, source=_agent_source(node, ref, container))
                 n = scan.lines
                 fmt = scan.format or fmt  # the agent's document says the format found so far
                 if not first:
@@ -752,10 +752,11 @@ def _change(ctl: Any) -> Any:
     return Change
 
 
-def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple[str, ...], bool]]:
+def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple[str, ...], bool, str]]:
     """Each running pod in the controller's index (its `Ref`, its running app containers, whether all
-    of them are quiet: with `heads_only`, a pod not a Ray head): what agents reading every pod's logs
-    send, one pod at a time (the index read as the agents' documents come, nothing listed whole)."""
+    of them are quiet: with `heads_only`, a pod not a Ray head; its node): what agents reading every
+    pod's logs send, one pod at a time (the index read as the agents' documents come, nothing listed
+    whole)."""
     try:
         keys = c.index.keys_of_kind("Pod")
     except RuntimeError:  # changed while read (the loop's thread): next pass
@@ -767,7 +768,16 @@ def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple
             continue
         running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
         if running:
-            yield rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head"
+            yield rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head", f.node_name
+
+
+def _agent_source(node: str, ref: Any, container: str) -> str:
+    """The source the agent poller's decoding gives a container's scan in the tree measured: one string a
+    node (`sources.agents.agent_source`), or in a tree before it one a container."""
+    from collector.sources import agents
+    if hasattr(agents, "agent_source"):
+        return agents.agent_source(node)
+    return f"agent:{node}:{ref.namespace}/{ref.name}/{container}"
 
 
 def _log_targets(c: Any) -> list[Any]:

@@ -376,8 +376,9 @@ def write_bundle(inp: BundleInput, dest: Path, *, max_bytes: int = 256 << 20, lo
     if not any(o.kind == "Pod" for o in inp.objects):
         out.missing.append(Missing("pods", "no pod of this run was observed"))
     scans = _logs(out, inp, rlog, log_tail_bytes)
-    scans += [scrub_json(scan_report(s.scan), "logs/scan.json", rlog) for s in inp.signals
-              if s.source not in ("checkpoints",) and not s.source.startswith("ray-metrics")]
+    # (`file` says who read it, an agent or the API; the signal, which pod and container)
+    scans += [scrub_json({**scan_report(s.scan), "ref": str(s.ref), "container": s.source}, "logs/scan.json", rlog)
+              for s in inp.signals if s.source not in ("checkpoints",) and not s.source.startswith("ray-metrics")]
     out.write("logs/scan.json", json_bytes(scans), "log scan")
     if not inp.logs:
         out.missing.append(Missing("container logs", "none captured for this run"))

@@ -316,6 +316,28 @@ def test_the_trainers_tokens_per_second_cross_the_agents_document() -> None:
     assert by["p0"] is not None and by["p0"].per_gpu == 5862.0 and by["p1"] is None
 
 
+def test_a_nodes_containers_share_one_source_string() -> None:
+    """What an agent read is held per container (a signal: the pod and container named there); the scan's
+    `source` says which agent read it, one string a node rather than one a container (~100 B each, held
+    for every container of the fleet)."""
+    from datetime import UTC, datetime
+
+    from collector.sources.agents import AgentEndpoint, parse_evidence
+
+    def doc(node: str) -> dict[str, object]:
+        return {"version": agents.EVIDENCE_VERSION, "node": node, "gpus": [], "logs": [
+            {"namespace": "research", "pod": f"p{i}", "container": c, "lines": 3}
+            for i in range(3) for c in ("main", "fluent-bit")]}
+    one = parse_evidence(doc("n1"), AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
+    again = parse_evidence(json.loads(json.dumps(doc("n1"))), AgentEndpoint("n1", "agent-0", "http://agent"),
+                           datetime.now(UTC))
+    other = parse_evidence(doc("n2"), AgentEndpoint("n2", "agent-1", "http://agent"), datetime.now(UTC))
+    sources = {id(c.scan.source) for rep in (one, again) for c in rep.logs}
+    assert len(sources) == 1 and one.logs[0].scan.source == "agent:n1"
+    assert {c.scan.source for c in other.logs} == {"agent:n2"}
+    assert [(c.pod, c.container) for c in one.logs][:2] == [("p0", "main"), ("p0", "fluent-bit")]
+
+
 def test_names_no_gpu_or_pod_can_have_are_refused_not_cut() -> None:
     """A peer that writes megabyte names (a compromised node, a hostile build) costs only its entries:
     a GPU whose UUID no device has is skipped and named as a problem, a pod or container name longer

@@ -72,6 +72,8 @@ def test_bundle_from_a_dump_holds_everything_and_hashes_match(tmp_path: Path) ->
     assert [int(r["step"]) for r in w0] == list(range(1, 41)) and w0[0]["at"].startswith("2026-01-10T11:10")
     scans = json.loads((b / "logs/scan.json").read_text())
     assert any(h["kind"] == "nccl-watchdog-timeout" for s in scans for h in s["hang"])
+    # each signal's scan names its pod and container (its `file`, only who read it)
+    assert any(s.get("ref", "").startswith("Pod/") and s.get("container") for s in scans), scans
     # Events: deduplicated with their series; the warning's count kept.
     events = json.loads((b / "events.json").read_text())
     unhealthy = [e for e in events if e["reason"] == "Unhealthy"]
