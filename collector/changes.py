@@ -130,7 +130,8 @@ class ChangeApplier:
         elif c.op == "gpu":
             gpus, nodes, log_pods = c.payload
             self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.index.member_pods,
-                                           self.claims, self._dirty)
+                                           self.claims, self._dirty, now=self.now(),
+                                           every=self.settings.claims.confirm_refresh)
             if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
                 samples, xids = gpu_records(self._gpus, gpus, self.index.root_of)
                 self._export("gpu", self.sink.gpu, samples, xids)

@@ -68,7 +68,9 @@ class ClaimSettings:
     # figures that follow the newest step lag, by at most this much: the last step and its time
     # (progress_last_step, last_progress_timestamp), the logs plane's evidence age, the reason's step
     # and age, energy per step; and the GPU comparison's notes (a GPU apart while the run keeps its
-    # pace, readings not trusted: a slower pace is evaluated at once). 0: every increment at once.
+    # pace, readings not trusted: a slower pace is evaluated at once). A GPU pass whose devices stayed
+    # re-evaluates a run not progressing at most this often too (readings word its reason, never what a
+    # claim observes: `planes.node_agents.runs_to_recheck`). 0: every increment and every pass at once.
     confirm_refresh: timedelta = timedelta(seconds=120)
 
     def for_profile(self, profile: str) -> ClaimSettings:

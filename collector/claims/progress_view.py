@@ -6,6 +6,7 @@ combination share them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -168,7 +169,9 @@ def _stall(xs: list[float], s: ClaimSettings, text: bool) -> tuple[timedelta, st
             f"floor {human_age(s.stall_floor)} ({what} is {human_age(timedelta(seconds=est))})" if text else ""
     # Recurring pauses widen the window, never past the ceiling: a few times the usual step, capped
     # absolutely (a signal whose usual step is itself long, an hourly checkpoint, keeps 3 of them).
-    by_cadence = s.stall_ceiling_multiplier * med  # seconds; infinite where a profile sets the ceiling itself
+    # seconds; infinite where a profile sets the ceiling itself (inf × a median of 0 s, steps stamped in
+    # the same second, is NaN: no ceiling at all, and `timedelta` raised)
+    by_cadence = math.inf if math.isinf(s.stall_ceiling_multiplier) else s.stall_ceiling_multiplier * med
     ceiling = max(s.stall_floor, timedelta(seconds=s.stall_multiplier * med),
                   s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
                   else timedelta(seconds=by_cadence))

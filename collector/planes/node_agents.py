@@ -110,10 +110,19 @@ def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
 
 def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
                     member_pods: Callable[[Key], Iterable[tuple[str, str]]],
-                    claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
+                    claims: Mapping[Key, RunClaims], dirty: set[Key], *, now: datetime | None = None,
+                    every: timedelta = timedelta(0)) -> set[Key]:
     """The evaluated runs (not already in `dirty`) whose claims a new pass of GPU evidence may change:
     the run of a pod whose devices changed (came, went, or moved state: `same_devices`), and a run not
-    progressing with any of its pods (`member_pods`: those its evaluation reads) in either pass.
+    progressing with any of its pods (`member_pods`: those its evaluation reads) in either pass, last
+    evaluated `every` or longer before `now` (`claims.confirm_refresh`; 0: on every pass).
+
+    Readings alone (utilization, power, clocks) never change what a claim observes: they word a stalled
+    run's reason (busy but cold, idle) and the GPU comparison's notes. A run not progressing is
+    evaluated on each of its log increments anyway; a pass re-evaluating every such run as well kept
+    a fleet that had not yet shown progress (a start at 150k pods, 10,000 runs) evaluating 10,000 runs
+    a pass on top of its increments, its loop saturated and its evidence ageing behind the backlog.
+    Their wording lags readings by at most `every` now, as a progressing run's notes do.
 
     A progressing run whose pods' devices stayed is left: only readings moved (utilization, power),
     which its claims do not say (its GPU spread's notes do, and a suspect once the run is slower: its
@@ -128,8 +137,10 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
         root = root_of(Ref("Pod", ns, pod))
         if root is not None and root.key not in dirty and root.key in claims:
             out.add(root.key)
+    since = now - every if now is not None and every > timedelta(0) else None
     for key, rc in claims.items():
         if rc.progressing.observed is not Observed.TRUE and key not in dirty and key not in out \
+                and (since is None or rc.evaluated_at <= since) \
                 and any(p in new or p in old for p in member_pods(key)):
             out.add(key)
     return out

@@ -3,6 +3,7 @@ with one sort and no words where none are asked is the one `statistics` gives, w
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
@@ -61,7 +62,8 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 def _reference_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
-    """The stall window as it was written first: `statistics` for the medians, a sort for each."""
+    """The stall window as it was written first: `statistics` for the medians, a sort for each (and a
+    profile's own ceiling with a median of 0 s no longer NaN)."""
     xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
     floor = f"floor {human_age(s.stall_floor)}"
     if not xs:
@@ -79,7 +81,7 @@ def _reference_window(intervals: list[tuple[datetime, float, int]], s: ClaimSett
     scaled = timedelta(seconds=s.stall_multiplier * est)
     if scaled < s.stall_floor:
         return s.stall_floor + s.scrape_interval, f"{floor} ({what} is {human_age(timedelta(seconds=est))})"
-    by_cadence = s.stall_ceiling_multiplier * med
+    by_cadence = math.inf if math.isinf(s.stall_ceiling_multiplier) else s.stall_ceiling_multiplier * med
     ceiling = max(s.stall_floor, timedelta(seconds=s.stall_multiplier * med),
                   s.stall_window_max if by_cadence >= s.stall_window_max.total_seconds()
                   else timedelta(seconds=by_cadence))
@@ -102,3 +104,16 @@ def test_the_stall_window_is_the_reference_one(secs: list[float], multiplier: fl
     want = _reference_window(intervals, s)
     assert stall_window(intervals, s) == want
     assert stall_window_of(secs[-RECENT_INTERVALS:], s) == want[0]
+
+
+def test_a_profiles_ceiling_holds_for_steps_stamped_in_the_same_second() -> None:
+    """Steps a trainer prints several a second, stamped to the second, make most intervals 0 s: with a
+    profile's own stall ceiling (`for_profile`: an infinite multiplier) the cadence ceiling was inf × 0,
+    NaN, and the window raised (every evaluation of the run failed, its claims unknown). The profile's
+    ceiling holds."""
+    s = ClaimSettings(stall_ceiling_by_profile={"slow": timedelta(minutes=20)}).for_profile("slow")
+    assert math.isinf(s.stall_ceiling_multiplier)
+    secs = [0.0, 0.0, 0.0, 30.0] * 10
+    window, why = stall_window([(datetime(2026, 1, 1, tzinfo=UTC), x, 1) for x in secs], s)
+    assert window == timedelta(seconds=3 * 30.0) + s.scrape_interval and "from p99" in why
+    assert stall_window_of(secs, s) == window

@@ -191,10 +191,10 @@ def test_forget_unless_keeps_slots_whose_inputs_are_all_current() -> None:
 
 
 def _by_pod(f: _Fleet, old: dict[tuple[str, str], PodGpuEvidence], new: dict[tuple[str, str], PodGpuEvidence],
-            ) -> set[tuple[str, str, str]]:
+            every: timedelta = timedelta(0)) -> set[tuple[str, str, str]]:
     """What a GPU pass re-evaluates, pod by pod (the definition `runs_to_recheck` kept before it went by
-    run): each pod's evaluated run, unless it is already marked, or progresses and the pod's devices
-    stayed."""
+    run): each pod's evaluated run, unless it is already marked, or the pod's devices stayed and the run
+    progresses or was evaluated less than `every` ago."""
     out = set()
     for ns, pod in set(old) | set(new):
         root = f.c.index.root_of(Ref("Pod", ns, pod))
@@ -202,7 +202,7 @@ def _by_pod(f: _Fleet, old: dict[tuple[str, str], PodGpuEvidence], new: dict[tup
             continue
         was, now, rc = old.get((ns, pod)), new.get((ns, pod)), f.c.claims.get(root.key)
         if was is None or now is None or not same_devices(was, now) or rc is None \
-                or rc.progressing.observed is not Observed.TRUE:
+                or (rc.progressing.observed is not Observed.TRUE and f.clock[0] - rc.evaluated_at >= every):
             out.add(root.key)
     return out
 
@@ -237,6 +237,10 @@ def test_a_gpu_pass_marks_the_runs_it_marked_pod_by_pod(steps: list[Step], lost:
                 f.c._dirty = dirty
                 got = runs_to_recheck(old, new, f.c.index.root_of, f.c.index.member_pods, f.c.claims, set(dirty))
                 assert got == _by_pod(f, old, new)
+                every = f.c.settings.claims.confirm_refresh
+                got = runs_to_recheck(old, new, f.c.index.root_of, f.c.index.member_pods, f.c.claims, set(dirty),
+                                      now=f.clock[0], every=every)
+                assert got == _by_pod(f, old, new, every)
         elif op == "log":
             f.log(a)
         elif op == "tick":
@@ -314,3 +318,32 @@ def test_a_gpu_pass_keeps_its_newest_agent_read() -> None:
     assert f.c._agents_newest == f.clock[0] - timedelta(minutes=1)
     f.c._apply(Change("gpu", None, ({}, {}, frozenset())))
     assert f.c._agents_newest is None
+
+
+def test_a_pass_of_readings_alone_re_evaluates_a_run_not_progressing_once_a_refresh() -> None:
+    """A run not progressing reads the GPUs' readings for its wording (busy but cold, idle): a pass whose
+    devices stayed re-evaluates it once `claims.confirm_refresh` passed since its last evaluation, not on
+    every pass (a start of 10,000 such runs evaluated them all every 30 s on top of their increments);
+    a device that changed (here lost) re-evaluates its run at once."""
+    _forget_all()
+    f = _Fleet()
+    f.gpu_pass(0, None, None, False)
+    f.evaluate()
+    assert f.c.claims and not any(rc.progressing.observed is Observed.TRUE for rc in f.c.claims.values())
+    f.clock[0] += timedelta(seconds=30)
+    f.gpu_pass(1, None, None, False)
+    assert not f.c._dirty
+    f.clock[0] += f.c.settings.claims.confirm_refresh
+    f.gpu_pass(2, None, None, False)
+    assert f.c._dirty == set(f.c.claims)
+    f.evaluate()
+    f.clock[0] += timedelta(seconds=30)
+    f.gpu_pass(3, None, None, True)
+    lost = f.c._gpus[next(iter(f.c._gpus))]
+    old = dict(f.c._gpus)
+    new = {**old, (lost.namespace, lost.pod): PodGpuEvidence(
+        lost.namespace, lost.pod, lost.node, lost.source, f.clock[0],
+        (replace(lost.devices[0], lost=True), *lost.devices[1:]), lost.containers)}
+    f.c._apply(Change("gpu", None, (new, {g.node: f.clock[0] for g in new.values()}, frozenset())))
+    root = f.c.index.root_of(Ref("Pod", lost.namespace, lost.pod))
+    assert root is not None and f.c._dirty == {root.key}
