@@ -522,6 +522,7 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used:
 
 
 LIVE = ("live", "live-heads")  # the variants with live log evidence (`_live_feed`)
+LIVE_MAX_STEPS = 500  # `live`: the most steps one head's document carries (the agent's read of a late pass)
 LIVE_WARMUP = 5  # `live`: feed passes before the idle window (30 samples a pass: the histories fill and compact)
 
 
@@ -549,12 +550,17 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     # name (the index's own string; the bench's pod names are unique across namespaces), the lines its
     # trainer printed so far. (By (namespace, pod, container) tuples it held ≈ 22 MiB at 50k pods.)
     sent: dict[str, int] = {}
+    # A trainer's first step's time: it prints a step a second from then, so a document read late (a
+    # loop behind, the feed held by the backlog) carries every step since the one before, stamped when
+    # printed, as an agent's would; stamping a pass's documents at its start aged the last ones by the
+    # pass's length (minutes under load: evidence stale when it came, no run ever deferred).
+    began: dict[str, datetime] = {}
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
-        now = c.now()
         for ref, containers, quiet_pod, node in _running_pods(c, heads_only):
+            now = c.now()  # (the document's read time: this pod's, not the pass's start)
             n0 = sent.get(ref.name)
             first = n0 is None
             pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
@@ -567,17 +573,20 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                     c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
                                                                None if first else 3)), quiet)
                     continue
-                start = now - timedelta(seconds=29)
+                start = began.setdefault(ref.name, now - timedelta(seconds=29))
                 lines = n0 or 0
+                n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
                 # the trainer's part of an agent's document, decoded as the agent poller decodes it
                 # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-                doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": lines + 30, "samples": [
-                    [1000 + lines + i, (start + timedelta(seconds=i)).isoformat(), rng.uniform(1.5, 3.0), False,
-                     500_000, lines + i + 1] for i in range(30)]}))
+                doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": lines + n, "samples": [
+                    [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
+                     False, 500_000, lines + i + 1] for i in range(n)]}))
                 scan = _replace(decode(doc, _agent_source(node, ref, container)), first_at=start)
                 sig = Signal(pod, container, scan, now)
                 c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
-            sent[ref.name] = (n0 or 0) + (0 if quiet_pod else 30)
+                sent[ref.name] = lines + n
+            if quiet_pod or ref.name not in sent:
+                sent[ref.name] = n0 or 0
         used[0] += time.thread_time() - t
         done.append(len(sent))
 
