@@ -454,7 +454,7 @@ def same_held_bytes(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     pa, pb = a._p, b._p
     if a._x is not None or b._x is not None or pa[:_HEAD.size] != pb[:_HEAD.size]:
         return False
-    n, any_, lay = _layout(pa)
+    _, any_, lay = _layout(pa)
     util = lay[_UTIL]
     if any_ & _ODD or util is None:
         return False

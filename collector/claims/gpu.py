@@ -30,6 +30,7 @@ from collector.settings import ClaimSettings
 # bind proves nothing about allocation.
 ALLOCATION_GRACE = timedelta(seconds=60)
 BUSY = 0.80
+IDLE = 0.10
 
 
 class _Unset:
@@ -37,7 +38,6 @@ class _Unset:
 
 
 _UNSET = _Unset()
-IDLE = 0.10
 
 
 def _add(c: Claim, reason: str, evidence: list[Evidence], observed: Observed | None = None,

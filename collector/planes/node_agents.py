@@ -119,10 +119,10 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
 
     Readings alone (utilization, power, clocks) never change what a claim observes: they word a stalled
     run's reason (busy but cold, idle) and the GPU comparison's notes. A run not progressing is
-    evaluated on each of its log increments anyway; a pass re-evaluating every such run as well kept
-    a fleet that had not yet shown progress (a start at 150k pods, 10,000 runs) evaluating 10,000 runs
-    a pass on top of its increments, its loop saturated and its evidence ageing behind the backlog.
-    Their wording lags readings by at most `every` now, as a progressing run's notes do.
+    evaluated on each of its log increments anyway; a pass re-evaluating every such run as well had a
+    fleet that had not shown progress yet (a start at 150k pods, 10,000 runs) evaluate 10,000 runs a
+    pass on top of their increments (one of the loads that saturated its loop). Their wording lags
+    readings by at most `every` now, as a progressing run's notes do.
 
     A progressing run whose pods' devices stayed is left: only readings moved (utilization, power),
     which its claims do not say (its GPU spread's notes do, and a suspect once the run is slower: its
