@@ -111,7 +111,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -555,6 +555,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     # printed, as an agent's would; stamping a pass's documents at its start aged the last ones by the
     # pass's length (minutes under load: evidence stale when it came, no run ever deferred).
     began: dict[str, datetime] = {}
+    _agent_source = _agent_sources()
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
@@ -611,6 +612,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
     client.user_agent = ENGINE_USER_AGENT
     api = KubeApi(client)
     seen: dict[tuple[str, str, str], tuple[int, str, str | None]] = {}  # container -> lines sent, last stamp, format
+    _agent_source = _agent_sources()
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
@@ -780,13 +782,15 @@ def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple
             yield rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head", f.node_name
 
 
-def _agent_source(node: str, ref: Any, container: str) -> str:
-    """The source the agent poller's decoding gives a container's scan in the tree measured: one string a
-    node (`sources.agents.agent_source`), or in a tree before it one a container."""
+def _agent_sources() -> Callable[[str, Any, str], str]:
+    """The source the agent poller's decoding gives a container's scan in the tree measured, as a function
+    of (node, pod ref, container): one string a node (`sources.agents.agent_source`), or in a tree before
+    it one a container. Looked up once a feed, not per container."""
     from collector.sources import agents
-    if hasattr(agents, "agent_source"):
-        return agents.agent_source(node)
-    return f"agent:{node}:{ref.namespace}/{ref.name}/{container}"
+    by_node = getattr(agents, "agent_source", None)
+    if by_node is not None:
+        return lambda node, ref, container: by_node(node)
+    return lambda node, ref, container: f"agent:{node}:{ref.namespace}/{ref.name}/{container}"
 
 
 def _log_targets(c: Any) -> list[Any]:

@@ -17,6 +17,7 @@ from collector.claims.progress_view import (
     OUTLIER_MADS,
     RECENT_INTERVALS,
     Advance,
+    _quantile_sorted,
     new_advance,
     stall_window,
     stall_window_of,
@@ -51,24 +52,15 @@ def test_new_advance_stays_frozen() -> None:
     assert a.at + timedelta(0) == datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    ys = sorted(xs)
-    if len(ys) == 1:
-        return ys[0]
-    pos = q * (len(ys) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ys) - 1)
-    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
-
-
 def _reference_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
     """The stall window as it was written first: `statistics` for the medians, a sort for each (and a
-    profile's own ceiling with a median of 0 s no longer NaN)."""
+    profile's own ceiling with a median of 0 s no longer NaN); the p99's interpolation is the module's
+    own, which the rewrite did not change."""
     xs = [secs for _, secs, _ in intervals[-RECENT_INTERVALS:]]
     floor = f"floor {human_age(s.stall_floor)}"
     if not xs:
         return s.stall_floor + s.scrape_interval, f"{floor}: no step interval yet"
-    p99 = _quantile(xs, 0.99)
+    p99 = _quantile_sorted(sorted(xs), 0.99)
     med = statistics.median(xs)
     mad = statistics.median(abs(x - med) for x in xs)
     cap = med + OUTLIER_MADS * max(mad, 0.1 * med)
