@@ -172,6 +172,85 @@ def tracemalloc_on() -> bool:
     return tracemalloc.is_tracing()
 
 
+def _trace(c: Any) -> None:
+    """BENCH_TRACE: every 30 s, what marked runs for evaluation (new marks by change op, the full
+    pass, clock rechecks, deferrals), runs evaluated, the log backlog and the runs' progressing claims
+    (a diagnostic of a start that does not catch up; its own CPU is the controller's)."""
+    marks: dict[str, int] = {}
+    apply0, mark_all0 = c._apply, c._mark_all
+
+    def counted(key: str, f: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            n = len(c._dirty)
+            pre = c.index.signal_of(a[0].payload[0].ref, a[0].payload[0].source) \
+                if not key and a[0].op == "agent-log" else None
+            try:
+                return f(*a, **kw)
+            finally:
+                k = key or f"{a[0].op}"
+                if k == "agent-log":
+                    sig, after = a[0].payload
+                    k += (" first" if pre is None else " after-none" if after is None
+                          else " steps" if sig.scan.samples else " quiet")
+                marks[k] = marks.get(k, 0) + max(0, len(c._dirty) - n)
+        return run
+    c._apply = counted("", apply0)
+    c._mark_all = counted("full", mark_all0)
+    r = c._rechecks
+    for name in ("pop_due", "pop_deferred"):
+        f0 = getattr(r, name)
+
+        def popped(*a: Any, _f: Any = f0, _n: str = name, **kw: Any) -> Any:
+            out = _f(*a, **kw)
+            marks[_n] = marks.get(_n, 0) + len(out)
+            return out
+        setattr(r, name, popped)
+    if hasattr(c, "_deferred"):  # why an increment was not deferred: the first test `_deferred` fails
+        from collector.planes.signals import alone, confirms, uneventful
+        deferred0 = c._deferred
+        s = c.settings.claims
+
+        def why(held: Any, inc: Any, after: int, sig: Any, root: Any) -> bool:
+            out: bool = deferred0(held, inc, after, sig, root)
+            key, now = root.key, c.now()
+            rc = c.claims.get(key)
+            if out:
+                k = "deferred"
+            elif key in c._dirty or key in c._dispatched:
+                k = "no: marked"
+            elif uneventful(held, inc, after, s.stall_floor + s.scrape_interval) is None:
+                k = "no: eventful"
+            elif rc is None or not confirms(rc, sig, now):
+                k = "no: claims" if rc is None else ("no: claims other" if rc.recheck_other is not None
+                                                      and now >= rc.recheck_other else "no: claims")
+            elif not alone(sig, c.index.run_signals(root)[0]):
+                k = "no: not alone"
+            elif any(d is not None and d <= now for d in (r.due_of(key), r.deferred_of(key))):
+                k = "no: due passed"
+            else:
+                k = "no: closes"
+            marks[k] = marks.get(k, 0) + 1
+            return out
+        c._deferred = why
+    ev0, t0 = c.runs_evaluated, time.monotonic()
+    while True:
+        time.sleep(30)
+        try:
+            verdicts: dict[str, int] = {}
+            for rc in list(c.claims.values()):
+                k = str(rc.progressing.asserted)
+                verdicts[k] = verdicts.get(k, 0) + 1
+        except RuntimeError:
+            verdicts = {}
+        ev = c.runs_evaluated
+        print(f"  trace {time.monotonic() - t0:6.0f} s: evaluated {ev - ev0:6d}, dirty {len(c._dirty):6d}, "
+              f"backlog {c._log_backlog.held:6d}, deferred {len(list(r.deferred_items())):6d}, "
+              f"coalesced {getattr(c, 'coalesced', 0):6d}, marks "
+              f"{dict(sorted(marks.items()))}, progressing {verdicts}", flush=True)
+        ev0 = ev
+        marks.clear()
+
+
 def _relists(c: Any) -> dict[str, float]:
     """The controller's relists so far, by resource (its own counter)."""
     import re
@@ -311,6 +390,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     if not c.ready.wait(float(os.environ.get("BENCH_SYNC_TIMEOUT_S", "1800"))):
         raise TimeoutError(f"controller never synced: {_not_synced(c)}")
     sync_s = time.monotonic() - t0
+    if os.environ.get("BENCH_TRACE"):  # the loop's account every 30 s from ready (a start that lags: why)
+        threading.Thread(target=_trace, args=(c,), daemon=True).start()
     # how each resource's first list was read ("pages", "whole" after a continue page expired, "stream")
     reflectors = getattr(getattr(c, "watch", None), "reflectors", ())  # (a `before` tree may not have them)
     list_modes = {r.resource.name: getattr(r, "list_mode", "") for r in reflectors}

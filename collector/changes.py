@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from collector.backlog import Backlog
 from collector.claims.gpuspread import forget_replaced
 from collector.correlate import Key, RunIndex, Signal
 from collector.gpu import PodGpuEvidence
@@ -35,7 +36,7 @@ from collector.sources.queuewatch import QueueWatch
 from exporters.adx.exporter import EvidenceSink
 from exporters.prometheus_health import ErrorClass, HealthMetrics
 
-__all__ = ["FAILURE_LOG_S", "ROOTS_MEMO_MAX", "ChangeApplier", "describe"]
+__all__ = ["FAILURE_LOG_S", "OVERLOAD_COALESCE", "ROOTS_MEMO_MAX", "ChangeApplier", "describe"]
 
 log = logging.getLogger("taugrid.controller")
 
@@ -43,6 +44,13 @@ FAILURE_LOG_S = 60.0  # a contained failure of one kind is logged with its trace
 ROOTS_MEMO_MAX = 1 << 13  # pods whose run `_root_of` remembers (~1 MiB at most)
 _UNKNOWN_ROOT = object()
 ZERO = timedelta(0)
+# While the loop is behind its log producers (the log backlog at least half spent: agents' documents
+# wait to be queued), a log change marks a run evaluated less than this long ago for this long after
+# that evaluation instead of at once (`_coalesced`): a start or restart at 150k pods hands the loop
+# every container's first document, a run's 20 spread over minutes by the backlog, and evaluating the
+# run on each kept the loop saturated past 13 minutes (issue 30). The agents' pass interval: a run's
+# pods have all reported by then.
+OVERLOAD_COALESCE = timedelta(seconds=30)
 _ROOTISH = frozenset({"TauRun", "RayJob", "RayCluster", "Job", "JobSet", "PyTorchJob", "Workload"})
 
 
@@ -62,6 +70,7 @@ class ChangeApplier:
     ready: threading.Event
     agent_log_pods: frozenset[tuple[str, str]]
     _dirty: set[Key]
+    _log_backlog: Backlog
     _rechecks: Rechecks[Key]
     _dispatched: dict[Key, str]
     _gpus: dict[tuple[str, str], PodGpuEvidence]
@@ -72,6 +81,7 @@ class ChangeApplier:
     _roots_changed: bool
     _failure_logged: dict[str, float]
     caps: RunCaps
+    coalesced: int  # log changes whose re-evaluation waited (`_coalesced`)
 
     now: Callable[[], datetime]
 
@@ -169,7 +179,8 @@ class ChangeApplier:
                 key = root.key
                 if key not in self.claims and self.caps.keeps_out(key):
                     pass  # a run a cap keeps out: its log's increments do not retry it (`RunCaps.release` does)
-                elif prev is None or after is None or not self._deferred(prev, inc, after, sig, root):
+                elif (prev is None or after is None or not self._deferred(prev, inc, after, sig, root)) \
+                        and not self._coalesced(key):
                     self._dirty.add(key)
                 if self.sink is not None and self.leader:
                     source = f"{sig.ref.name}/{sig.source}"
@@ -221,6 +232,30 @@ class ChangeApplier:
         self._rechecks.defer(key, due)
         return True
 
+    def _coalesced(self, key: Key) -> bool:
+        """Whether a log change's re-evaluation of run `key` waits, the loop being behind its log
+        producers: then the run is evaluated OVERLOAD_COALESCE after its last evaluation, or at its
+        clock's due or deferral if earlier (`Rechecks.defer`: what would change its claims by the clock
+        is judged on time), with what every change until then brought. Not a run marked anyway, never
+        evaluated, or due already."""
+        backlog = self._log_backlog
+        if backlog.held * 2 < backlog.limit or key in self._dirty or key in self._dispatched:
+            return False
+        rc = self.claims.get(key)
+        if rc is None:
+            return False
+        now = self.now()
+        at = rc.evaluated_at + OVERLOAD_COALESCE
+        for held_due in (self._rechecks.due_of(key), self._rechecks.deferred_of(key)):
+            if held_due is not None:
+                at = min(at, held_due)
+        if at <= now:
+            return False
+        self._rechecks.defer(key, at)
+        self.coalesced += 1
+        self.health.log_change_coalesced()
+        return True
+
     def _refresh(self, prev: Signal, read_at: datetime) -> None:
         """`prev` read again at `read_at` with nothing new: only its read time moves. A pod's signal
         takes the index's own `Ref` of the pod, an equal one (pods are kept without a uid): one object a
@@ -235,7 +270,7 @@ class ChangeApplier:
         # (`Clock.within`): re-evaluate now only if that is near or past.
         if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
             root = self._root_of(prev.ref)
-            if root is not None:
+            if root is not None and not self._coalesced(root.key):
                 self._dirty.add(root.key)
 
     def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:

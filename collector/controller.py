@@ -98,6 +98,7 @@ class Controller(RunEvaluator):
         self._latencies: list[float] = []
         self.evaluations = 0  # evaluation passes
         self.runs_evaluated = 0  # runs evaluated in them
+        self.coalesced = 0  # log changes whose re-evaluation waited, the loop being behind (changes.py)
         self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
