@@ -251,7 +251,7 @@ class ChangeApplier:
                 at = min(at, held_due)
         if at <= now:
             return False
-        self._rechecks.defer(key, at)
+        self._rechecks.defer(key, at, firm=True)  # (a confirming increment after it may not move it later)
         self.coalesced += 1
         self.health.log_change_coalesced()
         return True

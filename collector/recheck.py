@@ -81,6 +81,7 @@ class Rechecks(Generic[K]):
         self.deferrals = 0  # changes whose evaluation was deferred
         self.deferred_due = 0  # runs re-evaluated when a deferral came due
         self._came_due: dict[K, datetime] = {}  # each run's last deferral that came due, when
+        self._firm: dict[K, datetime] = {}  # deferrals a later one may not move later (`defer(firm=True)`)
 
     def __len__(self) -> int:
         return len(self._clock.due)
@@ -94,6 +95,7 @@ class Rechecks(Generic[K]):
         before `now`, which an evaluation never reports) leaves it unscheduled. The evaluation covers
         any re-evaluation deferred until then."""
         self._deferred.due.pop(key, None)
+        self._firm.pop(key, None)
         if at is None or at < now:
             self._clock.due.pop(key, None)
             return
@@ -116,19 +118,27 @@ class Rechecks(Generic[K]):
         """When `key`'s deferred re-evaluation is due, None: none is."""
         return self._deferred.due.get(key)
 
-    def defer(self, key: K, at: datetime) -> None:
+    def defer(self, key: K, at: datetime, *, firm: bool = False) -> None:
         """Re-evaluate `key` at `at` instead of when its clock says: the change computed `at` from every
         bound the run is due by but the stall windows of its progress log's newest step, which the
         change's newer step moved (collector/changes.py `_deferred`, `RunClaims.recheck_other`). So
-        `at` replaces the run's clock entry and any earlier deferral."""
+        `at` replaces the run's clock entry and any earlier deferral, but a firm one: `firm`, a
+        deferral that stands for a change not judged yet (`_coalesced`), is never moved later before
+        the run is evaluated."""
         self.deferrals += 1
         self._clock.due.pop(key, None)
+        held = self._firm.get(key)
+        if held is not None and held < at:
+            at = held
+        elif firm:
+            self._firm[key] = at
         self._deferred.put(key, at)
 
     def forget(self, key: K) -> None:
         self._clock.due.pop(key, None)
         self._deferred.due.pop(key, None)
         self._came_due.pop(key, None)
+        self._firm.pop(key, None)
 
     def next_due(self) -> datetime | None:
         """The earliest instant any run is due by its clock, None when none is scheduled."""
@@ -147,9 +157,10 @@ class Rechecks(Generic[K]):
         went when it was deferred)."""
         out = self._deferred.pop_due(now)
         self.deferred_due += len(out)
-        came = self._came_due
+        came, firm = self._came_due, self._firm
         for key in out:
             came[key] = now
+            firm.pop(key, None)
         return out
 
     def came_due_since(self, since: datetime) -> list[K]:

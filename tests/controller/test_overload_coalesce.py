@@ -8,7 +8,7 @@ I's then; D never waits past OVERLOAD_COALESCE after its last evaluation nor pas
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -27,6 +27,8 @@ from tests.controller.test_confirm_defer import (
     _wait,
     _warmed,
 )
+
+NOW = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
 
 
 def _spent(c: Controller) -> None:
@@ -84,6 +86,54 @@ def test_an_earlier_clock_due_is_kept_and_a_due_passed_or_an_old_evaluation_is_j
     assert f.c._coalesced(f.key)
 
 
+def test_a_confirming_increment_after_a_coalesced_change_does_not_put_its_evaluation_off() -> None:
+    """A hang coalesced (judged 30 s after the last evaluation at the latest), then an increment that
+    only carries the trainer on: its deferral (the refresh interval, 120 s) may not move the hang's
+    evaluation later (`Rechecks.defer(firm=True)`); once the run is evaluated, deferrals move freely."""
+    f, feed = _warmed(timedelta(seconds=120))
+    _spent(f.c)
+    t = f.c.claims[f.key].evaluated_at
+    f.move(5)
+    scan, after = feed.increment("hang", f.clock[0], 3, 0)
+    f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+    promised = f.c._rechecks.deferred_of(f.key)
+    assert f.c.coalesced == 1 and promised is not None and promised <= t + OVERLOAD_COALESCE
+    f.move(10)
+    scan, after = feed.increment("ok", f.clock[0], 10, 0)
+    f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
+    assert f.key not in f.c._dirty and f.c._rechecks.deferred_of(f.key) == promised
+    f.clock[0] = promised
+    f.c._dirty.update(f.c._rechecks.pop_deferred(promised))
+    assert "timeout_ms=600000" not in repr(f.c.claims[f.key].progressing.evidence)
+    f.c.evaluate()
+    rc = f.c.claims[f.key]  # judged then, the hang among its evidence (the steps after it: progressing)
+    assert rc.evaluated_at == promised and "timeout_ms=600000" in repr(rc.progressing.evidence), rc.progressing
+
+
+def test_a_firm_deferral_moves_earlier_never_later_until_the_run_is_evaluated() -> None:
+    from collector.recheck import Rechecks
+    r: Rechecks[str] = Rechecks()
+    t = NOW
+    r.defer("a", t + timedelta(seconds=30), firm=True)
+    r.defer("a", t + timedelta(seconds=120))
+    assert r.deferred_of("a") == t + timedelta(seconds=30)
+    r.defer("a", t + timedelta(seconds=10))  # sooner: taken
+    assert r.deferred_of("a") == t + timedelta(seconds=10)
+    r.defer("a", t + timedelta(seconds=60))  # (a later one replaces it, as deferrals do: up to the firm one)
+    assert r.deferred_of("a") == t + timedelta(seconds=30)
+    r.set("a", t + timedelta(seconds=300), t + timedelta(seconds=1))  # evaluated: the promise kept
+    r.defer("a", t + timedelta(seconds=120))
+    assert r.deferred_of("a") == t + timedelta(seconds=120)
+    r.defer("b", t + timedelta(seconds=30), firm=True)
+    assert r.pop_deferred(t + timedelta(seconds=30)) == ["b"]
+    r.defer("b", t + timedelta(seconds=90))  # (fired: no longer held)
+    assert r.deferred_of("b") == t + timedelta(seconds=90)
+    r.defer("c", t + timedelta(seconds=30), firm=True)
+    r.forget("c")
+    r.defer("c", t + timedelta(seconds=90))
+    assert r.deferred_of("c") == t + timedelta(seconds=90)
+
+
 def test_a_quiet_containers_read_near_its_evidence_bound_waits_under_overload_too() -> None:
     """A quiet container read again after half the evidence bound marks its run (its evidence would
     age out): coalesced like any log change, never past the run's clock (which ages it out on time)."""
@@ -129,14 +179,23 @@ def _verdicts(rc: RunClaims) -> tuple[object, ...]:
 
 
 class Coalescing(Pair):
-    """Pair's two controllers, D's backlog spent (no confirming deferral in either: what D waits with
-    is coalescing alone). Where D evaluates the run its verdicts must be I's at that instant."""
+    """Pair's two controllers, D's backlog spent: D defers confirming increments (`confirm_refresh`)
+    and coalesces the rest, I evaluates every change at once. Where D evaluates the run its verdicts
+    must be I's at that instant; a change D coalesced is judged by the time it was put off to (no
+    later change, a confirming increment's deferral say, may push it later)."""
 
     def __init__(self) -> None:
         super().__init__()
-        from tests.controller.test_confirm_defer import _Fleet
-        self.d = _Fleet(timedelta(0))
         self.coalesced = 0
+        self.promised: datetime | None = None  # the latest D may evaluate the run at: a change coalesced
+
+    def kept(self) -> None:
+        """D's next evaluation of the run comes no later than what a coalesced change was promised."""
+        if self.promised is None or self.d.key in self.d.c._dirty:
+            return
+        r = self.d.c._rechecks
+        nxt = min((x for x in (r.deferred_of(self.d.key), r.due_of(self.d.key)) if x is not None), default=None)
+        assert nxt is not None and nxt <= self.promised, (nxt, self.promised)
 
     def evaluate(self) -> None:
         d_dirty = self.d.key in self.d.c._dirty
@@ -146,18 +205,28 @@ class Coalescing(Pair):
         if d_dirty:
             d, i = self.d.c.claims[self.d.key], self.i.c.claims[self.i.key]
             assert _verdicts(d) == _verdicts(i), (d, i)
+            assert self.promised is None or self.now <= self.promised
+            self.promised = None
+
+    def gpu(self, seed: int, apart: bool) -> None:
+        super().gpu(seed, apart)
+        self.kept()
 
     def increment(self, kind: str, n: int, lag: int) -> bool:
         scan, after = self.feed.increment(kind, self.now, n, lag)
+        c0 = self.d.c.coalesced
         for f in (self.d, self.i):
             f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, self.now), after)))
         waited = self.d.key not in self.d.c._dirty
-        if waited:
+        if self.d.c.coalesced > c0:
             held = self.d.c.claims[self.d.key]
             due = self.d.c._rechecks.deferred_of(self.d.key)
             assert due is not None and self.now < due <= held.evaluated_at + OVERLOAD_COALESCE
             assert held.recheck_at is None or due <= held.recheck_at + self.d.c._rechecks.slack
             self.coalesced += 1
+            self.promised = due if self.promised is None else min(self.promised, due)
+        self.kept()
+        if waited:
             self.i.c._dirty.add(self.i.key)
             self.i.c.evaluate()
         else:
