@@ -75,6 +75,11 @@ end of the idle window to PREFIX-VARIANT-PID.txt (and the snapshot to .snap): al
 first log pass on, or with BENCH_TRACEMALLOC_FROM=open from before the controller opened (what the
 synced object path keeps; BENCH_TRACEMALLOC_FRAMES frames a trace, 8).
 
+BENCH_TRACE=1 prints, every 30 s from ready, what marked runs for evaluation (by change, the full
+pass, the clock, deferrals, and why an agent's increment was not deferred), runs evaluated, the log
+backlog and the runs' progressing claims: why a start does not catch up. BENCH_WARMUP_S (3600) bounds
+the live feed's warm-up; a variant that does not finish it is measured all the same and says so.
+
 BENCH_NO_LATE=1 skips the ageing figure (`late s` nan: minutes a variant, for memory-only runs);
 BENCH_MALLOCSTATS=PREFIX writes sys._debugmallocstats (pymalloc's size classes: pools, blocks in use
 and free, unused pools) at steady and after the idle window to PREFIX-LABEL-PID.txt.
@@ -410,6 +415,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         import tracemalloc
         tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     gpu_stop = threading.Event()
+    warm: dict[str, float | bool] = {}  # `live`: how long the feed's warm-up took, and whether it finished
     feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
         scope = {"agents": "gpu", "agents-all": "all", "live": "all", "live-heads": "all"}.get(variant, "")
@@ -422,8 +428,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 live_passes: list[int] = []
                 threading.Thread(target=_live_feed, args=(c, ctl, gpu_stop, feed_cpu, live_passes,
                                                           variant == "live-heads"), daemon=True).start()
-                while len(live_passes) < LIVE_WARMUP and time.monotonic() - t0 < 3600:
+                w0, limit = time.monotonic(), float(os.environ.get("BENCH_WARMUP_S", "3600"))
+                while len(live_passes) < LIVE_WARMUP and time.monotonic() - w0 < limit:
                     time.sleep(0.5)  # the histories full and compacted: the steady state of a long run
+                # (a start that does not catch up is measured all the same, and said: a baseline beside it)
+                warm = {"warmup_s": time.monotonic() - w0, "warmed": len(live_passes) >= LIVE_WARMUP}
             else:
                 threading.Thread(target=_log_feed, args=(c, ctl, url, gpu_stop, feed_cpu, fed_once),
                                  daemon=True).start()
@@ -577,7 +586,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                "steady": steady,
                "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
-               "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted})
+               "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted,
+               **warm})
 
 
 def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
@@ -1232,6 +1242,12 @@ def _print_live(results: list[dict[str, Any]]) -> None:
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
               f"{1000 * steady / mib / max(1, r['pods']):>12.2f} {f'{held[1]}/{held[0]}':>13}")
+    for r in live:
+        if "warmed" in r:
+            print(f"{r['variant']}: warm-up ({LIVE_WARMUP} feed passes) " + (
+                f"took {r['warmup_s']:.0f} s" if r["warmed"] else
+                f"NOT finished in {r['warmup_s']:.0f} s (BENCH_WARMUP_S): its figures are of a start that did "
+                "not catch up, not of a steady state"))
     for r in live:
         h = r.get("heap_after") or {}
         if h:
