@@ -181,7 +181,8 @@ def _trace(c: Any) -> None:
     """BENCH_TRACE: every 30 s, what marked runs for evaluation (new marks by change op, the full
     pass, clock rechecks, deferrals), runs evaluated, the log backlog and the runs' progressing claims
     (a diagnostic of a start that does not catch up; its own CPU is the controller's)."""
-    marks: dict[str, int] = {}
+    from collections import Counter
+    marks: Counter[str] = Counter()
     apply0, mark_all0 = c._apply, c._mark_all
 
     def counted(key: str, f: Any) -> Any:
@@ -197,7 +198,7 @@ def _trace(c: Any) -> None:
                     sig, after = a[0].payload
                     k += (" first" if pre is None else " after-none" if after is None
                           else " steps" if sig.scan.samples else " quiet")
-                marks[k] = marks.get(k, 0) + max(0, len(c._dirty) - n)
+                marks[k] += max(0, len(c._dirty) - n)
         return run
     c._apply = counted("", apply0)
     c._mark_all = counted("full", mark_all0)
@@ -207,7 +208,7 @@ def _trace(c: Any) -> None:
 
         def popped(*a: Any, _f: Any = f0, _n: str = name, **kw: Any) -> Any:
             out = _f(*a, **kw)
-            marks[_n] = marks.get(_n, 0) + len(out)
+            marks[_n] += len(out)
             return out
         setattr(r, name, popped)
     if hasattr(c, "_deferred"):  # why an increment was not deferred: the first test `_deferred` fails
@@ -226,32 +227,29 @@ def _trace(c: Any) -> None:
             elif uneventful(held, inc, after, s.stall_floor + s.scrape_interval) is None:
                 k = "no: eventful"
             elif rc is None or not confirms(rc, sig, now):
-                k = "no: claims" if rc is None else ("no: claims other" if rc.recheck_other is not None
-                                                      and now >= rc.recheck_other else "no: claims")
+                late = rc is not None and rc.recheck_other is not None and now >= rc.recheck_other
+                k = "no: claims other" if late else "no: claims"
             elif not alone(sig, c.index.run_signals(root)[0]):
                 k = "no: not alone"
             elif any(d is not None and d <= now for d in (r.due_of(key), r.deferred_of(key))):
                 k = "no: due passed"
             else:
                 k = "no: closes"
-            marks[k] = marks.get(k, 0) + 1
+            marks[k] += 1
             return out
         c._deferred = why
     ev0, t0 = c.runs_evaluated, time.monotonic()
     while True:
         time.sleep(30)
         try:
-            verdicts: dict[str, int] = {}
-            for rc in list(c.claims.values()):
-                k = str(rc.progressing.asserted)
-                verdicts[k] = verdicts.get(k, 0) + 1
+            verdicts = Counter(str(rc.progressing.asserted) for rc in list(c.claims.values()))
         except RuntimeError:
-            verdicts = {}
+            verdicts = Counter()
         ev = c.runs_evaluated
         print(f"  trace {time.monotonic() - t0:6.0f} s: evaluated {ev - ev0:6d}, dirty {len(c._dirty):6d}, "
               f"backlog {c._log_backlog.held:6d}, deferred {len(list(r.deferred_items())):6d}, "
               f"coalesced {getattr(c, 'coalesced', 0):6d}, marks "
-              f"{dict(sorted(marks.items()))}, progressing {verdicts}", flush=True)
+              f"{dict(sorted(marks.items()))}, progressing {dict(verdicts)}", flush=True)
         ev0 = ev
         marks.clear()
 
