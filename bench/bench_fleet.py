@@ -7,7 +7,9 @@ its store API), and reports:
   sync_s     open() → ready (every initial list read, normalized, indexed and evaluated)
   peak MiB   the process's maximum RSS (ru_maxrss) over its life: initial list, ticks, idle
   steady MiB RSS once synced, after a collection
-  idle core  CPU seconds per second while nothing changes (the evaluation tick included)
+  idle core  CPU seconds per second while nothing changes (the evaluation tick included); with live
+             evidence, the agent poller's decode of the agents' documents (bytes to records) counted,
+             the agents' own work (building them) not
   tick s     the full re-evaluation period in effect at the end (stretched at fleet size)
   late s     ageing: the watches go quiet (as in an API outage) and the controller's clock jumps 1 s
              past the evidence bound (5 min) of every source; seconds from then until every run's
@@ -414,7 +416,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     gpu_stop = threading.Event()
     warm: dict[str, float | bool] = {}  # `live`: how long the feed's warm-up took, and whether it finished
-    feed_cpu = [0.0]  # the feed thread's own CPU (not the controller's): taken out of the idle figure
+    # The feed threads' CPU, and of it the agent poller's decode of the documents (bytes to records: the
+    # controller's own work, counted in the idle figure); the rest (building the agents' documents) is
+    # the agents' work, taken out of it.
+    feed_cpu = [0.0, 0.0]
     if fed:  # node agents' GPU evidence for every GPU pod, new readings every 30 s
         scope = {"agents": "gpu", "agents-all": "all", "live": "all", "live-heads": "all"}.get(variant, "")
         threading.Thread(target=_gpu_feed, args=(c, ctl, gpu_stop, scope, feed_cpu, variant in LIVE),
@@ -458,7 +463,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     else:
         drain_s = 0.0
     relists0 = _relists(c)  # a relist in the window (a watch that fell behind) is part of its CPU: named
-    c0, w0, reads0, read_s0, feed0 = cpu_s(), time.monotonic(), *log_reads, feed_cpu[0]
+    c0, w0, reads0, read_s0, feed0, decode0 = cpu_s(), time.monotonic(), *log_reads, *feed_cpu
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     rechecked0 = c.rechecked
     deferred0 = getattr(getattr(c, "_rechecks", None), "deferred_due", 0)
@@ -499,7 +504,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     sampling.set()
     if spy is not None:
         spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
-    idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / (time.monotonic() - w0)
+    took = time.monotonic() - w0
+    decode_core = (feed_cpu[1] - decode0) / took
+    idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / took + decode_core
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
     by_deferral = getattr(getattr(c, "_rechecks", None), "deferred_due", 0) - deferred0
@@ -582,7 +589,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     c.close()
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
-               "start": rss0, "idle_core": idle, "pods": pods, "runs": runs, "tick_s": tick_s,
+               "start": rss0, "idle_core": idle, "decode_core": decode_core, "pods": pods, "runs": runs, "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
                "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted,
                **warm})
@@ -605,7 +612,7 @@ def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used:
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
-        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence, decoded)
+        _gpu_pass(c, ctl, rng, log_pods, GpuDevice, PodGpuEvidence, decoded, used)
         if used is not None:
             used[0] += time.thread_time() - t
 
@@ -622,7 +629,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     pass before (`"agent-log"` after the last line sent), Megatron-style (a loss and the run's total
     steps); the first pass is each container's first document (a sidecar's: 3 lines, no step, then
     nothing new). The samples come through the agent poller's decode (`sources.agents`), not from
-    scanning text. `used`: this thread's CPU; `done`: one entry per pass handed on. `heads_only`: only
+    scanning text. `used`: this thread's CPU, and of it the agent poller's decode (`used[1]`); `done`: one entry per pass handed on. `heads_only`: only
     the Ray heads' trainers print steps (a RayJob's driver prints the run's progress; its workers'
     trainers send their first document, as a sidecar, then nothing new)."""
     import random
@@ -632,8 +639,10 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
 
     from collector.correlate import Signal
     from collector.model import Ref
-    from collector.progress.model import LogScan
     from collector.sources.agents import _scan as decode
+
+    def from_body(body: bytes, source: str) -> Any:  # the agent poller's decode of a container's entry
+        return decode(orjson.loads(body), source)
     rng = random.Random(11)
     # The feed's own state lives in the controller's process (what it holds is counted there): by pod
     # name (the index's own string; the bench's pod names are unique across namespaces), the lines its
@@ -658,8 +667,9 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
                     # an increment with nothing new each pass (agents send every container each pass;
                     # the loop only moves its read time: `planes.signals.adds_nothing`)
-                    quiet = LogScan(_agent_source(node, ref, container), None, (), (), (), (), 3,
-                                    first_at=now if first else None)
+                    quiet = _timed(used, from_body, b'{"lines":3}', _agent_source(node, ref, container))
+                    if first:
+                        quiet = _replace(quiet, first_at=now)
                     c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
                                                                None if first else 3)), quiet)
                     continue
@@ -668,10 +678,10 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
                 # the trainer's part of an agent's document, decoded as the agent poller decodes it
                 # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-                doc = orjson.loads(orjson.dumps({"format": "megatron", "lines": lines + n, "samples": [
+                body = orjson.dumps({"format": "megatron", "lines": lines + n, "samples": [
                     [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
-                     False, 500_000, lines + i + 1] for i in range(n)]}))
-                scan = _replace(decode(doc, _agent_source(node, ref, container)), first_at=start)
+                     False, 500_000, lines + i + 1] for i in range(n)]})
+                scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
                 sig = Signal(pod, container, scan, now)
                 c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
                 sent[ref.name] = lines + n
@@ -748,7 +758,7 @@ def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[floa
 
 
 def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuEvidence: Any,
-              decoded: bool = False) -> None:
+              decoded: bool = False, used: list[float] | None = None) -> None:
     now = c.now()
     gpus, nodes = {}, {}
     try:
@@ -779,9 +789,9 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
     if per_node:
-        gpus = _decoded_by_node(held, now, rng)
+        gpus = _decoded_by_node(held, now, rng, used)
     elif decoded:
-        gpus = _decoded(gpus, now)
+        gpus = _decoded(gpus, now, used)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
     (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
 
@@ -789,12 +799,35 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
 _UUIDS: dict[tuple[str, str], tuple[str, ...]] = {}  # a pod's devices' UUIDs (`_gpu_pass`)
 
 
-def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str, str], Any]:
-    """`gpus` as the agent poller has them: each node's evidence document (its GPUs and the pods
-    holding them) through JSON and `sources.agents.parse_evidence`."""
+def _poller_decode() -> Any:
+    """How the agent poller turns an `/evidence` body into a report (`sources.agents.decode_evidence`;
+    a `before` tree without it: JSON, then `parse_evidence`)."""
     import orjson
 
-    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    from collector.sources import agents
+    got = getattr(agents, "decode_evidence", None)
+    return got if got is not None else lambda body, ep, now: agents.parse_evidence(orjson.loads(body), ep, now)
+
+
+def _timed(used: list[float] | None, f: Any, *args: Any) -> Any:
+    """`f(*args)`, its CPU added to `used[1]` (the agent poller's decode: the controller's work)."""
+    if used is None:
+        return f(*args)
+    t = time.thread_time()
+    try:
+        return f(*args)
+    finally:
+        used[1] += time.thread_time() - t
+
+
+def _decoded(gpus: dict[tuple[str, str], Any], now: datetime,
+             used: list[float] | None = None) -> dict[tuple[str, str], Any]:
+    """`gpus` as the agent poller has them: each node's evidence document (its GPUs and the pods
+    holding them) through the agent poller's decode (`_poller_decode`; its CPU in `used[1]`)."""
+    import orjson
+
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint
+    decode = _poller_decode()
     by_node: dict[str, list[dict[str, Any]]] = {}
     for ev in gpus.values():
         by_node.setdefault(ev.node, []).extend(
@@ -804,17 +837,18 @@ def _decoded(gpus: dict[tuple[str, str], Any], now: datetime) -> dict[tuple[str,
             for d in ev.devices)
     out = {}
     for node, devs in by_node.items():
-        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
-                                         "podresources": {"up": True}, "gpus": devs}))
-        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+        body = orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                             "podresources": {"up": True}, "gpus": devs})
+        for ev in _timed(used, decode, body, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
             out[(ev.namespace, ev.pod)] = ev
     return out
 
 
 def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
-                     rng: Any) -> dict[tuple[str, str], Any]:
+                     rng: Any, used: list[float] | None = None) -> dict[tuple[str, str], Any]:
     """What the agent poller has after a pass: each node's evidence document (its GPUs, new readings, and
-    the pods holding them) built, through JSON and `sources.agents.parse_evidence`, one node at a
+    the pods holding them) built as its agent would (JSON bytes), then the agent poller's decode
+    (`_poller_decode`: its CPU in `used[1]`, the controller's own work), one node at a
     time, as the poller reads them (`AgentReader.read_each`: a document is parsed as it comes, never a
     whole pass's at once); each device's canonical UUID derived from its pod's name every pass (fresh
     strings, as off the wire: nothing of them kept here). BENCH_GPU_WHOLE_PASS=1 (a variant's
@@ -824,7 +858,8 @@ def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
 
     import orjson
 
-    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint
+    decode = _poller_decode()
     out = {}
     for node, pods in held.items():
         devs = []
@@ -836,10 +871,10 @@ def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
                 devs.append({"uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", "index": i,
                              "utilization": rng.uniform(0.85, 1.0), "sm_active": rng.uniform(0.6, 0.9),
                              "power_w": rng.uniform(500.0, 700.0), "power_limit_w": 700.0, "pods": where})
-        doc = orjson.loads(orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
-                                         "podresources": {"up": True}, "gpus": devs}))
+        body = orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
+                             "podresources": {"up": True}, "gpus": devs})
         del devs
-        for ev in parse_evidence(doc, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+        for ev in _timed(used, decode, body, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
             out[(ev.namespace, ev.pod)] = ev
     return out
 
@@ -1240,6 +1275,9 @@ def _print_live(results: list[dict[str, Any]]) -> None:
         print(f"{r['variant']:<8} {r['pods']:>7} {steady / mib:>11.0f} {r.get('window_max', 0) / mib:>11.0f} "
               f"{r['peak'] / mib:>9.0f} {r['peak'] / steady:>12.2f} {r['idle_core']:>10.3f} "
               f"{1000 * steady / mib / max(1, r['pods']):>12.2f} {f'{held[1]}/{held[0]}':>13}")
+    for r in live:
+        print(f"{r['variant']}: of its idle core, the agent poller's decode of the agents' documents (bytes to "
+              f"records) {r.get('decode_core', 0.0):.3f}")
     for r in live:
         if "warmed" in r:
             print(f"{r['variant']}: warm-up ({LIVE_WARMUP} feed passes) " + (

@@ -322,6 +322,16 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                        tuple(problems), cursor)
 
 
+def decode_evidence(body: bytes, endpoint: AgentEndpoint, read_at: datetime, *, url: str = "") -> AgentReport:
+    """An agent's `/evidence` body as the controller holds it: JSON (`AgentReadError` where it is not),
+    then `parse_evidence`."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise AgentReadError(f"{url or endpoint.url + '/evidence'}: not JSON ({e})") from e
+    return parse_evidence(doc, endpoint, read_at)
+
+
 def fetch(url: str, *, connect_s: float, read_s: float, max_body: int, headers: Mapping[str, str] | None = None,
           context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> bytes:
     """The body of a 200 answer to `GET url` (http:// or, with `context`, https://), read on a
@@ -401,11 +411,7 @@ class AgentReader:
                      headers=self._headers, context=self.context, server_hostname=self.server_name)
 
     def _parse(self, endpoint: AgentEndpoint, url: str, body: bytes) -> AgentReport:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise AgentReadError(f"{url}: not JSON ({e})") from e
-        report = parse_evidence(doc, endpoint, self.now())
+        report = decode_evidence(body, endpoint, self.now(), url=url)
         if report.cursor is not None:
             self._cursors[endpoint.url] = report.cursor
         else:
