@@ -589,7 +589,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     c.close()
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
-               "start": rss0, "idle_core": idle, "decode_core": decode_core, "pods": pods, "runs": runs, "tick_s": tick_s,
+               "start": rss0, "idle_core": idle, "decode_core": decode_core, "pods": pods, "runs": runs,
+               "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
                "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted,
                **warm})
@@ -629,9 +630,10 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     pass before (`"agent-log"` after the last line sent), Megatron-style (a loss and the run's total
     steps); the first pass is each container's first document (a sidecar's: 3 lines, no step, then
     nothing new). The samples come through the agent poller's decode (`sources.agents`), not from
-    scanning text. `used`: this thread's CPU, and of it the agent poller's decode (`used[1]`); `done`: one entry per pass handed on. `heads_only`: only
-    the Ray heads' trainers print steps (a RayJob's driver prints the run's progress; its workers'
-    trainers send their first document, as a sidecar, then nothing new)."""
+    scanning text. `used`: this thread's CPU, and of it the agent poller's decode (`used[1]`); `done`: one
+    entry per pass handed on. `heads_only`: only the Ray heads' trainers print steps (a RayJob's driver
+    prints the run's progress; its workers' trainers send their first document, as a sidecar, then
+    nothing new)."""
     import random
     from dataclasses import replace as _replace
 

@@ -8,7 +8,7 @@ but cold, the hang hint (progressing). Readings older than the freshness bound a
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import Field, dataclass, fields
 from datetime import datetime, timedelta
 from sys import intern
@@ -19,6 +19,7 @@ from collector.gpudevice import (
     _HANG,
     _LAYOUT,
     _LOST,
+    _NO_ECC,
     _NO_INDEX,
     _ODD,
     _SHARED,
@@ -34,7 +35,7 @@ from collector.gpudevice import (
     readings,
 )
 
-__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "clock_reasons_at", "compared", "device_at",
+__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "Row", "clock_reasons_at", "compared", "device_at",
            "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary", "held_state", "readings",
            "readings_of", "same_held_bytes", "sampled", "uuid_at", "uuids"]
 
@@ -88,6 +89,7 @@ _SHARED_ASIDE: dict[_Aside, _Aside] = {}
 _SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _POD_NAMES = tuple(f.name for f in fields(_PodFields))
 _NO_UUID = bytes(16)
+_PLAIN_BITS = 0x7F0 | _NO_ECC  # a device of `GpuDevice.readings`: the rarer readings absent, no ECC count
 
 
 def _layout(p: bytes) -> _Layout:
@@ -189,15 +191,7 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
     words = memoryview(b"".join(x for d in devs for x in (_PAD, d._b)))
     halves, words = words.cast("H"), words.cast("Q")
     for c in range(_INDEX, _UTIL + 11):
-        col = (halves[c + 1::48] if c < _UTIL else words[c - _UTIL + 1::12]).tobytes()
-        w = 2 if c < _UTIL else 8
-        if c == _INDEX and n < 0x8000 and col == _arange(n):
-            flags |= _ARANGE
-        elif n > 1 and col == col[:w] * n:
-            flags |= 1 << c
-            parts.append(col[:w])
-        else:
-            parts.append(col)
+        flags |= _column(parts, c, (halves[c + 1::48] if c < _UTIL else words[c - _UTIL + 1::12]).tobytes(), n)
     parts[0] = _HEAD.pack(n, flags, any_)
     aside: _Aside | None = None
     if rares is not None or names is not None:
@@ -206,6 +200,78 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
                 r is None or _shared(r) for r in aside[0] or ()):
             aside = _SHARED_ASIDE.setdefault(aside, aside)
     return b"".join(parts), aside
+
+
+def _column(parts: list[bytes], c: int, col: bytes, n: int) -> int:
+    """Column `c` of `n` devices (`col`, its bytes) put in `parts`: the header's flag bits it sets."""
+    w = 2 if c < _UTIL else 8
+    if c == _INDEX and n < 0x8000 and col == _arange(n):
+        return _ARANGE
+    if n > 1 and col == col[:w] * n:
+        parts.append(col[:w])
+        return 1 << c
+    parts.append(col)
+    return 0
+
+
+# A GPU as the readings an agent sends for it every pass: uuid, index, utilization, SM active, power,
+# power limit (`PodGpuEvidence.from_readings`)
+Row = tuple[str, int | None, float | None, float | None, float | None, float | None]
+
+
+def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
+    """`_pack` of `GpuDevice.readings(*row)` for each row, without the devices; None where a row is not
+    one `readings` packs by itself (a reading not a float or None, an index not a small int or None)."""
+    n = len(rows)
+    if not n:
+        return None
+    masks: list[int] = []
+    parts: list[bytes] = [b""]
+    names: list[object] | None = None
+    ix: list[int] = []
+    cols: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])
+    any_ = 0
+    for i, (uuid, index, *vals) in enumerate(rows):
+        m = _PLAIN_BITS
+        for j, v in enumerate(vals):
+            if type(v) is float:
+                cols[j].append(v)
+            elif v is None:
+                m |= 1 << j
+                cols[j].append(0.0)
+            else:
+                return None
+        if index is None:
+            m |= _NO_INDEX
+            index = 0
+        elif type(index) is not int or not -0x8000 <= index < 0x8000:
+            return None
+        ix.append(index)
+        kind, raw = _uuid_bytes(uuid)
+        if kind == _ASIDE:
+            if names is None:
+                names = [None] * n
+            names[i] = intern(uuid) if type(uuid) is str else uuid
+        m |= kind << _KIND_SHIFT
+        any_ |= m
+        masks.append(m)
+        parts.append(raw)
+    flags = 0
+    if n > 1 and masks.count(masks[0]) == n:
+        flags |= 1
+        parts.append(struct.pack("<I", masks[0]))
+    else:
+        parts.append(struct.pack(f"<{n}I", *masks))
+    flags |= _column(parts, _INDEX, struct.pack(f"<{n}h", *ix), n)
+    flags |= _column(parts, _ECC, bytes(2 * n), n)
+    dn = f"<{n}d"
+    for j in range(4):
+        flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
+    zeros = bytes(8 * n)
+    for c in range(_UTIL + 4, _UTIL + 11):
+        flags |= _column(parts, c, zeros, n)
+    parts[0] = _HEAD.pack(n, flags, any_)
+    return b"".join(parts), None if names is None else (None, tuple(names))
 
 
 def _shared(r: _Rare) -> bool:
@@ -237,7 +303,23 @@ class PodGpuEvidence(_PodRecord):
 
     def __init__(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
                  devices: tuple[GpuDevice, ...], containers: tuple[str, ...] = ()) -> None:
-        p, x = _pack(devices)
+        self._set(namespace, pod, node, source, read_at, containers, *_pack(devices))
+
+    @classmethod
+    def from_readings(cls, namespace: str, pod: str, node: str, source: str, read_at: datetime,
+                      rows: Sequence[Row], containers: tuple[str, ...] = ()) -> PodGpuEvidence:
+        """`cls(namespace, pod, node, source, read_at, tuple(GpuDevice.readings(*r) for r in rows),
+        containers)`, the same record, without making the devices (the agent poller's fast path: what
+        an agent sends every pass for every GPU)."""
+        packed = _pack_rows(rows)
+        if packed is None:
+            return cls(namespace, pod, node, source, read_at, tuple(GpuDevice.readings(*r) for r in rows), containers)
+        e = object.__new__(cls)
+        e._set(namespace, pod, node, source, read_at, containers, *packed)
+        return e
+
+    def _set(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
+             containers: tuple[str, ...], p: bytes, x: _Aside | None) -> None:
         if type(containers) is tuple and all(type(c) is str for c in containers) and \
                 len(_SHARED_NAMES) < _SHARED_MAX:
             containers = _SHARED_NAMES.setdefault(containers, containers)  # (pods alike: ("main",))

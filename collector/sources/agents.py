@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from collector.gpu import GpuDevice, PodGpuEvidence
+from collector.gpu import GpuDevice, PodGpuEvidence, Row
 from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
@@ -245,6 +245,40 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
                    lines=_i(c.get("lines")) or 0, tokens=tokens)
 
 
+# The keys of a GPU's entry an agent sends every pass (`GpuDevice.readings`); any other: `_device`.
+_PLAIN = frozenset(("uuid", "index", "utilization", "sm_active", "power_w", "power_limit_w", "pods"))
+
+
+def _device(g: dict[str, Any], uuid: str, doc_at: float | None, xids_by_uuid: dict[str, set[int]]) -> GpuDevice:
+    """A GPU's entry of the document, any field (`parse_evidence`)."""
+    energy = _energy(g.get("energy"), doc_at)
+    return GpuDevice(uuid=uuid, index=_i(g.get("index")), utilization=_f(g.get("utilization")),
+                     sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
+                     power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
+                     hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(uuid, ()))),
+                     shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
+                     clock_reasons=_reasons(g.get("clocks_event_reasons")),
+                     memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
+                     nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
+                     energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None,
+                     remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True,
+                     xid_ages=_xid_ages(g.get("xid_first_seen"), doc_at),
+                     ecc_uncorrected=_count(g.get("ecc_uncorrected")))
+
+
+def _pod_evidence(ns: str, pod: str, node: str, read_at: datetime, devs: list[GpuDevice | Row],
+                  containers: tuple[str, ...]) -> PodGpuEvidence:
+    """A pod's evidence from its devices and rows (`parse_evidence`): packed from the rows where it has
+    only rows (`PodGpuEvidence.from_readings`), else from the devices (each row's `GpuDevice.readings`)."""
+    rows: list[Row] = []
+    for d in devs:
+        if isinstance(d, GpuDevice):
+            return PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(
+                x if isinstance(x, GpuDevice) else GpuDevice.readings(*x) for x in devs), containers)
+        rows.append(d)
+    return PodGpuEvidence.from_readings(ns, pod, node, "agent", read_at, rows, containers)
+
+
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:
     if not isinstance(doc, dict):
         raise AgentReadError(f"{endpoint.url}/evidence: not a JSON object")
@@ -266,7 +300,8 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
         code = _i(x.get("code")) if uuid is not None else None
         if uuid is not None and code is not None:
             xids_by_uuid.setdefault(uuid, set()).add(code)
-    pods: dict[tuple[str, str], tuple[list[GpuDevice], set[str]]] = {}
+    # each pod's devices: a GPU's entry of only the readings as its row (`PodGpuEvidence.from_readings`)
+    pods: dict[tuple[str, str], tuple[list[GpuDevice | Row], set[str]]] = {}
     doc_at = _f(doc.get("at"))
     for g in _entries(doc.get("gpus")):
         uuid = _uuid(g.get("uuid")) if isinstance(g, dict) else None
@@ -274,19 +309,16 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
             problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid (or one over {MAX_UUID} "
                             "characters) skipped")
             continue
-        energy = _energy(g.get("energy"), doc_at)
-        dev = GpuDevice(uuid=uuid, index=_i(g.get("index")), utilization=_f(g.get("utilization")),
-                        sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
-                        power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
-                        hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(uuid, ()))),
-                        shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
-                        clock_reasons=_reasons(g.get("clocks_event_reasons")),
-                        memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
-                        nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
-                        energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None,
-                        remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True,
-                        xid_ages=_xid_ages(g.get("xid_first_seen"), doc_at),
-                        ecc_uncorrected=_count(g.get("ecc_uncorrected")))
+        dev: GpuDevice | Row
+        if g.keys() <= _PLAIN and uuid not in xids_by_uuid:  # (every GPU's entry each pass: ~3x cheaper)
+            get = g.get
+            ix, u, sm = get("index"), get("utilization"), get("sm_active")
+            pw, lim = get("power_w"), get("power_limit_w")
+            dev = (uuid, ix if type(ix) is int else _i(ix), u if type(u) is float else _f(u),
+                   sm if type(sm) is float else _f(sm), pw if type(pw) is float else _f(pw),
+                   lim if type(lim) is float else _f(lim))
+        else:
+            dev = _device(g, uuid, doc_at, xids_by_uuid)
         for p in _entries(g.get("pods")):
             key = _pod_key(p)
             if key is not None:
@@ -295,7 +327,7 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
                 containers.add(_name(p.get("container")) or "")
     # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held;
     # a ResourceClaim's device the agent found no UUID for (`resolved: false`) is held, not lost.
-    listed = {d.uuid for devs, _ in pods.values() for d in devs}
+    listed = {d.uuid if isinstance(d, GpuDevice) else d[0] for devs, _ in pods.values() for d in devs}
     for a in _entries(doc.get("allocations")):
         key = _pod_key(a)
         device = _uuid(a.get("device")) if key is not None else None
@@ -304,7 +336,7 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
             devs.append(GpuDevice(uuid=device, lost=nv.get("state") == "ok" and a.get("resolved") is not False,
                                   shared=a.get("shared") is True))
             containers.add(_name(a.get("container")) or "")
-    gpu_ev = tuple(PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(devs), tuple(sorted(c for c in cs if c)))
+    gpu_ev = tuple(_pod_evidence(ns, pod, node, read_at, devs, tuple(sorted(c for c in cs if c)))
                    for (ns, pod), (devs, cs) in sorted(pods.items()))
     logs = []
     where = agent_source(node)
