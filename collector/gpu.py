@@ -7,6 +7,7 @@ but cold, the hang hint (progressing). Readings older than the freshness bound a
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import Field, dataclass, fields
@@ -90,6 +91,10 @@ _SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _POD_NAMES = tuple(f.name for f in fields(_PodFields))
 _NO_UUID = bytes(16)
 _PLAIN_BITS = 0x7F0 | _NO_ECC  # a device of `GpuDevice.readings`: the rarer readings absent, no ECC count
+_FLOAT, _FLOAT_NONE, _INT_NONE = {float}, {float, type(None)}, {int, type(None)}
+_ZERO_COLUMNS = sum(1 << c for c in (_ECC, *range(_UTIL + 4, _UTIL + 11)))  # a plain pod's columns of zeros
+# UUIDs one after another, each canonical (what `_uuid_bytes` packs: 32 lower-case hex digits, dashed)
+_CANONICAL = re.compile(r"(?:(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
 
 
 def _layout(p: bytes) -> _Layout:
@@ -220,42 +225,59 @@ Row = tuple[str, int | None, float | None, float | None, float | None, float | N
 
 
 def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
-    """`_pack` of `GpuDevice.readings(*row)` for each row, without the devices; None where a row is not
-    one `readings` packs by itself (a reading not a float or None, an index not a small int or None)."""
+    """`_pack` of `GpuDevice.readings(*row)` for each row, without the devices, column by column; None
+    where a row is not one `readings` packs by itself (a reading not a float or None, an index not a
+    small int or None)."""
     n = len(rows)
     if not n:
         return None
-    masks: list[int] = []
-    parts: list[bytes] = [b""]
-    names: list[object] | None = None
-    ix: list[int] = []
-    cols: tuple[list[float], list[float], list[float], list[float]] = ([], [], [], [])
-    any_ = 0
-    for i, (uuid, index, *vals) in enumerate(rows):
-        m = _PLAIN_BITS
-        for j, v in enumerate(vals):
-            if type(v) is float:
-                cols[j].append(v)
-            elif v is None:
-                m |= 1 << j
-                cols[j].append(0.0)
-            else:
-                return None
-        if index is None:
-            m |= _NO_INDEX
-            index = 0
-        elif type(index) is not int or not -0x8000 <= index < 0x8000:
+    uu, ix, *readings = zip(*rows, strict=True)
+    bits: list[int] | None = None  # each device's bits beside `_PLAIN_BITS`, where some differ
+    cols: list[Sequence[float]] = []
+    for j, col in enumerate(readings):
+        kinds = set(map(type, col))
+        if kinds == _FLOAT:
+            cols.append(col)
+            continue
+        if not kinds <= _FLOAT_NONE:
             return None
-        ix.append(index)
-        kind, raw = _uuid_bytes(uuid)
-        if kind == _ASIDE:
-            if names is None:
-                names = [None] * n
-            names[i] = intern(uuid) if type(uuid) is str else uuid
-        m |= kind << _KIND_SHIFT
+        bits = bits or [0] * n
+        for i, v in enumerate(col):
+            if v is None:
+                bits[i] |= 1 << j
+        cols.append([0.0 if v is None else v for v in col])
+    kinds = set(map(type, ix))
+    if not kinds <= _INT_NONE:
+        return None
+    if type(None) in kinds:
+        bits = bits or [0] * n
+        for i, v in enumerate(ix):
+            if v is None:
+                bits[i] |= _NO_INDEX
+        ix = tuple(0 if v is None else v for v in ix)
+    if min(ix) < -0x8000 or max(ix) >= 0x8000:
+        return None
+    joined = "".join(uu) if all(type(u) is str for u in uu) else ""
+    names: list[object] | None = None
+    if len(joined) == 40 * n and _CANONICAL.fullmatch(joined):  # (every UUID canonical: one fromhex)
+        raws = [bytes.fromhex(joined.replace("GPU-", "").replace("MIG-", "").replace("-", ""))]
+        kinds_at = [_GPU] * n if "MIG-" not in joined else [_GPU if u[0] == "G" else _MIG for u in uu]
+    else:
+        raws, kinds_at = [], []
+        for i, u in enumerate(uu):
+            kind, raw = _uuid_bytes(u)
+            if kind == _ASIDE:
+                if names is None:
+                    names = [None] * n
+                names[i] = intern(u) if type(u) is str else u
+            raws.append(raw)
+            kinds_at.append(kind)
+    masks = [_PLAIN_BITS | k << _KIND_SHIFT for k in kinds_at] if bits is None else \
+        [_PLAIN_BITS | b | k << _KIND_SHIFT for b, k in zip(bits, kinds_at, strict=True)]
+    any_ = 0
+    for m in set(masks):
         any_ |= m
-        masks.append(m)
-        parts.append(raw)
+    parts: list[bytes] = [b"", *raws]
     flags = 0
     if n > 1 and masks.count(masks[0]) == n:
         flags |= 1
@@ -263,13 +285,17 @@ def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
     else:
         parts.append(struct.pack(f"<{n}I", *masks))
     flags |= _column(parts, _INDEX, struct.pack(f"<{n}h", *ix), n)
-    flags |= _column(parts, _ECC, bytes(2 * n), n)
     dn = f"<{n}d"
-    for j in range(4):
-        flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
-    zeros = bytes(8 * n)
-    for c in range(_UTIL + 4, _UTIL + 11):
-        flags |= _column(parts, c, zeros, n)
+    if n == 1:  # (each column whole: the ECC count and the seven rarer readings, zeros)
+        parts.append(bytes(2))
+        parts.extend(struct.pack(dn, *col) for col in cols)
+        parts.append(bytes(56))
+    else:  # (the zero columns stored once, as `_column` would)
+        flags |= _ZERO_COLUMNS
+        parts.append(bytes(2))
+        for j in range(4):
+            flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
+        parts.append(bytes(56))
     parts[0] = _HEAD.pack(n, flags, any_)
     return b"".join(parts), None if names is None else (None, tuple(names))
 
@@ -320,12 +346,21 @@ class PodGpuEvidence(_PodRecord):
 
     def _set(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
              containers: tuple[str, ...], p: bytes, x: _Aside | None) -> None:
-        if type(containers) is tuple and all(type(c) is str for c in containers) and \
+        shared = _SHARED_NAMES.get(containers) if type(containers) is tuple else None
+        if shared is not None:  # (pods alike: ("main",))
+            containers = shared
+        elif type(containers) is tuple and all(type(c) is str for c in containers) and \
                 len(_SHARED_NAMES) < _SHARED_MAX:
-            containers = _SHARED_NAMES.setdefault(containers, containers)  # (pods alike: ("main",))
-        for name, v in (("namespace", namespace), ("pod", pod), ("node", node), ("source", source),
-                        ("read_at", read_at), ("containers", containers), ("_p", p), ("_x", x)):
-            object.__setattr__(self, name, v)
+            containers = _SHARED_NAMES.setdefault(containers, containers)
+        put = object.__setattr__
+        put(self, "namespace", namespace)
+        put(self, "pod", pod)
+        put(self, "node", node)
+        put(self, "source", source)
+        put(self, "read_at", read_at)
+        put(self, "containers", containers)
+        put(self, "_p", p)
+        put(self, "_x", x)
 
     @property
     def devices(self) -> tuple[GpuDevice, ...]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from sys import intern
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -270,13 +270,10 @@ def _pod_evidence(ns: str, pod: str, node: str, read_at: datetime, devs: list[Gp
                   containers: tuple[str, ...]) -> PodGpuEvidence:
     """A pod's evidence from its devices and rows (`parse_evidence`): packed from the rows where it has
     only rows (`PodGpuEvidence.from_readings`), else from the devices (each row's `GpuDevice.readings`)."""
-    rows: list[Row] = []
-    for d in devs:
-        if isinstance(d, GpuDevice):
-            return PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(
-                x if isinstance(x, GpuDevice) else GpuDevice.readings(*x) for x in devs), containers)
-        rows.append(d)
-    return PodGpuEvidence.from_readings(ns, pod, node, "agent", read_at, rows, containers)
+    if any(isinstance(d, GpuDevice) for d in devs):
+        return PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(
+            x if isinstance(x, GpuDevice) else GpuDevice.readings(*x) for x in devs), containers)
+    return PodGpuEvidence.from_readings(ns, pod, node, "agent", read_at, cast(list[Row], devs), containers)
 
 
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:

@@ -147,7 +147,9 @@ def test_readings_is_the_constructor(uuid: str, index: Any, u: Any, sm: Any, pw:
     assert a == b
 
 
-rows = st.tuples(st.one_of(canonical, st.uuids().map(lambda u: f"MIG-{u}"), st.text(max_size=4)),
+look_alike = st.uuids().map(lambda u: f"GPU-{u}"[:-1] + "g")  # (40 characters, one not hex)
+rows = st.tuples(st.one_of(canonical, canonical, st.uuids().map(lambda u: f"MIG-{u}"), st.text(max_size=4),
+                           st.uuids().map(lambda u: f"GPU-{str(u).upper()}"), look_alike),
                  st.one_of(st.integers(-40000, 40000), st.none(), st.sampled_from([0, 1, 2, 3])),
                  *(st.one_of(st.floats(), st.none(), st.sampled_from([700.0, 0.0, -0.0, math.inf]),
                              st.integers(0, 3)) for _ in range(4)))
