@@ -184,12 +184,7 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
         any_ |= m
         masks.append(m)
         parts.append(raw)
-    flags = 0
-    if n > 1 and masks.count(masks[0]) == n:
-        flags |= 1
-        parts.append(struct.pack("<I", masks[0]))
-    else:
-        parts.append(struct.pack(f"<{n}I", *masks))
+    flags = _bits_column(parts, masks)
     # Each column's bytes as they are (NaN's bits, -0.0 apart from 0.0): 4 bytes of padding and every
     # device's 92 make 12 words, a reading every 12th word from the second (an index or ECC count, every
     # 48th half from the third or fourth).
@@ -205,6 +200,16 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
                 r is None or _shared(r) for r in aside[0] or ()):
             aside = _SHARED_ASIDE.setdefault(aside, aside)
     return b"".join(parts), aside
+
+
+def _bits_column(parts: list[bytes], masks: list[int]) -> int:
+    """The devices' bits column put in `parts` (once where alike): the header's flag bit it sets."""
+    n = len(masks)
+    if n > 1 and masks.count(masks[0]) == n:
+        parts.append(struct.pack("<I", masks[0]))
+        return 1
+    parts.append(struct.pack(f"<{n}I", *masks))
+    return 0
 
 
 def _column(parts: list[bytes], c: int, col: bytes, n: int) -> int:
@@ -278,12 +283,7 @@ def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
     for m in set(masks):
         any_ |= m
     parts: list[bytes] = [b"", *raws]
-    flags = 0
-    if n > 1 and masks.count(masks[0]) == n:
-        flags |= 1
-        parts.append(struct.pack("<I", masks[0]))
-    else:
-        parts.append(struct.pack(f"<{n}I", *masks))
+    flags = _bits_column(parts, masks)
     flags |= _column(parts, _INDEX, struct.pack(f"<{n}h", *ix), n)
     dn = f"<{n}d"
     if n == 1:  # (each column whole: the ECC count and the seven rarer readings, zeros)
