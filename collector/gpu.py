@@ -236,10 +236,10 @@ def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
     n = len(rows)
     if not n:
         return None
-    uu, ix, *readings = zip(*rows, strict=True)
+    uu, ix, *values = zip(*rows, strict=True)
     bits: list[int] | None = None  # each device's bits beside `_PLAIN_BITS`, where some differ
     cols: list[Sequence[float]] = []
-    for j, col in enumerate(readings):
+    for j, col in enumerate(values):
         kinds = set(map(type, col))
         if kinds == _FLOAT:
             cols.append(col)
@@ -346,12 +346,12 @@ class PodGpuEvidence(_PodRecord):
 
     def _set(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
              containers: tuple[str, ...], p: bytes, x: _Aside | None) -> None:
-        shared = _SHARED_NAMES.get(containers) if type(containers) is tuple else None
-        if shared is not None:  # (pods alike: ("main",))
-            containers = shared
-        elif type(containers) is tuple and all(type(c) is str for c in containers) and \
-                len(_SHARED_NAMES) < _SHARED_MAX:
-            containers = _SHARED_NAMES.setdefault(containers, containers)
+        if type(containers) is tuple and all(type(c) is str for c in containers):  # (pods alike: ("main",))
+            shared = _SHARED_NAMES.get(containers)
+            if shared is not None:
+                containers = shared
+            elif len(_SHARED_NAMES) < _SHARED_MAX:
+                containers = _SHARED_NAMES.setdefault(containers, containers)
         put = object.__setattr__
         put(self, "namespace", namespace)
         put(self, "pod", pod)
