@@ -90,7 +90,7 @@ _SHARED_ASIDE: dict[_Aside, _Aside] = {}
 _SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _POD_NAMES = tuple(f.name for f in fields(_PodFields))
 _NO_UUID = bytes(16)
-_PLAIN_BITS = 0x7F0 | _NO_ECC  # a device of `GpuDevice.readings`: the rarer readings absent, no ECC count
+_PLAIN_BITS = 0x7F0 | _NO_ECC  # a device of only the four readings: the rarer ones absent, no ECC count
 _FLOAT, _FLOAT_NONE, _INT_NONE = {float}, {float, type(None)}, {int, type(None)}
 _ZERO_COLUMNS = sum(1 << c for c in (_ECC, *range(_UTIL + 4, _UTIL + 11)))  # a plain pod's columns of zeros
 # UUIDs one after another, each canonical (what `_uuid_bytes` packs: 32 lower-case hex digits, dashed)
@@ -230,9 +230,9 @@ Row = tuple[str, int | None, float | None, float | None, float | None, float | N
 
 
 def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
-    """`_pack` of `GpuDevice.readings(*row)` for each row, without the devices, column by column; None
-    where a row is not one `readings` packs by itself (a reading not a float or None, an index not a
-    small int or None)."""
+    """`_pack` of `GpuDevice(*row)` for each row, without the devices, column by column; None where a
+    row does not pack as plain readings (a reading not a float or None, an index not a small int or
+    None)."""
     n = len(rows)
     if not n:
         return None
@@ -285,17 +285,13 @@ def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
     parts: list[bytes] = [b"", *raws]
     flags = _bits_column(parts, masks)
     flags |= _column(parts, _INDEX, struct.pack(f"<{n}h", *ix), n)
+    parts.append(bytes(2))  # the ECC counts: zeros (stored once where n > 1, as `_column` would: the same bytes)
     dn = f"<{n}d"
-    if n == 1:  # (each column whole: the ECC count and the seven rarer readings, zeros)
-        parts.append(bytes(2))
-        parts.extend(struct.pack(dn, *col) for col in cols)
-        parts.append(bytes(56))
-    else:  # (the zero columns stored once, as `_column` would)
+    for j in range(4):
+        flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
+    parts.append(bytes(56))  # the seven rarer readings: zeros (likewise)
+    if n > 1:
         flags |= _ZERO_COLUMNS
-        parts.append(bytes(2))
-        for j in range(4):
-            flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
-        parts.append(bytes(56))
     parts[0] = _HEAD.pack(n, flags, any_)
     return b"".join(parts), None if names is None else (None, tuple(names))
 
@@ -334,12 +330,12 @@ class PodGpuEvidence(_PodRecord):
     @classmethod
     def from_readings(cls, namespace: str, pod: str, node: str, source: str, read_at: datetime,
                       rows: Sequence[Row], containers: tuple[str, ...] = ()) -> PodGpuEvidence:
-        """`cls(namespace, pod, node, source, read_at, tuple(GpuDevice.readings(*r) for r in rows),
-        containers)`, the same record, without making the devices (the agent poller's fast path: what
-        an agent sends every pass for every GPU)."""
+        """`cls(namespace, pod, node, source, read_at, tuple(GpuDevice(*r) for r in rows), containers)`,
+        the same record, without making the devices (the agent poller's fast path: what an agent sends
+        every pass for every GPU)."""
         packed = _pack_rows(rows)
         if packed is None:
-            return cls(namespace, pod, node, source, read_at, tuple(GpuDevice.readings(*r) for r in rows), containers)
+            return cls(namespace, pod, node, source, read_at, tuple(GpuDevice(*r) for r in rows), containers)
         e = object.__new__(cls)
         e._set(namespace, pod, node, source, read_at, containers, *packed)
         return e

@@ -174,40 +174,6 @@ class GpuDevice(_DeviceRecord):
         object.__setattr__(self, "_b", _LAYOUT.pack(ix, ecc, *vals))
         object.__setattr__(self, "_rare", rare)
 
-    @classmethod
-    def readings(cls, uuid: str, index: int | None, utilization: float | None, sm_active: float | None,
-                 power_w: float | None, power_limit_w: float | None) -> GpuDevice:
-        """`cls(uuid, index, utilization, sm_active, power_w, power_limit_w)`, the same record, where
-        each reading is a float or None and `index` an int in -32768..32767 or None (what an agent
-        sends every pass for every GPU: the agent poller's fast path, ~4x cheaper); anything else:
-        the constructor."""
-        if not ((type(utilization) is float or utilization is None) and (type(sm_active) is float or sm_active is None)
-                and (type(power_w) is float or power_w is None)
-                and (type(power_limit_w) is float or power_limit_w is None)
-                and (index is None or (type(index) is int and -0x8000 <= index < 0x8000))):
-            return cls(uuid, index, utilization, sm_active, power_w, power_limit_w)
-        m = 0x7F0 | _NO_ECC  # (the rarer readings absent, no ECC count)
-        if utilization is None:
-            m, utilization = m | 1, 0.0
-        if sm_active is None:
-            m, sm_active = m | 2, 0.0
-        if power_w is None:
-            m, power_w = m | 4, 0.0
-        if power_limit_w is None:
-            m, power_limit_w = m | 8, 0.0
-        if index is None:
-            m, index = m | _NO_INDEX, 0
-        m = _MASKS.get(m, m)
-        if m > 256 and len(_MASKS) < _SHARED_MAX:
-            _MASKS[m] = m
-        d = object.__new__(cls)
-        object.__setattr__(d, "uuid", uuid)
-        object.__setattr__(d, "_m", m)
-        object.__setattr__(d, "_b", _LAYOUT.pack(index, 0, utilization, sm_active, power_w, power_limit_w,
-                                                 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
-        object.__setattr__(d, "_rare", None)
-        return d
-
     def _odd(self, name: str, default: object) -> Any:
         for n, v in self._rare[4] if self._rare is not None else ():
             if n == name:

@@ -245,7 +245,7 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
                    lines=_i(c.get("lines")) or 0, tokens=tokens)
 
 
-# The keys of a GPU's entry an agent sends every pass (`GpuDevice.readings`); any other: `_device`.
+# The keys of a GPU's entry an agent sends every pass (a row: `PodGpuEvidence.from_readings`); any other: `_device`.
 _PLAIN = frozenset(("uuid", "index", "utilization", "sm_active", "power_w", "power_limit_w", "pods"))
 
 
@@ -269,10 +269,10 @@ def _device(g: dict[str, Any], uuid: str, doc_at: float | None, xids_by_uuid: di
 def _pod_evidence(ns: str, pod: str, node: str, read_at: datetime, devs: list[GpuDevice | Row],
                   containers: tuple[str, ...]) -> PodGpuEvidence:
     """A pod's evidence from its devices and rows (`parse_evidence`): packed from the rows where it has
-    only rows (`PodGpuEvidence.from_readings`), else from the devices (each row's `GpuDevice.readings`)."""
+    only rows (`PodGpuEvidence.from_readings`), else from the devices (each row's `GpuDevice(*row)`)."""
     if any(isinstance(d, GpuDevice) for d in devs):
         return PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(
-            x if isinstance(x, GpuDevice) else GpuDevice.readings(*x) for x in devs), containers)
+            x if isinstance(x, GpuDevice) else GpuDevice(*x) for x in devs), containers)
     return PodGpuEvidence.from_readings(ns, pod, node, "agent", read_at, cast(list[Row], devs), containers)
 
 

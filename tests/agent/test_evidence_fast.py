@@ -134,19 +134,6 @@ def test_not_json_is_named() -> None:
         decode_evidence(b"{", EP, AT)
 
 
-floats_or_none = st.one_of(st.floats(), st.none(), st.just(-0.0), st.integers(), st.booleans())
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.one_of(canonical, st.text(max_size=4)), st.one_of(st.integers(), st.none(), st.booleans()),
-       floats_or_none, floats_or_none, floats_or_none, floats_or_none)
-def test_readings_is_the_constructor(uuid: str, index: Any, u: Any, sm: Any, pw: Any, lim: Any) -> None:
-    a = GpuDevice.readings(uuid, index, u, sm, pw, lim)
-    b = GpuDevice(uuid, index, u, sm, pw, lim)
-    assert (a.uuid, a._m, a._b, a._rare) == (b.uuid, b._m, b._b, b._rare)
-    assert a == b
-
-
 look_alike = st.uuids().map(lambda u: f"GPU-{u}"[:-1] + "g")  # (40 characters, one not hex)
 rows = st.tuples(st.one_of(canonical, canonical, st.uuids().map(lambda u: f"MIG-{u}"), st.text(max_size=4),
                            st.uuids().map(lambda u: f"GPU-{str(u).upper()}"), look_alike),
@@ -159,6 +146,6 @@ rows = st.tuples(st.one_of(canonical, canonical, st.uuids().map(lambda u: f"MIG-
 @given(st.lists(rows, max_size=9))
 def test_from_readings_packs_as_the_devices_do(rs: list[Any]) -> None:
     a = PodGpuEvidence.from_readings("ns", "p", "n", "agent", AT, rs, ("main",))
-    b = PodGpuEvidence("ns", "p", "n", "agent", AT, tuple(GpuDevice.readings(*r) for r in rs), ("main",))
+    b = PodGpuEvidence("ns", "p", "n", "agent", AT, tuple(GpuDevice(*r) for r in rs), ("main",))
     assert (a._p, a._x, a.containers) == (b._p, b._x, b.containers)
     assert a == b and a.devices == b.devices
