@@ -67,10 +67,11 @@ INCREMENT = 10  # driver samples a 30 s poll adds (a step every 3 s)
 NODE_TOKEN = "NODE0000"  # replaced by each agent's own number, in every name it appears in
 
 
-def node_document(samples: int = 256, *, increment: int | None = None) -> bytes:
+def node_document(samples: int = 256, *, increment: int | None = None, version: int = 1) -> bytes:
     """A fleet node's /evidence as the agent renders it (names carry NODE_TOKEN). `increment`: the
     document for a reader whose cursor predates only the driver's last `increment` samples (what a
-    30 s poll adds at a step every 3 s), as the agent renders it for `?epoch=&poll=`."""
+    30 s poll adds at a step every 3 s), as the agent renders it for `?epoch=&poll=`; `version`: as it
+    renders it for `?version=` (2: the GPUs column by column, what this tree's reader asks for)."""
     now = time.time()
     t0 = datetime.now(UTC) - timedelta(hours=2)
     gpus, allocs, logs = [], [], []
@@ -94,7 +95,7 @@ def node_document(samples: int = 256, *, increment: int | None = None) -> bytes:
                     hang_since={}, hang_sustain_s=300.0, allocations=tuple(allocs), podresources_up=True,
                     podresources_last_success=now, podresources_error="", xids=(), logs=tuple(logs),
                     log_epoch="bench", log_poll=1)
-    return orjson.dumps(evidence_document(snap))
+    return orjson.dumps(evidence_document(snap, version=version))
 
 
 def address(i: int) -> str:
@@ -103,12 +104,14 @@ def address(i: int) -> str:
     return f"127.0.{i // 250}.{i % 250 + 1}"
 
 
-def _serve(conn: Any, cpu: int | None, body: bytes, inc_body: bytes) -> None:
+def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, bool], bytes]) -> None:
+    """Answer each agent's address with its document: whole or the increment (a cursor asked), version 2
+    where asked (`?version=2`: this tree's reader), else 1 (a reader before)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    by_ip: dict[tuple[str, bool], bytes] = {}
+    by_ip: dict[tuple[str, bool, bool], bytes] = {}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # as the agent's own server (collector.endpoints): a connection per read
@@ -119,9 +122,10 @@ def _serve(conn: Any, cpu: int | None, body: bytes, inc_body: bytes) -> None:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             ip = self.connection.getsockname()[0]
             inc = "epoch=" in self.path  # a reader with a cursor: the increment
-            doc = by_ip.get((ip, inc))
+            v2 = "version=2" in self.path
+            doc = by_ip.get((ip, inc, v2))
             if doc is None:
-                doc = by_ip[(ip, inc)] = (inc_body if inc else body).replace(
+                doc = by_ip[(ip, inc, v2)] = bodies[(inc, v2)].replace(
                     NODE_TOKEN.encode(), ("n" + ip.replace(".", "-")).encode())
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -225,10 +229,11 @@ def main() -> None:
     cpu = None if a.no_pin or (os.cpu_count() or 1) < 2 else 0
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    body, inc_body = node_document(), node_document(increment=INCREMENT)
+    bodies = {(inc, v2): node_document(increment=INCREMENT if inc else None, version=2 if v2 else 1)
+              for inc in (False, True) for v2 in (False, True)}
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
-    proc = ctx.Process(target=_serve, args=(child, None if cpu is None else 1, body, inc_body), daemon=True)
+    proc = ctx.Process(target=_serve, args=(child, None if cpu is None else 1, bodies), daemon=True)
     proc.start()
     port = conn.recv()
     try:
@@ -236,7 +241,8 @@ def main() -> None:
                      for i in range(a.agents)]
         assert len({e.url for e in endpoints}) == a.agents
         print(f"# agent poll benchmark  {datetime.now(UTC):%Y-%m-%d %H:%MZ}  python {sys.version.split()[0]}  "
-              f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(body):,} B each")
+              f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(bodies[(False, True)]):,} B each "
+              f"(version 2; version 1: {len(bodies[(False, False)]):,} B)")
         reader = AgentReader(lambda: datetime.now(UTC))
         old_reader = _reader_of(a.before_tree) if a.before_tree else None
         rows = []
@@ -244,7 +250,7 @@ def main() -> None:
         signals_before: dict[tuple[str, str, str], Signal] = {}  # the loop as before: every increment extended
         for n in range(a.passes):
             c0, t0 = cpu_s(), time.monotonic()
-            query = "" if n == 0 else "?epoch=bench&poll=1"
+            query = "?version=2" if n == 0 else "?version=2&epoch=bench&poll=1"  # (what this tree's reader asks)
             nbytes = plain_get_all([f"{e.url}/evidence{query}" for e in endpoints], 16)
             base = (cpu_s() - c0, time.monotonic() - t0)
             c0 = cpu_s()

@@ -846,36 +846,64 @@ def _decoded(gpus: dict[tuple[str, str], Any], now: datetime,
     return out
 
 
-def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
-                     rng: Any, used: list[float] | None = None) -> dict[tuple[str, str], Any]:
-    """What the agent poller has after a pass: each node's evidence document (its GPUs, new readings, and
-    the pods holding them) built as its agent would (JSON bytes), then the agent poller's decode
-    (`_poller_decode`: its CPU in `used[1]`, the controller's own work), one node at a
-    time, as the poller reads them (`AgentReader.read_each`: a document is parsed as it comes, never a
-    whole pass's at once); each device's canonical UUID derived from its pod's name every pass (fresh
-    strings, as off the wire: nothing of them kept here). BENCH_GPU_WHOLE_PASS=1 (a variant's
-    `+wholepass`): the feed before (`_decoded`: every node's device entries built before the first is
-    parsed, ~6 KB a GPU pod at once; the UUIDs' strings kept between passes, `_UUIDS`)."""
+# What an H100 reports every pass besides utilization, SM activity and power (`collector.agent.nvml`):
+# the agent renders all of it (`_node_body`), and the poller decodes all of it.
+_H100: dict[str, Any] = {"name": "NVIDIA H100 80GB HBM3", "power_limit_w": 700.0, "memory_used_bytes": 71 << 30,
+         "memory_total_bytes": 80 << 30, "temperature_c": 61.0, "memory_clock_hz": 2.6e9,
+         "remap_pending": False, "remap_failed": False,
+         "ecc": (("uncorrected", "volatile", 0), ("uncorrected", "aggregate", 0), ("corrected", "volatile", 3))}
+
+
+def _node_body(node: str, pods: list[tuple[str, str, int]], at: float, rng: Any) -> bytes:
+    """A node's `/evidence` as its agent renders it (`collector.agent.evidence.evidence_document`, in
+    the version the tree's poller asks for): each GPU with every reading an H100 reports (a power-cap
+    throttle reason on ~30 %, an energy window, ECC counts), held by its pod (the kubelet's allocation);
+    each device's canonical UUID derived from its pod's name (fresh strings, as off the wire)."""
     import hashlib
 
     import orjson
 
-    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint
+    from collector.agent.evidence import Snapshot, evidence_document
+    from collector.agent.nvml import GpuReading, NvmlStatus
+    from collector.agent.podresources import Allocation
+    from collector.sources import agents
+    version = getattr(agents, "EVIDENCE_VERSION", 1)
+    gpus, allocs = [], []
+    for ns, name, n in pods:
+        base = int.from_bytes(hashlib.blake2b(f"{ns}/{name}".encode(), digest_size=16).digest(), "big")
+        for i in range(n):
+            h = f"{base ^ i:032x}"
+            gpu = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+            power = rng.uniform(500.0, 700.0)
+            gpus.append(GpuReading(
+                index=i, uuid=gpu, pci=f"0000:{0x18 + i:02x}:00.0", at=at, utilization=rng.uniform(0.85, 1.0),
+                sm_active=rng.uniform(0.6, 0.9), power_w=power, sm_clock_hz=rng.choice((1.98e9, 1.755e9)),
+                memory_util=rng.uniform(0.4, 0.6), pcie_tx_bps=rng.uniform(1e9, 4e9), pcie_rx_bps=rng.uniform(1e9, 4e9),
+                nvlink_tx_bps=rng.uniform(4e10, 8e10), nvlink_rx_bps=rng.uniform(4e10, 8e10),
+                energy_mj=10**9, energy_from=(at - 30.0, 10**9 - int(power * 30_000)),
+                clocks_event_reasons=4 if rng.random() < 0.3 else 0, **_H100))
+            allocs.append(Allocation(ns, name, "main", "nvidia.com/gpu", gpu))
+    snap = Snapshot(node=node, at=at, nvml=NvmlStatus("ok", "", "550.54.15", len(gpus)), gpus=tuple(gpus),
+                    hang_since={}, hang_sustain_s=300.0, allocations=tuple(allocs), podresources_up=True,
+                    podresources_last_success=at, podresources_error="", xids=(), logs=())
+    doc = evidence_document(snap, version=version) if version != 1 else evidence_document(snap)
+    return orjson.dumps(doc)
+
+
+def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
+                     rng: Any, used: list[float] | None = None) -> dict[tuple[str, str], Any]:
+    """What the agent poller has after a pass: each node's evidence document as its agent renders it
+    (`_node_body`), then the agent poller's decode (`_poller_decode`: its CPU in `used[1]`, the
+    controller's own work), one node at a time, as the poller reads them (`AgentReader.read_each`: a
+    document is parsed as it comes, never a whole pass's at once). BENCH_GPU_WHOLE_PASS=1 (a variant's
+    `+wholepass`): the feed before (`_decoded`: every node's device entries built before the first is
+    parsed, ~6 KB a GPU pod at once; the UUIDs' strings kept between passes, `_UUIDS`)."""
+    from collector.sources.agents import AgentEndpoint
     decode = _poller_decode()
+    at = now.timestamp()
     out = {}
     for node, pods in held.items():
-        devs = []
-        for ns, name, n in pods:
-            base = int.from_bytes(hashlib.blake2b(f"{ns}/{name}".encode(), digest_size=16).digest(), "big")
-            where = [{"namespace": ns, "pod": name, "container": "main"}]
-            for i in range(n):
-                h = f"{base ^ i:032x}"
-                devs.append({"uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", "index": i,
-                             "utilization": rng.uniform(0.85, 1.0), "sm_active": rng.uniform(0.6, 0.9),
-                             "power_w": rng.uniform(500.0, 700.0), "power_limit_w": 700.0, "pods": where})
-        body = orjson.dumps({"version": EVIDENCE_VERSION, "node": node, "nvml": {"state": "ok"},
-                             "podresources": {"up": True}, "gpus": devs})
-        del devs
+        body = _node_body(node, pods, at, rng)
         for ev in _timed(used, decode, body, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
             out[(ev.namespace, ev.pod)] = ev
     return out

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import Field, dataclass, fields
 from datetime import datetime, timedelta
 from sys import intern
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 from collector.gpudevice import (
+    _ECC_SEEN,
     _FAULT_BITS,
     _HANG,
     _LAYOUT,
@@ -23,6 +24,8 @@ from collector.gpudevice import (
     _NO_ECC,
     _NO_INDEX,
     _ODD,
+    _REMAP_FAILED,
+    _REMAP_PENDING,
     _SHARED,
     _SHARED_MAX,
     _SHARED_RARE,
@@ -31,14 +34,15 @@ from collector.gpudevice import (
     Readings,
     _Frozen,
     _Rare,
+    _shared_rare,
     energy_window,
     fault_free,
     readings,
 )
 
-__all__ = ["GpuDevice", "GpuSummary", "PodGpuEvidence", "Readings", "Row", "clock_reasons_at", "compared", "device_at",
-           "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary", "held_state", "readings",
-           "readings_of", "same_held_bytes", "sampled", "uuid_at", "uuids"]
+__all__ = ["Columns", "GpuDevice", "GpuSummary", "NodeColumns", "PodGpuEvidence", "Readings", "clock_reasons_at",
+           "compared", "device_at", "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary",
+           "held_state", "readings", "readings_of", "same_held_bytes", "sampled", "uuid_at", "uuids"]
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,7 @@ _SHARED_ASIDE: dict[_Aside, _Aside] = {}
 _SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _POD_NAMES = tuple(f.name for f in fields(_PodFields))
 _NO_UUID = bytes(16)
-_PLAIN_BITS = 0x7F0 | _NO_ECC  # a device of only the four readings: the rarer ones absent, no ECC count
 _FLOAT, _FLOAT_NONE, _INT_NONE = {float}, {float, type(None)}, {int, type(None)}
-_ZERO_COLUMNS = sum(1 << c for c in (_ECC, *range(_UTIL + 4, _UTIL + 11)))  # a plain pod's columns of zeros
 # UUIDs one after another, each canonical (what `_uuid_bytes` packs: 32 lower-case hex digits, dashed)
 _CANONICAL = re.compile(r"(?:(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
 
@@ -193,13 +195,7 @@ def _pack(devices: Iterable[GpuDevice]) -> tuple[bytes, _Aside | None]:
     for c in range(_INDEX, _UTIL + 11):
         flags |= _column(parts, c, (halves[c + 1::48] if c < _UTIL else words[c - _UTIL + 1::12]).tobytes(), n)
     parts[0] = _HEAD.pack(n, flags, any_)
-    aside: _Aside | None = None
-    if rares is not None or names is not None:
-        aside = (None if rares is None else tuple(rares), None if names is None else tuple(names))
-        if names is None and len(_SHARED_ASIDE) < _SHARED_MAX and all(
-                r is None or _shared(r) for r in aside[0] or ()):
-            aside = _SHARED_ASIDE.setdefault(aside, aside)
-    return b"".join(parts), aside
+    return b"".join(parts), _aside(rares, names)
 
 
 def _bits_column(parts: list[bytes], masks: list[int]) -> int:
@@ -224,76 +220,177 @@ def _column(parts: list[bytes], c: int, col: bytes, n: int) -> int:
     return 0
 
 
-# A GPU as the readings an agent sends for it every pass: uuid, index, utilization, SM active, power,
-# power limit (`PodGpuEvidence.from_readings`)
-Row = tuple[str, int | None, float | None, float | None, float | None, float | None]
+class Columns(NamedTuple):
+    """Devices column by column, as a source's document holds them (`NodeColumns`): each sequence one
+    value a device, in order; None: that field absent on every device."""
+
+    uuids: Sequence[object]
+    indexes: Sequence[object] | None = None
+    ecc_uncorrected: Sequence[object] | None = None
+    readings: Sequence[Sequence[object] | None] = ()  # `gpudevice._READINGS`' order (fewer: the rest absent)
+    flags: Sequence[Sequence[object] | None] = ()  # lost, hang_hint, shared, remap_pending, remap_failed
+    clock_reasons: Sequence[tuple[str, ...]] | None = None
 
 
-def _pack_rows(rows: Sequence[Row]) -> tuple[bytes, _Aside | None] | None:
-    """`_pack` of `GpuDevice(*row)` for each row, without the devices, column by column; None where a
-    row does not pack as plain readings (a reading not a float or None, an index not a small int or
-    None)."""
-    n = len(rows)
-    if not n:
-        return None
-    uu, ix, *values = zip(*rows, strict=True)
-    bits: list[int] | None = None  # each device's bits beside `_PLAIN_BITS`, where some differ
-    cols: list[Sequence[float]] = []
-    for j, col in enumerate(values):
-        kinds = set(map(type, col))
-        if kinds == _FLOAT:
-            cols.append(col)
-            continue
-        if not kinds <= _FLOAT_NONE:
+_FLAG_BITS = (_LOST, _HANG, _SHARED, _REMAP_PENDING, _REMAP_FAILED)
+_NONE = type(None)
+_INT = {int}
+
+
+class NodeColumns:
+    """A document's devices (`Columns`) checked and packed column by column once, so that each pod's
+    record is slices of them (`PodGpuEvidence.from_columns`): what `_pack` makes of the devices
+    `GpuDevice` would make of the values, without making them. A device that would keep a value aside
+    (a reading not a float or None, an index past 16 bits, an ECC count past 16, a flag not a bool), or
+    that `skip` names, does not pack: its pod's record is made from devices instead."""
+
+    __slots__ = ("n", "bad", "_masks", "_raws", "_names", "_cols", "_rares")
+
+    def __init__(self, c: Columns, skip: Sequence[bool] | None = None) -> None:
+        n = self.n = len(c.uuids)
+        bad = self.bad = list(skip) if skip is not None else [False] * n
+        bits = [0] * n
+        cols: list[bytes | None] = []  # index, ECC count, the 11 readings (None: zeros)
+        ix = _ints(c.indexes, n, -0x8000, 0x8000, _NO_INDEX, bits, bad)
+        cols.append(None if ix is None else struct.pack(f"<{n}h", *ix))
+        ecc = _ints(c.ecc_uncorrected, n, 0, 0x10000, _NO_ECC, bits, bad)
+        if ecc is not None:
+            for i, count in enumerate(ecc):
+                if count:
+                    bits[i] |= _ECC_SEEN
+        cols.append(None if ecc is None else struct.pack(f"<{n}H", *ecc))
+        dn = f"<{n}d"
+        for j in range(11):
+            col = c.readings[j] if j < len(c.readings) else None
+            if col is None or len(col) != n:
+                for i in range(n):
+                    bits[i] |= 1 << j
+                    bad[i] = bad[i] or col is not None
+                cols.append(None)
+                continue
+            kinds = set(map(type, col))
+            if kinds != _FLOAT:
+                vals = list(col)
+                for i, v in enumerate(vals):
+                    if v is None:
+                        bits[i] |= 1 << j
+                    if type(v) is not float:
+                        bad[i] = bad[i] or v is not None
+                        vals[i] = 0.0
+                col = vals
+            cols.append(struct.pack(dn, *col))
+        for bit, col in zip(_FLAG_BITS, c.flags, strict=False):
+            if col is None:
+                continue
+            if len(col) != n:
+                bad = self.bad = [True] * n
+                continue
+            for i, v in enumerate(col):
+                if v is True:
+                    bits[i] |= bit
+                elif v is not False:
+                    bad[i] = True
+        uu = c.uuids
+        joined = "".join(uu) if all(type(u) is str for u in uu) else ""  # type: ignore[arg-type]
+        names: list[object] | None = None
+        if len(joined) == 40 * n and _CANONICAL.fullmatch(joined):  # (every UUID canonical: one fromhex)
+            raws = bytes.fromhex(joined.replace("GPU-", "").replace("MIG-", "").replace("-", ""))
+            if "MIG-" in joined:
+                bits = [b | (_GPU if cast(str, u)[0] == "G" else _MIG) << _KIND_SHIFT
+                        for b, u in zip(bits, uu, strict=True)]
+        else:
+            parts: list[bytes] = []
+            for i, u in enumerate(uu):
+                kind, raw = _uuid_bytes(u)
+                if kind == _ASIDE:
+                    if names is None:
+                        names = [None] * n
+                    names[i] = intern(u) if type(u) is str else u
+                parts.append(raw)
+                bits[i] |= kind << _KIND_SHIFT
+            raws = b"".join(parts)
+        self._masks = bits
+        self._raws = raws
+        self._names = names
+        self._cols = cols
+        self._rares: list[_Rare | None] | None = None
+        if c.clock_reasons is not None and any(c.clock_reasons):
+            kept: dict[tuple[str, ...], _Rare] = {}  # (one lookup in the shared table a reason set)
+            self._rares = [None if not r else kept.get(r) or kept.setdefault(r, _shared_rare(((), r, (), "", ())))
+                           for r in c.clock_reasons]
+
+    def packed(self, idx: Sequence[int]) -> tuple[bytes, _Aside | None] | None:
+        """The packed record of the devices at `idx` (in order; None where one does not pack)."""
+        n = len(idx)
+        if not n or any(self.bad[i] for i in idx):
             return None
-        bits = bits or [0] * n
-        for i, v in enumerate(col):
-            if v is None:
-                bits[i] |= 1 << j
-        cols.append([0.0 if v is None else v for v in col])
-    kinds = set(map(type, ix))
-    if not kinds <= _INT_NONE:
+        a = idx[0]
+        run = idx[-1] - a == n - 1 and (n < 3 or all(idx[k] < idx[k + 1] for k in range(n - 1)))
+        if run:
+            b = a + n
+            masks = self._masks[a:b]
+            parts: list[bytes] = [b"", self._raws[16 * a:16 * b]]
+        else:
+            masks = [self._masks[i] for i in idx]
+            parts = [b"", b"".join(self._raws[16 * i:16 * i + 16] for i in idx)]
+        flags = _bits_column(parts, masks)
+        for c, col in enumerate(self._cols, _INDEX):
+            w = 2 if c < _UTIL else 8
+            if col is None:
+                sub = bytes(w * n)
+            elif run:
+                sub = col[w * a:w * (a + n)]
+            else:
+                sub = b"".join(col[w * i:w * i + w] for i in idx)
+            flags |= _column(parts, c, sub, n)
+        any_ = 0
+        for m in set(masks):
+            any_ |= m
+        parts[0] = _HEAD.pack(n, flags, any_)
+        names = rares = None
+        if self._names is not None:
+            names = [self._names[i] for i in idx]
+            if all(x is None for x in names):
+                names = None
+        if self._rares is not None:
+            rares = [self._rares[i] for i in idx]
+            if all(x is None for x in rares):
+                rares = None
+        return b"".join(parts), _aside(rares, names)
+
+
+def _ints(col: Sequence[object] | None, n: int, lo: int, hi: int, absent: int, bits: list[int],
+          bad: list[bool]) -> list[int] | None:
+    """A column of small ints (index, ECC count) as the values packed (None: absent on every device):
+    `absent` in `bits` where a value is None, `bad` where one is not an int in [lo, hi)."""
+    if col is None or len(col) != n:
+        for i in range(n):
+            bits[i] |= absent
+            bad[i] = bad[i] or col is not None
         return None
-    if type(None) in kinds:
-        bits = bits or [0] * n
-        for i, v in enumerate(ix):
-            if v is None:
-                bits[i] |= _NO_INDEX
-        ix = tuple(0 if v is None else v for v in ix)
-    if min(ix) < -0x8000 or max(ix) >= 0x8000:
+    kinds = set(map(type, col))
+    if kinds == _INT:
+        ints = cast(Sequence[int], col)
+        if min(ints) >= lo and max(ints) < hi:
+            return list(ints)
+    out = [0] * n
+    for i, v in enumerate(col):
+        if type(v) is int and lo <= v < hi:
+            out[i] = v
+        else:
+            bits[i] |= absent
+            bad[i] = bad[i] or v is not None
+    return out
+
+
+def _aside(rares: list[_Rare | None] | None, names: list[object] | None) -> _Aside | None:
+    """The beside tuple of a pod's rare fields and UUIDs kept aside (shared by pods alike where it may be)."""
+    if rares is None and names is None:
         return None
-    joined = "".join(uu) if all(type(u) is str for u in uu) else ""
-    names: list[object] | None = None
-    if len(joined) == 40 * n and _CANONICAL.fullmatch(joined):  # (every UUID canonical: one fromhex)
-        raws = [bytes.fromhex(joined.replace("GPU-", "").replace("MIG-", "").replace("-", ""))]
-        kinds_at = [_GPU] * n if "MIG-" not in joined else [_GPU if u[0] == "G" else _MIG for u in uu]
-    else:
-        raws, kinds_at = [], []
-        for i, u in enumerate(uu):
-            kind, raw = _uuid_bytes(u)
-            if kind == _ASIDE:
-                if names is None:
-                    names = [None] * n
-                names[i] = intern(u) if type(u) is str else u
-            raws.append(raw)
-            kinds_at.append(kind)
-    masks = [_PLAIN_BITS | k << _KIND_SHIFT for k in kinds_at] if bits is None else \
-        [_PLAIN_BITS | b | k << _KIND_SHIFT for b, k in zip(bits, kinds_at, strict=True)]
-    any_ = 0
-    for m in set(masks):
-        any_ |= m
-    parts: list[bytes] = [b"", *raws]
-    flags = _bits_column(parts, masks)
-    flags |= _column(parts, _INDEX, struct.pack(f"<{n}h", *ix), n)
-    parts.append(bytes(2))  # the ECC counts: zeros (stored once where n > 1, as `_column` would: the same bytes)
-    dn = f"<{n}d"
-    for j in range(4):
-        flags |= _column(parts, _UTIL + j, struct.pack(dn, *cols[j]), n)
-    parts.append(bytes(56))  # the seven rarer readings: zeros (likewise)
-    if n > 1:
-        flags |= _ZERO_COLUMNS
-    parts[0] = _HEAD.pack(n, flags, any_)
-    return b"".join(parts), None if names is None else (None, tuple(names))
+    aside: _Aside = (None if rares is None else tuple(rares), None if names is None else tuple(names))
+    if names is None and len(_SHARED_ASIDE) < _SHARED_MAX and all(r is None or _shared(r) for r in aside[0] or ()):
+        aside = _SHARED_ASIDE.setdefault(aside, aside)
+    return aside
 
 
 def _shared(r: _Rare) -> bool:
@@ -328,14 +425,14 @@ class PodGpuEvidence(_PodRecord):
         self._set(namespace, pod, node, source, read_at, containers, *_pack(devices))
 
     @classmethod
-    def from_readings(cls, namespace: str, pod: str, node: str, source: str, read_at: datetime,
-                      rows: Sequence[Row], containers: tuple[str, ...] = ()) -> PodGpuEvidence:
-        """`cls(namespace, pod, node, source, read_at, tuple(GpuDevice(*r) for r in rows), containers)`,
-        the same record, without making the devices (the agent poller's fast path: what an agent sends
-        every pass for every GPU)."""
-        packed = _pack_rows(rows)
+    def from_columns(cls, namespace: str, pod: str, node: str, source: str, read_at: datetime, table: NodeColumns,
+                     idx: Sequence[int], containers: tuple[str, ...] = ()) -> PodGpuEvidence | None:
+        """The record `cls(...)` makes of the devices `GpuDevice` would make of `table`'s at `idx`, without
+        making them (the agent poller's path for what every agent sends every pass); None where one of
+        them does not pack (`NodeColumns`: then make the devices)."""
+        packed = table.packed(idx)
         if packed is None:
-            return cls(namespace, pod, node, source, read_at, tuple(GpuDevice(*r) for r in rows), containers)
+            return None
         e = object.__new__(cls)
         e._set(namespace, pod, node, source, read_at, containers, *packed)
         return e

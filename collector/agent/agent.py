@@ -25,7 +25,7 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.agent.draslices import ResourceSliceReader
-from collector.agent.evidence import Snapshot, evidence_document
+from collector.agent.evidence import VERSION, VERSION_COLUMNS, Snapshot, evidence_document
 from collector.agent.hang import HangHints
 from collector.agent.logs import LogEvidence
 from collector.agent.metrics import AgentCollector, AgentHealth
@@ -202,7 +202,10 @@ class Agent:
             return 200, "text/plain; version=0.0.4", generate_latest(self.registry)
 
         def evidence(query: str) -> Answer:
-            return 200, "application/json", orjson.dumps(evidence_document(self.snapshot(**_cursor(query))))
+            args = urllib.parse.parse_qs(query, max_num_fields=4)
+            version = VERSION_COLUMNS if args.get("version") == [str(VERSION_COLUMNS)] else VERSION
+            return 200, "application/json", orjson.dumps(
+                evidence_document(self.snapshot(**_cursor(args)), version=version))
 
         def healthz(query: str) -> Answer:
             ok, why = self.healthy()
@@ -237,9 +240,8 @@ def exposure_problem(settings: AgentSettings) -> str:
             "or --allow-unauthenticated where a NetworkPolicy alone guards it)")
 
 
-def _cursor(query: str) -> dict[str, Any]:
+def _cursor(args: dict[str, list[str]]) -> dict[str, Any]:
     """`epoch=E&poll=P` → snapshot arguments (anything else: a whole document)."""
-    args = urllib.parse.parse_qs(query, max_num_fields=4)
     epoch, poll = (args.get("epoch") or [""])[0], (args.get("poll") or [""])[0]
     if not epoch or not poll.isdigit() or len(poll) > 18:
         return {}

@@ -1,9 +1,11 @@
 """The agent's compact JSON evidence document (`GET /evidence`), read by the controller.
 
-Version 1. Parsed evidence only: GPU readings with the pods holding each GPU (and whether several
-share it), when the agent first saw each XID code on it and its ECC counts, device allocations
-(device plugins' and ResourceClaims'), recent XIDs, and per container the progress samples, hang
-and XID findings its logs showed. No raw log lines; the only free text (an XID's kernel message)
+Version 1, or asked `?version=2` (the controller does), version 2: the same, but `gpus` column by
+column, each key of a GPU's entry to the list of its values, one a GPU, in order (the controller
+packs a pod's GPUs from slices of them, not from an object a GPU). Parsed evidence only: GPU
+readings with the pods holding each GPU (and whether several share it), when the agent first saw
+each XID code on it and its ECC counts, device allocations (device plugins' and ResourceClaims'),
+recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No raw log lines; the only free text (an XID's kernel message)
 is redacted where it is read.
 
 Increments: the document names the log poller's `epoch` (this process) and `poll` (polls done).
@@ -25,7 +27,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -35,6 +37,7 @@ from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
 
 VERSION = 1
+VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column (what the controller asks for)
 _T = TypeVar("_T")
 
 
@@ -171,7 +174,21 @@ def _each(items: Iterable[_T], render: Callable[[_T], dict[str, object]], name: 
     return out
 
 
-def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object]:
+def _columns(entries: list[Any]) -> dict[str, list[object]]:
+    """Version 2's `gpus`: each key of the entries to the list of its values, one a GPU, in order (an
+    entry that is not an object: none of them)."""
+    rows = [e if isinstance(e, dict) else {} for e in entries]
+    keys = dict.fromkeys(("uuid", *(k for e in rows for k in e)))
+    return {k: [e.get(k) for e in rows] for k in keys}
+
+
+def as_columns(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A version 1 document as version 2 (what the agent answers `?version=2`)."""
+    gpus = doc.get("gpus")
+    return {**doc, "version": VERSION_COLUMNS, "gpus": _columns(gpus if isinstance(gpus, list) else [])}
+
+
+def evidence_document(snap: Snapshot, *, samples: int = 256, version: int = VERSION) -> dict[str, object]:
     holders: dict[str, list[Allocation]] = {}
     for a in snap.allocations:
         holders.setdefault(a.device, []).append(a)
@@ -181,7 +198,7 @@ def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object
     logs = _each(snap.logs, lambda c: _log(c, samples),
                  lambda c: {"namespace": c.namespace, "pod": c.pod, "container": c.container}, errors)
     return {
-        "version": VERSION,
+        "version": version,
         "node": snap.node,
         "at": snap.at,
         "epoch": snap.log_epoch,
@@ -189,7 +206,7 @@ def evidence_document(snap: Snapshot, *, samples: int = 256) -> dict[str, object
         "nvml": {"state": snap.nvml.state, "message": snap.nvml.message, "driver": snap.nvml.driver},
         "podresources": {"up": snap.podresources_up, "last_success": snap.podresources_last_success or None,
                          "error": snap.podresources_error},
-        "gpus": gpus,
+        "gpus": _columns(gpus) if version == VERSION_COLUMNS else gpus,
         "allocations": [{"namespace": a.namespace, "pod": a.pod, "container": a.container,
                          "resource": a.resource, "device": a.device, "claim": a.claim, "driver": a.driver,
                          "pool": a.pool, "dra_device": a.dra_device, "shared": a.shared, "resolved": a.resolved}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import math
 import ssl
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -26,20 +25,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from sys import intern
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
-from collector.gpu import GpuDevice, PodGpuEvidence, Row
+from collector.gpu import PodGpuEvidence
 from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
 from collector.progress.trainers import MAX_TPS
 from collector.progress.xid import describe
 from collector.sources import httpget
+from collector.sources.agent_gpus import _entries, _f, _i, _name, _pod_key, gpu_evidence
 from collector.sources.kube_api import KubeApi, SourceError
 
-EVIDENCE_VERSION = 1
+EVIDENCE_VERSION = 2  # what the reader asks for (`?version=2`: the GPUs column by column; `agent_gpus`)
+READ_VERSIONS = (1, 2)  # what it reads (an agent of the release before answers 1: it ignores the ask)
 DEFAULT_SELECTOR = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
 DEFAULT_PORT = 9402
 HEAD_MAX = httpget.HEAD_MAX  # an answer's status line and headers
@@ -114,12 +115,6 @@ def discover_agents(api: KubeApi, namespace: str, *, selector: str = DEFAULT_SEL
 
 # --- the evidence document ------------------------------------------------------------------------
 
-def _f(v: object) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v)
-
-
 def _loss(v: object) -> float | None:
     if isinstance(v, str) and v in ("nan", "inf", "-inf"):
         return float(v)
@@ -130,74 +125,8 @@ def _at(v: object) -> datetime | None:
     return parse_iso(v) if isinstance(v, str) else None
 
 
-def _reasons(v: object) -> tuple[str, ...]:
-    """Clocks-event reason names (bounded: NVML defines nine; a hostile peer's list is cut)."""
-    if not isinstance(v, list):
-        return ()
-    return tuple(sorted({x[:40] for x in v[:16] if isinstance(x, str) and x}))
-
-
-# An energy window the controller believes: at most this long, ending at most this long before the
-# document was made, at most this many joules per second (a GPU draws ~1 kW; 10 kW is no GPU).
-ENERGY_WINDOW_MAX_S = 3600.0
-ENERGY_MAX_W = 10_000.0
-MAX_XID_CODES = 64  # XID codes read per GPU from one document (NVIDIA's catalogue has 172; a GPU shows a few)
-
-
-def _energy(v: object, doc_at: float | None) -> tuple[float, float, float] | None:
-    """[from, to, joules] on the agent's clock → (joules, from, to seconds before the document's
-    instant); None where it does not hold together (a hostile or broken peer's numbers)."""
-    if doc_at is None or not isinstance(v, list) or len(v) != 3:
-        return None
-    a, b, j = (_f(x) for x in v)
-    if a is None or b is None or j is None or not all(map(math.isfinite, (a, b, j, doc_at))):
-        return None
-    from_s, to_s = doc_at - a, doc_at - b
-    if not (0 <= to_s < from_s <= ENERGY_WINDOW_MAX_S) or not 0 <= j <= ENERGY_MAX_W * (b - a):
-        return None
-    return j, from_s, to_s
-
-
-def _ratio(v: object) -> float | None:
-    x = _f(v)
-    return x if x is not None and 0.0 <= x <= 1.0 else None
-
-
-def _rate(v: object) -> float | None:
-    x = _f(v)
-    return x if x is not None and math.isfinite(x) and 0.0 <= x < 1e13 else None  # bytes/s: 10 TB/s is no GPU link
-
-
-def _i(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _entries(v: object) -> list[Any]:
-    """A list field of the document: anything else (an agent of another build, a hostile peer)
-    holds no entries."""
-    return v if isinstance(v, list) else []
-
-
 def _s(v: object) -> str | None:
     return v[:256] if isinstance(v, str) else None
-
-
-# Names longer than any real one (Kubernetes: a DNS subdomain, 253; NVML: a GPU/MIG UUID, ~44; a DRA
-# device name, 63 per segment) are refused, not cut: two cut names could become one.
-MAX_NAME = 253
-MAX_UUID = 128
-
-
-def _name(v: object, limit: int = MAX_NAME) -> str | None:
-    """A name field within `limit` characters (None: absent, not a string, or too long); interned,
-    as every document repeats it and the controller holds it until the next one."""
-    return intern(v) if isinstance(v, str) and 0 < len(v) <= limit else None
-
-
-def _uuid(v: object) -> str | None:
-    """A GPU/MIG UUID within `MAX_UUID` characters, not interned: `collector.gpu` packs a canonical one
-    in 16 bytes (interned, 8 a pod left the names' table ~380 B a pod larger: it does not shrink)."""
-    return v if isinstance(v, str) and 0 < len(v) <= MAX_UUID else None
 
 
 def agent_source(node: str) -> str:
@@ -245,43 +174,13 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
                    lines=_i(c.get("lines")) or 0, tokens=tokens)
 
 
-# The keys of a GPU's entry an agent sends every pass (a row: `PodGpuEvidence.from_readings`); any other: `_device`.
-_PLAIN = frozenset(("uuid", "index", "utilization", "sm_active", "power_w", "power_limit_w", "pods"))
-
-
-def _device(g: dict[str, Any], uuid: str, doc_at: float | None, xids_by_uuid: dict[str, set[int]]) -> GpuDevice:
-    """A GPU's entry of the document, any field (`parse_evidence`)."""
-    energy = _energy(g.get("energy"), doc_at)
-    return GpuDevice(uuid=uuid, index=_i(g.get("index")), utilization=_f(g.get("utilization")),
-                     sm_active=_f(g.get("sm_active")), power_w=_f(g.get("power_w")),
-                     power_limit_w=_f(g.get("power_limit_w")), lost=g.get("lost") is True,
-                     hang_hint=g.get("hang_hint") is True, xids=tuple(sorted(xids_by_uuid.get(uuid, ()))),
-                     shared=g.get("shared") is True, sm_clock_hz=_f(g.get("sm_clock_hz")),
-                     clock_reasons=_reasons(g.get("clocks_event_reasons")),
-                     memory_util=_ratio(g.get("memory_util")), pcie_bps=_rate(g.get("pcie_bps")),
-                     nvlink_bps=_rate(g.get("nvlink_bps")), energy_j=energy[0] if energy else None,
-                     energy_from_s=energy[1] if energy else None, energy_to_s=energy[2] if energy else None,
-                     remap_pending=g.get("remap_pending") is True, remap_failed=g.get("remap_failed") is True,
-                     xid_ages=_xid_ages(g.get("xid_first_seen"), doc_at),
-                     ecc_uncorrected=_count(g.get("ecc_uncorrected")))
-
-
-def _pod_evidence(ns: str, pod: str, node: str, read_at: datetime, devs: list[GpuDevice | Row],
-                  containers: tuple[str, ...]) -> PodGpuEvidence:
-    """A pod's evidence from its devices and rows (`parse_evidence`): packed from the rows where it has
-    only rows (`PodGpuEvidence.from_readings`), else from the devices (each row's `GpuDevice(*row)`)."""
-    if any(isinstance(d, GpuDevice) for d in devs):
-        return PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(
-            x if isinstance(x, GpuDevice) else GpuDevice(*x) for x in devs), containers)
-    return PodGpuEvidence.from_readings(ns, pod, node, "agent", read_at, cast(list[Row], devs), containers)
-
-
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:
     if not isinstance(doc, dict):
         raise AgentReadError(f"{endpoint.url}/evidence: not a JSON object")
-    if doc.get("version") != EVIDENCE_VERSION:
-        raise AgentReadError(f"{endpoint.url}/evidence: version {doc.get('version')!r}, "
-                             f"this controller reads {EVIDENCE_VERSION}")
+    version = doc.get("version")
+    if type(version) is not int or version not in READ_VERSIONS:
+        raise AgentReadError(f"{endpoint.url}/evidence: version {version!r}, "
+                             f"this controller reads {' and '.join(map(str, READ_VERSIONS))}")
     problems: list[str] = []
     # Names the controller holds between documents (the pods' GPU evidence, until the next one) are
     # interned: each document repeats them, and while a pass's evidence is decoded the last one is
@@ -291,50 +190,7 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     nv_doc, pr_doc = doc.get("nvml"), doc.get("podresources")
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
     pr: dict[str, Any] = pr_doc if isinstance(pr_doc, dict) else {}
-    xids_by_uuid: dict[str, set[int]] = {}
-    for x in _entries(doc.get("xids")):
-        uuid = _uuid(x.get("uuid")) if isinstance(x, dict) else None
-        code = _i(x.get("code")) if uuid is not None else None
-        if uuid is not None and code is not None:
-            xids_by_uuid.setdefault(uuid, set()).add(code)
-    # each pod's devices: a GPU's entry of only the readings as its row (`PodGpuEvidence.from_readings`)
-    pods: dict[tuple[str, str], tuple[list[GpuDevice | Row], set[str]]] = {}
-    doc_at = _f(doc.get("at"))
-    for g in _entries(doc.get("gpus")):
-        uuid = _uuid(g.get("uuid")) if isinstance(g, dict) else None
-        if uuid is None:
-            problems.append(f"{endpoint.url}/evidence: a GPU entry without a uuid (or one over {MAX_UUID} "
-                            "characters) skipped")
-            continue
-        dev: GpuDevice | Row
-        if g.keys() <= _PLAIN and uuid not in xids_by_uuid:  # (every GPU's entry each pass: ~3x cheaper)
-            get = g.get
-            ix, u, sm = get("index"), get("utilization"), get("sm_active")
-            pw, lim = get("power_w"), get("power_limit_w")
-            dev = (uuid, ix if type(ix) is int else _i(ix), u if type(u) is float else _f(u),
-                   sm if type(sm) is float else _f(sm), pw if type(pw) is float else _f(pw),
-                   lim if type(lim) is float else _f(lim))
-        else:
-            dev = _device(g, uuid, doc_at, xids_by_uuid)
-        for p in _entries(g.get("pods")):
-            key = _pod_key(p)
-            if key is not None:
-                devs, containers = pods.setdefault(key, ([], set()))
-                devs.append(dev)
-                containers.add(_name(p.get("container")) or "")
-    # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held;
-    # a ResourceClaim's device the agent found no UUID for (`resolved: false`) is held, not lost.
-    listed = {d.uuid if isinstance(d, GpuDevice) else d[0] for devs, _ in pods.values() for d in devs}
-    for a in _entries(doc.get("allocations")):
-        key = _pod_key(a)
-        device = _uuid(a.get("device")) if key is not None else None
-        if key is not None and device is not None and device not in listed:
-            devs, containers = pods.setdefault(key, ([], set()))
-            devs.append(GpuDevice(uuid=device, lost=nv.get("state") == "ok" and a.get("resolved") is not False,
-                                  shared=a.get("shared") is True))
-            containers.add(_name(a.get("container")) or "")
-    gpu_ev = tuple(_pod_evidence(ns, pod, node, read_at, devs, tuple(sorted(c for c in cs if c)))
-                   for (ns, pod), (devs, cs) in sorted(pods.items()))
+    gpu_ev = gpu_evidence(doc, version, node, read_at, f"{endpoint.url}/evidence", nv.get("state") == "ok", problems)
     logs = []
     where = agent_source(node)
     for c in _entries(doc.get("logs")):
@@ -409,11 +265,11 @@ class AgentReader:
         self._cursors: dict[str, tuple[str, int]] = {}
 
     def _url(self, endpoint: AgentEndpoint) -> str:
-        url = f"{endpoint.url}/evidence"
+        query: dict[str, object] = {"version": EVIDENCE_VERSION}
         cursor = self._cursors.get(endpoint.url)
         if cursor is not None:
-            url += "?" + urllib.parse.urlencode({"epoch": cursor[0], "poll": cursor[1]})
-        return url
+            query.update(epoch=cursor[0], poll=cursor[1])
+        return f"{endpoint.url}/evidence?{urllib.parse.urlencode(query)}"
 
     @classmethod
     def from_settings(cls, now: Callable[[], datetime], *, token_file: str = "", ca_file: str = "",
@@ -518,36 +374,3 @@ class AgentReader:
             # A caller that stops early (shutdown) does not wait for the fetches still out: each
             # ends within its own time bound on its thread.
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _pod_key(v: object) -> tuple[str, str] | None:
-    """(namespace, pod) of an entry naming a pod (None: no pod name, or a name no pod can have)."""
-    if not isinstance(v, dict):
-        return None
-    pod = _name(v.get("pod"))
-    ns = v.get("namespace") or ""
-    if pod is None or not isinstance(ns, str) or len(ns) > MAX_NAME:
-        return None
-    return intern(ns), pod
-
-
-def _xid_ages(first_seen: Any, doc_at: float | None) -> tuple[tuple[int, float], ...]:
-    """`xid_first_seen` ({"code": unix seconds on the agent's clock}) as (code, seconds before the
-    document's `at`): ages survive the agent's clock being off; an entry that is not a code and a time
-    at or before `at`, or with no `at` to age it by, is left out."""
-    if not isinstance(first_seen, dict) or doc_at is None:
-        return ()
-    out: list[tuple[int, float]] = []
-    for code, at in list(first_seen.items())[:MAX_XID_CODES]:
-        t = _f(at)
-        if isinstance(code, str) and code.isascii() and code.isdigit() and len(code) <= 4 and t is not None \
-                and doc_at - t >= 0:
-            out.append((int(code), doc_at - t))
-    return tuple(sorted(out))
-
-
-def _count(ecc: Any) -> int | None:
-    """The volatile count of an `ecc_uncorrected` object ({"volatile": n, "aggregate": n}); None
-    where it is missing or not a count."""
-    n = _i(ecc.get("volatile")) if isinstance(ecc, dict) else None
-    return n if n is not None and 0 <= n < 1 << 53 else None

@@ -12,12 +12,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.agent import Agent, AgentSettings, HangSettings, LogSettings
+from collector.sources.agents import AgentEndpoint, AgentReader
 from tests.agent.fake_nvml import FakeDevice, FakeNvml
 from tests.agent.kubelet import PodResourcesServer
 from tests.agent.test_logs import Node
@@ -107,6 +109,15 @@ def test_agent_serves_gpu_attribution_xids_hangs_and_logs(tmp_path: Path) -> Non
         assert [s[0] for s in lg["samples"]] == [1, 2, 3, 4, 5] and lg["format"] == "megatron"
         assert "iteration" not in body, "parsed samples only, never raw lines"
         assert {x["code"] for x in doc["xids"]} == {79, 48}
+        # asked for version 2, as the controller's reader asks: the GPUs column by column, the same evidence
+        v2 = json.loads(get(base + "/evidence?version=2")[1])
+        assert v2["version"] == 2 and v2["gpus"]["uuid"] == [g["uuid"] for g in doc["gpus"]]
+        assert set(v2["gpus"]) == set(doc["gpus"][0]) and v2["logs"] and v2["xids"]
+        rep = AgentReader(lambda: datetime.now(UTC)).read(AgentEndpoint("gpu-node-1", "agent-0", base))
+        (ev,) = rep.gpus
+        assert (ev.namespace, ev.pod, ev.containers) == ("research", "llm-worker-0", ("trainer",))
+        assert [d.uuid for d in ev.devices] == [G[0], G[1]] and ev.devices[0].hang_hint is True
+        assert ev.devices[1].xids == (79,) and not rep.problems
 
         # a GPU falls off the bus: marked lost, the others keep sampling
         devs[1].lost = True

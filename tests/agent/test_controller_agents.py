@@ -350,10 +350,12 @@ def test_names_no_gpu_or_pod_can_have_are_refused_not_cut() -> None:
     Cut names could merge two entries into one; refused ones cannot."""
     from datetime import UTC, datetime
 
-    from collector.sources.agents import MAX_NAME, MAX_UUID, AgentEndpoint, parse_evidence
+    from collector.agent.evidence import as_columns
+    from collector.sources.agent_gpus import MAX_NAME, MAX_UUID
+    from collector.sources.agents import AgentEndpoint, parse_evidence
 
     long_uuid, long_name = "GPU-" + "a" * MAX_UUID, "p" * (MAX_NAME + 1)
-    doc = {"version": agents.EVIDENCE_VERSION, "node": "n" * 10_000, "gpus": [
+    doc = {"version": 1, "node": "n" * 10_000, "gpus": [
         {"uuid": long_uuid, "index": 0, "pods": [{"namespace": "research", "pod": "p0", "container": "main"}]},
         {"uuid": "GPU-ok", "index": 1, "pods": [{"namespace": "research", "pod": long_name, "container": "main"},
                                                  {"namespace": "research", "pod": "p0", "container": "main"}]},
@@ -365,8 +367,9 @@ def test_names_no_gpu_or_pod_can_have_are_refused_not_cut() -> None:
         {"namespace": "research", "pod": "p0", "container": "main", "lines": 1,
          "samples": [[5, "2026-12-03T12:00:00Z", 2.0, False, None, 1]]},
     ]}
-    rep = parse_evidence(doc, AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
-    assert [(e.pod, [d.uuid for d in e.devices], e.node) for e in rep.gpus] == [("p0", ["GPU-ok"], "n1")]
-    assert rep.gpus[0].devices[0].xids == (48,)
-    assert [(c.pod, c.container) for c in rep.logs] == [("p0", "main")]
-    assert len(rep.problems) == 1 and f"over {MAX_UUID} characters" in rep.problems[0]
+    for version in (doc, as_columns(doc)):  # (each GPU an object; the GPUs column by column)
+        rep = parse_evidence(version, AgentEndpoint("n1", "agent-0", "http://agent"), datetime.now(UTC))
+        assert [(e.pod, [d.uuid for d in e.devices], e.node) for e in rep.gpus] == [("p0", ["GPU-ok"], "n1")]
+        assert rep.gpus[0].devices[0].xids == (48,)
+        assert [(c.pod, c.container) for c in rep.logs] == [("p0", "main")]
+        assert len(rep.problems) == 1 and f"over {MAX_UUID} characters" in rep.problems[0]

@@ -113,17 +113,19 @@ def test_slowdown_is_the_recent_step_time_against_the_runs_own_earlier_one() -> 
 def test_the_controller_reads_the_agents_clock_and_throttle_reasons_bounded() -> None:
     from datetime import UTC, datetime
 
-    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    from collector.agent.evidence import as_columns
+    from collector.sources.agents import AgentEndpoint, parse_evidence
 
-    doc = {"version": EVIDENCE_VERSION, "gpus": [
+    doc = {"version": 1, "gpus": [
         {"uuid": "GPU-1", "sm_clock_hz": 1.41e9, "clocks_event_reasons": ["hw_thermal_slowdown", 5, "x" * 100],
          "pods": [{"namespace": "ns", "pod": "p"}]},
         {"uuid": "GPU-2", "sm_clock_hz": "fast", "clocks_event_reasons": "sw_power_cap",
          "pods": [{"namespace": "ns", "pod": "p"}]}]}
-    report = parse_evidence(doc, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
-    d1, d2 = report.gpus[0].devices
-    assert d1.sm_clock_hz == 1.41e9 and d1.clock_reasons == ("hw_thermal_slowdown", "x" * 40)
-    assert d2.sm_clock_hz is None and d2.clock_reasons == ()
+    for version in (doc, as_columns(doc)):
+        report = parse_evidence(version, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
+        d1, d2 = report.gpus[0].devices
+        assert d1.sm_clock_hz == 1.41e9 and d1.clock_reasons == ("hw_thermal_slowdown", "x" * 40)
+        assert d2.sm_clock_hz is None and d2.clock_reasons == ()
 
 
 def _with(g: dict[tuple[str, str], PodGpuEvidence], seed: int = 1,
@@ -171,10 +173,11 @@ def test_natural_bandwidth_spread_on_a_slowed_run_names_no_gpu() -> None:
 def test_the_controller_reads_bandwidth_and_the_energy_window_bounded() -> None:
     from datetime import UTC, datetime
 
-    from collector.sources.agents import EVIDENCE_VERSION, AgentEndpoint, parse_evidence
+    from collector.agent.evidence import as_columns
+    from collector.sources.agents import AgentEndpoint, parse_evidence
 
     p = [{"namespace": "ns", "pod": "p"}]
-    doc = {"version": EVIDENCE_VERSION, "at": 10_000.0, "gpus": [
+    doc = {"version": 1, "at": 10_000.0, "gpus": [
         {"uuid": "GPU-1", "memory_util": 0.5, "pcie_bps": 3e9, "nvlink_bps": 1e11,
          "energy": [9_700.0, 9_998.0, 120_000.0], "pods": p},
         {"uuid": "GPU-2", "memory_util": 7, "pcie_bps": -1, "nvlink_bps": "x", "energy": [9_990.0, 9_980.0, 5.0],
@@ -183,12 +186,13 @@ def test_the_controller_reads_bandwidth_and_the_energy_window_bounded() -> None:
         {"uuid": "GPU-4", "energy": [9_990.0, 10_100.0, 5.0], "pods": p},  # ends after the document
         {"uuid": "GPU-5", "energy": [1.0, 9_999.0, 5.0], "pods": p},  # hours long
         {"uuid": "GPU-6", "energy": [9_990.0, True, 5.0], "pods": p}]}
-    report = parse_evidence(doc, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
-    d1, *rest = report.gpus[0].devices
-    assert (d1.memory_util, d1.pcie_bps, d1.nvlink_bps) == (0.5, 3e9, 1e11)
-    assert (d1.energy_j, d1.energy_from_s, d1.energy_to_s) == (120_000.0, 300.0, 2.0)
-    assert all(d.energy_j is None and d.energy_from_s is None for d in rest)
-    assert (rest[0].memory_util, rest[0].pcie_bps, rest[0].nvlink_bps) == (None, None, None)
+    for version in (doc, as_columns(doc)):
+        report = parse_evidence(version, AgentEndpoint("n", "agent-0", "http://agent"), datetime.now(UTC))
+        d1, *rest = report.gpus[0].devices
+        assert (d1.memory_util, d1.pcie_bps, d1.nvlink_bps) == (0.5, 3e9, 1e11)
+        assert (d1.energy_j, d1.energy_from_s, d1.energy_to_s) == (120_000.0, 300.0, 2.0)
+        assert all(d.energy_j is None and d.energy_from_s is None for d in rest)
+        assert (rest[0].memory_util, rest[0].pcie_bps, rest[0].nvlink_bps) == (None, None, None)
 
 
 def test_a_clock_held_down_by_a_hard_slowdown_reason_counts_from_5_percent() -> None:
