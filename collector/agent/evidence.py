@@ -5,8 +5,8 @@ column, each key of a GPU's entry to the list of its values, one a GPU, in order
 packs a pod's GPUs from slices of them, not from an object a GPU). Parsed evidence only: GPU
 readings with the pods holding each GPU (and whether several share it), when the agent first saw
 each XID code on it and its ECC counts, device allocations (device plugins' and ResourceClaims'),
-recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No raw log lines; the only free text (an XID's kernel message)
-is redacted where it is read.
+recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No
+raw log lines; the only free text (an XID's kernel message) is redacted where it is read.
 
 Increments: the document names the log poller's `epoch` (this process) and `poll` (polls done).
 A reader that sends them back (`/evidence?epoch=E&poll=P`) gets, for each container whose line
