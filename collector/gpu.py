@@ -652,21 +652,29 @@ def held_state(e: PodGpuEvidence) -> object:
     if any_ & _ODD:
         return None
     rares = e._x[0] if e._x is not None else None
+    # of the rare fields, the XIDs and MIG profile: a throttle reason or an XID's age alone is no state
+    # (a power cap on and off pass after pass re-evaluated every run it came and went on)
+    state = None if rares is None or not any_ & (_XIDS_SEEN | _MIG_SEEN) else \
+        tuple(None if r is None or (type(r[0]) is tuple and not r[0] and type(r[3]) is str and not r[3])
+              else (r[0], r[3]) for r in rares)
     return (n, p[_UUIDS_AT:_UUIDS_AT + 16 * n], e._x[1] if e._x is not None else None,
             tuple(m & _STATE_BITS for m in _col(p, lay[_MASK], n)), _col(p, lay[_INDEX], n), _col(p, lay[_ECC], n),
-            None if rares is None else tuple(None if r is None else (r[0], r[3]) for r in rares))
+            state)
 
 
 def same_held_bytes(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:
     """Whether every byte `held_state` reads of `a` and of `b` is the same (the header, the UUIDs, the
-    bits, index and ECC columns; nothing kept aside): their held states are then equal, found without
-    building either (a GPU pass asks it of every pod). False says nothing: compare `held_state`."""
+    bits, index and ECC columns; no UUID, XID or MIG profile kept aside): their held states are then
+    equal, found without building either (a GPU pass asks it of every pod). False says nothing: compare
+    `held_state`."""
     pa, pb = a._p, b._p
-    if a._x is not None or b._x is not None or pa[:_HEAD.size] != pb[:_HEAD.size]:
+    xa, xb = a._x, b._x
+    if (xa is not None and xa[1] is not None) or (xb is not None and xb[1] is not None) or \
+            pa[:_HEAD.size] != pb[:_HEAD.size]:
         return False
     _, any_, lay = _layout(pa)
     util = lay[_UTIL]
-    if any_ & _ODD or util is None:
+    if any_ & (_ODD | _XIDS_SEEN | _MIG_SEEN) or util is None:  # (rare fields beside but these: no state)
         return False
     return pa[_HEAD.size:util[0]] == pb[_HEAD.size:util[0]]
 

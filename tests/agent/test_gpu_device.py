@@ -457,6 +457,57 @@ def test_the_same_held_bytes_mean_the_same_devices(devices: list[dict[str, Any]]
         assert same_devices(a, b)
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(fields_mixed, min_size=1, max_size=4), st.data())
+def test_same_devices_is_the_fields_it_compares_and_nothing_else(devices: list[dict[str, Any]],
+                                                                 data: st.DataObject) -> None:
+    """`same_devices` (whether a pass changed a pod's devices for the claims) says the same as comparing
+    the fields it names, device by device: readings, throttle reasons and XID ages moving (a power cap
+    on and off, pass after pass) are no change; one of those fields moving is."""
+    from collector.planes.node_agents import same_devices
+
+    changed = []
+    for kw in devices:
+        names = data.draw(st.lists(st.sampled_from([*READINGS, "clock_reasons", "xid_ages", *STATE]), max_size=3))
+        new = {n: data.draw(fields_mixed.map(lambda k, n=n: k[n])) for n in names}
+        if data.draw(st.booleans()):  # a throttle reason on or off, as a GPU under load shows pass after pass
+            new["clock_reasons"] = data.draw(st.sampled_from([(), ("sw_power_cap",), ("hw_slowdown", "sw_power_cap")]))
+        changed.append({**kw, **new})
+    a = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in devices), ("main",))
+    b = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in changed), ("main",))
+    fields_alike = [tuple(getattr(d, f) for f in STATE) for d in a.devices] == \
+        [tuple(getattr(d, f) for f in STATE) for d in b.devices]
+    assert same_devices(a, b) == fields_alike
+
+
+rare_only = st.fixed_dictionaries({
+    "uuid": st.sampled_from([f"GPU-{uuid.UUID(int=i)}" for i in range(3)] + ["GPU-not-canonical"]),
+    "index": st.integers(0, 3), "utilization": st.floats(0.0, 1.0), "xids": st.sampled_from([(), (79,), (48,)]),
+    "clock_reasons": st.sampled_from([(), ("sw_power_cap",)]), "xid_ages": st.sampled_from([(), ((79, 5.0),)]),
+    "mig_profile": st.sampled_from(["", "", "1g.10gb"])})
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(rare_only, min_size=1, max_size=3), st.data())
+def test_rare_fields_alone_moving_are_told_apart_from_xids_and_profiles(devices: list[dict[str, Any]],
+                                                                        data: st.DataObject) -> None:
+    """Devices alike but for their rare fields (throttle reasons, XID ages: no change for the claims;
+    XIDs, a MIG profile: a change), with UUIDs packed or kept aside: `same_devices` and the quick
+    `same_held_bytes` agree with the fields they stand for."""
+    from collector.gpu import same_held_bytes
+    from collector.planes.node_agents import same_devices
+
+    changed = [{**kw, **data.draw(st.fixed_dictionaries({}, optional={
+        k: rare_only.map(lambda r, k=k: r[k]) for k in ("xids", "clock_reasons", "xid_ages", "mig_profile")}))}
+        for kw in devices]
+    a = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in devices), ("main",))
+    b = PodGpuEvidence("ns", "p", "n", "agent", NOW, tuple(GpuDevice(**kw) for kw in changed), ("main",))
+    alike = [tuple(getattr(d, f) for f in STATE) for d in a.devices] == \
+        [tuple(getattr(d, f) for f in STATE) for d in b.devices]
+    assert same_devices(a, b) == alike
+    assert not same_held_bytes(a, b) or alike
+
+
 def test_a_steady_pass_is_told_alike_by_its_bytes() -> None:
     from collector.gpu import same_held_bytes
 
