@@ -67,13 +67,14 @@ INCREMENT = 10  # driver samples a 30 s poll adds (a step every 3 s)
 NODE_TOKEN = "NODE0000"  # replaced by each agent's own number, in every name it appears in
 
 
-def node_document(samples: int = 256, *, increment: int | None = None, version: int = 1) -> bytes:
+def node_document(samples: int = 256, *, increment: int | None = None, version: int = 1,
+                  at: float | None = None) -> bytes:
     """A fleet node's /evidence as the agent renders it (names carry NODE_TOKEN). `increment`: the
     document for a reader whose cursor predates only the driver's last `increment` samples (what a
     30 s poll adds at a step every 3 s), as the agent renders it for `?epoch=&poll=`; `version`: as it
     renders it for `?version=` (2: the GPUs column by column, what this tree's reader asks for)."""
-    now = time.time()
-    t0 = datetime.now(UTC) - timedelta(hours=2)
+    now = time.time() if at is None else at  # (one instant for every version of the node's document)
+    t0 = datetime.fromtimestamp(now, UTC) - timedelta(hours=2)
     gpus, allocs, logs = [], [], []
     for i in range(8):
         uuid = f"GPU-{NODE_TOKEN}-{i:04d}-4d2a-9c1e-5b7f3a8e{i:04d}"
@@ -229,7 +230,8 @@ def main() -> None:
     cpu = None if a.no_pin or (os.cpu_count() or 1) < 2 else 0
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    bodies = {(inc, v2): node_document(increment=INCREMENT if inc else None, version=2 if v2 else 1)
+    at = time.time()
+    bodies = {(inc, v2): node_document(increment=INCREMENT if inc else None, version=2 if v2 else 1, at=at)
               for inc in (False, True) for v2 in (False, True)}
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
