@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector import gpu
+from collector import gpupack
 from collector.agent.evidence import Snapshot, as_columns, evidence_document
 from collector.agent.nvml import GpuReading, NvmlStatus
 from collector.agent.podresources import Allocation
@@ -243,5 +243,5 @@ def test_from_columns_packs_as_the_devices_do(c: tuple[list[Any], Columns], data
         return
     assert (a._p, a._x, a.containers) == (b._p, b._x, b.containers)
     assert a == b and a.devices == b.devices
-    if b._x is not None and gpu._SHARED_ASIDE.get(b._x) is b._x:  # (pods alike share one: memory at fleet size)
+    if b._x is not None and gpupack._SHARED_ASIDE.get(b._x) is b._x:  # (pods alike share one: memory at fleet size)
         assert a._x is b._x
