@@ -858,7 +858,9 @@ def _node_body(node: str, pods: list[tuple[str, str, int]], at: float, rng: Any)
     """A node's `/evidence` as its agent renders it (`collector.agent.evidence.evidence_document`, in
     the version the tree's poller asks for): each GPU with every reading an H100 reports (a power-cap
     throttle reason on ~30 %, an energy window, ECC counts), held by its pod (the kubelet's allocation);
-    each device's canonical UUID derived from its pod's name (fresh strings, as off the wire)."""
+    each device's canonical UUID derived from its pod's name (fresh strings, as off the wire). A healthy
+    fleet: a run's GPUs read alike within their spread (SM clocks a 15 MHz bin apart; a wider draw made
+    half of them "apart" in the GPU comparison, as no healthy run reads)."""
     import hashlib
 
     import orjson
@@ -877,7 +879,7 @@ def _node_body(node: str, pods: list[tuple[str, str, int]], at: float, rng: Any)
             power = rng.uniform(500.0, 700.0)
             gpus.append(GpuReading(
                 index=i, uuid=gpu, pci=f"0000:{0x18 + i:02x}:00.0", at=at, utilization=rng.uniform(0.85, 1.0),
-                sm_active=rng.uniform(0.6, 0.9), power_w=power, sm_clock_hz=rng.choice((1.98e9, 1.755e9)),
+                sm_active=rng.uniform(0.6, 0.9), power_w=power, sm_clock_hz=rng.choice((1.98e9, 1.965e9)),
                 memory_util=rng.uniform(0.4, 0.6), pcie_tx_bps=rng.uniform(1e9, 4e9), pcie_rx_bps=rng.uniform(1e9, 4e9),
                 nvlink_tx_bps=rng.uniform(4e10, 8e10), nvlink_rx_bps=rng.uniform(4e10, 8e10),
                 energy_mj=10**9, energy_from=(at - 30.0, 10**9 - int(power * 30_000)),
