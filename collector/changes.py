@@ -22,6 +22,7 @@ from collector.backlog import Backlog
 from collector.claims.gpuspread import forget_replaced
 from collector.correlate import Key, RunIndex, Signal
 from collector.gpu import PodGpuEvidence
+from collector.malloc import release_free
 from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
 from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
@@ -152,6 +153,7 @@ class ChangeApplier:
             self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
             self._agents_newest = max(nodes.values(), default=None)
             forget_replaced(gpus)  # (the pass before's records go now, not at each run's next evaluation)
+            release_free()  # (and their pages: the records are past pymalloc's size, in the C heap)
             self.agents_first.set()
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload

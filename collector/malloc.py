@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Callable
 
 log = logging.getLogger("taugrid.malloc")
 
@@ -39,3 +40,32 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
     if not ok:
         log.warning("mallopt refused", extra={"threshold": threshold})
     return ok
+
+
+_trim: Callable[[int], int] | None = None
+_looked = False
+
+
+def release_free() -> bool:
+    """Hand the heap's free pages back to the system (glibc's `malloc_trim(0)`); False where the C
+    library is not glibc. For after a pass that replaced many records past pymalloc's 512 bytes (the
+    agents' GPU pass: a pod's packed readings, ~0.7 KB, made on the poller's thread and freed on the
+    loop's): their pages sat free between passes (≈ 60 MiB at 50k GPU pods, docs/benchmarks.md)."""
+    global _trim, _looked
+    if not _looked:
+        _looked = True
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name) if name else None
+            if libc is not None:
+                libc.gnu_get_libc_version  # noqa: B018  # glibc only
+                fn = libc.malloc_trim
+                fn.argtypes = (ctypes.c_size_t,)
+                fn.restype = ctypes.c_int
+                _trim = fn
+        except (OSError, AttributeError):
+            _trim = None
+    if _trim is None:
+        return False
+    _trim(0)
+    return True

@@ -161,6 +161,8 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
     listed: set[str] = set()
     gpus = doc.get("gpus")
     table = _Table(gpus if isinstance(gpus, dict) else {}, url, problems) if version >= 2 else None
+    if table is not None and gpus is not None and not isinstance(gpus, dict):
+        problems.append(f"{url}: version {version} but its GPUs are not an object of columns: none read")
     if table is not None:
         last: object = None
         last_key: tuple[str, str] | None = None
@@ -221,7 +223,7 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
 
 
 # version 2's columns read as readings, in `gpudevice._READINGS`' order (the energy window's three after)
-_READINGS: tuple[tuple[str, Callable[[object], float | None]], ...] = (
+_READING_COLUMNS: tuple[tuple[str, Callable[[object], float | None]], ...] = (
     ("utilization", _f), ("sm_active", _f), ("power_w", _f), ("power_limit_w", _f), ("sm_clock_hz", _f),
     ("memory_util", _ratio), ("pcie_bps", _rate), ("nvlink_bps", _rate))
 _FLAGS = ("lost", "hang_hint", "shared", "remap_pending", "remap_failed")
@@ -289,7 +291,7 @@ class _Table:
                 for i, x in enumerate(seen):
                     if x and _xid_ages(x, doc_at):
                         skip[i] = True
-            readings = [self._col(k, conv) for k, conv in _READINGS]
+            readings = [self._col(k, conv) for k, conv in _READING_COLUMNS]
             energy = self.cols.get("energy")
             if energy is not None and doc_at is not None:
                 windows = [None if e is None else _energy(e, doc_at) for e in energy]

@@ -117,6 +117,13 @@ def test_a_column_cut_or_of_another_type_is_named_and_left_out(doc: dict[str, An
     assert any("GPU columns" in p and key[:64] in p for p in report.problems)
 
 
+def test_version_2_whose_gpus_are_not_columns_is_named() -> None:
+    doc = {"version": 2, "node": "node-a", "gpus": [{"uuid": "GPU-1", "pods": [{"namespace": "ns", "pod": "p"}]}]}
+    report = parse_evidence(doc, EP, AT)
+    assert report.gpus == () and any("not an object of columns" in p for p in report.problems)
+    assert parse_evidence({**doc, "gpus": {"uuid": []}}, EP, AT).problems == ()
+
+
 H100 = dict(name="NVIDIA H100 80GB HBM3", utilization=0.97, sm_active=0.81, power_w=612.0, power_limit_w=700.0,
             memory_used_bytes=71 << 30, memory_total_bytes=80 << 30, temperature_c=61.0, sm_clock_hz=1.98e9,
             memory_clock_hz=2.6e9, memory_util=0.55, pcie_tx_bps=3e9, pcie_rx_bps=2e9, nvlink_tx_bps=6e10,
