@@ -27,12 +27,13 @@ print(fixed, round(full - rss()))
 """
 
 
-def _freed_mib(mode: str) -> tuple[str, int]:
-    out = subprocess.run([sys.executable, "-c", CODE, mode], capture_output=True, text=True, timeout=60,
+def _freed_mib(mode: str, code: str = CODE) -> tuple[str, int]:
+    """`code` run in a fresh interpreter with `mode`: what it printed (a word, then MiB handed back)."""
+    out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
-    fixed, freed = out.stdout.split()
-    return fixed, int(freed)
+    word, freed = out.stdout.split()
+    return word, int(freed)
 
 
 def test_freed_large_blocks_return_to_the_system() -> None:
@@ -60,13 +61,7 @@ print(done, round(before - rss()))
 
 
 def test_free_pages_among_kept_records_go_back_after_a_pass() -> None:
-    def freed(mode: str) -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", TRIM, mode], capture_output=True, text=True, timeout=60,
-                             cwd=Path(__file__).resolve().parents[2])
-        assert out.returncode == 0, out.stderr
-        done, mib = out.stdout.split()
-        return done, int(mib)
-    (done, returned), (_, by_itself) = freed("trim"), freed("none")
+    (done, returned), (_, by_itself) = _freed_mib("trim", TRIM), _freed_mib("none", TRIM)
     assert done == "True"
     assert returned >= 40  # of ~100 MiB of records, most pages holding none of the kept ones
     assert by_itself < 10, "glibc returned the pages by itself: this test no longer shows the difference"
