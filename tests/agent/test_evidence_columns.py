@@ -39,7 +39,10 @@ pod_refs = st.fixed_dictionaries({"pod": st.sampled_from(["p1", "p2", "p3", "", 
 READINGS = ("index", "utilization", "sm_active", "power_w", "power_limit_w")
 RARE = st.fixed_dictionaries({}, optional={
     "lost": st.sampled_from([True, False, None, 1]), "shared": st.booleans(), "hang_hint": st.booleans(),
-    "energy": st.lists(st.floats(min_value=0, max_value=50), min_size=3, max_size=3),
+    "energy": st.lists(st.one_of(st.floats(min_value=0, max_value=50), st.integers(0, 50), st.booleans(), st.floats()),
+                       min_size=3, max_size=3) | st.sampled_from([None, [1.0, 2.0], "x"]),
+    "pcie_bps": readings, "nvlink_bps": readings, "sm_clock_hz": readings,
+    "remap_pending": st.sampled_from([True, False, None, 1]), "remap_failed": st.booleans(),
     "clocks_event_reasons": st.lists(st.sampled_from(["SwThermalSlowdown", "HwSlowdown"]), max_size=2),
     "memory_util": readings, "ecc_uncorrected": st.fixed_dictionaries({"volatile": st.integers(0, 5)}),
     "xid_first_seen": st.dictionaries(st.sampled_from(["79", "48"]), st.floats(0, 100), max_size=1)})
