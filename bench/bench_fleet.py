@@ -53,7 +53,8 @@ Variants, all in the same run:
   live-heads live as the goal states it: each run's Ray head prints a step a second (a RayJob's
              driver prints the run's progress), the workers' trainers are quiet after their first
              document (an increment with nothing new each pass, as agents send every container);
-             every GPU pod's readings every 30 s
+             every GPU pod's readings every 30 s, in each node's document as its agent renders it
+             (every reading an H100 reports: `_node_body`)
   mmap       paged, glibc's mmap threshold fixed at 128 KiB before any thread starts, as the
              `controller` command does (collector/malloc.py)
   arena2     paged, glibc's malloc held to 2 arenas (M_ARENA_MAX; measured, not kept)
