@@ -61,7 +61,7 @@ assert _LAYOUT.size + len(_PAD) == 96  # (`_pack` reads a device's fields as 12 
 _Aside = tuple[tuple[_Rare | None, ...] | None, tuple[object, ...] | None]
 _SHARED_ASIDE: dict[_Aside, _Aside] = {}
 _NO_UUID = bytes(16)
-_FLOAT, _FLOAT_NONE, _INT_NONE = {float}, {float, type(None)}, {int, type(None)}
+_FLOAT = {float}
 # UUIDs one after another, each canonical (what `_uuid_bytes` packs: 32 lower-case hex digits, dashed)
 _CANONICAL = re.compile(r"(?:(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})*")
 
@@ -200,7 +200,6 @@ class Columns(NamedTuple):
 
 
 _FLAG_BITS = (_LOST, _HANG, _SHARED, _REMAP_PENDING, _REMAP_FAILED)
-_NONE = type(None)
 _INT = {int}
 
 

@@ -22,6 +22,8 @@ from collector.agent.xids import XidEvent
 from collector.gpu import Columns, GpuDevice, NodeColumns, PodGpuEvidence
 from collector.sources import agent_gpus, agents
 from collector.sources.agents import AgentEndpoint, decode_evidence, parse_evidence
+from tests.agent.test_gpu_device import FLAGS
+from tests.agent.test_gpu_device import READINGS as READINGS_OF_A_DEVICE
 
 EP = AgentEndpoint("node-a", "agent-a", "http://10.0.0.1:9402")
 AT = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
@@ -225,15 +227,12 @@ def columns(draw: Any) -> tuple[list[Any], Columns]:
     def at(c: list[Any] | None, i: int, default: Any = None) -> Any:
         return default if c is None else c[i]
     rows = [dict(uuid=uu[i], index=at(ix, i), ecc_uncorrected=at(ecc, i),
-                 **{k: at(col[j], i) for j, k in enumerate(READING_NAMES)},
-                 **{k: at(fl[j], i, False) for j, k in enumerate(FLAG_NAMES)},
+                 **{k: at(col[j], i) for j, k in enumerate(READINGS_OF_A_DEVICE)},
+                 **{k: at(fl[j], i, False) for j, k in enumerate(FLAGS)},
                  clock_reasons=at(reasons, i, ())) for i in range(n)]
     return rows, Columns(uu, ix, ecc, col, fl, reasons)
 
 
-READING_NAMES = ("utilization", "sm_active", "power_w", "power_limit_w", "sm_clock_hz", "memory_util", "pcie_bps",
-                 "nvlink_bps", "energy_j", "energy_from_s", "energy_to_s")
-FLAG_NAMES = ("lost", "hang_hint", "shared", "remap_pending", "remap_failed")
 
 
 @settings(max_examples=600, deadline=None)
