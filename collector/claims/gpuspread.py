@@ -212,7 +212,7 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
     per = {u: _readings(r, not why[u]) for u, (_, _, r) in devices.items()}
     for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
-        if len(vals) < MIN_GPUS:
+        if len(vals) < MIN_GPUS or none_apart(list(vals.values()), name == "SM clock"):
             continue
         against = against_others(vals)
         for u, v in vals.items():
@@ -308,6 +308,39 @@ def against_others(vals: Mapping[K, float]) -> dict[K, tuple[float, float]]:
         j = left(devs, abs(v - center))
         out[u] = (center, dbelow if j < dk else dat if j == dk else dabove)
     return out
+
+
+def none_apart(vals: list[float], clock: bool) -> bool:
+    """Whether no value of `vals` can read apart from the others (`_core`'s test), told from bounds
+    instead of each value's own median and deviation: a healthy run's readings (most runs, every pass)
+    cost two sorts in C, not a loop over its GPUs. False says nothing.
+
+    Each value's center (`against_others`) is one of three order statistics (`_without`), between
+    `lo` and `hi` of them; its distance from any value is at most `worst`. The deviations around a
+    center differ from those around `at` by at most the centers' gap, and so do their medians: each
+    GPU's spread is at least `spread`. A value is apart only when both its distance ≥ MIN_Z spreads
+    and ≥ MIN_APART_HELD (the least floor) of its center; the bounds say neither can hold. (Float
+    rounding is monotone; the margins cover the last bits of the shift between centers.)"""
+    if len(vals) < 3:
+        return False
+    if not math.isfinite(sum(vals)):  # (a NaN or an inf, or past the floats: the exact path)
+        return False
+    ordered = sorted(vals)
+    _, below, at, above = _without(ordered)
+    lo, hi = min(below, at, above), max(below, at, above)
+    worst = max(ordered[-1] - lo, hi - ordered[0])
+    least = min(abs(lo), abs(hi)) if (lo >= 0) == (hi >= 0) else 0.0
+    if worst < MIN_APART_HELD * least * (1 - _MARGIN):
+        return True
+    devs = sorted([abs(x - at) for x in ordered])
+    _, d1, d2, d3 = _without(devs)
+    # (each deviation is rounded once: a few units in the last place of the largest)
+    mad = min(d1, d2, d3) - (hi - lo) * (1 + _MARGIN) - 4 * math.ulp(2 * max(-ordered[0], ordered[-1]))
+    spread = max(MAD_SCALE * mad, (MAD_FLOOR_CLOCK if clock else MAD_FLOOR) * least) * (1 - _MARGIN)
+    return spread > 0 and worst / spread < MIN_Z
+
+
+_MARGIN = 1e-9
 
 
 def _without(ordered: Sequence[float]) -> tuple[int, float, float, float]:

@@ -4,18 +4,28 @@ utilization are untrusted, not idle; the claims themselves never change."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
-from collector.claims.gpuspread import against_others, slowdown
+from collector.claims.gpuspread import (
+    MAD_FLOOR,
+    MAD_FLOOR_CLOCK,
+    MAD_SCALE,
+    MIN_APART_HELD,
+    MIN_Z,
+    against_others,
+    none_apart,
+    slowdown,
+)
 from collector.gpu import GpuDevice, PodGpuEvidence
 from tests.claims.test_recheck_at import NOW, S, evidence, pod, taucluster, taurun, ts
 
@@ -261,3 +271,64 @@ def test_each_gpus_others_median_and_deviation_are_statistics_medians(vals: dict
         others = [x for w, x in vals.items() if w != u]
         center = statistics.median(others)
         assert got[u] == (center, statistics.median(abs(x - center) for x in others)), (u, v)
+
+
+def _could_be_apart(vals: list[float], clock: bool) -> list[int]:
+    """The GPUs `_core`'s per-value test could name for these readings, at the least floor and either
+    direction (its exact arithmetic over `against_others`, which the test above holds to `statistics`)."""
+    got = against_others(dict(enumerate(vals)))
+    out = []
+    for u, v in enumerate(vals):
+        center, mad = got[u]
+        spread = max(MAD_SCALE * mad, (MAD_FLOOR_CLOCK if clock else MAD_FLOOR) * abs(center))
+        if spread > 0 and abs((v - center) / spread) >= MIN_Z and abs(v - center) >= MIN_APART_HELD * abs(center):
+            out.append(u)
+    return out
+
+
+def _readings_as_runs_read() -> st.SearchStrategy[list[float]]:
+    """A run's readings as GPUs give them: around one level (a share, watts, hertz or bytes/s) with a
+    spread from none (ties, one clock bin) to wide, a few GPUs off by any amount, values a unit in the
+    last place apart, zeros and signs mixed (what the agents' parser never sends, the screen must still
+    hold for)."""
+    level = st.sampled_from([0.0, 1e-12, 0.5, 0.97, 1.0, 650.0, 1.98e9, 6e10, -3.0, 1e300])
+    spread = st.sampled_from([0.0, 1e-16, 1e-9, 0.001, 0.01, 0.03, 0.1, 0.5, 2.0])
+
+    @st.composite
+    def draw(d: st.DrawFn) -> list[float]:
+        base, width = d(level), d(spread)
+        n = d(st.integers(3, 96))
+        vals = [base * (1 + width * d(st.floats(-1, 1))) for _ in range(n)]
+        for _ in range(d(st.integers(0, 3))):  # a few GPUs off: a little, a lot, to zero, a unit apart
+            i = d(st.integers(0, n - 1))
+            vals[i] = d(st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64),
+                                  st.sampled_from([0.0, -0.0, math.nextafter(vals[i], math.inf), vals[i] * 0.9,
+                                                   vals[i] * 0.95, vals[i] * 1.06, vals[i] * 0.5]),
+                                  st.just(vals[(i + 1) % n])))
+        return vals
+    return draw()
+
+
+@given(_readings_as_runs_read(), st.booleans())
+@settings(max_examples=3000, deadline=None)
+def test_a_run_said_to_have_no_gpu_apart_has_none(vals: list[float], clock: bool) -> None:
+    """`none_apart` skips the per-GPU test only where it could name nobody: searched for a reading it
+    screens out that the exact test would have named."""
+    if none_apart(vals, clock):
+        assert _could_be_apart(vals, clock) == []
+    event(f"screened: {none_apart(vals, clock)}")
+
+
+def test_healthy_runs_are_screened_and_a_gpu_apart_is_not() -> None:
+    """The screen does its job on what runs read (or the per-GPU loop runs every pass for nothing):
+    80 GPUs' SM activity 60–90 %, power 500–700 W, clocks within a bin, links 1–4 GB/s; one GPU's
+    clock held down, or a reading twenty times the others', is left to the exact test."""
+    rng = random.Random(3)
+    for lo, hi, clock in ((0.6, 0.9, False), (500.0, 700.0, False), (1.965e9, 1.98e9, True), (1e9, 4e9, False)):
+        vals = [rng.uniform(lo, hi) for _ in range(80)]
+        assert none_apart(vals, clock), (lo, hi)
+        odd = [*vals[:-1], lo * 0.2 if clock else hi * 20]
+        assert _could_be_apart(odd, clock) == [79] and not none_apart(odd, clock), (lo, hi)
+    assert not none_apart([1.98e9] * 79 + [1.41e9], True)
+    assert not none_apart([1.0, 1.0], False)  # (too few to tell)
+    assert not none_apart([1.0, float("nan"), 1.0, 1.0], False)
