@@ -133,6 +133,34 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
+def _census(path: str) -> None:
+    """BENCH_CENSUS=PREFIX: every object the collector reaches (tracked ones and what they hold), its
+    shallow size summed by type, into PATH: where the heap's Python objects are, without tracemalloc's
+    cost (run after the window: it holds a set of every object's id while it walks)."""
+    by: dict[str, list[int]] = {}
+    seen: set[int] = set()
+    todo = gc.get_objects()
+    seen.update(map(id, todo))
+    while todo:
+        o = todo.pop()
+        t = type(o)
+        k = f"{t.__module__}.{t.__qualname__}"
+        got = by.get(k)
+        if got is None:
+            got = by[k] = [0, 0]
+        got[0] += sys.getsizeof(o)
+        got[1] += 1
+        for r in gc.get_referents(o):
+            if id(r) not in seen and not gc.is_tracked(r):
+                seen.add(id(r))
+                todo.append(r)
+    total = sum(v[0] for v in by.values())
+    with open(path, "w") as out:
+        out.write(f"# {total / 2**20:.1f} MiB shallow in {sum(v[1] for v in by.values())} objects\n")
+        for k, (size, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:60]:
+            out.write(f"{size / 2**20:9.2f} MiB {n:10d}  {size / max(n, 1):8.0f} B  {k}\n")
+
+
 def heap_stats(label: str = "") -> dict[str, float]:
     """Where the RSS is, in MiB: Python's small-object allocator (blocks in use, free blocks in its
     arenas) and glibc malloc (in use, free but not returned: fragmentation), from
@@ -532,6 +560,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                     out.write("".join(f"    {line}\n" for line in st.traceback.format()[-8:]))
         del snap, stats  # (its traces are Python objects: not in the heap figures below)
         gc.collect()
+    if os.environ.get("BENCH_CENSUS"):
+        _census(f"{os.environ['BENCH_CENSUS']}-{variant}-{os.getpid()}.txt")
     in_window = sorted(took for end, took, _ in passes if end >= w0)
     reads_by_pass = [b[2] - a[2] for a, b in zip(passes, passes[1:], strict=False) if b[0] >= w0]
     window = [p for end, p in reports if end >= w0]
