@@ -133,6 +133,13 @@ for p in (ROOT, ROOT / "bench"):
 from bench_controller import SimProcess, cpu_s, rss_bytes  # noqa: E402
 
 
+def _bucket(n: int) -> str:
+    for top in (1, 4, 16, 64, 256, 512, 1024, 4096):
+        if n < top:
+            return f"<{top}"
+    return ">=4096"
+
+
 def _census(path: str) -> None:
     """BENCH_CENSUS=PREFIX: every object the collector reaches (tracked ones and what they hold), its
     shallow size summed by type, into PATH: where the heap's Python objects are, without tracemalloc's
@@ -141,10 +148,17 @@ def _census(path: str) -> None:
     seen: set[int] = set()
     todo = gc.get_objects()
     seen.update(map(id, todo))
+    own = {id(seen), id(todo), id(by)}  # (the census's own: neither counted nor walked)
     while todo:
         o = todo.pop()
+        if id(o) in own:
+            continue
         t = type(o)
         k = f"{t.__module__}.{t.__qualname__}"
+        if t is bytes or t is str:  # by size: a record's packed columns, a log's samples, names
+            k += f" {_bucket(len(o))}"
+        elif t is tuple or t is list or t is dict:
+            k += f" len {_bucket(len(o))}"
         got = by.get(k)
         if got is None:
             got = by[k] = [0, 0]
@@ -157,7 +171,7 @@ def _census(path: str) -> None:
     total = sum(v[0] for v in by.values())
     with open(path, "w") as out:
         out.write(f"# {total / 2**20:.1f} MiB shallow in {sum(v[1] for v in by.values())} objects\n")
-        for k, (size, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:60]:
+        for k, (size, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:80]:
             out.write(f"{size / 2**20:9.2f} MiB {n:10d}  {size / max(n, 1):8.0f} B  {k}\n")
 
 
@@ -435,6 +449,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     gc.collect()
     steady = rss_bytes()
     heap = heap_stats("steady")
+    if os.environ.get("BENCH_CENSUS"):  # (after the figures it would change)
+        _census(f"{os.environ['BENCH_CENSUS']}-steady-{variant}-{os.getpid()}.txt")
+        gc.collect()
     import ctypes
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # how much of the rest malloc could hand back (a diagnostic)
     heap["trimmed"] = rss_bytes() / 2**20
