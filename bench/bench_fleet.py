@@ -164,7 +164,8 @@ def _census(path: str) -> None:
             got = by[k] = [0, 0]
         got[0] += sys.getsizeof(o)
         got[1] += 1
-        for r in gc.get_referents(o):
+        fields = getattr(t, "__struct_fields__", None)  # (a msgspec Struct with gc=False has no referents)
+        for r in gc.get_referents(o) if fields is None else [getattr(o, f, None) for f in fields]:
             if id(r) not in seen and not gc.is_tracked(r):
                 seen.add(id(r))
                 todo.append(r)
@@ -838,12 +839,39 @@ def _gpu_pass(c: Any, ctl: Any, rng: Any, log_pods: str, GpuDevice: Any, PodGpuE
                                power_limit_w=700.0 + 0.0 * i) for i in range(f.gpus))  # (fresh, as decoded)
         gpus[(ns, name)] = PodGpuEvidence(ns, name, f.node_name, "agent", now, devs, ("main",))
         nodes[f.node_name] = now
+    put = getattr(c, "put", None) or c._put
+    parts = _pass_parts()
+    if per_node and parts is not None:  # as the agent poller hands a pass: each node's as it is decoded
+        part, end, pid = parts
+        named: set[tuple[str, str]] = set()
+        for i, (node, pods) in enumerate(held.items()):
+            recs = _node_records(node, pods, now, rng, used)
+            put(_change(ctl)("gpu-node", None, part(pid, i, node, now, recs)))
+            if log_pods == "gpu":
+                named.update((g.namespace, g.pod) for g in recs)
+        put(_change(ctl)("gpu", None, end(pid, {}, (), {"gpu": frozenset(named), "all": frozenset(running)}
+                                          .get(log_pods, frozenset()))))
+        return
     if per_node:
         gpus = _decoded_by_node(held, now, rng, used)
     elif decoded:
         gpus = _decoded(gpus, now, used)
     read = {"gpu": frozenset(gpus), "all": frozenset(running)}.get(log_pods, frozenset())
-    (getattr(c, "put", None) or c._put)(_change(ctl)("gpu", None, (gpus, nodes, read)))
+    if parts is None:  # (a `before` tree: the whole pass in one change)
+        put(_change(ctl)("gpu", None, (gpus, nodes, read)))
+        return
+    from collector.planes.node_agents import pass_changes
+    for ch in pass_changes(gpus, nodes, read):
+        put(ch)
+
+
+def _pass_parts() -> tuple[Any, Any, int] | None:
+    """The tree's GPU pass parts (`planes.node_agents.NodePart`, `PassEnd`) and a new pass's number;
+    None in a `before` tree that takes a pass in one change."""
+    from collector.planes import node_agents
+    if not hasattr(node_agents, "NodePart"):
+        return None
+    return node_agents.NodePart, node_agents.PassEnd, next(node_agents._PASSES)
 
 
 _UUIDS: dict[tuple[str, str], tuple[str, ...]] = {}  # a pod's devices' UUIDs (`_gpu_pass`)
@@ -948,15 +976,21 @@ def _decoded_by_node(held: dict[str, list[tuple[str, str, int]]], now: datetime,
     document is parsed as it comes, never a whole pass's at once). BENCH_GPU_WHOLE_PASS=1 (a variant's
     `+wholepass`): the feed before (`_decoded`: every node's device entries built before the first is
     parsed, ~6 KB a GPU pod at once; the UUIDs' strings kept between passes, `_UUIDS`)."""
-    from collector.sources.agents import AgentEndpoint
-    decode = _poller_decode()
-    at = now.timestamp()
     out = {}
     for node, pods in held.items():
-        body = _node_body(node, pods, at, rng)
-        for ev in _timed(used, decode, body, AgentEndpoint(node, f"agent-{node}", "http://agent"), now).gpus:
+        for ev in _node_records(node, pods, now, rng, used):
             out[(ev.namespace, ev.pod)] = ev
     return out
+
+
+def _node_records(node: str, pods: list[tuple[str, str, int]], now: datetime, rng: Any,
+                  used: list[float] | None = None) -> tuple[Any, ...]:
+    """A node's records as the agent poller has them: its agent's document (`_node_body`) through the
+    poller's decode (its CPU in `used[1]`)."""
+    from collector.sources.agents import AgentEndpoint
+    body = _node_body(node, pods, now.timestamp(), rng)
+    return tuple(_timed(used, _poller_decode(), body, AgentEndpoint(node, f"agent-{node}", "http://agent"),
+                        now).gpus)
 
 
 def _change(ctl: Any) -> Any:

@@ -80,7 +80,13 @@ def measure(runs: int, passes: int, case: str) -> dict[str, float]:
                                    power_limit_w=700.0) for i in range(8))
             gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", now0, devs, ("main",))
             nodes[node] = now0
-        c._apply(Change("gpu", None, (gpus, nodes, frozenset(gpus))))
+        try:
+            from collector.planes.node_agents import pass_changes
+        except ImportError:  # (a baseline tree that takes a pass in one change)
+            c._apply(Change("gpu", None, (gpus, nodes, frozenset(gpus))))
+        else:
+            for ch in pass_changes(gpus, nodes, frozenset(gpus)):
+                c._apply(ch)
         for r in range(5):
             clock[0] = now0 + timedelta(seconds=30 * r)
             for p in pods:

@@ -19,15 +19,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from collector.backlog import Backlog
+from collector.claims.gpuspread import forget as forget_spread
 from collector.claims.gpuspread import forget_replaced
 from collector.correlate import Key, RunIndex, Signal
-from collector.gpu import PodGpuEvidence
+from collector.gpu import PodGpuEvidence, uuids
 from collector.malloc import release_free
 from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
 from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
-from collector.planes.node_agents import gpu_records, runs_to_recheck
+from collector.planes.node_agents import GpuPass, NodePart, PassEnd, gpu_records, runs_changed, runs_not_progressing
 from collector.planes.signals import alone, confirms, folded, uneventful
 from collector.recheck import Rechecks
 from collector.runcaps import RunCaps
@@ -77,6 +78,8 @@ class ChangeApplier:
     _gpus: dict[tuple[str, str], PodGpuEvidence]
     _agent_nodes: dict[str, datetime]
     _agents_newest: datetime | None  # the latest of `_agent_nodes`' reads (per pass, not per run)
+    _gpu_passing: GpuPass | None  # the agents' pass in progress
+    _gpu_node_pods: dict[str, tuple[tuple[str, str], ...]]  # each node's pods in the last whole pass
     _roots_memo: dict[Key, Ref | None]
     _roots_shape: int
     _roots_changed: bool
@@ -138,23 +141,10 @@ class ChangeApplier:
             else:
                 self.index.set_signal(replace(ray_sig, ref=root_ref, source=source))
             self._dirty.add(root_ref.key)
+        elif c.op == "gpu-node":
+            self._gpu_part(c.payload)
         elif c.op == "gpu":
-            gpus, nodes, log_pods = c.payload
-            self._dirty |= runs_to_recheck(self._gpus, gpus, self.index.root_of, self.index.member_pods,
-                                           self.claims, self._dirty, now=self.now(),
-                                           every=self.settings.claims.confirm_refresh)
-            if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
-                samples, xids = gpu_records(self._gpus, gpus, self.index.root_of)
-                self._export("gpu", self.sink.gpu, samples, xids)
-            for ns, pod in self.agent_log_pods - log_pods:  # (read by no agent now: the API log source's
-                root = self._root_of(Ref("Pod", ns, pod))  # targets for its run, at its evaluation)
-                if root is not None:
-                    self._dirty.add(root.key)
-            self._gpus, self._agent_nodes, self.agent_log_pods = gpus, nodes, log_pods
-            self._agents_newest = max(nodes.values(), default=None)
-            forget_replaced(gpus)  # (the pass before's records go now, not at each run's next evaluation)
-            release_free()  # (and their pages: the records are past pymalloc's size, in the C heap)
-            self.agents_first.set()
+            self._gpu_end(c.payload)
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload
             prev = self.index.signal_of(ref, container)
@@ -286,6 +276,86 @@ class ChangeApplier:
             log.exception(message, extra={"kind": kind, "what": what[:300]})
         else:
             log.debug(message, extra={"kind": kind, "what": what[:300]})
+
+    def _gpu_pass(self, pass_id: int) -> GpuPass:
+        """The agents' pass in progress (`planes.node_agents`), a new one from a part of another."""
+        p = self._gpu_passing
+        if p is None or p.pass_id != pass_id:
+            p = self._gpu_passing = GpuPass(pass_id)
+        return p
+
+    def _gpu_part(self, part: NodePart, *, only_new: bool = False) -> None:
+        """One agent's records: each pod's replaces the pass before's now (or an earlier part's of this
+        pass, from an agent before it in the pass's order); the runs whose devices changed are marked,
+        the node's GpuSamples and new XIDs exported. `only_new`: pods no part of the pass named (dcgm)."""
+        p = self._gpu_pass(part.pass_id)
+        if part.read_at is not None:
+            p.nodes[part.node] = part.read_at
+            self._agent_nodes[part.node] = part.read_at  # (fresh as read; nodes not read go at the end)
+            if self._agents_newest is None or part.read_at > self._agents_newest:
+                self._agents_newest = part.read_at
+        new: dict[tuple[str, str], PodGpuEvidence] = {}
+        for g in part.gpus:
+            k = (g.namespace, g.pod)
+            by = p.seen.get(k)
+            if by is None or (by <= part.order and not only_new):
+                p.seen[k] = part.order
+                new[k] = g
+        if not new:
+            return
+        held = self._gpus
+        old = {k: was for k in new if (was := held.get(k)) is not None}
+        self._dirty |= runs_changed(old, new, self.index.root_of, self.claims, self._dirty)
+        if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
+            # the XIDs a node's devices reported in the pass before: its pods' records then
+            before = {**{k: h for k in self._gpu_node_pods.get(part.node, ()) if (h := held.get(k)) is not None
+                         and h.node == part.node and k not in new}, **old}
+            samples, xids = gpu_records(before, new, self.index.root_of)
+            if only_new:  # a GPU an agent reported this pass is its pod's (the agent's answer wins)
+                taken = {u for k in p.node_pods.get(part.node, ()) if (h := held.get(k)) is not None
+                         for u in uuids(h)}
+                samples = [x for x in samples if x.uuid not in taken]
+                xids = [x for x in xids if x.uuid not in taken]
+            self._export("gpu", self.sink.gpu, samples, xids)
+        p.node_pods[part.node] = (*p.node_pods.get(part.node, ()), *new)
+        held.update(new)
+        for k in old:  # (a replaced record's kept comparison goes with it: no pass held twice)
+            root = self._root_of(Ref("Pod", *k))
+            if root is not None:
+                forget_spread(root.key)
+
+    def _gpu_end(self, end: PassEnd) -> None:
+        """A pass's end: dcgm-exporters' records where no agent's came, the pods and nodes it did not
+        read go (their runs marked), the runs not progressing re-evaluated as `runs_to_recheck` says."""
+        p = self._gpu_pass(end.pass_id)
+        for node, at in end.dcgm_nodes.items():
+            if node not in p.nodes:
+                p.nodes[node] = at
+                self._agent_nodes[node] = at
+        by_node: dict[str, list[PodGpuEvidence]] = {}
+        for g in end.dcgm:
+            by_node.setdefault(g.node, []).append(g)
+        for node, recs in by_node.items():
+            self._gpu_part(NodePart(p.pass_id, -1, node, None, tuple(recs)), only_new=True)
+        held, seen = self._gpus, p.seen
+        gone = {k: g for k, g in held.items() if k not in seen}
+        self._dirty |= runs_changed({}, gone, self.index.root_of, self.claims, self._dirty)
+        self._dirty |= runs_not_progressing(held.__contains__, self.index.member_pods, self.claims, self._dirty,
+                                            now=self.now(), every=self.settings.claims.confirm_refresh)
+        for k in gone:
+            del held[k]
+        for ns, pod in self.agent_log_pods - end.log_pods:  # (read by no agent now: the API log source's
+            root = self._root_of(Ref("Pod", ns, pod))  # targets for its run, at its evaluation)
+            if root is not None:
+                self._dirty.add(root.key)
+        self._agent_nodes = dict(p.nodes)
+        self._agents_newest = max(p.nodes.values(), default=None)
+        self.agent_log_pods = end.log_pods
+        self._gpu_node_pods = p.node_pods
+        self._gpu_passing = None
+        forget_replaced(held)  # (what a gone pod's kept comparison read goes too)
+        release_free()  # (the replaced records' pages: they are past pymalloc's size, in the C heap)
+        self.agents_first.set()
 
     def _export(self, what: str, call: Callable[..., object], *args: Any, **kw: Any) -> None:
         """A call into the record sink (ADX, embedded) or the evidence capture: a failure there costs

@@ -37,6 +37,7 @@ from collector.gpu import PodGpuEvidence
 from collector.model import ObjectRecord, Ref, RunClaims
 from collector.nodeclock import NodeClocks
 from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.planes.node_agents import GpuPass
 from collector.planes.registry import build_sources, error_labels
 from collector.progress.model import LogScan
 from collector.recheck import CpuBudget, DirtyRuns, Rechecks
@@ -117,6 +118,8 @@ class Controller(RunEvaluator):
         self._gpus: dict[tuple[str, str], PodGpuEvidence] = {}
         self._agent_nodes: dict[str, datetime] = {}
         self._agents_newest: datetime | None = None
+        self._gpu_passing: GpuPass | None = None
+        self._gpu_node_pods: dict[str, tuple[tuple[str, str], ...]] = {}
         self.agent_log_pods: frozenset[tuple[str, str]] = frozenset()
         # Set once the loop holds the agents' first pass (at once without agents): the API log
         # source waits for it, so that it does not read every pod's log through the API server at

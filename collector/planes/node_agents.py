@@ -1,12 +1,19 @@
 """Node agents' evidence (GPU readings by pod, parsed container logs) and dcgm-exporters, read in
-one pass every `agents.poll_interval`: the first at once, since the API log source waits for it."""
+one pass every `agents.poll_interval`: the first at once, since the API log source waits for it.
+
+A pass reaches the loop agent by agent, each document's GPU records as it is read (`NodePart`,
+"gpu-node"), then its end (`PassEnd`, "gpu": dcgm-exporters' records, pods and nodes no agent
+reported any more go). Each pod's record is replaced as its agent's document comes, so a pass never
+holds the fleet's records twice (the whole pass handed at once did: 116 MiB more at 150k pods, the
+peak past 1 GiB; issue 30)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from collector.correlate import Key, Signal
@@ -20,11 +27,63 @@ from collector.sources.kube_api import SourceError
 from exporters.adx.rows import GpuSample, GpuXid
 from exporters.prometheus_health import ErrorClass
 
-__all__ = ["AgentSource", "gpu_records", "log_changes", "runs_to_recheck", "same_devices"]
+__all__ = ["AgentSource", "GpuPass", "NodePart", "PassEnd", "gpu_records", "log_changes", "pass_changes",
+           "runs_changed", "runs_not_progressing", "runs_to_recheck", "same_devices"]
 
 log = logging.getLogger("taugrid.controller")
 
 GpuByPod = Mapping[tuple[str, str], PodGpuEvidence]
+_PASSES = itertools.count(1)  # (a pass's number: a part of a pass cut short is never taken for the next's)
+
+
+@dataclass(frozen=True, slots=True)
+class NodePart:
+    """One agent's document's GPU records in a pass ("gpu-node"): `order` is its endpoint's place in the
+    pass (a pod two agents name is the later one's, whichever document came first); `read_at` None:
+    records for a node no agent read (they count for nothing fresh)."""
+
+    pass_id: int
+    order: int
+    node: str
+    read_at: datetime | None
+    gpus: tuple[PodGpuEvidence, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PassEnd:
+    """A pass's end ("gpu"): the dcgm-exporters' records (for pods no agent reported) and their nodes,
+    and the pods whose logs an agent read."""
+
+    pass_id: int
+    dcgm_nodes: Mapping[str, datetime]
+    dcgm: tuple[PodGpuEvidence, ...]
+    log_pods: frozenset[tuple[str, str]]
+
+
+@dataclass(slots=True)
+class GpuPass:
+    """The loop's account of a pass in progress (`changes.ChangeApplier._gpu_part`): each pod named so
+    far and the place in the pass of the part that named it, each node read and when, and each node's
+    pods (the next pass reads the XIDs they reported)."""
+
+    pass_id: int
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    nodes: dict[str, datetime] = field(default_factory=dict)
+    node_pods: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+
+def pass_changes(gpus: GpuByPod, nodes: Mapping[str, datetime],
+                 log_pods: frozenset[tuple[str, str]] = frozenset()) -> list[Change]:
+    """A whole pass held at once (`gpus` by pod, `nodes`: each agent's read time) as the loop takes it:
+    one part a node, in `nodes`' order then the records' own nodes', and the end (tests, benches)."""
+    pid = next(_PASSES)
+    by_node: dict[str, list[PodGpuEvidence]] = {n: [] for n in nodes}
+    for g in gpus.values():
+        by_node.setdefault(g.node, []).append(g)
+    out = [Change("gpu-node", None, NodePart(pid, i, node, nodes.get(node), tuple(recs)))
+           for i, (node, recs) in enumerate(by_node.items())]
+    out.append(Change("gpu", None, PassEnd(pid, {}, (), log_pods)))
+    return out
 
 
 class AgentSource(PolledSource):
@@ -51,8 +110,9 @@ class AgentSource(PolledSource):
         wait = 0.0  # the first pass at once: the API log poller waits for it
         while not stop.wait(wait):
             started = time.monotonic()
-            gpus: dict[tuple[str, str], PodGpuEvidence] = {}
-            nodes: dict[str, datetime] = {}
+            pid = next(_PASSES)
+            dcgm_nodes: dict[str, datetime] = {}
+            dcgm: dict[tuple[str, str], PodGpuEvidence] = {}
             log_pods: set[tuple[str, str]] = set()
             try:
                 endpoints = discover_agents(ctx.api, namespace, selector=cfg.selector, port=cfg.port,
@@ -60,10 +120,8 @@ class AgentSource(PolledSource):
             except SourceError as e:
                 self.state.error(ErrorClass.RETRYABLE if e.retryable else ErrorClass.PERMANENT, str(e))
                 endpoints = []
-            # Each agent's logs are handed on as its document is read (a first pass carries every
-            # container's log, which need not all be held at once); its GPUs in the endpoints'
-            # order afterwards, so that a pod two agents name gets the later one's.
-            by_endpoint: list[tuple[int, AgentReport]] = []
+            # Each agent's logs and GPU records are handed on as its document is read (a first pass
+            # carries every container's log; a pass, every GPU pod's records: neither held whole).
             for i, rep in reader.read_each(endpoints):
                 if stop.is_set():
                     break  # (the reads still out end on their own)
@@ -74,11 +132,8 @@ class AgentSource(PolledSource):
                 for change, scan in log_changes(rep):
                     loop.put_log(change, scan)
                 log_pods |= rep.log_pods()
-                by_endpoint.append((i, replace(rep, logs=())))
+                loop.put(Change("gpu-node", None, NodePart(pid, i, rep.endpoint.node, rep.read_at, rep.gpus)))
             reader.forget(endpoints)
-            for _, rep in sorted(by_endpoint, key=lambda x: x[0]):
-                nodes[rep.endpoint.node] = rep.read_at
-                gpus.update({(g.namespace, g.pod): g for g in rep.gpus})
             for node, url in sorted(cfg.dcgm.items()):
                 try:
                     scrape = read_dcgm(url)
@@ -87,10 +142,10 @@ class AgentSource(PolledSource):
                     log.warning("dcgm-exporter not read", extra={"error": str(e)})
                     continue
                 at = ctx.now()
-                nodes.setdefault(node, at)
+                dcgm_nodes.setdefault(node, at)
                 for g in pod_evidence(scrape, node=node, read_at=at):
-                    gpus.setdefault((g.namespace, g.pod), g)  # the agent's answer wins where both exist
-            loop.put(Change("gpu", None, (gpus, nodes, frozenset(log_pods))))
+                    dcgm.setdefault((g.namespace, g.pod), g)  # (an agent's answer wins: the loop's)
+            loop.put(Change("gpu", None, PassEnd(pid, dcgm_nodes, tuple(dcgm.values()), frozenset(log_pods))))
             took = time.monotonic() - started
             self.state.passed(took)
             wait = max(0.0, interval - took)  # from the start of the pass before
@@ -130,20 +185,37 @@ def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref |
     `planes.signals.alone`); it is re-evaluated when its evidence would age out (`Clock.within`). A run
     not evaluated yet (new, or kept out by a cap) reads the pass when it is. Pod by pod, each pod's
     run, this was a tenth of the loop at 50k pods (issue 30)."""
+    out = runs_changed(old, new, root_of, claims, dirty)
+    out |= runs_changed(new, {k: g for k, g in old.items() if k not in new}, root_of, claims, dirty | out)
+    return out | runs_not_progressing(lambda p: p in new or p in old, member_pods, claims, dirty | out,
+                                      now=now, every=every)
+
+
+def runs_changed(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
+                 claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
+    """`runs_to_recheck`'s runs of the pods of `new` whose devices changed from `old` (or came): a part
+    of a pass at a time (each agent's document as it is read), and a pass's pods gone at its end."""
     out: set[Key] = set()
-    changed = [k for k, now in new.items() if (was := old.get(k)) is None or not same_devices(was, now)]
-    changed += [k for k in old if k not in new]
-    for ns, pod in changed:
+    for (ns, pod), g in new.items():
+        was = old.get((ns, pod))
+        if was is not None and same_devices(was, g):
+            continue
         root = root_of(Ref("Pod", ns, pod))
         if root is not None and root.key not in dirty and root.key in claims:
             out.add(root.key)
-    since = now - every if now is not None and every > timedelta(0) else None
-    for key, rc in claims.items():
-        if rc.progressing.observed is not Observed.TRUE and key not in dirty and key not in out \
-                and (since is None or rc.evaluated_at <= since) \
-                and any(p in new or p in old for p in member_pods(key)):
-            out.add(key)
     return out
+
+
+def runs_not_progressing(held: Callable[[tuple[str, str]], bool],
+                         member_pods: Callable[[Key], Iterable[tuple[str, str]]], claims: Mapping[Key, RunClaims],
+                         dirty: set[Key], *, now: datetime | None = None,
+                         every: timedelta = timedelta(0)) -> set[Key]:
+    """`runs_to_recheck`'s runs not progressing with a pod `held` (in the pass or the one before), at a
+    pass's end."""
+    since = now - every if now is not None and every > timedelta(0) else None
+    return {key for key, rc in claims.items()
+            if rc.progressing.observed is not Observed.TRUE and key not in dirty
+            and (since is None or rc.evaluated_at <= since) and any(held(p) for p in member_pods(key))}
 
 
 def same_devices(a: PodGpuEvidence, b: PodGpuEvidence) -> bool:

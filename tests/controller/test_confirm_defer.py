@@ -36,6 +36,7 @@ from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.kube import NodeLease, normalize
 from collector.model import Claim, Observed, Ref, RunClaims
 from collector.planes.base import Change
+from collector.planes.node_agents import pass_changes
 from collector.progress.model import HangFinding, LogScan, ProgressSample, RankSteps, ResumeFinding, XidFinding
 from collector.settings import ClaimSettings, ControllerSettings, Settings
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
@@ -107,9 +108,10 @@ class _Fleet:
             out.append(Change("agent-log", None, (Signal(ref, name, scan, self.clock[0]), None if held is None else 3)))
         return out
 
-    def gpu_change(self, seed: int) -> Change:
+    def gpu_changes(self, seed: int) -> list[Change]:
+        """A pass of the agents (`gpus_at`), as the agent poller hands it: agent by agent, then its end."""
         gpus = gpus_at(self.clock[0], seed, False)
-        return Change("gpu", None, (gpus, {g.node: self.clock[0] for g in gpus.values()}, frozenset()))
+        return pass_changes(gpus, {g.node: self.clock[0] for g in gpus.values()}, frozenset())
 
 
 def gpus_at(now: datetime, seed: int, apart: bool) -> dict[tuple[str, str], PodGpuEvidence]:
@@ -301,7 +303,8 @@ class Pair:
     def gpu(self, seed: int, apart: bool) -> None:
         gpus = gpus_at(self.now, seed, apart)  # the same records to both (the kept comparisons are by them)
         for f in (self.d, self.i):
-            f.c._apply(Change("gpu", None, (gpus, {g.node: self.now for g in gpus.values()}, frozenset())))
+            for ch in pass_changes(gpus, {g.node: self.now for g in gpus.values()}, frozenset()):
+                f.c._apply(ch)
             f.quiet_workers()
 
     def evaluate(self) -> None:
@@ -509,7 +512,8 @@ def _warmed(refresh: timedelta) -> tuple[_Fleet, Feed]:
     feed = Feed()
     for k in range(WARM):
         f.move(30)
-        f.c._apply(f.gpu_change(k))
+        for ch in f.gpu_changes(k):
+            f.c._apply(ch)
         f.quiet_workers()
         scan, after = feed.increment("ok", f.clock[0], 30, 0)
         f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
@@ -585,7 +589,7 @@ def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increment
         dues = []
         for i in range(1, 4):  # +30, +60, +90 s
             move(30)  # a pass as agents send it: GPU readings, the workers' quiet logs, the head's steps
-            for change in (f.gpu_change(WARM + i), *f.worker_changes()):
+            for change in (*f.gpu_changes(WARM + i), *f.worker_changes()):
                 f.c.put(change)
             scan, after = feed.increment("ok", f.clock[0], 30, 0)
             f.c.put(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
@@ -680,7 +684,7 @@ def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick() -> None:
         f, feed = _warmed(refresh)
         for k in range(2):  # two passes, 30 s apart: the deferral at the newer step's window or the refresh
             f.move(30)
-            for change in (f.gpu_change(WARM + k), *f.worker_changes()):
+            for change in (*f.gpu_changes(WARM + k), *f.worker_changes()):
                 f.c._apply(change)
             scan, after = feed.increment("ok", f.clock[0], 30, 0)
             f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
@@ -26,7 +27,7 @@ from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.kube import NodeLease
 from collector.model import Observed, Ref
 from collector.planes.base import Change
-from collector.planes.node_agents import runs_to_recheck, same_devices
+from collector.planes.node_agents import pass_changes, runs_to_recheck, same_devices
 from collector.render import to_json
 from collector.sources.agents import _scan as decode
 
@@ -67,7 +68,7 @@ class _Fleet:
             gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", now, devs, ("main",))
         self.held = gpus
         nodes = {g.node: now for g in gpus.values()}
-        self.c._apply(Change("gpu", None, (gpus, nodes, frozenset())))
+        _apply_pass(self.c, gpus, nodes, frozenset())
 
     def log(self, run: int) -> None:
         """The run's head prints its next 30 steps (an agent's increment, as bench_fleet's feed)."""
@@ -103,6 +104,12 @@ STEPS = st.one_of(
 )
 
 
+def _apply_pass(c: Any, gpus: Any, nodes: Any, log_pods: frozenset[tuple[str, str]]) -> None:
+    """A whole pass, as the agent poller hands it: agent by agent, then its end."""
+    for ch in pass_changes(gpus, nodes, log_pods):
+        c._apply(ch)
+
+
 def _forget_all() -> None:
     gpuspread._CORES = ByInputs()  # (another test's kept comparisons: none of this fleet's)
 
@@ -112,6 +119,7 @@ def _play(steps: list[Step], *, forgetting: bool, monkeypatch: pytest.MonkeyPatc
     with monkeypatch.context() as m:
         if not forgetting:
             m.setattr(changes, "forget_replaced", lambda current: None)  # the loop before: kept until a miss
+            m.setattr(changes, "forget_spread", lambda run: None)
         f = _Fleet()
         f.gpu_pass(0, None, None, False)
         for run in range(RUNS):
@@ -161,6 +169,7 @@ def test_a_progressing_run_holds_no_record_of_the_pass_before(monkeypatch: pytes
         with monkeypatch.context() as m:
             if not forgetting:
                 m.setattr(changes, "forget_replaced", lambda current: None)
+                m.setattr(changes, "forget_spread", lambda run: None)
             f = _Fleet()
             f.gpu_pass(0, None, None, False)
             for k in range(3):
@@ -298,10 +307,10 @@ def test_a_pod_no_agent_reads_any_more_marks_its_run() -> None:
     gpus = dict(f.c._gpus)
     pods = frozenset(gpus)
     nodes = {g.node: f.clock[0] for g in gpus.values()}
-    f.c._apply(Change("gpu", None, (gpus, nodes, pods)))
+    _apply_pass(f.c, gpus, nodes, pods)
     assert not f.c._dirty
     gone = sorted(pods)[PODS + 1]
-    f.c._apply(Change("gpu", None, (gpus, nodes, pods - {gone})))
+    _apply_pass(f.c, gpus, nodes, pods - {gone})
     root = f.c.index.root_of(Ref("Pod", *gone))
     assert root is not None and f.c._dirty == {root.key}
 
@@ -314,9 +323,9 @@ def test_a_gpu_pass_keeps_its_newest_agent_read() -> None:
     assert f.c._agents_newest == f.clock[0]
     f.clock[0] += timedelta(seconds=30)
     nodes = {"node-a": f.clock[0] - timedelta(minutes=5), "node-b": f.clock[0] - timedelta(minutes=1)}
-    f.c._apply(Change("gpu", None, ({}, nodes, frozenset())))
+    _apply_pass(f.c, {}, nodes, frozenset())
     assert f.c._agents_newest == f.clock[0] - timedelta(minutes=1)
-    f.c._apply(Change("gpu", None, ({}, {}, frozenset())))
+    _apply_pass(f.c, {}, {}, frozenset())
     assert f.c._agents_newest is None
 
 
@@ -344,6 +353,6 @@ def test_a_pass_of_readings_alone_re_evaluates_a_run_not_progressing_once_a_refr
     new = {**old, (lost.namespace, lost.pod): PodGpuEvidence(
         lost.namespace, lost.pod, lost.node, lost.source, f.clock[0],
         (replace(lost.devices[0], lost=True), *lost.devices[1:]), lost.containers)}
-    f.c._apply(Change("gpu", None, (new, {g.node: f.clock[0] for g in new.values()}, frozenset())))
+    _apply_pass(f.c, new, {g.node: f.clock[0] for g in new.values()}, frozenset())
     root = f.c.index.root_of(Ref("Pod", lost.namespace, lost.pod))
     assert root is not None and f.c._dirty == {root.key}
