@@ -307,17 +307,17 @@ class ChangeApplier:
         old = {k: was for k in new if (was := held.get(k)) is not None}
         self._dirty |= runs_changed(old, new, self.index.root_of, self.claims, self._dirty)
         if self.sink is not None and self.leader:  # the GpuSamples and GpuXids tables
+            p.node_pods[part.node] = (*p.node_pods.get(part.node, ()), *new)
             # the XIDs a node's devices reported in the pass before: its pods' records then
             before = {**{k: h for k in self._gpu_node_pods.get(part.node, ()) if (h := held.get(k)) is not None
                          and h.node == part.node and k not in new}, **old}
             samples, xids = gpu_records(before, new, self.index.root_of)
             if only_new:  # a GPU an agent reported this pass is its pod's (the agent's answer wins)
-                taken = {u for k in p.node_pods.get(part.node, ()) if (h := held.get(k)) is not None
+                taken = {u for k in p.node_pods.get(part.node, ()) if k not in new and (h := held.get(k)) is not None
                          for u in uuids(h)}
                 samples = [x for x in samples if x.uuid not in taken]
                 xids = [x for x in xids if x.uuid not in taken]
             self._export("gpu", self.sink.gpu, samples, xids)
-        p.node_pods[part.node] = (*p.node_pods.get(part.node, ()), *new)
         held.update(new)
         for k in old:  # (a replaced record's kept comparison goes with it: no pass held twice)
             root = self._root_of(Ref("Pod", *k))

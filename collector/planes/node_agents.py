@@ -63,8 +63,8 @@ class PassEnd:
 @dataclass(slots=True)
 class GpuPass:
     """The loop's account of a pass in progress (`changes.ChangeApplier._gpu_part`): each pod named so
-    far and the place in the pass of the part that named it, each node read and when, and each node's
-    pods (the next pass reads the XIDs they reported)."""
+    far and the place in the pass of the part that named it, each node read and when, and with a record
+    sink, each node's pods (the next pass's exports read the XIDs they reported)."""
 
     pass_id: int
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
