@@ -165,20 +165,25 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
         problems.append(f"{url}: version {version} but its GPUs are not an object of columns: none read")
     if table is not None:
         last: object = None
-        last_key: tuple[str, str] | None = None
+        last_held: _Held | None = None
+        last_container = ""
         for i, uuid in enumerate(table.uuids):
             if uuid is None:
                 problems.append(f"{url}: a GPU entry without a uuid (or one over {MAX_UUID} characters) skipped")
                 continue
             held = False
             for p in _entries(table.pods[i]):
-                if p is not last:  # (consecutive GPUs of a pod name it alike: one key for them)
-                    last, last_key = p, _pod_key(p) if p != last else last_key
-                key = last_key
-                if key is not None:
-                    _, idx, containers = pods.setdefault(key, ([], [], set()))
-                    idx.append(i)
-                    containers.add(_name(p.get("container")) or "")
+                if p is not last:  # (consecutive GPUs of a pod name it alike: its entry and container once)
+                    if p != last:
+                        key = _pod_key(p)
+                        last_held = None if key is None else pods.get(key)
+                        if key is not None and last_held is None:
+                            last_held = pods[key] = ([], [], set())
+                        last_container = _name(p.get("container")) or "" if last_held is not None else ""
+                    last = p
+                if last_held is not None:
+                    last_held[1].append(i)
+                    last_held[2].add(last_container)
                     held = True
             if held:
                 listed.add(uuid)
