@@ -60,7 +60,14 @@ from collector.planes.signals import adds_nothing  # noqa: E402
 from collector.progress.history import extend_history  # noqa: E402
 from collector.progress.model import LogScan, ProgressSample  # noqa: E402
 from collector.settings import ClaimSettings  # noqa: E402
-from collector.sources.agents import AgentEndpoint, AgentReader, AgentReadError, endpoints_from_pods, fetch  # noqa: E402
+from collector.sources.agents import (  # noqa: E402
+    EVIDENCE_VERSION,
+    AgentEndpoint,
+    AgentReader,
+    AgentReadError,
+    endpoints_from_pods,
+    fetch,
+)
 
 CLAIMS = ClaimSettings()
 INCREMENT = 10  # driver samples a 30 s poll adds (a step every 3 s)
@@ -72,7 +79,8 @@ def node_document(samples: int = 256, *, increment: int | None = None, version: 
     """A fleet node's /evidence as the agent renders it (names carry NODE_TOKEN). `increment`: the
     document for a reader whose cursor predates only the driver's last `increment` samples (what a
     30 s poll adds at a step every 3 s), as the agent renders it for `?epoch=&poll=`; `version`: as it
-    renders it for `?version=` (2: the GPUs column by column, what this tree's reader asks for)."""
+    renders it for `?version=` (2: the GPUs column by column; 3: with what the controller reads only,
+    what this tree's reader asks for)."""
     now = time.time() if at is None else at  # (one instant for every version of the node's document)
     t0 = datetime.fromtimestamp(now, UTC) - timedelta(hours=2)
     gpus, allocs, logs = [], [], []
@@ -105,14 +113,14 @@ def address(i: int) -> str:
     return f"127.0.{i // 250}.{i % 250 + 1}"
 
 
-def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, bool], bytes]) -> None:
-    """Answer each agent's address with its document: whole or the increment (a cursor asked), version 2
-    where asked (`?version=2`: this tree's reader), else 1 (a reader before)."""
+def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, int], bytes]) -> None:
+    """Answer each agent's address with its document: whole or the increment (a cursor asked), in the
+    version asked (`?version=N`: 3 this tree's reader, 2 the reader before it), else 1."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    by_ip: dict[tuple[str, bool, bool], bytes] = {}
+    by_ip: dict[tuple[str, bool, int], bytes] = {}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # as the agent's own server (collector.endpoints): a connection per read
@@ -123,10 +131,10 @@ def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, bool], bytes]) -
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             ip = self.connection.getsockname()[0]
             inc = "epoch=" in self.path  # a reader with a cursor: the increment
-            v2 = "version=2" in self.path
-            doc = by_ip.get((ip, inc, v2))
+            v = next((k for k in (3, 2) if f"version={k}" in self.path), 1)
+            doc = by_ip.get((ip, inc, v))
             if doc is None:
-                doc = by_ip[(ip, inc, v2)] = bodies[(inc, v2)].replace(
+                doc = by_ip[(ip, inc, v)] = bodies[(inc, v)].replace(
                     NODE_TOKEN.encode(), ("n" + ip.replace(".", "-")).encode())
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -231,8 +239,8 @@ def main() -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     at = time.time()
-    bodies = {(inc, v2): node_document(increment=INCREMENT if inc else None, version=2 if v2 else 1, at=at)
-              for inc in (False, True) for v2 in (False, True)}
+    bodies = {(inc, v): node_document(increment=INCREMENT if inc else None, version=v, at=at)
+              for inc in (False, True) for v in (1, 2, 3)}
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(child, None if cpu is None else 1, bodies), daemon=True)
@@ -243,8 +251,9 @@ def main() -> None:
                      for i in range(a.agents)]
         assert len({e.url for e in endpoints}) == a.agents
         print(f"# agent poll benchmark  {datetime.now(UTC):%Y-%m-%d %H:%MZ}  python {sys.version.split()[0]}  "
-              f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(bodies[(False, True)]):,} B each "
-              f"(version 2; version 1: {len(bodies[(False, False)]):,} B)")
+              f"cpus {os.cpu_count()}  agents {a.agents}  /evidence {len(bodies[(False, EVIDENCE_VERSION)]):,} B each "
+              f"(version {EVIDENCE_VERSION}; version 2: {len(bodies[(False, 2)]):,} B, version 1: "
+              f"{len(bodies[(False, 1)]):,} B)")
         reader = AgentReader(lambda: datetime.now(UTC))
         old_reader = _reader_of(a.before_tree) if a.before_tree else None
         rows = []
@@ -252,7 +261,7 @@ def main() -> None:
         signals_before: dict[tuple[str, str, str], Signal] = {}  # the loop as before: every increment extended
         for n in range(a.passes):
             c0, t0 = cpu_s(), time.monotonic()
-            query = "?version=2" if n == 0 else "?version=2&epoch=bench&poll=1"  # (what this tree's reader asks)
+            query = f"?version={EVIDENCE_VERSION}" + ("" if n == 0 else "&epoch=bench&poll=1")  # (this reader asks)
             nbytes = plain_get_all([f"{e.url}/evidence{query}" for e in endpoints], 16)
             base = (cpu_s() - c0, time.monotonic() - t0)
             c0 = cpu_s()

@@ -25,7 +25,7 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.agent.draslices import ResourceSliceReader
-from collector.agent.evidence import VERSION, VERSION_COLUMNS, Snapshot, evidence_document
+from collector.agent.evidence import VERSION, VERSION_COLUMNS, VERSION_CONTROLLER, Snapshot, evidence_document
 from collector.agent.hang import HangHints
 from collector.agent.logs import LogEvidence
 from collector.agent.metrics import AgentCollector, AgentHealth
@@ -203,7 +203,8 @@ class Agent:
 
         def evidence(query: str) -> Answer:
             args = urllib.parse.parse_qs(query, max_num_fields=4)
-            version = VERSION_COLUMNS if args.get("version") == [str(VERSION_COLUMNS)] else VERSION
+            asked = args.get("version")
+            version = next((v for v in (VERSION_CONTROLLER, VERSION_COLUMNS) if asked == [str(v)]), VERSION)
             return 200, "application/json", orjson.dumps(
                 evidence_document(self.snapshot(**_cursor(args)), version=version))
 

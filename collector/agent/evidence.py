@@ -1,8 +1,10 @@
 """The agent's compact JSON evidence document (`GET /evidence`), read by the controller.
 
-Version 1, or asked `?version=2` (the controller does), version 2: the same, but `gpus` column by
-column, each key of a GPU's entry to the list of its values, one a GPU, in order (the controller
-packs a pod's GPUs from slices of them, not from an object a GPU). Parsed evidence only: GPU
+Version 1, or asked `?version=2`, version 2: the same, but `gpus` column by column, each key of a
+GPU's entry to the list of its values, one a GPU, in order (the controller packs a pod's GPUs from
+slices of them, not from an object a GPU). Asked `?version=3` (the controller does), version 3:
+version 2 with what the controller reads only (`CONTROLLER_COLUMNS`; a GPU's pods without their
+resource; the allocations of devices no GPU entry lists), about half its bytes. Parsed evidence only: GPU
 readings with the pods holding each GPU (and whether several share it), when the agent first saw
 each XID code on it and its ECC counts, device allocations (device plugins' and ResourceClaims'),
 recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No
@@ -37,7 +39,15 @@ from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
 
 VERSION = 1
-VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column (what the controller asks for)
+VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column
+VERSION_CONTROLLER = 3  # `?version=3`: version 2 with what the controller reads only (what it asks for)
+# A GPU entry's keys the controller reads (`collector.sources.agent_gpus`): a reading it does not use
+# (name, PCI address, memory, temperature, corrected ECC counts, ...) is half of every document's bytes
+# and of its parse, at every pass. tests/agent/test_evidence_columns.py holds version 3's records and
+# problems to version 2's.
+CONTROLLER_COLUMNS = ("uuid", "index", "pods", "utilization", "sm_active", "power_w", "power_limit_w", "sm_clock_hz",
+                      "memory_util", "pcie_bps", "nvlink_bps", "energy", "clocks_event_reasons", "lost", "hang_hint",
+                      "shared", "remap_pending", "remap_failed", "xid_first_seen", "ecc_uncorrected")
 _T = TypeVar("_T")
 
 
@@ -188,7 +198,41 @@ def as_columns(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {**doc, "version": VERSION_COLUMNS, "gpus": _columns(gpus if isinstance(gpus, list) else [])}
 
 
-def evidence_document(snap: Snapshot, *, samples: int = 256, version: int = VERSION) -> dict[str, object]:
+def for_controller(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A version 1 or 2 document as version 3 (what the agent answers `?version=3`): `CONTROLLER_COLUMNS`
+    of its GPUs, column by column, each GPU's pods without their resource; the allocations no GPU's
+    entry says (a GPU NVML no longer lists, one whose entry could not be rendered)."""
+    v2 = as_columns(doc) if doc.get("version") != VERSION_COLUMNS else doc
+    gpus = v2.get("gpus")
+    cols = gpus if isinstance(gpus, dict) else {}
+    out = {k: cols[k] for k in CONTROLLER_COLUMNS if k in cols}
+    if "pods" in out:
+        out["pods"] = [[{k: v for k, v in p.items() if k != "resource"} if isinstance(p, dict) else p for p in ps]
+                       if isinstance(ps, list) else ps for ps in out["pods"]]
+    # an allocation its device's entry already says (the pod among the GPU's pods): the reader reads a
+    # device's allocations only where no entry lists it
+    said = {(u, p.get("namespace"), p.get("pod")) for u, ps in zip(cols.get("uuid") or (), cols.get("pods") or (),
+                                                                   strict=False)
+            if isinstance(u, str) and isinstance(ps, list) for p in ps
+            if isinstance(p, dict) and _text(p.get("namespace")) and _text(p.get("pod"))}
+    allocations = v2.get("allocations")
+    kept = [a for a in allocations if not isinstance(a, dict) or not _text(a.get("device"))
+            or not _text(a.get("namespace")) or not _text(a.get("pod"))
+            or (a.get("device"), a.get("namespace"), a.get("pod")) not in said] \
+        if isinstance(allocations, list) else allocations
+    return {**v2, "version": VERSION_CONTROLLER, "gpus": out, "allocations": kept}
+
+
+def _text(v: object) -> bool:
+    return isinstance(v, str | None)
+
+
+def evidence_document(snap: Snapshot, *, samples: int = 256, version: int = VERSION) -> dict[str, Any]:
+    doc = _document(snap, samples, VERSION_COLUMNS if version == VERSION_CONTROLLER else version)
+    return for_controller(doc) if version == VERSION_CONTROLLER else doc
+
+
+def _document(snap: Snapshot, samples: int, version: int) -> dict[str, Any]:
     holders: dict[str, list[Allocation]] = {}
     for a in snap.allocations:
         holders.setdefault(a.device, []).append(a)

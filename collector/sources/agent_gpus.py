@@ -1,7 +1,8 @@
 """The GPU section of an agent's evidence document → each pod's `PodGpuEvidence` (`agents.parse_evidence`).
 
-Version 1 lists one object a GPU. Version 2 (what the reader asks for: `?version=2`) holds the same
-entries column by column: each key of a version 1 entry maps to a list with one value a GPU, in order.
+Version 1 lists one object a GPU. Version 2 holds the same entries column by column: each key of a
+version 1 entry maps to a list with one value a GPU, in order. Version 3 (what the reader asks for:
+`?version=3`) is version 2 with the columns read here only, and is read as version 2.
 A pod's devices are then packed from slices of the columns (`PodGpuEvidence.from_columns`), without a
 dict or a `GpuDevice` a GPU: at fleet size (360,000 GPUs every 30 s) the per-GPU objects were the
 poller's cost. A device with anything rarer than readings, flags and throttle reasons (an XID, an XID's
@@ -149,7 +150,7 @@ _Held = tuple[list[GpuDevice], list[int], set[str]]
 
 def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime, url: str, nvml_ok: bool,
                  problems: list[str]) -> tuple[PodGpuEvidence, ...]:
-    """Each pod's GPU evidence in `doc` (`gpus`, `xids`, `allocations`; `version` 1 or 2), by pod."""
+    """Each pod's GPU evidence in `doc` (`gpus`, `xids`, `allocations`; `version` 1, 2 or 3), by pod."""
     xids_by_uuid: dict[str, set[int]] = {}
     for x in _entries(doc.get("xids")):
         uuid = _uuid(x.get("uuid")) if isinstance(x, dict) else None

@@ -113,6 +113,10 @@ def test_agent_serves_gpu_attribution_xids_hangs_and_logs(tmp_path: Path) -> Non
         v2 = json.loads(get(base + "/evidence?version=2")[1])
         assert v2["version"] == 2 and v2["gpus"]["uuid"] == [g["uuid"] for g in doc["gpus"]]
         assert set(v2["gpus"]) == set(doc["gpus"][0]) and v2["logs"] and v2["xids"]
+        # version 3, as the controller's reader asks: the columns it reads, no allocation the GPUs say
+        v3 = json.loads(get(base + "/evidence?version=3")[1])
+        assert v3["version"] == 3 and v3["gpus"]["uuid"] == v2["gpus"]["uuid"] and "name" not in v3["gpus"]
+        assert v3["allocations"] == [a for a in doc["allocations"] if a["device"] not in v2["gpus"]["uuid"]]
         rep = AgentReader(lambda: datetime.now(UTC)).read(AgentEndpoint("gpu-node-1", "agent-0", base))
         (ev,) = rep.gpus
         assert (ev.namespace, ev.pod, ev.containers) == ("research", "llm-worker-0", ("trainer",))
