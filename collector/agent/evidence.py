@@ -4,7 +4,7 @@ Version 1, or asked `?version=2`, version 2: the same, but `gpus` column by colu
 GPU's entry to the list of its values, one a GPU, in order (the controller packs a pod's GPUs from
 slices of them, not from an object a GPU). Asked `?version=3` (the controller does), version 3:
 version 2 with what the controller reads only (`CONTROLLER_COLUMNS`; a GPU's pods without their
-resource; the allocations of devices no GPU entry lists), about half its bytes. Parsed evidence only: GPU
+resource; no allocation a GPU's entry already says), about half its bytes. Parsed evidence only: GPU
 readings with the pods holding each GPU (and whether several share it), when the agent first saw
 each XID code on it and its ECC counts, device allocations (device plugins' and ResourceClaims'),
 recent XIDs, and per container the progress samples, hang and XID findings its logs showed. No
@@ -42,9 +42,9 @@ VERSION = 1
 VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column
 VERSION_CONTROLLER = 3  # `?version=3`: version 2 with what the controller reads only (what it asks for)
 # A GPU entry's keys the controller reads (`collector.sources.agent_gpus`): a reading it does not use
-# (name, PCI address, memory, temperature, corrected ECC counts, ...) is half of every document's bytes
-# and of its parse, at every pass. tests/agent/test_evidence_columns.py holds version 3's records and
-# problems to version 2's.
+# (name, PCI address, memory, temperature, corrected ECC counts, ...) and the allocations the GPUs'
+# entries repeat were half of every document's bytes and a sixth of the controller's decode, every
+# pass. tests/agent/test_evidence_columns.py holds version 3's records and problems to version 1's.
 CONTROLLER_COLUMNS = ("uuid", "index", "pods", "utilization", "sm_active", "power_w", "power_limit_w", "sm_clock_hz",
                       "memory_util", "pcie_bps", "nvlink_bps", "energy", "clocks_event_reasons", "lost", "hang_hint",
                       "shared", "remap_pending", "remap_failed", "xid_first_seen", "ecc_uncorrected")
@@ -214,16 +214,16 @@ def for_controller(doc: Mapping[str, Any]) -> dict[str, Any]:
     said = {(u, p.get("namespace"), p.get("pod")) for u, ps in zip(cols.get("uuid") or (), cols.get("pods") or (),
                                                                    strict=False)
             if isinstance(u, str) and isinstance(ps, list) for p in ps
-            if isinstance(p, dict) and _text(p.get("namespace")) and _text(p.get("pod"))}
+            if isinstance(p, dict) and _str_or_none(p.get("namespace")) and _str_or_none(p.get("pod"))}
     allocations = v2.get("allocations")
-    kept = [a for a in allocations if not isinstance(a, dict) or not _text(a.get("device"))
-            or not _text(a.get("namespace")) or not _text(a.get("pod"))
+    kept = [a for a in allocations if not isinstance(a, dict) or not _str_or_none(a.get("device"))
+            or not _str_or_none(a.get("namespace")) or not _str_or_none(a.get("pod"))
             or (a.get("device"), a.get("namespace"), a.get("pod")) not in said] \
         if isinstance(allocations, list) else allocations
     return {**v2, "version": VERSION_CONTROLLER, "gpus": out, "allocations": kept}
 
 
-def _text(v: object) -> bool:
+def _str_or_none(v: object) -> bool:
     return isinstance(v, str | None)
 
 
