@@ -647,7 +647,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
 
 def _gpu_feed(c: Any, ctl: Any, stop: threading.Event, log_pods: str = "", used: list[float] | None = None,
               decoded: bool = False) -> None:
-    """What the agent poller hands the loop each pass (`"gpu"`): every running GPU pod's devices,
+    """What the agent poller hands the loop each pass (each node's records as it is decoded, `"gpu-node"`,
+    then the pass's end, `"gpu"`; a `before` tree: the whole pass in one `"gpu"`): every running GPU pod's devices,
     their utilization and power new each time, every node read now; with `log_pods` "gpu", also
     that the agents read those pods' logs (so the API poller reads only the others: the Ray heads,
     which hold no GPU and so are outside the agents' default scope); "all": every running pod's
