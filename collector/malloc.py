@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 from collections.abc import Callable
 
@@ -22,18 +23,28 @@ M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD = 128 * 1024
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (None elsewhere: musl has mallopt as a no-op stub and no
+    malloc_trim)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.gnu_get_libc_version  # noqa: B018  # glibc only
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
     """Fix glibc's mmap threshold (which also stops its growth); False where the C library is not
     glibc or refused. Call before the threads start: it is process-wide."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # noqa: B018  # glibc only: musl has mallopt as a no-op stub
-    except (OSError, AttributeError):
-        return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     ok = bool(mallopt(M_MMAP_THRESHOLD, threshold))
@@ -42,8 +53,15 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
     return ok
 
 
-_trim: Callable[[int], int] | None = None
-_looked = False
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    libc = _glibc()
+    if libc is None:
+        return None
+    fn = libc.malloc_trim
+    fn.argtypes = (ctypes.c_size_t,)
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def release_free() -> bool:
@@ -51,21 +69,8 @@ def release_free() -> bool:
     library is not glibc. For after a pass that replaced many records past pymalloc's 512 bytes (the
     agents' GPU pass: a pod's packed readings, ~0.7 KB, made on the poller's thread and freed on the
     loop's): their pages sat free between passes (≈ 60 MiB at 50k GPU pods, docs/benchmarks.md)."""
-    global _trim, _looked
-    if not _looked:
-        _looked = True
-        name = ctypes.util.find_library("c")
-        try:
-            libc = ctypes.CDLL(name) if name else None
-            if libc is not None:
-                libc.gnu_get_libc_version  # noqa: B018  # glibc only
-                fn = libc.malloc_trim
-                fn.argtypes = (ctypes.c_size_t,)
-                fn.restype = ctypes.c_int
-                _trim = fn
-        except (OSError, AttributeError):
-            _trim = None
-    if _trim is None:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _trim(0)
+    trim(0)
     return True
