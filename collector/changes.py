@@ -326,7 +326,7 @@ class ChangeApplier:
 
     def _gpu_end(self, end: PassEnd) -> None:
         """A pass's end: dcgm-exporters' records where no agent's came, the pods and nodes it did not
-        read go (their runs marked), the runs not progressing re-evaluated as `runs_to_recheck` says."""
+        read go (their runs marked), the runs not progressing re-evaluated as `runs_not_progressing` says."""
         p = self._gpu_pass(end.pass_id)
         for node, at in end.dcgm_nodes.items():
             if node not in p.nodes:

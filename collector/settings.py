@@ -70,7 +70,8 @@ class ClaimSettings:
     # and age, energy per step; and the GPU comparison's notes (a GPU apart while the run keeps its
     # pace, readings not trusted: a slower pace is evaluated at once). A GPU pass whose devices stayed
     # re-evaluates a run not progressing at most this often too (readings word its reason, never what a
-    # claim observes: `planes.node_agents.runs_to_recheck`). 0: every increment and every pass at once.
+    # claim observes: `planes.node_agents.runs_changed`, `runs_not_progressing`). 0: every increment and
+    # every pass at once.
     confirm_refresh: timedelta = timedelta(seconds=120)
 
     def for_profile(self, profile: str) -> ClaimSettings:

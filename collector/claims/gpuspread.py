@@ -185,7 +185,7 @@ def forget(run: Key) -> None:
 def forget_replaced(current: Mapping[tuple[str, str], PodGpuEvidence]) -> None:
     """The agents' new pass (`current`, by pod) replaced the records: every kept comparison read from
     one no longer current goes now. It could not be served again (a new record is another object),
-    and a run re-evaluated only on its next log increment (a progressing run, `runs_to_recheck`) would
+    and a run re-evaluated only on its next log increment (a progressing run, `planes.node_agents.runs_changed`) would
     hold the pass before's records until then: three passes' records at once as the next is decoded."""
     def is_current(e: object) -> bool:
         return isinstance(e, PodGpuEvidence) and current.get((e.namespace, e.pod)) is e

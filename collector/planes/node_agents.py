@@ -28,7 +28,7 @@ from exporters.adx.rows import GpuSample, GpuXid
 from exporters.prometheus_health import ErrorClass
 
 __all__ = ["AgentSource", "GpuPass", "NodePart", "PassEnd", "gpu_records", "log_changes", "pass_changes",
-           "runs_changed", "runs_not_progressing", "runs_to_recheck", "same_devices"]
+           "runs_changed", "runs_not_progressing", "same_devices"]
 
 log = logging.getLogger("taugrid.controller")
 
@@ -163,38 +163,19 @@ def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
         yield Change("agent-log", None, (Signal(ref, c.container, c.scan, rep.read_at), c.after)), c.scan
 
 
-def runs_to_recheck(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
-                    member_pods: Callable[[Key], Iterable[tuple[str, str]]],
-                    claims: Mapping[Key, RunClaims], dirty: set[Key], *, now: datetime | None = None,
-                    every: timedelta = timedelta(0)) -> set[Key]:
-    """The evaluated runs (not already in `dirty`) whose claims a new pass of GPU evidence may change:
-    the run of a pod whose devices changed (came, went, or moved state: `same_devices`), and a run not
-    progressing with any of its pods (`member_pods`: those its evaluation reads) in either pass, last
-    evaluated `every` or longer before `now` (`claims.confirm_refresh`; 0: on every pass).
-
-    Readings alone (utilization, power, clocks) never change what a claim observes: they word a stalled
-    run's reason (busy but cold, idle) and the GPU comparison's notes. A run not progressing is
-    evaluated on each of its log increments anyway; a pass re-evaluating every such run as well had a
-    fleet that had not shown progress yet (a start at 150k pods, 10,000 runs) evaluate 10,000 runs a
-    pass on top of their increments (one of the loads that saturated its loop). Their wording lags
-    readings by at most `every` now, as a progressing run's notes do.
-
-    A progressing run whose pods' devices stayed is left: only readings moved (utilization, power),
-    which its claims do not say (its GPU spread's notes do, and a suspect once the run is slower: its
-    next evaluation reads them, and a log increment showing a slower pace is evaluated at once,
-    `planes.signals.alone`); it is re-evaluated when its evidence would age out (`Clock.within`). A run
-    not evaluated yet (new, or kept out by a cap) reads the pass when it is. Pod by pod, each pod's
-    run, this was a tenth of the loop at 50k pods (issue 30)."""
-    out = runs_changed(old, new, root_of, claims, dirty)
-    out |= runs_changed(new, {k: g for k, g in old.items() if k not in new}, root_of, claims, dirty | out)
-    return out | runs_not_progressing(lambda p: p in new or p in old, member_pods, claims, dirty | out,
-                                      now=now, every=every)
-
-
 def runs_changed(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],
                  claims: Mapping[Key, RunClaims], dirty: set[Key]) -> set[Key]:
-    """`runs_to_recheck`'s runs of the pods of `new` whose devices changed from `old` (or came): a part
-    of a pass at a time (each agent's document as it is read), and a pass's pods gone at its end."""
+    """The evaluated runs (not already in `dirty`) of the pods of `new` whose devices changed from `old`
+    (came, or moved state: `same_devices`): a part of a pass at a time (each agent's document as it is
+    read), and a pass's pods gone at its end (`new` the gone, `old` empty).
+
+    Readings alone (utilization, power, clocks) never change what a claim observes: they word a stalled
+    run's reason (busy but cold, idle) and the GPU comparison's notes. A progressing run whose pods'
+    devices stayed is left: its claims do not say them (its GPU spread's notes do, and a suspect once
+    the run is slower: its next evaluation reads them, and a log increment showing a slower pace is
+    evaluated at once, `planes.signals.alone`); it is re-evaluated when its evidence would age out
+    (`Clock.within`). A run not evaluated yet (new, or kept out by a cap) reads the pass when it is.
+    Pod by pod, each pod's run, this was a tenth of the loop at 50k pods (issue 30)."""
     out: set[Key] = set()
     for (ns, pod), g in new.items():
         was = old.get((ns, pod))
@@ -210,8 +191,13 @@ def runs_not_progressing(held: Callable[[tuple[str, str]], bool],
                          member_pods: Callable[[Key], Iterable[tuple[str, str]]], claims: Mapping[Key, RunClaims],
                          dirty: set[Key], *, now: datetime | None = None,
                          every: timedelta = timedelta(0)) -> set[Key]:
-    """`runs_to_recheck`'s runs not progressing with a pod `held` (in the pass or the one before), at a
-    pass's end."""
+    """At a pass's end, the evaluated runs (not in `dirty`) not progressing with any of their pods
+    (`member_pods`: those its evaluation reads) `held` (in the pass or the one before), last evaluated
+    `every` or longer before `now` (`claims.confirm_refresh`; 0: on every pass). Such a run is evaluated
+    on each of its log increments anyway; a pass re-evaluating every such run as well had a fleet that
+    had not shown progress yet (a start at 150k pods, 10,000 runs) evaluate 10,000 runs a pass on top
+    of their increments (one of the loads that saturated its loop). Their wording lags readings by at
+    most `every`, as a progressing run's notes do."""
     since = now - every if now is not None and every > timedelta(0) else None
     return {key for key, rc in claims.items()
             if rc.progressing.observed is not Observed.TRUE and key not in dirty

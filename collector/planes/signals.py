@@ -129,7 +129,7 @@ def alone(sig: Signal, signals: Sequence[Signal]) -> bool:
     comparison could add meanwhile is a note (readings apart while the run keeps its pace, readings not
     trusted), said at the deferred evaluation. Comparing every deferred run's GPUs on each of the
     agents' passes was a quarter of the loop at 50k pods (issue 30); devices lost or reporting an XID
-    re-evaluate the run at the pass itself (`planes.node_agents.runs_to_recheck`)."""
+    re-evaluate the run at the pass itself (`planes.node_agents.runs_changed`)."""
     mine = (sig.ref.key, sig.source)
     if any((other.ref.key, other.source) != mine and not other.durable and other.scan.samples
            for other in signals):

@@ -412,7 +412,7 @@ def test_the_live_heads_cadence_is_deferred_and_every_eventful_kind_refused() ->
 
 
 def test_a_gpu_apart_on_a_run_at_its_pace_is_said_by_the_deferred_evaluation() -> None:
-    """A GPU pass does not re-evaluate a progressing run whose devices stayed (`runs_to_recheck`), nor
+    """A GPU pass does not re-evaluate a progressing run whose devices stayed (`runs_changed`), nor
     does a deferral compare its GPUs: a GPU apart while the run keeps its pace is a note (no suspect),
     said by the deferred evaluation, within `confirm_refresh`; a slower pace is evaluated at once (the
     suspect named then, `test_a_gpu_apart_on_a_slower_run_is_named_at_once`)."""

@@ -27,7 +27,7 @@ from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.kube import NodeLease
 from collector.model import Observed, Ref
 from collector.planes.base import Change
-from collector.planes.node_agents import pass_changes, runs_to_recheck, same_devices
+from collector.planes.node_agents import pass_changes, runs_changed, runs_not_progressing, same_devices
 from collector.render import to_json
 from collector.sources.agents import _scan as decode
 
@@ -102,6 +102,17 @@ STEPS = st.one_of(
     st.tuples(st.just("eval"), st.just(0), st.none(), st.none(), st.just(False)),
     st.tuples(st.just("tick"), st.integers(1, 400), st.none(), st.none(), st.just(False)),
 )
+
+
+def runs_to_recheck(old: Any, new: Any, root_of: Any, member_pods: Any, claims: Any, dirty: set[Any], *,
+                    now: datetime | None = None, every: timedelta = timedelta(0)) -> set[Any]:
+    """What a whole pass (`old` → `new`) marks, as the loop marks it part by part and at its end: runs
+    whose pods' devices changed or came (`runs_changed`), runs of pods gone, and runs not progressing
+    (`runs_not_progressing`)."""
+    out = runs_changed(old, new, root_of, claims, dirty)
+    out |= runs_changed({}, {k: g for k, g in old.items() if k not in new}, root_of, claims, dirty | out)
+    return out | runs_not_progressing(lambda p: p in new or p in old, member_pods, claims, dirty | out,
+                                      now=now, every=every)
 
 
 def _apply_pass(c: Any, gpus: Any, nodes: Any, log_pods: frozenset[tuple[str, str]]) -> None:

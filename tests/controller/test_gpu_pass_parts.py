@@ -22,8 +22,9 @@ from collector.claims.memo import ByInputs
 from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.model import Ref
 from collector.planes.base import Change
-from collector.planes.node_agents import NodePart, PassEnd, gpu_records, pass_changes, runs_to_recheck
+from collector.planes.node_agents import NodePart, PassEnd, gpu_records, pass_changes
 from exporters.adx.rows import GpuSample, GpuXid
+from tests.controller.test_gpu_pass_memo import runs_to_recheck
 
 RUNS, PODS, NODES = 3, 4, 5
 NOW0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
