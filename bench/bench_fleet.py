@@ -143,12 +143,28 @@ def _bucket(n: int) -> str:
 def _census(path: str) -> None:
     """BENCH_CENSUS=PREFIX: every object the collector reaches (tracked ones and what they hold), its
     shallow size summed by type, into PATH: where the heap's Python objects are, without tracemalloc's
-    cost (run after the window: it holds a set of every object's id while it walks)."""
+    cost (run after the window: it holds a set of every object's id while it walks), and for the
+    largest types who holds a spread of them (`_holders`). It freezes every object it finds (the
+    figures after it are not quoted)."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)  # (the loop's thread waits while the census walks: what it picks stays held)
+    gc.unfreeze()  # (what the start froze: neither `gc.get_objects` nor `gc.get_referrers` sees it)
+    try:
+        _census_walk(path)
+    finally:
+        gc.freeze()
+        sys.setswitchinterval(switch)
+
+
+def _census_walk(path: str) -> None:
+    import random
+    rng = random.Random(0)
     by: dict[str, list[int]] = {}
+    picked: dict[str, list[object]] = {}
     seen: set[int] = set()
     todo = gc.get_objects()
     seen.update(map(id, todo))
-    own = {id(seen), id(todo), id(by)}  # (the census's own: neither counted nor walked)
+    own = {id(seen), id(todo), id(by), id(picked)}  # (the census's own: neither counted nor walked)
     while todo:
         o = todo.pop()
         if id(o) in own:
@@ -164,7 +180,14 @@ def _census(path: str) -> None:
             got = by[k] = [0, 0]
         got[0] += sys.getsizeof(o)
         got[1] += 1
+        mine = picked.setdefault(k, [])  # a spread of each type for `_holders` (reservoir sampling)
+        if len(mine) < 24:
+            mine.append(o)
+        elif (j := rng.randrange(got[1])) < 24:
+            mine[j] = o
         fields = getattr(t, "__struct_fields__", None)  # (a msgspec Struct with gc=False has no referents)
+        if type(fields) is not tuple:  # (the Struct's metaclass: a descriptor)
+            fields = None
         for r in gc.get_referents(o) if fields is None else [getattr(o, f, None) for f in fields]:
             if id(r) not in seen and not gc.is_tracked(r):
                 seen.add(id(r))
@@ -174,6 +197,58 @@ def _census(path: str) -> None:
         out.write(f"# {total / 2**20:.1f} MiB shallow in {sum(v[1] for v in by.values())} objects\n")
         for k, (size, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:80]:
             out.write(f"{size / 2**20:9.2f} MiB {n:10d}  {size / max(n, 1):8.0f} B  {k}\n")
+        del todo, seen
+        top = sorted(by.items(), key=lambda kv: -kv[1][0])[:16]
+        out.write("\n# who holds them: for a spread of each of the largest types, the chain of holders\n")
+        for k, _ in top:
+            chains: dict[str, int] = {}
+            for o in picked.get(k, []):
+                chain = _holders(o, {id(picked), id(chains)} | {id(v) for v in picked.values()})
+                chains[chain] = chains.get(chain, 0) + 1
+            ranked = sorted(chains.items(), key=lambda kv: -kv[1])
+            out.write(f"{k}:\n" + "".join(f"    {n:3d}  {c}\n" for c, n in ranked))
+
+
+def _holders(o: object, skip: set[int], depth: int = 4) -> str:
+    """The types that hold `o`, up to `depth` steps out, each through its first holder that is not a
+    frame, a cell or the census's own; an instance's attribute named where a __dict__ or slot holds it."""
+    import types
+
+    def attr(v: object, name: str) -> object:
+        try:
+            return getattr(v, name, None)
+        except Exception:  # (a mock class's getattr raises)
+            return None
+    out = []
+    for _ in range(depth):
+        held = [r for r in gc.get_referrers(o)
+                if id(r) not in skip and not isinstance(r, (types.FrameType, types.CellType))]
+        if not held:
+            break
+        r = held[0]
+        t = type(r)
+        name = f"{t.__module__}.{t.__qualname__}"
+        owner: list[object] = []
+        if t is dict:
+            name += f"[{_bucket(len(r))}]"
+            owner = [v for v in held[1:] if attr(v, "__dict__") is r]
+            if owner:  # a __dict__'s owner: say which attribute
+                r = owner[0]
+                name = f"{type(r).__qualname__}." + next((str(kk) for kk, vv in r.__dict__.items() if vv is o), "?")
+            else:
+                keys = [kk for kk, vv in r.items() if vv is o]
+                name += f" value of {type(keys[0]).__qualname__}" if keys else " key"
+        else:
+            slots = [s for s in getattr(t, "__slots__", ()) if attr(r, s) is o]
+            d = attr(r, "__dict__")
+            if not slots and type(d) is dict:
+                slots = [str(kk) for kk, vv in d.items() if vv is o]
+            if slots:
+                name += f".{slots[0]}"
+        out.append(name)
+        o = r
+        held = owner = []  # (these lists hold `o` now: not a holder to climb to)
+    return " <- ".join(out)
 
 
 def heap_stats(label: str = "") -> dict[str, float]:
@@ -540,6 +615,18 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                                 "--duration", str(int(idle_s)), "--format", "raw", "--nonblocking", "--gil",
                                 "-o", f"{os.environ['BENCH_PYSPY']}-{variant}-{os.getpid()}.txt"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gc_took: dict[tuple[str, int], list[float]] = {}  # (thread, generation) -> [collections, seconds, collected]
+    gc_began = [0.0]
+
+    def gc_timed(phase: str, info: dict[str, int]) -> None:  # the cycle collector's own time in the window
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+            return
+        got = gc_took.setdefault((threading.current_thread().name, info["generation"]), [0, 0.0, 0])
+        got[0] += 1
+        got[1] += time.perf_counter() - gc_began[0]
+        got[2] += info["collected"]
+    gc.callbacks.append(gc_timed)
     window_rss: list[int] = []
     sampling = threading.Event()
 
@@ -549,6 +636,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     threading.Thread(target=sample_rss, daemon=True).start()
     time.sleep(idle_s)
     sampling.set()
+    gc.callbacks.remove(gc_timed)
     if spy is not None:
         spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
     took = time.monotonic() - w0
@@ -604,7 +692,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "by_deferral": by_deferral, "full_passes": full[0],
                 "marks": dict(sorted(marks.items(), key=lambda kv: -kv[1][1])[:8]),
                 "progressing": progressing,
-                "window_max": max(window_rss, default=0)}
+                "window_max": max(window_rss, default=0),
+                "gc": {f"{name} gen{g}": (int(v[0]), round(v[1], 3), int(v[2]))
+                       for (name, g), v in sorted(gc_took.items())}}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
         index: Any = c.index  # (a `before` tree's: its signals by source, in a dict per object)
         held = list(index.all_signals()) if hasattr(index, "all_signals") else \
@@ -710,8 +800,11 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
+        read: dict[str, datetime] = {}
         for ref, containers, quiet_pod, node in _running_pods(c, heads_only):
-            now = c.now()  # (the document's read time: this pod's, not the pass's start)
+            # the document's read time: its node's (one object for all the node's containers, as the
+            # poller stamps a document: `AgentReport.read_at`), not the pass's start
+            now = read.get(node) or read.setdefault(node, c.now())
             n0 = sent.get(ref.name)
             first = n0 is None
             pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
@@ -1399,6 +1492,10 @@ def _print_live(results: list[dict[str, Any]]) -> None:
                 f"took {r['warmup_s']:.0f} s" if r["warmed"] else
                 f"NOT finished in {r['warmup_s']:.0f} s (BENCH_WARMUP_S): its figures are of a start that did "
                 "not catch up, not of a steady state"))
+    for r in live:
+        if r.get("gc"):  # (where each thread's collections ran: a collection runs in the thread allocating)
+            print(f"{r['variant']}: the cycle collector in the window (thread generation: collections, seconds, "
+                  "objects collected): " + "; ".join(f"{k} {v[0]}, {v[1]:.2f} s, {v[2]}" for k, v in r["gc"].items()))
     for r in live:
         h = r.get("heap_after") or {}
         if h:

@@ -109,15 +109,22 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
         return unknown("no progress log gives the run's steps: energy per step unknown")
     joules_per_step = watts = 0.0
     advanced: list[float] = []
+    # The steps over a window, once a window: an agent reads its node's GPUs on one clock, so a node's
+    # GPUs share their window (a run of 80 GPUs on 10 nodes: 10 walks of its logs, not 80)
+    steps: dict[tuple[float, float], float] = {}
     for device, a, b, j in windows:
-        counts = [sb - sa for ts, st, iv in lines
-                  if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
-        if not counts:
-            return unknown(f"no progress log covers GPU {uuid_at(*device)}'s energy window: energy per step unknown")
-        n = statistics.median(counts)
-        if n <= 0:
-            return unknown(f"no step advanced over GPU {uuid_at(*device)}'s energy window ({b - a:.0f} s): "
-                           "no joules per step")
+        n = steps.get((a, b))
+        if n is None:
+            counts = [sb - sa for ts, st, iv in lines
+                      if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
+            if not counts:
+                return unknown(f"no progress log covers GPU {uuid_at(*device)}'s energy window: energy per step "
+                               "unknown")
+            n = statistics.median(counts)
+            if n <= 0:
+                return unknown(f"no step advanced over GPU {uuid_at(*device)}'s energy window ({b - a:.0f} s): "
+                               "no joules per step")
+            steps[(a, b)] = n
         advanced.append(n)
         joules_per_step += j / n
         watts += j / (b - a)

@@ -43,6 +43,19 @@ def test_joules_per_step_is_the_gpus_energy_over_the_steps_in_the_same_window() 
     assert out.to_json()["energy"]["joules_per_step"] is not None
 
 
+def test_each_window_counts_its_own_steps() -> None:
+    # steps of 10 s; half the GPUs over 300 s (30 steps), half over 200 s (20 steps): the steps are
+    # counted once a window (a node's GPUs share theirs), never one window's count for another
+    g = metered()
+    ((k, e),) = g.items()
+    mixed = {k: replace(e, devices=(*e.devices[:4], *(replace(d, energy_j=500.0 * 200, energy_from_s=202.0)
+                                                       for d in e.devices[4:])))}
+    _, out = run(megatron_log(n=60), mixed)
+    got = out.energy
+    assert got is not None and got.joules_per_step is not None, got
+    assert abs(got.joules_per_step - 40_000) < 400 and abs(got.steps - 25) < 0.5 and got.window_s == 250, got
+
+
 def test_unknown_when_a_gpu_has_no_counter_or_is_shared_or_a_pod_has_no_readings() -> None:
     log = megatron_log(n=60)
     _, out = run(log, gpus())  # no energy windows at all
