@@ -118,6 +118,51 @@ def test_the_controllers_version_makes_the_same_records(doc: dict[str, Any]) -> 
     same(decode_evidence(b3, EP, AT), decode_evidence(v1, EP, AT))
 
 
+# An energy window's numbers and an ECC count as an agent sends them, and past every bound the
+# reader holds them to (windows inverted, too long, ahead of the document, too many joules; counts past
+# 2**53, negative, not counts)
+edge_floats = st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 3600.0, 3600.0000001, 1e308, -1e308, 1000.0, 999.0]))
+windows = st.lists(st.one_of(st.floats(min_value=0, max_value=4000), edge_floats), min_size=3, max_size=3)
+
+
+@st.composite
+def windows_near(draw: Any, at: float) -> list[float]:
+    """A window of `at`'s document at its bounds: from and to seconds before it, the joules the most
+    a window that long may hold, and just past each."""
+    fr = draw(st.one_of(st.sampled_from([300.0, 30.0, 3600.0, 3600.0000001, 0.0, 1e-9]), st.floats(-10, 4000)))
+    to = draw(st.one_of(st.sampled_from([0.0, -0.0, 2.0, -1e-9, fr, fr + 1.0, fr - 1e-9]), st.floats(-10, 4000)))
+    x, y = at - fr, at - to
+    cap = agent_gpus.ENERGY_MAX_W * (y - x)
+    j = draw(st.one_of(st.sampled_from([0.0, -0.0, cap, math.nextafter(cap, math.inf), -1.0, cap / 2]), edge_floats))
+    return [x, y, j]
+counts = st.one_of(st.integers(0, 5), st.integers(), st.just(2**53), st.just(2**53 - 1), st.booleans(), st.none(),
+                   st.floats(0, 5), st.text(max_size=2))
+
+
+@settings(max_examples=500, deadline=None)
+@given(documents(), st.data())
+def test_every_gpu_with_a_window_and_a_count_reads_as_version_1(doc: dict[str, Any], data: Any) -> None:
+    """Every GPU with an energy window of three floats and an ECC count object, as an agent sends them,
+    at and past every bound, the document at any time: version 1's records and problems."""
+    doc["at"] = data.draw(st.one_of(st.just(1000.0), edge_floats, st.none()))
+    at = doc["at"]
+    near = isinstance(at, float) and math.isfinite(at) and data.draw(st.booleans())
+    alike = data.draw(st.booleans())  # (a node's GPUs share their window)
+    shared = data.draw(windows_near(at) if near else windows)
+    for g in doc["gpus"]:
+        if data.draw(st.integers(0, 4)):  # (most GPUs held by a pod: records to compare)
+            g["uuid"] = data.draw(canonical)
+            g["pods"] = [{"namespace": "ns", "pod": data.draw(st.sampled_from(["p1", "p2"])), "container": "main"}]
+        g["energy"] = list(shared) if alike else data.draw(windows_near(at) if near else windows)
+        if data.draw(st.integers(0, 9)):
+            g["ecc_uncorrected"] = {"volatile": data.draw(counts), "aggregate": 0}
+        elif data.draw(st.booleans()):
+            g["ecc_uncorrected"] = data.draw(st.one_of(st.none(), st.integers(), st.lists(st.integers(), max_size=1)))
+    same(parse_evidence(as_columns(doc), EP, AT), parse_evidence(doc, EP, AT))
+    v3 = for_controller(doc)
+    same(parse_evidence(v3, EP, AT), parse_evidence(doc, EP, AT))
+
+
 @settings(max_examples=200, deadline=None)
 @given(documents(), st.data())
 def test_a_column_cut_or_of_another_type_is_named_and_left_out(doc: dict[str, Any], data: Any) -> None:
