@@ -284,6 +284,28 @@ def compared(e: PodGpuEvidence) -> list[tuple[object, int, Readings]]:
     return [(keys[i], i, rs[i]) for i, d in enumerate(_devices(e)) if not d.lost and not d.shared and not d.mig_profile]
 
 
+def reading_columns(e: PodGpuEvidence) -> tuple[bytes, list[tuple[Any, ...] | None]] | None:
+    """What `compared` gives of a record whose devices it reads all alike, column by column: the
+    devices' keys one after another (16 bytes each), and each of `readings`' 11 values as a column
+    (None: absent on every device). None where it would not read them alike: a device lost, shared, a
+    MIG instance or odd, a UUID not canonical, a reading present on some devices only."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if not n or any_ & (_ODD | _LOST | _SHARED | _MIG_SEEN | _KINDS):
+        return None
+    cols: list[tuple[Any, ...] | None] = [_col(p, c, n) for c in lay[_UTIL:]]
+    if any_ & 0x7FF:
+        every = 0x7FF
+        for m in _col(p, lay[_MASK], n):
+            every &= m
+        if (any_ ^ every) & 0x7FF:
+            return None
+        for j in range(11):
+            if every >> j & 1:
+                cols[j] = None
+    return p[_UUIDS_AT:_UUIDS_AT + 16 * n], cols
+
+
 def clock_reasons_at(e: PodGpuEvidence, i: int) -> tuple[str, ...]:
     """Device `i`'s clocks-event reasons (from the rare fields beside)."""
     r = e._x[0][i] if e._x is not None and e._x[0] is not None else None

@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from collector.claims.memo import ByInputs
 from collector.correlate import Key, RunEvidence, Signal
-from collector.gpu import GpuDevice, PodGpuEvidence, Readings, clock_reasons_at, compared, uuid_at
+from collector.gpu import GpuDevice, PodGpuEvidence, Readings, clock_reasons_at, compared, reading_columns, uuid_at
 from collector.model import Straggler, Stragglers
 
 MIN_GPUS = 4
@@ -194,6 +194,13 @@ def forget_replaced(current: Mapping[tuple[str, str], PodGpuEvidence]) -> None:
 
 
 def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
+    fresh = list(fresh)
+    screened = _screened(fresh)
+    return screened if screened is not None else _compared(fresh)
+
+
+def _compared(fresh: list[PodGpuEvidence]) -> _Core:
+    """`_core`, GPU by GPU."""
     # by a key telling UUIDs apart (`gpu.compared`): a UUID's text only where said
     devices: dict[object, tuple[PodGpuEvidence, int, Readings]] = {}
     for e in fresh:
@@ -234,6 +241,56 @@ def _core(fresh: Iterable[PodGpuEvidence]) -> _Core:
     names = {u: uuid_at(*devices[u][:2]) for u in apart}
     return _Core(len(devices), per_node, bad, {names[u]: why for u, why in apart.items()},
                  {names[u]: devices[u][:2] for u in apart})
+
+
+def _screened(fresh: list[PodGpuEvidence]) -> _Core | None:
+    """`_core(fresh)` where its records' columns show no GPU that can read apart (`none_apart` of each
+    reading: a healthy run's, on every evaluation), without a key, a tuple and a dict a GPU; None: ask
+    `_core`. Only records `gpu.reading_columns` reads alike, no GPU in two records, no reading not trusted."""
+    if not fresh:
+        return None
+    parts = []
+    for e in fresh:
+        got = reading_columns(e)
+        if got is None:
+            return None
+        parts.append(got)
+    keys = b"".join(k for k, _ in parts)
+    total = len(keys) // 16
+    if total < MIN_GPUS or len({keys[i:i + 16] for i in range(0, len(keys), 16)}) < total:
+        return None
+    # `_readings` of each GPU, one column at a time, in `_core`'s order of GPUs
+    sm_on: list[float] = []
+    of_limit: list[float] = []
+    plain: list[float] = []
+    clocks: list[float] = []
+    memory: list[float] = []
+    pcie: list[float] = []
+    nvlink: list[float] = []
+    for _, c in parts:
+        util, sm, watts, limit, clock, mem, pc, nv, js, froms, tos = c
+        if sm is not None:
+            if util is not None and any(s < ZERO_SM and u >= BUSY_UTIL for s, u in zip(sm, util, strict=True)):
+                return None  # (a reading not trusted: `_core` says which)
+            sm_on += sm
+        mean: Sequence[float | None] | None = watts  # (the energy window's mean where there is one)
+        if js is not None and froms is not None and tos is not None:
+            mean = [j / (f - t) if f > t else w for j, f, t, w in zip(js, froms, tos, watts or (None,) * len(js),
+                                                                       strict=True)]
+        if mean is not None:
+            for w, lim in zip(mean, limit or (None,) * len(mean), strict=True):
+                if w is not None:
+                    (of_limit if lim else plain).append(w / lim if lim else w)
+        for col, out in ((clock, clocks), (mem, memory), (pc, pcie), (nv, nvlink)):
+            if col is not None:
+                out += col
+    for (name, _), vals in zip(READINGS, (sm_on, of_limit, plain, clocks, memory, pcie, nvlink), strict=True):
+        if len(vals) >= MIN_GPUS and not none_apart(vals, name == "SM clock"):
+            return None
+    per_node: dict[str, int] = {}
+    for e, (k, _) in zip(fresh, parts, strict=True):
+        per_node[e.node] = per_node.get(e.node, 0) + len(k) // 16
+    return _Core(total, per_node, (), {}, {})
 
 
 def _verdict(current: Stragglers | None, ev: RunEvidence, core: _Core) -> Stragglers | None:

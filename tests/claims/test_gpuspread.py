@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 from collector.claims import evaluate
 from collector.claims.gpu import apply_gpu
 from collector.claims.gpuspread import (
+    BUSY_UTIL,
     MAD_FLOOR,
     MAD_FLOOR_CLOCK,
     MAD_SCALE,
     MIN_APART_HELD,
     MIN_Z,
+    _compared,
+    _screened,
     against_others,
     none_apart,
     slowdown,
@@ -332,3 +335,103 @@ def test_healthy_runs_are_screened_and_a_gpu_apart_is_not() -> None:
     assert not none_apart([1.98e9] * 79 + [1.41e9], True)
     assert not none_apart([1.0, 1.0], False)  # (too few to tell)
     assert not none_apart([1.0, float("nan"), 1.0, 1.0], False)
+
+
+@st.composite
+def _runs_records(d: st.DrawFn) -> list[PodGpuEvidence]:
+    """A run's GPU records as agents send them: pods on a few nodes, each GPU's readings around the run's
+    level, a few GPUs off, readings absent on a pod's every GPU or on one GPU only, energy windows
+    (inverted too), power limits of 0, GPUs lost, shared, MIG instances, UUIDs not canonical or in two
+    records, SM activity 0 at full utilization."""
+    level = {k: d(st.sampled_from([v[0]] * 6 + v[1:])) for k, v in {
+        "util": [0.99, 0.5, 1.0], "sm": [0.92, 0.005, 0.0, 0.6], "power": [600.0, 0.0, 350.0],
+        "limit": [700.0, 0.0, 350.0], "clock": [1.98e9, 1.41e9], "mem": [0.5, 0.0, 1.0], "pcie": [2e9, 0.0],
+        "nvlink": [4e10, 0.0], "joules": [18000.0, 0.0], "from": [32.0, 2.0], "to": [2.0, 32.0]}.items()}
+    width = d(st.sampled_from([0.0, 0.0, 1e-9, 0.005, 0.02, 0.3]))
+    names = list(level)
+    pods: list[list[dict[str, Any]]] = []
+    for _ in range(d(st.integers(1, 4))):
+        absent = set(d(st.lists(st.sampled_from(names), max_size=3)))
+        pods.append([{k: None if k in absent else level[k] * (1 + width * d(st.floats(-1, 1))) for k in names}
+                     for _ in range(d(st.integers(1, 8)))])
+    for _ in range(d(st.sampled_from([0, 0, 0, 1, 2, 3]))):  # a GPU off: a reading anything, or absent on it alone
+        v = d(st.sampled_from(d(st.sampled_from(pods))))
+        k = d(st.sampled_from(names))
+        v[k] = d(st.one_of(st.none(), st.floats(), st.sampled_from([0.0, -0.0, 1.0]),
+                           st.just(level[k] * 0.5), st.just(level[k] * 1.2), st.just(level[k] * 1.06)))
+    out = []
+    uid = 0
+    rarely = st.sampled_from([False] * 60 + [True])
+    for p, devices in enumerate(pods):
+        devs = []
+        for i, v in enumerate(devices):
+            uid += 1
+            u = d(st.sampled_from([f"GPU-{uid:08x}-0000-0000-0000-000000000000"] * 60 + [
+                f"GPU-{max(1, uid - 1):08x}-0000-0000-0000-000000000000", f"gpu-{uid}",
+                f"MIG-{uid:08x}-0000-0000-0000-000000000000"]))
+            devs.append(GpuDevice(
+                uuid=u, index=i, utilization=v["util"], sm_active=v["sm"], power_w=v["power"],
+                power_limit_w=v["limit"], sm_clock_hz=v["clock"], memory_util=v["mem"], pcie_bps=v["pcie"],
+                nvlink_bps=v["nvlink"], energy_j=v["joules"], energy_from_s=v["from"], energy_to_s=v["to"],
+                lost=d(rarely), shared=d(rarely), mig_profile="1g.10gb" if d(rarely) else ""))
+        out.append(PodGpuEvidence("ns", f"r-{p}", f"node-{d(st.integers(0, 2))}", "agent", NOW, tuple(devs), ("main",)))
+    return out
+
+
+@given(_runs_records())
+@settings(max_examples=2500, deadline=None)
+def test_a_run_screened_by_its_columns_is_what_each_gpu_compared_says(recs: list[PodGpuEvidence]) -> None:
+    """`_screened` (a healthy run's records read column by column) answers only where it gives what
+    comparing GPU by GPU gives (`_compared`): searched over records as agents send them and worse."""
+    got = _screened(recs)
+    if got is not None:
+        assert got == _compared(recs)
+        assert not got.apart and not got.bad
+    event(f"screened: {got is not None}")
+
+
+def test_the_agents_records_of_a_healthy_run_are_screened() -> None:
+    """What the screen is for: 10 pods of 8 H100s at their everyday spread, every reading and an
+    energy window each, are told apart from none without a GPU's own comparison; one GPU's clock held
+    down, or SM activity 0 at full utilization, is left to it."""
+    rng = random.Random(5)
+
+    def pod(p: int, clock: float | None = None, sm: float | None = None, nvlink: bool = True) -> PodGpuEvidence:
+        return PodGpuEvidence("ns", f"r-{p}", f"node-{p}", "agent", NOW, tuple(GpuDevice(
+            uuid=f"GPU-{p:04x}{i:04x}-0000-0000-0000-000000000000", index=i, utilization=0.99,
+            sm_active=sm if sm is not None and i == 3 else rng.uniform(0.6, 0.9), power_w=rng.uniform(500, 700),
+            power_limit_w=700.0, sm_clock_hz=clock if clock is not None and i == 3 else rng.uniform(1.965e9, 1.98e9),
+            memory_util=rng.uniform(0.3, 0.6), pcie_bps=rng.uniform(1e9, 4e9),
+            nvlink_bps=rng.uniform(3e10, 5e10) if nvlink else None,
+            energy_j=rng.uniform(15000, 21000), energy_from_s=32.0, energy_to_s=2.0) for i in range(8)), ("main",))
+
+    healthy = [pod(p) for p in range(10)]
+    got = _screened(healthy)
+    assert got is not None and got == _compared(healthy) and got.devices == 80 and got.per_node == {
+        f"node-{p}": 8 for p in range(10)}
+    pcie_only = [*healthy[:-2], pod(8, nvlink=False), pod(9, nvlink=False)]  # (NVLink on no GPU of two pods)
+    got = _screened(pcie_only)
+    assert got is not None and got == _compared(pcie_only)
+    assert _screened([*healthy[:-1], pod(9, clock=1.41e9)]) is None
+    assert _screened([*healthy[:-1], pod(9, sm=0.0)]) is None and BUSY_UTIL <= 0.99
+
+
+def test_what_the_column_screen_must_not_hide() -> None:
+    """A GPU apart in its power against its limit (the same watts as the others), or in a reading another
+    pod has on none of its GPUs (their columns hold zeros, not readings), is left to `_compared`."""
+    def gpu(p: int, i: int, **kw: Any) -> GpuDevice:
+        base: dict[str, Any] = {"utilization": 0.99, "sm_active": 0.9, "power_w": 600.0, "power_limit_w": 700.0,
+                                "sm_clock_hz": 1.98e9, "memory_util": 0.5, "pcie_bps": 2e9, "nvlink_bps": 4e10,
+                                "energy_j": 18000.0 + i, "energy_from_s": 32.0, "energy_to_s": 2.0}
+        return GpuDevice(uuid=f"GPU-{p:04x}{i:04x}-0000-0000-0000-000000000000", index=i, **{**base, **kw})
+
+    def rec(p: int, devs: list[GpuDevice]) -> PodGpuEvidence:
+        return PodGpuEvidence("ns", f"r-{p}", f"node-{p}", "agent", NOW, tuple(devs), ("main",))
+
+    limit = [rec(0, [gpu(0, i, power_limit_w=1000.0 if i == 0 else 700.0) for i in range(8)]),
+             rec(1, [gpu(1, i) for i in range(8)])]
+    no_clock = [rec(0, [gpu(0, i, sm_clock_hz=None) for i in range(8)]),
+                rec(1, [gpu(1, i, sm_clock_hz=1.41e9 if i == 0 else 1.98e9) for i in range(8)])]
+    for recs in (limit, no_clock):
+        assert _compared(recs).apart, recs
+        assert _screened(recs) is None
