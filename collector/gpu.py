@@ -53,6 +53,7 @@ from collector.gpupack import (
     NodeColumns,
     _Aside,
     _col,
+    _Column,
     _layout,
     _pack,
     _uuid_text,
@@ -254,21 +255,31 @@ def readings_of(e: PodGpuEvidence) -> list[Readings]:
     n, any_, lay = _layout(p)
     if any_ & _ODD:
         return [readings(d) for d in _devices(e)]
-    cols: list[tuple[Any, ...]] = [_col(p, c, n) for c in lay[_UTIL:]]
-    if not any_ & 0x7FF or not n:
-        return cast(list[Readings], list(zip(*cols, strict=True)) if n else [])
+    if not n:
+        return []
+    cols, masks, every = _reading_cols(p, n, any_, lay)
+    out = cast(list[Readings], list(zip(*(c if c is not None else (None,) * n for c in cols), strict=True)))
+    for i, m in enumerate(masks or ()):
+        if m & 0x7FF != every:
+            out[i] = cast(Readings, tuple(None if m >> j & 1 else v for j, v in enumerate(out[i])))
+    return out
+
+
+def _reading_cols(p: bytes, n: int, any_: int, lay: tuple[_Column, ...]) -> tuple[list[tuple[Any, ...] | None],
+                                                                      tuple[int, ...] | None, int]:
+    """A record's 11 reading columns (None: a reading no device has), its devices' masks where a reading
+    is absent on some device (None: every reading on every device), and the readings absent on all."""
+    cols: list[tuple[Any, ...] | None] = [_col(p, c, n) for c in lay[_UTIL:]]
+    if not any_ & 0x7FF:
+        return cols, None, 0
     masks = _col(p, lay[_MASK], n)
     every = 0x7FF
     for m in masks:
         every &= m
-    for j in range(11):  # (a reading no device has: its column None at once)
+    for j in range(11):
         if every >> j & 1:
-            cols[j] = (None,) * n
-    out = cast(list[Readings], list(zip(*cols, strict=True)))
-    for i, m in enumerate(masks):
-        if m & 0x7FF != every:
-            out[i] = cast(Readings, tuple(None if m >> j & 1 else v for j, v in enumerate(out[i])))
-    return out
+            cols[j] = None
+    return cols, masks, every
 
 
 def compared(e: PodGpuEvidence) -> list[tuple[object, int, Readings]]:
@@ -293,16 +304,9 @@ def reading_columns(e: PodGpuEvidence) -> tuple[bytes, list[tuple[Any, ...] | No
     n, any_, lay = _layout(p)
     if not n or any_ & (_ODD | _LOST | _SHARED | _MIG_SEEN | _KINDS):
         return None
-    cols: list[tuple[Any, ...] | None] = [_col(p, c, n) for c in lay[_UTIL:]]
-    if any_ & 0x7FF:
-        every = 0x7FF
-        for m in _col(p, lay[_MASK], n):
-            every &= m
-        if (any_ ^ every) & 0x7FF:
-            return None
-        for j in range(11):
-            if every >> j & 1:
-                cols[j] = None
+    cols, masks, every = _reading_cols(p, n, any_, lay)
+    if masks is not None and (any_ ^ every) & 0x7FF:
+        return None
     return p[_UUIDS_AT:_UUIDS_AT + 16 * n], cols
 
 
