@@ -79,8 +79,8 @@ def node_document(samples: int = 256, *, increment: int | None = None, version: 
     """A fleet node's /evidence as the agent renders it (names carry NODE_TOKEN). `increment`: the
     document for a reader whose cursor predates only the driver's last `increment` samples (what a
     30 s poll adds at a step every 3 s), as the agent renders it for `?epoch=&poll=`; `version`: as it
-    renders it for `?version=` (2: the GPUs column by column; 3: with what the controller reads only,
-    what this tree's reader asks for)."""
+    renders it for `?version=` (2: the GPUs column by column; 3: with what the controller reads only;
+    4: each pod's GPUs packed, what this tree's reader asks for)."""
     now = time.time() if at is None else at  # (one instant for every version of the node's document)
     t0 = datetime.fromtimestamp(now, UTC) - timedelta(hours=2)
     gpus, allocs, logs = [], [], []
@@ -115,7 +115,7 @@ def address(i: int) -> str:
 
 def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, int], bytes]) -> None:
     """Answer each agent's address with its document: whole or the increment (a cursor asked), in the
-    version asked (`?version=N`: 3 this tree's reader, 2 the reader before it), else 1."""
+    version asked (`?version=N`: 4 this tree's reader, 3 and 2 readers before it), else 1."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     if cpu is not None:
@@ -131,7 +131,7 @@ def _serve(conn: Any, cpu: int | None, bodies: dict[tuple[bool, int], bytes]) ->
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             ip = self.connection.getsockname()[0]
             inc = "epoch=" in self.path  # a reader with a cursor: the increment
-            v = next((k for k in (3, 2) if f"version={k}" in self.path), 1)
+            v = next((k for k in (4, 3, 2) if f"version={k}" in self.path), 1)
             doc = by_ip.get((ip, inc, v))
             if doc is None:
                 doc = by_ip[(ip, inc, v)] = bodies[(inc, v)].replace(
@@ -240,7 +240,7 @@ def main() -> None:
         os.sched_setaffinity(0, {cpu})
     at = time.time()
     bodies = {(inc, v): node_document(increment=INCREMENT if inc else None, version=v, at=at)
-              for inc in (False, True) for v in (1, 2, 3)}
+              for inc in (False, True) for v in (1, 2, 3, 4)}
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(child, None if cpu is None else 1, bodies), daemon=True)

@@ -76,9 +76,20 @@ def documents(nodes: int, shape: str, seed: int = 7) -> list[bytes]:
                 "remap_pending": False, "remap_failed": False, "hang_since": None, "hang_hint": False,
                 "pods": pod, "sharers": 1, "shared": False, "unsupported": [], "xid_first_seen": {},
                 "ecc_uncorrected": {"volatile": 0, "aggregate": 0}, "ecc_corrected": {"volatile": 0, "aggregate": 3}})
-        out.append(orjson.dumps({"version": EVIDENCE_VERSION, "node": f"node-{n}", "at": AT, "nvml": {"state": "ok"},
-                                 "podresources": {"up": True}, "gpus": gpus}))
+        doc = {"version": 1, "node": f"node-{n}", "at": AT, "nvml": {"state": "ok"}, "podresources": {"up": True},
+               "gpus": gpus}
+        out.append(orjson.dumps(_as_agent_sends(doc, EVIDENCE_VERSION)))
     return out
+
+
+def _as_agent_sends(doc: dict[str, Any], version: int) -> dict[str, Any]:
+    """A version 1 document in the version the tree's reader asks for, as its agent renders it."""
+    from collector.agent import evidence
+    if version >= 4:
+        return dict(evidence.packed(evidence.for_controller(doc)))
+    if version == 3:
+        return dict(evidence.for_controller(doc))
+    return dict(evidence.as_columns(doc)) if version == 2 else doc
 
 
 def measure(pods: int, shape: str) -> dict[str, float]:

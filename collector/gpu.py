@@ -56,12 +56,14 @@ from collector.gpupack import (
     _Column,
     _layout,
     _pack,
+    _reasons_aside,
     _uuid_text,
+    sent_problem,
 )
 
 __all__ = ["Columns", "GpuDevice", "GpuSummary", "NodeColumns", "PodGpuEvidence", "Readings", "clock_reasons_at",
            "compared", "device_at", "energy_window", "energy_windows", "fault_free", "faulty", "gpu_summary",
-           "held_state", "readings", "readings_of", "same_held_bytes", "sampled", "uuid_at", "uuids"]
+           "held_state", "readings", "readings_of", "same_held_bytes", "sampled", "sendable", "uuid_at", "uuids"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,20 @@ class PodGpuEvidence(_PodRecord):
         e._set(namespace, pod, node, source, read_at, containers, *packed)
         return e
 
+    @classmethod
+    def from_sent(cls, namespace: str, pod: str, node: str, source: str, read_at: datetime, p: bytes,
+                  reasons: Sequence[tuple[str, ...]] | None = None, containers: tuple[str, ...] = ()
+                  ) -> PodGpuEvidence | None:
+        """The record a source sent packed (an agent's version 4 document), each device's clocks-event
+        reasons beside it (None: none); None where `p` is not one `NodeColumns` could have packed
+        (`gpupack.sent_problem` says why), or `reasons` is not one a device."""
+        if (reasons is not None and (len(p) < _HEAD.size or len(reasons) != _HEAD.unpack_from(p)[0])) \
+                or sent_problem(p) is not None:
+            return None
+        e = object.__new__(cls)
+        e._set(namespace, pod, node, source, read_at, containers, p, _reasons_aside(reasons))
+        return e
+
     def _set(self, namespace: str, pod: str, node: str, source: str, read_at: datetime,
              containers: tuple[str, ...], p: bytes, x: _Aside | None) -> None:
         if type(containers) is tuple and all(type(c) is str for c in containers):  # (pods alike: ("main",))
@@ -163,6 +179,24 @@ class PodGpuEvidence(_PodRecord):
 
     def __repr__(self) -> str:
         return f"PodGpuEvidence({', '.join(f'{n}={v!r}' for n, v in zip(_POD_NAMES, self._fields(), strict=True))})"
+
+
+def sendable(e: PodGpuEvidence) -> tuple[bytes, list[tuple[str, ...]] | None] | None:
+    """`e`'s record and each device's clocks-event reasons (None: none), as a source sends them packed
+    (`PodGpuEvidence.from_sent` reads them back); None where `e` holds more than they can say (a UUID
+    kept aside, an XID, a MIG profile, a value kept aside) or its record is not one `from_sent` takes."""
+    x = e._x
+    reasons: list[tuple[str, ...]] | None = None
+    if x is not None:
+        rares, names = x
+        if names is not None or rares is None:
+            return None
+        reasons = []
+        for r in rares:
+            if r is not None and (r[0] or r[2] or r[3] or r[4] or not r[1]):
+                return None
+            reasons.append(() if r is None else r[1])
+    return (e._p, reasons) if sent_problem(e._p) is None else None
 
 
 def uuid_at(e: PodGpuEvidence, i: int) -> str:

@@ -3,6 +3,7 @@ from a document's columns) and where each column lies (`_layout`): records only,
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -281,9 +282,7 @@ class NodeColumns:
         self._cols = cols
         self._rares: list[_Rare | None] | None = None
         if c.clock_reasons is not None and any(c.clock_reasons):
-            kept: dict[tuple[str, ...], _Rare] = {}  # (one lookup in the shared table a reason set)
-            self._rares = [None if not r else kept.get(r) or kept.setdefault(r, _shared_rare(((), r, (), "", ())))
-                           for r in c.clock_reasons]
+            self._rares = _reasons_rares(c.clock_reasons)
 
     def packed(self, idx: Sequence[int]) -> tuple[bytes, _Aside | None] | None:
         """The packed record of the devices at `idx` (in order; None where one does not pack)."""
@@ -349,6 +348,17 @@ def _ints(col: Sequence[object] | None, n: int, lo: int, hi: int, absent: int, b
     return out
 
 
+def _reasons_rares(reasons: Sequence[tuple[str, ...]]) -> list[_Rare | None]:
+    """Each device's rare fields where it has only clocks-event reasons (None: none)."""
+    kept: dict[tuple[str, ...], _Rare] = {}  # (one lookup in the shared table a reason set)
+    return [None if not r else kept.get(r) or kept.setdefault(r, _shared_rare(((), r, (), "", ()))) for r in reasons]
+
+
+def _reasons_aside(reasons: Sequence[tuple[str, ...]] | None) -> _Aside | None:
+    """The beside tuple of a pod's devices with only clocks-event reasons beside their columns."""
+    return _aside(_reasons_rares(reasons), None) if reasons is not None and any(reasons) else None
+
+
 def _aside(rares: list[_Rare | None] | None, names: list[object] | None) -> _Aside | None:
     """The beside tuple of a pod's rare fields and UUIDs kept aside (shared by pods alike where it may be)."""
     if rares is None and names is None:
@@ -362,3 +372,149 @@ def _aside(rares: list[_Rare | None] | None, names: list[object] | None) -> _Asi
 def _shared(r: _Rare) -> bool:
     """`r` is one `gpudevice._shared_rare` keeps (hashable, plain: it may key a shared aside)."""
     return _SHARED_RARE.get(r) is r
+
+
+# A record sent whole (an agent's version 4 document, `sent_problem`): what `NodeColumns` packs from a
+# version 2 document's columns and no more. Bits: a reading, index or ECC count absent, the five flags,
+# an ECC count seen, a GPU or MIG UUID (not one kept aside, nothing odd, no XID or MIG hint).
+_SENT_BITS = ((1 << 11) - 1 | _NO_INDEX | _NO_ECC | _LOST | _HANG | _SHARED | _REMAP_PENDING | _REMAP_FAILED
+              | _ECC_SEEN | _MIG << _KIND_SHIFT)
+_SENT_FLAGS = (1 << (_UTIL + 11)) - 1 | _ARANGE
+MAX_SENT_DEVICES = 512  # a pod's GPUs and MIG instances (8 GPUs × 7 instances is 56)
+# An energy window the controller believes (`agent_gpus._energy`): at most this long, ending at most this
+# long before the document was made, at most this many joules per second (a GPU draws ~1 kW).
+ENERGY_WINDOW_MAX_S = 3600.0
+ENERGY_MAX_W = 10_000.0
+_RATIO, _RATE_LO, _RATE_HI = 5, 6, 7  # readings read by `_ratio` and `_rate` (`agent_gpus._READING_COLUMNS`)
+_ENERGY_ABSENT = 7 << 8  # energy_j, energy_from_s, energy_to_s absent: all three or none
+_Z8 = bytes(8)
+
+
+def _range(n: int) -> tuple[int, ...]:
+    r = _RANGES.get(n)
+    if r is None:
+        r = _RANGES[n] = tuple(range(n))
+    return r
+
+
+def _plan(n: int, flags: int, lay: tuple[_Column, ...]) -> tuple[struct.Struct, tuple[tuple[int, int] | None, ...]]:
+    """A layout's columns after the UUIDs as one struct (they lie end to end), and where each column's
+    stored values are in what it unpacks (None: indexes 0..n-1)."""
+    plan = _PLANS.get((n, flags))
+    if plan is None:
+        fmt, at = "<", 0
+        spans: list[tuple[int, int] | None] = []
+        for c, col in enumerate(lay):
+            if col is None:
+                spans.append(None)
+                continue
+            k = 1 if col[2] else n
+            fmt += f"{k}{_CHARS[c]}"
+            spans.append((at, at + k))
+            at += k
+        plan = struct.Struct(fmt), tuple(spans)
+        if len(_PLANS) < _SHARED_MAX:
+            _PLANS[(n, flags)] = plan
+    return plan
+
+
+_PLANS: dict[tuple[int, int], tuple[struct.Struct, tuple[tuple[int, int] | None, ...]]] = {}
+_RANGES: dict[int, tuple[int, ...]] = {}  # indexes 0..n-1 by n (at most MAX_SENT_DEVICES)
+
+
+def sent_problem(p: bytes) -> str | None:
+    """Why `p` is not a record `NodeColumns` could pack from a document's columns (None: it is one).
+
+    An agent sends each pod's record whole (version 4) and the controller holds it as it came, so it is
+    checked here as the columns are: its layout exact (the columns stored once exactly where `_column`
+    stores them: one record for one set of devices), its bits only those above, a value where a bit
+    says absent +0.0 (0 for an index or ECC count), every reading finite, the ratios and rates in
+    range, an energy window whole and believable (its ends are seconds before the document's instant,
+    as `agent_gpus._energy` makes them), an ECC count seen exactly where one is not 0."""
+    if type(p) is not bytes or len(p) < _HEAD.size:
+        return "shorter than a record's header"
+    n, flags, any_ = _HEAD.unpack_from(p)
+    if not 0 < n <= MAX_SENT_DEVICES:
+        return f"{n} devices (at most {MAX_SENT_DEVICES})"
+    if flags & ~_SENT_FLAGS or (flags & _ARANGE and flags & 1 << _INDEX) or (n == 1 and flags & ~_ARANGE):
+        return f"column flags {flags:#x}"
+    _, _, lay = _layout(p)
+    full, spans = _plan(n, flags, lay)
+    start = _UUIDS_AT + 16 * n
+    if len(p) != start + full.size:
+        return f"{len(p)} bytes, its layout {start + full.size}"
+    vals = full.unpack_from(p, start)
+    stored: list[tuple[Any, ...]] = [vals[sp[0]:sp[1]] if sp is not None else _range(n) for sp in spans]
+    if lay[_INDEX] is not None and stored[_INDEX] == _range(n):
+        return "indexes 0..n-1 not stored as such"
+    for c, col in enumerate(lay):  # (a column stored per device whose devices are alike: stored once, by bytes)
+        v = stored[c]
+        if col is not None and not col[2] and n > 1 and v.count(v[0]) == n:
+            off, st, _ = col
+            if p[off:off + st.size] == p[off:off + st.size // n] * n:
+                return "a column alike on every device not stored once"
+    masks = stored[_MASK]
+    every = 0
+    for m in set(masks):
+        every |= m
+    if every & ~_SENT_BITS:
+        return f"device bits {every & ~_SENT_BITS:#x}"
+    if any_ != every:
+        return "its header's bits are not its devices'"
+    r0 = cast(tuple[int, int], spans[_UTIL])[0]
+    if not math.isfinite(sum(vals[r0:])) and not all(map(math.isfinite, vals[r0:])):
+        return "a reading not finite"
+    ratio = stored[_UTIL + _RATIO]
+    if min(ratio) < 0.0 or max(ratio) > 1.0:
+        return "a memory utilization outside 0..1"
+    for j in (_RATE_LO, _RATE_HI):
+        if min(stored[_UTIL + j]) < 0.0 or max(stored[_UTIL + j]) >= 1e13:
+            return "a link rate outside 0..10 TB/s"
+    if len(masks) == 1:  # (every device alike in its bits: each column checked as stored)
+        m = masks[0]
+        if m & _NO_INDEX and any(stored[_INDEX]):
+            return "an index where its bit says none"
+        eccs = stored[_ECC]
+        if (m & _ECC_SEEN or any(eccs)) if m & _NO_ECC else (0 in eccs) if m & _ECC_SEEN else any(eccs):
+            return "an ECC count and its bits disagree"
+        e = m & _ENERGY_ABSENT
+        if e and e != _ENERGY_ABSENT:
+            return "an energy window in part"
+        for j in range(11):
+            if m >> j & 1:
+                off, st, _ = cast(tuple[int, struct.Struct, bool], lay[_UTIL + j])
+                if p.count(0, off, off + st.size) != st.size:
+                    return f"reading {j} where its bit says none"
+        if not e:
+            joules, froms, tos = stored[_ENERGY:_ENERGY + 3]
+            if len(froms) == len(tos) == 1:
+                a, b = froms[0], tos[0]
+                if not (0.0 <= b < a <= ENERGY_WINDOW_MAX_S and min(joules) >= 0.0 and
+                        max(joules) <= ENERGY_MAX_W * (a - b)):
+                    return "an energy window the controller would not believe"
+                return None
+        else:
+            return None
+    return _each_device(n, [v * n if len(v) == 1 and n > 1 else v for v in stored])
+
+
+def _each_device(n: int, cols: list[tuple[Any, ...]]) -> str | None:
+    """`sent_problem`'s checks of each device's bits against its values, device by device."""
+    for i, m in enumerate(cols[_MASK]):
+        if m & _NO_INDEX and cols[_INDEX][i]:
+            return "an index where its bit says none"
+        ecc = cols[_ECC][i]
+        if (m & _ECC_SEEN or ecc) if m & _NO_ECC else bool(m & _ECC_SEEN) != (ecc != 0):
+            return "an ECC count and its bits disagree"
+        e = m & _ENERGY_ABSENT
+        if e and e != _ENERGY_ABSENT:
+            return "an energy window in part"
+        for j in range(11):
+            x = cols[_UTIL + j][i]
+            if m >> j & 1 and (x != 0.0 or math.copysign(1.0, x) < 0):
+                return f"reading {j} where its bit says none"
+        if not e:
+            j, a, b = cols[_ENERGY][i], cols[_ENERGY + 1][i], cols[_ENERGY + 2][i]
+            if not (0.0 <= b < a <= ENERGY_WINDOW_MAX_S and 0.0 <= j <= ENERGY_MAX_W * (a - b)):
+                return "an energy window the controller would not believe"
+    return None

@@ -25,7 +25,14 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 
 from collector.agent.draslices import ResourceSliceReader
-from collector.agent.evidence import VERSION, VERSION_COLUMNS, VERSION_CONTROLLER, Snapshot, evidence_document
+from collector.agent.evidence import (
+    VERSION,
+    VERSION_COLUMNS,
+    VERSION_CONTROLLER,
+    VERSION_PACKED,
+    Snapshot,
+    evidence_document,
+)
 from collector.agent.hang import HangHints
 from collector.agent.logs import LogEvidence
 from collector.agent.metrics import AgentCollector, AgentHealth
@@ -204,7 +211,8 @@ class Agent:
         def evidence(query: str) -> Answer:
             args = urllib.parse.parse_qs(query, max_num_fields=4)
             asked = args.get("version")
-            version = next((v for v in (VERSION_CONTROLLER, VERSION_COLUMNS) if asked == [str(v)]), VERSION)
+            version = next((v for v in (VERSION_PACKED, VERSION_CONTROLLER, VERSION_COLUMNS) if asked == [str(v)]),
+                           VERSION)
             return 200, "application/json", orjson.dumps(
                 evidence_document(self.snapshot(**_cursor(args)), version=version))
 

@@ -25,6 +25,7 @@ node's document is served.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,10 +38,13 @@ from collector.agent.logs import ContainerLog
 from collector.agent.nvml import CLOCKS_EVENT_REASONS, GpuReading, NvmlStatus
 from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
+from collector.gpu import sendable
+from collector.sources.agent_gpus import MAX_UUID, gpu_evidence
 
 VERSION = 1
 VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column
-VERSION_CONTROLLER = 3  # `?version=3`: version 2 with what the controller reads only (what it asks for)
+VERSION_CONTROLLER = 3  # `?version=3`: version 2 with what the controller reads only
+VERSION_PACKED = 4  # `?version=4`: version 3 with each pod's devices packed as the controller holds them (it asks)
 # A GPU entry's keys the controller reads (`collector.sources.agent_gpus`): a reading it does not use
 # (name, PCI address, memory, temperature, corrected ECC counts, ...) and the allocations the GPUs'
 # entries repeat were half of every document's bytes and a sixth of the controller's decode, every
@@ -227,8 +231,63 @@ def _str_or_none(v: object) -> bool:
     return isinstance(v, str | None)
 
 
+def packed(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A version 3 document as version 4 (what the agent answers `?version=4`): each pod's devices the
+    controller would pack from the columns, packed here as it packs them (`agent_gpus.gpu_evidence`,
+    `gpu.sendable`) under `records`, base64, with the pod's containers and each device's clocks-event
+    reasons; the columns keep the GPUs of every other pod (an XID, a UUID not canonical, a device only
+    an allocation names, ...). The controller checks each record as it would the columns
+    (`PodGpuEvidence.from_sent`) and holds it as it came: a pod's GPUs cost it a base64 decode and a
+    check instead of parsing, converting and packing every reading (most of its cost at fleet size).
+    tests/agent/test_evidence_packed.py holds version 4's records to version 3's."""
+    gpus = doc.get("gpus")
+    cols: dict[str, Any] = gpus if isinstance(gpus, dict) else {}
+    uuids = cols.get("uuid")
+    n = len(uuids) if isinstance(uuids, list) else 0
+    if not isinstance(uuids, list) or not n or any(not isinstance(c, list) or len(c) != n for c in cols.values()):
+        return {**doc, "version": VERSION_PACKED, "records": []}
+    nv = doc.get("nvml")
+    problems: list[str] = []
+    evs = gpu_evidence({**doc, "allocations": []}, VERSION_CONTROLLER, str(doc.get("node") or ""), _PACKED_AT, "",
+                       isinstance(nv, dict) and nv.get("state") == "ok", problems)
+    allocations = doc.get("allocations")
+    # a pod an allocation names holds a device no column lists: its record stays the columns' and the allocation's
+    named = {(a.get("namespace") or "", a.get("pod")) for a in allocations if isinstance(a, dict)} \
+        if isinstance(allocations, list) else set()
+    records, keys = [], set()
+    for ev in evs:
+        sent = sendable(ev) if (ev.namespace, ev.pod) not in named else None
+        if sent is None:
+            continue
+        record: dict[str, Any] = {"namespace": ev.namespace, "pod": ev.pod, "containers": list(ev.containers),
+                                  "record": base64.b64encode(sent[0]).decode("ascii")}
+        if sent[1] is not None:
+            record["reasons"] = [list(r) for r in sent[1]]
+        records.append(record)
+        keys.add((ev.namespace, ev.pod))
+    keep = []
+    pods = cols.get("pods") or [None] * n
+    left: list[Any] = list(pods)
+    for i, (u, ps) in enumerate(zip(uuids, pods, strict=True)):
+        if isinstance(ps, list) and ps and isinstance(u, str) and 0 < len(u) <= MAX_UUID:  # (else: named as read)
+            rest = [p for p in ps if not (isinstance(p, dict) and (p.get("namespace") or "", p.get("pod")) in keys)]
+            if not rest:
+                continue
+            left[i] = rest
+        keep.append(i)
+    out = {k: [c[i] for i in keep] for k, c in cols.items()} if keep else {}
+    if "pods" in out:
+        out["pods"] = [left[i] for i in keep]
+    return {**doc, "version": VERSION_PACKED, "gpus": out, "records": records}
+
+
+_PACKED_AT = datetime.fromtimestamp(0, UTC)  # (the records' read time: the controller's own replaces it)
+
+
 def evidence_document(snap: Snapshot, *, samples: int = 256, version: int = VERSION) -> dict[str, Any]:
-    doc = _document(snap, samples, VERSION_COLUMNS if version == VERSION_CONTROLLER else version)
+    doc = _document(snap, samples, VERSION_COLUMNS if version in (VERSION_CONTROLLER, VERSION_PACKED) else version)
+    if version == VERSION_PACKED:
+        return packed(for_controller(doc))
     return for_controller(doc) if version == VERSION_CONTROLLER else doc
 
 

@@ -12,22 +12,23 @@ versions; tests/agent/test_evidence_columns.py holds the two versions' records e
 
 from __future__ import annotations
 
+import binascii
 import math
 from collections.abc import Callable
 from datetime import datetime
 from sys import intern
 from typing import Any
 
-from collector.gpu import Columns, GpuDevice, NodeColumns, PodGpuEvidence
+from collector.gpu import Columns, GpuDevice, NodeColumns, PodGpuEvidence, uuid_at
+from collector.gpupack import ENERGY_MAX_W, ENERGY_WINDOW_MAX_S, MAX_SENT_DEVICES, sent_problem
+
+MAX_RECORD_CHARS = 16_384  # a record's base64 (512 devices with every column: ~12 KB)
 
 # Names longer than any real one (Kubernetes: a DNS subdomain, 253; NVML: a GPU/MIG UUID, ~44; a DRA
 # device name, 63 per segment) are refused, not cut: two cut names could become one.
 MAX_NAME = 253
 MAX_UUID = 128
-# An energy window the controller believes: at most this long, ending at most this long before the
-# document was made, at most this many joules per second (a GPU draws ~1 kW; 10 kW is no GPU).
-ENERGY_WINDOW_MAX_S = 3600.0
-ENERGY_MAX_W = 10_000.0
+MAX_CONTAINERS = 64  # container names read from a packed record's pod (Kubernetes allows more; a GPU pod has a few)
 MAX_XID_CODES = 64  # XID codes read per GPU from one document (NVIDIA's catalogue has 172; a GPU shows a few)
 
 
@@ -202,6 +203,9 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
                     devs.append(dev)
                     containers.add(_name(p.get("container")) or "")
                     listed.add(uuid)
+    sent = _sent(doc, node, read_at, url, xids_by_uuid, problems) if version >= 4 else {}
+    if sent and doc.get("allocations"):
+        listed.update(uuid_at(e, i) for e in sent.values() for i in range(e.device_count))
     # Devices the kubelet allocated that NVML does not list (a GPU gone entirely) still count as held;
     # a ResourceClaim's device the agent found no UUID for (`resolved: false`) is held, not lost.
     for a in _entries(doc.get("allocations")):
@@ -212,6 +216,9 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
             devs.append(GpuDevice(uuid=device, lost=nvml_ok and a.get("resolved") is not False,
                                   shared=a.get("shared") is True))
             containers.add(_name(a.get("container")) or "")
+    for key in sent.keys() & pods.keys():
+        problems.append(f"{url}: {key[0]}/{key[1]} both sent packed and by its GPUs: the packed record left out")
+        del sent[key]
     out = []
     for (ns, pod), (devs, idx, cs) in sorted(pods.items()):
         names = tuple(sorted(c for c in cs if c))
@@ -225,7 +232,50 @@ def gpu_evidence(doc: dict[str, Any], version: int, node: str, read_at: datetime
                 devs = [table.device(i, doc_at, xids_by_uuid) for i in idx] + devs
             ev = PodGpuEvidence(ns, pod, node, "agent", read_at, tuple(devs), names)
         out.append(ev)
+    if sent:
+        out += sent.values()
+        out.sort(key=lambda e: (e.namespace, e.pod))
     return tuple(out)
+
+
+def _sent(doc: dict[str, Any], node: str, read_at: datetime, url: str, xids_by_uuid: dict[str, set[int]],
+          problems: list[str]) -> dict[tuple[str, str], PodGpuEvidence]:
+    """Version 4's `records`: each pod's devices as `PodGpuEvidence` packs them (base64), checked as its
+    columns would be (`PodGpuEvidence.from_sent`), with their containers and each device's clocks-event
+    reasons. A record that does not hold, a pod named twice, or a device with an XID in the document
+    (its XIDs are read from the columns) is left out and named."""
+    out: dict[tuple[str, str], PodGpuEvidence] = {}
+    twice: set[tuple[str, str]] = set()
+    for r in _entries(doc.get("records")):
+        key = _pod_key(r)
+        raw = r.get("record") if key is not None else None
+        if key is None or type(raw) is not str or len(raw) > MAX_RECORD_CHARS:
+            problems.append(f"{url}: a packed record without a pod or a record (or one over {MAX_RECORD_CHARS} "
+                            "characters) skipped")
+            continue
+        ns, pod = key
+        try:
+            p = binascii.a2b_base64(raw, strict_mode=True)
+        except (binascii.Error, ValueError):
+            p = b""
+        rs = r.get("reasons")
+        reasons = None if rs is None else \
+            [_reasons(x) if x else () for x in rs[:MAX_SENT_DEVICES + 1]] if type(rs) is list else []
+        cs = r.get("containers")
+        names = tuple(sorted({c for c in map(_name, cs[:MAX_CONTAINERS]) if c})) if type(cs) is list else ()
+        ev = PodGpuEvidence.from_sent(ns, pod, node, "agent", read_at, p, reasons, names)
+        if ev is None:
+            why = sent_problem(p) or "its reasons not one a device"
+            problems.append(f"{url}: {ns}/{pod}'s packed record left out: {why}")
+        elif xids_by_uuid and any(uuid_at(ev, i) in xids_by_uuid for i in range(ev.device_count)):
+            problems.append(f"{url}: {ns}/{pod}'s packed record left out: a device of it has XIDs")
+        elif key in out or key in twice:
+            problems.append(f"{url}: {ns}/{pod} sent packed twice: left out")
+            out.pop(key, None)
+            twice.add(key)
+        else:
+            out[key] = ev
+    return out
 
 
 # version 2's columns read as readings, in `gpudevice._READINGS`' order (the energy window's three after)

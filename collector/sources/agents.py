@@ -39,11 +39,11 @@ from collector.sources import httpget
 from collector.sources.agent_gpus import _entries, _f, _i, _name, _pod_key, gpu_evidence
 from collector.sources.kube_api import KubeApi, SourceError
 
-# What the reader asks for (`?version=3`: the GPUs column by column, `agent_gpus`, with what it reads of
-# them only, `agent.evidence.CONTROLLER_COLUMNS`) and what it reads: an agent of a release before
-# answers version 1 (it ignores an ask it does not know).
-EVIDENCE_VERSION = 3
-READ_VERSIONS = (1, 2, 3)
+# What the reader asks for (`?version=4`: each pod's GPUs packed as the controller holds them, the rest
+# column by column with what it reads of them only, `agent.evidence.packed`, `agent_gpus`) and what it
+# reads: an agent of a release before answers version 1 (it ignores an ask it does not know).
+EVIDENCE_VERSION = 4
+READ_VERSIONS = (1, 2, 3, 4)
 DEFAULT_SELECTOR = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
 DEFAULT_PORT = 9402
 HEAD_MAX = httpget.HEAD_MAX  # an answer's status line and headers

@@ -117,6 +117,10 @@ def test_agent_serves_gpu_attribution_xids_hangs_and_logs(tmp_path: Path) -> Non
         v3 = json.loads(get(base + "/evidence?version=3")[1])
         assert v3["version"] == 3 and v3["gpus"]["uuid"] == v2["gpus"]["uuid"] and "name" not in v3["gpus"]
         assert v3["allocations"] == [a for a in doc["allocations"] if a["device"] not in v2["gpus"]["uuid"]]
+        # version 4, what the controller's reader asks: the pod's GPUs packed, the one with an XID (G[1])
+        # keeps the pod's GPUs in the columns
+        v4 = json.loads(get(base + "/evidence?version=4")[1])
+        assert v4["version"] == 4 and v4["records"] == [] and v4["gpus"]["uuid"] == v3["gpus"]["uuid"]
         rep = AgentReader(lambda: datetime.now(UTC)).read(AgentEndpoint("gpu-node-1", "agent-0", base))
         (ev,) = rep.gpus
         assert (ev.namespace, ev.pod, ev.containers) == ("research", "llm-worker-0", ("trainer",))

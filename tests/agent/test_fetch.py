@@ -224,7 +224,7 @@ def test_a_document_the_parser_trips_on_is_that_agents_error_not_the_pass(monkey
         eps = [AgentEndpoint(f"node-{i}", f"agent-{i}", f"http://127.0.0.1:{port}") for i in range(3)]
         reports, errors = AgentReader(lambda: datetime(2026, 1, 1, tzinfo=UTC)).read_all(eps)
     assert [r.endpoint.node for r in reports] == ["node-0", "node-2"]
-    assert errors == [f"http://127.0.0.1:{port}/evidence?version=3: unreadable document "
+    assert errors == [f"http://127.0.0.1:{port}/evidence?version={agents.EVIDENCE_VERSION}: unreadable document "
                       "(TypeError: 'int' object is not iterable)"]
 
 
