@@ -3,7 +3,8 @@
 Load (issue 10): 8 simulated GPUs sampled at 1 Hz (a scripted NVML at the pynvml boundary, as in
 tests/agent), 100 pods on the node in the kubelet's pod-resources answer (8 hold a GPU each), and
 50 containers each writing 20 CRI lines/s (1,000 lines/s; ~5% progress lines, the rest noise) into
-a /var/log/pods tree. Prometheus scrapes /metrics and the controller reads /evidence every 15 s.
+a /var/log/pods tree. Prometheus scrapes /metrics and the controller reads /evidence every 15 s (in the
+version the tree's controller asks for: `?version=4`, each pod's GPUs packed by the agent).
 
 Each role runs in its own process for the same window, measured from /proc (utime+stime, VmRSS,
 VmHWM):
@@ -31,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -239,6 +241,13 @@ def _wait_ready(port: int, limit_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
+def _asks(tree: Path) -> str:
+    """The query the controller of `tree` reads /evidence with (`?version=N`, its EVIDENCE_VERSION; none
+    before it asked): the agent renders that version for it every read."""
+    m = re.search(r"^EVIDENCE_VERSION = (\d+)$", (tree / "collector/sources/agents.py").read_text(), re.M)
+    return f"?version={m.group(1)}" if m else ""
+
+
 def measure(role: str, seconds: float, common: list[str], warmup: float,
             baseline: Path | None = None, wait_ready: bool = True) -> dict[str, float]:
     if role == "command":  # the real `taugrid-evidence agent` process (real pynvml: no GPU here)
@@ -265,6 +274,7 @@ def measure(role: str, seconds: float, common: list[str], warmup: float,
             if Path(hello["collector"]) != want.resolve():
                 raise SystemExit(f"{role} imported {hello['collector']}, not {want}")
     assert proc.stdin is not None
+    asks = _asks(baseline if role == "baseline" and baseline else ROOT)
     try:
         if port and wait_ready:
             _wait_ready(port)
@@ -278,7 +288,7 @@ def measure(role: str, seconds: float, common: list[str], warmup: float,
             if port and time.monotonic() >= next_scrape:
                 dt, size = _get(f"http://127.0.0.1:{port}/metrics")
                 render.append(dt)
-                _get(f"http://127.0.0.1:{port}/evidence")
+                _get(f"http://127.0.0.1:{port}/evidence{asks}")
                 next_scrape += 15.0
             time.sleep(0.2)
         cpu1, rss, hwm = _proc(proc.pid)

@@ -397,28 +397,40 @@ def _range(n: int) -> tuple[int, ...]:
     return r
 
 
-def _plan(n: int, flags: int, lay: tuple[_Column, ...]) -> tuple[struct.Struct, tuple[tuple[int, int] | None, ...]]:
-    """A layout's columns after the UUIDs as one struct (they lie end to end), and where each column's
-    stored values are in what it unpacks (None: indexes 0..n-1)."""
-    plan = _PLANS.get((n, flags))
-    if plan is None:
-        fmt, at = "<", 0
-        spans: list[tuple[int, int] | None] = []
-        for c, col in enumerate(lay):
-            if col is None:
-                spans.append(None)
-                continue
-            k = 1 if col[2] else n
-            fmt += f"{k}{_CHARS[c]}"
-            spans.append((at, at + k))
-            at += k
-        plan = struct.Struct(fmt), tuple(spans)
-        if len(_PLANS) < _SHARED_MAX:
-            _PLANS[(n, flags)] = plan
+class _Plan(NamedTuple):
+    """How `sent_problem` reads a record of one (devices, column flags): its columns after the UUIDs
+    as one struct (they lie end to end), each column's stored values in what it unpacks (None: indexes
+    0..n-1), and each column stored per device as (offset, width, bytes), to tell it is not alike."""
+
+    full: struct.Struct
+    spans: tuple[tuple[int, int] | None, ...]
+    per_device: tuple[tuple[int, int, int], ...]
+    columns: tuple[_Column, ...]
+
+
+def _plan(p: bytes, n: int, flags: int) -> _Plan:
+    _, _, lay = _layout(p)
+    fmt, at = "<", 0
+    spans: list[tuple[int, int] | None] = []
+    per_device = []
+    for c, col in enumerate(lay):
+        if col is None:
+            spans.append(None)
+            continue
+        off, st, once = col
+        k = 1 if once else n
+        fmt += f"{k}{_CHARS[c]}"
+        spans.append((at, at + k))
+        at += k
+        if not once and n > 1:
+            per_device.append((off, st.size // n, st.size))
+    plan = _Plan(struct.Struct(fmt), tuple(spans), tuple(per_device), lay)
+    if len(_PLANS) < _SHARED_MAX:
+        _PLANS[(n, flags)] = plan
     return plan
 
 
-_PLANS: dict[tuple[int, int], tuple[struct.Struct, tuple[tuple[int, int] | None, ...]]] = {}
+_PLANS: dict[tuple[int, int], _Plan] = {}
 _RANGES: dict[int, tuple[int, ...]] = {}  # indexes 0..n-1 by n (at most MAX_SENT_DEVICES)
 
 
@@ -434,28 +446,27 @@ def sent_problem(p: bytes) -> str | None:
     if type(p) is not bytes or len(p) < _HEAD.size:
         return "shorter than a record's header"
     n, flags, any_ = _HEAD.unpack_from(p)
-    if not 0 < n <= MAX_SENT_DEVICES:
-        return f"{n} devices (at most {MAX_SENT_DEVICES})"
-    if flags & ~_SENT_FLAGS or (flags & _ARANGE and flags & 1 << _INDEX) or (n == 1 and flags & ~_ARANGE):
-        return f"column flags {flags:#x}"
-    _, _, lay = _layout(p)
-    full, spans = _plan(n, flags, lay)
+    plan = _PLANS.get((n, flags))
+    if plan is None:
+        if not 0 < n <= MAX_SENT_DEVICES:
+            return f"{n} devices (at most {MAX_SENT_DEVICES})"
+        if flags & ~_SENT_FLAGS or (flags & _ARANGE and flags & 1 << _INDEX) or (n == 1 and flags & ~_ARANGE):
+            return f"column flags {flags:#x}"
+        plan = _plan(p, n, flags)
+    full, spans, per_device, lay = plan
     start = _UUIDS_AT + 16 * n
     if len(p) != start + full.size:
         return f"{len(p)} bytes, its layout {start + full.size}"
+    for off, w, size in per_device:  # (n copies of its first value, side by side: every device's alike)
+        if p.count(p[off:off + w], off, off + size) == n:
+            return "a column alike on every device not stored once"
     vals = full.unpack_from(p, start)
     stored: list[tuple[Any, ...]] = [vals[sp[0]:sp[1]] if sp is not None else _range(n) for sp in spans]
-    if lay[_INDEX] is not None and stored[_INDEX] == _range(n):
+    if spans[_INDEX] is not None and stored[_INDEX] == _range(n):
         return "indexes 0..n-1 not stored as such"
-    for c, col in enumerate(lay):  # (a column stored per device whose devices are alike: stored once, by bytes)
-        v = stored[c]
-        if col is not None and not col[2] and n > 1 and v.count(v[0]) == n:
-            off, st, _ = col
-            if p[off:off + st.size] == p[off:off + st.size // n] * n:
-                return "a column alike on every device not stored once"
     masks = stored[_MASK]
     every = 0
-    for m in set(masks):
+    for m in set(masks) if len(masks) > 1 else masks:
         every |= m
     if every & ~_SENT_BITS:
         return f"device bits {every & ~_SENT_BITS:#x}"
@@ -480,20 +491,20 @@ def sent_problem(p: bytes) -> str | None:
         e = m & _ENERGY_ABSENT
         if e and e != _ENERGY_ABSENT:
             return "an energy window in part"
-        for j in range(11):
-            if m >> j & 1:
-                off, st, _ = cast(tuple[int, struct.Struct, bool], lay[_UTIL + j])
-                if p.count(0, off, off + st.size) != st.size:
-                    return f"reading {j} where its bit says none"
-        if not e:
-            joules, froms, tos = stored[_ENERGY:_ENERGY + 3]
-            if len(froms) == len(tos) == 1:
-                a, b = froms[0], tos[0]
-                if not (0.0 <= b < a <= ENERGY_WINDOW_MAX_S and min(joules) >= 0.0 and
-                        max(joules) <= ENERGY_MAX_W * (a - b)):
-                    return "an energy window the controller would not believe"
-                return None
-        else:
+        if m & 0x7FF:
+            for j in range(11):
+                if m >> j & 1:
+                    off, st, _ = cast(tuple[int, struct.Struct, bool], lay[_UTIL + j])
+                    if p.count(0, off, off + st.size) != st.size:
+                        return f"reading {j} where its bit says none"
+        if e:
+            return None
+        joules, froms, tos = stored[_ENERGY:_ENERGY + 3]
+        if len(froms) == len(tos) == 1:
+            a, b = froms[0], tos[0]
+            if not (0.0 <= b < a <= ENERGY_WINDOW_MAX_S and min(joules) >= 0.0 and
+                    max(joules) <= ENERGY_MAX_W * (a - b)):
+                return "an energy window the controller would not believe"
             return None
     return _each_device(n, [v * n if len(v) == 1 and n > 1 else v for v in stored])
 

@@ -177,7 +177,8 @@ def test_each_check_refuses_what_no_column_makes() -> None:
         "an energy window ahead of the document": _set(p, energy + 8 * n + 8, "<d", -1.0),
         "an energy window too long": _set(p, energy + 8 * n, "<d", 3601.0),
         "too many joules": _set(p, energy, "<d", 1e9),
-        "an energy window in part": _set(_set(p, at(gpupack._MASK), "<I", mask | 1 << 9), 6, "<I", any_ | 1 << 9),
+        "an energy window in part": _set(_set(_set(p, at(gpupack._MASK), "<I", mask | 1 << 9), 6, "<I", any_ | 1 << 9),
+                                         energy + 8 * n, "<d", 0.0),  # (its start said absent, and +0.0)
         "a reading absent but not zero": _set(_set(p, at(gpupack._MASK), "<I", mask | 1), 6, "<I", any_ | 1),
         "a bit no column sets (a value kept aside)": _set(_set(p, at(gpupack._MASK), "<I", mask | 1 << 18), 6, "<I",
                                                           any_ | 1 << 18),
