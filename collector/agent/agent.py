@@ -210,8 +210,10 @@ class Agent:
 
         def evidence(query: str) -> Answer:
             args = urllib.parse.parse_qs(query, max_num_fields=4)
-            asked = args.get("version")
-            version = next((v for v in (VERSION_PACKED, VERSION_CONTROLLER, VERSION_COLUMNS) if asked == [str(v)]),
+            # the newest version it knows of those asked (`?version=5,4`: a reader of a later release
+            # names the ones it also reads, and an agent of this one answers 4), else version 1
+            asked = {x for a in args.get("version") or () for x in a.split(",", 8)[:8]}
+            version = next((v for v in (VERSION_PACKED, VERSION_CONTROLLER, VERSION_COLUMNS) if str(v) in asked),
                            VERSION)
             return 200, "application/json", orjson.dumps(
                 evidence_document(self.snapshot(**_cursor(args)), version=version))

@@ -121,6 +121,9 @@ def test_agent_serves_gpu_attribution_xids_hangs_and_logs(tmp_path: Path) -> Non
         # keeps the pod's GPUs in the columns
         v4 = json.loads(get(base + "/evidence?version=4")[1])
         assert v4["version"] == 4 and v4["records"] == [] and v4["gpus"]["uuid"] == v3["gpus"]["uuid"]
+        # a reader of a later release names the versions it reads: the newest this agent knows of them
+        assert [json.loads(get(base + f"/evidence?version={v}")[1])["version"] for v in ("5,4", "5,3,2", "5", "4,x")] \
+            == [4, 3, 1, 4]
         rep = AgentReader(lambda: datetime.now(UTC)).read(AgentEndpoint("gpu-node-1", "agent-0", base))
         (ev,) = rep.gpus
         assert (ev.namespace, ev.pod, ev.containers) == ("research", "llm-worker-0", ("trainer",))
