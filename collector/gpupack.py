@@ -380,14 +380,13 @@ def _shared(r: _Rare) -> bool:
 _SENT_BITS = ((1 << 11) - 1 | _NO_INDEX | _NO_ECC | _LOST | _HANG | _SHARED | _REMAP_PENDING | _REMAP_FAILED
               | _ECC_SEEN | _MIG << _KIND_SHIFT)
 _SENT_FLAGS = (1 << (_UTIL + 11)) - 1 | _ARANGE
-MAX_SENT_DEVICES = 512  # a pod's GPUs and MIG instances (8 GPUs × 7 instances is 56)
+MAX_SENT_DEVICES = 128  # a pod's GPUs and MIG instances (16 GPUs × 7 instances is 112); more: the columns
 # An energy window the controller believes (`agent_gpus._energy`): at most this long, ending at most this
 # long before the document was made, at most this many joules per second (a GPU draws ~1 kW).
 ENERGY_WINDOW_MAX_S = 3600.0
 ENERGY_MAX_W = 10_000.0
 _RATIO, _RATE_LO, _RATE_HI = 5, 6, 7  # readings read by `_ratio` and `_rate` (`agent_gpus._READING_COLUMNS`)
 _ENERGY_ABSENT = 7 << 8  # energy_j, energy_from_s, energy_to_s absent: all three or none
-_Z8 = bytes(8)
 
 
 def _range(n: int) -> tuple[int, ...]:
@@ -506,10 +505,10 @@ def sent_problem(p: bytes) -> str | None:
                     max(joules) <= ENERGY_MAX_W * (a - b)):
                 return "an energy window the controller would not believe"
             return None
-    return _each_device(n, [v * n if len(v) == 1 and n > 1 else v for v in stored])
+    return _each_device([v * n if len(v) == 1 and n > 1 else v for v in stored])
 
 
-def _each_device(n: int, cols: list[tuple[Any, ...]]) -> str | None:
+def _each_device(cols: list[tuple[Any, ...]]) -> str | None:
     """`sent_problem`'s checks of each device's bits against its values, device by device."""
     for i, m in enumerate(cols[_MASK]):
         if m & _NO_INDEX and cols[_INDEX][i]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from collector import gpupack
 from collector.agent.evidence import evidence_document, for_controller, packed
 from collector.gpu import GpuDevice, NodeColumns, PodGpuEvidence, sendable
-from collector.sources import agents
+from collector.sources import agent_gpus, agents
 from collector.sources.agents import decode_evidence, parse_evidence
 from tests.agent.test_evidence_columns import (
     AT,
@@ -114,7 +114,7 @@ def test_records_that_do_not_hold_are_named_and_cost_only_their_pod() -> None:
     bad = [
         ({**good, "record": "not base64!"}, "packed record left out"),
         ({**good, "record": 5}, "without a pod or a record"),
-        ({**good, "record": "A" * 20_000}, "without a pod or a record"),
+        ({**good, "record": "A" * (agent_gpus.MAX_RECORD_CHARS + 4)}, "without a pod or a record"),
         ({**good, "pod": None}, "without a pod or a record"),
         (entry(d4, p[:-8]), "bytes, its layout"),
         (entry(d4, p, reasons=[["x"]]), "its reasons not one a device"),
@@ -332,3 +332,18 @@ def test_sendable_says_only_what_a_record_and_reasons_can() -> None:
         assert sendable(rec(**kw)) is None, kw
     aside = PodGpuEvidence("ns", "p", "node-a", "agent", AT, (GpuDevice("MIG-GPU-x/1/2", index=0),))
     assert sendable(aside) is None
+
+
+def test_the_largest_record_a_controller_takes_fits_its_limit() -> None:
+    """MAX_SENT_DEVICES devices, every column stored per device: within MAX_RECORD_CHARS, and taken."""
+    n = gpupack.MAX_SENT_DEVICES
+    devs = tuple(GpuDevice(f"GPU-00000000-0000-0000-0000-{i:012x}", index=n - i, utilization=i / n,
+                           sm_active=i / n, power_w=float(i), power_limit_w=float(i), sm_clock_hz=float(i),
+                           memory_util=i / n, pcie_bps=float(i), nvlink_bps=float(i), energy_j=float(i),
+                           energy_from_s=30.0 + i, energy_to_s=float(i), ecc_uncorrected=i % 3 + 1, lost=i % 2 == 1)
+                 for i in range(n))
+    p = PodGpuEvidence("ns", "p", "node-a", "agent", AT, devs)._p
+    assert gpupack.sent_problem(p) is None
+    assert len(base64.b64encode(p)) == agent_gpus.MAX_RECORD_CHARS
+    more = PodGpuEvidence("ns", "p", "node-a", "agent", AT, (*devs, devs[0]))._p
+    assert gpupack.sent_problem(more) is not None
