@@ -86,10 +86,10 @@ def _as_agent_sends(doc: dict[str, Any], version: int) -> dict[str, Any]:
     """A version 1 document in the version the tree's reader asks for, as its agent renders it."""
     from collector.agent import evidence
     if version >= 4:
-        return dict(evidence.packed(evidence.for_controller(doc)))
+        return evidence.packed(evidence.for_controller(doc))
     if version == 3:
-        return dict(evidence.for_controller(doc))
-    return dict(evidence.as_columns(doc)) if version == 2 else doc
+        return evidence.for_controller(doc)
+    return evidence.as_columns(doc) if version == 2 else doc
 
 
 def measure(pods: int, shape: str) -> dict[str, float]:

@@ -381,6 +381,8 @@ _SENT_BITS = ((1 << 11) - 1 | _NO_INDEX | _NO_ECC | _LOST | _HANG | _SHARED | _R
               | _ECC_SEEN | _MIG << _KIND_SHIFT)
 _SENT_FLAGS = (1 << (_UTIL + 11)) - 1 | _ARANGE
 MAX_SENT_DEVICES = 128  # a pod's GPUs and MIG instances (16 GPUs × 7 instances is 112); more: the columns
+# the largest such record: every column stored per device (a UUID's 16 bytes and a device's column values)
+MAX_SENT_BYTES = _UUIDS_AT + MAX_SENT_DEVICES * (16 + struct.calcsize("<" + _CHARS))
 # An energy window the controller believes (`agent_gpus._energy`): at most this long, ending at most this
 # long before the document was made, at most this many joules per second (a GPU draws ~1 kW).
 ENERGY_WINDOW_MAX_S = 3600.0

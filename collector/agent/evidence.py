@@ -39,7 +39,7 @@ from collector.agent.nvml import CLOCKS_EVENT_REASONS, GpuReading, NvmlStatus
 from collector.agent.podresources import Allocation
 from collector.agent.xids import XidEvent
 from collector.gpu import sendable
-from collector.sources.agent_gpus import MAX_UUID, gpu_evidence
+from collector.sources.agent_gpus import _pod_key, _uuid, gpu_evidence
 
 VERSION = 1
 VERSION_COLUMNS = 2  # `?version=2`: the GPUs column by column
@@ -252,8 +252,7 @@ def packed(doc: Mapping[str, Any]) -> dict[str, Any]:
                        isinstance(nv, dict) and nv.get("state") == "ok", problems)
     allocations = doc.get("allocations")
     # a pod an allocation names holds a device no column lists: its record stays the columns' and the allocation's
-    named = {(a.get("namespace") or "", a.get("pod")) for a in allocations if isinstance(a, dict)} \
-        if isinstance(allocations, list) else set()
+    named = {_pod_key(a) for a in allocations} if isinstance(allocations, list) else set()
     records, keys = [], set()
     for ev in evs:
         sent = sendable(ev) if (ev.namespace, ev.pod) not in named else None
@@ -269,8 +268,8 @@ def packed(doc: Mapping[str, Any]) -> dict[str, Any]:
     pods = cols.get("pods") or [None] * n
     left: list[Any] = list(pods)
     for i, (u, ps) in enumerate(zip(uuids, pods, strict=True)):
-        if isinstance(ps, list) and ps and isinstance(u, str) and 0 < len(u) <= MAX_UUID:  # (else: named as read)
-            rest = [p for p in ps if not (isinstance(p, dict) and (p.get("namespace") or "", p.get("pod")) in keys)]
+        if isinstance(ps, list) and ps and _uuid(u) is not None:  # (else: named as read)
+            rest = [p for p in ps if _pod_key(p) not in keys]
             if not rest:
                 continue
             left[i] = rest

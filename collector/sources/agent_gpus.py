@@ -20,10 +20,9 @@ from sys import intern
 from typing import Any
 
 from collector.gpu import Columns, GpuDevice, NodeColumns, PodGpuEvidence, uuid_at
-from collector.gpupack import ENERGY_MAX_W, ENERGY_WINDOW_MAX_S, MAX_SENT_DEVICES, sent_problem
+from collector.gpupack import ENERGY_MAX_W, ENERGY_WINDOW_MAX_S, MAX_SENT_BYTES, MAX_SENT_DEVICES, sent_problem
 
-# a record's base64: MAX_SENT_DEVICES devices with every column stored per device are 14,346 bytes, 19,128 characters
-MAX_RECORD_CHARS = 19_128
+MAX_RECORD_CHARS = 4 * -(-MAX_SENT_BYTES // 3)  # the largest record a controller takes, in base64 (19,128)
 
 # Names longer than any real one (Kubernetes: a DNS subdomain, 253; NVML: a GPU/MIG UUID, ~44; a DRA
 # device name, 63 per segment) are refused, not cut: two cut names could become one.
