@@ -23,7 +23,7 @@ from collector.claims.lineage import RunPods
 from collector.claims.progress_walk import ByScan
 from collector.correlate import Key, RunEvidence
 from collector.model import ObjectRecord, PodFacts
-from collector.progress.model import LogScan
+from collector.progress.model import LogScan, PackedSamples
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -81,7 +81,13 @@ def newest_stamp(scan: LogScan) -> datetime | None:
         return None  # (no memo on a quiet container's scan: most of a fleet's)
     kept = _NEWEST.get(scan)
     if kept is None:
-        kept = (max((x.at for x in scan.samples if x.at is not None), default=None),)
+        samples = scan.samples
+        cols = samples.columns() if isinstance(samples, PackedSamples) else None
+        if cols is not None:  # (a plain pack: every sample stamped, read without building them)
+            assert isinstance(samples, PackedSamples)
+            kept = (samples.stamp(max(cols[1])),)
+        else:
+            kept = (max((x.at for x in samples if x.at is not None), default=None),)
         _NEWEST.put(scan, kept)
     return kept[0]
 

@@ -17,8 +17,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, islice
+from operator import attrgetter, le, lt
+from typing import Any
 
 from collector.claims.common import Clock
 from collector.claims.lineage import Lineage, Restart
@@ -42,8 +43,8 @@ from collector.claims.progress_view import (
 from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, restarts_in, walked
 from collector.correlate import Key, Signal
 from collector.progress import ProgressSample
-from collector.progress.history import RECENT, compact
-from collector.progress.model import PackedSamples
+from collector.progress.history import RECENT, compact, compact_packed
+from collector.progress.model import LogScan, PackedSamples
 from collector.settings import ClaimSettings
 
 __all__ = [
@@ -244,13 +245,56 @@ def compacted(sig: Signal, s: ClaimSettings) -> Signal:
     out = sig.scan
     samples = out.samples
     if len(samples) > RECENT + COMPACT_SLACK:  # (a poll adds a few samples: compact every few polls, not on each)
-        out = compact(out, bridge=signal_window(samples[-RECENT:], s))
+        got = _compacted_packed(out, s) if isinstance(samples, PackedSamples) else None
+        out = got if got is not None else compact(out, bridge=signal_window(samples[-RECENT:], s))
     if out.samples and not isinstance(out.samples, PackedSamples):
         packed = PackedSamples.pack(out.samples)
         if packed is not None:
             out = replace(out, samples=packed)
             newest_stamp(out)  # (kept on the scan: every evaluation asks, the samples are at hand now)
     return sig if out is sig.scan else replace(sig, scan=out)
+
+
+def _compacted_packed(scan: LogScan, s: ClaimSettings) -> LogScan | None:
+    """`compact(scan, bridge=signal_window(its last RECENT samples))` on a plain pack's columns, none of
+    its recent samples built (`progress.history.compact_packed`: a head's history at its pace, extended
+    packed by an agent's increment, issue 30); None: the object path."""
+    samples = scan.samples
+    assert isinstance(samples, PackedSamples)
+    cols = samples.columns()
+    if cols is None:
+        return None
+    bridge = _signal_window_packed(cols, len(samples) - RECENT, s)
+    return None if bridge is None else compact_packed(scan, cols, bridge=bridge)
+
+
+def _signal_window_packed(cols: Sequence[Sequence[Any]], t: int, s: ClaimSettings) -> timedelta | None:
+    """`signal_window` of a plain pack's samples from the `t`th on (`cols`: its columns): none skipped,
+    every one stepped and stamped with a finite loss. None where the stamps go back (`signal_window`
+    orders the samples by them)."""
+    steps, us, _, _, _, covers = cols
+    stamps = us[t:]
+    if not all(map(le, stamps, islice(stamps, 1, None))):
+        return None
+    steps, covers = steps[t:], covers[t:]
+    if all(map(lt, steps, islice(steps, 1, None))) and max(covers, default=0) <= 1:
+        # (a trainer at its pace: every sample advances, each interval counts)
+        last = stamps[-RECENT_INTERVALS - 1:]
+        return stall_window_of([(b - a) / 1_000_000 for a, b in zip(last, islice(last, 1, None), strict=False)], s)
+    secs: list[float] = []
+    high: int | None = None
+    replaying = False
+    prev: int | None = None  # the previous advance's stamp
+    for step, at, cov in zip(steps, stamps, covers, strict=True):
+        if high is not None and step <= high:
+            replaying = replaying or step < high
+            continue
+        high = step
+        after_replay, replaying = replaying, False
+        if prev is not None and not after_replay and cov <= 1:
+            secs.append((at - prev) / 1_000_000)  # (timedelta.total_seconds: the same division of µs)
+        prev = at
+    return stall_window_of(secs[-RECENT_INTERVALS:], s)
 
 
 def signal_window(samples: Sequence[ProgressSample], s: ClaimSettings) -> timedelta:

@@ -14,8 +14,8 @@ from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown_of
 from collector.claims.progress import compacted, source_name
 from collector.correlate import Signal
 from collector.model import Observed, Plane, RunClaims
-from collector.progress.history import extend_history, merge_history
-from collector.progress.model import LogScan, ProgressSample
+from collector.progress.history import extend_history, extend_packed, merge_history
+from collector.progress.model import LogScan, PackedSamples, ProgressSample
 from collector.settings import ClaimSettings
 
 __all__ = ["adds_nothing", "alone", "confirms", "folded", "uneventful"]
@@ -29,8 +29,9 @@ def folded(prev: Signal | None, sig: Signal, op: str, after: int | None,
     if prev is not None and after is not None and adds_nothing(prev.scan, sig.scan, after):
         return None  # an agent's increment with nothing new: read now, as it was
     if prev is not None and after is not None:
-        # a node agent's increment: what it read after the document before
-        sig = replace(sig, scan=extend_history(prev.scan, sig.scan, after))
+        # a node agent's increment: what it read after the document before (a plain history's packed, unbuilt)
+        ext = extend_packed(prev.scan, sig.scan, after)
+        sig = replace(sig, scan=ext if ext is not None else extend_history(prev.scan, sig.scan, after))
     elif prev is not None and not sig.scan.lines and op == "log":
         sig = replace(prev, read_at=sig.read_at)  # no line since the last read: what it saw stands
     elif prev is not None:
@@ -67,10 +68,13 @@ def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = No
             or s.format != h.format or s.diagnostics != h.diagnostics or s.lines < h.lines
             or not s.samples or len(h.samples) < 2):
         return None
-    last = h.samples[-1]
+    held_samples = h.samples
+    cols = held_samples.columns() if isinstance(held_samples, PackedSamples) else None
+    last = held_samples.sample(-1) if isinstance(held_samples, PackedSamples) else held_samples[-1]
     if last.step is None or last.at is None or last.skipped:
         return None
-    top = max((x.step for x in h.samples if x.step is not None), default=None)
+    # (a plain pack's steps read from its column: the held history is not built on each increment)
+    top = max(cols[0]) if cols is not None else max((x.step for x in h.samples if x.step is not None), default=None)
     samples = s.samples
     if samples[0].line <= after:
         # the agent leads with the last sample before `after`: only as held (a redrawn loss is news)

@@ -21,14 +21,27 @@ high-water mark is kept.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from itertools import islice
+from operator import lt
+from typing import Any
 
-from collector.progress.model import LogScan, ProgressSample, RankSteps, SampleSummary, new_sample, summarize
+from collector.progress.model import (
+    LogScan,
+    PackedSamples,
+    ProgressSample,
+    RankSteps,
+    SampleSummary,
+    new_sample,
+    summarize,
+)
 from collector.progress.scan import MAX_FINDINGS, RANK_STEPS
 
 RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
+_US = timedelta(microseconds=1)
 BRIDGE = timedelta(seconds=60)  # the default stall floor: a gap under it is inside any stall window
 HISTORY_SAMPLES = 4096
 
@@ -111,9 +124,36 @@ def extend_history(old: LogScan, new: LogScan, after: int, *, keep: int = HISTOR
     findings after `after` are `new`'s. Summaries are recomputed from the samples kept."""
     cut = min(new.samples[0].line, after + 1) if new.samples else after + 1
     samples = [s for s in old.samples if s.line < cut] + list(new.samples)
+    return _extended(old, new, after, tuple(samples[-keep:]))
+
+
+def extend_packed(old: LogScan, new: LogScan, after: int, *, keep: int = HISTORY_SAMPLES) -> LogScan | None:
+    """`extend_history(old, new, after)` where `old`'s samples are a plain pack and `new`'s pack alike:
+    the same samples, packed, without building `old`'s (a head's history at its pace, extended by each
+    agent pass: issue 30). None where that does not hold, or `old`'s lines do not rise (what is kept of
+    it before the cut is then not a prefix): `extend_history` does it."""
+    held = old.samples
+    if not isinstance(held, PackedSamples) or not new.samples:
+        return None
+    cols = held.columns()
+    inc = PackedSamples.pack(list(new.samples))  # (a list: its samples are not held built)
+    if cols is None or inc is None or inc.columns() is None:  # (the extension keeps both parts' columns)
+        return None
+    lines = cols[3]
+    if not all(map(lt, lines, islice(lines, 1, None))):
+        return None
+    k = bisect_left(lines, min(new.samples[0].line, after + 1))
+    if k + len(inc) > keep:
+        return None
+    samples = PackedSamples.joined(((held, 0, k), (inc, 0, len(inc))))
+    return None if samples is None else _extended(old, new, after, samples)
+
+
+def _extended(old: LogScan, new: LogScan, after: int, samples: tuple[ProgressSample, ...] | PackedSamples) -> LogScan:
+    """`extend_history`'s scan, its samples given."""
     return replace(
         new,
-        samples=tuple(samples[-keep:]),
+        samples=samples,
         hangs=tuple([h for h in old.hangs if h.line <= after] + list(new.hangs))[-MAX_FINDINGS:],
         xids=tuple([x for x in old.xids if x.line <= after] + list(new.xids))[-MAX_FINDINGS:],
         resumes=tuple([r for r in old.resumes if r.line <= after] + list(new.resumes))[-MAX_FINDINGS:],
@@ -160,6 +200,87 @@ def compact(scan: LogScan, *, bridge: timedelta = BRIDGE, recent: int = RECENT) 
         # the high-water sample may now stand for dropped ones: point the summary at what is kept
         high = next((k for k in kept if k.line == high.line and k.step == high.step and k.at == high.at), high)
     return replace(scan, samples=(*kept, *samples[-recent:]), summary=replace(summary, high_water=high))
+
+
+def compact_packed(scan: LogScan, cols: Sequence[Sequence[Any]], *, bridge: timedelta,
+                   recent: int = RECENT) -> LogScan | None:
+    """`compact(scan, bridge=bridge)`, packed, where `scan`'s samples are a plain pack whose lines rise
+    (`cols`: its `PackedSamples.columns`): only the samples before the last `recent` are built, the
+    summary is read from the columns, the recent samples' records are kept as they are. None where
+    the lines do not rise, or the scan carries a summary of its own: `compact` does it."""
+    samples = scan.samples
+    assert isinstance(samples, PackedSamples)
+    n = len(samples)
+    if n <= recent + 2:
+        return scan
+    steps, us, losses, lines, totals, covers = cols
+    if scan.summary is not None or not all(map(lt, lines, islice(lines, 1, None))):
+        return None
+    t = n - recent
+    summary, hi = _plain_summary(samples, steps, totals, covers)
+    high = summary.high_water
+    # `_stretches` of the samples before the last `recent`, seeded as `_seed` would (the high-water mark
+    # before them, where it is older than the first)
+    kept = _stretches_plain(steps, us, losses, covers, t, bridge // _US, steps[hi] if us[hi] < us[0] else None)
+    if len(kept) == t:
+        return scan
+    # (`_holds`: the high-water sample is the hi-th, kept as it is or not at all, and no other has its line)
+    if (hi, covers[hi]) not in kept and hi < t:
+        high = next((_covering(samples.sample(i), c) for i, c in kept if i == hi), high)
+    front = PackedSamples.pack([_covering(samples.sample(i), c) for i, c in kept])
+    if front is None or front.columns() is None:
+        return None
+    packed = PackedSamples.joined(((front, 0, len(front)), (samples, t, n)))
+    if packed is None:
+        return None
+    return replace(scan, samples=packed, summary=replace(summary, high_water=high))
+
+
+def _covering(x: ProgressSample, covers: int) -> ProgressSample:
+    return x if x.covers == covers else replace(x, covers=covers)
+
+
+def _stretches_plain(steps: Sequence[int], us: Sequence[int], losses: Sequence[float], covers: Sequence[int],
+                     t: int, bridge_us: int, high: int | None) -> list[tuple[int, int]]:
+    """`_stretches` of a plain pack's first `t` samples (every one stepped and stamped with a finite loss,
+    none skipped), from its columns: (place, covers) of each sample kept. A plain sample's kind is its
+    place against the high-water mark and whether its loss is 0; each carries a loss, so a stretch
+    keeps its first sample and its last, which counts those dropped between."""
+    out: list[tuple[int, int]] = []
+    prev_kind: tuple[int, bool] | None = None
+    prev_at = 0
+    last = -1  # the stretch's last sample after its first (-1: none yet)
+    last_cov = 0  # what it stands for, with the samples dropped before it
+    for i in range(t):
+        step, at, cov = steps[i], us[i], covers[i]
+        kind = (0 if high is None or step > high else 1 if step == high else 2, losses[i] == 0.0)
+        if high is None or step > high:
+            high = step
+        if prev_kind is not None and kind == prev_kind and (cov > 1 or at - prev_at < bridge_us):
+            if last >= 0:
+                cov += last_cov
+            last, last_cov = i, cov
+        else:
+            if last >= 0:
+                out.append((last, last_cov))
+            out.append((i, cov))
+            last, last_cov = -1, 0
+        prev_kind, prev_at = kind, at
+    if last >= 0:
+        out.append((last, last_cov))
+    return out
+
+
+def _plain_summary(samples: PackedSamples, steps: Sequence[int], totals: Sequence[int],
+                   covers: Sequence[int]) -> tuple[SampleSummary, int]:
+    """(`summarize(samples)` of a plain pack, the high-water sample's place): none skipped, every one
+    stepped with a finite loss and a total, read from its columns; the first, the last (also the last
+    with a loss) and the first at the highest step built alone."""
+    last = samples.sample(-1)
+    hi = steps.index(max(steps))
+    return SampleSummary(seen=sum(covers), skipped=0, dropped=0, first=samples.sample(0), last=last,
+                         high_water=last if hi == len(steps) - 1 else samples.sample(hi), last_with_loss=last,
+                         first_nonfinite=None, total=totals[-1]), hi
 
 
 def _holds(samples: Sequence[ProgressSample], x: ProgressSample) -> bool:

@@ -107,6 +107,10 @@ _US = timedelta(microseconds=1)
 _I64 = 1 << 63
 HOT = 64  # packs whose samples stay built (the latest asked for): a poll reads a history several times
 _hot: deque[PackedSamples] = deque()
+HOT_COLUMNS = 8  # packs whose columns stay read (a fold's held, extended and kept history, the next fold's)
+_hot_cols: deque[PackedSamples] = deque()
+# a plain pack's (steps, stamps in µs after its base, losses, lines, totals, covers)
+Columns = tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[int], Sequence[int], Sequence[int]]
 
 
 class PackedSamples(Sequence[ProgressSample]):
@@ -116,7 +120,7 @@ class PackedSamples(Sequence[ProgressSample]):
     very float object (its == holds only by identity), the same formats. Built again on access (the
     last HOT packs asked for stay built: one build a poll, not one a read)."""
 
-    __slots__ = ("_data", "_n", "_base", "_formats", "_kept", "_built", "_plain")
+    __slots__ = ("_data", "_n", "_base", "_formats", "_kept", "_built", "_plain", "_cols")
 
     _data: bytes
     _n: int
@@ -125,6 +129,7 @@ class PackedSamples(Sequence[ProgressSample]):
     _kept: dict[int, float] | None  # place -> a non-finite loss, the object itself
     _built: tuple[ProgressSample, ...] | None
     _plain: bool  # every sample has a step, stamp, finite loss and total, is not skipped, of one format
+    _cols: Columns | None  # (kept while among the last HOT_COLUMNS: `columns`)
 
     @staticmethod
     def pack(samples: Sequence[ProgressSample]) -> PackedSamples | None:
@@ -195,7 +200,7 @@ class PackedSamples(Sequence[ProgressSample]):
             pack_into(out, i * size, step, us, loss, line, total, covers, flags, f)
         p = PackedSamples()
         p._data, p._n, p._base, p._formats = bytes(out), len(samples), base, tuple(formats)
-        p._kept, p._built, p._plain = kept, None, not every and len(formats) == 1
+        p._kept, p._built, p._plain, p._cols = kept, None, not every and len(formats) == 1, None
         if type(samples) is tuple:  # (the evaluation after the poll that packed it reads them)
             p._hold(samples)
         return p
@@ -214,20 +219,106 @@ class PackedSamples(Sequence[ProgressSample]):
         if len(_hot) > HOT:
             _hot.popleft()._built = None
 
-    def _build(self) -> tuple[ProgressSample, ...]:
+    def _build(self, n: int | None = None) -> tuple[ProgressSample, ...]:
+        """The samples (the first `n`), built."""
         base, formats, kept = self._base, self._formats, self._kept
+        data = self._data if n is None else self._data[:n * _REC.size]
         if self._plain and base is not None:  # (a trainer's steady history: ~15% faster)
             fmt = formats[0]
             return tuple([new_sample(step, base + us * _US, loss, line, fmt, False, total, covers)
-                          for step, us, loss, line, total, covers, _, _ in _REC.iter_unpack(self._data)])
+                          for step, us, loss, line, total, covers, _, _ in _REC.iter_unpack(data)])
         out = []
-        for i, (step, us, loss, line, total, covers, flags, f) in enumerate(_REC.iter_unpack(self._data)):
+        for i, (step, us, loss, line, total, covers, flags, f) in enumerate(_REC.iter_unpack(data)):
             out.append(new_sample(
                 None if flags & _NO_STEP else step,
                 None if flags & _NO_AT or base is None else base + us * _US,
                 None if flags & _NO_LOSS else (kept[i] if flags & _LOSS_KEPT and kept is not None else loss),
                 line, formats[f], bool(flags & _SKIPPED), None if flags & _NO_TOTAL else total, covers))
         return tuple(out)
+
+    # --- reads of a plain pack without building it (the live controller's fold of an agent's increment
+    # into a head's history, and the deferral's reads of it: issue 30) ---
+
+    def columns(self) -> Columns | None:
+        """(steps, stamps in µs after the base, losses, lines, totals, covers) of a plain pack (every
+        sample stepped, stamped, with a finite loss and a total, not skipped, of one format); None for
+        any other, whose readers build the samples. The last few packs asked keep theirs (a fold reads
+        the held history's, then the deferral)."""
+        got = self._cols
+        if got is not None or not self._plain or self._base is None:
+            return got
+        steps, us, loss, lines, totals, covers, _, _ = zip(*_REC.iter_unpack(self._data), strict=True)
+        got = (steps, us, loss, lines, totals, covers)
+        self.keep_columns(got)
+        return got
+
+    def keep_columns(self, cols: Columns) -> None:
+        """Keep `cols` as this plain pack's columns (one who made the pack from columns at hand), while
+        it is among the last HOT_COLUMNS packs given or asked theirs."""
+        self._cols = cols
+        _hot_cols.append(self)
+        if len(_hot_cols) > HOT_COLUMNS:
+            _hot_cols.popleft()._cols = None
+
+    def stamp(self, us: int) -> datetime:
+        """The stamp `us` µs after this pack's base (a plain pack's)."""
+        assert self._base is not None
+        return self._base + us * _US
+
+    def sample(self, i: int) -> ProgressSample:
+        """The `i`th sample (negative from the end), built alone when the pack is not built."""
+        got = self._built
+        if got is not None:
+            return got[i]
+        i = range(self._n)[i]  # (IndexError as a tuple's)
+        base, kept = self._base, self._kept
+        step, us, loss, line, total, covers, flags, f = _REC.unpack_from(self._data, i * _REC.size)
+        return new_sample(
+            None if flags & _NO_STEP else step,
+            None if flags & _NO_AT or base is None else base + us * _US,
+            None if flags & _NO_LOSS else (kept[i] if flags & _LOSS_KEPT and kept is not None else loss),
+            line, self._formats[f], bool(flags & _SKIPPED), None if flags & _NO_TOTAL else total, covers)
+
+    def head(self, n: int) -> tuple[ProgressSample, ...]:
+        """The first `n` samples, built (only those, when the pack is not built)."""
+        got = self._built
+        if got is not None:
+            return got[:n]
+        return self._build(max(0, min(n, self._n)))
+
+    @staticmethod
+    def joined(parts: Sequence[tuple[PackedSamples, int, int]]) -> PackedSamples | None:
+        """The samples `parts[i][1]:parts[i][2]` of each plain pack, in order, as one pack (their columns
+        kept where every part's are); None unless every part is plain and alike (one zone object, one
+        format object), as `pack` would have made them."""
+        if not parts:
+            return None
+        first = parts[0][0]
+        if not first._plain or first._base is None:
+            return None
+        tz, fmt = first._base.tzinfo, first._formats[0]
+        size = _REC.size
+        chunks = []
+        n = 0
+        for p, a, b in parts:
+            if not p._plain or p._base is None or p._base.tzinfo is not tz or p._formats[0] is not fmt \
+                    or not 0 <= a <= b <= p._n:
+                return None
+            chunks.append(p._data[a * size:b * size])
+            n += b - a
+        if not n:
+            return None
+        out = PackedSamples()
+        out._data, out._n, out._base, out._formats = b"".join(chunks), n, first._base, first._formats
+        out._kept, out._built, out._plain, out._cols = None, None, True, None
+        have = [(c, a, b) for p, a, b in parts if (c := p._cols) is not None]
+        if len(have) == len(parts):
+            cols: list[list[Any]] = [[], [], [], [], [], []]
+            for c, a, b in have:
+                for col, part in zip(cols, c, strict=True):
+                    col += part[a:b]
+            out.keep_columns((cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]))
+        return out
 
     def __len__(self) -> int:
         return self._n

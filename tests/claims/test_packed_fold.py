@@ -1,0 +1,374 @@
+"""A node agent's increment folded into a head's packed history without building it (issue 30):
+`progress.history.extend_packed`, `compact_packed`, `claims.progress._compacted_packed`, and the
+deferral's reads of the held pack (`planes.signals.uneventful`, `claims.gpuspread.slowdown_of`,
+`claims.memo.newest_stamp`). The oracle is the object path each replaces: `extend_history`, then
+`compacted` of those samples as a tuple (which never takes the packed path), `signal_window`, and the
+same reads of the samples built. A seeded search feeds trainers' logs as a node agent sends them,
+pass after pass (a lead sample, sometimes redrawn; steps that advance, repeat, skip and go back;
+stalls; stamps that go back; a loss of 0, NaN or inf; undated, unstepped, skipped or total-less
+samples; another format, or the same name as another string object; another zone object; lines
+that do not rise; findings), and holds every fold, packed or not, to the oracle's."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from collector.claims import progress as claims_progress
+from collector.claims.gpuspread import slowdown_of
+from collector.claims.memo import newest_stamp
+from collector.claims.progress import COMPACT_SLACK, compacted, signal_window
+from collector.correlate import Signal
+from collector.model import Ref
+from collector.planes import signals as planes_signals
+from collector.planes.signals import folded, uneventful
+from collector.progress import history
+from collector.progress.history import RECENT, compact, extend_history
+from collector.progress.model import HangFinding, LogScan, PackedSamples, ProgressSample
+from collector.settings import ClaimSettings
+
+S = ClaimSettings()
+# a window that follows every interval (no floor): the columns' intervals are held to signal_window's closely
+S_FINE = replace(S, stall_floor=timedelta(0), stall_ceiling_multiplier=1e9, stall_window_max=timedelta(days=9999))
+GAP = S.stall_floor + S.scrape_interval
+REF = Ref("Pod", "ml", "head")
+T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+FMT = "megatron"
+OTHER_UTC = timezone(timedelta(0), "UTC+00:00")  # (an equal zone, another object: a pack keeps one zone object)
+
+
+class _Trainer:
+    """A trainer's log as a node agent reads it: each pass the samples printed since, led (mostly) by
+    the last one before the cursor; odd samples at the rates `odd` sets."""
+
+    def __init__(self, rng: random.Random, odd: float) -> None:
+        self.rng, self.odd = rng, odd
+        # seconds a step: a trainer's cadence (a slow one's stall window is past the floor)
+        self.every = rng.choice([1.0, 1.0, 1.0, 0.25, 7.5, 45.0, 130.0])
+        self.zone: Any = UTC
+        self.fmt = FMT
+        self.step = rng.choice([0, 1, 1000, 2**40])
+        self.at = T0 + timedelta(microseconds=rng.randrange(10**6))
+        self.line = rng.randrange(1, 50)
+        self.total = rng.choice([500_000, 10**9])
+        self.sent: list[ProgressSample] = []
+
+    def _sample(self) -> ProgressSample:
+        r, odd = self.rng, self.odd
+        x = r.random()
+        if x < odd:
+            self.step -= r.randint(1, 80)  # a restart: steps go back
+        elif x < 2 * odd:
+            pass  # the same step again (a redraw, or a replay)
+        elif x < 3 * odd:
+            self.step += r.randint(2, 9)
+        else:
+            self.step += 1
+        y = r.random()
+        if y < odd:
+            self.at += timedelta(seconds=r.uniform(30, 900))  # a stall (or a checkpoint) between steps
+        elif y < 2 * odd:
+            self.at -= timedelta(microseconds=r.randrange(1, 3 * 10**6))  # a clock that goes back
+        else:
+            us = int(self.every * 10**6)
+            self.at += timedelta(microseconds=r.choice([us, us, us - 1, us + 1, r.randrange(1, 3 * us)]))
+        self.line += r.choice([1, 1, 1, 2, 7])
+        if r.random() < odd / 4:
+            self.line -= r.randint(1, 20)  # lines that do not rise (a hostile or confused log)
+        loss: float | None = r.uniform(0.5, 9.0)
+        z = r.random()
+        if z < odd / 4:
+            loss = r.choice([0.0, math.nan, math.inf, None])
+        fmt = self.fmt
+        if r.random() < odd / 8:
+            fmt = r.choice(["deepspeed", "".join(["mega", "tron"])])
+        at: datetime | None = self.at.replace(tzinfo=self.zone)
+        if r.random() < odd / 8:
+            at = at.replace(tzinfo=OTHER_UTC) if at is not None else None
+        elif r.random() < odd / 8:
+            at = None
+        step: int | None = self.step
+        if r.random() < odd / 8:
+            step = None
+        total: int | None = self.total if r.random() >= odd / 8 else None
+        skipped = r.random() < odd / 8
+        return ProgressSample(step, at, loss, self.line, fmt, skipped, total)
+
+    def increment(self) -> tuple[LogScan, int]:
+        """(what the agent sends this pass, the line it read up to the pass before)."""
+        r = self.rng
+        after = self.line
+        if r.random() < self.odd / 2:  # a whole pass's stamps in an equal zone of another object, or its
+            self.zone = r.choice([UTC, OTHER_UTC])  # format an equal name of another object: not alike
+        if r.random() < self.odd / 2:
+            self.fmt = r.choice([FMT, "".join(["mega", "tron"])])
+        new = [self._sample() for _ in range(r.choice([0, 1, 2, 5, 30, 30, 30, 30, 45, 90]))]
+        lead: list[ProgressSample] = []
+        if self.sent and r.random() < 0.85:
+            last = self.sent[-1]
+            if r.random() < self.odd:
+                last = replace(last, loss=r.uniform(0.5, 9.0))  # redrawn since
+            lead = [last]
+        hangs: tuple[HangFinding, ...] = ()
+        if r.random() < self.odd / 4:
+            hangs = (HangFinding("nccl-watchdog-timeout", self.line, "ALLREDUCE", 600_000, 0, self.at),)
+        self.sent += new
+        samples = tuple(lead + new)
+        first_at = next((x.at for x in samples if x.at is not None), None)
+        return LogScan("trainer", FMT, samples, hangs, (), (), self.line, None, first_at), after
+
+
+def _oracle(prev: Signal | None, inc: Signal, after: int) -> tuple[Signal, LogScan]:
+    """What the object path makes of it: `extend_history` (the held samples built), then `compacted` of
+    a tuple (its packed branch never taken)."""
+    if prev is None:
+        return compacted(inc, S), inc.scan
+    ext = extend_history(prev.scan, inc.scan, after)
+    assert type(ext.samples) is tuple
+    return compacted(replace(inc, scan=ext), S), ext
+
+
+def _built(sig: Signal) -> Signal:
+    """`sig` with its samples a tuple (what the reads did before: every sample an object)."""
+    return replace(sig, scan=replace(sig.scan, samples=tuple(sig.scan.samples)))
+
+
+def _same(a: LogScan, b: LogScan) -> None:
+    assert type(a.samples) is type(b.samples)
+    assert list(a.samples) == list(b.samples)
+    # field for field (== of a sample is its fields'; a NaN loss compares by identity: its repr)
+    assert [repr(x) for x in a.samples] == [repr(x) for x in b.samples]
+    assert repr(a.summary_of()) == repr(b.summary_of())
+    assert a == b
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = {"extend": 0, "compact": 0, "folds": 0, "windows": 0}
+    extend0, compact0 = history.extend_packed, history.compact_packed
+
+    def extend_counted(*a: Any, **kw: Any) -> LogScan | None:
+        got = extend0(*a, **kw)
+        taken["extend"] += got is not None
+        return got
+
+    def compact_counted(*a: Any, **kw: Any) -> LogScan | None:
+        got = compact0(*a, **kw)
+        taken["compact"] += got is not None and got is not a[0]
+        return got
+    monkeypatch.setattr(planes_signals, "extend_packed", extend_counted)
+    monkeypatch.setattr(claims_progress, "compact_packed", compact_counted)
+
+    rng = random.Random(seed)
+    for _ in range(400):
+        trainer = _Trainer(rng, odd=rng.choice([0.0, 0.0, 0.002, 0.01, 0.04, 0.12]))
+        prev: Signal | None = None
+        now = T0
+        for _ in range(rng.randint(2, 14)):
+            now += timedelta(seconds=30)
+            scan, after = trainer.increment()
+            if not scan.samples and prev is None:
+                continue
+            inc = Signal(REF, "trainer", scan, now)
+            want, want_read = _oracle(prev, inc, after)
+            if prev is not None:
+                # the deferral's reads of the held pack, before the fold, beside the same reads built
+                assert uneventful(prev, inc, after, GAP) == uneventful(_built(prev), inc, after, GAP)
+                assert slowdown_of([prev]) == slowdown_of([_built(prev)])
+            got = folded(prev, inc, "agent-log", after if prev is not None else None, S)
+            if got is None:  # nothing new: only the read time moves (both paths: `adds_nothing` first)
+                assert prev is not None
+                continue
+            sig, read = got
+            taken["folds"] += 1
+            _same(sig.scan, want.scan)
+            assert [repr(x) for x in read.samples] == [repr(x) for x in want_read.samples]
+            assert repr(read.summary_of()) == repr(want_read.summary_of())
+            built = tuple(sig.scan.samples)
+            assert newest_stamp(sig.scan) == max((x.at for x in built if x.at is not None), default=None)
+            assert slowdown_of([sig]) == slowdown_of([_built(sig)])
+            for scan in (sig.scan, read):  # the stall window on the columns, from any sample on
+                if isinstance(scan.samples, PackedSamples) and (cols := scan.samples.columns()) is not None:
+                    whole = tuple(scan.samples)
+                    for t in {max(0, len(whole) - RECENT), rng.randrange(len(whole))}:
+                        packed_window = claims_progress._signal_window_packed(cols, t, S)
+                        if packed_window is not None:
+                            taken["windows"] += 1
+                            assert packed_window == signal_window(whole[t:], S)
+                            fine = claims_progress._signal_window_packed(cols, t, S_FINE)
+                            assert fine == signal_window(whole[t:], S_FINE)
+                        else:
+                            assert any(_at(b) < _at(a) for a, b in zip(whole[t:], whole[t + 1:], strict=False))
+            prev = sig
+    # the packed path is what most folds of a trainer at its pace take (not a search of the fallback)
+    assert taken["extend"] > taken["folds"] // 3, taken
+    assert taken["compact"] > taken["folds"] // 8, taken
+    assert taken["windows"] > taken["folds"], taken
+
+
+def _at(x: ProgressSample) -> datetime:
+    assert x.at is not None
+    return x.at
+
+
+def _plain(n: int, *, every: float = 1.0, tz: Any = UTC) -> tuple[ProgressSample, ...]:
+    return tuple(ProgressSample(1000 + i, T0.replace(tzinfo=tz) + timedelta(seconds=every * i), 2.0 + i / 1000,
+                                10 + i, FMT, False, 500_000) for i in range(n))
+
+
+def _held(samples: tuple[ProgressSample, ...]) -> LogScan:
+    packed = PackedSamples.pack(list(samples))
+    assert packed is not None and packed.columns() is not None
+    return LogScan("trainer", FMT, packed, (), (), (), samples[-1].line, None, samples[0].at)
+
+
+def test_a_plain_history_is_extended_and_compacted_packed_and_its_window_is_signal_windows() -> None:
+    old = _plain(66)
+    held = _held(old)
+    new = tuple(ProgressSample(1066 + i, T0 + timedelta(seconds=66 + i), 3.0, 76 + i, FMT, False, 500_000)
+                for i in range(30))
+    inc = LogScan("trainer", FMT, (old[-1], *new), (), (), (), 105, None, old[-1].at)
+    ext = history.extend_packed(held, inc, 75)
+    assert ext is not None and isinstance(ext.samples, PackedSamples) and len(ext.samples) == 96
+    assert ext == extend_history(held, inc, 75)
+    cols = ext.samples.columns()
+    assert cols is not None
+    n = len(ext.samples)
+    # the stall window from the columns is signal_window's, to the float
+    assert claims_progress._signal_window_packed(cols, n - RECENT, S) == signal_window(tuple(ext.samples)[-RECENT:], S)
+    assert n > RECENT + COMPACT_SLACK
+    bridge = signal_window(tuple(ext.samples)[-RECENT:], S)
+    got = history.compact_packed(ext, cols, bridge=bridge)
+    want = compact(replace(ext, samples=tuple(ext.samples)), bridge=bridge)
+    assert got is not None and isinstance(got.samples, PackedSamples) and len(got.samples) < n
+    assert got == want and got.summary == want.summary
+
+
+@pytest.mark.parametrize("odd", ["stamps back", "lines back", "nan", "zone", "format", "no total"])
+def test_what_a_plain_pack_cannot_say_takes_the_object_path(odd: str) -> None:
+    samples = list(_plain(96))
+    i = 70
+    if odd == "stamps back":
+        samples[i] = replace(samples[i], at=_at(samples[i - 1]) - timedelta(seconds=1))
+    elif odd == "lines back":
+        samples[i] = replace(samples[i], line=samples[i - 1].line - 1)
+    elif odd == "nan":
+        samples[i] = replace(samples[i], loss=math.nan)
+    elif odd == "zone":
+        samples[i] = replace(samples[i], at=samples[i].at.replace(tzinfo=OTHER_UTC))  # type: ignore[union-attr]
+    elif odd == "format":
+        samples[i] = replace(samples[i], format="".join(["mega", "tron"]))
+    else:
+        samples[i] = replace(samples[i], total=None)
+    held = _held(tuple(samples[:66])) if odd in ("stamps back", "lines back") else None
+    inc_samples = tuple(samples[65:])
+    base = held if held is not None else _held(tuple(samples[:66]))
+    inc = LogScan("trainer", FMT, inc_samples, (), (), (), inc_samples[-1].line, None, inc_samples[0].at)
+    ext = history.extend_packed(base, inc, samples[65].line)
+    want = extend_history(base, inc, samples[65].line)
+    if odd in ("nan", "zone", "format", "no total"):
+        assert ext is None  # (the increment does not pack plain, or not alike)
+    else:
+        assert ext == want  # (the held part is plain: the extension still packs; the columns refuse later)
+    sig = Signal(REF, "trainer", want, T0)
+    got = compacted(replace(sig, scan=ext if ext is not None else want), S)
+    assert got.scan == compacted(replace(sig, scan=replace(want, samples=tuple(want.samples))), S).scan
+
+
+def test_the_deferrals_reads_of_a_held_pack_build_nothing() -> None:
+    held = Signal(REF, "trainer", _held(_plain(66)), T0 + timedelta(seconds=70))
+    packed = held.scan.samples
+    assert isinstance(packed, PackedSamples)
+    new = tuple(ProgressSample(1066 + i, T0 + timedelta(seconds=66 + i), 3.0, 76 + i, FMT, False, 500_000)
+                for i in range(30))
+    inc = Signal(REF, "trainer", LogScan("trainer", FMT, new, (), (), (), 105, None, new[0].at),
+                 T0 + timedelta(seconds=100))
+    packed._built = None  # (as the evaluation left it: no longer among the packs kept built)
+    got = folded(held, inc, "agent-log", 75, S)
+    assert got is not None
+    newest = uneventful(held, inc, 75, GAP)
+    assert newest == new[-1]
+    slowdown_of([held, got[0]])
+    kept = got[0].scan.samples
+    assert isinstance(kept, PackedSamples)
+    assert packed._built is None and kept._built is None  # neither history was built
+    assert newest_stamp(got[0].scan) == new[-1].at
+
+
+def test_a_high_water_sample_read_twice_on_its_line_takes_the_object_path() -> None:
+    """The recent samples hold the high-water sample again, the same line and all (lines that do not
+    rise): `compact` keeps it as the summary's mark; the columns cannot say which is which."""
+    old = list(_plain(96))
+    top = replace(old[5], step=10**6)
+    old[5] = top
+    old[90] = top  # (the same sample again, among the recent)
+    ext = replace(_held(tuple(old)), summary=None)
+    cols = ext.samples.columns()  # type: ignore[union-attr]
+    assert cols is not None
+    bridge = signal_window(tuple(ext.samples)[-RECENT:], S)
+    assert history.compact_packed(ext, cols, bridge=bridge) is None
+    sig = Signal(REF, "trainer", ext, T0)
+    want = compacted(replace(sig, scan=replace(ext, samples=tuple(ext.samples))), S).scan
+    assert compacted(sig, S).scan == want and want.summary is not None and want.summary.high_water == top
+
+
+def _fold_both(samples: list[ProgressSample], bridge: timedelta | None = None) -> None:
+    """`samples` held (as a plain pack) and compacted both ways: packed, and as objects."""
+    ext = _held(tuple(samples))
+    cols = ext.samples.columns()  # type: ignore[union-attr]
+    assert cols is not None
+    whole = tuple(ext.samples)
+    bridge = bridge if bridge is not None else signal_window(whole[-RECENT:], S)
+    got = history.compact_packed(ext, cols, bridge=bridge)
+    want = compact(replace(ext, samples=whole), bridge=bridge)
+    assert got is not None
+    assert [repr(x) for x in got.samples] == [repr(x) for x in want.samples]
+    assert repr(got.summary_of()) == repr(want.summary_of())
+    assert (got is ext) == (len(want.samples) == len(whole))
+
+
+def test_a_gap_of_exactly_the_window_ends_a_stretch_packed_as_it_does_built() -> None:
+    samples = list(_plain(96))
+    bridge = signal_window(samples[-RECENT:], S)
+    for i in range(10, 20):  # (samples before the recent ones: compacted)
+        samples[i] = replace(samples[i], at=_at(samples[i - 1]) + (bridge if i == 14 else timedelta(seconds=1)))
+    for i in range(20, 96):
+        samples[i] = replace(samples[i], at=_at(samples[i - 1]) + timedelta(seconds=1))
+    _fold_both(samples, bridge)
+    samples[14] = replace(samples[14], at=_at(samples[13]) + bridge - timedelta(microseconds=1))
+    _fold_both(samples, bridge)
+
+
+def test_a_first_sample_at_the_high_water_mark_seeds_the_stretches_as_built() -> None:
+    """The first sample held is the highest step (the run went back after it), the next two show that
+    step again: `_seed` finds no mark older than the first, so the first advances and the two after it
+    are a stretch of their own."""
+    samples = list(_plain(96))
+    top = samples[0].step
+    assert top is not None
+    samples[1] = replace(samples[1], step=top)
+    samples[2] = replace(samples[2], step=top)
+    for i in range(3, 96):
+        samples[i] = replace(samples[i], step=top - 200 + i)
+    _fold_both(samples)
+
+
+def test_the_columns_window_skips_a_compacted_stretch_as_signal_window_does() -> None:
+    """A sample standing for a compacted stretch (covers > 1) among those the window is read from:
+    its gap is not one step interval."""
+    samples = list(_plain(96))
+    for i in range(10, 96):
+        gap = timedelta(seconds=30 if i == 80 else 1 + (i % 3) / 10)
+        samples[i] = replace(samples[i], at=_at(samples[i - 1]) + gap, covers=30 if i == 80 else 1)
+    packed = PackedSamples.pack(list(samples))
+    assert packed is not None
+    cols = packed.columns()
+    assert cols is not None
+    for t in (0, 40, 79, 80, 81):
+        want = signal_window(samples[t:], S_FINE)
+        assert claims_progress._signal_window_packed(cols, t, S_FINE) == want
