@@ -224,8 +224,9 @@ def compact_packed(scan: LogScan, cols: Sequence[Sequence[Any]], *, bridge: time
     kept = _stretches_plain(steps, us, losses, covers, t, bridge // _US, steps[hi] if us[hi] < us[0] else None)
     if len(kept) == t:
         return scan
-    # (`_holds`: the high-water sample is the hi-th, kept as it is or not at all, and no other has its line)
-    if (hi, covers[hi]) not in kept and hi < t:
+    # (`_holds` of the recent samples: the high-water sample is the hi-th, no other has its line; where it
+    # is among those compacted, the one kept on its line, its covers as kept)
+    if hi < t:
         high = next((_covering(samples.sample(i), c) for i, c in kept if i == hi), high)
     front = PackedSamples.pack([_covering(samples.sample(i), c) for i, c in kept])
     if front is None or front.columns() is None:
