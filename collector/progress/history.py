@@ -205,9 +205,10 @@ def compact(scan: LogScan, *, bridge: timedelta = BRIDGE, recent: int = RECENT) 
 def compact_packed(scan: LogScan, cols: Sequence[Sequence[Any]], *, bridge: timedelta,
                    recent: int = RECENT) -> LogScan | None:
     """`compact(scan, bridge=bridge)`, packed, where `scan`'s samples are a plain pack whose lines rise
-    (`cols`: its `PackedSamples.columns`): only the samples before the last `recent` are built, the
-    summary is read from the columns, the recent samples' records are kept as they are. None where
-    the lines do not rise, or the scan carries a summary of its own: `compact` does it."""
+    (`cols`: its `PackedSamples.columns`): the stretches and the summary are read from the columns, only
+    the samples kept of those compacted (and the summary's) are built, the recent samples' records are
+    kept as they are. None where the lines do not rise, or the scan carries a summary of its own:
+    `compact` does it."""
     samples = scan.samples
     assert isinstance(samples, PackedSamples)
     n = len(samples)

@@ -219,10 +219,9 @@ class PackedSamples(Sequence[ProgressSample]):
         if len(_hot) > HOT:
             _hot.popleft()._built = None
 
-    def _build(self, n: int | None = None) -> tuple[ProgressSample, ...]:
-        """The samples (the first `n`), built."""
+    def _build(self) -> tuple[ProgressSample, ...]:
         base, formats, kept = self._base, self._formats, self._kept
-        data = self._data if n is None else self._data[:n * _REC.size]
+        data = self._data
         if self._plain and base is not None:  # (a trainer's steady history: ~15% faster)
             fmt = formats[0]
             return tuple([new_sample(step, base + us * _US, loss, line, fmt, False, total, covers)
@@ -278,13 +277,6 @@ class PackedSamples(Sequence[ProgressSample]):
             None if flags & _NO_AT or base is None else base + us * _US,
             None if flags & _NO_LOSS else (kept[i] if flags & _LOSS_KEPT and kept is not None else loss),
             line, self._formats[f], bool(flags & _SKIPPED), None if flags & _NO_TOTAL else total, covers)
-
-    def head(self, n: int) -> tuple[ProgressSample, ...]:
-        """The first `n` samples, built (only those, when the pack is not built)."""
-        got = self._built
-        if got is not None:
-            return got[:n]
-        return self._build(max(0, min(n, self._n)))
 
     @staticmethod
     def joined(parts: Sequence[tuple[PackedSamples, int, int]]) -> PackedSamples | None:
