@@ -97,6 +97,8 @@ def slowdown_of(signals: Iterable[Signal]) -> float | None:
         if sig.retired or sig.durable:
             continue
         samples = sig.scan.samples
+        if not samples:
+            continue  # (a quiet container's: most of a run's signals)
         cols = samples.columns() if isinstance(samples, PackedSamples) else None
         per = _per_step_packed(cols[0], cols[1]) if cols is not None else _per_step(samples)
         if len(per) < RECENT_INTERVALS + BASELINE_INTERVALS:
