@@ -49,7 +49,9 @@ Variants, all in the same run:
              50k logs a pass in this process would starve the controller; its CPU is not counted), and
              every GPU pod's readings come every 30 s. Measured once LIVE_WARMUP passes filled the
              histories (compacted as deployed): steady = RSS after the idle window, window max = the
-             highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run
+             highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run. The
+             idle window runs from the loop having applied one live pass to its having applied the
+             eighth after it (≈ 240 s): eight passes' work, whatever their phase
   live-heads live as the goal states it: each run's Ray head prints a step a second (a RayJob's
              driver prints the run's progress), the workers' trainers are quiet after their first
              document (an increment with nothing new each pass, as agents send every container);
@@ -538,6 +540,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "8")))
     gpu_stop = threading.Event()
     warm: dict[str, float | bool] = {}  # `live`: how long the feed's warm-up took, and whether it finished
+    live_passes: list[int] = []  # `live`: one entry per pass the live feed handed on
     # The feed threads' CPU, and of it the agent poller's decode of the documents (bytes to records: the
     # controller's own work, counted in the idle figure); the rest (building the agents' documents) is
     # the agents' work, taken out of it.
@@ -550,7 +553,6 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
             time.sleep(2)  # the GPU pods known first: their logs are quiet (read once, then nothing new)
             fed_once = threading.Event()
             if variant in LIVE:
-                live_passes: list[int] = []
                 threading.Thread(target=_live_feed, args=(c, ctl, gpu_stop, feed_cpu, live_passes,
                                                           variant == "live-heads"), daemon=True).start()
                 w0, limit = time.monotonic(), float(os.environ.get("BENCH_WARMUP_S", "3600"))
@@ -584,6 +586,26 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         idle_s = max(idle_s, (8 if variant in LIVE else 5) * 30.0)
     else:
         drain_s = 0.0
+    # `live`: the window runs from the loop having applied one live pass to its having applied the eighth
+    # after it, so it holds eight passes' work whatever their phase. A window of a fixed 240 s ended in the
+    # middle of a pass or after it: one tree read 0.177-0.224 core (2026-12-06), by whether a pass was still
+    # queued when it closed.
+    def drained() -> bool:
+        backlog = getattr(c, "_log_backlog", None)
+        return c._changes.qsize() == 0 and (backlog is None or backlog.held == 0)
+
+    def applied(n: int, limit_s: float) -> bool:
+        """Whether `n` live passes were handed on and the loop applied every change of them (within limit_s)."""
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            if len(live_passes) >= n and drained():
+                return True
+            time.sleep(0.02)
+        return False
+    aligned: list[bool] = []
+    first_pass = len(live_passes) + 1
+    if variant in LIVE and fed:
+        aligned.append(applied(first_pass, 90.0))
     relists0 = _relists(c)  # a relist in the window (a watch that fell behind) is part of its CPU: named
     c0, w0, reads0, read_s0, feed0, decode0 = cpu_s(), time.monotonic(), *log_reads, *feed_cpu
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
@@ -634,7 +656,10 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         while not sampling.wait(1.0):
             window_rss.append(rss_bytes())
     threading.Thread(target=sample_rss, daemon=True).start()
-    time.sleep(idle_s)
+    if aligned:
+        aligned.append(applied(first_pass + int(idle_s // 30), idle_s + 120.0))
+    else:
+        time.sleep(idle_s)
     sampling.set()
     gc.callbacks.remove(gc_timed)
     if spy is not None:
@@ -693,6 +718,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "marks": dict(sorted(marks.items(), key=lambda kv: -kv[1][1])[:8]),
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0),
+                "window_aligned": aligned, "window_s": took,
                 "gc": {f"{name} gen{g}": (int(v[0]), round(v[1], 3), int(v[2]))
                        for (name, g), v in sorted(gc_took.items())}}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
@@ -1486,6 +1512,12 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     for r in live:
         print(f"{r['variant']}: of its idle core, the agent poller's decode of the agents' documents (bytes to "
               f"records) {r.get('decode_core', 0.0):.3f}")
+    for r in live:
+        if r.get("window_aligned"):
+            ok = all(r["window_aligned"])
+            print(f"{r['variant']}: the window {r['window_s']:.0f} s, from the loop having applied a live pass to "
+                  f"its having applied the {int(r['idle_s'] // 30)}th after it" + (
+                      "" if ok else " (NOT aligned: a pass was still being applied when a limit ran out)"))
     for r in live:
         if "warmed" in r:
             print(f"{r['variant']}: warm-up ({LIVE_WARMUP} feed passes) " + (
