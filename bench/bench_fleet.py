@@ -51,7 +51,8 @@ Variants, all in the same run:
              histories (compacted as deployed): steady = RSS after the idle window, window max = the
              highest RSS sampled each second in it, MiB per 1k pods beside `paged` of the same run. The
              idle window runs from the loop having applied one live pass to its having applied the
-             eighth after it (≈ 240 s): eight passes' work, whatever their phase
+             eighth after it: eight passes' work, whatever their phase (≈ 285 s at 50k pods, the feed's
+             own work stretching its 30 s period; py-spy's profile covers the first 240 s of it)
   live-heads live as the goal states it: each run's Ray head prints a step a second (a RayJob's
              driver prints the run's progress), the workers' trainers are quiet after their first
              document (an increment with nothing new each pass, as agents send every container);
