@@ -40,6 +40,7 @@ from operator import lt
 from typing import TypeVar
 
 from collector.claims.memo import ByInputs
+from collector.claims.stragglers import rising_run
 from collector.correlate import Key, RunEvidence, Signal
 from collector.gpu import GpuDevice, PodGpuEvidence, Readings, clock_reasons_at, compared, reading_columns, uuid_at
 from collector.model import Straggler, Stragglers
@@ -110,35 +111,21 @@ def slowdown_of(signals: Iterable[Signal]) -> float | None:
 
 
 def _per_step(samples: Iterable[ProgressSample]) -> list[float]:
-    """Seconds per step between the stepped, stamped samples of the current incarnation (a step that
-    goes back starts it over)."""
-    pts: list[tuple[int, datetime]] = []
-    for x in samples:
-        if x.step is None or x.at is None or x.skipped:
-            continue
-        if pts and x.step <= pts[-1][0]:
-            if x.step < pts[-1][0]:
-                pts = []  # a restart: its current incarnation only
-            continue
-        pts.append((x.step, x.at))
-    return [(b[1] - a[1]).total_seconds() / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+    """Seconds per step between the stepped, stamped samples of the current incarnation (`rising_run`)."""
+    steps, ats = rising_run((x.step, x.at) for x in samples
+                            if x.step is not None and x.at is not None and not x.skipped)
+    return [(b - a).total_seconds() / (sb - sa)
+            for a, b, sa, sb in zip(ats, ats[1:], steps, steps[1:], strict=False)]
 
 
 def _per_step_packed(steps: Sequence[int], stamps: Sequence[int]) -> list[float]:
     """`_per_step` of a plain pack's columns (every sample stepped and stamped, stamps in µs): the same
     floats (`total_seconds` divides the µs by 10**6 the same way), without building the samples (the
     deferral asks on every agent increment of a head: issue 30)."""
-    if all(map(lt, steps, islice(steps, 1, None))):  # (a trainer at its pace: every sample advances)
-        return [((b - a) / 1_000_000) / (sb - sa) for a, b, sa, sb in
-                zip(stamps, islice(stamps, 1, None), steps, islice(steps, 1, None), strict=False)]
-    pts: list[tuple[int, int]] = []
-    for step, at in zip(steps, stamps, strict=True):
-        if pts and step <= pts[-1][0]:
-            if step < pts[-1][0]:
-                pts = []
-            continue
-        pts.append((step, at))
-    return [((b[1] - a[1]) / 1_000_000) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+    if not all(map(lt, steps, islice(steps, 1, None))):  # (else a trainer at its pace: every sample advances)
+        steps, stamps = rising_run(zip(steps, stamps, strict=True))
+    return [((b - a) / 1_000_000) / (sb - sa)
+            for a, b, sa, sb in zip(stamps, islice(stamps, 1, None), steps, islice(steps, 1, None), strict=False)]
 
 
 def _readings(r: Readings, trusted: bool) -> dict[str, float]:

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from collector.claims.lineage import Lineage
 from collector.claims.progress_walk import ByScan
@@ -46,6 +47,7 @@ SHORT_LAST_SHARE = 0.75  # ... and of the newest SHORT_WINDOW (fewer steps: a me
 CLOCK_TOLERANCE = timedelta(milliseconds=250)  # between two nodes' clocks, after the measured skew
 RECENT = timedelta(minutes=10)  # steps older than this before the newest are not the current stretch
 MAD_SCALE = 1.4826
+T = TypeVar("T")
 MEDIAN_SE = 1.2533  # a median's standard error is this × σ / √n (normal noise)
 
 
@@ -60,10 +62,11 @@ class Track:
     at: tuple[datetime, ...]
 
 
-def _rising(pairs: Iterable[tuple[int, datetime]]) -> tuple[tuple[int, ...], tuple[datetime, ...]]:
-    """The last run of rising steps (a step that went back starts it over), last WINDOW*2 of them."""
+def rising_run(pairs: Iterable[tuple[int, T]]) -> tuple[list[int], list[T]]:
+    """The last run of rising steps of (step, when) pairs, as (steps, whens): a step that went back starts
+    it over (a restart: its current incarnation only), one no higher than the last is skipped."""
     steps: list[int] = []
-    ats: list[datetime] = []
+    ats: list[T] = []
     for step, at in pairs:
         if steps and step <= steps[-1]:
             if step < steps[-1]:
@@ -71,6 +74,12 @@ def _rising(pairs: Iterable[tuple[int, datetime]]) -> tuple[tuple[int, ...], tup
             continue
         steps.append(step)
         ats.append(at)
+    return steps, ats
+
+
+def _rising(pairs: Iterable[tuple[int, datetime]]) -> tuple[tuple[int, ...], tuple[datetime, ...]]:
+    """The last run of rising steps, last WINDOW*2 of them."""
+    steps, ats = rising_run(pairs)
     return tuple(steps[-2 * WINDOW:]), tuple(ats[-2 * WINDOW:])
 
 

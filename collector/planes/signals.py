@@ -68,12 +68,11 @@ def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = No
             or s.format != h.format or s.diagnostics != h.diagnostics or s.lines < h.lines
             or not s.samples or len(h.samples) < 2):
         return None
-    held_samples = h.samples
-    cols = held_samples.columns() if isinstance(held_samples, PackedSamples) else None
-    last = held_samples.sample(-1) if isinstance(held_samples, PackedSamples) else held_samples[-1]
+    last = h.samples.sample(-1) if isinstance(h.samples, PackedSamples) else h.samples[-1]  # (one built, not all)
     if last.step is None or last.at is None or last.skipped:
         return None
     # (a plain pack's steps read from its column: the held history is not built on each increment)
+    cols = h.samples.columns() if isinstance(h.samples, PackedSamples) else None
     top = max(cols[0]) if cols is not None else max((x.step for x in h.samples if x.step is not None), default=None)
     samples = s.samples
     if samples[0].line <= after:

@@ -248,10 +248,10 @@ class PackedSamples(Sequence[ProgressSample]):
             return got
         steps, us, loss, lines, totals, covers, _, _ = zip(*_REC.iter_unpack(self._data), strict=True)
         got = (steps, us, loss, lines, totals, covers)
-        self.keep_columns(got)
+        self._keep_columns(got)
         return got
 
-    def keep_columns(self, cols: Columns) -> None:
+    def _keep_columns(self, cols: Columns) -> None:
         """Keep `cols` as this plain pack's columns (one who made the pack from columns at hand), while
         it is among the last HOT_COLUMNS packs given or asked theirs."""
         self._cols = cols
@@ -309,7 +309,7 @@ class PackedSamples(Sequence[ProgressSample]):
             for c, a, b in have:
                 for col, part in zip(cols, c, strict=True):
                     col += part[a:b]
-            out.keep_columns((cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]))
+            out._keep_columns((cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]))
         return out
 
     def __len__(self) -> int:

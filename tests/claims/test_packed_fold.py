@@ -23,6 +23,7 @@ from collector.claims import progress as claims_progress
 from collector.claims.gpuspread import slowdown_of
 from collector.claims.memo import newest_stamp
 from collector.claims.progress import COMPACT_SLACK, compacted, signal_window
+from collector.claims.stragglers import rising_run
 from collector.correlate import Signal
 from collector.model import Ref
 from collector.planes import signals as planes_signals
@@ -372,3 +373,16 @@ def test_the_columns_window_skips_a_compacted_stretch_as_signal_window_does() ->
     for t in (0, 40, 79, 80, 81):
         want = signal_window(samples[t:], S_FINE)
         assert claims_progress._signal_window_packed(cols, t, S_FINE) == want
+
+
+def test_a_restart_starts_the_step_intervals_over() -> None:
+    """`slowdown_of` paces a log on its current incarnation only: 100 steps a second apart, then a
+    restart from step 50 and 101 steps two seconds apart is a steady pace (0), not a slowdown (1)."""
+    # (the step that went back ends the run before it and is not a point itself, as both readers had it)
+    assert rising_run([(1, "a"), (2, "b"), (2, "c"), (5, "d"), (3, "e"), (4, "f")]) == ([4], ["f"])
+    before = [ProgressSample(i, T0 + timedelta(seconds=i), 2.0, 10 + i, FMT, False, 500_000) for i in range(100)]
+    after = [ProgressSample(50 + i, T0 + timedelta(seconds=100 + 2 * i), 2.0, 110 + i, FMT, False, 500_000)
+             for i in range(101)]
+    held = _held(tuple(before + after))
+    sig = Signal(REF, "trainer", held, T0 + timedelta(seconds=400))
+    assert slowdown_of([sig]) == slowdown_of([_built(sig)]) == 0.0
