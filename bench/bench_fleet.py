@@ -1051,11 +1051,18 @@ _H100: dict[str, Any] = {"name": "NVIDIA H100 80GB HBM3", "power_limit_w": 700.0
          "ecc": (("uncorrected", "volatile", 0), ("uncorrected", "aggregate", 0), ("corrected", "volatile", 3))}
 
 
+# An agent up five minutes or more: each GPU's energy window is the agent's longest
+# (`collector.agent.nvml.ENERGY_WINDOW_S`), so energy per step walks the run's progress logs on every
+# evaluation (with a 30 s window, as before 2026-12-06, it stopped at "under 60 s" and never did).
+AGENT_ENERGY_WINDOW_S = 300.0
+
+
 def _node_body(node: str, pods: list[tuple[str, str, int]], at: float, rng: Any) -> bytes:
     """A node's `/evidence` as its agent renders it (`collector.agent.evidence.evidence_document`, in
     the version the tree's poller asks for): each GPU with every reading an H100 reports (a power-cap
     throttle reason on ~30 %, an energy window, ECC counts), held by its pod (the kubelet's allocation);
-    each device's canonical UUID derived from its pod's name (fresh strings, as off the wire). A healthy
+    each device's canonical UUID derived from its pod's name (fresh strings, as off the wire; the energy
+    window `AGENT_ENERGY_WINDOW_S`). A healthy
     fleet: a run's GPUs read alike within their spread (SM clocks a 15 MHz bin apart; a wider draw made
     half of them "apart" in the GPU comparison, as no healthy run reads)."""
     import hashlib
@@ -1079,7 +1086,8 @@ def _node_body(node: str, pods: list[tuple[str, str, int]], at: float, rng: Any)
                 sm_active=rng.uniform(0.6, 0.9), power_w=power, sm_clock_hz=rng.choice((1.98e9, 1.965e9)),
                 memory_util=rng.uniform(0.4, 0.6), pcie_tx_bps=rng.uniform(1e9, 4e9), pcie_rx_bps=rng.uniform(1e9, 4e9),
                 nvlink_tx_bps=rng.uniform(4e10, 8e10), nvlink_rx_bps=rng.uniform(4e10, 8e10),
-                energy_mj=10**9, energy_from=(at - 30.0, 10**9 - int(power * 30_000)),
+                energy_mj=10**9,
+                energy_from=(at - AGENT_ENERGY_WINDOW_S, 10**9 - int(power * AGENT_ENERGY_WINDOW_S * 1000)),
                 clocks_event_reasons=4 if rng.random() < 0.3 else 0, **_H100))
             allocs.append(Allocation(ns, name, "main", "nvidia.com/gpu", gpu))
     snap = Snapshot(node=node, at=at, nvml=NvmlStatus("ok", "", "550.54.15", len(gpus)), gpus=tuple(gpus),

@@ -7,7 +7,8 @@ time of the thread, per run re-evaluated, in three cases:
   watch   before each pass one pod of every run gets a new status (its restart count bumped, as
           bench_controller's burst writes), applied as the loop applies a watch event
   tick    every run marked dirty with nothing changed (the full pass, a recheck)
-  live    with node agents: every pod's GPU readings (8 devices each) and every trainer's progress
+  live    with node agents: every pod's GPU readings (8 devices each, an energy window of 2 min: energy
+          per step is worked out on each evaluation, as at an agent up 2 min or more) and every trainer's progress
           history (5 passes of 30 Megatron samples, as bench_fleet's `live` hands them on); before
           each pass one trainer of every run gets its next 30 samples (`"agent-log"`)
 
@@ -35,6 +36,7 @@ from baseline import answer, interleaved, median_cell, tree_args, trees
 ROOT = Path(__file__).resolve().parents[1]
 PODS_PER_RUN = 8
 NODES = 256
+ENERGY_WINDOW_S = 120.0  # `live`: the devices' energy counter window (seconds before their read)
 
 
 def measure(runs: int, passes: int, case: str) -> dict[str, float]:
@@ -72,14 +74,22 @@ def measure(runs: int, passes: int, case: str) -> dict[str, float]:
     if case == "live":
         from collector.gpu import GpuDevice, PodGpuEvidence
 
+        for r in range(5):
+            clock[0] = now0 + timedelta(seconds=30 * r)
+            for p in pods:
+                feed(p, clock[0])
+        read = clock[0]  # (the agents' pass after the trainers' 150 s of steps)
         gpus, nodes = {}, {}
         for p in pods:
             ns, name, node = p["metadata"]["namespace"], p["metadata"]["name"], p["spec"]["nodeName"]
+            # each with an energy counter window, as an agent up a while reads one (its 2 min inside the
+            # trainers' steps: energy per step walks their logs on every evaluation)
             devs = tuple(GpuDevice(uuid=f"GPU-{ns}-{name}-{i}", index=i, utilization=rng.uniform(0.85, 1.0),
-                                   sm_active=rng.uniform(0.6, 0.9), power_w=rng.uniform(500.0, 700.0),
-                                   power_limit_w=700.0) for i in range(8))
-            gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", now0, devs, ("main",))
-            nodes[node] = now0
+                                   sm_active=rng.uniform(0.6, 0.9), power_w=(w := rng.uniform(500.0, 700.0)),
+                                   power_limit_w=700.0, energy_j=w * ENERGY_WINDOW_S, energy_from_s=ENERGY_WINDOW_S,
+                                   energy_to_s=0.0) for i in range(8))
+            gpus[(ns, name)] = PodGpuEvidence(ns, name, node, "agent", read, devs, ("main",))
+            nodes[node] = read
         try:
             from collector.planes.node_agents import pass_changes
         except ImportError:  # (a baseline tree that takes a pass in one change)
@@ -87,13 +97,12 @@ def measure(runs: int, passes: int, case: str) -> dict[str, float]:
         else:
             for ch in pass_changes(gpus, nodes, frozenset(gpus)):
                 c._apply(ch)
-        for r in range(5):
-            clock[0] = now0 + timedelta(seconds=30 * r)
-            for p in pods:
-                feed(p, clock[0])
     c._roots_changed = True
     c.evaluate(full=True)
     assert len(c.claims) == runs, len(c.claims)
+    if case == "live":  # (energy per step worked out: its logs walked, not left at a window too short)
+        energy = next(iter(c.claims.values())).energy
+        assert energy is not None and energy.joules_per_step is not None, energy
     keys = list(c.claims)
 
     def one(k: int) -> float:

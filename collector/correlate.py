@@ -362,22 +362,23 @@ class RunIndex(RunLinks):
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def _run_signals(self, root: Key, member_keys: Iterable[Key]) -> list[Signal]:
+    def _run_signals(self, root: Key, member_keys: Iterable[Key], *, ordered: bool = True) -> list[Signal]:
         """The run's progress signals, its retired pods' too (a pod recreated under its name continues
-        its signal), by object and source."""
+        its signal), by object and source (`ordered`; else in no set order)."""
         out: list[Signal] = list(self.signals_of(root))
         for key in member_keys:
             out.extend(self.signals_of(key))
         for _, sigs in self._retired.get(root, {}).values():
             out.extend(sigs)
-        if len(out) > 1:
+        if ordered and len(out) > 1:
             out.sort(key=lambda g: (g.ref.key, g.source))
         return out
 
     def run_signals(self, root: Ref) -> tuple[list[Signal], timedelta | None]:
-        """`evidence(root).signals`, and the most a clock of its pods' nodes runs ahead (None: none ahead),
-        without filing the run's objects: a node agent's increment asks it of its run, by the hundred a
-        second at fleet size (`ChangeApplier._deferred`)."""
+        """`evidence(root).signals` in no set order, and the most a clock of its pods' nodes runs ahead
+        (None: none ahead), without filing the run's objects: a node agent's increment asks it of its
+        run, by the hundred a second at fleet size (`ChangeApplier._deferred`, whose reads of them,
+        `planes.signals.alone`, do not depend on their order; sorting was a third of the deferral)."""
         member_keys = self._member_keys(root)
         ahead: timedelta | None = None
         for k in member_keys:
@@ -386,7 +387,7 @@ class RunIndex(RunLinks):
                 skew = self.node_skew.get(f.node_name) if isinstance(f, PodFacts) and f.node_name else None
                 if skew and (ahead is None or skew > ahead):
                     ahead = skew
-        return self._run_signals(root.key, member_keys), ahead
+        return self._run_signals(root.key, member_keys, ordered=False), ahead
 
     def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]

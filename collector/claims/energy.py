@@ -23,38 +23,68 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from itertools import islice
+from operator import le, lt
 
-from collector.correlate import RunEvidence
+from collector.correlate import RunEvidence, Signal
 from collector.gpu import PodGpuEvidence, energy_windows, uuid_at
 from collector.model import Energy, PodFacts
+from collector.progress.model import PackedSamples
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 
 MIN_WINDOW_S = 60.0  # a shorter window holds too few steps to divide by
 
 
 def timelines(ev: RunEvidence) -> list[tuple[list[float], list[int], float]]:
     """Each live progress log's (times, steps, median step interval), its current incarnation only."""
-    out = []
-    for sig in ev.signals:
-        if sig.retired or sig.durable:
-            continue
-        ts: list[float] = []
-        steps: list[int] = []
-        for x in sig.scan.samples:
-            if x.step is None or x.at is None or x.skipped:
+    return [line for sig in ev.signals if not sig.retired and not sig.durable and (line := timeline(sig)) is not None]
+
+
+def timeline(sig: Signal) -> tuple[list[float], list[int], float] | None:
+    """A log's (times, steps, median step interval), its current incarnation only; None under 3 steps."""
+    samples = sig.scan.samples
+    got = _packed_line(samples) if isinstance(samples, PackedSamples) else None
+    ts, steps = got if got is not None else _line(
+        (x.step, x.at.timestamp()) for x in samples if x.step is not None and x.at is not None and not x.skipped)
+    if len(steps) < 3:
+        return None
+    per = [(b - a) / (sb - sa) for a, b, sa, sb in zip(ts, ts[1:], steps, steps[1:], strict=False)]
+    return ts, steps, statistics.median(per)
+
+
+def _line(pairs: Iterable[tuple[int, float]]) -> tuple[list[float], list[int]]:
+    """(times, steps) of a log's (step, unix time) pairs: its current incarnation (a step that went back
+    starts it over), a step no higher than the one before, or earlier, left out."""
+    ts: list[float] = []
+    steps: list[int] = []
+    for step, t in pairs:
+        if steps and (step <= steps[-1] or t < ts[-1]):
+            if step < steps[-1]:
+                ts, steps = [], []  # a restart: its current incarnation only
+            else:
                 continue
-            t = x.at.timestamp()
-            if steps and (x.step <= steps[-1] or t < ts[-1]):
-                if x.step < steps[-1]:
-                    ts, steps = [], []  # a restart: its current incarnation only
-                else:
-                    continue
-            ts.append(t)
-            steps.append(x.step)
-        if len(steps) >= 3:
-            per = [(b - a) / (sb - sa) for a, b, sa, sb in zip(ts, ts[1:], steps, steps[1:], strict=False)]
-            out.append((ts, steps, statistics.median(per)))
-    return out
+        ts.append(t)
+        steps.append(step)
+    return ts, steps
+
+
+def _packed_line(p: PackedSamples) -> tuple[list[float], list[int]] | None:
+    """`_line` of a plain pack in a fixed-offset zone, read from its columns without building its
+    samples (every evaluation of a run with an energy window walks its logs: issue 30); the same floats
+    as `datetime.timestamp` (the µs since the epoch over 10**6). None: build them."""
+    cols = p.steps_stamps()
+    base = p.stamp(0) if cols is not None else None
+    if cols is None or base is None or type(base.tzinfo) is not timezone:
+        return None
+    steps, us = cols
+    e = (base - _EPOCH) // _US
+    ts = [(e + u) / 1_000_000 for u in us]
+    if all(map(lt, steps, islice(steps, 1, None))) and all(map(le, us, islice(us, 1, None))):
+        return ts, list(steps)  # (a trainer at its pace)
+    return _line(zip(steps, ts, strict=True))
 
 
 def step_at(ts: Sequence[float], steps: Sequence[int], interval: float, t: float) -> float | None:

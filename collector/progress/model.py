@@ -102,6 +102,7 @@ def new_sample(step: int | None, at: datetime | None, loss: float | None, line: 
 # PackedSamples: one record a sample, in one bytes object: step, stamp (µs after the pack's base), loss,
 # line, total, covers, flags, format (its place in the pack's formats).
 _REC = struct.Struct("<qqdqqiBB")
+_STEP_AT = struct.Struct(f"<qq{_REC.size - 16}x")  # a record's step and stamp alone
 _NO_STEP, _NO_AT, _NO_LOSS, _NO_TOTAL, _SKIPPED, _LOSS_KEPT = 1, 2, 4, 8, 16, 32
 _US = timedelta(microseconds=1)
 _I64 = 1 << 63
@@ -250,6 +251,17 @@ class PackedSamples(Sequence[ProgressSample]):
         got = (steps, us, loss, lines, totals, covers)
         self._keep_columns(got)
         return got
+
+    def steps_stamps(self) -> tuple[Sequence[int], Sequence[int]] | None:
+        """`columns`' steps and stamps alone (the others not unpacked, none kept): an evaluation's walk
+        of a log (`claims.energy`)."""
+        got = self._cols
+        if got is not None:
+            return got[0], got[1]
+        if not self._plain or self._base is None:
+            return None
+        steps, us = zip(*_STEP_AT.iter_unpack(self._data), strict=True)
+        return steps, us
 
     def _keep_columns(self, cols: Columns) -> None:
         """Keep `cols` as this plain pack's columns (one who made the pack from columns at hand), while

@@ -1,7 +1,8 @@
 """A node agent's increment folded into a head's packed history without building it (issue 30):
 `progress.history.extend_packed`, `compact_packed`, `claims.progress._compacted_packed`, and the
 deferral's reads of the held pack (`planes.signals.uneventful`, `claims.gpuspread.slowdown_of`,
-`claims.memo.newest_stamp`). The oracle is the object path each replaces: `extend_history`, then
+`claims.memo.newest_stamp`), and an evaluation's walk of it for energy per step
+(`claims.energy.timeline`). The oracle is the object path each replaces: `extend_history`, then
 `compacted` of those samples as a tuple (which never takes the packed path), `signal_window`, and the
 same reads of the samples built. A seeded search feeds trainers' logs as a node agent sends them,
 pass after pass (a lead sample, sometimes redrawn; steps that advance, repeat, skip and go back;
@@ -16,10 +17,13 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
+from collector.claims import energy
 from collector.claims import progress as claims_progress
+from collector.claims.energy import timeline
 from collector.claims.gpuspread import slowdown_of
 from collector.claims.memo import newest_stamp
 from collector.claims.progress import COMPACT_SLACK, compacted, signal_window
@@ -150,7 +154,7 @@ def _same(a: LogScan, b: LogScan) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = {"extend": 0, "compact": 0, "folds": 0, "windows": 0}
+    taken = {"extend": 0, "compact": 0, "folds": 0, "windows": 0, "timelines": 0}
     extend0, compact0 = history.extend_packed, history.compact_packed
 
     def extend_counted(*a: Any, **kw: Any) -> LogScan | None:
@@ -193,6 +197,9 @@ def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkey
             built = tuple(sig.scan.samples)
             assert newest_stamp(sig.scan) == max((x.at for x in built if x.at is not None), default=None)
             assert slowdown_of([sig]) == slowdown_of([_built(sig)])
+            assert timeline(sig) == timeline(_built(sig))  # (the same floats: == on lists of them)
+            if isinstance(sig.scan.samples, PackedSamples):
+                taken["timelines"] += energy._packed_line(sig.scan.samples) is not None
             for scan in (sig.scan, read):  # the stall window on the columns, from any sample on
                 if isinstance(scan.samples, PackedSamples) and (cols := scan.samples.columns()) is not None:
                     whole = tuple(scan.samples)
@@ -210,6 +217,7 @@ def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkey
     assert taken["extend"] > taken["folds"] // 3, taken
     assert taken["compact"] > taken["folds"] // 8, taken
     assert taken["windows"] > taken["folds"], taken
+    assert taken["timelines"] > taken["folds"] // 3, taken
 
 
 def _at(x: ProgressSample) -> datetime:
@@ -386,3 +394,38 @@ def test_a_restart_starts_the_step_intervals_over() -> None:
     held = _held(tuple(before + after))
     sig = Signal(REF, "trainer", held, T0 + timedelta(seconds=400))
     assert slowdown_of([sig]) == slowdown_of([_built(sig)]) == 0.0
+
+
+@pytest.mark.parametrize("zone", [UTC, OTHER_UTC, timezone(timedelta(hours=5, minutes=30)),
+                                  timezone(-timedelta(hours=8)), ZoneInfo("America/New_York"), None])
+def test_an_energy_timeline_read_from_the_columns_is_the_built_samples(zone: Any) -> None:
+    """`claims.energy.timeline` of a plain pack: from its columns in a fixed-offset zone (the same
+    floats as `datetime.timestamp` of each sample, sub-second stamps included), else built (a zone
+    whose offset moves, here across a DST change; naive stamps, which `timestamp` reads as local)."""
+    t0 = datetime(2026, 3, 8, 6, 59, 30, 123_457)  # (America/New_York moves its clocks at 07:00 UTC)
+    steady = tuple(ProgressSample(1000 + i, t0.replace(tzinfo=zone) + timedelta(microseconds=1_000_003 * i),
+                                  2.0, 10 + i, FMT, False, 500_000) for i in range(90))
+    # a repeat, an earlier stamp and a restart (steps back: the incarnation after it only)
+    odd = list(steady)
+    odd[40] = replace(odd[40], step=odd[39].step)
+    odd[50] = replace(odd[50], at=_at(odd[49]) - timedelta(microseconds=7))
+    odd[60:] = [replace(x, step=x.step - 45) for x in odd[60:] if x.step is not None]
+    for samples in (steady, tuple(odd)):
+        packed = PackedSamples.pack(list(samples))
+        assert packed is not None
+        alone = packed.steps_stamps()  # (unpacked alone: no columns kept yet)
+        cols = packed.columns()
+        assert cols is not None and alone == (cols[0], cols[1]) == packed.steps_stamps()  # (plain: one zone object)
+        sig = Signal(REF, "trainer", LogScan("trainer", FMT, packed, (), (), (), samples[-1].line, None,
+                                             samples[0].at), T0)
+        got, want = timeline(sig), timeline(_built(sig))
+        assert got is not None and got == want
+        assert (energy._packed_line(packed) is not None) is (type(zone) is timezone)
+    assert len(want[1]) == 30 and want[1][0] == 1015  # (the restart's incarnation)
+
+
+def test_an_energy_timeline_is_a_logs_current_incarnation_of_rising_steps() -> None:
+    """What both of `timeline`'s paths keep (`claims.energy._line`): a repeated step and an earlier stamp
+    left out, a step that goes back starting it over."""
+    assert energy._line([(1, 1.0), (2, 2.0), (2, 3.0), (3, 1.5), (4, 4.0)]) == ([1.0, 2.0, 4.0], [1, 2, 4])
+    assert energy._line([(1, 1.0), (5, 2.0), (4, 3.0), (6, 4.0)]) == ([3.0, 4.0], [4, 6])  # (one step back)
