@@ -663,14 +663,16 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         time.sleep(idle_s)
     sampling.set()
     gc.callbacks.remove(gc_timed)
-    if spy is not None:
-        spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
+    # the window's figures as it ends: py-spy's wait below is not part of it (it ran up to 40 s past
+    # the aligned end, a stretch of the loop no longer aligned to the agents' passes)
     took = time.monotonic() - w0
     decode_core = (feed_cpu[1] - decode0) / took
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / took + decode_core
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
     by_deferral = getattr(getattr(c, "_rechecks", None), "deferred_due", 0) - deferred0
+    if spy is not None:
+        spy.wait(idle_s + 300)  # py-spy may take long past its duration to write under load
     c._apply = apply0  # type: ignore[method-assign]
     c._mark_all = mark_all0  # type: ignore[method-assign]
     relisted = {k: v - relists0.get(k, 0.0) for k, v in _relists(c).items() if v > relists0.get(k, 0.0)}

@@ -102,6 +102,11 @@ class Controller(RunEvaluator):
         self.coalesced = 0  # log changes whose re-evaluation waited, the loop being behind (changes.py)
         self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
+        refresh = self.settings.claims.confirm_refresh.total_seconds()
+        if refresh > MAX_TICK_S:  # (`_mark_all`: the full pass, a backstop, evaluates such runs anyway)
+            log.warning("claims.confirm_refresh is longer than the full pass's longest tick: that pass "
+                        "re-evaluates a deferred run anyway, so the longer interval saves nothing",
+                        extra={"confirm_refresh_s": refresh, "max_tick_s": MAX_TICK_S})
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
         # those re-evaluations may take; `rechecked` counts the runs re-evaluated that way.
         self._rechecks: Rechecks[Key] = Rechecks()

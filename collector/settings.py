@@ -71,7 +71,9 @@ class ClaimSettings:
     # pace, readings not trusted: a slower pace is evaluated at once). A GPU pass whose devices stayed
     # re-evaluates a run not progressing at most this often too (readings word its reason, never what a
     # claim observes: `planes.node_agents.runs_changed`, `runs_not_progressing`). 0: every increment and
-    # every pass at once.
+    # every pass at once. Longer than the full pass's longest tick (controller.MAX_TICK_S, 120 s) saves
+    # nothing: that pass, a backstop, re-evaluates such a run anyway (the controller warns as it starts;
+    # at 50k pods 240 s evaluated more runs than 120 s, 2026-12-06).
     confirm_refresh: timedelta = timedelta(seconds=120)
 
     def for_profile(self, profile: str) -> ClaimSettings:

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from collector.gpu import PodGpuEvidence
-from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample
+from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample, new_scan
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
 from collector.progress.trainers import MAX_TPS
@@ -138,10 +138,15 @@ def agent_source(node: str) -> str:
     return intern(f"agent:{node}")
 
 
+_QUIET = frozenset({"lines", "format"})  # a container's entry with nothing new but its line count
+
+
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
-    samples = []
     fmt = _s(c.get("format"))
     fmt = intern(fmt) if fmt is not None else None  # (held by every sample of the container's history)
+    if c.keys() <= _QUIET:  # (most of a pass's entries: a sidecar's, a worker's that prints no step)
+        return new_scan(source, fmt, (), (), (), (), _i(c.get("lines")) or 0)
+    samples = []
     total: int | None = None
     for row in _entries(c.get("samples")):
         if not isinstance(row, list) or len(row) < 6 or _i(row[0]) is None:
@@ -171,10 +176,9 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
         per_gpu = _f(tok[0])
         if per_gpu is not None and 0 < per_gpu <= MAX_TPS:
             tokens = TokenRate(per_gpu, _at(tok[1]))
-    return LogScan(source=source, format=fmt, samples=tuple(samples),
-                   hangs=hangs, xids=tuple(xids), resumes=resumes,
-                   diagnostics=tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]),
-                   lines=_i(c.get("lines")) or 0, tokens=tokens)
+    return new_scan(source, fmt, tuple(samples), hangs, tuple(xids),
+                    tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]), _i(c.get("lines")) or 0,
+                    resumes, tokens)
 
 
 def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> AgentReport:

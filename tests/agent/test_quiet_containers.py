@@ -158,6 +158,18 @@ def _bytes_per_container(runs: int, *, old_refresh: bool = False) -> float:
     return sum(s.size for s in snap.statistics("filename")) / len(f.logs)
 
 
+def test_a_quiet_entry_decodes_as_a_whole_one_does() -> None:
+    """`sources.agents._scan`'s short path (an entry with only its line count and format: most of a
+    pass's) gives what the whole decode gives the same entry, hostile values included."""
+    from collector.sources.agents import _scan
+    for entry in ({"lines": 3}, {}, {"lines": 3, "format": "megatron"}, {"format": "x" * 300, "lines": 2**70},
+                  {"lines": "3"}, {"lines": -4, "format": 5}, {"lines": True}, {"format": None}):
+        quiet = _scan(entry, "node/a")
+        whole = _scan({**entry, "samples": [], "hangs": None}, "node/a")  # (keys past the short path's)
+        assert quiet == whole and repr(quiet) == repr(whole), entry
+        assert quiet.format is whole.format  # (interned: one string a format)
+
+
 def test_a_quiet_container_holds_the_pods_ref_and_one_scan_across_passes() -> None:
     f = _Fleet(2)
     f.agent_pass()

@@ -675,13 +675,18 @@ def test_a_deferral_replaces_the_runs_clock_entry_and_earlier_deferral_and_an_ev
     assert r.next_deferred() is None and r.deferred_of("c") is None and len(r) == 1
 
 
-def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick() -> None:
+def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick(caplog: pytest.LogCaptureFixture) -> None:
     """The tick's full pass (a backstop) marks every run but one whose deferred re-evaluation comes
     within MAX_TICK_S of its last evaluation: that one is evaluated when its deferral is due, once,
-    not also by the pass. A deferral due later than that (a long `confirm_refresh`) covers nothing."""
+    not also by the pass. A deferral due later than that (a long `confirm_refresh`) covers nothing,
+    and the controller says so as it starts (at 50k pods, 240 s evaluated more runs than 120 s)."""
     from collector.controller import MAX_TICK_S
     for refresh, covered in ((timedelta(seconds=120), True), (timedelta(seconds=MAX_TICK_S + 60), False)):
-        f, feed = _warmed(refresh)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="taugrid.controller"):
+            f, feed = _warmed(refresh)
+        warned = [r for r in caplog.records if "confirm_refresh is longer" in r.getMessage()]
+        assert bool(warned) is not covered and all(r.__dict__["confirm_refresh_s"] == MAX_TICK_S + 60 for r in warned)
         for k in range(2):  # two passes, 30 s apart: the deferral at the newer step's window or the refresh
             f.move(30)
             for change in (*f.gpu_changes(WARM + k), *f.worker_changes()):

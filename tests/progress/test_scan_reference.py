@@ -14,7 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.progress import trainers
-from collector.progress.model import SAMPLE_FIELDS, ProgressSample, new_sample
+from collector.progress.model import (
+    SAMPLE_FIELDS,
+    SCAN_FIELDS,
+    HangFinding,
+    LogScan,
+    ProgressSample,
+    ResumeFinding,
+    TokenRate,
+    new_sample,
+    new_scan,
+)
 from collector.progress.numbers import OutOfRange
 from collector.progress.scan import LineScanner
 from collector.progress.whole import scan_lines
@@ -174,6 +184,22 @@ def test_new_sample_is_the_dataclass_sample() -> None:
     bare = new_sample(None, None, None, 0, "hf-trainer", False, None)
     assert bare == ProgressSample(None, None, None, 0, "hf-trainer")
     assert new_sample(4, at, None, -3, "nemo", False, 9, 12) == ProgressSample(4, at, None, -3, "nemo", False, 9, 12)
+
+
+def test_new_scan_is_the_dataclass_scan() -> None:
+    """new_scan sets the slots SCAN_FIELDS names: every field the class has (the memo too), in its order;
+    what it does not take is the dataclass's default."""
+    assert tuple(f.name for f in fields(LogScan)) == SCAN_FIELDS
+    at = datetime(2026, 1, 10, tzinfo=UTC)
+    x = ProgressSample(3, at, 2.5, 7, "megatron", False, 100)
+    h = (HangFinding("nccl-watchdog-timeout", 9, "ALLREDUCE", 600_000, 0, at),)
+    r = (ResumeFinding(4, at, 3, "megatron"),)
+    for args, kw in ((("s", None, (), (), (), (), 0), {}),
+                     (("node/a", "megatron", (x,), h, (), ("cut",), 12), {"resumes": r, "tokens": TokenRate(9.5, at)})):
+        fast, slow = new_scan(*args, **kw), LogScan(*args, **kw)  # type: ignore[arg-type]
+        assert (fast == slow, repr(fast)) == (True, repr(slow))
+        assert [getattr(fast, f) for f in SCAN_FIELDS] == [getattr(slow, f) for f in SCAN_FIELDS]
+        assert fast.memo is None and fast.summary is None and fast.ranks == () and fast.first_at is None
 
 
 # Pieces of the parsers' keys and values, so that a drawn text holds several candidates, the first
