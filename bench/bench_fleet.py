@@ -841,7 +841,8 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
                     # an increment with nothing new each pass (agents send every container each pass;
                     # the loop only moves its read time: `planes.signals.adds_nothing`)
-                    quiet = _timed(used, from_body, b'{"lines":3}', _agent_source(node, ref, container))
+                    body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
+                    quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
                     if first:
                         quiet = _replace(quiet, first_at=now)
                     c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
@@ -852,9 +853,9 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
                 # the trainer's part of an agent's document, decoded as the agent poller decodes it
                 # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-                body = orjson.dumps({"format": "megatron", "lines": lines + n, "samples": [
+                body = orjson.dumps(_entry(ref, container, now, lines + n, n0, "megatron", [
                     [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
-                     False, 500_000, lines + i + 1] for i in range(n)]})
+                     False, 500_000, lines + i + 1] for i in range(n)]))
                 scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
                 sig = Signal(pod, container, scan, now)
                 c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
@@ -863,6 +864,16 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 sent[ref.name] = n0 or 0
         used[0] += time.thread_time() - t
         done.append(len(sent))
+
+
+def _entry(ref: Any, container: str, now: datetime, lines: int, after: int | None, fmt: str | None = None,
+           samples: list[list[Any]] | None = None) -> dict[str, Any]:
+    """A container's entry in its agent's document, every key as the agent renders it
+    (`collector.agent.evidence._log`): a quiet container's with its lists empty (until 2026-12-06
+    the bench decoded `{"lines": 3}` for those, which no agent sends)."""
+    return {"namespace": ref.namespace, "pod": ref.name, "uid": f"uid-{ref.name}", "container": container,
+            "read_at": now.timestamp(), "lines": lines, "format": fmt, "after": after, "samples": samples or [],
+            "hangs": [], "xids": [], "resumes": [], "tokens": None, "diagnostics": []}
 
 
 def _log_feed(c: Any, ctl: Any, url: str, stop: threading.Event, used: list[float],

@@ -138,13 +138,11 @@ def agent_source(node: str) -> str:
     return intern(f"agent:{node}")
 
 
-_QUIET = frozenset({"lines", "format"})  # a container's entry with nothing new but its line count
-
-
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
     fmt = _s(c.get("format"))
     fmt = intern(fmt) if fmt is not None else None  # (held by every sample of the container's history)
-    if c.keys() <= _QUIET:  # (most of a pass's entries: a sidecar's, a worker's that prints no step)
+    if not (c.get("samples") or c.get("hangs") or c.get("xids") or c.get("resumes") or c.get("tokens")
+            or c.get("diagnostics")):  # (each empty reads as none below: most of a pass's entries, quiet ones)
         return new_scan(source, fmt, (), (), (), (), _i(c.get("lines")) or 0)
     samples = []
     total: int | None = None

@@ -159,15 +159,29 @@ def _bytes_per_container(runs: int, *, old_refresh: bool = False) -> float:
 
 
 def test_a_quiet_entry_decodes_as_a_whole_one_does() -> None:
-    """`sources.agents._scan`'s short path (an entry with only its line count and format: most of a
-    pass's) gives what the whole decode gives the same entry, hostile values included."""
+    """`sources.agents._scan`'s short path (an entry whose samples, findings, tokens and diagnostics are
+    all empty: a quiet container's, most of a pass's) gives what the whole decode gives, for entries as
+    the agent renders them (`agent.evidence._log`) and hostile ones; the whole decode is forced by a
+    sample row it refuses, which adds nothing."""
+    from collector.agent.evidence import _log
+    from collector.agent.logs import ContainerLog
+    from collector.progress.model import LogScan
     from collector.sources.agents import _scan
-    for entry in ({"lines": 3}, {}, {"lines": 3, "format": "megatron"}, {"format": "x" * 300, "lines": 2**70},
-                  {"lines": "3"}, {"lines": -4, "format": 5}, {"lines": True}, {"format": None}):
+    rendered = _log(ContainerLog("ml", "head-0", "uid-1", "fluent-bit", LogScan("fluent-bit", None, (), (), (), (), 3),
+                                 NOW0.timestamp(), 3), 10)
+    rendered = orjson.loads(orjson.dumps(rendered))  # (as off the wire)
+    assert set(rendered) >= {"samples", "hangs", "xids", "resumes", "tokens", "diagnostics"}
+    for entry in (rendered, {**rendered, "format": "megatron", "after": None}, {"lines": 3}, {},
+                  {"format": "x" * 300, "lines": 2**70}, {"lines": "3"}, {"lines": -4, "format": 5}, {"lines": True},
+                  {**rendered, "samples": "", "hangs": {}, "xids": 0, "resumes": None, "tokens": [],
+                   "diagnostics": ""}):
         quiet = _scan(entry, "node/a")
-        whole = _scan({**entry, "samples": [], "hangs": None}, "node/a")  # (keys past the short path's)
+        whole = _scan({**entry, "samples": [["refused"]]}, "node/a")
         assert quiet == whole and repr(quiet) == repr(whole), entry
         assert quiet.format is whole.format  # (interned: one string a format)
+    # an entry with anything in those fields takes the whole decode
+    assert _scan({**rendered, "diagnostics": ["cut"]}, "node/a").diagnostics == ("cut",)
+    assert _scan({**rendered, "tokens": [9.5, "2026-12-05T04:00:00+00:00"]}, "node/a").tokens is not None
 
 
 def test_a_quiet_container_holds_the_pods_ref_and_one_scan_across_passes() -> None:
