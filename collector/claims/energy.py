@@ -76,8 +76,10 @@ def _packed_line(p: PackedSamples) -> tuple[list[float], list[int]] | None:
     samples (every evaluation of a run with an energy window walks its logs: issue 30); the same floats
     as `datetime.timestamp` (the µs since the epoch over 10**6). None: build them."""
     cols = p.steps_stamps()
-    base = p.stamp(0) if cols is not None else None
-    if cols is None or base is None or type(base.tzinfo) is not timezone:
+    if cols is None:
+        return None
+    base = p.stamp(0)
+    if type(base.tzinfo) is not timezone:
         return None
     steps, us = cols
     e = (base - _EPOCH) // _US
