@@ -12,8 +12,6 @@ from pathlib import Path
 
 import click
 
-from collector.agent.agent import exposure_problem, run_agent
-from collector.agent.settings import AgentSettings, LogSettings
 from collector.logfmt import setup_json_logging
 from collector.malloc import fix_mmap_threshold
 
@@ -65,6 +63,11 @@ def agent(address: str, token_file: Path | None, tls_cert_file: Path | None, tls
           namespaces: tuple[str, ...], kmsg: str, state_dir: Path | None, sample_interval: float,
           dra_drivers: tuple[str, ...], resource_slices: bool) -> None:
     """The node agent: GPU readings with pod attribution, XIDs and node-local log evidence."""
+    # here, not at the top: `taugrid-evidence controller` registers this command, and the agent's
+    # modules (pod-resources gRPC, protobuf, h2, NVML) would cost the controller ~6 MiB of RSS
+    from collector.agent.agent import exposure_problem, run_agent
+    from collector.agent.settings import AgentSettings, LogSettings
+
     api = in_cluster_api(os.environ) if resource_slices else None
     if resource_slices and (api is None or not node):
         raise click.UsageError("--resource-slices needs --node and the in-cluster API server "
