@@ -180,6 +180,19 @@ def test_agent_command_loads_neither_ray_nor_the_controller() -> None:
     assert "--pod-resources-socket" in r.stdout
 
 
+def test_controller_command_loads_no_agent_module() -> None:
+    """The controller's CLI registers `agent` without importing the agent's modules (gRPC, protobuf, h2)."""
+    code = ("import sys, collector.cli, collector.controller\n"
+            "bad = [m for m in sys.modules if m.startswith(('collector.agent.', 'google.protobuf', 'h2'))\n"
+            "       and m != 'collector.agent.command']\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    code = "from collector.agent import Agent, HangSettings, run_agent; print(Agent.__name__, run_agent.__name__)"
+    r = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert r.stdout.split() == ["Agent", "run_agent"], r.stderr
+
+
 def test_agent_process_without_a_gpu(tmp_path: Path) -> None:
     """The real command on this GPU-less machine: real pynvml says no NVML; logs are served; SIGTERM stops it."""
     node = Node(tmp_path / "pods")
