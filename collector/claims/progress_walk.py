@@ -83,6 +83,8 @@ def _nothing(p: Part) -> bool:
 
 def restarts_in(scan: LogScan, label: str) -> list[Restart]:
     """`claims.progress.restarts_inside` of a scan read as `label` (name/source)."""
+    if not scan.resumes:  # (most scans: no sample walked for their first line; a packed history's unbuilt)
+        return []
     first = min((x.line for x in scan.samples), default=None)
     if first is None:
         return []

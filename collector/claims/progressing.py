@@ -328,6 +328,8 @@ def _findings_after(signals: list[Signal], last: Advance | None, clock: Clock,
     for sig in signals:
         if sig.retired:
             continue  # a deleted pod's: its process is gone
+        if not sig.scan.hangs:
+            continue  # (most logs: their samples not walked for a line no hang is compared with)
         lin = (lineage or {}).get((sig.ref.key, sig.source))
         over = max((r.at for r in (*(lin.restarts if lin else ()), *restarts_inside(sig))), default=None)
         last_line = max((smp.line for smp in sig.scan.samples if not smp.skipped), default=0)
