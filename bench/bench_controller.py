@@ -89,8 +89,9 @@ def pod_name(run: str, j: int) -> str:
     return f"{run}-raycluster-{'head' if j == 0 else 'worker'}-{j:02d}"
 
 
-def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str) -> Obj:
-    """A KubeRay GPU pod as a real API server serves it: ~5 KB of JSON."""
+def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str, gpus: int = 8) -> Obj:
+    """A KubeRay GPU pod as a real API server serves it: ~5 KB of JSON. `gpus`: what it holds (0: a
+    CPU pod of the run, no GPU request)."""
     head = j == 0
     rc = f"{run}-raycluster"
     group = "headgroup" if head else "gpu-workers"
@@ -107,7 +108,7 @@ def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str) -> Ob
         "kueue.x-k8s.io/queue-name": "team-queue",
         "kueue.x-k8s.io/podset": group,
     }
-    p = base_pod(pod_name(run, j), ns, created, node=node, gpus=8, labels=labels,
+    p = base_pod(pod_name(run, j), ns, created, node=node, gpus=gpus, labels=labels,
                  owner={"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": rc, "uid": f"uid-{rc}"})
     m = p["metadata"]
     m["generateName"] = f"{rc}-{role}-"
@@ -121,8 +122,11 @@ def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str) -> Ob
         ("RAY_CLUSTER_NAME", rc), ("RAY_PORT", "6379"), ("RAY_ADDRESS", f"{rc}-head-svc.{ns}.svc.cluster.local:6379"),
         ("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCA", "mlx5"), ("RAY_CLOUD_INSTANCE_ID", m["name"]),
     )]
-    res = {"limits": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": "8", "ephemeral-storage": "500Gi"},
-           "requests": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": "8", "ephemeral-storage": "500Gi"}}
+    res = {"limits": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus), "ephemeral-storage": "500Gi"},
+           "requests": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus), "ephemeral-storage": "500Gi"}}
+    if not gpus:
+        for part in res.values():
+            del part["nvidia.com/gpu"]
     mounts = [{"name": "shared-mem", "mountPath": "/dev/shm"}, {"name": "checkpoints", "mountPath": "/checkpoints"},
               {"name": "datasets", "mountPath": "/data", "readOnly": True},
               {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
@@ -130,7 +134,8 @@ def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str) -> Ob
     main = {
         "name": "ray-head" if head else "ray-worker", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/bash", "-lc", "--"],
-        "args": ["ulimit -n 65536; ray start --address=$RAY_ADDRESS --block --num-gpus=8 --metrics-export-port=8080"],
+        "args": [f"ulimit -n 65536; ray start --address=$RAY_ADDRESS --block --num-gpus={gpus} "
+                 "--metrics-export-port=8080"],
         "env": env, "resources": res, "volumeMounts": mounts,
         "ports": [{"containerPort": 8080, "name": "metrics", "protocol": "TCP"}],
         "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
@@ -276,7 +281,11 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
                 conn.send(None)
                 return
             if cmd == "populate":
-                first, n, ppr, nodes = args
+                # `gpu_nodes`: each node's 8 GPUs held by one of its pods, the others none (a node can
+                # hold no more); else every pod 8 GPUs, whatever its node holds
+                first, n, ppr, nodes, *more = args
+                gpu_nodes = bool(more and more[0])
+                per_node = -(-(first + n) * ppr // max(nodes, 1))  # pods a node holds, at most
                 last: tuple[str, str, str] = ("", "", "")
                 sizes: list[int] = []
                 for node in range(nodes):
@@ -292,7 +301,11 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
                         namespaces.add(ns)
                     sim.apply(taurun(run, ns, "Running", created, workers=ppr - 1))
                     for j in range(ppr):
-                        obj = sim.apply(realistic_pod(ns, run, j, created, f"gpu-{(i * ppr + j) % max(nodes, 1):04d}"))
+                        p = i * ppr + j
+                        # (the node's k-th pod, k = p // nodes, holds its GPUs where k is the node's own
+                        # turn: one a node, and with `ppr` pods a node, one a run)
+                        gpus = 8 if not gpu_nodes or p // max(nodes, 1) == p % max(nodes, 1) % per_node else 0
+                        obj = sim.apply(realistic_pod(ns, run, j, created, f"gpu-{p % max(nodes, 1):04d}", gpus))
                         key = (ns, obj["metadata"]["name"])
                         pods.append(key)
                         cur[key] = obj

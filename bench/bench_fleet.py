@@ -1424,6 +1424,10 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=50_000)
     ap.add_argument("--per-run", type=int, default=10, help="pods per run (runs = pods / per-run)")
     ap.add_argument("--nodes", type=int, default=0, help="nodes (default: pods / 10)")
+    ap.add_argument("--gpu-nodes", action="store_true",
+                    help="each node's 8 GPUs held by one of its pods, the others holding none (at the default "
+                    "10 pods a node: one GPU pod a node and a run, 8 GPUs a node); default: every pod 8 GPUs "
+                    "whatever its node holds (80 a node at 10 pods a node)")
     ap.add_argument("--idle-s", type=float, default=15.0)
     ap.add_argument("--variants", default="baseline,paged")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the controller and simulator to CPUs 0 and 1")
@@ -1456,11 +1460,13 @@ def main() -> None:
     try:
         if isinstance(sim, SimProcess):
             t = time.monotonic()
-            info = sim.call("populate", 0, runs, a.per_run, nodes)
+            info = sim.call("populate", 0, runs, a.per_run, nodes, a.gpu_nodes)
             fill_s = time.monotonic() - t
             size = sum(info["sizes"]) / max(1, len(info["sizes"]))
-            print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes; "
-                  f"filled in {fill_s:.0f} s", flush=True)
+            held = (f"one 8-GPU pod a node ({8 * min(nodes, info['pods']):,} GPUs)" if a.gpu_nodes else
+                    f"every pod 8 GPUs ({8 * info['pods']:,} GPUs, {8 * info['pods'] / nodes:.0f} a node)")
+            print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes, "
+                  f"{held}; filled in {fill_s:.0f} s", flush=True)
         if a.log_latency > 0:  # the simulator's fault rule: every log GET waits this long first
             import urllib.request
             urllib.request.urlopen(urllib.request.Request(
