@@ -286,6 +286,7 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
                 first, n, ppr, nodes, *more = args
                 gpu_nodes = bool(more and more[0])
                 per_node = -(-(first + n) * ppr // max(nodes, 1))  # pods a node holds, at most
+                held: dict[int, int] = {}  # GPUs its pods hold, by node
                 last: tuple[str, str, str] = ("", "", "")
                 sizes: list[int] = []
                 for node in range(nodes):
@@ -306,13 +307,16 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
                         # turn: one a node, and with `ppr` pods a node, one a run)
                         gpus = 8 if not gpu_nodes or p // max(nodes, 1) == p % max(nodes, 1) % per_node else 0
                         obj = sim.apply(realistic_pod(ns, run, j, created, f"gpu-{p % max(nodes, 1):04d}", gpus))
+                        if gpus:
+                            held[p % max(nodes, 1)] = held.get(p % max(nodes, 1), 0) + gpus
                         key = (ns, obj["metadata"]["name"])
                         pods.append(key)
                         cur[key] = obj
                         last = (ns, key[1], obj["metadata"]["resourceVersion"])
                         if len(sizes) < 16:
                             sizes.append(len(orjson.dumps(obj)))
-                conn.send({"pods": len(pods), "last": last, "sizes": sizes, "rv": store.resource_version})
+                conn.send({"pods": len(pods), "last": last, "sizes": sizes, "rv": store.resource_version,
+                           "gpus": sum(held.values()), "gpus_node_max": max(held.values(), default=0)})
             elif cmd == "burst":
                 (m,) = args
                 rv0 = store.resource_version

@@ -105,7 +105,12 @@ server's. Variant `before` (with --before-tree DIR, e.g. `git archive <commit> |
 `paged` run with DIR's collector, against the same cluster in the same run: a change's before/after;
 `before-logs` and `before-logs-gpu` are `logs` and `logs-gpu` run that way.
 
-Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--variants baseline,paged]
+The populated fleet's every pod holds 8 GPUs by default, whatever its node holds: at 10 pods a node,
+80 GPUs a node, 400,000 at 50k pods (the figures before 2026-12-07 were all taken so). --gpu-nodes
+holds the nodes to their 8 GPUs: one 8-GPU pod a node (and a run), the run's other pods none, 40,000
+GPUs at 50k pods on 5,000 nodes (Kubernetes' own limits: 5,000 nodes, 150,000 pods).
+
+Usage: .venv/bin/python bench/bench_fleet.py [--pods 50000] [--per-run 10] [--gpu-nodes] [--variants baseline,paged]
        .venv/bin/python bench/bench_fleet.py --scenario kubesim/scenarios/fleet.yaml [--scale 1] [--variants paged]
 """
 
@@ -1463,8 +1468,7 @@ def main() -> None:
             info = sim.call("populate", 0, runs, a.per_run, nodes, a.gpu_nodes)
             fill_s = time.monotonic() - t
             size = sum(info["sizes"]) / max(1, len(info["sizes"]))
-            held = (f"one 8-GPU pod a node ({8 * min(nodes, info['pods']):,} GPUs)" if a.gpu_nodes else
-                    f"every pod 8 GPUs ({8 * info['pods']:,} GPUs, {8 * info['pods'] / nodes:.0f} a node)")
+            held = f"{info['gpus']:,} GPUs held, at most {info['gpus_node_max']} a node (nodes of 8)"
             print(f"cluster: {info['pods']} pods ({size / 1024:.1f} KB JSON each), {runs} runs, {nodes} nodes, "
                   f"{held}; filled in {fill_s:.0f} s", flush=True)
         if a.log_latency > 0:  # the simulator's fault rule: every log GET waits this long first
