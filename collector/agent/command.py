@@ -64,7 +64,7 @@ def agent(address: str, token_file: Path | None, tls_cert_file: Path | None, tls
           dra_drivers: tuple[str, ...], resource_slices: bool) -> None:
     """The node agent: GPU readings with pod attribution, XIDs and node-local log evidence."""
     # here, not at the top: `taugrid-evidence controller` registers this command, and the agent's
-    # modules (pod-resources gRPC, protobuf, h2, NVML) would cost the controller ~6 MiB of RSS
+    # modules (pod-resources gRPC, protobuf, h2, NVML) would cost the controller ~4.5 MiB of RSS
     from collector.agent.agent import exposure_problem, run_agent
     from collector.agent.settings import AgentSettings, LogSettings
 
