@@ -131,7 +131,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT, ROOT / "bench"):
@@ -152,8 +152,9 @@ def _census(path: str) -> None:
     """BENCH_CENSUS=PREFIX: every object the collector reaches (tracked ones and what they hold), its
     shallow size summed by type, into PATH: where the heap's Python objects are, without tracemalloc's
     cost (run after the window: it holds a set of every object's id while it walks), and for the
-    largest types who holds a spread of them (`_holders`). It freezes every object it finds (the
-    figures after it are not quoted)."""
+    largest types who holds a spread of them (`_holders`); with BENCH_CENSUS_DUPS=1, also the short
+    tuples held more than once by value (a key copied into several maps). It freezes every object it
+    finds (the figures after it are not quoted)."""
     switch = sys.getswitchinterval()
     sys.setswitchinterval(60.0)  # (the loop's thread waits while the census walks: what it picks stays held)
     gc.unfreeze()  # (what the start froze: neither `gc.get_objects` nor `gc.get_referrers` sees it)
@@ -172,7 +173,9 @@ def _census_walk(path: str) -> None:
     seen: set[int] = set()
     todo = gc.get_objects()
     seen.update(map(id, todo))
-    own = {id(seen), id(todo), id(by), id(picked)}  # (the census's own: neither counted nor walked)
+    # BENCH_CENSUS_DUPS: short tuples counted by value (the same key held by several maps, each its own copy)
+    dups: dict[object, list[int]] | None = {} if os.environ.get("BENCH_CENSUS_DUPS") else None
+    own = {id(seen), id(todo), id(by), id(picked), id(dups)}  # (the census's own: neither counted nor walked)
     while todo:
         o = todo.pop()
         if id(o) in own:
@@ -183,6 +186,12 @@ def _census_walk(path: str) -> None:
             k += f" {_bucket(len(o))}"
         elif t is tuple or t is list or t is dict:
             k += f" len {_bucket(len(o))}"
+            if dups is not None and t is tuple and len(o) < 4:
+                try:
+                    d = dups.setdefault(o, [0, sys.getsizeof(o)])
+                    d[0] += 1
+                except (TypeError, ValueError):  # (unhashable: a list or a writable memoryview inside)
+                    pass
         got = by.get(k)
         if got is None:
             got = by[k] = [0, 0]
@@ -205,7 +214,17 @@ def _census_walk(path: str) -> None:
         out.write(f"# {total / 2**20:.1f} MiB shallow in {sum(v[1] for v in by.values())} objects\n")
         for k, (size, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:80]:
             out.write(f"{size / 2**20:9.2f} MiB {n:10d}  {size / max(n, 1):8.0f} B  {k}\n")
-        del todo, seen
+        if dups is not None:  # by shape: a first string (a kind) shown, the rest by type
+            shapes: dict[str, list[int]] = {}
+            for v, (n, size) in dups.items():
+                shape = ",".join(repr(x) if i == 0 and type(x) is str and len(x) <= 16 else type(x).__name__
+                                 for i, x in enumerate(cast(tuple[object, ...], v)))
+                e = shapes.setdefault(shape, [0, 0, 0])
+                e[0], e[1], e[2] = e[0] + n, e[1] + 1, e[2] + (n - 1) * size
+            out.write("\n# short tuples held more than once: MiB in copies past the first, objects, values, shape\n")
+            for shape, (n, values, extra) in sorted(shapes.items(), key=lambda kv: -kv[1][2])[:40]:
+                out.write(f"{extra / 2**20:9.2f} MiB {n:10d} {values:10d}  ({shape})\n")
+        del todo, seen, dups
         top = sorted(by.items(), key=lambda kv: -kv[1][0])[:16]
         out.write("\n# who holds them: for a spread of each of the largest types, the chain of holders\n")
         for k, _ in top:
