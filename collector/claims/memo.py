@@ -82,8 +82,10 @@ def newest_stamp(scan: LogScan) -> datetime | None:
     kept = _NEWEST.get(scan)
     if kept is None:
         samples = scan.samples
-        cols = samples.columns() if isinstance(samples, PackedSamples) else None
-        if cols is not None:  # (a plain pack: every sample stamped, read without building them)
+        # (a plain pack: every sample stamped, its stamps read without building the samples or
+        # unpacking its other columns)
+        cols = samples.steps_stamps() if isinstance(samples, PackedSamples) else None
+        if cols is not None:
             assert isinstance(samples, PackedSamples)
             kept = (samples.stamp(max(cols[1])),)
         else:

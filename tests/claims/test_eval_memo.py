@@ -21,6 +21,7 @@ from collector.gpu import PodGpuEvidence
 from collector.kube import normalize
 from collector.model import ObjectRecord, OwnerRef, PodFacts
 from collector.progress import scan_text
+from collector.progress.model import PackedSamples, new_sample, new_scan
 from tests.claims.test_gpuspread import gpus, megatron_log
 from tests.claims.test_recheck_at import NOW, S, evidence, pod, taucluster, taurun
 
@@ -301,6 +302,20 @@ def test_newest_stamp_is_the_latest_sample_stamp(ages: list[int]) -> None:
     assert memo.newest_stamp(scan) == want  # kept
     assert memo.newest_stamp(replace(scan, samples=scan.samples[:-1])) == max(
         (x.at for x in scan.samples[:-1] if x.at is not None), default=None)  # another scan: its own
+
+
+@given(st.lists(st.integers(-3600, 3600), min_size=1, max_size=40))
+def test_newest_stamp_of_a_plain_pack(offsets: list[int]) -> None:
+    """A packed history's newest stamp read off its stamps alone, in whatever order they lie, its
+    columns never asked for (a fold keeps them only for its last few packs): the latest sample's."""
+    built = tuple(new_sample(100 + i, NOW + timedelta(seconds=o, microseconds=7 * i), 2.5, i + 1, "megatron",
+                             False, 1000) for i, o in enumerate(offsets))
+    packed = PackedSamples.pack(list(built))  # (a list: not held built)
+    assert packed is not None and packed._cols is None
+    scan = new_scan("t", "megatron", (), (), (), (), len(built))
+    scan = replace(scan, samples=packed)
+    assert memo.newest_stamp(scan) == max(x.at for x in built if x.at is not None)
+    assert packed._cols is None  # (no column kept for it)
 
 
 def test_kept_values_are_bounded() -> None:
