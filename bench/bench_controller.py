@@ -122,11 +122,9 @@ def realistic_pod(ns: str, run: str, j: int, created: datetime, node: str, gpus:
         ("RAY_CLUSTER_NAME", rc), ("RAY_PORT", "6379"), ("RAY_ADDRESS", f"{rc}-head-svc.{ns}.svc.cluster.local:6379"),
         ("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCA", "mlx5"), ("RAY_CLOUD_INSTANCE_ID", m["name"]),
     )]
-    res = {"limits": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus), "ephemeral-storage": "500Gi"},
-           "requests": {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": str(gpus), "ephemeral-storage": "500Gi"}}
-    if not gpus:
-        for part in res.values():
-            del part["nvidia.com/gpu"]
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    res = {"limits": {"cpu": "96", "memory": "1600Gi", **gpu, "ephemeral-storage": "500Gi"},
+           "requests": {"cpu": "96", "memory": "1600Gi", **gpu, "ephemeral-storage": "500Gi"}}
     mounts = [{"name": "shared-mem", "mountPath": "/dev/shm"}, {"name": "checkpoints", "mountPath": "/checkpoints"},
               {"name": "datasets", "mountPath": "/data", "readOnly": True},
               {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
@@ -303,12 +301,13 @@ def _sim_main(conn: Any, cpu: int | None, window: int) -> None:
                     sim.apply(taurun(run, ns, "Running", created, workers=ppr - 1))
                     for j in range(ppr):
                         p = i * ppr + j
-                        # (the node's k-th pod, k = p // nodes, holds its GPUs where k is the node's own
-                        # turn: one a node, and with `ppr` pods a node, one a run)
-                        gpus = 8 if not gpu_nodes or p // max(nodes, 1) == p % max(nodes, 1) % per_node else 0
-                        obj = sim.apply(realistic_pod(ns, run, j, created, f"gpu-{p % max(nodes, 1):04d}", gpus))
+                        k, node = divmod(p, max(nodes, 1))
+                        # (the node's k-th pod holds its GPUs where k is the node's own turn: one a node,
+                        # and with `ppr` pods a node, one a run)
+                        gpus = 8 if not gpu_nodes or k == node % per_node else 0
+                        obj = sim.apply(realistic_pod(ns, run, j, created, f"gpu-{node:04d}", gpus))
                         if gpus:
-                            held[p % max(nodes, 1)] = held.get(p % max(nodes, 1), 0) + gpus
+                            held[node] = held.get(node, 0) + gpus
                         key = (ns, obj["metadata"]["name"])
                         pods.append(key)
                         cur[key] = obj
