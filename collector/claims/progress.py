@@ -40,7 +40,7 @@ from collector.claims.progress_view import (
     stall_window,
     stall_window_of,
 )
-from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, restarts_in, walked
+from collector.claims.progress_walk import POSITION, SLOT, Part, Walk, nothing_in, restarts_in, walked
 from collector.correlate import Key, Signal
 from collector.progress import ProgressSample
 from collector.progress.history import RECENT, compact, compact_packed
@@ -96,20 +96,41 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     # Samples stamped past the horizon are not known yet (skew) or forged; a dump's capture time may
     # trail its newest real stamps by the clock's slack, so the horizon is the latest capture instant.
     horizon = clock.horizon if clock is not None else now
-    streams: dict[str, tuple[list[Part], list[int]]] = {}
+    # per stream: its signals (place, signal, restarts), and whether it holds anything to walk
+    streams: dict[str, tuple[list[tuple[int, Signal, tuple[Restart, ...]]], list[bool]]] = {}
     for place, sig in enumerate(signals):
-        src = source_name(sig)
         lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
-        stream = lin.stream if lin is not None else src
-        parts, places = streams.setdefault(stream, ([], []))
-        parts.append(Part(sig.scan, src, f"{sig.ref.name}/{sig.source}", lin.restarts if lin is not None else ()))
-        places.append(place)
-    walks = [(walked(stream, parts, s, horizon, clock), places) for stream, (parts, places) in streams.items()]
-    return _joined(walks, s)
+        restarts = lin.restarts if lin is not None else ()
+        stream = lin.stream if lin is not None else source_name(sig)
+        held, busy = streams.setdefault(stream, ([], [False]))
+        held.append((place, sig, restarts))
+        if not busy[0] and not nothing_in(sig.scan, restarts):
+            busy[0] = True
+    walks = []
+    quiet_first: datetime | None = None
+    for stream, (held, busy) in streams.items():
+        if not busy[0]:
+            # Nothing to walk (a quiet container's stream: at fleet size most of a run's): all its walk
+            # would give is its first line, where the run's evidence starts (one past the horizon is
+            # not known yet, as a sample's).
+            for _, sig, _ in held:
+                first = sig.scan.first_at
+                if first is None:
+                    continue
+                if horizon is None or first <= horizon:
+                    quiet_first = first if quiet_first is None or first < quiet_first else quiet_first
+                elif clock is not None:
+                    clock.expires(first)
+            continue
+        parts = [Part(sig.scan, source_name(sig), f"{sig.ref.name}/{sig.source}", restarts)
+                 for _, sig, restarts in held]
+        walks.append((walked(stream, parts, s, horizon, clock), [place for place, _, _ in held]))
+    return _joined(walks, s, quiet_first)
 
 
-def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressView:
-    """The run's view from its streams' walks (each with its signals' places in the run's order)."""
+def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings, quiet_first: datetime | None = None) -> ProgressView:
+    """The run's view from its streams' walks (each with its signals' places in the run's order), and the
+    first line of the streams with nothing to walk (`quiet_first`: none walked)."""
     def key(k: tuple[datetime, int], places: list[int]) -> tuple[datetime, int, int]:
         return (k[0], places[k[1] >> SLOT], k[1] & POSITION)
 
@@ -121,7 +142,9 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings) -> ProgressVi
     else:
         advances = tuple(sorted(chain.from_iterable(w.advances(slot) for _, slot, w in slots), key=_by_at))
     undated = sum(w.undated for w, _ in walks)
-    observed_from = min((w.first for w, _ in walks if w.first is not None), default=None)
+    observed_from = min((w.first for w, _ in walks if w.first is not None), default=quiet_first)
+    if quiet_first is not None and observed_from is not None and quiet_first < observed_from:
+        observed_from = quiet_first
     high = {w.stream: w.high for w, _ in walks if w.high is not None}
     # the run-wide streaks, from what follows the last place that ended them
     last_adv = max((key(w.last_adv, p) for w, p in walks if w.last_adv is not None), default=None)

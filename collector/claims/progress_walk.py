@@ -71,11 +71,10 @@ def samples_of(scan: LogScan) -> list[ProgressSample]:
     return samples
 
 
-def _nothing(p: Part) -> bool:
-    """`walk` finds nothing in `p`: no sample, no high-water sample kept apart from them, no restart
-    (`restarts_in` finds none where there is no sample)."""
-    scan = p.scan
-    if scan.samples or p.restarts:
+def nothing_in(scan: LogScan, restarts: Sequence[Restart]) -> bool:
+    """`walk` finds nothing in a part of this scan and these restarts: no sample, no high-water sample
+    kept apart from them, no restart (`restarts_in` finds none where there is no sample)."""
+    if scan.samples or restarts:
         return False
     sm = scan.summary
     return sm is None or sm.high_water is None
@@ -420,11 +419,9 @@ _KEPT: ByScan[_Kept] = ByScan()  # by the stream's first scan
 
 def walked(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
            clock: Clock | None) -> Walk:
-    """`walk(...)`, taken from the last evaluation when nothing it depends on changed."""
-    if _nothing(parts[0]) and (len(parts) == 1 or all(map(_nothing, parts))):
-        # nothing to walk (a quiet container's stream: at fleet size most of them): walking it again costs
-        # what finding it kept would, and keeping it cost ~0.8 KB a stream (the walk, its key, names, memo)
-        return walk(stream, parts, s, horizon, clock)
+    """`walk(...)`, taken from the last evaluation when nothing it depends on changed. For a stream with
+    something to walk (`analyze` walks no other: a quiet container's stream, at fleet size most of them,
+    gives its first line alone, and keeping its walk cost ~0.8 KB a stream)."""
     head = parts[0].scan
     ids = tuple((p.src, p.label, p.restarts) for p in parts)
     kept = _KEPT.get(head)

@@ -3,7 +3,8 @@
 Random runs grow in random increments, the way the live controller's history grows: a signal's
 scan replaced by a longer one (a poll's samples appended, now and then compacted as the controller
 compacts), a pod replaced (a new signal continuing a stream, with its restart), an in-process resume,
-a signal going stale, the clock moving with nothing new. Samples restart and replay, pause, repeat
+a signal going stale, the clock moving with nothing new, quiet logs (lines, never a sample) beside
+them, first lines stamped ahead of the clock. Samples restart and replay, pause, repeat
 steps and stamps, arrive out of order or stamped past the clock, skip steps, lose their loss to NaN or
 0.0, carry no step or no stamp. After every increment the incremental `analyze` (its walks kept from
 the increments before) must equal the old single walk (`analyze_reference`) field for field, and both
@@ -41,7 +42,8 @@ LOSSES = (2.5, 2.4, 1.0, 0.0, float("nan"), float("inf"), None)
 class Log:
     """One container's growing log: every sample it printed, as a scan the controller would hold."""
 
-    def __init__(self, rng: random.Random, pod: str, start: datetime, lockstep: int | None = None) -> None:
+    def __init__(self, rng: random.Random, pod: str, start: datetime, lockstep: int | None = None,
+                 quiet: bool = False) -> None:
         self.rng = rng
         # ranks in lockstep print the same steps at the same instants (ties across streams)
         self.trng = random.Random(lockstep) if lockstep is not None else rng
@@ -51,11 +53,17 @@ class Log:
         self.line = 0
         self.samples: list[ProgressSample] = []
         self.resumes: list[ResumeFinding] = []
-        self.first_at: datetime | None = start if rng.random() < 0.5 else None
+        u = rng.random()
+        # its first line's stamp: none, the start, or ahead of the clock (a node's clock ahead)
+        self.first_at: datetime | None = start if u < 0.45 else start + timedelta(minutes=10) if u < 0.55 else None
         self.scan = LogScan("x", "megatron", (), (), (), (), 0, first_at=self.first_at)
         self.stepless = rng.random() < 0.15
+        self.quiet = quiet  # a sidecar's: lines, never a sample (at fleet size most logs)
 
     def grow(self, k: int) -> None:
+        if self.quiet:
+            self.line += k
+            return
         r, tr = self.rng, self.trng
         for _ in range(k):
             self.line += 1 + r.randrange(3)
@@ -113,7 +121,7 @@ def _scenario(seed: int) -> None:
 
     def add(pod: str, stream: str | None) -> None:
         log = Log(rng, pod, start if lockstep is not None else now - timedelta(seconds=10 * rng.randrange(0, 60)),
-                  lockstep)
+                  lockstep, quiet=rng.random() < 0.25)
         log.grow(rng.randrange(0, 12) if lockstep is None else 6)
         log.rescan(s)
         logs.append(log)
