@@ -828,12 +828,9 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     prints the run's progress; its workers' trainers send their first document, as a sidecar, then
     nothing new)."""
     import random
-    from dataclasses import replace as _replace
 
     import orjson
 
-    from collector.correlate import Signal
-    from collector.model import Ref
     from collector.sources.agents import _scan as decode
 
     def from_body(body: bytes, source: str) -> Any:  # the agent poller's decode of a container's entry
@@ -853,41 +850,64 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     while not stop.wait(wait):
         wait = 30.0
         t = time.thread_time()
-        read: dict[str, datetime] = {}
-        for ref, containers, quiet_pod, node in _running_pods(c, heads_only):
+        # node by node, as agents' documents come: each document's containers handed on together
+        # (`put_logs`: in batches, as the agent poller queues a document; a `before` tree one by one)
+        put_logs = getattr(c, "put_logs", None)
+        for node, pods in _pods_by_node(c, heads_only):
             # the document's read time: its node's (one object for all the node's containers, as the
             # poller stamps a document: `AgentReport.read_at`), not the pass's start
-            now = read.get(node) or read.setdefault(node, c.now())
-            n0 = sent.get(ref.name)
-            first = n0 is None
-            pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
-            for k, container in enumerate(containers):
-                if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
-                    # an increment with nothing new each pass (agents send every container each pass;
-                    # the loop only moves its read time: `planes.signals.adds_nothing`)
-                    body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
-                    quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
-                    if first:
-                        quiet = _replace(quiet, first_at=now)
-                    c.put_log(_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
-                                                               None if first else 3)), quiet)
-                    continue
-                start = began.setdefault(ref.name, now - timedelta(seconds=29))
-                lines = n0 or 0
-                n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
-                # the trainer's part of an agent's document, decoded as the agent poller decodes it
-                # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-                body = orjson.dumps(_entry(ref, container, now, lines + n, n0, "megatron", [
-                    [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
-                     False, 500_000, lines + i + 1] for i in range(n)]))
-                scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
-                sig = Signal(pod, container, scan, now)
-                c.put_log(_change(ctl)("agent-log", None, (sig, n0)), scan)
-                sent[ref.name] = lines + n
-            if quiet_pod or ref.name not in sent:
-                sent[ref.name] = n0 or 0
+            now = c.now()
+            doc: list[tuple[Any, Any]] = []
+            for ref, containers, quiet_pod in pods:
+                _live_pod(c, ctl, ref, containers, quiet_pod, node, now, sent, began, doc, used, rng, from_body,
+                          _agent_source)
+            if put_logs is not None:
+                put_logs(doc)
+            else:
+                for change, scan in doc:
+                    c.put_log(change, scan)
         used[0] += time.thread_time() - t
         done.append(len(sent))
+
+
+def _live_pod(c: Any, ctl: Any, ref: Any, containers: tuple[str, ...], quiet_pod: bool, node: str, now: datetime,
+              sent: dict[str, int], began: dict[str, datetime], doc: list[tuple[Any, Any]], used: list[float],
+              rng: Any, from_body: Any, _agent_source: Any) -> None:
+    """One running pod's part of its node's document (`_live_feed`), appended to `doc` as (change, scan)."""
+    from dataclasses import replace as _replace
+
+    import orjson
+
+    from collector.correlate import Signal
+    from collector.model import Ref
+    n0 = sent.get(ref.name)
+    first = n0 is None
+    pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
+    for k, container in enumerate(containers):
+        if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
+            # an increment with nothing new each pass (agents send every container each pass;
+            # the loop only moves its read time: `planes.signals.adds_nothing`)
+            body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
+            quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
+            if first:
+                quiet = _replace(quiet, first_at=now)
+            doc.append((_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
+                                                         None if first else 3)), quiet))
+            continue
+        start = began.setdefault(ref.name, now - timedelta(seconds=29))
+        lines = n0 or 0
+        n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
+        # the trainer's part of an agent's document, decoded as the agent poller decodes it
+        # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
+        body = orjson.dumps(_entry(ref, container, now, lines + n, n0, "megatron", [
+            [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
+             False, 500_000, lines + i + 1] for i in range(n)]))
+        scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
+        sig = Signal(pod, container, scan, now)
+        doc.append((_change(ctl)("agent-log", None, (sig, n0)), scan))
+        sent[ref.name] = lines + n
+    if quiet_pod or ref.name not in sent:
+        sent[ref.name] = n0 or 0
 
 
 def _entry(ref: Any, container: str, now: datetime, lines: int, after: int | None, fmt: str | None = None,
@@ -1165,6 +1185,33 @@ def _change(ctl: Any) -> Any:
         return ctl._Change
     from collector.planes.base import Change
     return Change
+
+
+def _pods_by_node(c: Any, heads_only: bool = False) -> Iterator[tuple[str, list[tuple[Any, tuple[str, ...], bool]]]]:
+    """`_running_pods` node by node (each node's agent sends one document): the pods' keys grouped by
+    node first (references to the index's own keys), then each node's pods read as its document is made."""
+    try:
+        keys = c.index.keys_of_kind("Pod")
+    except RuntimeError:  # changed while read (the loop's thread): next pass
+        return
+    by_node: dict[str, list[Any]] = {}
+    for key in keys:
+        f = getattr(c.index.get(*key), "facts", None)
+        node = getattr(f, "node_name", None)
+        if node:
+            by_node.setdefault(node, []).append(key)
+    del keys
+    for node, held in by_node.items():
+        pods = []
+        for _, ns, name in held:
+            rec = c.index.get("Pod", ns, name)
+            f = getattr(rec, "facts", None)
+            if rec is None or f is None or getattr(f, "phase", "") != "Running":
+                continue
+            running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
+            if running:
+                pods.append((rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head"))
+        yield node, pods
 
 
 def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple[str, ...], bool, str]]:

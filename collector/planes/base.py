@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -80,6 +80,9 @@ class Loop(Protocol):
 
     def put_log(self, change: Change, scan: LogScan) -> None:
         """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
+
+    def put_logs(self, changes: Iterable[tuple[Change, LogScan]]) -> None:
+        """`put_log` of each, queued in batches (a node agent's document: one queue entry for many)."""
 
     def spawn(self, target: Callable[[], None], name: str, state: SourceState | None) -> None:
         """`target` on a supervised thread of its own, started again after a back-off if it fails;

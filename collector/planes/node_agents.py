@@ -129,8 +129,7 @@ class AgentSource(PolledSource):
                     self.state.error(ErrorClass.RETRYABLE, rep)
                     log.warning("node agent not read", extra={"error": rep})
                     continue
-                for change, scan in log_changes(rep):
-                    loop.put_log(change, scan)
+                loop.put_logs(log_changes(rep))
                 log_pods |= rep.log_pods()
                 loop.put(Change("gpu-node", None, NodePart(pid, i, rep.endpoint.node, rep.read_at, rep.gpus)))
             reader.forget(endpoints)
