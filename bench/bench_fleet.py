@@ -1190,28 +1190,13 @@ def _change(ctl: Any) -> Any:
 def _pods_by_node(c: Any, heads_only: bool = False) -> Iterator[tuple[str, list[tuple[Any, tuple[str, ...], bool]]]]:
     """`_running_pods` node by node (each node's agent sends one document): the pods' keys grouped by
     node first (references to the index's own keys), then each node's pods read as its document is made."""
-    try:
-        keys = c.index.keys_of_kind("Pod")
-    except RuntimeError:  # changed while read (the loop's thread): next pass
-        return
-    by_node: dict[str, list[Any]] = {}
-    for key in keys:
-        f = getattr(c.index.get(*key), "facts", None)
-        node = getattr(f, "node_name", None)
+    by_node: dict[str, list[tuple[str, str, str]]] = {}
+    for key in _pod_keys(c):
+        node = getattr(getattr(c.index.get(*key), "facts", None), "node_name", None)
         if node:
             by_node.setdefault(node, []).append(key)
-    del keys
     for node, held in by_node.items():
-        pods = []
-        for _, ns, name in held:
-            rec = c.index.get("Pod", ns, name)
-            f = getattr(rec, "facts", None)
-            if rec is None or f is None or getattr(f, "phase", "") != "Running":
-                continue
-            running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
-            if running:
-                pods.append((rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head"))
-        yield node, pods
+        yield node, [pod[:3] for _, ns, name in held if (pod := _running_pod(c, ns, name, heads_only)) is not None]
 
 
 def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple[str, ...], bool, str]]:
@@ -1219,18 +1204,29 @@ def _running_pods(c: Any, heads_only: bool = False) -> Iterator[tuple[Any, tuple
     of them are quiet: with `heads_only`, a pod not a Ray head; its node): what agents reading every
     pod's logs send, one pod at a time (the index read as the agents' documents come, nothing listed
     whole)."""
+    for _, ns, name in _pod_keys(c):
+        pod = _running_pod(c, ns, name, heads_only)
+        if pod is not None:
+            yield pod
+
+
+def _pod_keys(c: Any) -> set[tuple[str, str, str]]:
     try:
-        keys = c.index.keys_of_kind("Pod")
+        return cast(set[tuple[str, str, str]], c.index.keys_of_kind("Pod"))
     except RuntimeError:  # changed while read (the loop's thread): next pass
-        return
-    for _, ns, name in keys:
-        rec = c.index.get("Pod", ns, name)
-        f = getattr(rec, "facts", None)
-        if rec is None or f is None or getattr(f, "phase", "") != "Running":
-            continue
-        running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
-        if running:
-            yield rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head", f.node_name
+        return set()
+
+
+def _running_pod(c: Any, ns: str, name: str, heads_only: bool) -> tuple[Any, tuple[str, ...], bool, str] | None:
+    """`_running_pods`' entry for one pod; None: not running, or no app container running."""
+    rec = c.index.get("Pod", ns, name)
+    f = getattr(rec, "facts", None)
+    if rec is None or f is None or getattr(f, "phase", "") != "Running":
+        return None
+    running = tuple(x.name for x in f.containers if not x.init and x.state == "running")
+    if not running:
+        return None
+    return rec.ref, running, heads_only and getattr(f, "ray_node_type", "") != "head", f.node_name
 
 
 def _agent_sources() -> Callable[[str, Any, str], str]:
