@@ -828,9 +828,12 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     prints the run's progress; its workers' trainers send their first document, as a sidecar, then
     nothing new)."""
     import random
+    from dataclasses import replace as _replace
 
     import orjson
 
+    from collector.correlate import Signal
+    from collector.model import Ref
     from collector.sources.agents import _scan as decode
 
     def from_body(body: bytes, source: str) -> Any:  # the agent poller's decode of a container's entry
@@ -846,6 +849,39 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     # pass's length (minutes under load: evidence stale when it came, no run ever deferred).
     began: dict[str, datetime] = {}
     _agent_source = _agent_sources()
+
+    def pod_part(ref: Any, containers: tuple[str, ...], quiet_pod: bool, node: str, now: datetime,
+                 doc: list[tuple[Any, Any]]) -> None:
+        """One running pod's part of its node's document, appended to `doc` as (change, scan)."""
+        n0 = sent.get(ref.name)
+        first = n0 is None
+        pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
+        for k, container in enumerate(containers):
+            if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
+                # an increment with nothing new each pass (agents send every container each pass;
+                # the loop only moves its read time: `planes.signals.adds_nothing`)
+                body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
+                quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
+                if first:
+                    quiet = _replace(quiet, first_at=now)
+                doc.append((_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
+                                                             None if first else 3)), quiet))
+                continue
+            start = began.setdefault(ref.name, now - timedelta(seconds=29))
+            lines = n0 or 0
+            n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
+            # the trainer's part of an agent's document, decoded as the agent poller decodes it
+            # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
+            body = orjson.dumps(_entry(ref, container, now, lines + n, n0, "megatron", [
+                [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
+                 False, 500_000, lines + i + 1] for i in range(n)]))
+            scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
+            sig = Signal(pod, container, scan, now)
+            doc.append((_change(ctl)("agent-log", None, (sig, n0)), scan))
+            sent[ref.name] = lines + n
+        if quiet_pod or ref.name not in sent:
+            sent[ref.name] = n0 or 0
+
     wait = 0.0
     while not stop.wait(wait):
         wait = 30.0
@@ -859,8 +895,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
             now = c.now()
             doc: list[tuple[Any, Any]] = []
             for ref, containers, quiet_pod in pods:
-                _live_pod(c, ctl, ref, containers, quiet_pod, node, now, sent, began, doc, used, rng, from_body,
-                          _agent_source)
+                pod_part(ref, containers, quiet_pod, node, now, doc)
             if put_logs is not None:
                 put_logs(doc)
             else:
@@ -868,46 +903,6 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                     c.put_log(change, scan)
         used[0] += time.thread_time() - t
         done.append(len(sent))
-
-
-def _live_pod(c: Any, ctl: Any, ref: Any, containers: tuple[str, ...], quiet_pod: bool, node: str, now: datetime,
-              sent: dict[str, int], began: dict[str, datetime], doc: list[tuple[Any, Any]], used: list[float],
-              rng: Any, from_body: Any, _agent_source: Any) -> None:
-    """One running pod's part of its node's document (`_live_feed`), appended to `doc` as (change, scan)."""
-    from dataclasses import replace as _replace
-
-    import orjson
-
-    from collector.correlate import Signal
-    from collector.model import Ref
-    n0 = sent.get(ref.name)
-    first = n0 is None
-    pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
-    for k, container in enumerate(containers):
-        if k or quiet_pod:  # a sidecar (fluent-bit) or a worker: its first document, then quiet:
-            # an increment with nothing new each pass (agents send every container each pass;
-            # the loop only moves its read time: `planes.signals.adds_nothing`)
-            body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
-            quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
-            if first:
-                quiet = _replace(quiet, first_at=now)
-            doc.append((_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
-                                                         None if first else 3)), quiet))
-            continue
-        start = began.setdefault(ref.name, now - timedelta(seconds=29))
-        lines = n0 or 0
-        n = max(1, min(LIVE_MAX_STEPS, int((now - start).total_seconds()) + 1 - lines))  # 30 a pass on time
-        # the trainer's part of an agent's document, decoded as the agent poller decodes it
-        # (JSON, then `sources.agents`: fresh numbers and stamps per sample, as off the wire)
-        body = orjson.dumps(_entry(ref, container, now, lines + n, n0, "megatron", [
-            [1000 + lines + i, (start + timedelta(seconds=lines + i)).isoformat(), rng.uniform(1.5, 3.0),
-             False, 500_000, lines + i + 1] for i in range(n)]))
-        scan = _replace(_timed(used, from_body, body, _agent_source(node, ref, container)), first_at=start)
-        sig = Signal(pod, container, scan, now)
-        doc.append((_change(ctl)("agent-log", None, (sig, n0)), scan))
-        sent[ref.name] = lines + n
-    if quiet_pod or ref.name not in sent:
-        sent[ref.name] = n0 or 0
 
 
 def _entry(ref: Any, container: str, now: datetime, lines: int, after: int | None, fmt: str | None = None,

@@ -253,7 +253,7 @@ class Controller(RunEvaluator):
 
     def put_log(self, change: Change, scan: LogScan) -> None:
         """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
-        self._put_weighed(change, _log_weight(scan))
+        self._put_batch([change], _log_weight(scan))
 
     def put_logs(self, changes: Iterable[tuple[Change, LogScan]]) -> None:
         """Queue changes carrying log evidence (a node agent's document: every container it reads) in
@@ -265,14 +265,16 @@ class Controller(RunEvaluator):
         for change, scan in changes:
             w = _log_weight(scan)
             if batch and weight + w > LOG_BATCH_WEIGHT:
-                self._put_weighed(batch[0] if len(batch) == 1 else Change("batch", None, batch), weight)
+                self._put_batch(batch, weight)
                 batch, weight = [], 0
             batch.append(change)
             weight += w
         if batch:
-            self._put_weighed(batch[0] if len(batch) == 1 else Change("batch", None, batch), weight)
+            self._put_batch(batch, weight)
 
-    def _put_weighed(self, change: Change, weight: int) -> None:
+    def _put_batch(self, batch: list[Change], weight: int) -> None:
+        """Queue `batch` (one change as itself) once `weight` is taken from the log backlog."""
+        change = batch[0] if len(batch) == 1 else Change("batch", None, batch)
         if self._log_backlog.take(weight, self._stop):
             change.weight = weight
             self.put(change)

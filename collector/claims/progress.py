@@ -96,20 +96,15 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     # Samples stamped past the horizon are not known yet (skew) or forged; a dump's capture time may
     # trail its newest real stamps by the clock's slack, so the horizon is the latest capture instant.
     horizon = clock.horizon if clock is not None else now
-    # per stream: its signals (place, signal, restarts), and whether it holds anything to walk
-    streams: dict[str, tuple[list[tuple[int, Signal, tuple[Restart, ...]]], list[bool]]] = {}
+    streams: dict[str, list[tuple[int, Signal, tuple[Restart, ...]]]] = {}  # its signals: (place, signal, restarts)
     for place, sig in enumerate(signals):
         lin = lineage.get((sig.ref.key, sig.source)) if lineage else None
         restarts = lin.restarts if lin is not None else ()
-        stream = lin.stream if lin is not None else source_name(sig)
-        held, busy = streams.setdefault(stream, ([], [False]))
-        held.append((place, sig, restarts))
-        if not busy[0] and not nothing_in(sig.scan, restarts):
-            busy[0] = True
+        streams.setdefault(lin.stream if lin is not None else source_name(sig), []).append((place, sig, restarts))
     walks = []
     quiet_first: datetime | None = None
-    for stream, (held, busy) in streams.items():
-        if not busy[0]:
+    for stream, held in streams.items():
+        if all(nothing_in(sig.scan, restarts) for _, sig, restarts in held):
             # Nothing to walk (a quiet container's stream: at fleet size most of a run's): all its walk
             # would give is its first line, where the run's evidence starts (one past the horizon is
             # not known yet, as a sample's).
@@ -142,9 +137,8 @@ def _joined(walks: list[tuple[Walk, list[int]]], s: ClaimSettings, quiet_first: 
     else:
         advances = tuple(sorted(chain.from_iterable(w.advances(slot) for _, slot, w in slots), key=_by_at))
     undated = sum(w.undated for w, _ in walks)
-    observed_from = min((w.first for w, _ in walks if w.first is not None), default=quiet_first)
-    if quiet_first is not None and observed_from is not None and quiet_first < observed_from:
-        observed_from = quiet_first
+    firsts = [w.first for w, _ in walks if w.first is not None]
+    observed_from = min((*firsts, quiet_first) if quiet_first is not None else firsts, default=None)
     high = {w.stream: w.high for w, _ in walks if w.high is not None}
     # the run-wide streaks, from what follows the last place that ended them
     last_adv = max((key(w.last_adv, p) for w, p in walks if w.last_adv is not None), default=None)
