@@ -364,6 +364,19 @@ def energy_windows(e: PodGpuEvidence) -> list[tuple[bool, tuple[float, float, fl
             for i, m in enumerate(_col(p, lay[_MASK], n))]
 
 
+def energy_columns(e: PodGpuEvidence) -> tuple[Sequence[float], Sequence[float], Sequence[float]] | None:
+    """Every device's energy window as three columns (joules, from, to: `energy_window`'s), where each
+    device is alone (neither shared nor a MIG instance) and has one; None otherwise, and for a pod of
+    no device (`energy_windows` says which device and why). `claims.energy` on every evaluation: a run
+    of 80 GPUs read without a tuple a device."""
+    p = e._p
+    n, any_, lay = _layout(p)
+    if not n or any_ & (_ODD | _SHARED | _MIG_SEEN | 0x700):
+        return None
+    js, froms, tos = (_col(p, c, n) for c in lay[_ENERGY:_ENERGY + 3])
+    return js, froms, tos
+
+
 Sampled = tuple[str, int | None, float | None, float | None, tuple[int, ...], tuple[tuple[int, float], ...]]
 
 

@@ -25,10 +25,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from itertools import islice
-from operator import le, lt
+from operator import itemgetter, le, lt, sub
 
 from collector.correlate import RunEvidence, Signal
-from collector.gpu import PodGpuEvidence, energy_windows, uuid_at
+from collector.gpu import PodGpuEvidence, energy_columns, energy_windows, uuid_at
 from collector.model import Energy, PodFacts
 from collector.progress.model import PackedSamples
 
@@ -46,6 +46,8 @@ def timelines(ev: RunEvidence) -> list[tuple[list[float], list[int], float]]:
 def timeline(sig: Signal) -> tuple[list[float], list[int], float] | None:
     """A log's (times, steps, median step interval), its current incarnation only; None under 3 steps."""
     samples = sig.scan.samples
+    if len(samples) < 3:
+        return None  # (a quiet log's: most of a fleet run's)
     got = _packed_line(samples) if isinstance(samples, PackedSamples) else None
     ts, steps = got if got is not None else _line(
         (x.step, x.at.timestamp()) for x in samples if x.step is not None and x.at is not None and not x.skipped)
@@ -119,22 +121,45 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
                      if (ns, pod) not in fresh or fresh[(ns, pod)].device_count < n)
     if missing:
         return unknown(f"pod {missing[0]} holds GPUs with no fresh readings: energy per step unknown")
-    windows: list[tuple[tuple[PodGpuEvidence, int], float, float, float]] = []  # (device, from, to, joules)
-    for e, i, (not_alone, window) in ((g, i, w) for g in pods for i, w in enumerate(energy_windows(g))):
-        if not_alone:
-            return unknown(f"GPU {uuid_at(e, i)} is shared or a MIG instance: its energy is not the run's alone")
-        if window is None:
-            return unknown(f"GPU {uuid_at(e, i)} (node {e.node}) has no energy counter window (not offered, "
-                           "just started, or reset): energy per step unknown")
-        joules, from_s, to_s = window
+    # Each device's window in unix seconds (from, to) and its joules, device by device in the pods'
+    # order; `owners` the pods by their first device's place (a device named only in a reason).
+    froms: list[float] = []
+    tos: list[float] = []
+    joules: list[float] = []
+    owners: list[tuple[int, PodGpuEvidence]] = []
+    for e in pods:
         end = e.read_at.timestamp()
-        windows.append(((e, i), end - from_s, end - to_s, joules))  # (unix seconds)
-    if max(w[1] for w in windows) >= min(w[2] for w in windows):
+        owners.append((len(froms), e))
+        cols = energy_columns(e)
+        if cols is not None:  # (every device alone, with a window: a run's every pod, most often)
+            js, fs, ts = cols
+            froms.extend([end - f for f in fs])
+            tos.extend([end - t for t in ts])
+            joules.extend(js)
+            continue
+        for i, (not_alone, window) in enumerate(energy_windows(e)):
+            if not_alone:
+                return unknown(f"GPU {uuid_at(e, i)} is shared or a MIG instance: its energy is not the run's alone")
+            if window is None:
+                return unknown(f"GPU {uuid_at(e, i)} (node {e.node}) has no energy counter window (not offered, "
+                               "just started, or reset): energy per step unknown")
+            j, from_s, to_s = window
+            froms.append(end - from_s)
+            tos.append(end - to_s)
+            joules.append(j)
+
+    def device(k: int) -> str:
+        """The `k`th device's UUID."""
+        first, e = owners[bisect.bisect_right(owners, k, key=itemgetter(0)) - 1]
+        return uuid_at(e, k - first)
+
+    if max(froms) >= min(tos):
         return unknown("the GPUs' energy windows do not overlap (one node read long before the others): "
                        "energy per step unknown")
-    short = min(windows, key=lambda w: w[2] - w[1])
-    if short[2] - short[1] < MIN_WINDOW_S:
-        return unknown(f"GPU {uuid_at(*short[0])}'s energy window is {short[2] - short[1]:.0f} s, "
+    spans = list(map(sub, tos, froms))
+    shortest = min(spans)
+    if shortest < MIN_WINDOW_S:
+        return unknown(f"GPU {device(spans.index(shortest))}'s energy window is {shortest:.0f} s, "
                        f"under {MIN_WINDOW_S:.0f} s: too few steps to divide by yet")
     lines = timelines(ev)
     if not lines:
@@ -144,27 +169,32 @@ def energy_per_step(ev: RunEvidence, evidence: Iterable[PodGpuEvidence], now: da
     # The steps over a window, once a window: an agent reads its node's GPUs on one clock, so a node's
     # GPUs share their window (a run of 80 GPUs on 10 nodes: 10 walks of its logs, not 80)
     steps: dict[tuple[float, float], float] = {}
-    for device, a, b, j in windows:
-        n = steps.get((a, b))
-        if n is None:
-            counts = [sb - sa for ts, st, iv in lines
-                      if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
-            if not counts:
-                return unknown(f"no progress log covers GPU {uuid_at(*device)}'s energy window: energy per step "
-                               "unknown")
-            n = statistics.median(counts)
-            if n <= 0:
-                return unknown(f"no step advanced over GPU {uuid_at(*device)}'s energy window ({b - a:.0f} s): "
-                               "no joules per step")
-            steps[(a, b)] = n
+    last: tuple[float, float] | None = None
+    n = 0.0
+    for k, (a, b, j, span) in enumerate(zip(froms, tos, joules, spans, strict=True)):
+        if (a, b) != last:
+            last = (a, b)
+            got = steps.get(last)
+            if got is None:
+                counts = [sb - sa for ts, st, iv in lines
+                          if (sa := step_at(ts, st, iv, a)) is not None and (sb := step_at(ts, st, iv, b)) is not None]
+                if not counts:
+                    return unknown(f"no progress log covers GPU {device(k)}'s energy window: energy per step "
+                                   "unknown")
+                got = statistics.median(counts)
+                if got <= 0:
+                    return unknown(f"no step advanced over GPU {device(k)}'s energy window ({b - a:.0f} s): "
+                                   "no joules per step")
+                steps[last] = got
+            n = got
         advanced.append(n)
         joules_per_step += j / n
-        watts += j / (b - a)
-    span = statistics.median(b - a for _, a, b, _ in windows)
-    per_token = joules_per_token(ev, watts, len(windows), min(a for _, a, _, _ in windows), now)
+        watts += j / span
+    span = statistics.median(spans)
+    per_token = joules_per_token(ev, watts, len(spans), min(froms), now)
     tokens = f", {per_token:.3g} J per token" if per_token is not None else ""
-    return Energy(joules_per_step, watts, len(windows), statistics.median(advanced), span,
-                  f"{joules_per_step:,.0f} J per step{tokens} over {len(windows)} GPUs ({watts:,.0f} W, "
+    return Energy(joules_per_step, watts, len(spans), statistics.median(advanced), span,
+                  f"{joules_per_step:,.0f} J per step{tokens} over {len(spans)} GPUs ({watts:,.0f} W, "
                   f"{statistics.median(advanced):.1f} steps in {span:.0f} s)", per_token)
 
 

@@ -7,6 +7,7 @@ combination share them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -127,15 +128,16 @@ class ProgressView:
     restarted: Restart | None = None
 
 
-def stall_window(intervals: list[tuple[datetime, float, int]], s: ClaimSettings) -> tuple[timedelta, str]:
-    """max(stall_multiplier × robust high quantile of the recent intervals, stall_floor) + scrape.
+def stall_window(secs: Sequence[float], s: ClaimSettings) -> tuple[timedelta, str]:
+    """max(stall_multiplier × robust high quantile of the recent intervals, stall_floor) + scrape, and
+    what it was built from; `secs`: the step intervals' seconds, oldest first.
 
     The quantile is p99 of the last RECENT_INTERVALS intervals, clipped at median + OUTLIER_MADS ×
     MAD: one past pause (an hour-long checkpoint save) cannot stretch the window for hours. Pauses
     that recur (two or more in the recent intervals) are the run's cadence and are kept, up to the
     second longest.
     """
-    return _stall([secs for _, secs, _ in intervals[-RECENT_INTERVALS:]], s, True)
+    return _stall(list(secs[-RECENT_INTERVALS:]), s, True)
 
 
 def stall_window_of(xs: list[float], s: ClaimSettings) -> timedelta:

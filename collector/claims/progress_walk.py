@@ -20,8 +20,9 @@ from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from operator import itemgetter
+from datetime import datetime, timedelta
+from itertools import islice
+from operator import itemgetter, le, lt
 from typing import Any, Generic, TypeVar, cast
 
 from collector.claims.common import Clock
@@ -49,6 +50,7 @@ POSITION = (1 << SLOT) - 1
 AFTER = 1 << 40
 T = TypeVar("T")
 _order = itemgetter(0, 1)
+_US = timedelta(microseconds=1)
 _NONE: Mapping[int, datetime] = {}  # (read-only by its type: every walk with no replayed advance shares it)
 
 
@@ -147,6 +149,13 @@ class Walk:
             return []
         src, stream, rf = self.srcs[slot], self.stream, self.replayed_to
         base = slot << 32
+        held, lead = self.froms[slot]
+        if lead is None and isinstance(held, PackedSamples) and (cols := held.columns()) is not None:
+            # (a plain pack: its advances read from its columns, no sample built)
+            steps, us, _, _, _, covers = cols
+            b = held.stamp(0)  # (the pack's base: a stamp is the base + its µs, as `stamp` gives it)
+            return [new_advance(b + us[k] * _US, steps[k], src, rf.get(base | i) if rf else None, covers[k] > 1, stream)
+                    for i, k in enumerate(self.advs[slot])]
         got = self._held(slot)
         xs = [got[k] for k in self.advs[slot]]
         if not rf:
@@ -164,8 +173,10 @@ class Walk:
             slot = o >> SLOT
             got = held.get(slot)
             if got is None:
-                got = held[slot] = self._held(slot)
-            out.append(got[k])
+                pack, lead = self.froms[slot]
+                # (a pack's few reports built alone, not all its samples: `sample` reads one)
+                got = held[slot] = pack if lead is None and isinstance(pack, PackedSamples) else self._held(slot)
+            out.append(got.sample(k) if isinstance(got, PackedSamples) else got[k])
         return out
 
     def _held(self, slot: int) -> Sequence[ProgressSample]:
@@ -178,6 +189,10 @@ class Walk:
 def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime | None,
          clock: Clock | None) -> Walk:
     """One stream's walk (the single walk of `analyze` as it was, restricted to this stream)."""
+    if len(parts) == 1:
+        got = _walk_plain(stream, parts[0], s, horizon)
+        if got is not None:
+            return got
     w = Walk(stream)
     w.srcs = tuple(p.src for p in parts)
     events: list[tuple[datetime, int, Any, str]] = []  # (at, order, sample or restart, src)
@@ -236,6 +251,72 @@ def walk(stream: str, parts: Sequence[Part], s: ClaimSettings, horizon: datetime
     return w
 
 
+def _walk_plain(stream: str, p: Part, s: ClaimSettings, horizon: datetime | None) -> Walk | None:
+    """`walk` of a stream of one signal that holds a plain pack at its pace (a trainer's history as the
+    index holds it: every sample a new step, in time, with a finite non-zero loss), with no restart
+    and nothing past the horizon, read from the pack's columns: no sample built, no event sorted (a
+    head's history is walked again on each evaluation of a progressing run: each agent pass extended
+    it). The same walk as `_run`'s over those samples: every sample advances, nothing is replayed,
+    skipped or blind. None: the general path."""
+    scan = p.scan
+    held = scan.samples
+    if p.restarts or scan.resumes or not isinstance(held, PackedSamples) or not held:
+        return None
+    cols = held.columns()
+    if cols is None:
+        return None
+    steps, us, losses, _, _, covers = cols
+    if not all(map(lt, steps, islice(steps, 1, None))) or not all(map(le, us, islice(us, 1, None))) \
+            or 0.0 in losses:
+        return None
+    n = len(steps)
+    last_at = held.stamp(us[-1])
+    if horizon is not None and last_at > horizon:
+        return None
+    sm = scan.summary
+    if sm is not None and sm.dropped and sm.high_water is not None and sm.high_water != held.sample(-1):
+        return None  # (`samples_of` may lead with it)
+    w = Walk(stream)
+    w.srcs = (p.src,)
+    first_at = held.stamp(us[0])
+    w.first = first_at if scan.first_at is None or first_at < scan.first_at else scan.first_at
+    w.max_at = last_at
+    w.high = steps[-1]
+    w.advs = [array("q", range(n))]
+    w.froms = [(held, None)]
+    # the last SKIP_RECENT step reports, newest first: a sample standing for several repeated
+    recent: list[int] = []
+    k = n - 1
+    while k >= 0 and len(recent) < SKIP_RECENT:
+        c = covers[k]
+        recent.extend([k] * min(1 if c == 1 else c, SKIP_RECENT - len(recent)))
+        k -= 1
+    recent.reverse()
+    w.recent_places = w.recent_orders = array("q", recent)
+    w.first_adv = (first_at, 0)
+    w.last_adv = w.finite_key = (last_at, n - 1)
+    w.last_loss = ((last_at, n - 1), losses[-1])
+    # the last RECENT_INTERVALS step intervals (a bridged gap spans a compacted stretch: none)
+    # (seconds as `timedelta.total_seconds` gives them: the same division of µs)
+    secs: list[float] = []
+    step_times: list[float] = []
+    k = n - 1
+    while k >= 1 and len(secs) < RECENT_INTERVALS:
+        if covers[k] <= 1:
+            x = (us[k] - us[k - 1]) / 1_000_000
+            secs.append(x)
+            step_times.append(x / (steps[k] - steps[k - 1]))
+        k -= 1
+    secs.reverse()
+    step_times.reverse()
+    window, basis = stall_window(secs, s)
+    median = statistics.median(step_times) if step_times else None
+    mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
+    w.view = StreamView(new_advance(last_at, steps[-1], p.src, None, covers[-1] > 1, stream), window, basis, median,
+                        mad)
+    return w
+
+
 def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings,
          places: list[list[int] | None]) -> None:
     """The walk proper, over `events` in order: (at, order, sample or restart, src); `places`: per slot,
@@ -248,7 +329,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
     restart_of: Restart | None = None  # the restart its current replay follows
     blind: Restart | None = None  # started over with no mark in view
     blind_last: Advance | None = None
-    intervals: list[tuple[datetime, float, int]] = []
+    intervals: list[tuple[float, int]] = []  # (seconds, steps)
     prev_at: datetime | None = None  # the last advance's
     prev_step: int | None = None
     last_smp: ProgressSample | None = None
@@ -330,7 +411,7 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         if prev_at is not None and rf is None and n <= 1:
             # (a bridged gap spans a compacted stretch: not one step interval)
             steps = (step - prev_step) if step is not None and prev_step is not None else 0
-            intervals.append((at, (at - prev_at).total_seconds(), steps))
+            intervals.append(((at - prev_at).total_seconds(), steps))
         prev_at, prev_step = at, step
         slot = order >> SLOT
         got = advs[slot]
@@ -367,8 +448,9 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         assert last_smp.at is not None
         prev_adv = Advance(last_smp.at, last_smp.step, w.srcs[last_order >> SLOT], last_rf, last_smp.covers > 1,
                            stream)
-        window, basis = stall_window(intervals, s)
-        step_times = [secs / k for _, secs, k in intervals[-RECENT_INTERVALS:] if k > 0]
+        recent_intervals = intervals[-RECENT_INTERVALS:]
+        window, basis = stall_window([secs for secs, _ in recent_intervals], s)
+        step_times = [secs / k for secs, k in recent_intervals if k > 0]
         median = statistics.median(step_times) if step_times else None
         mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
         w.view = StreamView(prev_adv, window, basis, median, mad)

@@ -192,7 +192,7 @@ def analyze(signals: Iterable[Signal], s: ClaimSettings, now: datetime | None = 
     streams = []
     for stream, last in prev_adv.items():
         ivs = intervals.get(stream, [])
-        window, basis = _window(ivs, s)
+        window, basis = _window([secs for _, secs, _ in ivs], s)
         step_times = [secs / k for _, secs, k in ivs[-RECENT_INTERVALS:] if k > 0]
         median = statistics.median(step_times) if step_times else None
         mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None

@@ -162,3 +162,37 @@ def test_joules_per_token_from_the_tokens_per_second_the_trainer_prints() -> Non
     exp.update([bare], NOW)
     for text in (render(reg).decode(), generate_latest(reg).decode()):
         assert "taugrid_run_energy_joules_per_token{" not in text
+
+
+def _uuid(pod: int, i: int) -> str:
+    return f"GPU-{pod:08x}-0000-4000-8000-{i:012x}"
+
+
+def test_a_reason_names_the_gpu_of_the_pod_it_is_on() -> None:
+    """A run of two pods whose devices are read from their records' columns (`gpu.energy_columns`: no
+    tuple a device): the GPU a reason names is the one whose window it is, on its own pod."""
+    from collector.gpu import energy_columns
+
+    def pod_gpus(p: int, short: int | None = None) -> PodGpuEvidence:
+        (e,) = metered().values()
+        return replace(e, pod=f"r-{p}", node=f"node-r-{p}", devices=tuple(
+            replace(d, uuid=_uuid(p, i), power_limit_w=700.0,  # (as an agent's document gives them: floats)
+                    **({"energy_j": 500.0 * 30, "energy_from_s": 32.0} if i == short else {}))
+            for i, d in enumerate(e.devices)))
+    ev = evidence([taurun(), pod("r-0"), pod("r-1")], log=megatron_log(n=60))
+    whole = [pod_gpus(0), pod_gpus(1)]
+    assert all(energy_columns(e) is not None for e in whole)
+    got = energy_per_step(ev, whole, NOW, S.evidence_max_age)
+    assert got is not None and got.joules_per_step is not None and got.gpus == 16, got
+    assert abs(got.joules_per_step - 80_000) < 800, got  # 16 GPUs at 500 W, steps of 10 s
+    for p, i in ((1, 3), (0, 0), (1, 7), (0, 6)):
+        short = [pod_gpus(0, i if p == 0 else None), pod_gpus(1, i if p == 1 else None)]
+        got = energy_per_step(ev, short, NOW, S.evidence_max_age)
+        assert got is not None and got.joules_per_step is None
+        assert f"GPU {_uuid(p, i)}'s energy window is 30 s" in got.reason, got.reason
+    # a device with no window on the second pod: that pod's records read device by device
+    odd = replace(pod_gpus(1), devices=tuple(replace(d, energy_j=None) if i == 5 else d
+                                             for i, d in enumerate(pod_gpus(1).devices)))
+    assert energy_columns(odd) is None
+    got = energy_per_step(ev, [pod_gpus(0), odd], NOW, S.evidence_max_age)
+    assert got is not None and got.joules_per_step is None and f"GPU {_uuid(1, 5)} (node node-r-1)" in got.reason

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from collector.claims import energy
+from collector.claims import energy, progress_walk
 from collector.claims import progress as claims_progress
 from collector.claims.energy import timeline
 from collector.claims.gpuspread import slowdown_of
@@ -34,7 +34,7 @@ from collector.planes import signals as planes_signals
 from collector.planes.signals import folded, uneventful
 from collector.progress import history
 from collector.progress.history import RECENT, compact, extend_history
-from collector.progress.model import HangFinding, LogScan, PackedSamples, ProgressSample
+from collector.progress.model import HangFinding, LogScan, PackedSamples, ProgressSample, summarize
 from collector.settings import ClaimSettings
 
 S = ClaimSettings()
@@ -429,3 +429,98 @@ def test_an_energy_timeline_is_a_logs_current_incarnation_of_rising_steps() -> N
     left out, a step that goes back starting it over."""
     assert energy._line([(1, 1.0), (2, 2.0), (2, 3.0), (3, 1.5), (4, 4.0)]) == ([1.0, 2.0, 4.0], [1, 2, 4])
     assert energy._line([(1, 1.0), (5, 2.0), (4, 3.0), (6, 4.0)]) == ([3.0, 4.0], [4, 6])  # (one step back)
+
+
+def _walk_fields(w: progress_walk.Walk) -> str:
+    """Every field of a walk but the samples it read (`froms`: a pack or a tuple), as text (a NaN loss
+    compares by its repr)."""
+    out: dict[str, object] = {}
+    for name in progress_walk.Walk.__slots__:
+        if name == "froms":
+            continue
+        v: object = getattr(w, name)
+        if name == "advs":
+            v = [list(a) for a in w.advs]
+        elif name in ("recent_places", "recent_orders", "skip_tail", "loss_tail"):
+            v = list(v)  # type: ignore[call-overload]
+        elif name == "replayed_to":
+            v = dict(w.replayed_to)
+        out[name] = v
+    return repr(out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_walk_of_the_packed_columns_is_the_object_walk(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`progress_walk.walk` of a held history (`_walk_plain` on a plain pack's columns; the general path
+    otherwise), its advances and reports, against the general walk of the same samples as a tuple,
+    at horizons before, inside and past the samples and first lines before and after them."""
+    taken = {"plain": 0, "walks": 0}
+    plain0 = progress_walk._walk_plain
+
+    def plain_counted(*a: Any) -> progress_walk.Walk | None:
+        got = plain0(*a)
+        taken["plain"] += got is not None
+        return got
+    monkeypatch.setattr(progress_walk, "_walk_plain", plain_counted)
+    rng = random.Random(100 + seed)
+    for _ in range(300):
+        trainer = _Trainer(rng, odd=rng.choice([0.0, 0.0, 0.002, 0.01, 0.04, 0.12]))
+        prev: Signal | None = None
+        now = T0
+        for _ in range(rng.randint(2, 14)):
+            now += timedelta(seconds=30)
+            scan, after = trainer.increment()
+            if not scan.samples and prev is None:
+                continue
+            got = folded(prev, Signal(REF, "trainer", scan, now), "agent-log", after if prev is not None else None, S)
+            if got is None:
+                continue
+            prev = sig = got[0]
+            held = sig.scan
+            stamps = [x.at for x in held.samples if x.at is not None]
+            firsts = [held.first_at, None] + ([min(stamps) - timedelta(seconds=5), max(stamps)] if stamps else [])
+            horizons = [None, now] + ([rng.choice(stamps), max(stamps) - timedelta(microseconds=1)] if stamps else [])
+            for first in {rng.choice(firsts)}:
+                for horizon in horizons:
+                    packed = replace(held, first_at=first)
+                    built = replace(packed, samples=tuple(held.samples))
+                    w = progress_walk.walk("trainer", [progress_walk.Part(packed, "head/trainer", "head/trainer", ())],
+                                           S, horizon, None)
+                    want = progress_walk.walk("trainer",
+                                              [progress_walk.Part(built, "head/trainer", "head/trainer", ())],
+                                              S, horizon, None)
+                    taken["walks"] += 1
+                    assert _walk_fields(w) == _walk_fields(want)
+                    assert [repr(x) for x in w.advances(0)] == [repr(x) for x in want.advances(0)]
+                    assert [repr(x) for x in w.reports()] == [repr(x) for x in want.reports()]
+    # the columns' walk is taken often (half the horizons leave a sample past them: the general path)
+    assert taken["plain"] > taken["walks"] // 10, taken
+    # packs no fold makes: samples standing for others (`covers`) among the newest, equal stamps, a
+    # loss of 0, steps that do not rise, a summary whose high-water sample is or is not the last one
+    taken = {"plain": 0, "walks": 0}
+    for _ in range(3000):
+        n = rng.choice([1, 2, 3, 5, 20, 21, 25, 60, 66])
+        step, at = rng.choice([0, 1000]), T0 + timedelta(microseconds=rng.randrange(10**6))
+        samples = []
+        for i in range(n):
+            step += rng.choice([1, 1, 1, 2, 40] + ([0] if rng.random() < 0.02 else []))
+            at += timedelta(microseconds=rng.choice([0, 1, 10**6, 10**6, 10**6 + 1, 7 * 10**6, 900 * 10**6]))
+            loss = 0.0 if rng.random() < 0.01 else rng.uniform(0.5, 9.0)
+            samples.append(ProgressSample(step, at, loss, 10 + i, FMT, False, 500_000,
+                                          rng.choice([1, 1, 1, 1, 0, 2, 5, 40])))
+        pack = PackedSamples.pack(samples)
+        assert pack is not None
+        last = samples[-1]
+        high = rng.choice([last, replace(last, step=last.step + 5), replace(last, loss=1.0), samples[0]])
+        summary = rng.choice([None, summarize(samples), replace(summarize(samples), dropped=7, high_water=high)])
+        first = rng.choice([None, samples[0].at, T0 - timedelta(seconds=1), last.at])
+        held = LogScan("trainer", FMT, pack, (), (), (), 10 + n, summary, first)
+        built = replace(held, samples=tuple(samples))
+        for horizon in (None, last.at, last.at - timedelta(microseconds=1)):
+            w = progress_walk.walk("trainer", [progress_walk.Part(held, "h/t", "h/t", ())], S, horizon, None)
+            want = progress_walk.walk("trainer", [progress_walk.Part(built, "h/t", "h/t", ())], S, horizon, None)
+            taken["walks"] += 1
+            assert _walk_fields(w) == _walk_fields(want)
+            assert [repr(x) for x in w.advances(0)] == [repr(x) for x in want.advances(0)]
+            assert [repr(x) for x in w.reports()] == [repr(x) for x in want.reports()]
+    assert taken["plain"] > taken["walks"] // 4, taken
