@@ -834,10 +834,23 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
 
     from collector.correlate import Signal
     from collector.model import Ref
+    from collector.sources import agents
     from collector.sources.agents import _scan as decode
 
-    def from_body(body: bytes, source: str) -> Any:  # the agent poller's decode of a container's entry
-        return decode(orjson.loads(body), source)
+    # the agent poller's decode of a container's entry: `log_entry` (a quiet increment a row, any other
+    # its evidence), or in a tree before it `_scan`, every entry a scan
+    log_entry = getattr(agents, "log_entry", None)
+
+    def from_body(body: bytes, source: str) -> Any:
+        if log_entry is None:
+            return decode(orjson.loads(body), source)
+        got = log_entry(orjson.loads(body), source)
+        return got if type(got) is tuple else got.scan
+    try:  # a tree whose loop takes quiet rows: "agent-quiet" changes, each change queued with its weight
+        from collector.planes.base import log_weight
+        from collector.planes.node_agents import QUIET_CHUNK, QUIET_WEIGHT
+    except ImportError:
+        log_weight = None  # type: ignore[assignment]
     rng = random.Random(11)
     # The feed's own state lives in the controller's process (what it holds is counted there): by pod
     # name (the index's own string; the bench's pod names are unique across namespaces), the lines its
@@ -851,8 +864,9 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
     _agent_source = _agent_sources()
 
     def pod_part(ref: Any, containers: tuple[str, ...], quiet_pod: bool, node: str, now: datetime,
-                 doc: list[tuple[Any, Any]]) -> None:
-        """One running pod's part of its node's document, appended to `doc` as (change, scan)."""
+                 doc: list[tuple[Any, Any]], rows: list[Any]) -> None:
+        """One running pod's part of its node's document, appended to `doc` as (change, scan), its quiet
+        increments to `rows` where the poller's decode makes them rows (`sources.agents.QuietLog`)."""
         n0 = sent.get(ref.name)
         first = n0 is None
         pod = Ref("Pod", ref.namespace, ref.name)  # (as off the wire: one per pod a document)
@@ -862,6 +876,9 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 # the loop only moves its read time: `planes.signals.adds_nothing`)
                 body = orjson.dumps(_entry(ref, container, now, 3, None if first else 3))
                 quiet = _timed(used, from_body, body, _agent_source(node, ref, container))
+                if type(quiet) is tuple:
+                    rows.append(quiet)
+                    continue
                 if first:
                     quiet = _replace(quiet, first_at=now)
                 doc.append((_change(ctl)("agent-log", None, (Signal(pod, container, quiet, now),
@@ -894,9 +911,15 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
             # poller stamps a document: `AgentReport.read_at`), not the pass's start
             now = c.now()
             doc: list[tuple[Any, Any]] = []
+            rows: list[Any] = []
             for ref, containers, quiet_pod in pods:
-                pod_part(ref, containers, quiet_pod, node, now, doc)
-            if put_logs is not None:
+                pod_part(ref, containers, quiet_pod, node, now, doc, rows)
+            if log_weight is not None and put_logs is not None:  # (as `node_agents.log_changes` queues a document)
+                source = _agent_source(node, None, "")
+                put_logs([(change, log_weight(scan)) for change, scan in doc] +
+                         [(_change(ctl)("agent-quiet", None, (now, source, rows[i:i + QUIET_CHUNK])),
+                           QUIET_WEIGHT * len(rows[i:i + QUIET_CHUNK])) for i in range(0, len(rows), QUIET_CHUNK)])
+            elif put_logs is not None:
                 put_logs(doc)
             else:
                 for change, scan in doc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,10 +29,12 @@ from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import GpuPass, NodePart, PassEnd, gpu_records, runs_changed, runs_not_progressing
-from collector.planes.signals import alone, confirms, folded, uneventful
+from collector.planes.signals import alone, confirms, folded, quiet_adds_nothing, uneventful
+from collector.progress.model import new_scan
 from collector.recheck import Rechecks
 from collector.runcaps import RunCaps
 from collector.settings import Settings
+from collector.sources.agents import QuietLog
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
 from exporters.adx.exporter import EvidenceSink
@@ -145,6 +147,8 @@ class ChangeApplier:
             self._gpu_part(c.payload)
         elif c.op == "gpu":
             self._gpu_end(c.payload)
+        elif c.op == "agent-quiet":
+            self._quiet(*c.payload)
         elif c.op == "log-fresh":
             ref, container, read_at = c.payload
             prev = self.index.signal_of(ref, container)
@@ -247,6 +251,26 @@ class ChangeApplier:
         self.coalesced += 1
         self.health.log_change_coalesced()
         return True
+
+    def _quiet(self, read_at: datetime, source: str, rows: Sequence[QuietLog]) -> None:
+        """A node agent's quiet containers (`sources.agents.QuietLog`, read at `read_at`): each one's
+        held signal read again where the increment adds nothing to it (`quiet_adds_nothing`: what an
+        `"agent-log"` change of its scan finds first), any other applied as that change; each contained
+        alone (one that trips costs only itself)."""
+        signal_at = self.index.signal_at
+        for row in rows:
+            ns, pod, container, lines, fmt, after = row
+            try:
+                prev = signal_at(("Pod", ns, pod), container)
+                if prev is not None and quiet_adds_nothing(prev.scan, lines, fmt):
+                    self._refresh(prev, read_at)
+                else:
+                    scan = new_scan(source, fmt, (), (), (), (), lines)
+                    self._apply(Change("agent-log", None, (Signal(Ref("Pod", ns, pod), container, scan, read_at),
+                                                           after)))
+            except Exception:
+                self._failed("quiet log not applied; the rest of its change goes on", "agent-quiet",
+                             f"{ns}/{pod}/{container}")
 
     def _refresh(self, prev: Signal, read_at: datetime) -> None:
         """`prev` read again at `read_at` with nothing new: only its read time moves. A pod's signal

@@ -36,7 +36,7 @@ from collector.evaluation import RunEvaluator
 from collector.gpu import PodGpuEvidence
 from collector.model import ObjectRecord, Ref, RunClaims
 from collector.nodeclock import NodeClocks
-from collector.planes.base import Change, SourceContext, SourceHealth, SourceState
+from collector.planes.base import Change, SourceContext, SourceHealth, SourceState, log_weight
 from collector.planes.node_agents import GpuPass
 from collector.planes.registry import build_sources, error_labels
 from collector.progress.model import LogScan
@@ -253,17 +253,16 @@ class Controller(RunEvaluator):
 
     def put_log(self, change: Change, scan: LogScan) -> None:
         """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
-        self._put_batch([change], _log_weight(scan))
+        self._put_batch([change], log_weight(scan))
 
-    def put_logs(self, changes: Iterable[tuple[Change, LogScan]]) -> None:
-        """Queue changes carrying log evidence (a node agent's document: every container it reads) in
-        batches of up to LOG_BATCH_WEIGHT: one queue entry and one take from the backlog a batch, not
-        one a container. At 50k pods a pass's quiet containers came by the 45,000, each a queue get and
-        a give back in the loop (~3 % of it) besides its own work."""
+    def put_logs(self, changes: Iterable[tuple[Change, int]]) -> None:
+        """Queue changes carrying log evidence (a node agent's document: every container it reads), each
+        with its weight (`planes.base.log_weight`), in batches of up to LOG_BATCH_WEIGHT: one queue entry
+        and one take from the backlog a batch, not one a container. At 50k pods a pass's quiet containers
+        came by the 45,000, each a queue get and a give back in the loop (~3 % of it) besides its own work."""
         batch: list[Change] = []
         weight = 0
-        for change, scan in changes:
-            w = _log_weight(scan)
+        for change, w in changes:
             if batch and weight + w > LOG_BATCH_WEIGHT:
                 self._put_batch(batch, weight)
                 batch, weight = [], 0
@@ -482,12 +481,6 @@ class Controller(RunEvaluator):
         }, replace(options, protected=options.protected | {"/runs"}))
         self.spawn(self._http.serve_forever, "http", None)
         return int(self._http.server_address[1])
-
-
-def _log_weight(scan: LogScan) -> int:
-    """What a change carrying `scan` takes from the log backlog: its samples and findings, and the
-    signal and scan themselves."""
-    return len(scan.samples) + len(scan.hangs) + len(scan.xids) + 2
 
 
 # A watched resource or the Lease failing this long (no answer since) makes /readyz 503.

@@ -298,7 +298,11 @@ class RunIndex(RunLinks):
             del self._retired[next(iter(self._retired))]
 
     def signal_of(self, ref: Ref, source: str) -> Signal | None:
-        held = self._signals.get(ref.key)
+        return self.signal_at(ref.key, source)
+
+    def signal_at(self, key: Key, source: str) -> Signal | None:
+        """`signal_of` the object of `key`."""
+        held = self._signals.get(key)
         if isinstance(held, tuple):
             for s in held:
                 if s.source == source:

@@ -81,8 +81,9 @@ class Loop(Protocol):
     def put_log(self, change: Change, scan: LogScan) -> None:
         """Queue a change carrying log evidence, waiting while the backlog's budget is spent."""
 
-    def put_logs(self, changes: Iterable[tuple[Change, LogScan]]) -> None:
-        """`put_log` of each, queued in batches (a node agent's document: one queue entry for many)."""
+    def put_logs(self, changes: Iterable[tuple[Change, int]]) -> None:
+        """Changes carrying log evidence, each with its weight (`log_weight`), queued in batches (a node
+        agent's document: one queue entry for many), waiting while the backlog's budget is spent."""
 
     def spawn(self, target: Callable[[], None], name: str, state: SourceState | None) -> None:
         """`target` on a supervised thread of its own, started again after a back-off if it fails;
@@ -95,6 +96,12 @@ class Loop(Protocol):
 
     def keeps(self, rec: ObjectRecord) -> bool:
         """Whether the index keeps `rec` (most Events it does not)."""
+
+
+def log_weight(scan: LogScan) -> int:
+    """What a change carrying `scan` takes from the loop's log backlog: its samples and findings, and
+    the signal and scan themselves."""
+    return len(scan.samples) + len(scan.hangs) + len(scan.xids) + 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from collector.correlate import Key, Signal
 from collector.gpu import PodGpuEvidence, held_state, same_held_bytes, sampled
 from collector.model import Observed, Ref, RunClaims
-from collector.planes.base import Change, PolledSource, SourceContext, SourceState
-from collector.progress.model import LogScan
+from collector.planes.base import Change, PolledSource, SourceContext, SourceState, log_weight
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
@@ -150,16 +149,29 @@ class AgentSource(PolledSource):
             wait = max(0.0, interval - took)  # from the start of the pass before
 
 
-def log_changes(rep: AgentReport) -> Iterator[tuple[Change, LogScan]]:
-    """The loop's changes for a document's container logs (`"agent-log"`: the signal, and the line the
-    increment starts after), each with its scan. A pod's containers share one `Ref` (while queued: a
-    pass's quiet containers wait in the log backlog by the ten thousand)."""
+def log_changes(rep: AgentReport) -> Iterator[tuple[Change, int]]:
+    """The loop's changes for a document's container logs, each with its weight in the log backlog
+    (`log_weight`): `"agent-log"` (the signal, and the line the increment starts after) for each with
+    something to say, then `"agent-quiet"` (the read time, the scans' source and up to QUIET_CHUNK quiet
+    containers: `sources.agents.QuietLog`) for the rest, each weighing what its scan would. A pod's
+    containers share one `Ref` (while queued: a pass's containers wait in the log backlog)."""
     refs: dict[tuple[str, str], Ref] = {}
     for c in rep.logs:
         ref = refs.get((c.namespace, c.pod))
         if ref is None:
             ref = refs[(c.namespace, c.pod)] = Ref("Pod", c.namespace, c.pod)
-        yield Change("agent-log", None, (Signal(ref, c.container, c.scan, rep.read_at), c.after)), c.scan
+        yield Change("agent-log", None, (Signal(ref, c.container, c.scan, rep.read_at), c.after)), log_weight(c.scan)
+    quiet = rep.quiet
+    for i in range(0, len(quiet), QUIET_CHUNK):
+        part = quiet[i:i + QUIET_CHUNK]
+        yield Change("agent-quiet", None, (rep.read_at, rep.source, part)), QUIET_WEIGHT * len(part)
+
+
+# Quiet containers one `"agent-quiet"` change carries at most (a node's, most often: a change is applied
+# whole between two reads of the loop's queue), and what each weighs in the log backlog (a quiet scan's
+# `log_weight`: no sample, no finding).
+QUIET_CHUNK = 1000
+QUIET_WEIGHT = 2
 
 
 def runs_changed(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],

@@ -18,7 +18,7 @@ from collector.progress.history import extend_history, extend_packed, merge_hist
 from collector.progress.model import LogScan, PackedSamples, ProgressSample
 from collector.settings import ClaimSettings
 
-__all__ = ["adds_nothing", "alone", "confirms", "folded", "uneventful"]
+__all__ = ["adds_nothing", "alone", "confirms", "folded", "quiet_adds_nothing", "uneventful"]
 
 
 def folded(prev: Signal | None, sig: Signal, op: str, after: int | None,
@@ -51,6 +51,13 @@ def adds_nothing(held: LogScan, inc: LogScan, after: int) -> bool:
             and inc.diagnostics == held.diagnostics and len(inc.samples) <= 1
             and (not inc.samples or (inc.samples[0].line <= after and bool(held.samples)
                                      and inc.samples[0] == held.samples[-1])))
+
+
+def quiet_adds_nothing(held: LogScan, lines: int, fmt: str | None) -> bool:
+    """`adds_nothing(held, inc, after)` of a quiet container's increment (`inc` holding nothing but its
+    line count and format: `sources.agents.QuietLog`), without the scan: the same line count, format
+    and (no) notes."""
+    return lines == held.lines and fmt == held.format and not held.diagnostics
 
 
 def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = None) -> ProgressSample | None:

@@ -69,6 +69,14 @@ class ContainerLogEvidence:
     after: int | None = None  # an increment: what the agent read after this line (None: whole)
 
 
+# A container an increment found with nothing new to say (no sample, finding, token rate or note): its
+# (namespace, pod, container, line count, format, the line the increment starts after). Most of a
+# pass's containers at fleet size (every worker and sidecar, 95,000 of 100,000 at 50k pods): the loop
+# moves the held signal's read time where the increment adds nothing to it (`planes.signals.adds_nothing`),
+# so none of them is a scan, a signal and a change of its own on the way (`ChangeApplier._quiet`).
+QuietLog = tuple[str, str, str, int, str | None, int]
+
+
 @dataclass(frozen=True, slots=True)
 class AgentReport:
     endpoint: AgentEndpoint
@@ -79,10 +87,16 @@ class AgentReport:
     logs: tuple[ContainerLogEvidence, ...]
     problems: tuple[str, ...] = ()
     cursor: tuple[str, int] | None = None  # (epoch, poll): ask for what comes after this document
+    quiet: tuple[QuietLog, ...] = ()  # the containers of an increment with nothing new (not in `logs`)
+    source: str = ""  # `agent_source` of its node: every scan's source
 
     def log_pods(self) -> set[tuple[str, str]]:
         """(namespace, pod) whose logs this agent reads: the controller need not poll their logs."""
-        return {(c.namespace, c.pod) for c in self.logs}
+        return {(c.namespace, c.pod) for c in self.logs} | {(q[0], q[1]) for q in self.quiet}
+
+    def quiet_scan(self, q: QuietLog) -> LogScan:
+        """The scan a quiet container's entry is (`_scan` of it)."""
+        return new_scan(self.source, q[4], (), (), (), (), q[3])
 
 
 def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_PORT, *,
@@ -138,11 +152,20 @@ def agent_source(node: str) -> str:
     return intern(f"agent:{node}")
 
 
-def _scan(c: Mapping[str, Any], source: str) -> LogScan:
+def _quiet(c: Mapping[str, Any]) -> bool:
+    """An entry with nothing but its line count and format (each list empty reads as none in `_scan`)."""
+    return not (c.get("samples") or c.get("hangs") or c.get("xids") or c.get("resumes") or c.get("tokens")
+                or c.get("diagnostics"))
+
+
+def _format(c: Mapping[str, Any]) -> str | None:
     fmt = _s(c.get("format"))
-    fmt = intern(fmt) if fmt is not None else None  # (held by every sample of the container's history)
-    if not (c.get("samples") or c.get("hangs") or c.get("xids") or c.get("resumes") or c.get("tokens")
-            or c.get("diagnostics")):  # (each empty reads as none below: most of a pass's entries, quiet ones)
+    return intern(fmt) if fmt is not None else None  # (held by every sample of the container's history)
+
+
+def _scan(c: Mapping[str, Any], source: str) -> LogScan:
+    fmt = _format(c)
+    if _quiet(c):  # (most of a pass's entries)
         return new_scan(source, fmt, (), (), (), (), _i(c.get("lines")) or 0)
     samples = []
     total: int | None = None
@@ -196,20 +219,36 @@ def parse_evidence(doc: object, endpoint: AgentEndpoint, read_at: datetime) -> A
     nv: dict[str, Any] = nv_doc if isinstance(nv_doc, dict) else {}
     pr: dict[str, Any] = pr_doc if isinstance(pr_doc, dict) else {}
     gpu_ev = gpu_evidence(doc, version, node, read_at, f"{endpoint.url}/evidence", nv.get("state") == "ok", problems)
-    logs = []
+    logs: list[ContainerLogEvidence] = []
+    quiet: list[QuietLog] = []
     where = agent_source(node)
     for c in _entries(doc.get("logs")):
-        key = _pod_key(c)
-        container = _name(c.get("container")) if key is not None else None
-        if key is None or container is None:
-            continue
-        ns, pod = key
-        logs.append(ContainerLogEvidence(ns, pod, container, _scan(c, where),
-                                         _i(c.get("after"))))
+        got = log_entry(c, where)
+        if isinstance(got, ContainerLogEvidence):
+            logs.append(got)
+        elif got is not None:
+            quiet.append(got)
     epoch, poll = doc.get("epoch"), _i(doc.get("poll"))
     cursor = (epoch, poll) if isinstance(epoch, str) and epoch and poll is not None and poll >= 0 else None
     return AgentReport(endpoint, read_at, str(nv.get("state") or ""), pr.get("up") is True, gpu_ev, tuple(logs),
-                       tuple(problems), cursor)
+                       tuple(problems), cursor, tuple(quiet), where)
+
+
+def log_entry(c: object, source: str) -> ContainerLogEvidence | QuietLog | None:
+    """One `logs` entry of a document: a quiet container's increment as a `QuietLog`, any other as its
+    evidence; None for one that names no pod or container (skipped)."""
+    key = _pod_key(c)
+    if key is None:
+        return None
+    assert isinstance(c, dict)
+    container = _name(c.get("container"))
+    if container is None:
+        return None
+    ns, pod = key
+    after = _i(c.get("after"))
+    if after is not None and _quiet(c):
+        return (ns, pod, container, _i(c.get("lines")) or 0, _format(c), after)
+    return ContainerLogEvidence(ns, pod, container, _scan(c, source), after)
 
 
 def decode_evidence(body: bytes, endpoint: AgentEndpoint, read_at: datetime, *, url: str = "") -> AgentReport:

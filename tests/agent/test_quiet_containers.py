@@ -23,8 +23,9 @@ from collector.controller import Controller
 from collector.correlate import Signal
 from collector.kube import NodeLease, normalize
 from collector.model import Ref
-from collector.planes.base import Change
+from collector.planes.base import Change, log_weight
 from collector.planes.node_agents import log_changes
+from collector.progress.model import LogScan
 from collector.settings import ControllerSettings, Settings
 from collector.sources.agents import AgentEndpoint, parse_evidence
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
@@ -62,8 +63,9 @@ class _Fleet:
     """A controller (its loop alone, never opened) holding `runs` runs of PODS GPU pods, fed each
     pass one agent document per node for every container."""
 
-    def __init__(self, runs: int, *, old_refresh: bool = False) -> None:
+    def __init__(self, runs: int, *, old_refresh: bool = False, per_change: bool = False) -> None:
         self.clock = [NOW0]
+        self.per_change = per_change  # each container its own "agent-log" change (the quiet ones too)
         s = Settings(controller=replace(ControllerSettings(), leader_election=False, log_poll_interval=timedelta(0)))
         self.c = Controller(KubeApi(api_client_for("http://127.0.0.1:9")), s, lambda: self.clock[0])
         self.old = old_refresh
@@ -108,10 +110,12 @@ class _Fleet:
                    "logs": [self.logs[k].entry(*k) for k in containers]}
             rep = parse_evidence(orjson.loads(orjson.dumps(doc)), AgentEndpoint(node, f"agent-{node}", "http://10.0.0.1:9402"),
                                  self.clock[0])
-            if self.old:  # (node_agents before: a Ref a container)
-                for c in rep.logs:
-                    sig = Signal(Ref("Pod", c.namespace, c.pod), c.container, c.scan, rep.read_at)
-                    self.c._apply(Change("agent-log", None, (sig, c.after)))
+            if self.old or self.per_change:  # (node_agents before: a change a container; a Ref each before that)
+                each = [(c.namespace, c.pod, c.container, c.scan, c.after) for c in rep.logs] + \
+                    [(q[0], q[1], q[2], rep.quiet_scan(q), q[5]) for q in rep.quiet]
+                for ns, pod, container, scan, after in each:
+                    sig = Signal(Ref("Pod", ns, pod), container, scan, rep.read_at)
+                    self.c._apply(Change("agent-log", None, (sig, after)))
                 continue
             for change, _ in log_changes(rep):
                 self.c._apply(change)
@@ -205,8 +209,31 @@ def test_a_documents_containers_of_one_pod_share_one_ref_while_queued() -> None:
     sigs = [ch.payload[0] for ch, _ in changes]
     assert [(s.ref.key, s.source) for s in sigs] == [(("Pod", "ns", f"p{i // 3}"), f"c{i % 3}") for i in range(9)]
     assert len({id(s.ref) for s in sigs}) == 3 and all(s.ref.uid == "" for s in sigs)
-    assert all(ch.op == "agent-log" and ch.payload[1] is None and scan is ch.payload[0].scan and s.read_at is NOW0
-               for (ch, scan), s in zip(changes, sigs, strict=True))
+    assert all(ch.op == "agent-log" and ch.payload[1] is None and w == log_weight(ch.payload[0].scan) == 2
+               and s.read_at is NOW0 for (ch, w), s in zip(changes, sigs, strict=True))
+
+
+def test_an_increments_quiet_containers_are_one_change_a_thousand() -> None:
+    """An increment's containers with nothing new (`sources.agents.QuietLog`) go to the loop as rows of
+    `"agent-quiet"` changes, QUIET_CHUNK a change, each weighing what its scan would; the others as
+    `"agent-log"` changes; every pod among those the agent reads."""
+    from collector.planes.node_agents import QUIET_CHUNK
+    logs = [{"namespace": "ns", "pod": f"p{i}", "container": "main", "lines": 3, "after": 3, "samples": [],
+             "format": "megatron" if i % 2 else None} for i in range(2 * QUIET_CHUNK + 5)]
+    logs[7] = {**logs[7], "lines": 4}  # (a line with nothing in it: quiet all the same, its count moved)
+    logs[9] = {**logs[9], "diagnostics": ["a note"]}  # (something to say: its own change)
+    logs[11] = {**logs[11], "after": None}  # (whole: its own change)
+    rep = parse_evidence({"version": 1, "node": "n", "logs": logs}, AgentEndpoint("n", "a", "http://10.0.0.1:1"), NOW0)
+    assert [c.pod for c in rep.logs] == ["p9", "p11"] and len(rep.quiet) == len(logs) - 2
+    assert rep.quiet[7] == ("ns", "p7", "main", 4, "megatron", 3) and rep.quiet[0][4] is None
+    assert rep.log_pods() == {("ns", f"p{i}") for i in range(len(logs))}
+    assert rep.quiet_scan(rep.quiet[7]) == LogScan("agent:n", "megatron", (), (), (), (), 4)
+    changes = list(log_changes(rep))
+    assert [ch.op for ch, _ in changes] == ["agent-log"] * 2 + ["agent-quiet"] * 3
+    rows = [r for ch, _ in changes[2:] for r in ch.payload[2]]
+    assert rows == list(rep.quiet) and all(ch.payload[:2] == (NOW0, "agent:n") for ch, _ in changes[2:])
+    assert [w for _, w in changes[2:]] == [2 * len(ch.payload[2]) for ch, _ in changes[2:]] == \
+        [2 * QUIET_CHUNK, 2 * QUIET_CHUNK, 2 * (len(logs) - 2 - 2 * QUIET_CHUNK)]
 
 
 def test_a_quiet_container_costs_a_ref_less() -> None:
@@ -221,12 +248,12 @@ def test_a_quiet_container_costs_a_ref_less() -> None:
 
 # --- the same claims as with a Ref a container ------------------------------------------------------
 
-_KINDS = ("quiet", "steps", "line", "diag", "whole")
+_KINDS = ("quiet", "steps", "line", "diag", "undiag", "whole")
 
 
 def _change(log: _Log, kind: str, at: datetime, rng_loss: float) -> None:
     """One container's log moves on by `kind`: nothing, steps a second apart, a line with no step,
-    a diagnostic, or the agent restarted (its next document is whole)."""
+    a diagnostic, its notes gone, or the agent restarted (its next document is whole)."""
     if kind == "steps":
         step = log.rows[-1][0] + 1 if log.rows else 1000
         for i in range(5):
@@ -237,6 +264,8 @@ def _change(log: _Log, kind: str, at: datetime, rng_loss: float) -> None:
         log.lines += 1
     elif kind == "diag":
         log.diagnostics.append(f"diagnostic at line {log.lines}")
+    elif kind == "undiag":
+        log.diagnostics.clear()
     elif kind == "whole":
         log.sent = None
 
@@ -247,18 +276,36 @@ def _change(log: _Log, kind: str, at: datetime, rng_loss: float) -> None:
        st.lists(st.sampled_from((30.0, 30.0, 30.0, 200.0)), min_size=6, max_size=6))
 def test_the_same_claims_and_signals_as_with_a_ref_a_container(passes: list[list[tuple[str, float]]],
                                                                 gaps: list[float]) -> None:
-    shared, own = _Fleet(1), _Fleet(1, old_refresh=True)
-    keys = sorted(shared.logs)
-    assert len(keys) == 8 and keys == sorted(own.logs)
+    _alike(_Fleet(1), _Fleet(1, old_refresh=True), passes, gaps)
+
+
+def _alike(one: _Fleet, other: _Fleet, passes: list[list[tuple[str, float]]], gaps: list[float]) -> None:
+    """Both fleets fed the same logs pass after pass: after each, the same claims, held signals and runs
+    marked."""
+    keys = sorted(one.logs)
+    assert len(keys) == 8 and keys == sorted(other.logs)
     for moves, gap in zip(passes, gaps, strict=False):
-        for f in (shared, own):
+        for f in (one, other):
             for k, (kind, loss) in zip(keys, moves, strict=True):
                 _change(f.logs[k], kind, f.clock[0] + timedelta(seconds=gap), loss)
             f.agent_pass(gap)
-        assert shared.c.claims.keys() == own.c.claims.keys()
-        for key in shared.c.claims:
-            assert repr(shared.c.claims[key]) == repr(own.c.claims[key])
+        assert one.c.claims.keys() == other.c.claims.keys()
+        for key in one.c.claims:
+            assert repr(one.c.claims[key]) == repr(other.c.claims[key])
         for k in keys:
-            a, b = shared.held(k), own.held(k)
+            a, b = one.held(k), other.held(k)
             assert a == b and repr(a) == repr(b) and a.scan.summary_of() == b.scan.summary_of()
-        assert shared.c._dirty == own.c._dirty
+        assert one.c._dirty == other.c._dirty
+        assert one.c._rechecks.deferrals == other.c._rechecks.deferrals
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.tuples(st.sampled_from(_KINDS), st.floats(1.5, 3.0)), min_size=8, max_size=8),
+                min_size=1, max_size=6),
+       st.lists(st.sampled_from((30.0, 30.0, 30.0, 200.0)), min_size=6, max_size=6))
+def test_quiet_rows_are_the_agent_log_changes_they_stand_for(passes: list[list[tuple[str, float]]],
+                                                              gaps: list[float]) -> None:
+    """The loop's `"agent-quiet"` rows (`ChangeApplier._quiet`) leave the index, the claims and the runs
+    marked as an `"agent-log"` change of each row's scan does (the path before them), pass after pass,
+    for containers whose logs go quiet, step, gain a line, a note or lose it, or are sent whole."""
+    _alike(_Fleet(1), _Fleet(1, per_change=True), passes, gaps)

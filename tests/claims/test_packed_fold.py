@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -128,6 +129,18 @@ class _Trainer:
         return LogScan("trainer", FMT, samples, hangs, (), (), self.line, None, first_at), after
 
 
+def _increments(rng: random.Random, trainers: int) -> Iterator[tuple[bool, datetime, LogScan, int]]:
+    """`trainers` trainers' increments as a node agent sends them every 30 s: (the trainer's first, the
+    read time, the increment, the line it starts after), made as they are asked for."""
+    for _ in range(trainers):
+        trainer = _Trainer(rng, odd=rng.choice([0.0, 0.0, 0.002, 0.01, 0.04, 0.12]))
+        now = T0
+        for i in range(rng.randint(2, 14)):
+            now += timedelta(seconds=30)
+            scan, after = trainer.increment()
+            yield i == 0, now, scan, after
+
+
 def _oracle(prev: Signal | None, inc: Signal, after: int) -> tuple[Signal, LogScan]:
     """What the object path makes of it: `extend_history` (the held samples built), then `compacted` of
     a tuple (its packed branch never taken)."""
@@ -170,49 +183,46 @@ def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkey
     monkeypatch.setattr(claims_progress, "compact_packed", compact_counted)
 
     rng = random.Random(seed)
-    for _ in range(400):
-        trainer = _Trainer(rng, odd=rng.choice([0.0, 0.0, 0.002, 0.01, 0.04, 0.12]))
-        prev: Signal | None = None
-        now = T0
-        for _ in range(rng.randint(2, 14)):
-            now += timedelta(seconds=30)
-            scan, after = trainer.increment()
-            if not scan.samples and prev is None:
-                continue
-            inc = Signal(REF, "trainer", scan, now)
-            want, want_read = _oracle(prev, inc, after)
-            if prev is not None:
-                # the deferral's reads of the held pack, before the fold, beside the same reads built
-                assert uneventful(prev, inc, after, GAP) == uneventful(_built(prev), inc, after, GAP)
-                assert slowdown_of([prev]) == slowdown_of([_built(prev)])
-            got = folded(prev, inc, "agent-log", after if prev is not None else None, S)
-            if got is None:  # nothing new: only the read time moves (both paths: `adds_nothing` first)
-                assert prev is not None
-                continue
-            sig, read = got
-            taken["folds"] += 1
-            _same(sig.scan, want.scan)
-            assert [repr(x) for x in read.samples] == [repr(x) for x in want_read.samples]
-            assert repr(read.summary_of()) == repr(want_read.summary_of())
-            built = tuple(sig.scan.samples)
-            assert newest_stamp(sig.scan) == max((x.at for x in built if x.at is not None), default=None)
-            assert slowdown_of([sig]) == slowdown_of([_built(sig)])
-            assert timeline(sig) == timeline(_built(sig))  # (the same floats: == on lists of them)
-            if isinstance(sig.scan.samples, PackedSamples):
-                taken["timelines"] += energy._packed_line(sig.scan.samples) is not None
-            for scan in (sig.scan, read):  # the stall window on the columns, from any sample on
-                if isinstance(scan.samples, PackedSamples) and (cols := scan.samples.columns()) is not None:
-                    whole = tuple(scan.samples)
-                    for t in {max(0, len(whole) - RECENT), rng.randrange(len(whole))}:
-                        packed_window = claims_progress._signal_window_packed(cols, t, S)
-                        if packed_window is not None:
-                            taken["windows"] += 1
-                            assert packed_window == signal_window(whole[t:], S)
-                            fine = claims_progress._signal_window_packed(cols, t, S_FINE)
-                            assert fine == signal_window(whole[t:], S_FINE)
-                        else:
-                            assert any(_at(b) < _at(a) for a, b in zip(whole[t:], whole[t + 1:], strict=False))
-            prev = sig
+    prev: Signal | None = None
+    for new_trainer, now, scan, after in _increments(rng, 400):
+        if new_trainer:
+            prev = None
+        if not scan.samples and prev is None:
+            continue
+        inc = Signal(REF, "trainer", scan, now)
+        want, want_read = _oracle(prev, inc, after)
+        if prev is not None:
+            # the deferral's reads of the held pack, before the fold, beside the same reads built
+            assert uneventful(prev, inc, after, GAP) == uneventful(_built(prev), inc, after, GAP)
+            assert slowdown_of([prev]) == slowdown_of([_built(prev)])
+        got = folded(prev, inc, "agent-log", after if prev is not None else None, S)
+        if got is None:  # nothing new: only the read time moves (both paths: `adds_nothing` first)
+            assert prev is not None
+            continue
+        sig, read = got
+        taken["folds"] += 1
+        _same(sig.scan, want.scan)
+        assert [repr(x) for x in read.samples] == [repr(x) for x in want_read.samples]
+        assert repr(read.summary_of()) == repr(want_read.summary_of())
+        built = tuple(sig.scan.samples)
+        assert newest_stamp(sig.scan) == max((x.at for x in built if x.at is not None), default=None)
+        assert slowdown_of([sig]) == slowdown_of([_built(sig)])
+        assert timeline(sig) == timeline(_built(sig))  # (the same floats: == on lists of them)
+        if isinstance(sig.scan.samples, PackedSamples):
+            taken["timelines"] += energy._packed_line(sig.scan.samples) is not None
+        for scan in (sig.scan, read):  # the stall window on the columns, from any sample on
+            if isinstance(scan.samples, PackedSamples) and (cols := scan.samples.columns()) is not None:
+                whole = tuple(scan.samples)
+                for t in {max(0, len(whole) - RECENT), rng.randrange(len(whole))}:
+                    packed_window = claims_progress._signal_window_packed(cols, t, S)
+                    if packed_window is not None:
+                        taken["windows"] += 1
+                        assert packed_window == signal_window(whole[t:], S)
+                        fine = claims_progress._signal_window_packed(cols, t, S_FINE)
+                        assert fine == signal_window(whole[t:], S_FINE)
+                    else:
+                        assert any(_at(b) < _at(a) for a, b in zip(whole[t:], whole[t + 1:], strict=False))
+        prev = sig
     # the packed path is what most folds of a trainer at its pace take (not a search of the fallback)
     assert taken["extend"] > taken["folds"] // 3, taken
     assert taken["compact"] > taken["folds"] // 8, taken
@@ -463,36 +473,33 @@ def test_a_walk_of_the_packed_columns_is_the_object_walk(seed: int, monkeypatch:
         return got
     monkeypatch.setattr(progress_walk, "_walk_plain", plain_counted)
     rng = random.Random(100 + seed)
-    for _ in range(300):
-        trainer = _Trainer(rng, odd=rng.choice([0.0, 0.0, 0.002, 0.01, 0.04, 0.12]))
-        prev: Signal | None = None
-        now = T0
-        for _ in range(rng.randint(2, 14)):
-            now += timedelta(seconds=30)
-            scan, after = trainer.increment()
-            if not scan.samples and prev is None:
-                continue
-            got = folded(prev, Signal(REF, "trainer", scan, now), "agent-log", after if prev is not None else None, S)
-            if got is None:
-                continue
-            prev = sig = got[0]
-            held = sig.scan
-            stamps = [x.at for x in held.samples if x.at is not None]
-            firsts = [held.first_at, None] + ([min(stamps) - timedelta(seconds=5), max(stamps)] if stamps else [])
-            horizons = [None, now] + ([rng.choice(stamps), max(stamps) - timedelta(microseconds=1)] if stamps else [])
-            for first in {rng.choice(firsts)}:
-                for horizon in horizons:
-                    packed = replace(held, first_at=first)
-                    built = replace(packed, samples=tuple(held.samples))
-                    w = progress_walk.walk("trainer", [progress_walk.Part(packed, "head/trainer", "head/trainer", ())],
-                                           S, horizon, None)
-                    want = progress_walk.walk("trainer",
-                                              [progress_walk.Part(built, "head/trainer", "head/trainer", ())],
-                                              S, horizon, None)
-                    taken["walks"] += 1
-                    assert _walk_fields(w) == _walk_fields(want)
-                    assert [repr(x) for x in w.advances(0)] == [repr(x) for x in want.advances(0)]
-                    assert [repr(x) for x in w.reports()] == [repr(x) for x in want.reports()]
+    prev: Signal | None = None
+    for new_trainer, now, scan, after in _increments(rng, 300):
+        if new_trainer:
+            prev = None
+        if not scan.samples and prev is None:
+            continue
+        got = folded(prev, Signal(REF, "trainer", scan, now), "agent-log", after if prev is not None else None, S)
+        if got is None:
+            continue
+        prev = sig = got[0]
+        held = sig.scan
+        stamps = [x.at for x in held.samples if x.at is not None]
+        firsts = [held.first_at, None] + ([min(stamps) - timedelta(seconds=5), max(stamps)] if stamps else [])
+        horizons = [None, now] + ([rng.choice(stamps), max(stamps) - timedelta(microseconds=1)] if stamps else [])
+        for first in {rng.choice(firsts)}:
+            for horizon in horizons:
+                packed = replace(held, first_at=first)
+                built = replace(packed, samples=tuple(held.samples))
+                w = progress_walk.walk("trainer", [progress_walk.Part(packed, "head/trainer", "head/trainer", ())],
+                                       S, horizon, None)
+                want = progress_walk.walk("trainer",
+                                          [progress_walk.Part(built, "head/trainer", "head/trainer", ())],
+                                          S, horizon, None)
+                taken["walks"] += 1
+                assert _walk_fields(w) == _walk_fields(want)
+                assert [repr(x) for x in w.advances(0)] == [repr(x) for x in want.advances(0)]
+                assert [repr(x) for x in w.reports()] == [repr(x) for x in want.reports()]
     # the columns' walk is taken often (half the horizons leave a sample past them: the general path)
     assert taken["plain"] > taken["walks"] // 10, taken
     # packs no fold makes: samples standing for others (`covers`) among the newest, equal stamps, a
@@ -511,12 +518,12 @@ def test_a_walk_of_the_packed_columns_is_the_object_walk(seed: int, monkeypatch:
         pack = PackedSamples.pack(samples)
         assert pack is not None
         last = samples[-1]
-        high = rng.choice([last, replace(last, step=last.step + 5), replace(last, loss=1.0), samples[0]])
+        high = rng.choice([last, replace(last, step=step + 5), replace(last, loss=1.0), samples[0]])
         summary = rng.choice([None, summarize(samples), replace(summarize(samples), dropped=7, high_water=high)])
-        first = rng.choice([None, samples[0].at, T0 - timedelta(seconds=1), last.at])
-        held = LogScan("trainer", FMT, pack, (), (), (), 10 + n, summary, first)
+        first_at = rng.choice([None, samples[0].at, T0 - timedelta(seconds=1), last.at])
+        held = LogScan("trainer", FMT, pack, (), (), (), 10 + n, summary, first_at)
         built = replace(held, samples=tuple(samples))
-        for horizon in (None, last.at, last.at - timedelta(microseconds=1)):
+        for horizon in (None, at, at - timedelta(microseconds=1)):
             w = progress_walk.walk("trainer", [progress_walk.Part(held, "h/t", "h/t", ())], S, horizon, None)
             want = progress_walk.walk("trainer", [progress_walk.Part(built, "h/t", "h/t", ())], S, horizon, None)
             taken["walks"] += 1

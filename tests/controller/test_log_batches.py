@@ -13,10 +13,10 @@ from functools import partial
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.controller import LOG_BATCH_WEIGHT, Controller, _log_weight
+from collector.controller import LOG_BATCH_WEIGHT, Controller
 from collector.correlate import Signal
 from collector.model import Ref
-from collector.planes.base import Change
+from collector.planes.base import Change, log_weight
 from collector.progress import LogScan, ProgressSample
 from collector.settings import ControllerSettings, Settings
 from collector.sources.kube_api import KubeApi, api_client_for
@@ -55,22 +55,22 @@ def test_a_documents_changes_are_queued_in_order_in_batches_of_their_weight(seed
             c._log_backlog.give(q.weight)
     t = threading.Thread(target=loop, daemon=True)
     t.start()
-    c.put_logs(iter(sent))  # (the backlog's budget, 20,000, is spent and given back on the way)
+    c.put_logs((ch, log_weight(scan)) for ch, scan in sent)  # (the backlog's budget, 20,000, spent and given back)
     done.set()
     t.join(10)
     inner = [x for q in queued for x in (q.payload if q.op == "batch" else (q,))]
     assert inner == [ch for ch, _ in sent] and all(a is b for a, (b, _) in zip(inner, sent, strict=True))
-    total = sum(_log_weight(scan) for _, scan in sent)
+    total = sum(log_weight(scan) for _, scan in sent)
     assert sum(q.weight for q in queued) == total and c._log_backlog.held == 0
     for q in queued:
         parts = q.payload if q.op == "batch" else (q,)
-        assert q.weight == sum(_log_weight(x.payload[0].scan) for x in parts)
+        assert q.weight == sum(log_weight(x.payload[0].scan) for x in parts)
         assert q.weight <= LOG_BATCH_WEIGHT or len(parts) == 1  # (one heavier than a batch goes alone)
         assert all(x.weight == 0 for x in parts if x is not q)  # (the batch gives the weight back, once)
     # as few batches as that bound allows, taken greedily: each but the last could not take the next one
     for q, nxt in zip(queued, queued[1:], strict=False):
         first = (nxt.payload if nxt.op == "batch" else (nxt,))[0]
-        assert q.weight + _log_weight(first.payload[0].scan) > LOG_BATCH_WEIGHT
+        assert q.weight + log_weight(first.payload[0].scan) > LOG_BATCH_WEIGHT
 
 
 def test_the_loop_applies_an_agents_document_batched_as_its_changes() -> None:
@@ -87,7 +87,7 @@ def test_the_loop_applies_an_agents_document_batched_as_its_changes() -> None:
             scan, after = feed.increment("ok", f.clock[0], 30, 0)
             doc = [(ch, ch.payload[0].scan) for ch in f.worker_changes()]
             doc.append((Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)), scan))
-            f.c.put_logs(doc)
+            f.c.put_logs((ch, log_weight(scan)) for ch, scan in doc)
             assert _wait(partial(lambda n: f.c._rechecks.deferrals == n, d0 + i)), i
             assert _wait(lambda: f.c._log_backlog.held == 0)
             for ch, _ in doc[:-1]:  # every quiet worker read at this pass's instant
