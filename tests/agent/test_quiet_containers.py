@@ -111,9 +111,11 @@ class _Fleet:
             rep = parse_evidence(orjson.loads(orjson.dumps(doc)), AgentEndpoint(node, f"agent-{node}", "http://10.0.0.1:9402"),
                                  self.clock[0])
             if self.old or self.per_change:  # (node_agents before: a change a container; a Ref each before that)
-                each = [(c.namespace, c.pod, c.container, c.scan, c.after) for c in rep.logs] + \
-                    [(q[0], q[1], q[2], rep.quiet_scan(q), q[5]) for q in rep.quiet]
-                for ns, pod, container, scan, after in each:
+                # (in the document's order, as the changes came; the names as decoded)
+                at = {(c.namespace, c.pod, c.container): (c.namespace, c.pod, c.container, c.scan, c.after)
+                      for c in rep.logs} | {q[:3]: (*q[:3], rep.quiet_scan(q), q[5]) for q in rep.quiet}
+                for k in containers:
+                    ns, pod, container, scan, after = at[k]
                     sig = Signal(Ref("Pod", ns, pod), container, scan, rep.read_at)
                     self.c._apply(Change("agent-log", None, (sig, after)))
                 continue
