@@ -847,8 +847,8 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
         got = log_entry(orjson.loads(body), source)
         return got if type(got) is tuple else got.scan
     try:  # a tree whose loop takes quiet rows: "agent-quiet" changes, each change queued with its weight
-        from collector.planes.base import log_weight
-        from collector.planes.node_agents import QUIET_CHUNK, QUIET_WEIGHT
+        from collector.planes.base import SCAN_WEIGHT, log_weight
+        from collector.planes.node_agents import QUIET_CHUNK
     except ImportError:
         log_weight = None  # type: ignore[assignment]
     rng = random.Random(11)
@@ -918,7 +918,7 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
                 source = _agent_source(node, None, "")
                 put_logs([(change, log_weight(scan)) for change, scan in doc] +
                          [(_change(ctl)("agent-quiet", None, (now, source, rows[i:i + QUIET_CHUNK])),
-                           QUIET_WEIGHT * len(rows[i:i + QUIET_CHUNK])) for i in range(0, len(rows), QUIET_CHUNK)])
+                           SCAN_WEIGHT * len(rows[i:i + QUIET_CHUNK])) for i in range(0, len(rows), QUIET_CHUNK)])
             elif put_logs is not None:
                 put_logs(doc)
             else:

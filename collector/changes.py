@@ -30,11 +30,10 @@ from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import GpuPass, NodePart, PassEnd, gpu_records, runs_changed, runs_not_progressing
 from collector.planes.signals import alone, confirms, folded, quiet_adds_nothing, uneventful
-from collector.progress.model import new_scan
 from collector.recheck import Rechecks
 from collector.runcaps import RunCaps
 from collector.settings import Settings
-from collector.sources.agents import QuietLog
+from collector.sources.agents import QuietLog, quiet_scan
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
 from exporters.adx.exporter import EvidenceSink
@@ -265,7 +264,7 @@ class ChangeApplier:
                 if prev is not None and quiet_adds_nothing(prev.scan, lines, fmt):
                     self._refresh(prev, read_at)
                 else:
-                    scan = new_scan(source, fmt, (), (), (), (), lines)
+                    scan = quiet_scan(source, fmt, lines)
                     self._apply(Change("agent-log", None, (Signal(Ref("Pod", ns, pod), container, scan, read_at),
                                                            after)))
             except Exception:

@@ -24,13 +24,12 @@ import bisect
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
-from itertools import islice
-from operator import itemgetter, le, lt, sub
+from operator import itemgetter, sub
 
 from collector.correlate import RunEvidence, Signal
 from collector.gpu import PodGpuEvidence, energy_columns, energy_windows, uuid_at
 from collector.model import Energy, PodFacts
-from collector.progress.model import PackedSamples
+from collector.progress.model import PackedSamples, at_pace
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -86,7 +85,7 @@ def _packed_line(p: PackedSamples) -> tuple[list[float], list[int]] | None:
     steps, us = cols
     e = (base - _EPOCH) // _US
     ts = [(e + u) / 1_000_000 for u in us]
-    if all(map(lt, steps, islice(steps, 1, None))) and all(map(le, us, islice(us, 1, None))):
+    if at_pace(steps, us):
         return ts, list(steps)  # (a trainer at its pace)
     return _line(zip(steps, ts, strict=True))
 

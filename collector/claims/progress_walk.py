@@ -21,8 +21,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import islice
-from operator import itemgetter, le, lt
+from operator import itemgetter
 from typing import Any, Generic, TypeVar, cast
 
 from collector.claims.common import Clock
@@ -38,7 +37,7 @@ from collector.claims.progress_view import (
     stall_window,
 )
 from collector.progress import LogScan, ProgressSample
-from collector.progress.model import PackedSamples
+from collector.progress.model import PackedSamples, at_pace
 from collector.settings import ClaimSettings
 
 # A sample's place in the walk: (at, order), order = its signal's slot in the stream << SLOT | its
@@ -266,8 +265,7 @@ def _walk_plain(stream: str, p: Part, s: ClaimSettings, horizon: datetime | None
     if cols is None:
         return None
     steps, us, losses, _, _, covers = cols
-    if not all(map(lt, steps, islice(steps, 1, None))) or not all(map(le, us, islice(us, 1, None))) \
-            or 0.0 in losses:
+    if not at_pace(steps, us) or 0.0 in losses:
         return None
     n = len(steps)
     last_at = held.stamp(us[-1])
@@ -309,12 +307,16 @@ def _walk_plain(stream: str, p: Part, s: ClaimSettings, horizon: datetime | None
         k -= 1
     secs.reverse()
     step_times.reverse()
+    w.view = _view(new_advance(last_at, steps[-1], p.src, None, covers[-1] > 1, stream), secs, step_times, s)
+    return w
+
+
+def _view(last: Advance, secs: list[float], step_times: list[float], s: ClaimSettings) -> StreamView:
+    """A stream's view from its last advance and its recent intervals' seconds and seconds a step."""
     window, basis = stall_window(secs, s)
     median = statistics.median(step_times) if step_times else None
     mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
-    w.view = StreamView(new_advance(last_at, steps[-1], p.src, None, covers[-1] > 1, stream), window, basis, median,
-                        mad)
-    return w
+    return StreamView(last, window, basis, median, mad)
 
 
 def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings,
@@ -449,11 +451,8 @@ def _run(w: Walk, events: list[tuple[datetime, int, Any, str]], s: ClaimSettings
         prev_adv = Advance(last_smp.at, last_smp.step, w.srcs[last_order >> SLOT], last_rf, last_smp.covers > 1,
                            stream)
         recent_intervals = intervals[-RECENT_INTERVALS:]
-        window, basis = stall_window([secs for secs, _ in recent_intervals], s)
-        step_times = [secs / k for secs, k in recent_intervals if k > 0]
-        median = statistics.median(step_times) if step_times else None
-        mad = statistics.median(abs(x - median) for x in step_times) if median is not None else None
-        w.view = StreamView(prev_adv, window, basis, median, mad)
+        w.view = _view(prev_adv, [secs for secs, _ in recent_intervals],
+                       [secs / k for secs, k in recent_intervals if k > 0], s)
     if replay_last is not None and replay_from is not None and high is not None:
         w.replaying = Replaying(replay_from, replay_last, high, restart_of)
     mark = blind or restart_of

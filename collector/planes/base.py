@@ -98,10 +98,15 @@ class Loop(Protocol):
         """Whether the index keeps `rec` (most Events it does not)."""
 
 
+# What a signal and its scan weigh in the loop's log backlog beside what they carry: all a quiet
+# container's change weighs (`log_weight`; `planes.node_agents.log_changes`' rows weigh it each).
+SCAN_WEIGHT = 2
+
+
 def log_weight(scan: LogScan) -> int:
     """What a change carrying `scan` takes from the loop's log backlog: its samples and findings, and
     the signal and scan themselves."""
-    return len(scan.samples) + len(scan.hangs) + len(scan.xids) + 2
+    return len(scan.samples) + len(scan.hangs) + len(scan.xids) + SCAN_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)

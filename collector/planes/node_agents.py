@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from collector.correlate import Key, Signal
 from collector.gpu import PodGpuEvidence, held_state, same_held_bytes, sampled
 from collector.model import Observed, Ref, RunClaims
-from collector.planes.base import Change, PolledSource, SourceContext, SourceState, log_weight
+from collector.planes.base import SCAN_WEIGHT, Change, PolledSource, SourceContext, SourceState, log_weight
 from collector.sources.agents import AgentReader, AgentReport, discover_agents
 from collector.sources.dcgm import DcgmError, pod_evidence, read_dcgm
 from collector.sources.kube_api import SourceError
@@ -164,14 +164,12 @@ def log_changes(rep: AgentReport) -> Iterator[tuple[Change, int]]:
     quiet = rep.quiet
     for i in range(0, len(quiet), QUIET_CHUNK):
         part = quiet[i:i + QUIET_CHUNK]
-        yield Change("agent-quiet", None, (rep.read_at, rep.source, part)), QUIET_WEIGHT * len(part)
+        yield Change("agent-quiet", None, (rep.read_at, rep.source, part)), SCAN_WEIGHT * len(part)
 
 
 # Quiet containers one `"agent-quiet"` change carries at most (a node's, most often: a change is applied
-# whole between two reads of the loop's queue), and what each weighs in the log backlog (a quiet scan's
-# `log_weight`: no sample, no finding).
+# whole between two reads of the loop's queue); each weighs SCAN_WEIGHT in the log backlog.
 QUIET_CHUNK = 1000
-QUIET_WEIGHT = 2
 
 
 def runs_changed(old: GpuByPod, new: GpuByPod, root_of: Callable[[Ref], Ref | None],

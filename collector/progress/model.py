@@ -8,6 +8,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from itertools import islice
+from operator import le, lt
 from typing import Any, overload
 
 # Progress formats a sample can carry.
@@ -112,6 +114,12 @@ HOT_COLUMNS = 8  # packs whose columns stay read (a fold's held, extended and ke
 _hot_cols: deque[PackedSamples] = deque()
 # a plain pack's (steps, stamps in µs after its base, losses, lines, totals, covers)
 Columns = tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[int], Sequence[int], Sequence[int]]
+
+
+def at_pace(steps: Sequence[int], us: Sequence[int]) -> bool:
+    """A plain pack's steps and stamps (`PackedSamples.columns`) as a trainer at its pace prints them:
+    every sample a new step, none stamped before the one before."""
+    return all(map(lt, steps, islice(steps, 1, None))) and all(map(le, us, islice(us, 1, None)))
 
 
 class PackedSamples(Sequence[ProgressSample]):

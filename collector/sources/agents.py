@@ -94,9 +94,6 @@ class AgentReport:
         """(namespace, pod) whose logs this agent reads: the controller need not poll their logs."""
         return {(c.namespace, c.pod) for c in self.logs} | {(q[0], q[1]) for q in self.quiet}
 
-    def quiet_scan(self, q: QuietLog) -> LogScan:
-        """The scan a quiet container's entry is (`_scan` of it)."""
-        return new_scan(self.source, q[4], (), (), (), (), q[3])
 
 
 def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_PORT, *,
@@ -163,10 +160,15 @@ def _format(c: Mapping[str, Any]) -> str | None:
     return intern(fmt) if fmt is not None else None  # (held by every sample of the container's history)
 
 
+def quiet_scan(source: str, fmt: str | None, lines: int) -> LogScan:
+    """The scan of a quiet container's entry (`_quiet`: its line count and format alone)."""
+    return new_scan(source, fmt, (), (), (), (), lines)
+
+
 def _scan(c: Mapping[str, Any], source: str) -> LogScan:
     fmt = _format(c)
     if _quiet(c):  # (most of a pass's entries)
-        return new_scan(source, fmt, (), (), (), (), _i(c.get("lines")) or 0)
+        return quiet_scan(source, fmt, _i(c.get("lines")) or 0)
     samples = []
     total: int | None = None
     for row in _entries(c.get("samples")):

@@ -27,7 +27,7 @@ from collector.planes.base import Change, log_weight
 from collector.planes.node_agents import log_changes
 from collector.progress.model import LogScan
 from collector.settings import ControllerSettings, Settings
-from collector.sources.agents import AgentEndpoint, parse_evidence
+from collector.sources.agents import AgentEndpoint, parse_evidence, quiet_scan
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
 from tests.test_explain_fixtures import taurun
 
@@ -113,7 +113,8 @@ class _Fleet:
             if self.old or self.per_change:  # (node_agents before: a change a container; a Ref each before that)
                 # (in the document's order, as the changes came; the names as decoded)
                 at = {(c.namespace, c.pod, c.container): (c.namespace, c.pod, c.container, c.scan, c.after)
-                      for c in rep.logs} | {q[:3]: (*q[:3], rep.quiet_scan(q), q[5]) for q in rep.quiet}
+                      for c in rep.logs} | \
+                    {q[:3]: (*q[:3], quiet_scan(rep.source, q[4], q[3]), q[5]) for q in rep.quiet}
                 for k in containers:
                     ns, pod, container, scan, after = at[k]
                     sig = Signal(Ref("Pod", ns, pod), container, scan, rep.read_at)
@@ -229,7 +230,7 @@ def test_an_increments_quiet_containers_are_one_change_a_thousand() -> None:
     assert [c.pod for c in rep.logs] == ["p9", "p11"] and len(rep.quiet) == len(logs) - 2
     assert rep.quiet[7] == ("ns", "p7", "main", 4, "megatron", 3) and rep.quiet[0][4] is None
     assert rep.log_pods() == {("ns", f"p{i}") for i in range(len(logs))}
-    assert rep.quiet_scan(rep.quiet[7]) == LogScan("agent:n", "megatron", (), (), (), (), 4)
+    assert quiet_scan(rep.source, rep.quiet[7][4], rep.quiet[7][3]) == LogScan("agent:n", "megatron", (), (), (), (), 4)
     changes = list(log_changes(rep))
     assert [ch.op for ch, _ in changes] == ["agent-log"] * 2 + ["agent-quiet"] * 3
     rows = [r for ch, _ in changes[2:] for r in ch.payload[2]]
