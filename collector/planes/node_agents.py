@@ -151,20 +151,25 @@ class AgentSource(PolledSource):
 
 def log_changes(rep: AgentReport) -> Iterator[tuple[Change, int]]:
     """The loop's changes for a document's container logs, each with its weight in the log backlog
-    (`log_weight`): `"agent-log"` (the signal, and the line the increment starts after) for each with
-    something to say, then `"agent-quiet"` (the read time, the scans' source and up to QUIET_CHUNK quiet
-    containers: `sources.agents.QuietLog`) for the rest, each weighing what its scan would. A pod's
-    containers share one `Ref` (while queued: a pass's containers wait in the log backlog)."""
+    (`log_weight`): `"agent-quiet"` (the read time, the scans' source and up to QUIET_CHUNK quiet
+    containers: `sources.agents.QuietLog`), each weighing what its scan would, then `"agent-log"` (the
+    signal, and the line the increment starts after) for each with something to say. A pod's containers
+    share one `Ref` (while queued: a pass's containers wait in the log backlog).
+
+    Quiet first: a quiet container read again past half the evidence age marks its run before the run's
+    confirming increments are judged, which then see it marked and schedule no deferral
+    (`ChangeApplier._deferred`) for a run evaluated now anyway. The marks, the signals and the claims do
+    not depend on the order (a refresh and an increment touch different signals; marks are a set)."""
+    quiet = rep.quiet
+    for i in range(0, len(quiet), QUIET_CHUNK):
+        part = quiet[i:i + QUIET_CHUNK]
+        yield Change("agent-quiet", None, (rep.read_at, rep.source, part)), SCAN_WEIGHT * len(part)
     refs: dict[tuple[str, str], Ref] = {}
     for c in rep.logs:
         ref = refs.get((c.namespace, c.pod))
         if ref is None:
             ref = refs[(c.namespace, c.pod)] = Ref("Pod", c.namespace, c.pod)
         yield Change("agent-log", None, (Signal(ref, c.container, c.scan, rep.read_at), c.after)), log_weight(c.scan)
-    quiet = rep.quiet
-    for i in range(0, len(quiet), QUIET_CHUNK):
-        part = quiet[i:i + QUIET_CHUNK]
-        yield Change("agent-quiet", None, (rep.read_at, rep.source, part)), SCAN_WEIGHT * len(part)
 
 
 # Quiet containers one `"agent-quiet"` change carries at most (a node's, most often: a change is applied

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.bench_controller import realistic_pod, run_name
@@ -232,10 +232,10 @@ def test_an_increments_quiet_containers_are_one_change_a_thousand() -> None:
     assert rep.log_pods() == {("ns", f"p{i}") for i in range(len(logs))}
     assert quiet_scan(rep.source, rep.quiet[7][4], rep.quiet[7][3]) == LogScan("agent:n", "megatron", (), (), (), (), 4)
     changes = list(log_changes(rep))
-    assert [ch.op for ch, _ in changes] == ["agent-log"] * 2 + ["agent-quiet"] * 3
-    rows = [r for ch, _ in changes[2:] for r in ch.payload[2]]
-    assert rows == list(rep.quiet) and all(ch.payload[:2] == (NOW0, "agent:n") for ch, _ in changes[2:])
-    assert [w for _, w in changes[2:]] == [2 * len(ch.payload[2]) for ch, _ in changes[2:]] == \
+    assert [ch.op for ch, _ in changes] == ["agent-quiet"] * 3 + ["agent-log"] * 2  # (quiet first: log_changes)
+    rows = [r for ch, _ in changes[:3] for r in ch.payload[2]]
+    assert rows == list(rep.quiet) and all(ch.payload[:2] == (NOW0, "agent:n") for ch, _ in changes[:3])
+    assert [w for _, w in changes[:3]] == [2 * len(ch.payload[2]) for ch, _ in changes[:3]] == \
         [2 * QUIET_CHUNK, 2 * QUIET_CHUNK, 2 * (len(logs) - 2 - 2 * QUIET_CHUNK)]
 
 
@@ -299,16 +299,26 @@ def _alike(one: _Fleet, other: _Fleet, passes: list[list[tuple[str, float]]], ga
             a, b = one.held(k), other.held(k)
             assert a == b and repr(a) == repr(b) and a.scan.summary_of() == b.scan.summary_of()
         assert one.c._dirty == other.c._dirty
-        assert one.c._rechecks.deferrals == other.c._rechecks.deferrals
+        # `one` applies a document's quiet rows before its increments (`log_changes`): a row that marks
+        # a run (read again past half the evidence age) is seen by the run's confirming increment, which
+        # then defers nothing for a run evaluated now anyway; in the document's order an increment
+        # before the row has deferred it. Never more deferrals, and the same runs marked.
+        assert one.c._rechecks.deferrals <= other.c._rechecks.deferrals
+
+
+_Q, _STEPS, _LINE = ("quiet", 2.0), ("steps", 2.0), ("line", 2.0)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(st.tuples(st.sampled_from(_KINDS), st.floats(1.5, 3.0)), min_size=8, max_size=8),
                 min_size=1, max_size=6),
        st.lists(st.sampled_from((30.0, 30.0, 30.0, 200.0)), min_size=6, max_size=6))
+# (found by the search against quiet rows applied after a document's increments: one deferral more)
+@example([[_Q] * 8, [_Q, _Q, _Q, _STEPS, _Q, _Q, _Q, _Q], [_Q, _LINE, _Q, _STEPS, _Q, _Q, _Q, _Q]], [30.0] * 6)
 def test_quiet_rows_are_the_agent_log_changes_they_stand_for(passes: list[list[tuple[str, float]]],
                                                               gaps: list[float]) -> None:
     """The loop's `"agent-quiet"` rows (`ChangeApplier._quiet`) leave the index, the claims and the runs
     marked as an `"agent-log"` change of each row's scan does (the path before them), pass after pass,
     for containers whose logs go quiet, step, gain a line, a note or lose it, or are sent whole."""
     _alike(_Fleet(1), _Fleet(1, per_change=True), passes, gaps)
+
