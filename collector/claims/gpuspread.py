@@ -37,7 +37,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import islice
 from operator import lt
-from typing import TypeVar
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from collector.claims.memo import ByInputs
 from collector.claims.stragglers import rising_run
@@ -169,10 +170,15 @@ class _Core:
     devices: int  # the GPUs compared
     per_node: dict[str, int]  # of them, by node
     bad: tuple[str, ...]
-    apart: dict[str, list[str]]
+    apart: Mapping[str, list[str]]
     # the GPUs apart: their pod's record and place in it (kept per run between the agents' passes:
     # records, not device objects, which the record builds on access)
-    where: dict[str, tuple[PodGpuEvidence, int]]
+    where: Mapping[str, tuple[PodGpuEvidence, int]]
+
+
+# `_Core.apart` and `.where` of a run with no GPU apart (most, kept per run): one shared empty mapping,
+# not two dicts a run
+_NONE_APART: Mapping[str, Any] = MappingProxyType({})
 
 
 # Per run, by the fresh evidence objects it was computed from (collector/claims/memo.py): a run
@@ -184,7 +190,7 @@ def gpu_spread(current: Stragglers | None, ev: RunEvidence, evidence: Iterable[P
                max_age: timedelta) -> Stragglers | None:
     """`current` (the log-based verdict) with the GPU suspects and untrusted readings added."""
     fresh = [e for e in evidence if now - e.read_at <= max_age]
-    key = ev.root.ref.key
+    key = ev.key
     kept = _CORES.get(key, fresh)
     if kept is not None:
         core = kept[0]
@@ -232,7 +238,7 @@ def _compared(fresh: list[PodGpuEvidence]) -> _Core:
     for e, _, _ in devices.values():
         per_node[e.node] = per_node.get(e.node, 0) + 1
     if len(devices) < MIN_GPUS:
-        return _Core(len(devices), per_node, bad, {}, {})
+        return _Core(len(devices), per_node, bad, _NONE_APART, _NONE_APART)
     per = {u: _readings(r, not why[u]) for u, (_, _, r) in devices.items()}
     for name, lower_only in READINGS:
         vals = {u: r[name] for u, r in per.items() if name in r}
@@ -256,6 +262,8 @@ def _compared(fresh: list[PodGpuEvidence]) -> _Core:
                                                f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
                                                "deviations)")
     names = {u: uuid_at(*devices[u][:2]) for u in apart}
+    if not apart:
+        return _Core(len(devices), per_node, bad, _NONE_APART, _NONE_APART)
     return _Core(len(devices), per_node, bad, {names[u]: why for u, why in apart.items()},
                  {names[u]: devices[u][:2] for u in apart})
 
@@ -307,7 +315,7 @@ def _screened(fresh: list[PodGpuEvidence]) -> _Core | None:
     per_node: dict[str, int] = {}
     for e, (k, _) in zip(fresh, parts, strict=True):
         per_node[e.node] = per_node.get(e.node, 0) + len(k) // 16
-    return _Core(total, per_node, (), {}, {})
+    return _Core(total, per_node, (), _NONE_APART, _NONE_APART)
 
 
 def _verdict(current: Stragglers | None, ev: RunEvidence, core: _Core) -> Stragglers | None:
