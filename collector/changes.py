@@ -409,7 +409,7 @@ class ChangeApplier:
         if root is _UNKNOWN_ROOT:
             root = self.index.root_of(ref)
             if len(memo) < ROOTS_MEMO_MAX and key[0] != "Event":  # (an Event comes and goes without moving `shape`)
-                memo[key] = root
+                memo[self.index.key_of(ref)] = root
         return root  # type: ignore[return-value]
 
     def _upsert(self, r: Resource, rec: ObjectRecord) -> None:

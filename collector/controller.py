@@ -76,14 +76,14 @@ class Controller(RunEvaluator):
         self.cfg: ControllerSettings = settings.controller
         self.now = now
         self.registry = registry or new_registry()
+        self.index = RunIndex(settings.taugrid)
         self.exporter = ClaimsExporter(self.registry, retention=self.cfg.retention,
-                                       run_series=RunSeries(self.cfg.run_series))
+                                       run_series=RunSeries(self.cfg.run_series), key_of=self.index.key_of)
         self.health = HealthMetrics(self.registry, resources=[r.name for r in resources],
                                     sources=error_labels(resources, tuple(w.name for w in workers)))
-        self.index = RunIndex(settings.taugrid)
         self.clocks = NodeClocks(self.index)  # node clocks from their Leases and heartbeats
         self.claims: dict[Key, RunClaims] = {}
-        self.history = RunHistory()  # each run's latest claim transitions, for /runs
+        self.history = RunHistory(key_of=self.index.key_of)  # each run's latest claim transitions, for /runs
         self.caps = RunCaps(self.cfg.max_runs, self.cfg.max_runs_per_namespace)  # on tracked runs
         self.skipped: list[str] = []  # what could not be read, newest last (bounded)
         self._failure_logged: dict[str, float] = {}  # see _failed

@@ -169,6 +169,12 @@ class RunEvidence:
     # Pods of the run deleted since (a JobSet restart, a recreated Ray worker): gone from `pods`, their
     # last record and logs kept as the marks their replacements must pass (`signals`, retired).
     retired_pods: list[ObjectRecord] = field(default_factory=list)
+    # `root.ref.key`; the index's own tuple where it built this (`RunIndex.key_of`), so what is kept
+    # per run between evaluations (collector/claims/memo.py) holds no copy of its own
+    key: Key = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = self.root.ref.key
 
 
 _NODECLAIM_REF = re.compile(r"nodeclaim/([a-z0-9][a-z0-9.-]{0,252})")
@@ -209,6 +215,8 @@ class RunIndex(RunLinks):
                 self.delete(rec.ref)
             return
         old = self._objects.get(key)
+        if type(rec.facts) is not EventFacts:  # (the held one, `key_of`; an Event is keyed by no other map)
+            key = self._keys.setdefault(key, key)
         self._objects[key] = rec
         if old is not None and type(rec.facts) is PodFacts and rec.labels is old.labels and rec.owners == old.owners:
             return  # a pod's update that keeps its links (the watch's usual event): nothing else moves
@@ -278,6 +286,7 @@ class RunIndex(RunLinks):
             del self._workspaces[ref.namespace]
         self._signals.pop(key, None)
         self._ray.pop(key, None)
+        self._keys.pop(key, None)
         return rec
 
     def _retire(self, ref: Ref) -> None:
@@ -323,7 +332,7 @@ class RunIndex(RunLinks):
         key, source = sig.ref.key, sig.source
         held = self._signals.get(key)
         if held is None:
-            self._signals[key] = (sig,)
+            self._signals[self._keys.get(key, key)] = (sig,)
         elif isinstance(held, tuple):
             for i, s in enumerate(held):
                 if s.source == source:
@@ -396,6 +405,7 @@ class RunIndex(RunLinks):
     def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]
         ev = RunEvidence(root=rec, synced=self.synced)
+        ev.key = self.key_of(root)
         self._file(ev, rec)
         member_keys = self._member_keys(root)
         objects, pods = self._objects, ev.pods

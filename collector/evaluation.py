@@ -82,7 +82,7 @@ class RunEvaluator(ChangeApplier):
         n = 0  # runs taken
         with self.health.time_evaluation() if until is None else nullcontext():  # (slices: a pass, `_loop`)
             if self._roots_changed or full:
-                roots = {ref.key: ref for ref in self.index.roots()}
+                roots = {self.index.key_of(ref): ref for ref in self.index.roots()}
                 for gone in set(self.claims) - set(roots):
                     rc = self.claims.pop(gone)
                     self._dirty.update(self.caps.release(rc.ref))  # runs a cap kept out may fit now
@@ -117,7 +117,8 @@ class RunEvaluator(ChangeApplier):
             worker_runs = {w.name: w.runs() for w in self.workers}
             for ref in todo:
                 n += 1
-                if ref.key not in self.claims and not self.caps.admit(ref):
+                key = self.index.key_of(ref)  # (the one tuple the maps below share)
+                if key not in self.claims and not self.caps.admit(ref):
                     continue  # not tracked: a cap is reached (counted and logged by namespace)
                 try:
                     ev = self.index.evidence(ref)
@@ -125,9 +126,9 @@ class RunEvaluator(ChangeApplier):
                                                origin=self.settings.controller.multikueue_origin)
                     if self.workers:
                         if target := dispatch_target(ev):
-                            self._dispatched[ref.key] = target
+                            self._dispatched[key] = target
                         else:
-                            self._dispatched.pop(ref.key, None)
+                            self._dispatched.pop(key, None)
                     if self._agent_nodes or self._gpus:
                         rc = apply_gpu(rc, ev, self._gpus, self._agent_nodes, now, self.settings.claims,
                                        newest=self._agents_newest)
@@ -135,19 +136,19 @@ class RunEvaluator(ChangeApplier):
                         rc = self._with_outage(rc)
                     rc = self._with_queue(rc, ev, now)
                     for p in self._per_run:  # what the per-run sources read for it
-                        p.track(ref.key, ev, rc)
+                        p.track(key, ev, rc)
                 except Exception:  # one run's evidence that trips the evaluation costs only that run
                     self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
-                    rc = unknown_claims(ref, self.claims.get(ref.key), now,
+                    rc = unknown_claims(ref, self.claims.get(key), now,
                                         "claims could not be evaluated (an internal error, in the collector's log)")
                     ev = None
                     for p in self._per_run:
-                        p.forget(ref.key)
-                self.claims[ref.key] = rc
+                        p.forget(key)
+                self.claims[key] = rc
                 due = rc.recheck_at
                 if rc.queue is not None and (due is None or due > now + QUEUE_REFRESH):
                     due = now + QUEUE_REFRESH  # its estimate moves with its queue's window
-                self._rechecks.set(ref.key, due, now)
+                self._rechecks.set(key, due, now)
                 out.append(rc)
                 if self.capture is not None and self.leader and ev is not None:
                     self._export(f"{ref} capture", self.capture.evaluated, ev, rc, now)

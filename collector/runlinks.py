@@ -130,6 +130,10 @@ class RunLinks:
     def __init__(self) -> None:
         self._inferred: set[Key] = set()  # roots made up from their pods (RunIndex.infer_missing_roots)
         self._objects: dict[Key, ObjectRecord] = {}
+        # Each held object's key, one tuple an object (`key_of`): the maps keyed by it (the index's, the
+        # loop's, the exporters') share it, not a copy each (`Ref.key` builds a new one on every read:
+        # ~15 copies a run and 3 a pod at fleet size, issue 30).
+        self._keys: dict[Key, Key] = {}
         # Tuples, not lists: one per indexed object (hundreds of thousands with Events); an empty one is shared.
         self._up: dict[Key, tuple[Key, ...]] = {}
         self._adopted: dict[Key, tuple[Key, ...]] = {}  # only those that adopt some (most adopt none)
@@ -145,6 +149,12 @@ class RunLinks:
         self._members_shape = -1
         self._roots_memo: list[Ref] | None = None  # `roots` while `shape` holds
         self._roots_shape = -1
+
+    def key_of(self, ref: Ref) -> Key:
+        """`ref.key`, as the index holds it while it holds the object (an equal tuple otherwise): what a
+        map that lives as long as the object keys it by."""
+        key = ref.key
+        return self._keys.get(key, key)
 
     # --- what the writes (RunIndex's) keep up --------------------------------------------------
 
@@ -344,5 +354,5 @@ class RunLinks:
         if keys is None:
             keys = tuple(k for k, _ in self._walk(root))
             if len(self._members_memo) < MEMBERS_MEMO_MAX:  # (bounded: cleared when `shape` moves)
-                self._members_memo[root.key] = keys
+                self._members_memo[self.key_of(root)] = keys
         return keys

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -84,8 +85,9 @@ class RunHistory:
     as tuples (the last state shared, `_STATES`), rendered as JSON only when asked: at fleet size the
     dicts were ~2 KB a run, held for the whole fleet."""
 
-    def __init__(self, per_run: int = HISTORY_PER_RUN) -> None:
+    def __init__(self, per_run: int = HISTORY_PER_RUN, key_of: Callable[[Ref], Key] = attrgetter("key")) -> None:
         self.per_run = per_run
+        self._key_of = key_of  # a run's key: the live index's own tuple (`RunIndex.key_of`), not a copy
         self._last: dict[Key, State] = {}
         self._history: dict[Key, tuple[Transition, ...]] = {}
         self._lock = threading.Lock()
@@ -94,7 +96,7 @@ class RunHistory:
         with self._lock:
             for rc in claims:
                 now = _state(rc)
-                key = rc.ref.key
+                key = self._key_of(rc.ref)
                 before = self._last.get(key)
                 self._last[key] = now
                 if before is now:

@@ -14,11 +14,11 @@ import math
 import threading
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain, compress, repeat
-from operator import itemgetter, methodcaller, ne
+from operator import attrgetter, itemgetter, methodcaller, ne
 
 from prometheus_client import (
     CollectorRegistry,
@@ -315,11 +315,14 @@ class ClaimsExporter(Collector):
 
     def __init__(
         self, registry: CollectorRegistry | None = None, *, retention: timedelta = DEFAULT_RETENTION,
-        run_series: RunSeries = RunSeries.ALL,
+        run_series: RunSeries = RunSeries.ALL, key_of: Callable[[Ref], tuple[str, str, str]] = attrgetter("key"),
     ):
         if retention < timedelta(0):
             raise ValueError("retention must not be negative")
         self.retention = retention
+        # A run's key (`Ref.key`): the live controller's index's own tuple (`RunIndex.key_of`), so the
+        # maps below hold no copy of their own
+        self._key_of = key_of
         # UNHEALTHY: a healthy run writes only HEALTHY_RUN_FAMILIES (exporters/prometheus_fleet.py).
         self.run_series = RunSeries(run_series)
         self._lock = threading.Lock()
@@ -381,7 +384,7 @@ class ClaimsExporter(Collector):
                 self._still = None
 
     def _upsert(self, rc: RunClaims) -> None:
-        key = rc.ref.key
+        key = self._key_of(rc.ref)
         retired_uid = self._retired.get(key)
         if retired_uid is not None:
             if rc.finished and retired_uid == rc.ref.uid:

@@ -148,7 +148,7 @@ def run_pods(ev: RunEvidence) -> RunPods:
     GPU pass or a tick has the very same pods."""
     same = (*ev.events, _SEP, *ev.workloads, _SEP, *ev.jobs, _SEP, *ev.rayclusters)
     root = (ev.root.ref, ev.root.created)
-    key = ev.root.ref.key
+    key = ev.key
     kept = _RUN_PODS.get(key, same, root)
     if kept is not None:
         before = kept[0]

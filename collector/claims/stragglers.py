@@ -353,7 +353,7 @@ def stragglers(ev: RunEvidence, signals: Sequence[Signal], now: datetime,
     ts = tuple(tracks(ev, signals, lineage))
     if any(t.at[-1] > now for t in ts):
         return detect(ts, now)
-    key = ev.root.ref.key
+    key = ev.key
     kept = _VERDICTS.get(key)
     if kept is not None and kept[0] == ts:
         return kept[1]
