@@ -914,11 +914,11 @@ def _live_feed(c: Any, ctl: Any, stop: threading.Event, used: list[float], done:
             rows: list[Any] = []
             for ref, containers, quiet_pod in pods:
                 pod_part(ref, containers, quiet_pod, node, now, doc, rows)
-            if log_weight is not None and put_logs is not None:  # (as `node_agents.log_changes` queues a document)
-                source = _agent_source(node, None, "")
-                put_logs([(change, log_weight(scan)) for change, scan in doc] +
-                         [(_change(ctl)("agent-quiet", None, (now, source, rows[i:i + QUIET_CHUNK])),
-                           SCAN_WEIGHT * len(rows[i:i + QUIET_CHUNK])) for i in range(0, len(rows), QUIET_CHUNK)])
+            if log_weight is not None and put_logs is not None:  # (as `node_agents.log_changes` queues a document:
+                source = _agent_source(node, None, "")  # its quiet rows first)
+                put_logs([(_change(ctl)("agent-quiet", None, (now, source, rows[i:i + QUIET_CHUNK])),
+                           SCAN_WEIGHT * len(rows[i:i + QUIET_CHUNK])) for i in range(0, len(rows), QUIET_CHUNK)] +
+                         [(change, log_weight(scan)) for change, scan in doc])
             elif put_logs is not None:
                 put_logs(doc)
             else:
