@@ -133,9 +133,18 @@ def _lineage_view(ev: RunEvidence) -> RunEvidence:
     sets (~1 KB a run kept): reading one raises, never answers from nothing."""
     view: RunEvidence = object.__new__(RunEvidence)
     view.root = ev.root
-    view.pods, view.retired_pods, view.events = list(ev.pods), list(ev.retired_pods), list(ev.events)
-    view.workloads, view.jobs, view.rayclusters = list(ev.workloads), list(ev.jobs), list(ev.rayclusters)
+    view.pods, view.retired_pods, view.events = _copy(ev.pods), _copy(ev.retired_pods), _copy(ev.events)
+    view.workloads, view.jobs, view.rayclusters = _copy(ev.workloads), _copy(ev.jobs), _copy(ev.rayclusters)
     return view
+
+
+# A kept view's empty lists (most runs have no retired pods, no Job, few Events): one shared list, not
+# one a field a run. A `RunPods` reads its view and never changes it (`lineage._pods_of`).
+_NO_RECORDS: list[ObjectRecord] = []
+
+
+def _copy(records: list[ObjectRecord]) -> list[ObjectRecord]:
+    return list(records) if records else _NO_RECORDS
 
 
 def run_pods(ev: RunEvidence) -> RunPods:

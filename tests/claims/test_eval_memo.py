@@ -155,6 +155,9 @@ def _check(ev: RunEvidence) -> RunPods:
     assert _fields(rp) == _fields(fresh)  # kept, moved to new records or built anew: the same fields
     assert len(rp._why) == len(rp.every)  # answers only for its own records, by place
     assert _answers(ev, rp) == _answers(ev, RunPods(ev))
+    view = memo._lineage_view(ev)
+    assert (view.retired_pods is memo._NO_RECORDS) == (not ev.retired_pods)  # (empty: the one shared list)
+    assert not memo._NO_RECORDS  # ... which nothing changed
     return rp
 
 
