@@ -261,9 +261,9 @@ def _compared(fresh: list[PodGpuEvidence]) -> _Core:
                 apart.setdefault(u, []).append(f"{name} {_fmt(name, v)} against a median {_fmt(name, center)} "
                                                f"over the run's other {len(against) - 1} GPUs ({z:+.0f} robust "
                                                "deviations)")
-    names = {u: uuid_at(*devices[u][:2]) for u in apart}
     if not apart:
         return _Core(len(devices), per_node, bad, _NONE_APART, _NONE_APART)
+    names = {u: uuid_at(*devices[u][:2]) for u in apart}
     return _Core(len(devices), per_node, bad, {names[u]: why for u, why in apart.items()},
                  {names[u]: devices[u][:2] for u in apart})
 

@@ -95,7 +95,6 @@ class AgentReport:
         return {(c.namespace, c.pod) for c in self.logs} | {(q[0], q[1]) for q in self.quiet}
 
 
-
 def endpoints_from_pods(pods: Iterable[Mapping[str, Any]], port: int = DEFAULT_PORT, *,
                         scheme: str = "http") -> list[AgentEndpoint]:
     """Running, addressed agent pods → endpoints (one per node; the newest pod wins a tie). The URL
