@@ -21,7 +21,7 @@ from typing import Any
 from collector.backlog import Backlog
 from collector.claims.gpuspread import forget as forget_spread
 from collector.claims.gpuspread import forget_replaced
-from collector.correlate import Key, RunIndex, Signal
+from collector.correlate import ClockMarks, Key, RunIndex, Signal
 from collector.gpu import PodGpuEvidence, uuids
 from collector.malloc import release_free
 from collector.model import NodeFacts, ObjectRecord, Ref, RunClaims
@@ -29,7 +29,8 @@ from collector.nodeclock import NodeClocks
 from collector.planes.base import Change
 from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import GpuPass, NodePart, PassEnd, gpu_records, runs_changed, runs_not_progressing
-from collector.planes.signals import alone, confirms, folded, quiet_adds_nothing, uneventful
+from collector.planes.signals import alone, carried, confirms, folded, quiet_adds_nothing, uneventful
+from collector.progress.model import ProgressSample
 from collector.recheck import Rechecks
 from collector.runcaps import RunCaps
 from collector.settings import Settings
@@ -37,6 +38,7 @@ from collector.sources.agents import QuietLog, quiet_scan
 from collector.sources.kube_api import Resource
 from collector.sources.queuewatch import QueueWatch
 from exporters.adx.exporter import EvidenceSink
+from exporters.prometheus import ClaimsExporter
 from exporters.prometheus_health import ErrorClass, HealthMetrics
 
 __all__ = ["FAILURE_LOG_S", "OVERLOAD_COALESCE", "ROOTS_MEMO_MAX", "ChangeApplier", "describe"]
@@ -68,6 +70,8 @@ class ChangeApplier:
     watch: KubeWatch
     health: HealthMetrics
     sink: EvidenceSink | None
+    exporter: ClaimsExporter
+    _was_leader: bool  # led at the last evaluation (and published every run then)
     skipped: list[str]
     agents_first: threading.Event
     ready: threading.Event
@@ -76,6 +80,9 @@ class ChangeApplier:
     _log_backlog: Backlog
     _rechecks: Rechecks[Key]
     _dispatched: dict[Key, str]
+    # What the run's nodes' clocks said at its last evaluation, for the runs where one was not ours
+    # (`correlate.clock_marks`): a deferral holds only while they say the same (`_deferred`).
+    _clocks_seen: dict[Key, ClockMarks]
     _gpus: dict[tuple[str, str], PodGpuEvidence]
     _agent_nodes: dict[str, datetime]
     _agents_newest: datetime | None  # the latest of `_agent_nodes`' reads (per pass, not per run)
@@ -199,7 +206,10 @@ class ChangeApplier:
         soonest the stall window of the increment's newest step could close (that evaluation's due at
         the earliest). That replaces the run's clock entry and any earlier deferral; neither may have
         come due before the increment did (a window that closed before the newer step is a gap an
-        evaluation must judge)."""
+        evaluation must judge). The run's nodes' clocks must say what its last evaluation saw
+        (`_clocks_seen`): a clock measured anew places its stamps elsewhere (the claim's `since` moves),
+        and a Lease renewal marks no run. Where none runs off ours, the export carries the newest step
+        meanwhile (`_carry`)."""
         s = self.settings.claims
         key = root.key
         if not s.confirm_refresh or key in self._dirty or key in self._dispatched:
@@ -211,9 +221,12 @@ class ChangeApplier:
         now = self.now()
         if rc is None or not confirms(rc, sig, now):
             return False
-        signals, ahead = self.index.run_signals(root)  # (not the run's whole evidence: only its signals)
+        signals, marks = self.index.run_signals(root)  # (not the run's whole evidence: only its signals)
+        if marks != self._clocks_seen.get(key):
+            return False  # a node's clock measured anew since (its stamps placed elsewhere: `since` moves)
         if not alone(sig, signals):
             return False
+        ahead = max((skew for _, skew in marks[0]), default=None) if marks is not None else None
         # the window is judged on the evaluation's clock: a node ahead stamps its steps that much later
         closes = newest.at - max(ahead or ZERO, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
         due = min(rc.evaluated_at + s.confirm_refresh, closes)
@@ -225,7 +238,19 @@ class ChangeApplier:
         if due <= now:
             return False
         self._rechecks.defer(key, due)
+        if marks is None:
+            self._carry(rc, newest, now)
         return True
+
+    def _carry(self, rc: RunClaims, newest: ProgressSample, now: datetime) -> None:
+        """A deferred run's exported progress carried to `newest` (`planes.signals.carried`) until its
+        evaluation: its last step and time follow the agents' passes, not `claims.confirm_refresh`, and
+        step-rate rules and panels see a step every pass. Only what an evaluation would say now: the
+        leader's, published before (`_was_leader`), every clock of the run's nodes running with ours
+        (the caller's), and `newest` not past `now`. `self.claims` keeps the evaluation's claims."""
+        assert newest.at is not None
+        if self._was_leader and self.leader and newest.at <= now:
+            self.exporter.update((carried(rc, newest),), now)
 
     def _coalesced(self, key: Key) -> bool:
         """Whether a log change's re-evaluation of run `key` waits, the loop being behind its log

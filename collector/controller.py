@@ -29,7 +29,7 @@ from collector.backlog import Backlog
 from collector.capture import EvidenceCapture, capture_for
 from collector.changes import describe
 from collector.claims.queue_status import Workloads
-from collector.correlate import Key, RunIndex
+from collector.correlate import ClockMarks, Key, RunIndex
 from collector.endpoints import BoundedHTTPServer, HttpOptions, WithPath
 from collector.endpoints import serve as serve_http
 from collector.evaluation import RunEvaluator
@@ -103,10 +103,11 @@ class Controller(RunEvaluator):
         self._outage_led = False  # exporting every run unknown through a Lease outage (see evaluate)
         self.tick_s = self.cfg.tick.total_seconds()  # the tick in effect (stretched at fleet size)
         refresh = self.settings.claims.confirm_refresh.total_seconds()
-        if refresh > MAX_TICK_S:  # (`_mark_all`: the full pass, a backstop, evaluates such runs anyway)
-            log.warning("claims.confirm_refresh is longer than the full pass's longest tick: that pass "
-                        "re-evaluates a deferred run anyway, so the longer interval saves nothing",
-                        extra={"confirm_refresh_s": refresh, "max_tick_s": MAX_TICK_S})
+        if refresh > NOT_EVALUATED_ALERT_S:
+            log.warning("claims.confirm_refresh is longer than TaugridClaimsNotEvaluated's threshold: a "
+                        "healthy run's evaluation ages past it between evaluations, and its figures that "
+                        "follow the newest step (but its last step, which the export carries) wait as long",
+                        extra={"confirm_refresh_s": refresh, "alert_after_s": NOT_EVALUATED_ALERT_S})
         # Runs due for re-evaluation by the clock alone (their claims' recheck_at), and the CPU that
         # those re-evaluations may take; `rechecked` counts the runs re-evaluated that way.
         self._rechecks: Rechecks[Key] = Rechecks()
@@ -135,6 +136,7 @@ class Controller(RunEvaluator):
         # MultiKueue workers, configured explicitly (collector/multicluster.py joins dispatched runs).
         self.workers = workers
         self._dispatched: dict[Key, str] = {}  # manager run → the worker it was dispatched to
+        self._clocks_seen: dict[Key, ClockMarks] = {}
         self.composed = build_sources(SourceContext(
             api, settings, now, self, self.health, self._stop, self.registry, self.queues, capture=self.capture,
             exporting=sink is not None, workers=workers), resources)
@@ -408,20 +410,22 @@ class Controller(RunEvaluator):
     def _mark_all(self) -> None:
         """A full pass in slices: every run marked (the roots listed again as its first slice begins)
         but those the deferral of a confirming log increment covers (`ChangeApplier._deferred`): one
-        due within MAX_TICK_S of the run's last evaluation, or one that came due in the last
-        MAX_TICK_S / 2 (the next increment defers it again). At fleet size the tick is as long as the
-        deferral's interval: a run the pass re-evaluated after its deferral (or before it) would be
-        evaluated twice in it. (A pass that skips most runs is cheap, and the tick shrinks after it:
-        the window is not the tick's.) A run skipped is evaluated by a later pass at the latest: every
-        run at least every 1.5 × MAX_TICK_S and a pass. Nor are the runs a cap keeps out marked: a
+        due within the longer of MAX_TICK_S and `claims.confirm_refresh` of the run's last evaluation
+        (every deferral: each is due by then), or one that came due in the last MAX_TICK_S / 2 (the next
+        increment defers it again). At fleet size the tick is as long as MAX_TICK_S: a run the pass
+        re-evaluated between its deferrals would be evaluated twice as often as they ask. (A pass that
+        skips most runs is cheap, and the tick shrinks after it: the window is not the tick's.) A run
+        skipped is evaluated by its deferral or a later pass: every run at least every 1.5 × MAX_TICK_S
+        and a pass, or `confirm_refresh` if longer. Nor are the runs a cap keeps out marked: a
         place freeing marks them (`RunCaps.release`), as does a change of their own objects; at 150k
         pods, 5,000 such runs were marked, sorted by age and refused on every pass."""
         self._roots_changed = True
-        bound = timedelta(seconds=MAX_TICK_S)
+        tick = timedelta(seconds=MAX_TICK_S)
+        bound = max(tick, self.settings.claims.confirm_refresh)
         claims = self.claims
         covered = {key for key, due in self._rechecks.deferred_items()
                    if (rc := claims.get(key)) is not None and due <= rc.evaluated_at + bound}
-        covered.update(self._rechecks.came_due_since(self.now() - bound / 2))
+        covered.update(self._rechecks.came_due_since(self.now() - tick / 2))
         covered.update(self.caps.kept_out())
         self._dirty.update(key for ref in self.index.roots() if (key := ref.key) not in covered)
 
@@ -491,10 +495,13 @@ SOURCE_FAIL_GRACE_S = 10.0
 # pass skips the runs a deferral covers or covered in the last MAX_TICK_S / 2, `_mark_all`); goodput
 # and work at risk grow at the exporters' clock between evaluations (`RunClaims.at`); queued runs'
 # estimates are refreshed every QUEUE_REFRESH (collector/evaluation.py). So the tick only catches what
-# none of those would, and every run is evaluated at least every 1.5 × MAX_TICK_S and a pass
-# (TaugridClaimsNotEvaluated waits 300 s) whatever the fleet's size.
+# none of those would, and every run is evaluated at least every 1.5 × MAX_TICK_S and a pass, or
+# `claims.confirm_refresh` if longer (TaugridClaimsNotEvaluated waits NOT_EVALUATED_ALERT_S), whatever
+# the fleet's size.
 FULL_PASS_SHARE = 0.02
 MAX_TICK_S = 120.0
+# How long TaugridClaimsNotEvaluated (charts/taugrid-evidence/rules) lets a run's evaluation age.
+NOT_EVALUATED_ALERT_S = 300.0
 # Log samples and findings queued for the loop at most (≈ 200 bytes each: ≈ 4 MiB; collector/backlog.py).
 # Agents hand every container on each pass: at 100,000, a pass's quiet containers (weight 2, ≈ 500 bytes
 # of change each) waited by the 50,000, and what they left behind as free blocks in Python's pools (a

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 from collector.kube import (
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = [  # (Key and job_parents are collector.runlinks', named here too: where the collector reads them)
     "CLAIM_EVENT_KINDS", "CLAIM_EVENT_REASONS", "CREATE_EVENT_KINDS", "CREATE_EVENT_REASONS",
-    "EVENTS_PER_OBJECT", "Key", "RayRuntime", "RunEvidence", "RunIndex", "Signal", "build_index",
-    "claims_read", "job_parents",
+    "EVENTS_PER_OBJECT", "ClockMarks", "Key", "RayRuntime", "RunEvidence", "RunIndex", "Signal", "build_index",
+    "claims_read", "clock_marks", "job_parents",
 ]
 
 
@@ -178,6 +178,20 @@ class RunEvidence:
 
 
 _NODECLAIM_REF = re.compile(r"nodeclaim/([a-z0-9][a-z0-9.-]{0,252})")
+
+
+# What a run's nodes' clocks say of their stamps: the nodes skewed ahead (by how much), those whose
+# clock is not placed (unsure), those that may run behind (by how much at most); each sorted by node.
+ClockMarks = tuple[tuple[tuple[str, timedelta], ...], tuple[str, ...], tuple[tuple[str, timedelta | None], ...]]
+
+
+def clock_marks(skew: Mapping[str, timedelta], unsure: Iterable[str],
+                behind: Mapping[str, timedelta | None]) -> ClockMarks | None:
+    """A run's `ClockMarks` from its evidence's `node_skew`, `node_clock_unsure` and `node_behind`; None
+    when every clock of its nodes runs with ours (most runs: nothing is kept for them)."""
+    if not skew and not unsure and not behind:
+        return None
+    return tuple(sorted(skew.items())), tuple(sorted(unsure)), tuple(sorted(behind.items(), key=itemgetter(0)))
 
 
 class RunIndex(RunLinks):
@@ -387,20 +401,34 @@ class RunIndex(RunLinks):
             out.sort(key=lambda g: (g.ref.key, g.source))
         return out
 
-    def run_signals(self, root: Ref) -> tuple[list[Signal], timedelta | None]:
-        """`evidence(root).signals` in no set order, and the most a clock of its pods' nodes runs ahead
-        (None: none ahead), without filing the run's objects: a node agent's increment asks it of its
-        run, by the hundred a second at fleet size (`ChangeApplier._deferred`, whose reads of them,
-        `planes.signals.alone`, do not depend on their order; sorting was a third of the deferral)."""
+    def run_signals(self, root: Ref) -> tuple[list[Signal], ClockMarks | None]:
+        """`evidence(root).signals` in no set order, and what its pods' nodes' clocks say of their stamps
+        (`clock_marks` of `evidence`'s `node_skew`, `node_clock_unsure`, `node_behind`), without filing
+        the run's objects: a node agent's increment asks it of its run, by the hundred a second at fleet
+        size (`ChangeApplier._deferred`, whose reads of them, `planes.signals.alone`, do not depend on
+        their order; sorting was a third of the deferral)."""
         member_keys = self._member_keys(root)
-        ahead: timedelta | None = None
-        for k in member_keys:
-            if k[0] == "Pod":
-                f = self._objects[k].facts
-                skew = self.node_skew.get(f.node_name) if isinstance(f, PodFacts) and f.node_name else None
-                if skew and (ahead is None or skew > ahead):
-                    ahead = skew
-        return self._run_signals(root.key, member_keys, ordered=False), ahead
+        node_skew, unsure, behind = self.node_skew, self.node_clock_unsure, self.node_behind
+        marks: tuple[dict[str, timedelta], set[str], dict[str, timedelta | None]] | None = None
+        if node_skew or unsure or behind:
+            for k in member_keys:
+                if k[0] == "Pod":
+                    f = self._objects[k].facts
+                    node = f.node_name if isinstance(f, PodFacts) else ""
+                    if not node:
+                        continue
+                    skew = node_skew.get(node)
+                    if skew or node in unsure or node in behind:
+                        if marks is None:
+                            marks = ({}, set(), {})
+                        if skew:
+                            marks[0][node] = skew
+                        if node in unsure:
+                            marks[1].add(node)
+                        if node in behind:
+                            marks[2][node] = behind[node]
+        signals = self._run_signals(root.key, member_keys, ordered=False)
+        return signals, clock_marks(*marks) if marks is not None else None
 
     def evidence(self, root: Ref) -> RunEvidence:
         rec = self._objects[root.key]

@@ -24,7 +24,7 @@ from collector.claims.gpu import apply_gpu
 from collector.claims.gpuspread import forget as forget_spread
 from collector.claims.memo import forget as forget_kept
 from collector.claims.queue_status import Workloads, attach, cluster_queue_of, pending_workload
-from collector.correlate import Key, RunEvidence
+from collector.correlate import Key, RunEvidence, clock_marks
 from collector.model import Claim, Observed, Ref, RunClaims, Stage, WorkloadFacts, verdict_for
 from collector.multicluster import dispatch_target, evaluate_multicluster
 from collector.planes.base import PerRun
@@ -33,7 +33,6 @@ from collector.runsapi import RunHistory
 from collector.settings import ControllerSettings
 from collector.sources.lease import LeaseElector
 from collector.workerwatch import WorkerCluster
-from exporters.prometheus import ClaimsExporter
 
 # How often a queued run's admission estimate (its queue's window slides with the clock) is refreshed.
 QUEUE_REFRESH = timedelta(seconds=30)
@@ -45,7 +44,6 @@ class RunEvaluator(ChangeApplier):
 
     cfg: ControllerSettings
     history: RunHistory
-    exporter: ClaimsExporter
     capture: EvidenceCapture | None
     elector: LeaseElector | None
     workers: tuple[WorkerCluster, ...]
@@ -55,7 +53,6 @@ class RunEvaluator(ChangeApplier):
     _per_run: tuple[PerRun, ...]
     _workloads: Workloads | None
     _workloads_pass: float | None
-    _was_leader: bool
     _outage_led: bool
 
     @property
@@ -87,6 +84,7 @@ class RunEvaluator(ChangeApplier):
                     rc = self.claims.pop(gone)
                     self._dirty.update(self.caps.release(rc.ref))  # runs a cap kept out may fit now
                     self._dispatched.pop(gone, None)
+                    self._clocks_seen.pop(gone, None)
                     self._rechecks.forget(gone)
                     self.exporter.forget(rc.ref)
                     self.history.forget(gone)
@@ -137,6 +135,10 @@ class RunEvaluator(ChangeApplier):
                     rc = self._with_queue(rc, ev, now)
                     for p in self._per_run:  # what the per-run sources read for it
                         p.track(key, ev, rc)
+                    if (marks := clock_marks(ev.node_skew, ev.node_clock_unsure, ev.node_behind)) is not None:
+                        self._clocks_seen[key] = marks
+                    else:
+                        self._clocks_seen.pop(key, None)
                 except Exception:  # one run's evidence that trips the evaluation costs only that run
                     self._failed("run not evaluated; its claims are unknown", "evaluate", str(ref))
                     rc = unknown_claims(ref, self.claims.get(key), now,
@@ -144,6 +146,7 @@ class RunEvaluator(ChangeApplier):
                     ev = None
                     for p in self._per_run:
                         p.forget(key)
+                    self._clocks_seen.pop(key, None)
                 self.claims[key] = rc
                 due = rc.recheck_at
                 if rc.queue is not None and (due is None or due > now + QUEUE_REFRESH):

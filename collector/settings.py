@@ -62,19 +62,23 @@ class ClaimSettings:
     # Events older than this are history, not a reason for the current wait.
     event_horizon: timedelta = timedelta(hours=1)
     # A node agent's log increment that can only confirm a progressing run's claims (newer steps of
-    # its one progress log, in order, no finding: collector/planes/signals.py `uneventful`) re-evaluates
-    # the run at most this long after its last evaluation (sooner when its claims are due by the clock,
-    # or its stall window could close); anything else still re-evaluates it at once. Meanwhile only
-    # figures that follow the newest step lag, by at most this much: the last step and its time
-    # (progress_last_step, last_progress_timestamp), the logs plane's evidence age, the reason's step
-    # and age, energy per step; and the GPU comparison's notes (a GPU apart while the run keeps its
-    # pace, readings not trusted: a slower pace is evaluated at once). A GPU pass whose devices stayed
-    # re-evaluates a run not progressing at most this often too (readings word its reason, never what a
-    # claim observes: `planes.node_agents.runs_changed`, `runs_not_progressing`). 0: every increment and
-    # every pass at once. Longer than the full pass's longest tick (controller.MAX_TICK_S, 120 s) saves
-    # nothing: that pass, a backstop, re-evaluates such a run anyway (the controller warns as it starts;
-    # at 50k pods 240 s evaluated more runs than 120 s, 2026-12-06).
-    confirm_refresh: timedelta = timedelta(seconds=120)
+    # its one progress log, in order, no finding, its nodes' clocks as its last evaluation saw them:
+    # collector/planes/signals.py `uneventful`) re-evaluates the run at most this long after its last
+    # evaluation (sooner when its claims are due by the clock, or its stall window could close);
+    # anything else still re-evaluates it at once. Meanwhile the export carries the run's last step and
+    # its time and loss with each increment (progress_last_step, last_progress_timestamp: step-rate
+    # rules and panels see every pass; `ChangeApplier._carry`), and only these figures lag, by at most
+    # this much: the logs plane's evidence age (never younger than an evaluation's), the reason's step
+    # and age, energy per step, the /runs history's step; and the GPU comparison's notes (a GPU apart
+    # while the run keeps its pace, readings not trusted: a slower pace is evaluated at once). A GPU
+    # pass whose devices stayed re-evaluates a run not progressing at most this often too (readings
+    # word its reason, never what a claim observes: `planes.node_agents.runs_changed`,
+    # `runs_not_progressing`). 0: every increment and every pass at once. The full pass, a backstop,
+    # leaves a deferred run to its deferral (collector/controller.py `_mark_all`); past 300 s a healthy
+    # run's evaluation ages past TaugridClaimsNotEvaluated's threshold (the controller warns as it
+    # starts). 240 s: at 50k pods the deferred evaluations were half the loop's idle CPU at 120 s
+    # (issue 30, 2026-12-07).
+    confirm_refresh: timedelta = timedelta(seconds=240)
 
     def for_profile(self, profile: str) -> ClaimSettings:
         """These settings for the runs of one profile (its stall ceiling, where it has one)."""

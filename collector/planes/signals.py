@@ -13,12 +13,12 @@ from datetime import datetime, timedelta
 from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown_of
 from collector.claims.progress import compacted, source_name
 from collector.correlate import Signal
-from collector.model import Observed, Plane, RunClaims
+from collector.model import Evidence, Observed, Plane, RunClaims
 from collector.progress.history import extend_history, extend_packed, merge_history
 from collector.progress.model import LogScan, PackedSamples, ProgressSample
 from collector.settings import ClaimSettings
 
-__all__ = ["adds_nothing", "alone", "confirms", "folded", "quiet_adds_nothing", "uneventful"]
+__all__ = ["adds_nothing", "alone", "carried", "confirms", "folded", "quiet_adds_nothing", "uneventful"]
 
 
 def folded(prev: Signal | None, sig: Signal, op: str, after: int | None,
@@ -124,6 +124,23 @@ def confirms(rc: RunClaims | None, sig: Signal, now: datetime) -> bool:
         return False  # replayed or skipped steps, a hang suspect, an Xid...: what a newer step may move
     # the run's progress stands on another log (or none): an increment of this one may move it
     return any(e.field == "last_step" and e.ref == name for e in rc.progressing.evidence)
+
+
+def carried(rc: RunClaims, newest: ProgressSample) -> RunClaims:
+    """`rc` with its progress standing at `newest`: its last step and loss as that sample's, all else
+    as evaluated (reasons, ages, `evaluated_at`). What the exporter shows between a deferred run's
+    evaluations (`ChangeApplier._deferred`), where `confirms` held `rc` for an increment whose newest
+    sample `uneventful` found, on a node whose clock runs with ours: the step and loss an evaluation
+    would give then. Its other evidence keeps its times, so no age reads younger than an evaluation's."""
+    def moved(e: Evidence) -> Evidence:
+        if e.field == "last_step":
+            return replace(e, value=newest.step, at=newest.at)
+        if e.field == "last_loss":
+            return replace(e, value=newest.loss, at=newest.at)
+        return e
+
+    p = rc.progressing
+    return replace(rc, progressing=replace(p, evidence=tuple(map(moved, p.evidence))))
 
 
 # The evidence of a progressing claim that says no more than how far the run got.

@@ -31,15 +31,16 @@ from bench.bench_controller import realistic_pod, run_name
 from collector.claims import gpuspread
 from collector.claims.memo import ByInputs
 from collector.controller import Controller
-from collector.correlate import Key, Signal
+from collector.correlate import Key, Signal, clock_marks
 from collector.gpu import GpuDevice, PodGpuEvidence
 from collector.kube import NodeLease, normalize
-from collector.model import Claim, Observed, Ref, RunClaims
+from collector.model import Claim, Observed, Plane, Ref, RunClaims
 from collector.planes.base import Change
 from collector.planes.node_agents import pass_changes
 from collector.progress.model import HangFinding, LogScan, ProgressSample, RankSteps, ResumeFinding, XidFinding
 from collector.settings import ClaimSettings, ControllerSettings, Settings
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
+from exporters.prometheus import _last_step, _newest_per_plane
 from tests.test_explain_fixtures import taurun
 
 PODS = 4
@@ -293,6 +294,7 @@ class Pair:
         self.deferred = 0
         self.refused: dict[str, int] = {}
         self.fired = 0
+        self.skewed = 0  # deferrals whose steps were not carried (a node's clock ahead)
 
     def at(self, now: datetime) -> None:
         self.now = now
@@ -306,6 +308,13 @@ class Pair:
             for ch in pass_changes(gpus, {g.node: self.now for g in gpus.values()}, frozenset()):
                 f.c._apply(ch)
             f.quiet_workers()
+
+    def clock(self, seed: int) -> None:
+        """A node's kubelet renews its Lease, its clock `CLOCKS[...]` ahead of ours (behind: negative),
+        to both; as the loop applies it, it marks no run (`NodeClocks`)."""
+        node, ahead = f"gpu-{seed % PODS:02d}", CLOCKS[(seed >> 2) % len(CLOCKS)]
+        for f in (self.d, self.i):
+            f.c._apply(Change("lease", None, (NodeLease(node, self.now + ahead, timedelta(seconds=40)), ahead)))
 
     def evaluate(self) -> None:
         """Both evaluate what is marked; where D evaluates the run, it must say what I says then."""
@@ -349,10 +358,39 @@ class Pair:
             assert fresh.progressing.observed is Observed.TRUE
             assert confirmed(held, fresh) == [], (kind, confirmed(held, fresh))
             assert fresh.recheck_at is None or fresh.recheck_at + self.d.c._rechecks.slack >= due
+            assert self.d.c.claims[self.d.key] is held  # (the evaluation's claims stand: only the export moves)
+            if self.d.key in self.d.c._clocks_seen:  # a node's clock not ours: its steps wait for the evaluation
+                assert _last_step(self.d.c.exporter._runs[self.d.key].claims) == _last_step(held)
+                self.skewed += 1
+            else:
+                self.carried(fresh)
         else:
             self.refused[kind] = self.refused.get(kind, 0) + 1
             self.evaluate()
         return deferred
+
+    def carried(self, fresh: RunClaims) -> None:
+        """What D exports for its deferred run (`ChangeApplier._carry`) says the step, loss and step time
+        that I's evaluation says now, in both of the exporter's renderings; no plane's evidence reads
+        younger than in I's, and what no step moves is the evaluation's."""
+        ex, key = self.d.c.exporter, self.d.key
+        shown = ex._runs[key].claims
+        assert _last_step(shown) == _last_step(fresh) is not None
+        assert _figure(shown, "last_loss") == _figure(fresh, "last_loss")
+        held = self.d.c.claims[key]
+        assert (shown.evaluated_at, shown.scheduled, shown.running, shown.progressing.reason) == (
+            held.evaluated_at, held.scheduled, held.running, held.progressing.reason)
+        newest, fresh_newest = dict(ex._runs[key].newest), dict(_newest_per_plane(fresh))
+        assert newest.keys() == fresh_newest.keys()
+        assert all(at <= fresh_newest[plane] for plane, at in newest.items())
+        assert newest[Plane.LOGS] >= _last_step(fresh)[1]  # (its step's time, at least)
+        text = ex.exposition().decode()
+        for fam, value in (("taugrid_run_progress_last_step", _last_step(fresh)[0]),
+                           ("taugrid_run_last_progress_timestamp_seconds", _last_step(fresh)[1])):
+            lines = [ln for ln in text.splitlines() if ln.startswith(fam + "{")]
+            assert len(lines) == 1 and float(lines[0].rsplit(" ", 1)[1]) == value, (fam, lines, value)
+        collected = {m.name: m for m in ex.collect()}
+        assert [s.value for s in collected["taugrid_run_progress_last_step"].samples] == [_last_step(fresh)[0]]
 
     def warm(self) -> None:
         for k in range(WARM):
@@ -365,11 +403,18 @@ class Pair:
         assert rc.progressing.observed is Observed.TRUE, rc.progressing.reason
 
 
+# How far a node's clock runs ahead of ours at a renewal (`Pair.clock`): behind past the limit (unsure),
+# behind within it, on time, ahead within the tolerance, skewed ahead.
+CLOCKS = tuple(timedelta(seconds=x) for x in (-120, -70, -30, 0, 10, 20, 45))
 Step = tuple[int, str, int, int, int]  # (seconds on, increment kind or "gpu"/"gpu-apart"/"none", steps, lag, seed)
 STEPS = st.tuples(
     st.integers(1, 100),
-    st.sampled_from((*CONFIRMING, *CONFIRMING, *CONFIRMING, *EVENTFUL, SLOW, "gpu", "gpu-apart", "none")),
+    st.sampled_from((*CONFIRMING, *CONFIRMING, *CONFIRMING, *EVENTFUL, SLOW, "gpu", "gpu-apart", "clock", "none")),
     st.integers(1, 40), st.integers(0, 40), st.integers(0, 1 << 16))
+
+
+def _figure(rc: RunClaims, name: str) -> Any:
+    return next(((e.value, e.at) for e in rc.progressing.evidence if e.field == name), None)
 
 
 def _play(steps: list[Step]) -> Pair:
@@ -379,6 +424,8 @@ def _play(steps: list[Step]) -> Pair:
         p.until(p.now + timedelta(seconds=dt))
         if kind in ("gpu", "gpu-apart"):
             p.gpu(seed, kind == "gpu-apart")
+        elif kind == "clock":
+            p.clock(seed)
         elif kind != "none":
             deferred = p.increment(kind, n, min(lag, dt))
             assert not (deferred and kind in EVENTFUL), kind
@@ -392,9 +439,23 @@ def _play(steps: list[Step]) -> Pair:
 @example([(30, "ok", 30, 0, 0), (5, "gpu-apart", 1, 0, 7), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0)])
 @example([(30, "ok", 30, 0, 0), (20, "hang", 5, 0, 0), (30, "ok", 30, 0, 0)])
 @example([(30, "ok", 30, 0, 0), (30, "replay", 30, 0, 0), (30, "ok", 30, 0, 0)])
+@example([(30, "ok", 30, 0, 0), (5, "clock", 1, 0, 0), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0)])
+@example([(30, "ok", 30, 0, 0), (5, "clock", 1, 0, 24), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0)])
 def test_a_deferred_increment_only_confirms_and_its_evaluation_when_due_is_the_immediate_one(
         steps: list[Step]) -> None:
     _play(steps)
+
+
+def test_a_node_clock_measured_anew_is_judged_at_once_and_a_skewed_runs_steps_wait_for_it() -> None:
+    """A node's clock measured anew (its Lease renewed 45 s ahead, then on time again) marks no run, and
+    its stamps move (`since` with them): the run's next increment is evaluated at once, not deferred
+    (`ChangeApplier._clocks_seen`). While that clock stays ahead the run's increments are deferred
+    again, its steps not carried to the export (placed on our clock by the evaluation)."""
+    p = _play([(30, "ok", 30, 0, 0), (5, "clock", 1, 0, 24), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0),
+               (5, "clock", 1, 0, 12), (25, "ok", 30, 0, 0), (30, "ok", 30, 0, 0)])
+    assert CLOCKS[(24 >> 2) % len(CLOCKS)] == timedelta(seconds=45) and CLOCKS[(12 >> 2) % len(CLOCKS)] == timedelta(0)
+    assert p.refused.get("ok") == 2 and p.skewed == 1
+    assert p.d.key not in p.d.c._clocks_seen  # (on time again: nothing kept)
 
 
 def test_the_live_heads_cadence_is_deferred_and_every_eventful_kind_refused() -> None:
@@ -430,9 +491,10 @@ def test_a_gpu_apart_on_a_run_at_its_pace_is_said_by_the_deferred_evaluation() -
     assert i_st is not None and not i_st.suspects and "reads apart" in i_st.reason, i_st
     due = p.d.c._rechecks.next_deferred()
     assert due is not None and due - p.now <= ClaimSettings().confirm_refresh
-    fired = p.fired
+    last = p.d.c.claims[p.d.key].evaluated_at  # (each increment's newer step may move the deferral on to
+    fired = p.fired  # the interval's end, never past it)
     while p.fired == fired:  # the head printing on, each increment deferred, until the deferral fires
-        assert p.now < due
+        assert p.now < last + ClaimSettings().confirm_refresh
         p.until(p.now + timedelta(seconds=30))
         if p.fired == fired:
             assert p.increment("ok", 30, 0)
@@ -675,18 +737,20 @@ def test_a_deferral_replaces_the_runs_clock_entry_and_earlier_deferral_and_an_ev
     assert r.next_deferred() is None and r.deferred_of("c") is None and len(r) == 1
 
 
-def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_full_pass_skips_a_run_a_deferral_covers(caplog: pytest.LogCaptureFixture) -> None:
     """The tick's full pass (a backstop) marks every run but one whose deferred re-evaluation comes
-    within MAX_TICK_S of its last evaluation: that one is evaluated when its deferral is due, once,
-    not also by the pass. A deferral due later than that (a long `confirm_refresh`) covers nothing,
-    and the controller says so as it starts (at 50k pods, 240 s evaluated more runs than 120 s)."""
-    from collector.controller import MAX_TICK_S
-    for refresh, covered in ((timedelta(seconds=120), True), (timedelta(seconds=MAX_TICK_S + 60), False)):
+    within the longer of MAX_TICK_S and `confirm_refresh` of its last evaluation: that one is evaluated
+    when its deferral is due, once, not also by the pass; so is one deferred past MAX_TICK_S by a longer
+    `confirm_refresh` (at 50k pods, 240 s evaluated more runs than 120 s while the pass did not leave
+    those). Past TaugridClaimsNotEvaluated's threshold the controller says so as it starts."""
+    from collector.controller import MAX_TICK_S, NOT_EVALUATED_ALERT_S
+    for refresh in (timedelta(seconds=120), timedelta(seconds=MAX_TICK_S + 60), timedelta(seconds=360)):
         caplog.clear()
         with caplog.at_level("WARNING", logger="taugrid.controller"):
             f, feed = _warmed(refresh)
         warned = [r for r in caplog.records if "confirm_refresh is longer" in r.getMessage()]
-        assert bool(warned) is not covered and all(r.__dict__["confirm_refresh_s"] == MAX_TICK_S + 60 for r in warned)
+        assert bool(warned) is (refresh.total_seconds() > NOT_EVALUATED_ALERT_S)
+        assert all(r.__dict__["confirm_refresh_s"] == 360 for r in warned)
         for k in range(2):  # two passes, 30 s apart: the deferral at the newer step's window or the refresh
             f.move(30)
             for change in (*f.gpu_changes(WARM + k), *f.worker_changes()):
@@ -695,10 +759,14 @@ def test_the_full_pass_skips_a_run_a_deferral_covers_within_max_tick(caplog: pyt
             f.c._apply(Change("agent-log", None, (Signal(f.head, f.container, scan, f.clock[0]), after)))
         due = f.c._rechecks.deferred_of(f.key)
         assert f.key not in f.c._dirty and due is not None
-        assert (due <= f.c.claims[f.key].evaluated_at + timedelta(seconds=MAX_TICK_S)) is covered
+        assert due <= f.c.claims[f.key].evaluated_at + max(refresh, timedelta(seconds=MAX_TICK_S))
         f.c.tick_s = 100.0  # (evaluated 60 s ago: not in the last half tick)
         f.c._mark_all()
-        assert (f.key not in f.c._dirty) is covered, refresh
+        assert f.key not in f.c._dirty, refresh
+        f.c._rechecks.defer(f.key, f.c.claims[f.key].evaluated_at + max(refresh, timedelta(seconds=MAX_TICK_S))
+                            + timedelta(seconds=1))  # (none is due later: if one were, the pass would not wait)
+        f.c._mark_all()
+        assert f.key in f.c._dirty, refresh
 
 
 def test_the_full_pass_skips_a_run_whose_deferral_came_due_in_the_last_max_tick_half() -> None:
@@ -763,7 +831,8 @@ def test_an_objects_signals_are_held_as_a_dict_of_them_by_source(ops: list[tuple
 
 def test_a_runs_signals_and_clock_ahead_are_what_its_evidence_says() -> None:
     """`RunIndex.run_signals` (the deferral's view: no objects filed) gives `evidence`'s signals (in no set
-    order), and the most its pods' nodes run ahead, retired pods' signals and nodes behind included."""
+    order), and what its pods' nodes' clocks say (ahead, unsure, behind: `clock_marks` of its evidence),
+    retired pods' signals and nodes included; None where every clock runs with ours."""
     def by_source(signals: list[Signal]) -> list[Signal]:
         return sorted(signals, key=lambda g: (g.ref.key, g.source))
 
@@ -773,12 +842,16 @@ def test_a_runs_signals_and_clock_ahead_are_what_its_evidence_says() -> None:
     root = c.index.get(*p.d.key)
     assert root is not None
     s = timedelta(seconds=1)
-    for skews in ({}, {"gpu-01": -3 * s}, {"gpu-00": 4 * s, "gpu-02": 9 * s}):
-        c.index.node_skew = dict(skews)
-        signals, ahead = c.index.run_signals(root.ref)
+    for skews, unsure, behind in (({}, set(), {}), ({"gpu-01": -3 * s}, {"gpu-03"}, {}),
+                                  ({"gpu-00": 4 * s, "gpu-02": 9 * s}, set(), {"gpu-01": None}),
+                                  ({}, {"gpu-09"}, {"gpu-08": s})):
+        c.index.node_skew, c.index.node_clock_unsure, c.index.node_behind = dict(skews), set(unsure), dict(behind)
+        signals, marks = c.index.run_signals(root.ref)
         ev = c.index.evidence(root.ref)
         assert by_source(signals) == ev.signals and len(signals) == PODS
-        assert ahead == max(ev.node_skew.values(), default=None)
+        assert marks == clock_marks(ev.node_skew, ev.node_clock_unsure, ev.node_behind)
+        mine = {"gpu-00", "gpu-01", "gpu-02", "gpu-03"}
+        assert (marks is None) is not bool(skews.keys() & mine or unsure & mine or behind.keys() & mine)
     worker = p.d.pods[1]["metadata"]
     c.index.delete(Ref("Pod", worker["namespace"], worker["name"]))  # (its signal kept, retired, if it has steps)
     signals, _ = c.index.run_signals(root.ref)
