@@ -250,7 +250,7 @@ class ChangeApplier:
         (the caller's), and `newest` not past `now`. `self.claims` keeps the evaluation's claims."""
         assert newest.at is not None
         if self._was_leader and self.leader and newest.at <= now:
-            self.exporter.update((carried(rc, newest),), now)
+            self.exporter.carry(carried(rc, newest), now)
 
     def _coalesced(self, key: Key) -> bool:
         """Whether a log change's re-evaluation of run `key` waits, the loop being behind its log

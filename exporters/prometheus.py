@@ -265,13 +265,11 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
             labels = {**run, "stage": _esc(stage.value), "owner": _esc(stage.owner)}
             ages["blocked_age"] = [((tpl["blocked_age"] % labels).encode(), epoch_seconds(rc.blocked.since))]
     if "evidence_age" in moved and entry.newest:
-        ages["evidence_age"] = [((tpl["evidence_age"] % {**run, "plane": _esc(plane.value)}).encode(), at)
-                                for plane, at in entry.newest]
+        ages["evidence_age"] = _age_rows(run, entry.newest)
     last = keys["last"]
     if "last" in moved and last is not None:
         assert isinstance(last, tuple)
-        add("last_step", last[0])
-        add("last_progress", last[1])
+        entry.text.update(_last_text(run, last))
     queue = keys["queue"]
     if "queue" in moved and isinstance(queue, tuple):
         for bound, v in queue[0]:
@@ -287,6 +285,18 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
     return entry
+
+
+def _age_rows(run: dict[str, str], newest: tuple[tuple[Plane, float], ...]) -> list[tuple[bytes, float]]:
+    """The evidence age family's rows of a run (`run`: its labels escaped) from its newest evidence per plane."""
+    tpl = TEMPLATES["evidence_age"]
+    return [((tpl % {**run, "plane": _esc(plane.value)}).encode(), at) for plane, at in newest]
+
+
+def _last_text(run: dict[str, str], last: tuple[float, float]) -> dict[str, bytes]:
+    """The last step's and its time's lines of a run (`run`: its labels escaped)."""
+    return {"last_step": f"{TEMPLATES['last_step'] % run} {_fmt(last[0])}\n".encode(),
+            "last_progress": f"{TEMPLATES['last_progress'] % run} {_fmt(last[1])}\n".encode()}
 
 
 def _newest_per_plane(rc: RunClaims) -> tuple[tuple[Plane, float], ...]:
@@ -411,6 +421,45 @@ class ClaimsExporter(Collector):
         else:
             self._runs[key] = _prepare(_Entry(rc, _newest_per_plane(rc), finished_at), old)
         self._fleet_keys[key] = fleet_key(rc)
+
+    def carry(self, rc: RunClaims, now: datetime) -> None:
+        """`rc`: an exported run's claims with no more than its last step's evidence moved (its step,
+        loss and their time: `planes.signals.carried`, between a deferred run's evaluations). Its entry
+        is `update`'s for `rc`, written from the one before: every family's lines kept but the last
+        step's and the evidence ages (a third of `update`'s work, on every agent pass of every healthy
+        run). A run whose entry is not the same evaluation's (not exported, another under its name)
+        goes through `update`."""
+        key = self._key_of(rc.ref)
+        with self._lock:
+            old = self._runs.get(key)
+            if (old is None or old.claims.ref != rc.ref or old.claims.evaluated_at != rc.evaluated_at
+                    or rc.finished or old.finished_at is not None):
+                old = None  # (kept lines only from the same evaluation's entry)
+            else:
+                run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
+                newest = _newest_per_plane(rc)
+                text = dict(old.text)
+                for fam in ("last_step", "last_progress"):
+                    text.pop(fam, None)
+                if (last := _last_step(rc)) is not None:
+                    text.update(_last_text(run, last))
+                ages = dict(old.ages)
+                rows = ages.pop("evidence_age", ())
+                if newest:
+                    # (each plane's series as the entry wrote it: `_age_rows` writes them in `newest`'s order)
+                    series = {plane: row[0] for (plane, _), row in zip(old.newest, rows, strict=False)}
+                    ages["evidence_age"] = tuple(
+                        (series[plane], at) if plane in series else _age_rows(run, ((plane, at),))[0]
+                        for plane, at in newest)
+                self._runs[key] = _Entry(rc, newest, None, text, ages, old.clocked)
+                self._moved.add(key)
+                now_s = epoch_seconds(now)
+                if self._now is None or now_s > self._now:
+                    self._now, self._now_at = now_s, now
+                self._text = None
+                self._still = None
+        if old is None:
+            self.update((rc,), now)
 
     def _expire(self, now_s: float) -> None:
         horizon = now_s - self.retention.total_seconds()

@@ -40,7 +40,7 @@ from collector.planes.node_agents import pass_changes
 from collector.progress.model import HangFinding, LogScan, ProgressSample, RankSteps, ResumeFinding, XidFinding
 from collector.settings import ClaimSettings, ControllerSettings, Settings
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
-from exporters.prometheus import _last_step, _newest_per_plane
+from exporters.prometheus import ClaimsExporter, _last_step, _newest_per_plane
 from tests.test_explain_fixtures import taurun
 
 PODS = 4
@@ -391,6 +391,11 @@ class Pair:
             assert len(lines) == 1 and float(lines[0].rsplit(" ", 1)[1]) == value, (fam, lines, value)
         collected = {m.name: m for m in ex.collect()}
         assert [s.value for s in collected["taugrid_run_progress_last_step"].samples] == [_last_step(fresh)[0]]
+        # the carried entry is what `update` writes for the same claims, byte for byte
+        assert ex._now_at is not None
+        again = ClaimsExporter()
+        again.update([shown], ex._now_at)
+        assert again.exposition() == ex.exposition()
 
     def warm(self) -> None:
         for k in range(WARM):

@@ -6,14 +6,14 @@ import sys
 import threading
 import urllib.request
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from exporter_samples import T0, blocked_run, crashlooping_run, one, scrape
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.model import Observed, Plane, Ref, Stage
+from collector.model import Observed, Plane, Ref, RunClaims, Stage
 from exporters.prometheus import ClaimsExporter, new_registry, render, serve, shutdown
 from exporters.prometheus_health import ErrorClass, HealthMetrics
 
@@ -330,6 +330,56 @@ def test_last_progress_is_exported_from_the_progressing_evidence() -> None:
     assert one(samples, "taugrid_run_last_progress_timestamp_seconds", run="llm-pretrain") == \
         (T0 - timedelta(minutes=4)).timestamp()
     assert [lab["run"] for lab, _ in samples["taugrid_run_progress_last_step"]] == ["llm-pretrain"]
+
+
+def test_a_carried_last_step_is_what_update_writes_for_the_same_claims() -> None:
+    """`ClaimsExporter.carry` (a deferred run's last step moved between evaluations) keeps the entry's
+    other lines and writes the last step's and the evidence ages anew: the exposition, the client's
+    `collect` and the ages equal an exporter `update`d with the same claims, each time. A run exported
+    from another evaluation, one not exported and a finished one go through `update`."""
+    rc = crashlooping_run()
+
+    def moved(c: RunClaims, step: int, at: datetime) -> RunClaims:
+        evidence = tuple(replace(e, value=step, at=at) if e.field == "last_step" else e for e in c.progressing.evidence)
+        return replace(c, progressing=replace(c.progressing, evidence=evidence))
+
+    def same(a: ClaimsExporter, b: ClaimsExporter) -> None:
+        assert a.exposition() == b.exposition()
+        reg_a, reg_b = new_registry(), new_registry()
+        reg_a.register(a)
+        reg_b.register(b)
+        assert generate_latest(reg_a) == generate_latest(reg_b)
+
+    ex = ClaimsExporter()
+    ex.update([rc, blocked_run()], T0)
+    before = ex.exposition()
+    for k, dt in enumerate((30, 60, 95)):
+        now = T0 + timedelta(seconds=dt)
+        carried = moved(rc, 1200 + 30 * (k + 1), now - timedelta(seconds=1))
+        ex.carry(carried, now)
+        ref = ClaimsExporter()
+        ref.update([carried, blocked_run()], now)
+        same(ex, ref)
+        samples = scrape_one(ex)
+        assert one(samples, "taugrid_run_progress_last_step", run="llm-pretrain") == 1200 + 30 * (k + 1)
+        assert one(samples, "taugrid_run_evidence_age_seconds", run="llm-pretrain", plane="logs") == 1.0
+    assert ex.exposition() != before
+    # another evaluation's claims, a run not exported, a finished run: `update`'s entry all the same
+    for other in (replace(moved(rc, 2000, T0), evaluated_at=T0 + timedelta(seconds=1)),
+                  replace(moved(rc, 2000, T0), ref=Ref("TauRun", "research", "new-run", "uid-9")),
+                  replace(moved(rc, 2000, T0), finished=True)):
+        ex2, ref = ClaimsExporter(), ClaimsExporter()
+        ex2.update([rc], T0)
+        ex2.carry(other, T0 + timedelta(seconds=5))
+        ref.update([rc], T0)
+        ref.update([other], T0 + timedelta(seconds=5))
+        same(ex2, ref)
+
+
+def scrape_one(ex: ClaimsExporter) -> dict[str, list[tuple[dict[str, str], float]]]:
+    registry = new_registry()
+    registry.register(ex)
+    return scrape(registry)
 
 
 def test_queued_run_exports_its_position_and_admission_estimate(registry: CollectorRegistry) -> None:
