@@ -427,6 +427,21 @@ def _not_synced(c: Any) -> str:
     return f"not listed {pending}; " + "; ".join(counts)
 
 
+def _threads_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of each live thread of this process, by its Python name, from
+    /proc (10 ms ticks): which thread the idle figure's CPU went to."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            stat = Path(f"/proc/self/task/{t.native_id}/stat").read_text()
+        except (OSError, TypeError):
+            continue  # (gone meanwhile)
+        fields = stat.rsplit(")", 1)[1].split()
+        out[t.name] = out.get(t.name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -633,6 +648,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         aligned.append(applied(first_pass, 90.0))
     relists0 = _relists(c)  # a relist in the window (a watch that fell behind) is part of its CPU: named
     c0, w0, reads0, read_s0, feed0, decode0 = cpu_s(), time.monotonic(), *log_reads, *feed_cpu
+    threads0 = _threads_cpu()
     evaluated0 = getattr(c, "runs_evaluated", float("nan"))
     rechecked0 = c.rechecked
     deferred0 = getattr(getattr(c, "_rechecks", None), "deferred_due", 0)
@@ -690,6 +706,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     # the window's figures as it ends: py-spy's wait below is not part of it (it ran up to 40 s past
     # the aligned end, a stretch of the loop no longer aligned to the agents' passes)
     took = time.monotonic() - w0
+    by_thread = {name: (t - threads0.get(name, 0.0)) / took for name, t in _threads_cpu().items()}
     decode_core = (feed_cpu[1] - decode0) / took
     idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / took + decode_core
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
@@ -747,7 +764,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "window_max": max(window_rss, default=0),
                 "window_aligned": aligned, "window_s": took,
                 "gc": {f"{name} gen{g}": (int(v[0]), round(v[1], 3), int(v[2]))
-                       for (name, g), v in sorted(gc_took.items())}}
+                       for (name, g), v in sorted(gc_took.items())},
+                "threads": dict(sorted(((k, round(v, 4)) for k, v in by_thread.items() if v >= 0.0005),
+                                       key=lambda kv: -kv[1]))}
     if logs:  # where that is: the log evidence held, or memory freed and not handed back
         index: Any = c.index  # (a `before` tree's: its signals by source, in a dict per object)
         held = list(index.all_signals()) if hasattr(index, "all_signals") else \
@@ -1636,6 +1655,10 @@ def _print_live(results: list[dict[str, Any]]) -> None:
                 f"took {r['warmup_s']:.0f} s" if r["warmed"] else
                 f"NOT finished in {r['warmup_s']:.0f} s (BENCH_WARMUP_S): its figures are of a start that did "
                 "not catch up, not of a steady state"))
+    for r in live:
+        if r.get("threads"):  # (the bench's own feed threads among them: the idle figure leaves them out)
+            print(f"{r['variant']}: CPU by thread in the window (core; /proc, 10 ms ticks): "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in r["threads"].items()))
     for r in live:
         if r.get("gc"):  # (where each thread's collections ran: a collection runs in the thread allocating)
             print(f"{r['variant']}: the cycle collector in the window (thread generation: collections, seconds, "
