@@ -227,7 +227,7 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     keeps its lines; only the every-evaluation families (`_every_time_text`) and the groups that moved
     are formatted."""
     rc = entry.claims
-    run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
+    run = _run_labels(rc.ref)
     lines: dict[str, list[str]] = {}
     ages: dict[str, list[tuple[bytes, float]]] = {}
     tpl = TEMPLATES
@@ -285,6 +285,11 @@ def _prepare(entry: _Entry, prev: _Entry | None = None) -> _Entry:
     entry.text.update({fam: "".join(ls).encode() for fam, ls in lines.items()})
     entry.ages.update({fam: tuple(a) for fam, a in ages.items()})
     return entry
+
+
+def _run_labels(ref: Ref) -> dict[str, str]:
+    """A run's labels, escaped (what the families' templates take)."""
+    return {"namespace": _esc(ref.namespace), "run": _esc(ref.name), "kind": _esc(ref.kind)}
 
 
 def _age_rows(run: dict[str, str], newest: tuple[tuple[Plane, float], ...]) -> list[tuple[bytes, float]]:
@@ -368,10 +373,8 @@ class ClaimsExporter(Collector):
     def update(self, claims: Iterable[RunClaims], now: datetime, *, replace: bool = False) -> None:
         """Store these runs' claims as of `now`, then apply retention to every run."""
         batch = list(claims)
-        now_s = epoch_seconds(now)
         with self._lock:
-            if self._now is None or now_s > self._now:
-                self._now, self._now_at = now_s, now
+            now_s = self._advance(now)
             if replace:
                 self._order = None
                 keep = {rc.ref.key for rc in batch}
@@ -392,6 +395,13 @@ class ClaimsExporter(Collector):
             self._text = None
             if batch or replace or len(self._runs) != exported:
                 self._still = None
+
+    def _advance(self, now: datetime) -> float:
+        """The exporter's clock moved to `now` if that is later (ages count to it); `now` in unix seconds."""
+        now_s = epoch_seconds(now)
+        if self._now is None or now_s > self._now:
+            self._now, self._now_at = now_s, now
+        return now_s
 
     def _upsert(self, rc: RunClaims) -> None:
         key = self._key_of(rc.ref)
@@ -436,7 +446,7 @@ class ClaimsExporter(Collector):
                     or rc.finished or old.finished_at is not None):
                 old = None  # (kept lines only from the same evaluation's entry)
             else:
-                run = {"namespace": _esc(rc.ref.namespace), "run": _esc(rc.ref.name), "kind": _esc(rc.ref.kind)}
+                run = _run_labels(rc.ref)
                 newest = _newest_per_plane(rc)
                 text = dict(old.text)
                 for fam in ("last_step", "last_progress"):
@@ -453,9 +463,7 @@ class ClaimsExporter(Collector):
                         for plane, at in newest)
                 self._runs[key] = _Entry(rc, newest, None, text, ages, old.clocked)
                 self._moved.add(key)
-                now_s = epoch_seconds(now)
-                if self._now is None or now_s > self._now:
-                    self._now, self._now_at = now_s, now
+                self._advance(now)
                 self._text = None
                 self._still = None
         if old is None:
