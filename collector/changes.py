@@ -281,13 +281,16 @@ class ChangeApplier:
         held signal read again where the increment adds nothing to it (`quiet_adds_nothing`: what an
         `"agent-log"` change of its scan finds first), any other applied as that change; each contained
         alone (one that trips costs only itself)."""
-        signal_at = self.index.signal_at
+        read_again = self.index.read_again
+        soon = self.settings.claims.evidence_max_age / 2
         for row in rows:
             ns, pod, container, lines, fmt, after = row
             try:
-                prev = signal_at(("Pod", ns, pod), container)
-                if prev is not None and quiet_adds_nothing(prev.scan, lines, fmt):
-                    self._refresh(prev, read_at)
+                prev = read_again(("Pod", ns, pod), container, read_at,
+                                  lambda scan: quiet_adds_nothing(scan, lines, fmt))  # noqa: B023 (called at once)
+                if prev is not None:  # (read again, as `_refresh`)
+                    if read_at - prev.read_at > soon:
+                        self._stale_soon(prev)
                 else:
                     scan = quiet_scan(source, fmt, lines)
                     self._apply(Change("agent-log", None, (Signal(Ref("Pod", ns, pod), container, scan, read_at),
@@ -306,12 +309,16 @@ class ChangeApplier:
             if rec is not None and rec.ref == ref:
                 ref = rec.ref
         self.index.set_signal(prev.read_again(read_at, ref))
-        # Claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
-        # (`Clock.within`): re-evaluate now only if that is near or past.
         if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
-            root = self._root_of(prev.ref)
-            if root is not None and not self._coalesced(root.key):
-                self._dirty.add(root.key)
+            self._stale_soon(prev)
+
+    def _stale_soon(self, prev: Signal) -> None:
+        """`prev`, read again with nothing new more than half `evidence_max_age` after its last read:
+        claims judged it fresh until prev.read_at + evidence_max_age and the run is rechecked then
+        (`Clock.within`); its run is re-evaluated now, that being near or past."""
+        root = self._root_of(prev.ref)
+        if root is not None and not self._coalesced(root.key):
+            self._dirty.add(root.key)
 
     def _failed(self, message: str, kind: str, what: str, *, source: str = "controller") -> None:
         """An exception inside the loop, contained to the one change, run or export it hit: counted

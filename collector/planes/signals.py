@@ -9,14 +9,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from itertools import islice
 
 from collector.claims.gpuspread import MIN_SLOWDOWN, slowdown_of
 from collector.claims.progress import compacted, source_name
 from collector.correlate import Signal
 from collector.model import Evidence, Observed, Plane, RunClaims
 from collector.progress.history import extend_history, extend_packed, merge_history
-from collector.progress.model import LogScan, PackedSamples, ProgressSample
+from collector.progress.model import Columns, LogScan, PackedSamples, ProgressSample
 from collector.settings import ClaimSettings
+
+_US = timedelta(microseconds=1)
 
 __all__ = ["adds_nothing", "alone", "carried", "confirms", "folded", "quiet_adds_nothing", "uneventful"]
 
@@ -82,6 +85,10 @@ def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = No
     cols = h.samples.columns() if isinstance(h.samples, PackedSamples) else None
     top = max(cols[0]) if cols is not None else max((x.step for x in h.samples if x.step is not None), default=None)
     samples = s.samples
+    got = samples.columns() if isinstance(samples, PackedSamples) else None
+    if got is not None:  # (decoded straight to a pack: `sources.agents`; read from its columns, not built)
+        assert isinstance(samples, PackedSamples)
+        return _uneventful_packed(samples, got, last, top, after, gap, inc.read_at)
     if samples[0].line <= after:
         # the agent leads with the last sample before `after`: only as held (a redrawn loss is news)
         if samples[0] != last or any(x.line <= after for x in samples[1:]):
@@ -103,6 +110,39 @@ def uneventful(held: Signal, inc: Signal, after: int, gap: timedelta | None = No
     if newest.at > inc.read_at:
         return None  # stamped after it was read: a clock ahead (or forged), which the claims refuse
     return newest
+
+
+def _uneventful_packed(p: PackedSamples, cols: Columns, last: ProgressSample, top: int | None, after: int,
+                       gap: timedelta | None, read_at: datetime) -> ProgressSample | None:
+    """`uneventful`'s walk of the increment's samples where they are a plain pack (`cols`: its columns;
+    every sample stepped, stamped, with a finite loss and a total, not skipped, of one format): the same
+    tests on the columns, stamps in µs. `last`: the held history's newest sample, `top` its highest step."""
+    steps, us, losses, lines, totals, covers = cols
+    first = p.sample(0)
+    if first.format != last.format or last.at is None or last.step is None:
+        return None
+    i = 0
+    if lines[0] <= after:
+        # the agent leads with the last sample before `after`: only as held (a redrawn loss is news)
+        if first != last or any(x <= after for x in islice(lines, 1, None)):
+            return None
+        i = 1
+        if len(p) == 1:
+            return None
+    prev_step, prev_line = last.step, max(last.line, after)
+    prev_us = (last.at - first.at) // _US + us[0] if first.at is not None else None
+    if prev_us is None:
+        return None
+    gap_us = gap // _US if gap is not None else None
+    for k in range(i, len(p)):
+        step, at, line = steps[k], us[k], lines[k]
+        if (covers[k] != 1 or losses[k] == 0.0 or step >= totals[k] or line <= prev_line or step <= prev_step
+                or (top is not None and step <= top) or at < prev_us or (gap_us is not None and at - prev_us > gap_us)):
+            return None
+        prev_step, prev_us, prev_line = step, at, line
+    newest = p.sample(-1)
+    assert newest.at is not None
+    return None if newest.at > read_at else newest  # (stamped after it was read: a clock ahead, or forged)
 
 
 def confirms(rc: RunClaims | None, sig: Signal, now: datetime) -> bool:
@@ -157,9 +197,10 @@ def alone(sig: Signal, signals: Sequence[Signal]) -> bool:
     trusted), said at the deferred evaluation. Comparing every deferred run's GPUs on each of the
     agents' passes was a quarter of the loop at 50k pods (issue 30); devices lost or reporting an XID
     re-evaluate the run at the pass itself (`planes.node_agents.runs_changed`)."""
-    mine = (sig.ref.key, sig.source)
-    if any((other.ref.key, other.source) != mine and not other.durable and other.scan.samples
-           for other in signals):
+    key, source = sig.ref.key, sig.source
+    for other in signals:  # (most of a run's signals are quiet containers': no samples, no key built)
+        if other is sig or other.durable or not other.scan.samples or (other.source == source and other.ref.key == key):
+            continue
         return False
     slow = slowdown_of(signals)  # (`sig`'s own: the only live log with steps)
     return slow is None or slow < MIN_SLOWDOWN

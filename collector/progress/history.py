@@ -136,13 +136,15 @@ def extend_packed(old: LogScan, new: LogScan, after: int, *, keep: int = HISTORY
     if not isinstance(held, PackedSamples) or not new.samples:
         return None
     cols = held.columns()
-    inc = PackedSamples.pack(list(new.samples))  # (a list: its samples are not held built)
-    if cols is None or inc is None or inc.columns() is None:  # (the extension keeps both parts' columns)
+    got = new.samples  # (packed where the agent's document was decoded straight to a pack: `sources.agents`)
+    inc = got if isinstance(got, PackedSamples) else PackedSamples.pack(list(got))  # (a list: not held built)
+    inc_cols = inc.columns() if inc is not None else None
+    if cols is None or inc is None or inc_cols is None:  # (the extension keeps both parts' columns)
         return None
     lines = cols[3]
     if not all(map(lt, lines, islice(lines, 1, None))):
         return None
-    k = bisect_left(lines, min(new.samples[0].line, after + 1))
+    k = bisect_left(lines, min(inc_cols[3][0], after + 1))  # (the first sample's line, not built)
     if k + len(inc) > keep:
         return None
     samples = PackedSamples.joined(((held, 0, k), (inc, 0, len(inc))))
@@ -229,8 +231,9 @@ def compact_packed(scan: LogScan, cols: Sequence[Sequence[Any]], *, bridge: time
     # is among those compacted, the one kept on its line, its covers as kept)
     if hi < t:
         high = next((_covering(samples.sample(i), c) for i, c in kept if i == hi), high)
-    front = PackedSamples.pack([_covering(samples.sample(i), c) for i, c in kept])
-    if front is None or front.columns() is None:
+    # the samples kept, packed from the columns (none built)
+    front = samples.alike([(steps[i], us[i], losses[i], lines[i], totals[i], c) for i, c in kept])
+    if front is None:
         return None
     packed = PackedSamples.joined(((front, 0, len(front)), (samples, t, n)))
     if packed is None:

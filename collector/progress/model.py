@@ -108,6 +108,7 @@ _STEP_AT = struct.Struct(f"<qq{_REC.size - 16}x")  # a record's step and stamp a
 _NO_STEP, _NO_AT, _NO_LOSS, _NO_TOTAL, _SKIPPED, _LOSS_KEPT = 1, 2, 4, 8, 16, 32
 _US = timedelta(microseconds=1)
 _I64 = 1 << 63
+_EPOCH_NAIVE = datetime(1970, 1, 1)  # (a pack's base, in its stamps' zone)
 HOT = 64  # packs whose samples stay built (the latest asked for): a poll reads a history several times
 _hot: deque[PackedSamples] = deque()
 HOT_COLUMNS = 8  # packs whose columns stay read (a fold's held, extended and kept history, the next fold's)
@@ -213,6 +214,41 @@ class PackedSamples(Sequence[ProgressSample]):
         if type(samples) is tuple:  # (the evaluation after the poll that packed it reads them)
             p._hold(samples)
         return p
+
+    @staticmethod
+    def plain(rows: Sequence[tuple[int, int, float, int, int, int]], base: datetime, fmt: str) -> PackedSamples | None:
+        """`pack` of plain samples given as (step, stamp in µs after `base`, loss, line, total, covers) rows,
+        each of format `fmt`, not skipped: the same pack, without the samples (a node agent's increment of
+        a head, decoded straight from its document: issue 30). `base`: 1970-01-01 in the stamps' zone, as
+        `pack` takes it. None where `pack` would not make a plain pack of them (no row, a number past 64
+        bits, a loss not finite, covers negative or past 31 bits)."""
+        if not rows or base.fold or base.replace(tzinfo=None) != _EPOCH_NAIVE:
+            return None
+        size, pack_into = _REC.size, _REC.pack_into
+        out = bytearray(size * len(rows))
+        try:
+            for i, (step, us, loss, line, total, covers) in enumerate(rows):
+                if loss - loss != 0.0 or covers < 0:  # (inf or NaN: `pack` keeps the object, not a plain pack)
+                    return None
+                pack_into(out, i * size, step, us, loss, line, total, covers, 0, 0)
+        except struct.error:  # (a number past 64 bits, covers past 31: as `pack`'s bounds)
+            return None
+        p = PackedSamples()
+        p._data, p._n, p._base, p._formats = bytes(out), len(rows), base, (fmt,)
+        p._kept, p._built, p._plain, p._cols = None, None, True, None
+        return p
+
+    def alike(self, rows: Sequence[tuple[int, int, float, int, int, int]]) -> PackedSamples | None:
+        """`plain(rows, ...)` with this plain pack's base and format (the very objects: `joined` takes
+        them together), its columns kept (the rows are at hand): a compacted history's front, from its
+        columns (`progress.history.compact_packed`)."""
+        if not self._plain or self._base is None:
+            return None
+        got = PackedSamples.plain(rows, self._base, self._formats[0])
+        if got is not None:
+            steps, us, losses, lines, totals, covers = zip(*rows, strict=True)
+            got._keep_columns((steps, us, losses, lines, totals, covers))
+        return got
 
     def built(self) -> tuple[ProgressSample, ...]:
         """The samples, built (kept built while this pack is among the last HOT asked for)."""
@@ -504,8 +540,8 @@ SCAN_FIELDS = ("source", "format", "samples", "hangs", "xids", "diagnostics", "l
                                                                      for name in SCAN_FIELDS)
 
 
-def new_scan(source: str, format: str | None, samples: tuple[ProgressSample, ...], hangs: tuple[HangFinding, ...],
-             xids: tuple[XidFinding, ...], diagnostics: tuple[str, ...], lines: int,
+def new_scan(source: str, format: str | None, samples: tuple[ProgressSample, ...] | PackedSamples,
+             hangs: tuple[HangFinding, ...], xids: tuple[XidFinding, ...], diagnostics: tuple[str, ...], lines: int,
              resumes: tuple[ResumeFinding, ...] = (), tokens: TokenRate | None = None) -> LogScan:
     """LogScan(source, format, samples, hangs, xids, diagnostics, lines, resumes=..., tokens=...), built
     faster (no summary, first stamp or rank tracks: a node agent's document says none)."""

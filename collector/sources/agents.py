@@ -22,7 +22,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from sys import intern
 from typing import Any
@@ -30,7 +30,17 @@ from typing import Any
 import orjson
 
 from collector.gpu import PodGpuEvidence
-from collector.progress.model import HangFinding, LogScan, ResumeFinding, TokenRate, XidFinding, new_sample, new_scan
+from collector.progress.model import (
+    HangFinding,
+    LogScan,
+    PackedSamples,
+    ProgressSample,
+    ResumeFinding,
+    TokenRate,
+    XidFinding,
+    new_sample,
+    new_scan,
+)
 from collector.progress.scan import MAX_FINDINGS
 from collector.progress.timestamps import parse_iso
 from collector.progress.trainers import MAX_TPS
@@ -47,6 +57,7 @@ READ_VERSIONS = (1, 2, 3, 4)
 DEFAULT_SELECTOR = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
 DEFAULT_PORT = 9402
 HEAD_MAX = httpget.HEAD_MAX  # an answer's status line and headers
+_US = timedelta(microseconds=1)
 
 
 class AgentReadError(Exception):
@@ -164,20 +175,56 @@ def quiet_scan(source: str, fmt: str | None, lines: int) -> LogScan:
     return new_scan(source, fmt, (), (), (), (), lines)
 
 
-def _scan(c: Mapping[str, Any], source: str) -> LogScan:
-    fmt = _format(c)
-    if _quiet(c):  # (most of a pass's entries)
-        return quiet_scan(source, fmt, _i(c.get("lines")) or 0)
+def _samples(rows: list[Any], fmt: str | None) -> list[ProgressSample]:
+    """An entry's `samples` rows as samples: [step, stamp, loss, skipped, total, line], a row without an
+    integer step skipped."""
     samples = []
     total: int | None = None
-    for row in _entries(c.get("samples")):
+    for row in rows:
         if not isinstance(row, list) or len(row) < 6 or _i(row[0]) is None:
             continue
         t = _i(row[4])
         if t != total:  # one object for a run of equal totals (the run's max steps, on every step line)
             total = t
         samples.append(new_sample(int(row[0]), _at(row[1]), _loss(row[2]), _i(row[5]) or 0, fmt or "regex",
-                              row[3] is True, total))
+                                  row[3] is True, total))
+    return samples
+
+
+def _plain(rows: list[Any], fmt: str) -> PackedSamples | None:
+    """`_samples(rows, ...)` packed, where every row makes a plain sample (an integer step, line and total, a
+    stamp, a number for a loss, not skipped: a trainer's steady lines), without building them: the pack
+    `PackedSamples.pack` makes of those samples (tests/agent/test_plain_rows.py). None for any other rows."""
+    packed = []
+    base: datetime | None = None
+    for row in rows:
+        if type(row) is not list or len(row) < 6:
+            return None
+        step, text, loss, skipped, total, line = row[0], row[1], row[2], row[3], row[4], row[5]
+        if (type(step) is not int or type(total) is not int or type(line) is not int or type(text) is not str
+                or skipped is True):
+            return None
+        if type(loss) is not float and type(loss) is not int:  # (an integer packs as `_f`'s float)
+            return None
+        at = parse_iso(text)
+        if at is None:
+            return None
+        if base is None:
+            base = datetime(1970, 1, 1, tzinfo=at.tzinfo)
+        elif at.tzinfo is not base.tzinfo:  # (parse_iso gives one UTC object: a pack keeps one zone)
+            return None
+        packed.append((step, (at - base) // _US, loss, line, total, 1))
+    return None if base is None else PackedSamples.plain(packed, base, fmt)
+
+
+def _scan(c: Mapping[str, Any], source: str) -> LogScan:
+    fmt = _format(c)
+    if _quiet(c):  # (most of a pass's entries)
+        return quiet_scan(source, fmt, _i(c.get("lines")) or 0)
+    rows = _entries(c.get("samples"))
+    samples: list[ProgressSample] | PackedSamples | None = _plain(rows, fmt or "regex")
+    if samples is None:
+        samples = _samples(rows, fmt)
     hangs = tuple(HangFinding(str(h.get("kind"))[:64], _i(h.get("line")) or 0, _s(h.get("collective")),
                               _i(h.get("timeout_ms")), _i(h.get("rank")), _at(h.get("at")),
                               seq=_i(h.get("seq")), completed=_i(h.get("completed")), pg=_s(h.get("pg")))
@@ -198,7 +245,7 @@ def _scan(c: Mapping[str, Any], source: str) -> LogScan:
         per_gpu = _f(tok[0])
         if per_gpu is not None and 0 < per_gpu <= MAX_TPS:
             tokens = TokenRate(per_gpu, _at(tok[1]))
-    return new_scan(source, fmt, tuple(samples), hangs, tuple(xids),
+    return new_scan(source, fmt, samples if isinstance(samples, PackedSamples) else tuple(samples), hangs, tuple(xids),
                     tuple(str(d)[:500] for d in _entries(c.get("diagnostics"))[:10]), _i(c.get("lines")) or 0,
                     resumes, tokens)
 

@@ -322,3 +322,28 @@ def test_quiet_rows_are_the_agent_log_changes_they_stand_for(passes: list[list[t
     for containers whose logs go quiet, step, gain a line, a note or lose it, or are sent whole."""
     _alike(_Fleet(1), _Fleet(1, per_change=True), passes, gaps)
 
+
+
+def test_read_again_replaces_only_a_held_signal_whose_scan_is_the_same_in_its_place() -> None:
+    """`RunIndex.read_again` (the quiet rows' look): the held signal read again in its place (a pod's few
+    signals in a tuple, many in a dict), its ref the pod record's; nothing replaced for a source not
+    held, a pod not held, or a scan `same` refuses."""
+    f = _Fleet(1)
+    ns, pod, _ = next(iter(f.logs))
+    rec = f.c.index.get("Pod", ns, pod)
+    assert rec is not None
+    key = ("Pod", ns, pod)
+    for count in (3, 12):  # (12: past SMALL_SIGNALS, held in a dict)
+        for k in range(count):
+            f.c.index.set_signal(Signal(Ref("Pod", ns, pod), f"s{count}-{k}", quiet_scan("agent:n", None, k), NOW0))
+        before = [s.source for s in f.c.index.signals_of(key)]
+        later = NOW0 + timedelta(seconds=30)
+        prev = f.c.index.read_again(key, f"s{count}-1", later, lambda scan: scan.lines == 1)
+        assert prev is not None and prev.read_at == NOW0 and prev.ref is not rec.ref
+        got = f.c.index.signal_at(key, f"s{count}-1")
+        assert got is not None and got.read_at == later and got.ref is rec.ref and got.scan is prev.scan
+        assert [s.source for s in f.c.index.signals_of(key)] == before  # (its place kept)
+        assert f.c.index.read_again(key, f"s{count}-2", later, lambda scan: False) is None
+        assert f.c.index.signal_at(key, f"s{count}-2").read_at == NOW0  # type: ignore[union-attr]
+        assert f.c.index.read_again(key, "absent", later, lambda scan: True) is None
+        assert f.c.index.read_again(("Pod", ns, "no-such-pod"), f"s{count}-1", later, lambda scan: True) is None

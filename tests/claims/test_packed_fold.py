@@ -167,7 +167,7 @@ def _same(a: LogScan, b: LogScan) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = {"extend": 0, "compact": 0, "folds": 0, "windows": 0, "timelines": 0}
+    taken = {"extend": 0, "compact": 0, "folds": 0, "windows": 0, "timelines": 0, "packed": 0, "uneventful": 0}
     extend0, compact0 = history.extend_packed, history.compact_packed
 
     def extend_counted(*a: Any, **kw: Any) -> LogScan | None:
@@ -196,6 +196,21 @@ def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkey
             assert uneventful(prev, inc, after, GAP) == uneventful(_built(prev), inc, after, GAP)
             assert slowdown_of([prev]) == slowdown_of([_built(prev)])
         got = folded(prev, inc, "agent-log", after if prev is not None else None, S)
+        # the increment as the agent poller decodes a plain one (`sources.agents._plain`): a pack, its
+        # samples never built; the deferral's walk of it and the fold are the samples'
+        pack = PackedSamples.pack(list(scan.samples))
+        if pack is not None and pack.columns() is not None:
+            taken["packed"] += 1
+            inc_packed = Signal(REF, "trainer", replace(scan, samples=pack), now)
+            if prev is not None:
+                newest = uneventful(prev, inc_packed, after, GAP)
+                assert newest == uneventful(prev, inc, after, GAP)
+                taken["uneventful"] += newest is not None
+            got_packed = folded(prev, inc_packed, "agent-log", after if prev is not None else None, S)
+            assert (got_packed is None) == (got is None)
+            if got is not None and got_packed is not None:
+                _same(got_packed[0].scan, got[0].scan)
+                assert list(got_packed[1].samples) == list(got[1].samples)
         if got is None:  # nothing new: only the read time moves (both paths: `adds_nothing` first)
             assert prev is not None
             continue
@@ -228,6 +243,8 @@ def test_a_fold_on_the_packed_columns_is_the_object_paths_fold(seed: int, monkey
     assert taken["compact"] > taken["folds"] // 8, taken
     assert taken["windows"] > taken["folds"], taken
     assert taken["timelines"] > taken["folds"] // 3, taken
+    assert taken["packed"] > taken["folds"] // 3, taken
+    assert taken["uneventful"] > taken["folds"] // 16, taken
 
 
 def _at(x: ProgressSample) -> datetime:
