@@ -300,15 +300,9 @@ class ChangeApplier:
                              f"{ns}/{pod}/{container}")
 
     def _refresh(self, prev: Signal, read_at: datetime) -> None:
-        """`prev` read again at `read_at` with nothing new: only its read time moves. A pod's signal
-        takes the index's own `Ref` of the pod, an equal one (pods are kept without a uid): one object a
-        pod, not one a container, for the quiet containers agents send each pass (issue 30)."""
-        ref = prev.ref
-        if ref.kind == "Pod":
-            rec = self.index.get(ref.kind, ref.namespace, ref.name)
-            if rec is not None and rec.ref == ref:
-                ref = rec.ref
-        self.index.set_signal(prev.read_again(read_at, ref))
+        """`prev`, the held signal, read again at `read_at` with nothing new: only its read time moves,
+        and a pod's signal takes the index's own `Ref` of the pod (`RunIndex.read_again`)."""
+        self.index.read_again(prev.ref.key, prev.source, read_at, lambda scan: scan is prev.scan)  # (`prev`: held)
         if read_at - prev.read_at > self.settings.claims.evidence_max_age / 2:
             self._stale_soon(prev)
 

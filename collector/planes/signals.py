@@ -119,7 +119,7 @@ def _uneventful_packed(p: PackedSamples, cols: Columns, last: ProgressSample, to
     tests on the columns, stamps in µs. `last`: the held history's newest sample, `top` its highest step."""
     steps, us, losses, lines, totals, covers = cols
     first = p.sample(0)
-    if first.format != last.format or last.at is None or last.step is None:
+    if first.format != last.format or last.at is None or last.step is None or first.at is None:
         return None
     i = 0
     if lines[0] <= after:
@@ -130,9 +130,7 @@ def _uneventful_packed(p: PackedSamples, cols: Columns, last: ProgressSample, to
         if len(p) == 1:
             return None
     prev_step, prev_line = last.step, max(last.line, after)
-    prev_us = (last.at - first.at) // _US + us[0] if first.at is not None else None
-    if prev_us is None:
-        return None
+    prev_us = (last.at - first.at) // _US + us[0]  # (`last`'s stamp on the pack's clock)
     gap_us = gap // _US if gap is not None else None
     for k in range(i, len(p)):
         step, at, line = steps[k], us[k], lines[k]
