@@ -31,7 +31,7 @@ from collector.planes.kube_watch import KubeWatch
 from collector.planes.node_agents import GpuPass, NodePart, PassEnd, gpu_records, runs_changed, runs_not_progressing
 from collector.planes.signals import alone, carried, confirms, folded, quiet_adds_nothing, uneventful
 from collector.progress.model import ProgressSample
-from collector.recheck import Rechecks
+from collector.recheck import Rechecks, refresh_due
 from collector.runcaps import RunCaps
 from collector.settings import Settings
 from collector.sources.agents import QuietLog, quiet_scan
@@ -198,18 +198,18 @@ class ChangeApplier:
                 self.health.relisted(r.name)
 
     def _deferred(self, held: Signal, inc: Signal, after: int, sig: Signal, root: Ref) -> bool:
-        """Whether the re-evaluation that `inc` (an agent's increment of `held`, folded into `sig`) asks
-        of `root`'s run is deferred, being one that can only confirm the run's current claims: then it
-        is scheduled (`Rechecks.defer`) for the earliest of the run's last evaluation + the refresh
-        interval (`claims.confirm_refresh`), its claims' own due but the stall windows of the newest
-        step they saw (`RunClaims.recheck_other`: the increment's newer step moved those), and the
-        soonest the stall window of the increment's newest step could close (that evaluation's due at
-        the earliest). That replaces the run's clock entry and any earlier deferral; neither may have
-        come due before the increment did (a window that closed before the newer step is a gap an
-        evaluation must judge). The run's nodes' clocks must say what its last evaluation saw
-        (`_clocks_seen`): a clock measured anew places its stamps elsewhere (the claim's `since` moves),
-        and a Lease renewal marks no run. Where none runs off ours, the export carries the newest step
-        meanwhile (`_carry`)."""
+        """Whether the re-evaluation that `inc` (an agent's increment of `held`, folded into `sig`) asks of
+        `root`'s run is deferred, being one that can only confirm the run's current claims: then it is
+        scheduled (`Rechecks.defer`) for the earliest of the run's refresh (`recheck.refresh_due`: within
+        `claims.confirm_refresh` of its last evaluation, on the run's own phase), its claims' own due but
+        the stall windows of the newest step they saw (`RunClaims.recheck_other`: the increment's newer step
+        moved those), and the soonest the stall window of the increment's newest step could close (that
+        evaluation's due at the earliest). That replaces the run's clock entry and any earlier deferral;
+        neither may have come due before the increment did (a window that closed before the newer step is a
+        gap an evaluation must judge). The run's nodes' clocks must say what its last evaluation saw
+        (`_clocks_seen`): a clock measured anew places its stamps elsewhere (the claim's `since` moves), and
+        a Lease renewal marks no run. Where none runs off ours, the export carries the newest step meanwhile
+        (`_carry`)."""
         s = self.settings.claims
         key = root.key
         if not s.confirm_refresh or key in self._dirty or key in self._dispatched:
@@ -229,7 +229,7 @@ class ChangeApplier:
         ahead = max((skew for _, skew in marks[0]), default=None) if marks is not None else None
         # the window is judged on the evaluation's clock: a node ahead stamps its steps that much later
         closes = newest.at - max(ahead or ZERO, ZERO) + s.stall_floor + s.scrape_interval  # (the window's floor)
-        due = min(rc.evaluated_at + s.confirm_refresh, closes)
+        due = min(refresh_due(key, rc.evaluated_at, s.confirm_refresh), closes)  # (each run on its own phase)
         if rc.recheck_other is not None:
             due = min(due, rc.recheck_other + self._rechecks.slack)
         for held_due in (self._rechecks.due_of(key), self._rechecks.deferred_of(key)):

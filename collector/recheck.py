@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from collections.abc import Hashable, Iterable
 from collections.abc import Set as AbstractSet
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Generic, NoReturn, Self, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -30,6 +31,27 @@ K = TypeVar("K", bound=Hashable)
 # Claims change strictly after a deadline (`now - t <= bound` holds at `t + bound`): recheck a
 # little after it, so one re-evaluation sees the change rather than landing just before it.
 SLACK = timedelta(milliseconds=200)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def refresh_due(key: tuple[str, ...], evaluated_at: datetime, every: timedelta) -> datetime:
+    """When a deferred run evaluated at `evaluated_at` is refreshed: its next slot on its own wheel of
+    period `every` (the phase a stable hash of `key`), but not sooner than half a period after the
+    evaluation: always within [evaluated_at + every / 2, evaluated_at + every]. A run evaluated on
+    its slot is due exactly one period later; one evaluated off it (at start, on a change) is on it
+    from its next refresh. A refresh due `every` after each evaluation kept a fleet evaluated
+    together (its start) evaluated together for good: at 50k pods, 5,000 runs at once every 240 s, a
+    burst of seconds that held every change back and made a window's evaluations count its phase
+    (issue 30). On their wheels the same runs cost the same evaluations, spread over the period; the
+    half-period floor bounds what an evaluation just before a slot adds."""
+    period = every // _US
+    if period <= 0:
+        return evaluated_at
+    phase = zlib.crc32("\x00".join(key).encode()) % period
+    late = ((evaluated_at - _EPOCH) // _US - phase) % period  # how far past its last slot it was evaluated
+    return evaluated_at + timedelta(microseconds=max(period - late, period // 2))
 
 
 class _Schedule(Generic[K]):

@@ -64,7 +64,9 @@ class ClaimSettings:
     # A node agent's log increment that can only confirm a progressing run's claims (newer steps of
     # its one progress log, in order, no finding, its nodes' clocks as its last evaluation saw them:
     # collector/planes/signals.py `uneventful`) re-evaluates the run at most this long after its last
-    # evaluation (sooner when its claims are due by the clock, or its stall window could close);
+    # evaluation (sooner when its claims are due by the clock, or its stall window could close; each
+    # run on its own phase of this period, so a fleet evaluated together does not stay in step:
+    # `recheck.refresh_due`);
     # anything else still re-evaluates it at once. Meanwhile the export carries the run's last step and
     # its time and loss with each increment (progress_last_step, last_progress_timestamp: step-rate
     # rules and panels see every pass; `ChangeApplier._carry`), and only these figures lag, by at most

@@ -38,6 +38,7 @@ from collector.model import Claim, Observed, Plane, Ref, RunClaims
 from collector.planes.base import Change
 from collector.planes.node_agents import pass_changes
 from collector.progress.model import HangFinding, LogScan, ProgressSample, RankSteps, ResumeFinding, XidFinding
+from collector.recheck import refresh_due
 from collector.settings import ClaimSettings, ControllerSettings, Settings
 from collector.sources.kube_api import KubeApi, api_client_for, resources_for
 from exporters.prometheus import ClaimsExporter, _last_step, _newest_per_plane
@@ -647,14 +648,20 @@ def test_the_loop_defers_confirming_increments_evaluates_eventful_ones_at_once_a
 
 def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increments_window() -> None:
     """Confirming increments every 30 s: each newer step moves the deferral later (its stall window
-    closes later), so the run is evaluated once per refresh interval (120 s), not when the first
-    deferred increment's window would have closed."""
-    with _looping(timedelta(seconds=120)) as (f, feed):
+    closes later), so the run is evaluated once per refresh interval (240 s: at its refresh,
+    `recheck.refresh_due`), not when the first deferred increment's window would have closed."""
+    refresh = timedelta(seconds=240)
+    with _looping(refresh) as (f, feed):
         move = f.move
         t0 = f.c.claims[f.key].evaluated_at
+        expected = refresh_due(f.key, t0, refresh)
+        floor = ClaimSettings().stall_floor + ClaimSettings().scrape_interval
+        assert t0 + refresh / 2 <= expected <= t0 + refresh
         d0 = f.c._rechecks.deferrals
         dues = []
-        for i in range(1, 4):  # +30, +60, +90 s
+        # (increments until the newest one's window closes past the refresh, all before it)
+        n = int((expected - t0 - floor).total_seconds() // 30) + 1
+        for i in range(1, n + 1):  # +30, +60, ... s
             move(30)  # a pass as agents send it: GPU readings, the workers' quiet logs, the head's steps
             for change in (*f.gpu_changes(WARM + i), *f.worker_changes()):
                 f.c.put(change)
@@ -664,13 +671,13 @@ def test_a_steady_stream_is_evaluated_at_the_interval_not_at_its_first_increment
             dues.append(f.c._rechecks.next_deferred())
         time.sleep(0.3)
         assert f.c.claims[f.key].evaluated_at == t0
-        first_window = t0 + timedelta(seconds=30) + ClaimSettings().stall_floor + ClaimSettings().scrape_interval
+        first_window = t0 + timedelta(seconds=30) + floor
         assert dues[0] is not None and dues[0] <= first_window  # the first: its own step's window
-        assert dues[-1] == t0 + timedelta(seconds=120)  # the last: the interval, later than the first's
+        assert dues[-1] == expected  # the last: the refresh, later than the first's
         move((first_window - f.clock[0]).total_seconds() + 5)  # past the first one's window: not due
         time.sleep(0.3)
         assert f.c.claims[f.key].evaluated_at == t0
-        move((t0 + timedelta(seconds=121) - f.clock[0]).total_seconds())
+        move((expected + timedelta(seconds=1) - f.clock[0]).total_seconds())
         assert _wait(lambda: f.c.claims[f.key].evaluated_at > t0)
         assert f.c.claims[f.key].progressing.observed is Observed.TRUE
 
