@@ -693,9 +693,12 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     window_rss: list[int] = []
     sampling = threading.Event()
 
+    evals_at: list[int] = []  # runs evaluated so far, each second: the most in any 10 s (a burst in step)
+
     def sample_rss() -> None:
         while not sampling.wait(1.0):
             window_rss.append(rss_bytes())
+            evals_at.append(getattr(c, "runs_evaluated", 0))
     threading.Thread(target=sample_rss, daemon=True).start()
     if aligned:
         aligned.append(applied(first_pass + int(idle_s // 30), idle_s + 120.0))
@@ -763,6 +766,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0),
                 "window_aligned": aligned, "window_s": took,
+                "evals_10s": (max((b - a for a, b in zip(evals_at, evals_at[10:], strict=False)), default=0),
+                              evaluated * 10 / took),
                 "gc": {f"{name} gen{g}": (int(v[0]), round(v[1], 3), int(v[2]))
                        for (name, g), v in sorted(gc_took.items())},
                 "threads": dict(sorted(((k, round(v, 4)) for k, v in by_thread.items() if v >= 0.0005),
@@ -1668,6 +1673,11 @@ def _print_live(results: list[dict[str, Any]]) -> None:
             print(f"{r['variant']}: the window {r['window_s']:.0f} s, from the loop having applied a live pass to "
                   f"its having applied the {int(r['idle_s'] // 30)}th after it" + (
                       "" if ok else " (NOT aligned: a pass was still being applied when a limit ran out)"))
+    for r in live:
+        if r.get("evals_10s"):
+            most, mean = r["evals_10s"]
+            print(f"{r['variant']}: {r['evaluated']} runs evaluated in the window ({r['by_deferral']} as a deferral "
+                  f"came due); the most in any 10 s of it {most} (mean {mean:.0f}): runs evaluated together")
     for r in live:
         if "warmed" in r:
             print(f"{r['variant']}: warm-up ({LIVE_WARMUP} feed passes) " + (
