@@ -60,3 +60,6 @@ def test_a_fleet_evaluated_at_once_is_spread_over_the_period() -> None:
     assert all(abs(buckets[b] - mean) < mean / 3 for b in range(24)), sorted(buckets.items())
     again = {k: refresh_due(k, d + timedelta(milliseconds=3), EVERY) for k, d in due.items()}
     assert all(again[k] - due[k] == EVERY for k in runs)
+    # on whole seconds: the runs of a slot share the loop's pass (at most a few dozen a second here)
+    assert all(d.microsecond == 0 for d in due.values())
+    assert max(collections.Counter(due.values()).values()) <= 60
