@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ from collector.runlinks import (
     pod_parents,
 )
 from collector.settings import TauGridContract
+from collector.timeunits import EPOCH
 
 if TYPE_CHECKING:
     from collector.progress import LogScan
@@ -53,7 +54,6 @@ __all__ = [  # (Key and job_parents are collector.runlinks', named here too: whe
 ]
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _by_name = attrgetter("ref.name")  # records in name order (in C: a run's pods are sorted on each evaluation)
 # Events kept per regarded object: the newest, enough to explain a wait without unbounded growth.
 EVENTS_PER_OBJECT = 32
@@ -417,7 +417,7 @@ class RunIndex(RunLinks):
 
         def last(k: Key) -> datetime:
             f = self._objects[k].facts
-            return f.last or _EPOCH if isinstance(f, EventFacts) else _EPOCH
+            return f.last or EPOCH if isinstance(f, EventFacts) else EPOCH
 
         for k in sorted(siblings, key=last)[: len(siblings) - EVENTS_PER_OBJECT]:
             gone = self._objects[k].ref
@@ -546,13 +546,13 @@ class RunIndex(RunLinks):
         ev.nodeclaim_events = sorted(
             (nce for name in nodeclaims for k in self._down.get(("NodeClaim", "", name), ())
              if k[0] == "Event" and (nce := self._objects.get(k)) is not None),
-            key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH, r.ref.name))
+            key=lambda r: (r.facts.last or EPOCH if isinstance(r.facts, EventFacts) else EPOCH, r.ref.name))
         # Set iteration order is arbitrary; claims and their reasons must not be.
         for group in (ev.pods, ev.workloads, ev.jobs, ev.rayjobs, ev.rayclusters):
             if len(group) > 1:  # (most are empty or one: a sort's key calls cost more than the rest)
                 group.sort(key=_by_name)
         if len(ev.events) > 1:
-            ev.events.sort(key=lambda r: (r.facts.last or _EPOCH if isinstance(r.facts, EventFacts) else _EPOCH,
+            ev.events.sort(key=lambda r: (r.facts.last or EPOCH if isinstance(r.facts, EventFacts) else EPOCH,
                                           r.ref.name))
         ev.signals = self._run_signals(root.key, member_keys)
         ev.retired_pods.extend(rec_ for rec_, _ in self._retired.get(root.key, {}).values())

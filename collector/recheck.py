@@ -23,8 +23,10 @@ import math
 import zlib
 from collections.abc import Hashable, Iterable
 from collections.abc import Set as AbstractSet
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Generic, NoReturn, Self, TypeVar
+
+from collector.timeunits import EPOCH, US
 
 K = TypeVar("K", bound=Hashable)
 
@@ -37,8 +39,6 @@ SLACK = timedelta(milliseconds=200)
 # loop's thread read a quarter more CPU than with one burst every 240 s, and a 10k profile put the
 # difference after the passes, not in the evaluations: 2026-12-07).
 REFRESH_GRAIN = timedelta(seconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
 
 def refresh_due(key: tuple[str, ...], evaluated_at: datetime, every: timedelta) -> datetime:
@@ -51,12 +51,12 @@ def refresh_due(key: tuple[str, ...], evaluated_at: datetime, every: timedelta) 
     burst of seconds that held every change back and made a window's evaluations count its phase
     (issue 30). On their wheels the same runs cost the same evaluations, spread over the period; the
     half-period floor bounds what an evaluation just before a slot adds."""
-    period = every // _US
+    period = every // US
     if period <= 0:
         return evaluated_at
-    grain = min(REFRESH_GRAIN // _US, period)  # (phases on whole seconds: the runs of a slot share a pass)
+    grain = min(REFRESH_GRAIN // US, period)  # (phases on whole seconds: the runs of a slot share a pass)
     phase = zlib.crc32("\x00".join(key).encode()) % (period // grain) * grain
-    late = ((evaluated_at - _EPOCH) // _US - phase) % period  # how far past its last slot it was evaluated
+    late = ((evaluated_at - EPOCH) // US - phase) % period  # how far past its last slot it was evaluated
     return evaluated_at + timedelta(microseconds=max(period - late, period // 2))
 
 

@@ -30,7 +30,8 @@ from prometheus_client.utils import floatToGoString
 
 from collector.claims.workrisk import drain_advice
 from collector.model import Observed, Plane, Ref, RunClaims
-from exporters.prometheus_accrual import CLOCK_FAMILIES, MAX_EXPOSED_NODES, Row, clocked_rows, epoch_us
+from collector.timeunits import epoch_us
+from exporters.prometheus_accrual import CLOCK_FAMILIES, MAX_EXPOSED_NODES, Row, clocked_rows
 from exporters.prometheus_accrual import render as render_rows
 from exporters.prometheus_families import (
     AGE_FAMILIES,

@@ -11,24 +11,18 @@ the text is what an evaluation then would export, byte for byte (tests/exporters
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
 
 from collector.model import RunClaims
+from collector.timeunits import epoch_us
 from exporters.prometheus_families import GOODPUT, RUN_TIME, TEMPLATES
 
 CLOCK_FAMILIES = frozenset({"goodput", "run_time", "work_at_risk", "drain_exposure"})
 MAX_EXPOSED_NODES = 8  # taugrid_run_drain_exposure_gpu_hours series per run, riskiest nodes first
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
-
-def epoch_us(t: datetime) -> int:
-    """`t` in integer microseconds since the epoch (naive: UTC, as the rest of the collector)."""
-    return ((t if t.tzinfo else t.replace(tzinfo=UTC)) - _EPOCH) // _US
 
 
 def _fmt(v: float) -> bytes:

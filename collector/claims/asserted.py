@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from collector.model import JobFacts, ObjectRecord, RayClusterFacts, RayJobFacts, TauRunFacts
+from collector.timeunits import EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,6 @@ _OPERATOR_CONDITIONS: dict[str, tuple[bool, bool, bool]] = {
     "Completed": _NOT_YET,
     "Complete": _NOT_YET,
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TERMINAL_CONDITIONS = frozenset({"Succeeded", "Failed", "Completed", "Complete"})
 
 
@@ -95,7 +94,7 @@ def _taurun(root: ObjectRecord, f: TauRunFacts) -> Assertion:
 def _job(root: ObjectRecord, f: JobFacts) -> Assertion:
     true_conditions = [c for c in root.conditions if c.is_true and c.type in _OPERATOR_CONDITIONS]
     # On equal times the condition listed later wins: operators append newer conditions.
-    ranked = max(enumerate(true_conditions), key=lambda ic: (ic[1].last_transition or _EPOCH, ic[0]), default=None)
+    ranked = max(enumerate(true_conditions), key=lambda ic: (ic[1].last_transition or EPOCH, ic[0]), default=None)
     newest = ranked[1] if ranked else None
     if newest is not None and newest.type in _TERMINAL_CONDITIONS:
         return Assertion(*_NOT_YET, True, "status.conditions", newest.type)

@@ -23,16 +23,14 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from operator import itemgetter, sub
 
 from collector.correlate import RunEvidence, Signal
 from collector.gpu import PodGpuEvidence, energy_columns, energy_windows, uuid_at
 from collector.model import Energy, PodFacts
 from collector.progress.model import PackedSamples, at_pace
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
+from collector.timeunits import EPOCH, US
 
 MIN_WINDOW_S = 60.0  # a shorter window holds too few steps to divide by
 
@@ -83,7 +81,7 @@ def _packed_line(p: PackedSamples) -> tuple[list[float], list[int]] | None:
     if type(base.tzinfo) is not timezone:
         return None
     steps, us = cols
-    e = (base - _EPOCH) // _US
+    e = (base - EPOCH) // US
     ts = [(e + u) / 1_000_000 for u in us]
     if at_pace(steps, us):
         return ts, list(steps)  # (a trainer at its pace)

@@ -20,7 +20,7 @@ from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from operator import itemgetter
 from typing import Any, Generic, TypeVar, cast
 
@@ -39,6 +39,7 @@ from collector.claims.progress_view import (
 from collector.progress import LogScan, ProgressSample
 from collector.progress.model import PackedSamples, at_pace
 from collector.settings import ClaimSettings
+from collector.timeunits import US
 
 # A sample's place in the walk: (at, order), order = its signal's slot in the stream << SLOT | its
 # position in its signal (a restart's order has AFTER set: after every sample of its instant). Across
@@ -49,7 +50,6 @@ POSITION = (1 << SLOT) - 1
 AFTER = 1 << 40
 T = TypeVar("T")
 _order = itemgetter(0, 1)
-_US = timedelta(microseconds=1)
 _NONE: Mapping[int, datetime] = {}  # (read-only by its type: every walk with no replayed advance shares it)
 
 
@@ -153,7 +153,7 @@ class Walk:
             # (a plain pack: its advances read from its columns, no sample built)
             steps, us, _, _, _, covers = cols
             b = held.stamp(0)  # (the pack's base: a stamp is the base + its µs, as `stamp` gives it)
-            return [new_advance(b + us[k] * _US, steps[k], src, rf.get(base | i) if rf else None, covers[k] > 1, stream)
+            return [new_advance(b + us[k] * US, steps[k], src, rf.get(base | i) if rf else None, covers[k] > 1, stream)
                     for i, k in enumerate(self.advs[slot])]
         got = self._held(slot)
         xs = [got[k] for k in self.advs[slot]]

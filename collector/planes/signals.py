@@ -18,8 +18,7 @@ from collector.model import Evidence, Observed, Plane, RunClaims
 from collector.progress.history import extend_history, extend_packed, merge_history
 from collector.progress.model import Columns, LogScan, PackedSamples, ProgressSample
 from collector.settings import ClaimSettings
-
-_US = timedelta(microseconds=1)
+from collector.timeunits import US
 
 __all__ = ["adds_nothing", "alone", "carried", "confirms", "folded", "quiet_adds_nothing", "uneventful"]
 
@@ -130,8 +129,8 @@ def _uneventful_packed(p: PackedSamples, cols: Columns, last: ProgressSample, to
         if len(p) == 1:
             return None
     prev_step, prev_line = last.step, max(last.line, after)
-    prev_us = (last.at - first.at) // _US + us[0]  # (`last`'s stamp on the pack's clock)
-    gap_us = gap // _US if gap is not None else None
+    prev_us = (last.at - first.at) // US + us[0]  # (`last`'s stamp on the pack's clock)
+    gap_us = gap // US if gap is not None else None
     for k in range(i, len(p)):
         step, at, line = steps[k], us[k], lines[k]
         if (covers[k] != 1 or losses[k] == 0.0 or step >= totals[k] or line <= prev_line or step <= prev_step

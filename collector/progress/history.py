@@ -39,9 +39,9 @@ from collector.progress.model import (
     summarize,
 )
 from collector.progress.scan import MAX_FINDINGS, RANK_STEPS
+from collector.timeunits import US
 
 RECENT = 64  # kept as read: 50 stall-window intervals and 20 step reports, with room to spare
-_US = timedelta(microseconds=1)
 BRIDGE = timedelta(seconds=60)  # the default stall floor: a gap under it is inside any stall window
 HISTORY_SAMPLES = 4096
 
@@ -224,7 +224,7 @@ def compact_packed(scan: LogScan, cols: Sequence[Sequence[Any]], *, bridge: time
     high = summary.high_water
     # `_stretches` of the samples before the last `recent`, seeded as `_seed` would (the high-water mark
     # before them, where it is older than the first)
-    kept = _stretches_plain(steps, us, losses, covers, t, bridge // _US, steps[hi] if us[hi] < us[0] else None)
+    kept = _stretches_plain(steps, us, losses, covers, t, bridge // US, steps[hi] if us[hi] < us[0] else None)
     if len(kept) == t:
         return scan
     # (`_holds` of the recent samples: the high-water sample is the hi-th, no other has its line; where it

@@ -12,6 +12,8 @@ from itertools import islice
 from operator import le, lt
 from typing import Any, overload
 
+from collector.timeunits import US
+
 # Progress formats a sample can carry.
 FORMATS: tuple[str, ...] = (
     "megatron",
@@ -106,7 +108,6 @@ def new_sample(step: int | None, at: datetime | None, loss: float | None, line: 
 _REC = struct.Struct("<qqdqqiBB")
 _STEP_AT = struct.Struct(f"<qq{_REC.size - 16}x")  # a record's step and stamp alone
 _NO_STEP, _NO_AT, _NO_LOSS, _NO_TOTAL, _SKIPPED, _LOSS_KEPT = 1, 2, 4, 8, 16, 32
-_US = timedelta(microseconds=1)
 _I64 = 1 << 63
 _EPOCH_NAIVE = datetime(1970, 1, 1)  # (a pack's base, in its stamps' zone)
 HOT = 64  # packs whose samples stay built (the latest asked for): a poll reads a history several times
@@ -177,7 +178,7 @@ class PackedSamples(Sequence[ProgressSample]):
                     base = datetime(1970, 1, 1, tzinfo=tz)
                 elif at.tzinfo is not tz:
                     return None
-                us = (at - base) // _US
+                us = (at - base) // US
             if loss is None:
                 flags |= _NO_LOSS
                 loss = 0.0
@@ -269,13 +270,13 @@ class PackedSamples(Sequence[ProgressSample]):
         data = self._data
         if self._plain and base is not None:  # (a trainer's steady history: ~15% faster)
             fmt = formats[0]
-            return tuple([new_sample(step, base + us * _US, loss, line, fmt, False, total, covers)
+            return tuple([new_sample(step, base + us * US, loss, line, fmt, False, total, covers)
                           for step, us, loss, line, total, covers, _, _ in _REC.iter_unpack(data)])
         out = []
         for i, (step, us, loss, line, total, covers, flags, f) in enumerate(_REC.iter_unpack(data)):
             out.append(new_sample(
                 None if flags & _NO_STEP else step,
-                None if flags & _NO_AT or base is None else base + us * _US,
+                None if flags & _NO_AT or base is None else base + us * US,
                 None if flags & _NO_LOSS else (kept[i] if flags & _LOSS_KEPT and kept is not None else loss),
                 line, formats[f], bool(flags & _SKIPPED), None if flags & _NO_TOTAL else total, covers))
         return tuple(out)
@@ -318,7 +319,7 @@ class PackedSamples(Sequence[ProgressSample]):
     def stamp(self, us: int) -> datetime:
         """The stamp `us` µs after this pack's base (a plain pack's)."""
         assert self._base is not None
-        return self._base + us * _US
+        return self._base + us * US
 
     def sample(self, i: int) -> ProgressSample:
         """The `i`th sample (negative from the end), built alone when the pack is not built."""
@@ -330,7 +331,7 @@ class PackedSamples(Sequence[ProgressSample]):
         step, us, loss, line, total, covers, flags, f = _REC.unpack_from(self._data, i * _REC.size)
         return new_sample(
             None if flags & _NO_STEP else step,
-            None if flags & _NO_AT or base is None else base + us * _US,
+            None if flags & _NO_AT or base is None else base + us * US,
             None if flags & _NO_LOSS else (kept[i] if flags & _LOSS_KEPT and kept is not None else loss),
             line, self._formats[f], bool(flags & _SKIPPED), None if flags & _NO_TOTAL else total, covers)
 

@@ -22,7 +22,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from sys import intern
 from typing import Any
@@ -48,6 +48,7 @@ from collector.progress.xid import describe
 from collector.sources import httpget
 from collector.sources.agent_gpus import _entries, _f, _i, _name, _pod_key, gpu_evidence
 from collector.sources.kube_api import KubeApi, SourceError
+from collector.timeunits import US
 
 # What the reader asks for (`?version=4`: each pod's GPUs packed as the controller holds them, the rest
 # column by column with what it reads of them only, `agent.evidence.packed`, `agent_gpus`) and what it
@@ -57,7 +58,6 @@ READ_VERSIONS = (1, 2, 3, 4)
 DEFAULT_SELECTOR = "app.kubernetes.io/name=taugrid-evidence,app.kubernetes.io/component=agent"
 DEFAULT_PORT = 9402
 HEAD_MAX = httpget.HEAD_MAX  # an answer's status line and headers
-_US = timedelta(microseconds=1)
 
 
 class AgentReadError(Exception):
@@ -213,7 +213,7 @@ def _plain(rows: list[Any], fmt: str) -> PackedSamples | None:
             base = datetime(1970, 1, 1, tzinfo=at.tzinfo)
         elif at.tzinfo is not base.tzinfo:  # (parse_iso gives one UTC object: a pack keeps one zone)
             return None
-        packed.append((step, (at - base) // _US, loss, line, total, 1))
+        packed.append((step, (at - base) // US, loss, line, total, 1))
     return None if base is None else PackedSamples.plain(packed, base, fmt)
 
 
