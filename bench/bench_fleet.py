@@ -134,6 +134,11 @@ from pathlib import Path
 from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
+# The bench's own threads in the controller's process: the idle figure leaves their CPU out (the main
+# thread waits for the loop to apply the agents' passes; it polled every 20 ms until 2026-12-08, ≈ 0.004
+# core at 10k pods counted as the controller's) beside the feeds, which stand in for agents and GPUs.
+APPLIED_POLL_S = 0.25
+SAMPLER = "bench-sampler"
 for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
@@ -640,7 +645,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         while time.monotonic() < end:
             if len(live_passes) >= n and drained():
                 return True
-            time.sleep(0.02)
+            time.sleep(APPLIED_POLL_S)
         return False
     aligned: list[bool] = []
     first_pass = len(live_passes) + 1
@@ -659,7 +664,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         full[0] += 1
         return mark_all0(*a, **kw)
     c._mark_all = counted_mark_all  # type: ignore[method-assign]
-    marks: dict[str, list[int]] = {}  # what marked runs for re-evaluation in the window: op -> [changes, new marks]
+    # what marked runs for re-evaluation in the window: (op, resource) -> [changes, new marks] (named at the
+    # end: a name built for every change applied was the bench's own work on the loop's thread)
+    marks: dict[tuple[str, Any], list[int]] = {}
     apply0 = c._apply
 
     def counted_apply(change: Any) -> None:
@@ -667,7 +674,9 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         try:
             apply0(change)
         finally:
-            m = marks.setdefault(f"{change.op} {change.resource.name if change.resource else ''}".strip(), [0, 0])
+            m = marks.get((change.op, change.resource))
+            if m is None:
+                m = marks[change.op, change.resource] = [0, 0]
             m[0] += 1
             m[1] += max(0, len(c._dirty) - n)
     c._apply = counted_apply  # type: ignore[method-assign,assignment]
@@ -699,7 +708,7 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
         while not sampling.wait(1.0):
             window_rss.append(rss_bytes())
             evals_at.append(getattr(c, "runs_evaluated", 0))
-    threading.Thread(target=sample_rss, daemon=True).start()
+    threading.Thread(target=sample_rss, daemon=True, name=SAMPLER).start()
     if aligned:
         aligned.append(applied(first_pass + int(idle_s // 30), idle_s + 120.0))
     else:
@@ -711,7 +720,11 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     took = time.monotonic() - w0
     by_thread = {name: (t - threads0.get(name, 0.0)) / took for name, t in _threads_cpu().items()}
     decode_core = (feed_cpu[1] - decode0) / took
-    idle = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / took + decode_core
+    # the process less the feeds (the agents' and GPU's stand-ins) and the bench's own waiting and sampling
+    # threads (none of them the controller's), plus the poller's decode the feeds did in its place
+    process = (cpu_s() - c0 - (feed_cpu[0] - feed0)) / took + decode_core
+    bench_own = sum(by_thread.get(name, 0.0) for name in ("MainThread", SAMPLER))
+    idle = process - bench_own
     evaluated = getattr(c, "runs_evaluated", float("nan")) - evaluated0
     rechecked_idle = c.rechecked - rechecked0  # (`rechecked` counts from the start)
     by_deferral = getattr(getattr(c, "_rechecks", None), "deferred_due", 0) - deferred0
@@ -762,7 +775,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
                 # `steady` is taken before the first log pass: this is after it
                 "after_idle": rss_bytes(), "evaluated": evaluated, "rechecked_idle": rechecked_idle,
                 "by_deferral": by_deferral, "full_passes": full[0],
-                "marks": dict(sorted(marks.items(), key=lambda kv: -kv[1][1])[:8]),
+                "marks": dict(sorted(((f"{op} {res.name if res else ''}".strip(), m) for (op, res), m in marks.items()),
+                                     key=lambda kv: -kv[1][1])[:8]),
                 "progressing": progressing,
                 "window_max": max(window_rss, default=0),
                 "window_aligned": aligned, "window_s": took,
@@ -805,7 +819,8 @@ def _measure(url: str, variant: str, idle_s: float, cpu: int | None, conn: Any) 
     c.close()
     conn.send({"variant": variant, "sync_s": sync_s, "sync_cpu": sync_cpu, "peak": peak, "peak_at_sync": peak_sync,
                "steady": steady,
-               "start": rss0, "idle_core": idle, "decode_core": decode_core, "pods": pods, "runs": runs,
+               "start": rss0, "idle_core": idle, "idle_process": process, "bench_own": bench_own,
+               "decode_core": decode_core, "pods": pods, "runs": runs,
                "tick_s": tick_s,
                "rechecked": rechecked, "late_s": late, "rechecked_late": rechecked_late, **logs_out, "heap": heap,
                "list_modes": {k: v for k, v in list_modes.items() if v != "pages"}, "relisted_idle": relisted,
@@ -1687,7 +1702,9 @@ def _print_live(results: list[dict[str, Any]]) -> None:
     for r in live:
         if r.get("threads"):  # (the bench's own feed threads among them: the idle figure leaves them out)
             print(f"{r['variant']}: CPU by thread in the window (core; /proc, 10 ms ticks): "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in r["threads"].items()))
+                  + ", ".join(f"{k} {v:.3f}" for k, v in r["threads"].items())
+                  + (f"; idle {r['idle_core']:.3f} leaves out the bench's own threads ({r['bench_own']:.3f}: "
+                     f"the process less the feeds read {r['idle_process']:.3f})" if "bench_own" in r else ""))
     for r in live:
         if r.get("gc"):  # (where each thread's collections ran: a collection runs in the thread allocating)
             print(f"{r['variant']}: the cycle collector in the window (thread generation: collections, seconds, "
