@@ -816,6 +816,44 @@ def test_a_signal_read_again_copies_every_field_but_its_read_time_and_ref() -> N
     assert again == replace(sig, read_at=NOW0 + timedelta(seconds=30), ref=ref) and again.ref is ref
 
 
+def test_carried_claims_copy_every_field_but_the_last_step_and_loss() -> None:
+    """`planes.signals.carried` builds the run's claims directly (on every agent pass of every deferred run):
+    it names every field of the three classes it builds (one added to a class and not copied would be lost
+    between evaluations), and gives what `replace` of the last step's and loss's evidence gives."""
+    from dataclasses import fields
+
+    from collector.model import Blocked, Evidence, Stage, Verdict
+    from collector.planes.signals import carried
+    assert tuple(f.name for f in fields(Evidence)) == ("plane", "ref", "field", "value", "at", "cluster")
+    assert tuple(f.name for f in fields(Claim)) == (
+        "asserted", "observed", "verdict", "since", "reason", "evidence", "cause")
+    assert tuple(f.name for f in fields(RunClaims)) == (
+        "ref", "scheduled", "running", "progressing", "blocked", "evaluated_at", "finished", "goodput", "extra",
+        "recheck_at", "recheck_other", "queue", "stragglers", "work_at_risk", "energy")
+    at = NOW0 - timedelta(seconds=5)
+    ev = (Evidence(Plane.LOGS, "pod/c", "last_step", 1200, at, "east"),
+          Evidence(Plane.LOGS, "pod/c", "last_loss", 2.5, at, "east"),
+          Evidence(Plane.GPU, "node/n", "sm_active", 0.9, at),
+          Evidence(Plane.LOGS, "pod/c", "stall_window_s", 60.0, None))
+    claim = Claim(True, Observed.TRUE, Verdict.VERIFIED, at, "steps advancing", ev, "")
+    other = Claim(True, Observed.TRUE, Verdict.VERIFIED, at - timedelta(minutes=3), "pods running", ev[2:], "")
+    blocked = Blocked(list(Stage)[0], "waiting", at)
+    rc = RunClaims(Ref("TauRun", "ns", "r", "uid-1"), other, other, claim, blocked, NOW0, False, None,
+                   {"queue": "q"}, NOW0 + timedelta(minutes=2), NOW0 + timedelta(minutes=1))
+    newest = ProgressSample(1230, NOW0 + timedelta(seconds=20), 2.25, 1231, FMT, total=TOTAL)
+    got = carried(rc, newest)
+
+    def moved(e: Evidence) -> Evidence:
+        if e.field == "last_step":
+            return replace(e, value=newest.step, at=newest.at)
+        if e.field == "last_loss":
+            return replace(e, value=newest.loss, at=newest.at)
+        return e
+    assert got == replace(rc, progressing=replace(claim, evidence=tuple(map(moved, ev))))
+    assert got.blocked is blocked and got.extra is rc.extra and got.scheduled is other
+    assert got.progressing.evidence[2] is ev[2] and got.progressing.evidence[0].cluster == "east"
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(("set", "drop")), st.integers(0, 11), st.integers(0, 3)), max_size=40))
 def test_an_objects_signals_are_held_as_a_dict_of_them_by_source(ops: list[tuple[str, int, int]]) -> None:
