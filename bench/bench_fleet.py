@@ -86,6 +86,11 @@ pass, the clock, deferrals, and why an agent's increment was not deferred), runs
 backlog and the runs' progressing claims: why a start does not catch up. BENCH_WARMUP_S (3600) bounds
 the live feed's warm-up; a variant that does not finish it is measured all the same and says so.
 
+The idle figure is the controller's: the process's CPU less the feeds' (stand-ins for agents and GPUs,
+their decode of the documents added back as the poller's) and less the bench's own main thread, which
+waits for the loop to apply the passes (polling every BENCH_APPLIED_POLL_S, 0.25 s; 0.02 until
+2026-12-08), and its RSS sampler; both figures are printed.
+
 BENCH_NO_LATE=1 skips the ageing figure (`late s` nan: minutes a variant, for memory-only runs);
 BENCH_MALLOCSTATS=PREFIX writes sys._debugmallocstats (pymalloc's size classes: pools, blocks in use
 and free, unused pools) at steady and after the idle window to PREFIX-LABEL-PID.txt.
@@ -137,7 +142,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The bench's own threads in the controller's process: the idle figure leaves their CPU out (the main
 # thread waits for the loop to apply the agents' passes; it polled every 20 ms until 2026-12-08, ≈ 0.004
 # core at 10k pods counted as the controller's) beside the feeds, which stand in for agents and GPUs.
-APPLIED_POLL_S = 0.25
+APPLIED_POLL_S = float(os.environ.get("BENCH_APPLIED_POLL_S") or 0.25)  # (0.02: the wait as it was)
 SAMPLER = "bench-sampler"
 for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
