@@ -30,7 +30,7 @@ layers: setup
 check: lint typecheck layers
 
 test: setup check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20
 
 bench: setup
 	$(BIN)/python bench/bench_scan.py
