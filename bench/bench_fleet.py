@@ -1336,16 +1336,16 @@ def _agent_log_pods(c: Any) -> frozenset[Any]:
 def _measure_tree(tree: str, url: str, idle_s: float, cpu: int | None, conn: Any, variant: str = "paged") -> None:
     """`variant` (paged or logs), with the collector of another source tree (`--before-tree`: the
     code before a change)."""
-    root = str(Path(tree).resolve())
+    root = Path(tree).resolve()
     stale = [name for name in sys.modules if name.split(".")[0] in ("collector", "exporters", "kubesim", "tests")
-             and not (getattr(sys.modules[name], "__file__", None) or root).startswith(root)]
+             and not Path(getattr(sys.modules[name], "__file__", None) or root).resolve().is_relative_to(root)]
     if stale:  # (`run_variant` starts the child with the tree first: nothing of this tree's is imported)
         raise RuntimeError(f"--before-tree {tree}: this tree's {stale[0]} imported before the swap")
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     import collector
     where = Path(collector.__file__ or "").resolve()
-    if not where.is_relative_to(Path(tree).resolve()):
+    if not where.is_relative_to(root):
         raise RuntimeError(f"--before-tree {tree}: collector imported from {where}")
     _measure(url, variant, idle_s, cpu, conn)
 
